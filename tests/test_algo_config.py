@@ -1,0 +1,72 @@
+"""Configurations seed 001 refuses, refused at config time with a message naming the rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainer.algorithms import ESTIMATORS, AlgoConfig, AlgoConfigError, get_estimator
+
+SEED_000 = {
+    "rpp": {"estimator": "rpp", "n_samples_per_prompt": 8, "kl_coef": 0.01, "gamma": 1.0},
+    "rppb": {"estimator": "rppb", "n_samples_per_prompt": 8, "use_kl_loss": True, "kl_loss_type": "k2",
+             "kl_loss_coef": 0.01},
+    "grpo": {"estimator": "grpo", "n_samples_per_prompt": 8, "use_kl_loss": True, "kl_loss_coef": 0.01},
+}
+
+
+@pytest.mark.parametrize("algo", SEED_000)
+def test_seed_000_configs_are_accepted_and_canonicalised(algo):
+    cfg = AlgoConfig.from_mapping(SEED_000[algo])
+    assert cfg.estimator == get_estimator(algo).name
+    assert cfg.short_name == algo
+
+
+REFUSED = [
+    ("rppb", {"n_samples_per_prompt": 1}, "group-size"),
+    ("grpo", {"n_samples_per_prompt": 1}, "group-size"),
+    ("rpp", {"loss_reduction": "token_mean"}, "loss-reduction"),
+    ("rppb", {"loss_reduction": "token_mean"}, "loss-reduction"),
+    ("rppb", {"loss_reduction": "sum"}, "loss-reduction"),
+    ("rpp", {"reward_postprocess": "length_penalty"}, "custom-reward-hook"),
+    ("rppb", {"reward_postprocess": "length_penalty"}, "custom-reward-hook"),
+    ("rppb", {"custom_advantage_hook": "agentic"}, "custom-advantage-hook"),
+    ("rpp", {"use_kl_loss": True, "kl_loss_coef": 0.01}, "kl-placement"),
+    ("rppb", {"kl_coef": 0.01}, "kl-placement"),
+    ("rppb", {"kl_loss_type": "k1"}, "kl-loss-type"),
+    ("rpp", {"fully_async": True}, "sync-only"),
+    ("rppb", {"hybrid": True}, "sync-only"),
+    ("rpp", {"context_parallel_size": 2}, "context-parallel"),
+    ("grpo", {"loss_reduction": "per_token"}, "loss-reduction"),
+    ("rpp", {"gamma": 0.0}, "gamma"),
+]
+
+
+@pytest.mark.parametrize(("algo", "change", "rule"), REFUSED)
+def test_refused_configurations_name_their_rule(algo, change, rule):
+    with pytest.raises(AlgoConfigError, match=rf"\[{rule}\]") as info:
+        AlgoConfig.from_mapping({**SEED_000[algo], **change})
+    message = str(info.value)
+    assert "\n" not in message and len(message) < 400  # one line, and says how to fix
+    assert "set " in message or "remove" in message or "must" in message or "choose" in message or "allows" in message
+
+
+def test_grpo_may_use_token_mean():
+    assert AlgoConfig.from_mapping({**SEED_000["grpo"], "loss_reduction": "token_mean"}).loss_reduction == "token_mean"
+
+
+def test_unknown_estimator_and_unknown_key_are_refused():
+    with pytest.raises(ValueError, match="unknown advantage estimator 'ppo'"):
+        AlgoConfig(estimator="ppo", n_samples_per_prompt=8)
+    with pytest.raises(AlgoConfigError, match="unknown-key.*kl_cof"):
+        AlgoConfig.from_mapping({**SEED_000["rpp"], "kl_cof": 0.01})
+
+
+def test_registry_contract():
+    names = {(e.name, e.short) for e in ESTIMATORS.values()}
+    assert names == {("grpo", "grpo"), ("reinforce_plus_plus", "rpp"), ("reinforce_plus_plus_baseline", "rppb")}
+    assert get_estimator("rpp").kl_placement == "k1_in_reward"
+    assert get_estimator("rppb").kl_placement == get_estimator("grpo").kl_placement == "k2_loss"
+    assert get_estimator("rpp").allowed_reductions == get_estimator("rppb").allowed_reductions == ("response_mean",)
+    assert set(get_estimator("grpo").allowed_reductions) == {"response_mean", "token_mean", "sum"}
+    assert get_estimator("rpp").global_normalization and get_estimator("rppb").global_normalization
+    assert not get_estimator("grpo").global_normalization

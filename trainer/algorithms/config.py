@@ -1,0 +1,144 @@
+"""The validated algorithm configuration and the configurations that must be refused.
+
+Seed 001 ("支持的模式") lists what the first implementation supports (synchronous colocated
+training, data-parallel normalisation, context_parallel_size = 1, response-mean reduction) and what
+it refuses. Every refusal below is raised when the config object is built, i.e. at config time,
+before any compute, with a message that names the rule and the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from trainer.algorithms.kl import KL_ESTIMATORS
+from trainer.algorithms.policy_loss import LOSS_REDUCTIONS
+from trainer.algorithms.registry import KL_AS_LOSS, KL_IN_REWARD, get_estimator
+
+REINFORCE_PP_FAMILY = ("reinforce_plus_plus", "reinforce_plus_plus_baseline")
+
+
+class AlgoConfigError(ValueError):
+    """A refused algorithm configuration; the message names the rule and how to fix it."""
+
+
+@dataclass(frozen=True)
+class AlgoConfig:
+    estimator: str
+    n_samples_per_prompt: int
+    loss_reduction: str = "response_mean"
+    gamma: float = 1.0
+    kl_coef: float = 0.0  # beta of the k1 term inside the reward (REINFORCE++ only)
+    use_kl_loss: bool = False
+    kl_loss_type: str = "k2"
+    kl_loss_coef: float = 0.0
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    grpo_std_normalize: bool = True
+    reward_postprocess: str | None = None  # name of a custom reward post-processing hook
+    custom_advantage_hook: str | None = None  # agentic custom advantage hook
+    fully_async: bool = False
+    hybrid: bool = False
+    context_parallel_size: int = 1
+
+    def __post_init__(self) -> None:
+        est = get_estimator(self.estimator)  # raises on an unknown name
+        object.__setattr__(self, "estimator", est.name)  # canonical full name
+        for rule, message in _violations(self):
+            raise AlgoConfigError(f"algo config refused [{rule}]: {message}")
+
+    @property
+    def short_name(self) -> str:
+        return get_estimator(self.estimator).short
+
+    @property
+    def kl_loss_active(self) -> bool:
+        return self.use_kl_loss and self.kl_loss_coef != 0.0
+
+    @classmethod
+    def from_mapping(cls, values: dict[str, Any]) -> AlgoConfig:
+        """Build from a plain mapping (e.g. a Hydra node), refusing unknown keys (typos)."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise AlgoConfigError(
+                f"algo config refused [unknown-key]: {', '.join(unknown)} is not an algorithm setting; "
+                f"known settings: {', '.join(sorted(known))}"
+            )
+        return cls(**values)
+
+
+def _violations(cfg: AlgoConfig):
+    """Yield ``(rule, message)`` for every refused combination, most fundamental first."""
+    est = get_estimator(cfg.estimator)
+    name = est.name
+    if cfg.n_samples_per_prompt < est.min_group_size:
+        why = (
+            "the inclusive group mean makes every advantage exactly zero"
+            if name == "reinforce_plus_plus_baseline"
+            else "a group of one has no sample standard deviation"
+        )
+        yield (
+            "group-size",
+            f"{name} with n_samples_per_prompt={cfg.n_samples_per_prompt}: {why}; "
+            f"set n_samples_per_prompt >= {est.min_group_size}",
+        )
+    if cfg.n_samples_per_prompt < 1:
+        yield "group-size", f"n_samples_per_prompt={cfg.n_samples_per_prompt} must be >= 1"
+    if cfg.loss_reduction not in LOSS_REDUCTIONS:
+        yield "loss-reduction", f"unknown loss_reduction {cfg.loss_reduction!r}; choose one of {', '.join(LOSS_REDUCTIONS)}"
+    elif cfg.loss_reduction not in est.allowed_reductions:
+        yield (
+            "loss-reduction",
+            f"{name} allows only {', '.join(est.allowed_reductions)}; loss_reduction={cfg.loss_reduction!r} "
+            "would silently change the objective's denominator (per-token global reduction is refused); "
+            "set loss_reduction=response_mean",
+        )
+    if name in REINFORCE_PP_FAMILY:
+        if cfg.reward_postprocess is not None:
+            yield (
+                "custom-reward-hook",
+                f"{name} refuses reward_postprocess={cfg.reward_postprocess!r}: it would bypass the frozen "
+                "reward/return semantics; remove the hook",
+            )
+        if cfg.custom_advantage_hook is not None:
+            yield (
+                "custom-advantage-hook",
+                f"{name} refuses custom_advantage_hook={cfg.custom_advantage_hook!r}: it would bypass the "
+                "inclusive group-mean and global-normalisation semantics; remove the hook",
+            )
+        if cfg.fully_async or cfg.hybrid:
+            yield (
+                "sync-only",
+                f"{name} needs a closed synchronous global batch for its moments; fully_async and hybrid "
+                "are refused; set fully_async=false hybrid=false",
+            )
+        if cfg.context_parallel_size != 1:
+            yield (
+                "context-parallel",
+                f"{name} supports context_parallel_size=1 only (unique-token ownership under CP is not "
+                f"validated); got {cfg.context_parallel_size}; set context_parallel_size=1",
+            )
+    if est.kl_placement == KL_IN_REWARD and cfg.use_kl_loss:
+        yield (
+            "kl-placement",
+            f"{name} puts k1 KL inside the shaped reward; a separate KL loss (use_kl_loss=true) would "
+            "regularise twice; set use_kl_loss=false",
+        )
+    if est.kl_placement == KL_AS_LOSS and cfg.kl_coef != 0.0:
+        yield (
+            "kl-placement",
+            f"{name} uses a separate KL loss; KL in the reward (kl_coef={cfg.kl_coef}) is refused; "
+            "set kl_coef=0 and use kl_loss_coef",
+        )
+    if name == "reinforce_plus_plus_baseline" and cfg.use_kl_loss and cfg.kl_loss_type != "k2":
+        yield "kl-loss-type", f"{name} uses the k2 KL loss; got kl_loss_type={cfg.kl_loss_type!r}; set kl_loss_type=k2"
+    if cfg.kl_loss_type not in KL_ESTIMATORS:
+        yield "kl-loss-type", f"unknown kl_loss_type {cfg.kl_loss_type!r}; choose one of {', '.join(KL_ESTIMATORS)}"
+    if not 0.0 < cfg.gamma <= 1.0:
+        yield "gamma", f"gamma={cfg.gamma} must lie in (0, 1]"
+    if cfg.kl_coef < 0 or cfg.kl_loss_coef < 0:
+        yield "kl-coef", "kl_coef and kl_loss_coef must be >= 0"
+    if not (0.0 <= cfg.clip_low < 1.0 and cfg.clip_high >= 0.0):
+        yield "ppo-clip", f"clip_low={cfg.clip_low} must lie in [0, 1) and clip_high={cfg.clip_high} must be >= 0"

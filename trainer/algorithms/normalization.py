@@ -1,0 +1,89 @@
+"""Global masked advantage normalisation (seed 001, "全局 masked normalization").
+
+The population is every valid response token of every data-parallel rank of the closed,
+synchronous global batch:
+
+    S = {(r, i, t) | m[r, i, t] = 1},  N = |S|
+    mu      = (1/N) * sum_S A
+    sigma^2 = (1/N) * sum_S (A - mu)^2          (population variance, ddof = 0, two-pass)
+    A_hat   = m * (A - mu) * rsqrt(max(sigma^2, var_floor))
+
+`var_floor` is a floor on the *variance* (OpenRLHF's convention), not `sqrt(var) + eps`.
+
+Implementation rules, each load-bearing:
+- Masked positions are *selected away* with `torch.where`, never multiplied by zero, so a NaN or
+  Inf stored in padding cannot reach a valid token (0 * NaN = NaN).
+- Moments are accumulated in float64 and reduced across ranks with `all_reduce(SUM)` of
+  `[sum, count]` then of `[sum of centred squares]`; a rank with no valid token contributes zeros
+  and still joins both collectives, so no rank can deadlock the others.
+- There is no host synchronisation: no `.item()`, `.cpu()`, `.tolist()`, `bool(tensor)` and no
+  Python branch on a tensor value. An empty global population is reported by a device-side
+  assertion (`torch._assert_async`), which fires on every rank because every rank holds the same
+  reduced count; the denominator is clamped to 1 so the arithmetic stays finite either way.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from trainer.algorithms.masking import as_bool_mask
+
+EMPTY_MASK_MESSAGE = "masked_global_normalize: the response mask is empty on every rank (N = 0)"
+
+
+def _all_reduce_sum(t: torch.Tensor, group) -> torch.Tensor:
+    """Sum `t` over the ranks of `group` in place; `group=None` means a single-rank population."""
+    if group is not None:
+        dist.all_reduce(t, op=dist.ReduceOp.SUM, group=group)
+    return t
+
+
+def masked_global_normalize(
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    group=None,
+    var_floor: float = 1e-8,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Normalise `values` by the population moments of its valid tokens over all ranks of `group`.
+
+    ``A_hat = m * (A - mu) * rsqrt(max(sigma^2, var_floor))`` with ``mu``, ``sigma^2`` the
+    population (ddof=0) mean and variance over every valid token of every rank.
+
+    Args:
+        values: ``[B, T]`` raw advantages (any float dtype); anything may be stored where mask is 0.
+        mask: ``[B, T]`` bool or 0/1 response loss mask.
+        group: a ``torch.distributed`` process group whose ranks share the population, or ``None``
+            for a single-rank population (no collective is issued).
+        var_floor: lower bound on the variance before the reciprocal square root.
+
+    Returns:
+        ``(normalized, mean, var, count)``: ``normalized`` has the shape and dtype of ``values`` and
+        is exactly zero outside the mask; ``mean`` and ``var`` are float64 scalars of the global
+        population, ``count`` its size N (float64 scalar). Zero variance or a single valid token
+        gives finite zeros. A globally empty mask raises through ``torch._assert_async``.
+    """
+    valid = as_bool_mask(mask)
+    zero = torch.zeros((), dtype=values.dtype, device=values.device)
+    selected = torch.where(valid, values, zero)
+
+    # Pass 1: global sum and count -> mean.
+    sum_and_count = torch.stack(
+        [selected.sum(dtype=torch.float64), valid.sum(dtype=torch.float64)]
+    )
+    _all_reduce_sum(sum_and_count, group)
+    total, count = sum_and_count[0], sum_and_count[1]
+    torch._assert_async(count > 0, EMPTY_MASK_MESSAGE)
+    safe_count = count.clamp_min(1.0)
+    mean = total / safe_count
+
+    # Pass 2: centred squares around the *global* mean (never E[x^2] - E[x]^2). The centred
+    # values stay in the input dtype (no float64 copy of the batch); only the sum is float64.
+    centred = torch.where(valid, values - mean.to(values.dtype), zero)
+    sum_sq = (centred * centred).sum(dtype=torch.float64).reshape(1)
+    _all_reduce_sum(sum_sq, group)
+    var = sum_sq[0] / safe_count
+
+    inv_std = torch.rsqrt(var.clamp_min(var_floor)).to(values.dtype)
+    normalized = torch.where(valid, centred * inv_std, zero)
+    return normalized, mean, var, count
