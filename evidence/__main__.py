@@ -1,0 +1,130 @@
+"""Command line: ``python -m evidence {build,audit,validate} PATH``.
+
+Exit status: 0 clean; 1 findings (audit), violations (validate) or a refused seal (build);
+2 usage errors. Errors are one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, not usage + message
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m evidence", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    build = sub.add_parser("build", help="validate a sweep and seal <sweep_dir>/bundle, bundle.tar.gz(.sha256)")
+    build.add_argument("sweep_dir", type=Path)
+    build.add_argument("--last-k", type=int, default=10, help="last-K window of the stability table (default 10)")
+    build.add_argument("--no-figures", action="store_true", help="skip the SVG figures")
+    audit = sub.add_parser("audit", help="audit a bundle directory or its .tar.gz")
+    audit.add_argument("path", type=Path)
+    validate = sub.add_parser("validate", help="validate one job directory or run directory")
+    validate.add_argument("run_dir", type=Path)
+    validate.add_argument("--algo", help="short algo name (default: from job.json / run.json)")
+    validate.add_argument("--n-updates", type=int, help="configured updates (default: from run.json)")
+    return parser
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> int:
+    print(f"python -m evidence: error: {message}", file=sys.stderr)
+    return code
+
+
+def _build(args, console: Console) -> int:
+    from evidence.bundle import LeakError, build_bundle
+    from evidence.incidents import IncidentsFileError
+    from evidence.sweep import SweepError
+
+    if args.last_k < 1:
+        return _fail("--last-k must be at least 1")
+    try:
+        result = build_bundle(args.sweep_dir, last_k=args.last_k, figures=not args.no_figures)
+    except (SweepError, IncidentsFileError, FileExistsError) as exc:
+        return _fail(str(exc))
+    except LeakError as exc:
+        for rel, leak in exc.findings:
+            print(f"{rel}: leak: {leak}")
+        return _fail(str(exc), EXIT_FINDINGS)
+    table = Table(title="Evidence index")
+    for column in ("job", "job id", "scheduler", "exit", "steps", "accepted", "reason"):
+        table.add_column(column)
+    for row in result.jobs:
+        table.add_row(row["job"], str(row["job_id"] or "—"), str(row["scheduler_state"]), str(row["exit_code"]),
+                      f"{row['steps_accepted']}/{row['steps_expected']}", row["accepted"], row["reason"] or "")
+    console.print(table)
+    console.print(f"accepted {result.accepted}/{len(result.jobs)} jobs, {len(result.incidents)} incident(s)")
+    console.print(f"bundle:  {result.bundle_dir}\narchive: {result.archive}\nsha256:  {result.archive_sha256}")
+    return EXIT_OK
+
+
+def _audit(args) -> int:
+    from evidence.audit import UsageError, audit
+
+    try:
+        findings = audit(args.path)
+    except UsageError as exc:
+        return _fail(str(exc))
+    for finding in findings:
+        print(finding)
+    print(f"{len(findings)} finding(s)" if findings else "clean", file=sys.stderr)
+    return EXIT_FINDINGS if findings else EXIT_OK
+
+
+def _validate(args) -> int:
+    from evidence.fileio import JSONError, read_json
+    from evidence.index import JobEvidence, check_run_dir, evaluate_job
+
+    path: Path = args.run_dir
+    if not path.is_dir():
+        return _fail(f"{path}: not a directory")
+    is_job = (path / "job.json").is_file() and (path / "run").is_dir()
+    run_dir = path / "run" if is_job else path
+
+    def field(name: str, file: Path):
+        try:
+            value = read_json(file)
+        except JSONError:
+            return None
+        return value.get(name) if isinstance(value, dict) else None
+
+    algo = args.algo or field("algo", path / "job.json") or field("algo", run_dir / "run.json")
+    seed = field("seed", path / "job.json") if is_job else field("seed", run_dir / "run.json")
+    n_updates = args.n_updates or field("n_updates", run_dir / "run.json")
+    if not isinstance(algo, str) or not isinstance(n_updates, int):
+        return _fail("cannot tell the algo and n_updates from job.json/run.json; pass --algo and --n-updates")
+    seed = seed if isinstance(seed, int) else -1
+    if is_job:
+        evidence = evaluate_job(path, algo, seed, n_updates)
+    else:
+        evidence = check_run_dir(run_dir, JobEvidence(algo=algo, seed=seed, present=True, n_updates=n_updates))
+    for failure in evidence.failures:
+        print(failure)
+    for anomaly in evidence.anomalies:
+        print(f"{anomaly} (reported, not rejecting)")
+    print("valid" if not evidence.failures else f"{len(evidence.failures)} violation(s)", file=sys.stderr)
+    return EXIT_FINDINGS if evidence.failures else EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "build":
+        return _build(args, Console())
+    if args.command == "audit":
+        return _audit(args)
+    return _validate(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

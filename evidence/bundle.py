@@ -1,0 +1,294 @@
+"""Seal a sweep into a BagIt bag and a deterministic ``.tar.gz``.
+
+``build_bundle(sweep_dir)`` validates every job, decides acceptance, writes the payload
+(sanitised on the way in), computes tables, report and figures from the written CSV files,
+bags it with the ``bagit`` library (sha256 manifests only), refuses to seal if the leak scan
+finds anything, and writes ``bundle.tar.gz`` plus its ``.sha256`` sidecar.
+
+Rebuilding from the same sweep gives a byte-identical archive: every payload file is written
+deterministically, bag-info.txt carries no build-time date (``Bagging-Date`` is the sweep's
+``created`` date when sweep.json has one, otherwise absent), the tag manifest is sorted, and
+the tar has sorted entries, zero mtimes, root owners with empty names, normalised modes and a
+gzip header without file name or time. (The compressed bytes also depend on the zlib build.)
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import os
+import shutil
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import bagit
+
+from evidence.artifacts import EVAL_KINDS
+from evidence.dataset import (
+    ARTIFACT_COLUMNS,
+    EVAL_COLUMNS,
+    SETTINGS_FILE,
+    load_bundle_data,
+    step_columns,
+    write_csv,
+)
+from evidence.fileio import JSONError, dumps_json, read_json, sha256_file, write_text
+from evidence.incidents import (
+    INCIDENT_COLUMNS,
+    INCIDENTS_FILE,
+    Incident,
+    derive_incidents,
+    load_user_incidents,
+)
+from evidence.index import INDEX_COLUMNS, JobEvidence, evaluate_sweep, index_row
+from evidence.report import render_report
+from evidence.sanitize import Leak, Sanitizer, strip_abs_keys
+from evidence.stats import CI_LEVEL, DEFAULT_LAST_K
+from evidence.sweep import job_name, read_sweep
+from evidence.tables import compute_tables
+
+BUNDLE_DIR = "bundle"
+ARCHIVE = "bundle.tar.gz"
+SIDECAR = "bundle.tar.gz.sha256"
+TAG_FILES = ("bagit.txt", "bag-info.txt", "manifest-sha256.txt", "tagmanifest-sha256.txt")
+SOFTWARE_AGENT = "proofgrid evidence (bagit.py)"
+SCHEMA = 1
+_STAGING = ".bundle.staging"
+
+
+class LeakError(Exception):
+    """The leak scan found something in the staged bag: the bundle is not sealed."""
+
+    def __init__(self, findings: list[tuple[str, Leak]]):
+        self.findings = findings
+        first = findings[0]
+        super().__init__(f"refusing to seal: {len(findings)} leak(s), first {first[0]}: {first[1]}")
+
+
+@dataclass
+class BuildResult:
+    """What a build produced, for the launcher and the CLI."""
+
+    bundle_dir: Path
+    archive: Path
+    archive_sha256: str
+    jobs: list[dict] = field(default_factory=list)  # index rows
+    incidents: list[Incident] = field(default_factory=list)
+
+    @property
+    def accepted(self) -> int:
+        return sum(1 for row in self.jobs if row["accepted"] == "yes")
+
+    def summary(self) -> str:
+        """A few lines for a terminal: decisions, incidents, where the bundle is and its digest."""
+        rejected = [f"{row['job']} ({row['reason']})" for row in self.jobs if row["accepted"] != "yes"]
+        lines = [f"evidence: {self.accepted}/{len(self.jobs)} jobs accepted, {len(self.incidents)} incident(s)"]
+        lines += [f"  rejected {entry}" for entry in rejected]
+        lines += [f"  report:  {self.bundle_dir / 'data' / 'report.md'}",
+                  f"  archive: {self.archive}", f"  sha256:  {self.archive_sha256}"]
+        return "\n".join(lines)
+
+
+def _sanitizer(sweep_dir: Path, evidences: list[JobEvidence]) -> Sanitizer:
+    literals = {}
+    for form in {str(sweep_dir.resolve()), os.path.abspath(sweep_dir)}:
+        literals[form] = "<SWEEP_DIR>"
+        for evidence in evidences:
+            literals[os.path.join(form, "jobs", evidence.job)] = "<JOB_DIR>"
+    hosts = [str(e.job_record.get("node")) for e in evidences if e.job_record.get("node")]
+    return Sanitizer.from_environment(literals=literals, hosts=hosts)
+
+
+def _copy_json(src: Path, dst: Path, clean: Sanitizer, edit=None) -> None:
+    """Copy a JSON file path-free: ``*_abs`` keys dropped, then sanitised; unparsable files as sanitised text."""
+    try:
+        value = strip_abs_keys(read_json(src))
+        if edit is not None:
+            value = edit(value)
+        write_text(dst, clean.clean(dumps_json(value)))
+    except JSONError:
+        if src.is_file():
+            write_text(dst, clean.clean(src.read_bytes().decode("utf-8", errors="replace")))
+
+
+def _copy_text(src: Path, dst: Path, clean: Sanitizer) -> None:
+    if src.is_file():
+        write_text(dst, clean.clean(src.read_bytes().decode("utf-8", errors="replace")))
+
+
+def _hide_node(record):
+    if isinstance(record, dict) and "node" in record:
+        record = {**record, "node": "<HOST>"}
+    return record
+
+
+def _write_run_files(evidence: JobEvidence, job_dir: Path, out: Path, clean: Sanitizer) -> None:
+    """data/runs/<job>/: metrics log, eval and run summaries, path-free command, job record, logs."""
+    _copy_text(job_dir / "run" / "metrics.jsonl", out / "metrics.jsonl", clean)
+    _copy_json(job_dir / "run" / "eval.json", out / "eval.json", clean)
+    _copy_json(job_dir / "run" / "run.json", out / "run.json", clean)
+    _copy_json(job_dir / "command.public.json", out / "command.public.json", clean)
+    _copy_json(job_dir / "job.json", out / "job.json", clean, edit=_hide_node)
+    # The launcher's logs (trainer.log, runtime.log, ...) beside job.json, and any under logs/.
+    logs = sorted(job_dir.glob("*.log"))
+    if (job_dir / "logs").is_dir():
+        logs += sorted((job_dir / "logs").iterdir())
+    for log in logs:
+        if log.is_file() and not log.is_symlink():
+            _copy_text(log, out / "logs" / log.name, clean)
+
+
+def _write_payload(sweep, evidences: list[JobEvidence], incidents: list[Incident], stage: Path,
+                   clean: Sanitizer, last_k: int) -> None:
+    write_text(stage / "sweep.json", clean.clean(dumps_json(strip_abs_keys(sweep.record))))
+    write_text(stage / SETTINGS_FILE, dumps_json({"schema": SCHEMA, "last_k": last_k, "ci_level": CI_LEVEL,
+                                                        "n_updates": sweep.n_updates}))
+    write_csv(stage / "index.csv", INDEX_COLUMNS, [_clean_row(index_row(e), clean) for e in evidences])
+    write_csv(stage / "incidents.csv", INCIDENT_COLUMNS, [_clean_row(i.row(), clean) for i in incidents])
+    write_csv(stage / "artifacts.csv", ARTIFACT_COLUMNS,
+              [_clean_row({"job": e.job, "path": a.path, "bytes": a.bytes, "sha256": a.sha256}, clean)
+               for e in evidences for a in e.artifacts])
+    accepted = [e for e in evidences if e.accepted]
+    keys = {k for e in accepted for r in e.metrics.records for k in r}
+    columns = step_columns(keys)
+    write_csv(stage / "steps.csv", columns,
+              ({"algo": e.algo, "seed": e.seed, **r} for e in accepted for r in sorted(e.metrics.records, key=lambda r: r["step"])))
+    write_csv(stage / "eval.csv", EVAL_COLUMNS,
+              [_clean_row({"algo": e.algo, "seed": e.seed, "kind": kind, **e.eval_summary[kind]}, clean)
+               for e in accepted for kind in EVAL_KINDS])
+    for name in (INCIDENTS_FILE, "commands.txt"):
+        _copy_text(sweep.dir / name, stage / name, clean)
+    for evidence in evidences:
+        job_dir = sweep.dir / "jobs" / evidence.job
+        if evidence.present and job_dir.is_dir():
+            _write_run_files(evidence, job_dir, stage / "runs" / evidence.job, clean)
+
+
+def _clean_row(row: dict, clean: Sanitizer) -> dict:
+    return {k: clean.clean(v) if isinstance(v, str) else v for k, v in row.items()}
+
+
+def _write_tag_file(path: Path, info: dict) -> None:
+    write_text(path, "".join(f"{key}: {info[key]}\n" for key in sorted(info)))
+
+
+def _write_tagmanifest(bag_dir: Path) -> None:
+    # bagit lists tag files in os.listdir order; sorted lines keep rebuilds byte-identical.
+    names = sorted(n for n in TAG_FILES if n != "tagmanifest-sha256.txt" and (bag_dir / n).is_file())
+    write_text(bag_dir / "tagmanifest-sha256.txt", "".join(f"{sha256_file(bag_dir / n)} {n}\n" for n in names))
+
+
+def make_bag(stage: Path, bag_info: dict[str, str]) -> None:
+    """Turn ``stage`` (the payload) into a BagIt bag in place, deterministically."""
+    logging.getLogger("bagit").setLevel(logging.WARNING)
+    bagit.make_bag(str(stage), dict(bag_info), processes=1, checksums=["sha256"])
+    info = {k: v for k, v in bagit.Bag(str(stage)).info.items()}
+    if "Bagging-Date" not in bag_info:
+        info.pop("Bagging-Date", None)
+    _write_tag_file(stage / "bag-info.txt", info)
+    _write_tagmanifest(stage)
+
+
+def leak_scan(root: Path, clean: Sanitizer) -> list[tuple[str, Leak]]:
+    """Every leak in every file under ``root`` (and in the file names), as (relative path, leak)."""
+    findings = []
+    for path in sorted(p for p in root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        findings += [(rel, leak) for leak in clean.scan(rel)]
+        if path.is_file():
+            text = path.read_bytes().decode("utf-8", errors="replace")
+            findings += [(rel, leak) for leak in clean.scan(text)]
+    return findings
+
+
+def seal(stage: Path, bag_info: dict[str, str], clean: Sanitizer) -> None:
+    """Bag ``stage``; refuse (LeakError) if anything path- or secret-like remains; validate the bag."""
+    make_bag(stage, bag_info)
+    findings = leak_scan(stage, clean)
+    if findings:
+        raise LeakError(findings)
+    bagit.Bag(str(stage)).validate()
+
+
+def write_archive(bag_dir: Path, archive: Path, root_name: str = BUNDLE_DIR) -> str:
+    """Deterministic ``.tar.gz`` of ``bag_dir`` under ``root_name/``; returns its SHA256."""
+    entries = [bag_dir] + sorted(bag_dir.rglob("*"), key=lambda p: p.relative_to(bag_dir).as_posix())
+    tmp = archive.with_name(archive.name + ".tmp")
+    with open(tmp, "wb") as raw, \
+            gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path in entries:
+            rel = path.relative_to(bag_dir).as_posix()
+            info = tarfile.TarInfo(root_name if rel == "." else f"{root_name}/{rel}")
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            if path.is_symlink() or not (path.is_dir() or path.is_file()):
+                raise ValueError(f"{rel}: not a regular file or directory")
+            if path.is_dir():
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+            else:
+                info.mode, info.size = 0o644, path.stat().st_size
+                with open(path, "rb") as handle:
+                    tar.addfile(info, handle)
+    os.replace(tmp, archive)
+    digest = sha256_file(archive)
+    write_text(archive.with_name(archive.name + ".sha256"), f"{digest}  {archive.name}\n")
+    return digest
+
+
+def _bag_info(sweep, evidences: list[JobEvidence]) -> dict[str, str]:
+    info = {
+        "Source-Commit": sweep.source_commit or "unknown",
+        "Bag-Software-Agent": SOFTWARE_AGENT,
+        "External-Description": f"proofgrid evidence bundle: {sweep.record.get('workload', 'sweep')}, "
+                                f"{len(sweep.algos)} algorithms x {len(sweep.seeds)} seeds, {sweep.n_updates} updates",
+        "Proofgrid-Jobs-Accepted": f"{sum(e.accepted for e in evidences)}/{len(evidences)}",
+    }
+    if sweep.created:
+        info["Bagging-Date"] = sweep.created
+    return info
+
+
+def build_bundle(sweep_dir: str | Path, last_k: int = DEFAULT_LAST_K, figures: bool = True) -> BuildResult:
+    """Validate a sweep and seal ``<sweep_dir>/bundle/``, ``bundle.tar.gz`` and its ``.sha256``.
+
+    Raises ``SweepError`` / ``IncidentsFileError`` for an unreadable sweep, ``LeakError`` when the
+    staged bag still contains a path, name or secret (nothing is sealed then).
+    """
+    sweep_dir = Path(sweep_dir)
+    sweep = read_sweep(sweep_dir)
+    if last_k < 1:
+        raise ValueError("last_k must be at least 1")
+    user = load_user_incidents(sweep_dir, {job_name(a, s) for a, s in sweep.jobs})
+    evidences = evaluate_sweep(sweep, user.excluded_jobs)
+    incidents = derive_incidents(evidences, user)
+    clean = _sanitizer(sweep_dir, evidences)
+
+    stage = sweep_dir / _STAGING
+    shutil.rmtree(stage, ignore_errors=True)
+    stage.mkdir()
+    try:
+        _write_payload(sweep, evidences, incidents, stage, clean, last_k)
+        data = load_bundle_data(stage)
+        tables = compute_tables(data)
+        for name, table in tables.items():
+            write_text(stage / "tables" / f"{name}.csv", table.csv())
+        write_text(stage / "report.md", render_report(data, tables))
+        if figures:
+            from evidence.figures import render_figures
+
+            render_figures(data, stage / "figures")
+        seal(stage, _bag_info(sweep, evidences), clean)
+
+        bundle_dir = sweep_dir / BUNDLE_DIR
+        if bundle_dir.exists():
+            if not (bundle_dir / "bagit.txt").is_file() and any(bundle_dir.iterdir()):
+                raise FileExistsError(f"{BUNDLE_DIR}/ exists and is not a bag; not replacing it")
+            shutil.rmtree(bundle_dir)
+        os.replace(stage, bundle_dir)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    digest = write_archive(bundle_dir, sweep_dir / ARCHIVE)
+    return BuildResult(bundle_dir=bundle_dir, archive=sweep_dir / ARCHIVE, archive_sha256=digest,
+                       jobs=[index_row(e) for e in evidences], incidents=incidents)

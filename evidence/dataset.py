@@ -1,0 +1,150 @@
+"""The bundle's machine-readable data: the CSV files, their columns, and loading them back.
+
+Build and audit share this module: the build writes ``steps.csv``/``eval.csv``/``index.csv``,
+then loads them back with ``load_bundle_data`` and computes every table from what it loaded, so
+the audit, loading the same files, recomputes exactly the same numbers. Floats are written with
+``repr`` (shortest text that round-trips), so nothing is lost between the two.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from evidence.fileio import JSONError, read_json, write_text
+from evidence.metrics_log import COMMON_KEYS
+
+STEP_ID_COLUMNS = ("algo", "seed", "step")
+EVAL_COLUMNS = (
+    "algo", "seed", "kind", "checkpoint", "n_prompts", "k", "n_responses", "eval_seed", "subset_sha256",
+    "pass@1", "pass@2", "pass@4", "truncation", "mean_length", "mean_reward", "all_zero_reward",
+)
+EVAL_INT_COLUMNS = ("n_prompts", "k", "n_responses", "eval_seed")
+EVAL_FLOAT_COLUMNS = ("pass@1", "pass@2", "pass@4", "truncation", "mean_length", "mean_reward")
+ARTIFACT_COLUMNS = ("job", "path", "bytes", "sha256")
+SETTINGS_FILE = "evidence.json"
+
+
+def cell(value) -> str:
+    """How one value is written to a CSV cell: floats round-trip exactly, None is empty."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def csv_text(columns, rows) -> str:
+    """CSV text with a header, ``\\n`` line ends, and every cell written by ``cell``."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        if isinstance(row, dict):
+            row = [row.get(c) for c in columns]
+        writer.writerow([cell(v) for v in row])
+    return out.getvalue()
+
+
+def write_csv(path: str | Path, columns, rows) -> None:
+    write_text(path, csv_text(columns, rows))
+
+
+def read_csv(path: str | Path) -> tuple[list[str], list[dict[str, str]]]:
+    """Header and rows (as str cells) of a CSV file."""
+    with open(path, encoding="utf-8", newline="") as handle:
+        reader = csv.reader(handle)
+        header = next(reader, [])
+        rows = [dict(zip(header, r)) for r in reader]
+    return header, rows
+
+
+def step_columns(metric_keys) -> tuple[str, ...]:
+    """steps.csv columns: identity, then the contract's metrics in its order, then any others by name."""
+    extra = sorted(set(metric_keys) - set(COMMON_KEYS) - {"step"})
+    return STEP_ID_COLUMNS + tuple(k for k in COMMON_KEYS if k in metric_keys) + tuple(extra)
+
+
+def _float(text: str) -> float | None:
+    return None if text == "" else float(text)
+
+
+@dataclass
+class BundleData:
+    """Everything the report is computed from, as loaded from a bundle's ``data/`` directory."""
+
+    sweep: dict
+    settings: dict
+    index: list[dict[str, str]]
+    incidents: list[dict[str, str]]
+    steps: dict[tuple[str, int], list[dict[str, float | None]]] = field(default_factory=dict)
+    evals: dict[tuple[str, int], dict[str, dict]] = field(default_factory=dict)
+    runs: dict[tuple[str, int], dict] = field(default_factory=dict)
+    step_keys: tuple[str, ...] = ()
+
+    @property
+    def last_k(self) -> int:
+        return int(self.settings["last_k"])
+
+    @property
+    def n_updates(self) -> int:
+        return int(self.settings["n_updates"])
+
+    @property
+    def ci_level(self) -> float:
+        return float(self.settings["ci_level"])
+
+    @property
+    def accepted(self) -> list[tuple[str, int]]:
+        """Accepted (algo, seed) pairs, in index order. Nothing else enters an aggregate."""
+        return [(r["algo"], int(r["seed"])) for r in self.index if r["accepted"] == "yes"]
+
+    def index_row(self, algo: str, seed: int) -> dict[str, str]:
+        return next(r for r in self.index if r["algo"] == algo and r["seed"] == str(seed))
+
+
+def load_bundle_data(data_dir: str | Path) -> BundleData:
+    """Load ``data/``: sweep.json, evidence.json, index/incidents/steps/eval CSVs, runs/*/run.json.
+
+    Rows of jobs that the index does not accept are dropped here, so that no rejected job can
+    enter any aggregate whatever the CSV files hold.
+    """
+    data_dir = Path(data_dir)
+    sweep = read_json(data_dir / "sweep.json")
+    settings = read_json(data_dir / SETTINGS_FILE)
+    _, index = read_csv(data_dir / "index.csv")
+    _, incidents = read_csv(data_dir / "incidents.csv")
+    data = BundleData(sweep=sweep, settings=settings, index=index, incidents=incidents)
+    accepted = set(data.accepted)
+
+    header, rows = read_csv(data_dir / "steps.csv")
+    data.step_keys = tuple(c for c in header if c not in STEP_ID_COLUMNS)
+    for row in rows:
+        run = (row["algo"], int(row["seed"]))
+        if run in accepted:
+            record = {k: _float(row[k]) for k in data.step_keys}
+            record["step"] = int(row["step"])
+            data.steps.setdefault(run, []).append(record)
+    for records in data.steps.values():
+        records.sort(key=lambda r: r["step"])
+
+    _, rows = read_csv(data_dir / "eval.csv")
+    for row in rows:
+        run = (row["algo"], int(row["seed"]))
+        if run in accepted:
+            entry = dict(row)
+            entry.update({k: int(row[k]) for k in EVAL_INT_COLUMNS})
+            entry.update({k: _float(row[k]) for k in EVAL_FLOAT_COLUMNS})  # pass@j is empty when j > k
+            entry["all_zero_reward"] = row["all_zero_reward"] == "true"
+            data.evals.setdefault(run, {})[row["kind"]] = entry
+
+    for algo, seed in accepted:
+        try:
+            data.runs[(algo, seed)] = read_json(data_dir / "runs" / f"{algo}-{seed}" / "run.json")
+        except JSONError:
+            data.runs[(algo, seed)] = {}
+    return data

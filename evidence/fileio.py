@@ -1,0 +1,59 @@
+"""Small file helpers shared by build and audit: streaming SHA256, strict JSON, deterministic writes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+CHUNK = 1 << 20  # 1 MiB: large enough that hashing runs at sha256sum speed
+
+
+def sha256_file(path: str | Path) -> str:
+    """SHA256 hex digest of a file, streamed in 1 MiB chunks into one reused buffer."""
+    digest = hashlib.sha256()
+    buffer = bytearray(CHUNK)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as handle:
+        while True:
+            n = handle.readinto(buffer)
+            if not n:
+                break
+            digest.update(view[:n])
+    return digest.hexdigest()
+
+
+class JSONError(ValueError):
+    """A JSON file that is missing, unreadable, or not strict JSON."""
+
+
+def _reject_constant(spelling: str):
+    raise ValueError(f"non-finite number {spelling}")
+
+
+def read_json(path: str | Path):
+    """Parse a JSON file strictly: NaN/Infinity spellings are errors, not floats."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise JSONError("missing") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise JSONError(f"unreadable ({exc.__class__.__name__})") from None
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except ValueError as exc:
+        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+        raise JSONError(f"not valid JSON ({reason})") from None
+
+
+def dumps_json(value) -> str:
+    """Deterministic JSON text: sorted keys, two-space indent, trailing newline, finite numbers only."""
+    return json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write UTF-8 text with ``\\n`` line ends, creating parent directories."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8", newline="\n") as handle:
+        handle.write(text)

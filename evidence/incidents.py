@@ -1,0 +1,173 @@
+"""Incident records: every rejection or anomaly, its evidence boundary, and its resolution.
+
+Automatic incidents come from the evidence (a rejected or missing job, an all-zero eval reward,
+a scheduler state that disagrees with complete evidence, a commit mismatch). Users add
+resolutions, manual exclusions and incidents that no job file shows (a failed preflight, a
+smoke allocation) in ``<sweep_dir>/incidents.yaml``; the bundle keeps that file.
+
+``incidents.yaml`` schema (every key optional; unknown keys are errors)::
+
+    resolutions:                 # attach a resolution to automatic incidents
+      - job: grpo-42             # required: <algo>-<seed> of a grid cell
+        kind: scheduler-state    # optional: only incidents of this kind (default: all of the job)
+        resolution: "..."        # required
+    exclusions:                  # manual exclusions: the job is rejected whatever its evidence says
+      - job: rpp-1234            # required
+        reason: "..."            # required
+    incidents:                   # incidents that no job file records
+      - title: "..."             # required
+        evidence: "..."          # required: the evidence boundary (what did run / exist)
+        resolution: "..."        # required
+        job: rppb-2026           # optional
+
+Automatic kinds: ``missing-job``, ``rejected``, ``all-zero-eval-reward``, ``manual-exclusion``,
+``scheduler-state``, ``commit-mismatch``, ``all-zero-train-reward``; user incidents are ``user``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import yaml
+
+from evidence.artifacts import ALL_ZERO_EVAL
+from evidence.index import JobEvidence
+
+INCIDENTS_FILE = "incidents.yaml"
+OPEN = "open"
+EXCLUDED = "excluded from every aggregate"
+INCIDENT_COLUMNS = ("id", "job", "job_id", "kind", "source", "title", "evidence_boundary", "action", "resolution")
+
+_SCHEMA = {
+    "resolutions": ({"job", "resolution"}, {"kind"}),
+    "exclusions": ({"job", "reason"}, set()),
+    "incidents": ({"title", "evidence", "resolution"}, {"job"}),
+}
+
+
+class IncidentsFileError(Exception):
+    """``incidents.yaml`` does not follow the schema (one-line message)."""
+
+
+@dataclass(frozen=True)
+class Incident:
+    """One row of incidents.csv."""
+
+    id: str
+    job: str
+    job_id: str
+    kind: str
+    source: str  # "automatic" or "incidents.yaml"
+    title: str
+    evidence_boundary: str
+    action: str
+    resolution: str
+
+    def row(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class UserIncidents:
+    """The parsed ``incidents.yaml``."""
+
+    resolutions: tuple[dict, ...] = ()
+    exclusions: tuple[dict, ...] = ()
+    incidents: tuple[dict, ...] = ()
+
+    @property
+    def excluded_jobs(self) -> dict[str, str]:
+        return {e["job"]: e["reason"] for e in self.exclusions}
+
+
+def load_user_incidents(sweep_dir: str | Path, grid: set[str]) -> UserIncidents:
+    """Read and check ``incidents.yaml`` (absent file: nothing). ``grid`` is the set of job names."""
+    path = Path(sweep_dir) / INCIDENTS_FILE
+    if not path.is_file():
+        return UserIncidents()
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise IncidentsFileError(f"{INCIDENTS_FILE}: not readable YAML ({exc.__class__.__name__})") from None
+    if data is None:
+        return UserIncidents()
+    if not isinstance(data, dict):
+        raise IncidentsFileError(f"{INCIDENTS_FILE}: top level must be a mapping")
+    unknown = set(data) - set(_SCHEMA)
+    if unknown:
+        raise IncidentsFileError(f"{INCIDENTS_FILE}: unknown section {sorted(unknown)[0]!r}")
+    parsed = {}
+    for section, (required, optional) in _SCHEMA.items():
+        entries = data.get(section) or []
+        if not isinstance(entries, list):
+            raise IncidentsFileError(f"{INCIDENTS_FILE}: {section} must be a list")
+        for i, entry in enumerate(entries):
+            where = f"{INCIDENTS_FILE}: {section}[{i}]"
+            if not isinstance(entry, dict):
+                raise IncidentsFileError(f"{where}: must be a mapping")
+            if set(entry) - required - optional:
+                raise IncidentsFileError(f"{where}: unknown key {sorted(set(entry) - required - optional)[0]!r}")
+            if required - set(entry):
+                raise IncidentsFileError(f"{where}: missing key {sorted(required - set(entry))[0]!r}")
+            for key, value in entry.items():
+                if not isinstance(value, str) or not value.strip():
+                    raise IncidentsFileError(f"{where}: {key} must be a non-empty string")
+            if "job" in entry and entry["job"] not in grid:
+                raise IncidentsFileError(f"{where}: job {entry['job']!r} is not in the sweep grid")
+        parsed[section] = tuple({k: v.strip() for k, v in e.items()} for e in entries)
+    return UserIncidents(**parsed)
+
+
+def _automatic(evidence: JobEvidence) -> list[tuple[str, str, str]]:
+    """(kind, title, action) of every incident one job's evidence implies."""
+    found = []
+    if not evidence.present:
+        return [("missing-job", "Job directory missing", EXCLUDED)]
+    if evidence.exclusion:
+        found.append(("manual-exclusion", f"Manually excluded: {evidence.exclusion}", EXCLUDED))
+    zero = [f for f in evidence.failures if f.gate == ALL_ZERO_EVAL]
+    other = [f for f in evidence.failures if f.gate != ALL_ZERO_EVAL]
+    if zero:
+        title = "; ".join(f.reason for f in zero)
+        found.append(("all-zero-eval-reward", title[:1].upper() + title[1:], EXCLUDED))
+    if other:
+        shown = "; ".join(str(f) for f in other[:3]) + (f"; (+{len(other) - 3} more)" if len(other) > 3 else "")
+        found.append(("rejected", f"Rejected: {shown}", EXCLUDED))
+    for anomaly in evidence.anomalies:
+        action = "accepted on evidence; reported" if evidence.accepted else EXCLUDED
+        if anomaly.gate == "scheduler-state":
+            title = f"Job reported {anomaly.reason}"
+            if evidence.accepted:
+                title += f" after all {evidence.n_updates} updates"
+                action = "accepted on evidence; scheduler state reported as is"
+        else:
+            title = anomaly.reason[:1].upper() + anomaly.reason[1:]
+        found.append((anomaly.gate, title, action))
+    return found
+
+
+def derive_incidents(evidences: list[JobEvidence], user: UserIncidents) -> list[Incident]:
+    """Every incident of the sweep, numbered in job order, user-only incidents last."""
+    rows: list[dict] = []
+    for evidence in evidences:
+        for kind, title, action in _automatic(evidence):
+            resolutions = [
+                r["resolution"] for r in user.resolutions
+                if r["job"] == evidence.job and r.get("kind", kind) == kind
+            ]
+            rows.append({
+                "job": evidence.job, "job_id": evidence.job_id, "kind": kind, "source": "automatic",
+                "title": title, "evidence_boundary": evidence.evidence_boundary(), "action": action,
+                "resolution": "; ".join(resolutions) or OPEN,
+            })
+    by_job = {e.job: e for e in evidences}
+    for entry in user.incidents:
+        job = entry.get("job", "")
+        rows.append({
+            "job": job, "job_id": by_job[job].job_id if job in by_job else "", "kind": "user",
+            "source": INCIDENTS_FILE, "title": entry["title"], "evidence_boundary": entry["evidence"],
+            "action": "recorded", "resolution": entry["resolution"],
+        })
+    width = max(2, len(str(len(rows))))
+    return [Incident(id=f"I{i:0{width}d}", **row) for i, row in enumerate(rows, start=1)]

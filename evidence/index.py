@@ -1,0 +1,277 @@
+"""Accept or reject every job from its evidence; the scheduler's state is reported beside it.
+
+Seed 000's job 937654 completed all 50 updates and left a full set of artifacts, yet Slurm said
+FAILED (a bad log regex set the exit code). Acceptance here therefore never reads ``state`` or
+``exit_code``: a job is accepted when its metrics log validates and every artifact gate passes,
+and a disagreeing scheduler state becomes an anomaly that the index and the incidents report.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from evidence.artifacts import (
+    ArtifactDigest,
+    GateFailure,
+    check_checkpoint,
+    check_cleanup,
+    check_eval,
+    check_public_command,
+    check_run_summary,
+    check_tensorboard,
+    primary_artifacts,
+)
+from evidence.fileio import JSONError, read_json
+from evidence.metrics_log import MetricsLog, validate_metrics
+from evidence.sweep import Sweep, algo_name, algo_sort_key, job_name
+
+# Shown in the index's reason column before it is cut short.
+MAX_REASONS = 3
+
+
+@dataclass
+class JobEvidence:
+    """Everything evidence knows about one grid cell, and the decision it implies."""
+
+    algo: str
+    seed: int
+    present: bool
+    n_updates: int
+    job_record: dict = field(default_factory=dict)
+    metrics: MetricsLog | None = None
+    run_summary: dict | None = None
+    eval_summary: dict | None = None
+    command: dict | None = None
+    checkpoint: str | None = None
+    failures: list[GateFailure] = field(default_factory=list)  # each one rejects the job
+    anomalies: list[GateFailure] = field(default_factory=list)  # reported, not rejecting
+    exclusion: str | None = None  # manual exclusion from incidents.yaml
+    artifacts: list[ArtifactDigest] = field(default_factory=list)
+
+    @property
+    def job(self) -> str:
+        return job_name(self.algo, self.seed)
+
+    @property
+    def accepted(self) -> bool:
+        return self.present and not self.failures and self.exclusion is None
+
+    @property
+    def job_id(self) -> str:
+        value = self.job_record.get("job_id")
+        return "" if value is None else str(value)
+
+    def reason(self) -> str:
+        """One line for the index: why rejected, or what was noted about an accepted job."""
+        if not self.present:
+            return "job directory missing"
+        reasons = [f"excluded by incidents.yaml: {self.exclusion}"] if self.exclusion else []
+        reasons += [str(f) for f in self.failures]
+        if not reasons:
+            reasons = [f"accepted on evidence; {a.reason}" for a in self.anomalies]
+        shown = "; ".join(reasons[:MAX_REASONS])
+        if len(reasons) > MAX_REASONS:
+            shown += f"; (+{len(reasons) - MAX_REASONS} more)"
+        return shown
+
+    def evidence_boundary(self) -> str:
+        """What the job did produce, in one line (the incidents' evidence-boundary column)."""
+        if not self.present:
+            return "no job directory"
+        parts = []
+        if self.metrics is None:
+            parts.append("no metrics log")
+        else:
+            parts.append(f"{self.metrics.valid_steps}/{self.n_updates} steps valid")
+        failed_gates = {f.gate for f in self.failures}
+        parts.append("final checkpoint present" if "checkpoint" not in failed_gates else "no usable final checkpoint")
+        parts.append("TensorBoard non-empty" if "tensorboard" not in failed_gates else "no TensorBoard events")
+        if self.eval_summary is not None:
+            counts = [
+                f"{kind} {self.eval_summary[kind].get('n_responses')}"
+                for kind in ("initial", "final")
+                if isinstance(self.eval_summary.get(kind), dict)
+            ]
+            parts.append("eval responses " + (", ".join(counts) if counts else "none"))
+        else:
+            parts.append("no eval summary")
+        parts.append("cleanup empty" if "cleanup" not in failed_gates else "cleanup not empty")
+        return "; ".join(parts)
+
+
+def _field(path: Path, name: str):
+    try:
+        value = read_json(path)
+    except JSONError:
+        return None
+    return value.get(name) if isinstance(value, dict) else None
+
+
+def _declared_n_updates(job_dir: Path) -> int | None:
+    """The grid's run length: the enclosing sweep's ``sweep.json``, else the trainer's ``run.json``."""
+    for value in (_field(job_dir.parent.parent / "sweep.json", "n_updates"), _field(job_dir / "run" / "run.json", "n_updates")):
+        if isinstance(value, list) and len(value) == 1:
+            value = value[0]
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def evaluate_job(job_dir: str | Path, algo: str | None = None, seed: int | None = None,
+                 n_updates: int | None = None, eval_responses: int | None = None,
+                 digests: bool = False) -> JobEvidence:
+    """Validate one job directory against the run-directory contract. Reads files only.
+
+    ``algo`` and ``seed`` default to what ``job.json`` records, ``n_updates`` to the enclosing
+    sweep's ``sweep.json`` (else the trainer's ``run.json``), so ``evaluate_job(job_dir)`` works
+    for a launcher deciding whether a job must run again. ``digests`` also hashes the retained
+    artifacts (checkpoints can be gigabytes: only the bundle build asks for it).
+    """
+    job_dir = Path(job_dir)
+    algo = algo if algo is not None else _field(job_dir / "job.json", "algo")
+    seed = seed if seed is not None else _field(job_dir / "job.json", "seed")
+    n_updates = n_updates if n_updates is not None else _declared_n_updates(job_dir)
+    evidence = JobEvidence(algo=str(algo), seed=seed if isinstance(seed, int) else -1,
+                           present=job_dir.is_dir(), n_updates=n_updates or 0)
+    if not evidence.present:
+        return evidence
+    if not isinstance(algo, str) or not isinstance(seed, int) or not n_updates:
+        evidence.failures.append(GateFailure("job", "job.json", "cannot tell algo, seed and n_updates of the job"))
+        return evidence
+    fail = evidence.failures.extend
+    try:
+        record = read_json(job_dir / "job.json")
+        if not isinstance(record, dict):
+            raise JSONError("not a JSON object")
+        evidence.job_record = record
+        if record.get("algo") != algo or record.get("seed") != seed:
+            fail([GateFailure("job", "job.json", f"records {record.get('algo')}-{record.get('seed')}, not {algo}-{seed}")])
+        fail(check_cleanup(record))
+    except JSONError as exc:
+        fail([GateFailure("job", "job.json", str(exc))])
+
+    check_run_dir(job_dir / "run", evidence, eval_responses)
+    evidence.command, failures = check_public_command(job_dir)
+    fail(failures)
+    if digests:
+        evidence.artifacts = primary_artifacts(job_dir, evidence.checkpoint)
+    _note_anomalies(evidence)
+    return evidence
+
+
+def check_run_dir(run_dir: Path, evidence: JobEvidence, eval_responses: int | None = None) -> JobEvidence:
+    """The trainer's part of the evidence: metrics log, run summary, checkpoint, TensorBoard, eval."""
+    fail = evidence.failures.extend
+    evidence.metrics = validate_metrics(run_dir / "metrics.jsonl", evidence.algo, evidence.n_updates,
+                                        name="run/metrics.jsonl")
+    fail(GateFailure("metrics", v.file, v.detail()) for v in evidence.metrics.violations)
+    evidence.run_summary, failures = check_run_summary(run_dir, evidence.algo, evidence.seed, evidence.n_updates)
+    fail(failures)
+    evidence.checkpoint, failures = check_checkpoint(run_dir, evidence.n_updates)
+    fail(failures)
+    fail(check_tensorboard(run_dir))
+    evidence.eval_summary, failures = check_eval(run_dir, evidence.checkpoint, eval_responses)
+    fail(failures)
+    return evidence
+
+
+def _note_anomalies(evidence: JobEvidence) -> None:
+    """Flags that do not reject: the scheduler disagreeing with the evidence, a reward that never moved."""
+    record = evidence.job_record
+    state, exit_code = record.get("state"), record.get("exit_code")
+    if record and (state != "COMPLETED" or exit_code != 0):
+        evidence.anomalies.append(GateFailure(
+            "scheduler-state", "job.json", f"scheduler state {state}, exit code {exit_code}"))
+    records = evidence.metrics.records if evidence.metrics else []
+    if records and all(r.get("rollout/all_zero_reward") == 1 for r in records):
+        evidence.anomalies.append(GateFailure(
+            "all-zero-train-reward", "run/metrics.jsonl", "every training step had all-zero reward"))
+
+
+def _eval_identity(evidence: JobEvidence) -> tuple | None:
+    final = (evidence.eval_summary or {}).get("final")
+    if not isinstance(final, dict):
+        return None
+    return tuple(final.get(k) for k in ("subset_sha256", "eval_seed", "n_prompts", "k"))
+
+
+def evaluate_sweep(sweep: Sweep, exclusions: dict[str, str] | None = None) -> list[JobEvidence]:
+    """Evaluate every grid cell (and any stray job directory) and decide acceptance.
+
+    Sweep-level rules on top of each job's own evidence: every accepted job must have been
+    evaluated on the same frozen subset (subset digest, eval seed, prompts, samples) as the
+    majority, and every job must carry the sweep's source commit (an anomaly otherwise).
+    ``exclusions`` maps job names to manual exclusion reasons (incidents.yaml).
+    """
+    exclusions = exclusions or {}
+    jobs_dir = sweep.dir / "jobs"
+    evidences = [
+        evaluate_job(jobs_dir / job_name(a, s), a, s, sweep.n_updates, sweep.eval_responses, digests=True)
+        for a, s in sweep.jobs
+    ]
+    grid = {e.job for e in evidences}
+    if jobs_dir.is_dir():
+        for stray in sorted(p for p in jobs_dir.iterdir() if p.is_dir() and p.name not in grid):
+            algo, _, seed = stray.name.rpartition("-")
+            evidence = JobEvidence(algo=algo or stray.name, seed=int(seed) if seed.isdigit() else -1,
+                                   present=True, n_updates=sweep.n_updates)
+            evidence.failures.append(GateFailure("grid", stray.name, "job directory not in the sweep grid"))
+            evidences.append(evidence)
+
+    identities = Counter(_eval_identity(e) for e in evidences if not e.failures and _eval_identity(e))
+    if identities:
+        (majority, _), = identities.most_common(1)
+        for evidence in evidences:
+            identity = _eval_identity(evidence)
+            if identity is not None and identity != majority and not evidence.failures:
+                evidence.failures.append(GateFailure(
+                    "eval-subset", "run/eval.json",
+                    f"evaluated on subset {str(identity[0])[:12]}… (seed {identity[1]}), "
+                    f"not the sweep's {str(majority[0])[:12]}… (seed {majority[1]})"))
+    for evidence in evidences:
+        commit = evidence.job_record.get("source_commit")
+        if sweep.source_commit and commit is not None and commit != sweep.source_commit:
+            evidence.anomalies.append(GateFailure(
+                "commit-mismatch", "job.json", f"source commit {str(commit)[:12]} differs from the sweep's"))
+        evidence.exclusion = exclusions.get(evidence.job)
+    evidences.sort(key=lambda e: (algo_sort_key(e.algo), sweep.seeds.index(e.seed) if e.seed in sweep.seeds else 1 << 30, e.seed))
+    return evidences
+
+
+INDEX_COLUMNS = (
+    "job", "algo", "algo_name", "seed", "job_id", "array_index", "scheduler_state", "exit_code",
+    "elapsed_s", "source_commit", "steps_expected", "steps_accepted", "responses_generated",
+    "eval_responses_initial", "eval_responses_final", "accepted", "reason",
+)
+
+
+def index_row(evidence: JobEvidence) -> dict:
+    """The job's row of ``index.csv``: identity, scheduler report, evidence counts, decision."""
+    record = evidence.job_record
+    eval_summary = evidence.eval_summary or {}
+
+    def responses(kind):
+        entry = eval_summary.get(kind)
+        return entry.get("n_responses") if isinstance(entry, dict) else None
+
+    return {
+        "job": evidence.job,
+        "algo": evidence.algo,
+        "algo_name": algo_name(evidence.algo),
+        "seed": evidence.seed,
+        "job_id": evidence.job_id,
+        "array_index": record.get("array_index"),
+        "scheduler_state": record.get("state"),
+        "exit_code": record.get("exit_code"),
+        "elapsed_s": record.get("elapsed_s"),
+        "source_commit": record.get("source_commit"),
+        "steps_expected": evidence.n_updates,
+        "steps_accepted": evidence.metrics.valid_steps if evidence.metrics else 0,
+        "responses_generated": (evidence.run_summary or {}).get("responses_generated"),
+        "eval_responses_initial": responses("initial"),
+        "eval_responses_final": responses("final"),
+        "accepted": "yes" if evidence.accepted else "no",
+        "reason": evidence.reason(),
+    }

@@ -1,0 +1,465 @@
+"""Every table of the report, computed from ``BundleData`` only.
+
+Each table carries its machine-readable form (CSV columns at full precision, written to
+``tables/<name>.csv``) and its display form (markdown cells rounded as seed 000 rounds them).
+The statistics themselves are defined in ``evidence.stats``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import combinations
+
+from evidence import stats
+from evidence.dataset import BundleData, csv_text
+from evidence.sweep import algo_name, algo_sort_key
+
+# |adv_norm_std - 1| below this counts as "exactly 1" in the normalisation diagnostics.
+NORM_STD_TOL = 1e-6
+# Seed 000's comparison order; any other pair follows in grid order.
+PREFERRED_PAIRS = (("rpp", "grpo"), ("rppb", "grpo"), ("rpp", "rppb"))
+ALGO_CONTRACT = {
+    "grpo": ("same-prompt group centering and group-std scaling", "per-group normalization",
+             "separate k2 KL loss"),
+    "rpp": ("terminal reward plus token k1 KL shaping, followed by the reverse return",
+            "global population moments over all valid response tokens and data-parallel ranks",
+            "k1 inside the shaped reward; no independent KL loss"),
+    "rppb": ("reward minus the inclusive same-prompt group mean; no group-std division",
+             "the same global valid-token population normalization", "separate k2 KL loss"),
+}
+
+
+@dataclass
+class Table:
+    """One report table: CSV form (full precision) and markdown form (rounded)."""
+
+    name: str
+    csv_columns: tuple[str, ...]
+    csv_rows: list[list]
+    md_columns: tuple[str, ...]
+    md_rows: list[list[str]]
+
+    def csv(self) -> str:
+        return csv_text(self.csv_columns, self.csv_rows)
+
+    def markdown(self) -> str:
+        if not self.md_rows:
+            return "_No rows: no accepted run contributes to this table._\n"
+
+        def esc(text: str) -> str:
+            return str(text).replace("|", "\\|").replace("\n", " ")
+
+        lines = ["| " + " | ".join(esc(c) for c in self.md_columns) + " |",
+                 "|" + "|".join("---" for _ in self.md_columns) + "|"]
+        lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in self.md_rows]
+        return "\n".join(lines) + "\n"
+
+
+# ---- formatting (display only; CSV keeps full precision) -------------------------------------
+
+def fmt(value: float | None, digits: int, unit: str = "") -> str:
+    if value is None:
+        return "—"
+    return f"{value:.{digits}f}{unit}"
+
+
+def fmt_signed(value: float | None, digits: int = 4) -> str:
+    return "—" if value is None else f"{value:+.{digits}f}"
+
+
+def fmt_summary(summary: stats.Summary, digits: int, unit: str = "", signed: bool = False) -> str:
+    """``mean ± SD``; ``mean (n<2)`` for one seed; ``—`` for none. Never NaN."""
+    if summary.n == 0 or summary.mean is None:
+        return "—"
+    shown = fmt_signed(summary.mean, digits) if signed else fmt(summary.mean, digits)
+    if summary.sd is None:
+        return f"{shown}{unit} (n<2)"
+    return f"{shown} ± {summary.sd:.{digits}f}{unit}"
+
+
+def fmt_interval(interval: tuple[float, float] | None, digits: int = 4) -> str:
+    return "n<2" if interval is None else f"[{interval[0]:.{digits}f}, {interval[1]:.{digits}f}]"
+
+
+# ---- selection ------------------------------------------------------------------------------
+
+def algos(data: BundleData) -> list[str]:
+    return sorted(data.sweep["algos"], key=algo_sort_key)
+
+
+def seeds(data: BundleData) -> list[int]:
+    return list(data.sweep["seeds"])
+
+
+def accepted_runs(data: BundleData, algo: str) -> list[int]:
+    """Seeds of the accepted runs of ``algo`` that have step records, in grid order."""
+    return [s for s in seeds(data) if (algo, s) in data.steps]
+
+
+def series(data: BundleData, algo: str, seed: int, key: str) -> list[float] | None:
+    """One metric over the steps of one accepted run; None if the run does not log it."""
+    values = [r.get(key) for r in data.steps[(algo, seed)]]
+    return None if not values or any(v is None for v in values) else values
+
+
+def job_id(data: BundleData, algo: str, seed: int) -> str:
+    return data.index_row(algo, seed)["job_id"]
+
+
+def window_label(data: BundleData) -> str:
+    """``40..49``: the last-K window of the runs (all accepted runs have n_updates steps)."""
+    n = data.n_updates
+    k = min(data.last_k, n)
+    return f"{n - k}..{n - 1}"
+
+
+# ---- per-run summaries ------------------------------------------------------------------------
+
+STABILITY = (  # (metric key, CSV stem, display name, digits)
+    ("rollout/raw_reward", "raw_reward", "raw reward", 4),
+    ("train/pg_loss", "pg_loss", "PG loss", 6),
+    ("train/kl_loss", "kl_loss", "independent KL loss", 6),
+    ("train/grad_norm", "grad_norm", "grad norm", 4),
+)
+EFFICIENCY = (  # (metric key, CSV stem, display name, digits, unit)
+    ("rollout/raw_reward", "raw_reward", "Raw reward", 4, ""),
+    ("rollout/response_len", "response_len", "Mean response length", 1, ""),
+    ("rollout/truncated", "truncated", "Truncation", 4, ""),
+    ("perf/response_tok_per_s", "response_tok_per_s", "Response tok/s", 1, ""),
+    ("perf/peak_mem_gib", "peak_mem_gib", "Peak memory", 2, " GiB"),
+)
+EVAL_METRICS = (("pass@1", 4), ("pass@2", 4), ("pass@4", 4), ("truncation", 4), ("mean_length", 1))
+
+
+def run_last_k(data: BundleData, algo: str, seed: int, key: str) -> float | None:
+    values = series(data, algo, seed, key)
+    return None if values is None else stats.last_k_mean(values, data.last_k)
+
+
+def run_all_steps(data: BundleData, algo: str, seed: int, key: str) -> float | None:
+    values = series(data, algo, seed, key)
+    return None if values is None else stats.all_steps_mean(values)
+
+
+def run_elapsed_min(data: BundleData, algo: str, seed: int) -> float | None:
+    text = data.index_row(algo, seed)["elapsed_s"]
+    return None if text == "" else float(text) / 60
+
+
+def _summarise(values: list[float | None]) -> stats.Summary:
+    return stats.across_seeds([v for v in values if v is not None])
+
+
+def kl_not_applicable(algo: str) -> str:
+    return "N/A (k1 reward shaping)" if algo == "rpp" else "N/A (no KL-loss term)"
+
+
+# ---- tables -------------------------------------------------------------------------------------
+
+def jobs_table(data: BundleData) -> Table:
+    cols = ("job", "algo", "seed", "job_id", "scheduler_state", "exit_code", "elapsed_s",
+            "steps_accepted", "steps_expected", "eval_responses_initial", "eval_responses_final", "accepted", "reason")
+    rows = [[r[c] for c in cols] for r in data.index]
+    md = [[algo_name(r["algo"]), r["seed"], r["job_id"] or "—", r["scheduler_state"] or "—", r["exit_code"] or "—",
+           fmt(float(r["elapsed_s"]) / 60, 1) if r["elapsed_s"] else "—",
+           f"{r['steps_accepted']}/{r['steps_expected']}",
+           f"{r['eval_responses_initial'] or '—'} / {r['eval_responses_final'] or '—'}",
+           r["accepted"], r["reason"] or "—"] for r in data.index]
+    return Table("jobs", cols, rows,
+                 ("Algorithm", "Seed", "Job", "Scheduler state", "Exit", "Elapsed (min)", "Steps",
+                  "Eval responses (initial / final)", "Accepted", "Reason"), md)
+
+
+def algorithm_contract_table(data: BundleData) -> Table:
+    rows = [[a, algo_name(a), *ALGO_CONTRACT.get(a, ("see configuration",) * 3)] for a in algos(data)]
+    return Table("algorithm_contract", ("algo", "algorithm", "advantage", "normalization", "kl_regularization"),
+                 rows, ("Algorithm", "Advantage", "Normalization", "KL regularization"), [r[1:] for r in rows])
+
+
+def _flatten(value, prefix: str = "") -> dict[str, str]:
+    if isinstance(value, dict):
+        out = {}
+        for key in sorted(value):
+            out.update(_flatten(value[key], f"{prefix}{key}."))
+        return out
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return {prefix[:-1]: text}
+
+
+def _configs(data: BundleData) -> dict[tuple[str, int], dict[str, str]]:
+    return {run: _flatten(data.runs.get(run, {}).get("config") or {}) for run in data.accepted}
+
+
+def _distinct(values) -> str:
+    return " / ".join(sorted({str(v) for v in values if v is not None and v != ""})) or "—"
+
+
+def algorithm_config_table(data: BundleData) -> Table:
+    """Configuration keys that differ between algorithms but not between seeds of one algorithm."""
+    configs = _configs(data)
+    present = [a for a in algos(data) if any(run[0] == a for run in configs)]
+    keys = sorted({k for c in configs.values() for k in c})
+    rows = []
+    for key in keys:
+        per_algo = {}
+        for a in present:
+            values = {configs[run].get(key) for run in configs if run[0] == a}
+            if len(values) != 1:
+                break
+            per_algo[a] = values.pop()
+        else:
+            if len(set(per_algo.values())) > 1:
+                rows.append([key] + [per_algo[a] if per_algo[a] is not None else "—" for a in present])
+    return Table("algorithm_config", ("setting", *present), rows,
+                 ("Setting", *(algo_name(a) for a in present)), rows)
+
+
+def environment_table(data: BundleData) -> Table:
+    sweep = data.sweep
+    runs = [data.runs.get(run, {}) for run in data.accepted]
+    rows: list[list[str]] = [
+        ["Workload", str(sweep.get("workload", "—"))],
+        ["Source commit", str(sweep.get("source_commit") or "—")],
+        ["Algorithms", ", ".join(algo_name(a) for a in algos(data))],
+        ["Seeds", ", ".join(str(s) for s in seeds(data))],
+        ["Updates per run", str(data.n_updates)],
+    ]
+    cluster = sweep.get("cluster")
+    if cluster is not None:
+        rows.append(["Cluster", cluster if isinstance(cluster, str) else json.dumps(cluster, sort_keys=True)])
+    for name in sorted({k for r in runs for k in (r.get("versions") or {})}):
+        rows.append([f"Version: {name}", _distinct((r.get("versions") or {}).get(name) for r in runs)])
+    for path in sorted({k for r in runs for k in (r.get("inputs") or {})}):
+        rows.append([f"Input: {path}", _distinct((r.get("inputs") or {}).get(path) for r in runs)])
+    finals = [e["final"] for e in data.evals.values() if "final" in e]
+    if finals:
+        rows.append(["Eval subset SHA256", _distinct(e["subset_sha256"] for e in finals)])
+        rows.append(["Eval prompts x samples = responses per checkpoint",
+                     _distinct(f"{e['n_prompts']} x {e['k']} = {e['n_responses']}" for e in finals)])
+        rows.append(["Eval seed", _distinct(e["eval_seed"] for e in finals)])
+    configs = _configs(data)
+    if configs:
+        for key in sorted(set.intersection(*(set(c) for c in configs.values()))):
+            values = {c[key] for c in configs.values()}
+            if len(values) == 1:
+                rows.append([f"Config: {key}", values.pop()])
+    return Table("environment", ("item", "value"), rows, ("Item", "Frozen value"), rows)
+
+
+def stability_tables(data: BundleData) -> tuple[Table, Table]:
+    k_label = f"Last-{data.last_k}"
+    agg_rows, agg_md, run_rows, run_md = [], [], [], []
+    for a in algos(data):
+        run_seeds = accepted_runs(data, a)
+        per_metric = {key: [run_last_k(data, a, s, key) for s in run_seeds] for key, *_ in STABILITY}
+        row = [a, algo_name(a), len(run_seeds), data.last_k]
+        md = [algo_name(a), str(len(run_seeds))]
+        for key, _, _, digits in STABILITY:
+            summary = _summarise(per_metric[key])
+            row += [summary.mean, summary.sd]
+            md.append(kl_not_applicable(a) if key == "train/kl_loss" and summary.n == 0 and run_seeds
+                      else fmt_summary(summary, digits))
+        agg_rows.append(row)
+        agg_md.append(md)
+        for i, s in enumerate(run_seeds):
+            run_rows.append([a, s, job_id(data, a, s)] + [per_metric[key][i] for key, *_ in STABILITY])
+            run_md.append([algo_name(a), str(s), job_id(data, a, s) or "—"] + [
+                kl_not_applicable(a) if per_metric[key][i] is None else fmt(per_metric[key][i], d)
+                for key, _, _, d in STABILITY])
+    cols = ("algo", "algorithm", "n_runs", "last_k")
+    for _, stem, _, _ in STABILITY:
+        cols += (f"{stem}_mean", f"{stem}_sd")
+    md_cols = ("Algorithm", "n") + tuple(f"{k_label} {name}" for _, _, name, _ in STABILITY)
+    per_run_cols = ("algo", "seed", "job_id") + tuple(f"last_k_{stem}" for _, stem, _, _ in STABILITY)
+    per_run_md = ("Algorithm", "Seed", "Job") + tuple(f"{k_label} {name}" for _, _, name, _ in STABILITY)
+    return (Table("stability", cols, agg_rows, md_cols, agg_md),
+            Table("stability_per_run", per_run_cols, run_rows, per_run_md, run_md))
+
+
+def normalisation_table(data: BundleData) -> Table:
+    """Step counts behind seed 000's remarks on advantage normalisation and degenerate steps."""
+    rows, md = [], []
+    for a in algos(data):
+        records = [r for s in accepted_runs(data, a) for r in data.steps[(a, s)]]
+
+        def count(predicate: Callable[[dict], bool], recs=records) -> int:
+            return sum(1 for r in recs if predicate(r))
+
+        counts = [
+            len(records),
+            count(lambda r: r.get("rollout/adv_norm_std") is not None and abs(r["rollout/adv_norm_std"] - 1) <= NORM_STD_TOL),
+            count(lambda r: r.get("rollout/zero_variance") == 1),
+            count(lambda r: r.get("rollout/all_zero_reward") == 1),
+            count(lambda r: r.get("train/ppo_kl") not in (None, 0.0)),
+        ]
+        rows.append([a, algo_name(a), *counts])
+        md.append([algo_name(a), *(str(c) for c in counts)])
+    return Table("normalisation",
+                 ("algo", "algorithm", "steps", "adv_norm_std_one_steps", "zero_variance_steps",
+                  "all_zero_reward_steps", "ppo_kl_nonzero_steps"), rows,
+                 ("Algorithm", "Steps", "Normalised-advantage SD = 1", "Zero-variance steps (finite zeros)",
+                  "All-zero-reward steps", "Steps with ppo_kl ≠ 0"), md)
+
+
+def efficiency_tables(data: BundleData) -> tuple[Table, Table]:
+    agg_rows, agg_md, run_rows, run_md = [], [], [], []
+    for a in algos(data):
+        run_seeds = accepted_runs(data, a)
+        per_metric = {key: [run_all_steps(data, a, s, key) for s in run_seeds] for key, *_ in EFFICIENCY}
+        elapsed = [run_elapsed_min(data, a, s) for s in run_seeds]
+        row, md = [a, algo_name(a), len(run_seeds)], [algo_name(a), str(len(run_seeds))]
+        for key, _, _, digits, unit in EFFICIENCY:
+            summary = _summarise(per_metric[key])
+            row += [summary.mean, summary.sd]
+            md.append(fmt_summary(summary, digits, unit))
+        summary = _summarise(elapsed)
+        row += [summary.mean, summary.sd]
+        md.append(fmt_summary(summary, 1))
+        agg_rows.append(row)
+        agg_md.append(md)
+        for i, s in enumerate(run_seeds):
+            values = [per_metric[key][i] for key, *_ in EFFICIENCY] + [elapsed[i]]
+            run_rows.append([a, s, job_id(data, a, s), *values])
+            digits = [d for _, _, _, d, _ in EFFICIENCY] + [1]
+            run_md.append([algo_name(a), str(s), job_id(data, a, s) or "—"] +
+                          [fmt(v, d) for v, d in zip(values, digits)])
+    stems = [stem for _, stem, *_ in EFFICIENCY] + ["elapsed_min"]
+    names = [name + (" (GiB)" if unit else "") for _, _, name, _, unit in EFFICIENCY] + ["Elapsed (min)"]
+    cols = ("algo", "algorithm", "n_runs") + tuple(c for s in stems for c in (f"{s}_mean", f"{s}_sd"))
+    return (Table("efficiency", cols, agg_rows, ("Algorithm", "n", *names[:-2], "Peak memory", names[-1]), agg_md),
+            Table("efficiency_per_run", ("algo", "seed", "job_id", *(f"all_steps_{s}" for s in stems[:-1]), "elapsed_min"),
+                  run_rows, ("Algorithm", "Seed", "Job", *names), run_md))
+
+
+def eval_runs(data: BundleData, algo: str) -> list[int]:
+    """Seeds of accepted runs of ``algo`` with both an initial and a final evaluation."""
+    return [s for s in seeds(data) if {"initial", "final"} <= set(data.evals.get((algo, s), {}))]
+
+
+def eval_gain(data: BundleData, algo: str, seed: int, metric: str) -> float | None:
+    """Final-checkpoint metric minus the same run's initial-checkpoint (control) metric."""
+    final, initial = data.evals[(algo, seed)]["final"][metric], data.evals[(algo, seed)]["initial"][metric]
+    return None if final is None or initial is None else final - initial
+
+
+def eval_per_run_table(data: BundleData) -> Table:
+    rows, md = [], []
+    for a in algos(data):
+        for s in eval_runs(data, a):
+            final, initial = data.evals[(a, s)]["final"], data.evals[(a, s)]["initial"]
+            gain = eval_gain(data, a, s, "pass@1")
+            rows.append([a, s, job_id(data, a, s), final["checkpoint"]] + [final[m] for m, _ in EVAL_METRICS]
+                        + [initial[m] for m, _ in EVAL_METRICS] + [gain])
+            md.append([algo_name(a), str(s)] + [fmt(final[m], d) for m, d in EVAL_METRICS]
+                      + [fmt(initial["pass@1"], 4), fmt_signed(gain)])  # fmt shows a missing pass@j as —
+    cols = ("algo", "seed", "job_id", "final_checkpoint") + tuple(f"final_{m}" for m, _ in EVAL_METRICS) \
+        + tuple(f"initial_{m}" for m, _ in EVAL_METRICS) + ("gain_pass@1",)
+    return Table("eval_per_run", cols, rows,
+                 ("Algorithm", "Seed", "Reward / pass@1", "pass@2", "pass@4", "Truncation", "Mean length",
+                  "Initial pass@1", "Δ pass@1 vs initial"), md)
+
+
+def eval_aggregate_table(data: BundleData) -> Table:
+    rows, md = [], []
+    for a in algos(data):
+        run_seeds = eval_runs(data, a)
+        for kind, label in (("final", "final"), ("initial", "initial (control)"), ("gain", "final − initial")):
+            row, cells = [a, algo_name(a), kind, len(run_seeds)], [algo_name(a), label, str(len(run_seeds))]
+            for metric, digits in EVAL_METRICS:
+                if kind == "gain":
+                    values = [eval_gain(data, a, s, metric) for s in run_seeds]
+                else:
+                    values = [data.evals[(a, s)][kind][metric] for s in run_seeds]
+                summary = _summarise(values)
+                row += [summary.mean, summary.sd]
+                cells.append(fmt_summary(summary, digits, signed=kind == "gain"))
+            rows.append(row)
+            md.append(cells)
+    cols = ("algo", "algorithm", "checkpoint", "n_runs") + tuple(
+        c for m, _ in EVAL_METRICS for c in (f"{m}_mean", f"{m}_sd"))
+    return Table("eval_aggregate", cols, rows,
+                 ("Algorithm", "Checkpoint", "n", "Reward / pass@1", "pass@2", "pass@4", "Truncation", "Mean length"), md)
+
+
+def algo_pairs(data: BundleData) -> list[tuple[str, str]]:
+    """(a, b) pairs compared as a − b: seed 000's three first, then the rest in grid order."""
+    present = algos(data)
+    pairs = [p for p in PREFERRED_PAIRS if p[0] in present and p[1] in present]
+    for first, second in combinations(present, 2):
+        if (first, second) not in pairs and (second, first) not in pairs:
+            pairs.append((second, first))
+    return pairs
+
+
+PAIRED_METRICS = (  # (CSV name, display name)
+    ("eval_final_pass@1", "Eval reward / pass@1 (final)"),
+    ("eval_final_pass@4", "Eval pass@4 (final)"),
+    ("train_last_k_raw_reward", "Last-K training raw reward"),
+)
+
+
+def paired_values(data: BundleData, metric: str, algo: str) -> dict[int, float]:
+    """The run-level value compared between algorithms, by seed (accepted runs only)."""
+    if metric == "train_last_k_raw_reward":
+        return {s: run_last_k(data, algo, s, "rollout/raw_reward") for s in accepted_runs(data, algo)}
+    kind, _, name = metric.removeprefix("eval_").partition("_")
+    if kind == "gain":
+        values = {s: eval_gain(data, algo, s, name) for s in eval_runs(data, algo)}
+    else:
+        values = {s: data.evals[(algo, s)]["final"][name] for s in eval_runs(data, algo)}
+    return {s: v for s, v in values.items() if v is not None}
+
+
+def paired_table(data: BundleData) -> Table:
+    all_seeds = seeds(data)
+    rows, md = [], []
+    for metric, label in PAIRED_METRICS:
+        label = label.replace("Last-K", f"Last-{data.last_k}")
+        for a, b in algo_pairs(data):
+            diff = stats.paired_difference(paired_values(data, metric, a), paired_values(data, metric, b), data.ci_level)
+            lo, hi = diff.interval if diff.interval else (None, None)
+            rows.append([metric, a, b] + [diff.by_seed.get(s) for s in all_seeds]
+                        + [diff.summary.n, diff.summary.mean, diff.summary.sd, lo, hi])
+            md.append([label, f"{algo_name(a)} − {algo_name(b)}"] + [fmt_signed(diff.by_seed.get(s)) for s in all_seeds]
+                      + [fmt_summary(diff.summary, 4, signed=True), fmt_interval(diff.interval)])
+    level = f"{data.ci_level * 100:g}%"
+    return Table("paired_differences",
+                 ("metric", "a", "b") + tuple(f"seed_{s}" for s in all_seeds) + ("n", "mean", "sd", "ci_low", "ci_high"),
+                 rows, ("Metric", "Comparison (a − b)") + tuple(f"Seed {s}" for s in all_seeds)
+                 + ("Mean ± sample SD", f"Exploratory {level} t-CI"), md)
+
+
+def k1_table(data: BundleData) -> Table:
+    rows, md = [], []
+    for s in accepted_runs(data, "rpp") if "rpp" in algos(data) else []:
+        returns, raw = series(data, "rpp", s, "rollout/returns"), series(data, "rpp", s, "rollout/raw_reward")
+        if returns is None or raw is None:
+            continue
+        check = stats.k1_activation(returns, raw, data.last_k)
+        rows.append([s, job_id(data, "rpp", s), check.all_steps, check.last_k, check.final_step])
+        md.append([f"{s} / {job_id(data, 'rpp', s) or '—'}", fmt(check.all_steps, 6), fmt(check.last_k, 6),
+                   fmt(check.final_step, 6)])
+    n = data.n_updates
+    return Table("k1_activation", ("seed", "job_id", "all_steps_mean_diff", "last_k_mean_diff", "final_step_diff"),
+                 rows, ("Seed / job", f"All-{n} mean difference", f"Last-{data.last_k} mean difference",
+                        "Final-step difference"), md)
+
+
+def incidents_table(data: BundleData) -> Table:
+    cols = ("id", "job", "job_id", "kind", "title", "evidence_boundary", "action", "resolution")
+    rows = [[r[c] for c in cols] for r in data.incidents]
+    md = [[r["id"], r["job"] or "—", r["title"], r["evidence_boundary"], r["action"], r["resolution"]]
+          for r in data.incidents]
+    return Table("incidents", cols, rows,
+                 ("ID", "Job", "Incident", "Evidence boundary", "Action", "Resolution"), md)
+
+
+def compute_tables(data: BundleData) -> dict[str, Table]:
+    """Every table of the report, by name (the CSV file stem under tables/)."""
+    tables = [jobs_table(data), algorithm_contract_table(data), algorithm_config_table(data),
+              environment_table(data), *stability_tables(data), normalisation_table(data),
+              *efficiency_tables(data), eval_per_run_table(data), eval_aggregate_table(data),
+              paired_table(data), k1_table(data), incidents_table(data)]
+    return {t.name: t for t in tables}

@@ -1,0 +1,35 @@
+"""Fixtures for the evidence tests: synthetic sweeps on disk (see sweep_factory.py)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from sweep_factory import make_sweep  # noqa: E402
+
+from evidence.bundle import build_bundle  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def clean_build(tmp_path_factory):
+    """One complete 3 x 3 sweep, built once with figures: (sweep_dir, BuildResult)."""
+    sweep = make_sweep(tmp_path_factory.mktemp("clean"))
+    return sweep, build_bundle(sweep)
+
+
+@pytest.fixture
+def bundle_copy(clean_build, tmp_path) -> Path:
+    """A private copy of the clean bundle directory, free to tamper with."""
+    _, result = clean_build
+    return Path(shutil.copytree(result.bundle_dir, tmp_path / "bundle"))
+
+
+@pytest.fixture
+def sweep(tmp_path) -> Path:
+    """A fresh complete sweep for tests that change its files before building."""
+    return make_sweep(tmp_path)

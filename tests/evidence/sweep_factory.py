@@ -1,0 +1,177 @@
+"""Write a realistic synthetic sweep directory following docs/run-directory.md.
+
+The real trainer and launcher will produce these files; this helper only lets the tests control
+their content. Values are deterministic functions of (algo, seed, step).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import save_file
+
+ALGOS = ("grpo", "rpp", "rppb")
+SEEDS = (42, 1234, 2026)
+COMMIT = "5f7cd574372288391bb1c41ca0677422cd31e725"
+SUBSET_SHA = "b4a52290777ef180e5af2602e6dfc1614dda35b4b8534109acb13abbccfb4fce"
+NODE = "cn-042.cluster.example"
+RESPONSE_TEXTS = (
+    "Nancy has 3 apples and buys 4 more, so she has 7. #### 7",
+    "The answer is nan? No: NaN is not a number, inf is not either. #### 12",
+    "Let x = 5; loss is 0 and nothing is nan here. #### 5",
+    "Infinity pool tickets cost 2 each, 3 tickets cost 6. #### 6",
+)
+
+
+def write_json(path: Path, value) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def metric_records(algo: str, seed: int, n_steps: int) -> list[dict]:
+    """One record per step with every key the contract requires of ``algo``."""
+    rng = random.Random(f"{algo}-{seed}")
+    records = []
+    for step in range(n_steps):
+        raw = round(0.3 + 0.02 * step + rng.uniform(-0.05, 0.05), 6)
+        record = {
+            "step": step,
+            "rollout/raw_reward": raw,
+            # k1 shaping moves the return away from the raw reward only for rpp.
+            "rollout/returns": round(raw - 0.001 * (step + 1) * (1 + rng.random()), 6) if algo == "rpp" else raw,
+            "rollout/adv_raw_mean": 0.0,
+            "rollout/adv_raw_std": round(0.4 + rng.random() * 0.1, 6),
+            "rollout/adv_norm_mean": 0.0,
+            "rollout/adv_norm_std": 1.0,
+            "rollout/valid_tokens": 3000 + rng.randrange(500),
+            "rollout/zero_variance": 0,
+            "rollout/all_zero_reward": 0,
+            "rollout/response_len": round(90 + rng.uniform(-5, 5), 3),
+            "rollout/truncated": round(rng.uniform(0.4, 0.6), 4),
+            "train/loss": round(rng.uniform(-0.1, 0.1), 6),
+            "train/pg_loss": round(rng.uniform(-0.1, 0.0), 6),
+            "train/ppo_kl": 0.0,
+            "train/clip_frac": 0.0,
+            "train/grad_norm": round(1.2 + rng.uniform(-0.1, 0.1), 5),
+            "perf/response_tok_per_s": round(400 + rng.uniform(-5, 5), 2),
+            "perf/step_s": round(70 + rng.uniform(-2, 2), 2),
+            "perf/peak_mem_gib": round(35 + rng.uniform(-0.3, 0.3), 3),
+        }
+        if algo != "rpp":
+            record["train/kl_loss"] = round(0.006 + rng.uniform(-0.001, 0.001), 6)
+        records.append(record)
+    return records
+
+
+def write_metrics(run_dir: Path, records: list[dict]) -> None:
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+
+
+def _pass_at(k: int, base: float) -> float:
+    return round(1 - (1 - base) ** k, 6)
+
+
+def eval_entry(checkpoint: str, pass1: float, n_prompts: int, k: int) -> dict:
+    return {
+        "checkpoint": checkpoint, "n_prompts": n_prompts, "k": k, "n_responses": n_prompts * k, "eval_seed": 29,
+        "subset_sha256": SUBSET_SHA, "pass@1": pass1, "pass@2": _pass_at(2, pass1), "pass@4": _pass_at(4, pass1),
+        "truncation": 0.4, "mean_length": 84.5, "mean_reward": pass1, "all_zero_reward": pass1 == 0,
+    }
+
+
+def write_eval(run_dir: Path, final_checkpoint: str, final_pass1: float, n_prompts: int = 4, k: int = 4,
+               initial_pass1: float = 0.25) -> None:
+    summary = {"initial": eval_entry("initial", initial_pass1, n_prompts, k),
+               "final": eval_entry(final_checkpoint, final_pass1, n_prompts, k)}
+    write_json(run_dir / "eval.json", summary)
+    for kind in ("initial", "final"):
+        lines = [json.dumps({"prompt": i // k, "sample": i % k, "response": RESPONSE_TEXTS[i % len(RESPONSE_TEXTS)],
+                             "reward": float(i % 2)}) for i in range(n_prompts * k)]
+        (run_dir / "eval" / f"{kind}.jsonl").parent.mkdir(parents=True, exist_ok=True)
+        (run_dir / "eval" / f"{kind}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def write_job(sweep: Path, algo: str, seed: int, index: int, n_steps: int) -> Path:
+    """One complete, valid job directory."""
+    job_dir = sweep / "jobs" / f"{algo}-{seed}"
+    run_dir = job_dir / "run"
+    for root in ("ray", "cache", "tmp"):
+        (job_dir / "roots" / root).mkdir(parents=True, exist_ok=True)
+    write_json(job_dir / "job.json", {
+        "algo": algo, "seed": seed, "job_id": str(937650 + index), "array_index": index, "node": NODE,
+        "state": "COMPLETED", "exit_code": 0, "elapsed_s": 3900.0 + 37 * index, "source_commit": COMMIT,
+        "roots": {"ray": "roots/ray", "cache": "roots/cache", "tmp": "roots/tmp", "output": "run"},
+        "ports": {"block": [20000 + 100 * index, 20099 + 100 * index], "master_port": 20001 + 100 * index},
+        "cleanup": [],
+    })
+    argv = ["python", "-m", "trainer", f"algo={algo}", f"seed={seed}", "workload=toy"]
+    write_json(job_dir / "command.json", {
+        "argv": argv + [f"output_dir={job_dir.resolve() / 'run'}"],
+        "env": {"TMPDIR": str((job_dir / "roots" / "tmp").resolve()), "PYTHONNOUSERSITE": "1"},
+        "sbatch": "",
+    })
+    write_json(job_dir / "command.public.json", {
+        "argv": argv + ["output_dir=<JOB_DIR>/run"],
+        "env": {"TMPDIR": "<JOB_DIR>/roots/tmp", "PYTHONNOUSERSITE": "1"}, "sbatch": "",
+    })
+    (job_dir / "logs").mkdir(exist_ok=True)
+    (job_dir / "logs" / "stdout.log").write_text(
+        f"step 0 loss 0.01\nsample: {RESPONSE_TEXTS[0]}\nsample: {RESPONSE_TEXTS[1]}\ndone\n", encoding="utf-8")
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_metrics(run_dir, metric_records(algo, seed, n_steps))
+    (run_dir / "tensorboard").mkdir(exist_ok=True)
+    (run_dir / "tensorboard" / f"events.out.tfevents.1700000000.{NODE}.{index}").write_bytes(b"\x18\x00" * 64)
+    checkpoint = f"step_{n_steps:06d}"
+    ckpt = run_dir / "checkpoints" / checkpoint
+    ckpt.mkdir(parents=True, exist_ok=True)
+    save_file({"embed.weight": np.arange(8, dtype=np.float32).reshape(2, 4)}, str(ckpt / "model.safetensors"))
+    (ckpt / "optimizer.pt").write_bytes(b"optimizer-state")
+    write_json(ckpt / "trainer_state.json", {"step": n_steps})
+    (run_dir / "checkpoints" / "latest").write_text(checkpoint + "\n", encoding="utf-8")
+    rng = random.Random(f"eval-{algo}-{seed}")
+    write_eval(run_dir, checkpoint, round(0.5 + rng.uniform(-0.1, 0.1), 4))
+    write_json(run_dir / "run.json", {
+        "algo": algo, "algo_name": {"grpo": "grpo", "rpp": "reinforce_plus_plus",
+                                    "rppb": "reinforce_plus_plus_baseline"}[algo],
+        "seed": seed, "workload": "toy", "n_updates": n_steps, "steps_completed": n_steps,
+        "responses_generated": 32 * n_steps, "dp_size": 1,
+        "versions": {"python": "3.11.7", "torch": "2.13.0"},
+        "inputs": {"model/model.safetensors": "ab" * 32},
+        "config": {"lr": 1e-6, "clip": 0.2, "seed": seed,
+                   "algo": {"name": algo, "kl_coef": 0.01 if algo == "rpp" else 0.0,
+                            "kl_loss_coef": 0.0 if algo == "rpp" else 0.01}},
+        "output_dir_abs": str(run_dir.resolve()),
+        "status": "completed",
+    })
+    return job_dir
+
+
+def make_sweep(root: Path, algos=ALGOS, seeds=SEEDS, n_steps: int = 10, name: str = "sweep") -> Path:
+    """A complete sweep: every job valid and accepted unless a test changes it."""
+    sweep = root / name
+    sweep.mkdir(parents=True)
+    write_json(sweep / "sweep.json", {
+        "workload": "toy", "algos": list(algos), "seeds": list(seeds), "n_updates": n_steps,
+        "source_commit": COMMIT, "cluster": "local", "created": "2026-01-15T10:00:00Z",
+    })
+    commands = []
+    for i, (algo, seed) in enumerate((a, s) for a in algos for s in seeds):
+        write_job(sweep, algo, seed, i, n_steps)
+        commands.append(f"python -m trainer algo={algo} seed={seed} workload=toy output_dir=<JOB_DIR>/run")
+    (sweep / "commands.txt").write_text("\n".join(sorted(commands)) + "\n", encoding="utf-8")
+    return sweep
+
+
+def job_dir(sweep: Path, algo: str, seed: int) -> Path:
+    return sweep / "jobs" / f"{algo}-{seed}"
+
+
+def set_job_fields(sweep: Path, algo: str, seed: int, **fields) -> None:
+    path = job_dir(sweep, algo, seed) / "job.json"
+    record = json.loads(path.read_text())
+    record.update(fields)
+    write_json(path, record)

@@ -1,0 +1,211 @@
+"""The audit finds tampering, unsafe archives, numbers that do not recompute, and leaks."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import bagit
+import pytest
+
+from evidence import audit
+from evidence.__main__ import main
+from evidence.bundle import write_archive
+
+
+def reseal(bag: Path) -> None:
+    """Recompute manifests after an edit, so that only the content checks can notice it."""
+    bagit.Bag(str(bag)).save(manifests=True)
+    assert audit_reasons(bag, "SHA256") == []
+
+
+def audit_reasons(path: Path, word: str = "") -> list[str]:
+    return [str(f) for f in audit(path) if word in str(f)]
+
+
+def test_tampered_payload_byte(bundle_copy):
+    target = bundle_copy / "data" / "runs" / "grpo-42" / "metrics.jsonl"
+    data = bytearray(target.read_bytes())
+    data[100] ^= 0x01
+    target.write_bytes(bytes(data))
+    assert "data/runs/grpo-42/metrics.jsonl: SHA256 differs from manifest-sha256.txt" in audit_reasons(bundle_copy)
+
+
+def test_extra_files_in_payload_and_beside_it(bundle_copy):
+    (bundle_copy / "data" / "notes.txt").write_text("hello\n")
+    (bundle_copy / "stray.txt").write_text("hello\n")
+    reasons = audit_reasons(bundle_copy)
+    assert "data/notes.txt: not listed in manifest-sha256.txt (extra file)" in reasons
+    assert "stray.txt: extra entry outside the payload" in reasons
+    assert any(r.startswith("bag-info.txt: Payload-Oxum") for r in reasons)
+
+
+def test_deleted_file(bundle_copy):
+    (bundle_copy / "data" / "figures" / "reward.svg").unlink()
+    assert "data/figures/reward.svg: listed in manifest-sha256.txt but missing" in audit_reasons(bundle_copy)
+
+
+def test_dotdot_entry_in_manifest(bundle_copy):
+    outside = bundle_copy.parent / "outside.txt"
+    outside.write_text("x\n")
+    with open(bundle_copy / "manifest-sha256.txt", "a") as handle:
+        handle.write(f"{'0' * 64}  data/../../outside.txt\n")
+    reasons = audit_reasons(bundle_copy)
+    assert any("manifest-sha256.txt: line" in r and "escapes the bag" in r for r in reasons)
+    assert "manifest-sha256.txt: SHA256 differs from tagmanifest-sha256.txt" in reasons
+
+
+def test_only_sha256_manifests(bundle_copy):
+    (bundle_copy / "manifest-md5.txt").write_text("")
+    assert "manifest-md5.txt: only sha256 manifests are allowed" in audit_reasons(bundle_copy)
+
+
+def _archive_with(tmp_path: Path, bag: Path, extra: tarfile.TarInfo, payload: bytes = b"x") -> Path:
+    archive = tmp_path / "evil.tar.gz"
+    write_archive(bag, archive)
+    with tarfile.open(archive) as tar:
+        members = [(m, tar.extractfile(m).read() if m.isfile() else None) for m in tar.getmembers()]
+    with tarfile.open(archive, "w:gz") as tar:
+        for member, data in members:
+            tar.addfile(member, io.BytesIO(data) if data is not None else None)
+        if extra.isfile():
+            extra.size = len(payload)
+            tar.addfile(extra, io.BytesIO(payload))
+        else:
+            tar.addfile(extra)
+    return archive
+
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, link
+    return info
+
+
+@pytest.mark.parametrize("member,reason", [
+    (_member("bundle/../../escaped.txt"), "member name escapes the archive (..)"),
+    (_member("/tmp/absolute.txt"), "absolute member name"),
+    (_member("bundle/data/passwd", tarfile.SYMTYPE, "/etc/passwd"), "link member"),
+    (_member("bundle/data/hard", tarfile.LNKTYPE, "bundle/bagit.txt"), "link member"),
+    (_member("bundle/data/dev", tarfile.CHRTYPE), "device or special-file member"),
+])
+def test_unsafe_archive_members_are_refused_before_extraction(bundle_copy, tmp_path, member, reason):
+    archive = _archive_with(tmp_path, bundle_copy, member)
+    findings = audit(archive)
+    assert any(f.file == f"evil.tar.gz:{member.name}" and reason in f.reason for f in findings), findings
+    # Nothing was extracted: the bag checks never ran.
+    assert not any(f.file.startswith("data/") for f in findings)
+    assert not (tmp_path.parent / "escaped.txt").exists()
+
+
+def test_archive_sidecar_mismatch(clean_build, tmp_path):
+    _, result = clean_build
+    archive = tmp_path / "bundle.tar.gz"
+    archive.write_bytes(result.archive.read_bytes())
+    (tmp_path / "bundle.tar.gz.sha256").write_text("0" * 64 + "  bundle.tar.gz\n")
+    assert [str(f) for f in audit(archive)] == ["bundle.tar.gz: SHA256 differs from bundle.tar.gz.sha256"]
+
+
+def test_edited_table_cell_does_not_recompute(bundle_copy):
+    table = bundle_copy / "data" / "tables" / "stability.csv"
+    lines = table.read_text().splitlines()
+    cells = lines[1].split(",")
+    column = lines[0].split(",").index("raw_reward_mean")
+    cells[column] = repr(float(cells[column]) + 0.001)
+    lines[1] = ",".join(cells)
+    table.write_text("\n".join(lines) + "\n")
+    reseal(bundle_copy)
+    (finding,) = audit(bundle_copy)
+    assert finding.file == "data/tables/stability.csv"
+    assert finding.reason.startswith("line 2, column raw_reward_mean:") and "does not recompute" in finding.reason
+
+
+def test_edited_report_number_does_not_recompute(bundle_copy):
+    report = bundle_copy / "data" / "report.md"
+    text = report.read_text()
+    assert "| REINFORCE++ | 3 |" in text
+    report.write_text(text.replace("| REINFORCE++ | 3 |", "| REINFORCE++ | 4 |", 1))
+    reseal(bundle_copy)
+    (finding,) = audit(bundle_copy)
+    assert finding.file == "data/report.md" and finding.reason.startswith("line ")
+
+
+def test_edited_step_record_breaks_tables_report_and_cross_check(bundle_copy):
+    steps = bundle_copy / "data" / "steps.csv"
+    lines = steps.read_text().splitlines()
+    header = lines[0].split(",")
+    cells = lines[-1].split(",")
+    column = header.index("rollout/raw_reward")
+    cells[column] = "0.99"
+    lines[-1] = ",".join(cells)
+    steps.write_text("\n".join(lines) + "\n")
+    reseal(bundle_copy)
+    files = {f.file for f in audit(bundle_copy)}
+    assert {"data/steps.csv", "data/tables/stability.csv", "data/report.md"} <= files
+
+
+def test_bundled_metrics_are_validated_again(bundle_copy):
+    log = bundle_copy / "data" / "runs" / "rppb-1234" / "metrics.jsonl"
+    log.write_text(log.read_text().replace('"train/loss": ', '"train/loss": NaN, "w": ', 1))
+    reseal(bundle_copy)
+    reasons = audit_reasons(bundle_copy, "data/runs/rppb-1234/metrics.jsonl")
+    assert reasons == ["data/runs/rppb-1234/metrics.jsonl: line 1, step 0, key train/loss: non-finite number NaN"]
+
+
+def test_rows_of_a_rejected_job_in_steps_csv(bundle_copy):
+    index = bundle_copy / "data" / "index.csv"
+    lines = index.read_text().splitlines()
+    lines[1] = lines[1].replace(",yes,", ",no,")
+    index.write_text("\n".join(lines) + "\n")
+    reseal(bundle_copy)
+    reasons = audit_reasons(bundle_copy)
+    assert "data/steps.csv: rows of grpo-42, which the index does not accept" in reasons
+    assert "data/incidents.csv: rejected job grpo-42 has no incident record" in reasons
+
+
+def test_planted_token_and_path_in_a_log_are_reported(bundle_copy, monkeypatch):
+    token = "hf_" + "Zq8" * 10
+    monkeypatch.setenv("HF_TOKEN", token)
+    log = bundle_copy / "data" / "runs" / "rpp-42" / "logs" / "stdout.log"
+    log.write_text(log.read_text() + f"token {token}\nwrote /home/alice/run/x.pt\n")
+    reseal(bundle_copy)
+    reasons = audit_reasons(bundle_copy, "leak")
+    assert "data/runs/rpp-42/logs/stdout.log: leak: secret value: $HF_TOKEN (hf_…)" in reasons
+    assert "data/runs/rpp-42/logs/stdout.log: leak: Hugging Face token: hf_…" in reasons
+    assert "data/runs/rpp-42/logs/stdout.log: leak: absolute machine path: /home/alice/run/x.pt" in reasons
+    assert not any(token in r for r in reasons)
+
+
+def test_cli_exit_codes(clean_build, bundle_copy, tmp_path, capsys):
+    sweep, result = clean_build
+    assert main(["audit", str(result.archive)]) == 0
+    (bundle_copy / "data" / "index.csv").write_text("tampered\n")
+    assert main(["audit", str(bundle_copy)]) == 1
+    assert "data/index.csv: SHA256 differs" in capsys.readouterr().out
+    assert main(["audit", str(tmp_path / "nothing-here")]) == 2
+    assert main(["validate", str(sweep / "jobs" / "rpp-42")]) == 0
+    assert main(["validate", str(sweep / "jobs" / "rpp-42" / "run")]) == 0
+    assert main(["validate", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.splitlines()[-1].startswith("python -m evidence: error: cannot tell the algo")
+    with pytest.raises(SystemExit) as caught:
+        main(["frobnicate"])
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "error:" in err
+
+
+def test_cli_validate_reports_violations(sweep, capsys):
+    log = sweep / "jobs" / "grpo-42" / "run" / "metrics.jsonl"
+    log.write_text(log.read_text().replace('"train/loss": ', '"train/loss": "nan", "v": ', 1))
+    assert main(["validate", str(sweep / "jobs" / "grpo-42")]) == 1
+    assert "run/metrics.jsonl: line 1, step 0, key train/loss: string \"nan\" is not a number" in capsys.readouterr().out
+
+
+def test_module_entry_point_runs(clean_build):
+    _, result = clean_build
+    done = subprocess.run([sys.executable, "-m", "evidence", "audit", str(result.bundle_dir)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stderr.strip() == "clean"
