@@ -1,0 +1,169 @@
+"""The real training loop on the embedded toy workload: contract files, determinism, resume,
+data-parallel invariance, KL placement and input pinning."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+import torch
+
+from tests.trainer_runs import REPO, read_metrics, run_trainer, trainer_cmd, without_perf
+from trainer.metrics import KL_LOSS_KEY, REQUIRED_KEYS
+
+SHORT = ("workload.n_updates=4", "workload.checkpoint_every=2", "workload.eval.n_prompts=8")
+
+
+@pytest.fixture(scope="module")
+def short_runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    return {algo: (run_trainer(root / algo, f"algo={algo}", "seed=7", *SHORT), root / algo)[1]
+            for algo in ("grpo", "rpp", "rppb")}
+
+
+@pytest.mark.parametrize("algo", ["grpo", "rpp", "rppb"])
+def test_run_writes_the_contract_files(short_runs, algo):
+    run = short_runs[algo]
+    records = read_metrics(run)
+    assert [r["step"] for r in records] == [0, 1, 2, 3]
+    for r in records:
+        assert set(REQUIRED_KEYS) <= set(r)
+        assert all(isinstance(v, (int, float)) and v == v and abs(v) != float("inf") for v in r.values())
+        assert r["train/ppo_kl"] == 0.0 and r["train/clip_frac"] == 0.0  # one update per rollout batch
+    summary = json.loads((run / "run.json").read_text())
+    assert summary["status"] == "completed" and summary["steps_completed"] == 4
+    assert summary["responses_generated"] == 4 * 32 and summary["algo"] == algo
+    assert all(len(d) == 64 for d in summary["inputs"].values())
+    ev = json.loads((run / "eval.json").read_text())
+    assert ev["final"]["checkpoint"] == "step_000004" and ev["initial"]["checkpoint"] == "initial"
+    assert ev["final"]["subset_sha256"] == ev["initial"]["subset_sha256"]
+    for kind in ("initial", "final"):
+        assert ev[kind]["n_responses"] == 8 * 4
+        assert len((run / "eval" / f"{kind}.jsonl").read_text().splitlines()) == 32
+    assert (run / "checkpoints" / "latest").read_text().strip() == "step_000004"
+    assert (run / "checkpoints" / "step_000004" / "model.safetensors").stat().st_size > 0
+    assert any(p.stat().st_size > 0 for p in (run / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_kl_loss_is_logged_exactly_for_the_algorithms_with_a_separate_kl_loss(short_runs):
+    assert all(KL_LOSS_KEY not in r for r in read_metrics(short_runs["rpp"]))
+    for algo in ("grpo", "rppb"):
+        assert all(KL_LOSS_KEY in r for r in read_metrics(short_runs[algo]))
+
+
+def test_rpp_k1_shaping_reaches_the_return(short_runs):
+    # After the first update the policy has moved from the reference, so k1 shaping changes the return.
+    records = read_metrics(short_runs["rpp"])
+    assert records[0]["rollout/returns"] == pytest.approx(records[0]["rollout/raw_reward"], abs=1e-6)
+    assert any(abs(r["rollout/returns"] - r["rollout/raw_reward"]) > 1e-7 for r in records[1:])
+    for algo in ("grpo", "rppb"):
+        assert all(r["rollout/returns"] == r["rollout/raw_reward"] for r in read_metrics(short_runs[algo]))
+
+
+def test_same_algo_and_seed_give_bit_identical_metrics(short_runs, tmp_path):
+    again = tmp_path / "again"
+    run_trainer(again, "algo=rppb", "seed=7", *SHORT)
+    assert without_perf(read_metrics(again)) == without_perf(read_metrics(short_runs["rppb"]))
+    assert (again / "eval.json").read_text() == (short_runs["rppb"] / "eval.json").read_text()
+
+
+def test_different_seeds_differ(short_runs, tmp_path):
+    other = tmp_path / "other"
+    run_trainer(other, "algo=rppb", "seed=8", *SHORT)
+    assert without_perf(read_metrics(other)) != without_perf(read_metrics(short_runs["rppb"]))
+
+
+def test_killed_run_resumes_from_its_checkpoint_with_identical_metrics(tmp_path):
+    overrides = ("algo=rpp", "seed=11", "workload.n_updates=6", "workload.checkpoint_every=2",
+                 "workload.eval.n_prompts=4")
+    full = tmp_path / "full"
+    run_trainer(full, *overrides)
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(trainer_cmd(killed, *overrides), cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONNOUSERSITE": "1"})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # kill after step 3 has been logged (checkpoint at 2 exists)
+        if (killed / "metrics.jsonl").exists() and len((killed / "metrics.jsonl").read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    logged = len(read_metrics(killed))
+    assert 3 <= logged < 6, "the kill must land mid-run"
+    assert (killed / "checkpoints" / "latest").read_text().strip() in ("step_000002", "step_000004")
+    run_trainer(killed, *overrides)
+    assert without_perf(read_metrics(killed)) == without_perf(read_metrics(full))
+    assert json.loads((killed / "eval.json").read_text()) == json.loads((full / "eval.json").read_text())
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("algo", ["rpp", "rppb"])
+def test_dp2_produces_the_same_advantages_as_dp1(tmp_path, algo):
+    common = (f"algo={algo}", "seed=5", "workload.n_updates=2", "workload.eval.n_prompts=2", "debug.dump_advantages=true")
+    run_trainer(tmp_path / "dp1", *common, "dp_size=1")
+    run_trainer(tmp_path / "dp2", *common, "dp_size=2")
+    for step in range(2):
+        one = torch.load(tmp_path / "dp1" / "debug" / f"step{step:06d}-rank0.pt")
+        parts = [torch.load(tmp_path / "dp2" / "debug" / f"step{step:06d}-rank{r}.pt") for r in (0, 1)]
+        assert parts[0]["positions"] + parts[1]["positions"] == one["positions"]
+        assert torch.equal(torch.cat([p["reward"] for p in parts]), one["reward"])
+        width = one["normalized"].shape[1]
+        stacked = torch.cat([torch.nn.functional.pad(p["normalized"], (0, width - p["normalized"].shape[1]))
+                             for p in parts])
+        mask = torch.cat([torch.nn.functional.pad(p["mask"], (0, width - p["mask"].shape[1])) for p in parts])
+        assert torch.equal(mask, one["mask"])
+        torch.testing.assert_close(stacked, one["normalized"], atol=1e-5, rtol=1e-5)
+    m1, m2 = read_metrics(tmp_path / "dp1"), read_metrics(tmp_path / "dp2")
+    for a, b in zip(m1, m2):
+        for key in ("rollout/raw_reward", "rollout/valid_tokens", "rollout/adv_raw_mean", "rollout/adv_norm_std"):
+            assert a[key] == pytest.approx(b[key], abs=1e-5), key
+
+
+def test_an_input_whose_digest_differs_is_refused(tmp_path):
+    manifest = json.loads((REPO / "manifests" / "toy.json").read_text())
+    victim = next(f for f in manifest["files"] if f["path"].endswith("train.parquet"))
+    victim["sha256"] = "0" * 64
+    bad = tmp_path / "toy-tampered.json"
+    bad.write_text(json.dumps(manifest))
+    proc = run_trainer(tmp_path / "run", f"workload.manifest={bad}", "workload.n_updates=1", check=False)
+    assert proc.returncode == 2
+    assert "train.parquet" in proc.stderr and "SHA256" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_a_changed_input_file_is_refused(tmp_path):
+    from trainer.inputs import InputDigestError, verify_inputs
+
+    data = tmp_path / "data.bin"
+    data.write_bytes(b"pinned bytes")
+    manifest = tmp_path / "m.json"
+    import hashlib
+
+    manifest.write_text(json.dumps({"workload": "t", "files": [
+        {"path": str(data), "size": 12, "sha256": hashlib.sha256(b"pinned bytes").hexdigest()}]}))
+    assert verify_inputs(manifest) == {str(data): hashlib.sha256(b"pinned bytes").hexdigest()}
+    data.write_bytes(b"pinned bytez")
+    with pytest.raises(InputDigestError, match="SHA256"):
+        verify_inputs(manifest)
+    with pytest.raises(InputDigestError, match="not pinned"):
+        data.write_bytes(b"pinned bytes")
+        verify_inputs(manifest, required=[str(tmp_path / "other.parquet")])
+
+
+def test_refused_algo_config_fails_before_any_compute(tmp_path):
+    proc = run_trainer(tmp_path / "r", "algo=rppb", "workload.n_samples_per_prompt=1",
+                       "workload.global_batch_size=4", check=False)
+    assert proc.returncode == 2 and "[group-size]" in proc.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_greedy_training_rollouts_log_a_warning(tmp_path):
+    proc = run_trainer(tmp_path / "g", "algo=grpo", "workload.n_updates=1", "workload.sampling.temperature=0",
+                       "workload.eval.n_prompts=1", "workload.eval.k=4")
+    assert "greedy decoding" in proc.stderr
+    shutil.rmtree(tmp_path / "g")

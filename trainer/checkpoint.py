@@ -1,0 +1,63 @@
+"""Checkpoints: policy weights (safetensors), optimizer state, RNG states and the data cursor.
+
+A checkpoint directory is written under a temporary name and renamed into place, then the
+``latest`` pointer file is replaced atomically: a run killed at any moment leaves either the
+previous or the new checkpoint complete, never a torn one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_model, save_model
+
+LATEST = "latest"
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step_{step:06d}"
+
+
+def save_checkpoint(root: Path, step: int, model, optimizer, state: dict, keep: set[str] | None = None) -> Path:
+    """Save after ``step`` optimizer steps; delete older checkpoints not named in ``keep``."""
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / checkpoint_name(step)
+    tmp = root / f".tmp-{checkpoint_name(step)}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    # save_model de-duplicates tied weights (embedding / lm_head) that save_file refuses.
+    save_model(model, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / "rng.pt")
+    (tmp / "trainer_state.json").write_text(json.dumps({**state, "step": step}, indent=1, sort_keys=True))
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    pointer = root / (LATEST + ".tmp")
+    pointer.write_text(final.name + "\n")
+    os.replace(pointer, root / LATEST)
+    for old in root.glob("step_*"):
+        if old.name != final.name and old.name not in (keep or set()):
+            shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def latest_checkpoint(root: Path) -> Path | None:
+    pointer = root / LATEST
+    if not pointer.is_file():
+        return None
+    path = root / pointer.read_text().strip()
+    return path if (path / "trainer_state.json").is_file() else None
+
+
+def load_checkpoint(path: Path, model, optimizer) -> dict:
+    load_model(model, str(path / "model.safetensors"))
+    optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
+    rng = torch.load(path / "rng.pt", weights_only=False)
+    torch.set_rng_state(rng["torch"])
+    random.setstate(rng["python"])
+    return json.loads((path / "trainer_state.json").read_text())

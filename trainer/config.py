@@ -1,0 +1,65 @@
+"""Composing and validating a training run's configuration (Hydra config groups under ``conf/``).
+
+``conf/config.yaml`` selects one option of each group: ``algo`` (grpo | rpp | rppb), ``workload``
+(toy | gsm8k_qwen3_0p6b), ``cluster``. Everything that can be refused without compute is refused
+here, before a run starts, with a one-line message naming the setting and the fix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from trainer.algorithms import AlgoConfig, AlgoConfigError
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+DESCRIPTIVE_ALGO_KEYS = ("short", "display_name")
+
+
+class RunConfigError(ValueError):
+    """A refused run configuration (one line: the setting and the fix)."""
+
+
+def compose(overrides: list[str] | None = None, config_name: str = "config") -> DictConfig:
+    """Compose ``conf/<config_name>.yaml`` with Hydra override syntax, outside any Hydra app."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return hydra_compose(config_name=config_name, overrides=list(overrides or []))
+
+
+def algo_config(cfg: DictConfig) -> AlgoConfig:
+    """The validated algorithm config (seed 001's refusals raise ``AlgoConfigError``)."""
+    values = OmegaConf.to_container(cfg.algo, resolve=True)
+    for key in DESCRIPTIVE_ALGO_KEYS:
+        values.pop(key, None)
+    values["n_samples_per_prompt"] = int(cfg.workload.n_samples_per_prompt)
+    return AlgoConfig.from_mapping(values)
+
+
+def validate(cfg: DictConfig) -> AlgoConfig:
+    """Every config-time check of one run; returns the validated algorithm config."""
+    algo = algo_config(cfg)
+    w = cfg.workload
+    batch = int(w.prompts_per_step) * int(w.n_samples_per_prompt)
+    if int(w.global_batch_size) != batch:
+        raise RunConfigError(
+            f"workload.global_batch_size={w.global_batch_size} must equal prompts_per_step x "
+            f"n_samples_per_prompt = {batch} (one actor update per rollout batch); fix one of them"
+        )
+    dp = int(cfg.dp_size)
+    if dp < 1 or int(w.prompts_per_step) % dp != 0:
+        raise RunConfigError(
+            f"dp_size={dp} must be >= 1 and divide workload.prompts_per_step={w.prompts_per_step} "
+            "(each rank owns whole prompt groups); choose a divisor"
+        )
+    if int(w.n_updates) < 1:
+        raise RunConfigError(f"workload.n_updates={w.n_updates} must be >= 1")
+    if int(w.eval.k) < 1 or int(w.eval.n_prompts) < 1:
+        raise RunConfigError("workload.eval.k and workload.eval.n_prompts must be >= 1")
+    return algo
+
+
+__all__ = ["AlgoConfigError", "RunConfigError", "algo_config", "compose", "validate"]

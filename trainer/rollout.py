@@ -1,0 +1,149 @@
+"""Rollout engines: generate a batch of responses; load new weights.
+
+The training loop only talks to the ``RolloutEngine`` protocol, so a GPU engine (SGLang) can be
+added without touching the loop. ``TorchEngine`` is the CPU reference engine: KV-cache sampling
+with a HuggingFace causal LM held as its own copy of the weights (like a real inference server,
+it sees new weights only through ``load_weights``).
+
+Sampling is Gumbel-max: ``argmax(filter(logits / T) + G)`` with ``G = -log(-log U)`` is an exact
+sample from the softmax of the temperature-scaled, top-k/top-p filtered logits. ``U`` is drawn
+from a generator owned by each *sequence* and seeded by the caller, so a response depends only on
+its own key, never on which other sequences share the batch or the data-parallel rank.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0
+    top_k: int = 0  # 0 = no top-k filter
+    top_p: float = 1.0
+    max_new_tokens: int = 64
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+@dataclass(frozen=True)
+class Generation:
+    response_ids: list[int]  # includes the end token when the response finished
+    finished: bool  # ended with the end token (False = truncated at max_new_tokens)
+
+
+@dataclass(frozen=True)
+class GenerationBatch:
+    generations: list[Generation]
+    wall_s: float
+
+    @property
+    def response_tokens(self) -> int:
+        return sum(len(g.response_ids) for g in self.generations)
+
+
+class RolloutEngine(Protocol):
+    def generate(self, prompts: list[list[int]], keys: list[int], sampling: SamplingParams) -> GenerationBatch:
+        """One response per prompt entry; ``keys[i]`` seeds the randomness of response ``i``."""
+
+    def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Replace the engine's weights (called after every optimizer step)."""
+
+
+def warn_if_greedy(sampling: SamplingParams, where: str) -> None:
+    if sampling.greedy:
+        # Seed 002: a silent top-k/greedy bug cost a run; greedy RL rollouts are almost never intended.
+        log.warning("%s: temperature=%s means greedy decoding; RL rollouts normally sample", where, sampling.temperature)
+
+
+def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Set logits outside the top-k set and outside the top-p nucleus to -inf."""
+    if top_k and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        # Drop a token when the mass strictly before it already reaches top_p (keeps >= 1 token).
+        drop_sorted = (probs.cumsum(-1) - probs) >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+        attn[i, width - len(p):] = 1
+    return ids.to(device), attn.to(device)
+
+
+class TorchEngine:
+    """KV-cache sampling with a HuggingFace causal LM (CPU reference engine)."""
+
+    def __init__(self, model: torch.nn.Module, eos_id: int, pad_id: int):
+        self.model = copy.deepcopy(model).eval()
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self.eos_id = eos_id
+        self.pad_id = pad_id
+        self.device = next(self.model.parameters()).device
+
+    def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
+        self.model.load_state_dict(state_dict)
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], keys: list[int], sampling: SamplingParams) -> GenerationBatch:
+        if len(prompts) != len(keys):
+            raise ValueError("one key per prompt is required")
+        start = time.perf_counter()
+        generators = [torch.Generator(device="cpu").manual_seed(k) for k in keys]
+        ids, attn = left_pad(prompts, self.pad_id, self.device)
+        positions = (attn.cumsum(-1) - 1).clamp_min(0)
+        out = self.model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True)
+        cache, logits = out.cache, out.logits[:, -1, :].float()
+        n = len(prompts)
+        done = torch.zeros(n, dtype=torch.bool, device=self.device)
+        tokens: list[torch.Tensor] = []
+        next_pos = positions[:, -1:] + 1
+        for _ in range(sampling.max_new_tokens):
+            nxt = self._sample(logits, generators, sampling)
+            nxt = torch.where(done, torch.full_like(nxt, self.pad_id), nxt)
+            tokens.append(nxt)
+            done = done | (nxt == self.eos_id)
+            if bool(done.all()):
+                break
+            attn = torch.cat([attn, torch.ones((n, 1), dtype=attn.dtype, device=self.device)], dim=1)
+            out = self.model(input_ids=nxt.unsqueeze(1), attention_mask=attn, position_ids=next_pos,
+                             cache=cache, use_cache=True)
+            cache, logits = out.cache, out.logits[:, -1, :].float()
+            next_pos = next_pos + 1
+        generated = torch.stack(tokens, dim=1).cpu().tolist() if tokens else [[] for _ in range(n)]
+        results = []
+        for row in generated:
+            if self.eos_id in row:
+                results.append(Generation(row[: row.index(self.eos_id) + 1], True))
+            else:
+                results.append(Generation(row, False))
+        return GenerationBatch(results, time.perf_counter() - start)
+
+    def _sample(self, logits: torch.Tensor, generators, sampling: SamplingParams) -> torch.Tensor:
+        if sampling.greedy:
+            return logits.argmax(-1)
+        scaled = filter_logits(logits / sampling.temperature, sampling.top_k, sampling.top_p)
+        uniform = torch.stack([torch.rand(logits.shape[-1], generator=g) for g in generators]).to(logits.device)
+        gumbel = -torch.log(-torch.log(uniform.clamp(1e-20, 1.0 - 1e-7)))
+        return (scaled + gumbel).argmax(-1)
