@@ -1,0 +1,104 @@
+"""Job isolation: every job gets its own roots (Ray temp, caches, TMPDIR, output) under its job
+directory and an environment that points every tool at them, so nothing is written to ``~/.ray``,
+``/tmp/ray``, ``~/.cache`` or another job's files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+# Unix socket paths are limited to 107 bytes, and Ray puts its sockets several levels below its
+# temp dir; a job directory deep in a sweep tree would overflow that. Ray therefore gets a short
+# node-local alias (a symlink in the system temp dir) that points into the job directory, removed
+# when the job ends.
+RAY_ALIAS_PREFIX = "pgray-"
+
+
+@dataclass(frozen=True)
+class JobRoots:
+    job_dir: Path
+
+    @property
+    def ray(self) -> Path:
+        return self.job_dir / "roots" / "ray"
+
+    @property
+    def cache(self) -> Path:
+        return self.job_dir / "roots" / "cache"
+
+    @property
+    def tmp(self) -> Path:
+        return self.job_dir / "roots" / "tmp"
+
+    @property
+    def output(self) -> Path:
+        return self.job_dir / "run"
+
+    @property
+    def ray_alias(self) -> Path:
+        digest = hashlib.sha256(str(self.job_dir.resolve()).encode()).hexdigest()[:10]
+        return Path(tempfile.gettempdir()) / f"{RAY_ALIAS_PREFIX}{digest}"
+
+    def create(self) -> None:
+        for d in (self.ray, self.cache, self.tmp, self.output):
+            d.mkdir(parents=True, exist_ok=True)
+        alias = self.ray_alias
+        if alias.is_symlink() or alias.exists():
+            if alias.resolve() != self.ray.resolve():
+                raise RuntimeError(f"Ray alias {alias} already points elsewhere; remove it")
+        else:
+            alias.symlink_to(self.ray.resolve(), target_is_directory=True)
+
+    def remove_alias(self) -> None:
+        if self.ray_alias.is_symlink():
+            self.ray_alias.unlink()
+
+    def as_record(self) -> dict[str, str]:
+        """Roots relative to the job directory (job.json is path-free by construction)."""
+        return {name: os.path.relpath(getattr(self, name), self.job_dir)
+                for name in ("ray", "cache", "tmp", "output")}
+
+
+def isolated_env(roots: JobRoots, ports: dict[str, int] | None, base_env: dict[str, str]) -> dict[str, str]:
+    """The job's environment: ``base_env`` with every cache, temp and port variable pointed at the job."""
+    cache = roots.cache
+    env = dict(base_env)
+    env.update({
+        "PYTHONNOUSERSITE": "1",
+        "TMPDIR": str(roots.tmp),
+        "TMP": str(roots.tmp),
+        "TEMP": str(roots.tmp),
+        "XDG_CACHE_HOME": str(cache / "xdg"),
+        "HF_HOME": str(cache / "huggingface"),
+        "HF_HUB_OFFLINE": "1",  # no model or data is ever downloaded at run time
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TORCH_HOME": str(cache / "torch"),
+        "TRITON_CACHE_DIR": str(cache / "triton"),
+        "TORCHINDUCTOR_CACHE_DIR": str(cache / "torchinductor"),
+        "CUDA_CACHE_PATH": str(cache / "nv"),
+        "MPLCONFIGDIR": str(cache / "matplotlib"),
+        "SGLANG_CACHE_DIR": str(cache / "sglang"),
+        "FLASHINFER_WORKSPACE_BASE": str(cache / "flashinfer"),
+        "RAY_TMPDIR": str(roots.ray_alias),
+        "RAY_AUTH_MODE": "disabled",  # Ray 2.60 would otherwise write ~/.ray/auth_token
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "PROOFGRID_JOB_DIR": str(roots.job_dir),
+    })
+    env.pop("RAY_ADDRESS", None)  # never attach to somebody else's cluster
+    if ports:
+        env["MASTER_ADDR"] = "127.0.0.1"
+        env["MASTER_PORT"] = str(ports["master_port"])
+        env["PROOFGRID_SGLANG_NCCL_PORT"] = str(ports["sglang_nccl"])  # sglang --nccl-port
+        env["PROOFGRID_SGLANG_PORT"] = str(ports["sglang_server"])
+    return env
+
+
+def env_diff(base: dict[str, str], env: dict[str, str]) -> dict[str, str | None]:
+    """Variables the job changes relative to ``base`` (``None`` = removed), sorted by name."""
+    keys = sorted(set(base) | set(env))
+    return {k: env.get(k) for k in keys if base.get(k) != env.get(k)}

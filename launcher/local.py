@@ -1,0 +1,74 @@
+"""Local execution: each job is a separate process (``python -m launcher.runtime <job_dir>``),
+at most as many at once as the machine's cores allow for the jobs' CPU needs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+
+from launcher.progress import progress_table
+from launcher.records import update_job_record
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def local_concurrency(cpus_per_job: int, max_parallel: int | None) -> int:
+    cores = os.cpu_count() or 1
+    slots = max(1, cores // max(1, cpus_per_job))
+    return max(1, min(slots, max_parallel)) if max_parallel else slots
+
+
+def run_local(sweep, todo) -> bool:
+    """Run ``todo`` (JobSpecs) to completion with live progress; returns True (it always waits)."""
+    if not todo:
+        return True
+    parallel = local_concurrency(max(s.cpus for s in todo), sweep.cluster.get("max_parallel"))
+    index = {s.name: i for i, s in enumerate(sweep.specs)}
+    states = {s.name: "QUEUED" for s in todo}
+    dirs = {s.name: s.job_dir for s in todo}
+    steps = {s.name: s.n_updates for s in todo}
+    queue = list(todo)
+    running: dict[str, subprocess.Popen] = {}
+    console = Console(stderr=True)
+    title = f"proofgrid sweep ({parallel} at a time)"
+    try:
+        with Live(progress_table(title, states, dirs, steps), console=console, refresh_per_second=2,
+                  transient=False) as live:
+            while queue or running:
+                while queue and len(running) < parallel:
+                    spec = queue.pop(0)
+                    env = {**os.environ, "PROOFGRID_LOCAL_JOB_ID": f"local-{index[spec.name]}",
+                           "PROOFGRID_ARRAY_INDEX": str(index[spec.name])}
+                    with open(spec.job_dir / "runtime.log", "ab") as log:
+                        running[spec.name] = subprocess.Popen(
+                            [sys.executable, "-m", "launcher.runtime", str(spec.job_dir)], cwd=REPO_ROOT, env=env,
+                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                    states[spec.name] = "RUNNING"
+                for name, proc in list(running.items()):
+                    code = proc.poll()
+                    if code is None:
+                        continue
+                    del running[name]
+                    states[name] = "DONE" if code == 0 else "FAILED"
+                    if code < 0:  # killed by a signal before it could write its own record
+                        update_job_record(dirs[name], {"state": "CANCELLED", "exit_code": code})
+                live.update(progress_table(title, states, dirs, steps))
+                time.sleep(0.5)
+    except KeyboardInterrupt:
+        for proc in running.values():
+            os.killpg(proc.pid, signal.SIGTERM)
+        for name, proc in running.items():
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+            update_job_record(dirs[name], {"state": "CANCELLED"})
+        raise
+    return True

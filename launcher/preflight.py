@@ -1,0 +1,109 @@
+"""Checks that need no compute, run before anything is submitted (and in dry runs).
+
+Each failure is a ``PreflightError`` with a one-line message naming the problem and the fix.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from trainer.algorithms import AlgoConfigError
+from trainer.config import RunConfigError, validate
+from trainer.inputs import InputDigestError, verify_inputs
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class PreflightError(RuntimeError):
+    """A check failed before submission; nothing was started."""
+
+
+def source_state(repo: Path = REPO_ROOT) -> tuple[str | None, bool]:
+    """``(commit, dirty)`` of the checkout; ``(None, False)`` outside a git work tree."""
+    if shutil.which("git") is None:
+        return None, False
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True)
+    if head.returncode != 0:
+        return None, False
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
+                            capture_output=True, text=True)
+    return head.stdout.strip(), bool(status.stdout.strip())
+
+
+def check_source(formal: bool, repo: Path = REPO_ROOT) -> str | None:
+    commit, dirty = source_state(repo)
+    if formal and commit is None:
+        raise PreflightError("formal=true needs a git checkout to record the source commit; run from a clone")
+    if formal and dirty:
+        raise PreflightError("formal=true refuses a dirty work tree (uncommitted tracked changes); commit or stash them")
+    return commit
+
+
+def check_job_config(job_cfg: DictConfig, name: str) -> None:
+    try:
+        validate(job_cfg)
+    except (AlgoConfigError, RunConfigError) as exc:
+        raise PreflightError(f"job {name}: {exc}") from None
+
+
+def check_inputs(workload: DictConfig) -> dict[str, str]:
+    try:
+        return verify_inputs(workload.manifest, required=[workload.model_path, workload.train_path, workload.test_path])
+    except InputDigestError as exc:
+        raise PreflightError(f"workload {workload.name}: {exc}") from None
+
+
+def check_resources(workload: DictConfig, cluster: DictConfig) -> None:
+    """The CPUs given to a job must cover the trainer plus its reward workers (seed 000's smoke runs
+    that could not schedule their actors), and the cluster must be able to give them."""
+    need = 1 + int(workload.reward_workers)
+    cpus = int(workload.cpus_per_job)
+    if cpus < need:
+        raise PreflightError(
+            f"workload.cpus_per_job={cpus} cannot hold the trainer plus {workload.reward_workers} reward "
+            f"workers ({need} CPUs); set workload.cpus_per_job>={need}"
+        )
+    if cluster.kind == "local":
+        available = os.cpu_count() or 1
+        if cpus > available:
+            raise PreflightError(
+                f"a job needs {cpus} CPUs (workload.cpus_per_job) but this machine has {available}; "
+                "lower workload.cpus_per_job or use cluster=slurm"
+            )
+        if int(workload.gpus_per_job) > 0:
+            import torch
+
+            if torch.cuda.device_count() < int(workload.gpus_per_job):
+                raise PreflightError(
+                    f"workload {workload.name} needs {workload.gpus_per_job} GPU(s) per job and "
+                    f"{torch.cuda.device_count()} are visible; run on a GPU node or cluster=slurm"
+                )
+    else:
+        if int(cluster.cpus_per_task) < cpus:
+            raise PreflightError(
+                f"cluster.cpus_per_task={cluster.cpus_per_task} is less than the {cpus} CPUs a job of "
+                f"workload {workload.name} needs; set cluster.cpus_per_task>={cpus}"
+            )
+        if int(workload.gpus_per_job) > 0 and not cluster.get("gres"):
+            raise PreflightError(
+                f"workload {workload.name} needs a GPU per job but cluster.gres is empty; "
+                "set cluster.gres=gpu:<model>:1 (see conf/cluster/)"
+            )
+
+
+def check_visible_gpu(model: str | None) -> None:
+    """Inside the allocation: the GPU the profile asked for is the one we got."""
+    if not model:
+        return
+    try:
+        names = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                               text=True, check=True).stdout.splitlines()
+    except (OSError, subprocess.CalledProcessError):
+        raise PreflightError(f"the job asked for a {model} GPU but nvidia-smi sees no GPU") from None
+    if not any(model.lower() in n.lower() for n in names):
+        raise PreflightError(f"the job asked for a {model} GPU but the visible devices are: {', '.join(names)}")

@@ -1,0 +1,80 @@
+"""Job records: ``job.json`` and the expanded command in a full and a path-free form.
+
+``command.json`` is what exactly ran: the trainer argv, the environment variables the job changed
+(an env diff, never the whole environment, so no unrelated secret is copied), the working
+directory, and the sbatch script when Slurm ran it. ``command.public.json`` is the same with
+machine paths, user and host names replaced by placeholders (``evidence.sanitize``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from evidence.sanitize import Sanitizer
+from launcher.spec import JobSpec
+
+JOB_RECORD = "job.json"
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def read_job_record(job_dir: Path) -> dict:
+    path = Path(job_dir) / JOB_RECORD
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def update_job_record(job_dir: Path, changes: dict) -> dict:
+    """Merge ``changes`` into ``job.json`` (atomic replace) and return the new record."""
+    record = {**read_job_record(job_dir), **changes}
+    _write_json(Path(job_dir) / JOB_RECORD, record)
+    return record
+
+
+def path_free_sanitizer(spec: JobSpec, repo_root: Path) -> Sanitizer:
+    python_prefix = str(Path(sys.executable).parent)
+    literals = {
+        str(spec.job_dir): "<JOB_DIR>",
+        str(Path(spec.sweep_dir)): "<SWEEP_DIR>",
+        str(repo_root): "<REPO>",
+        python_prefix: "<PYTHON_BIN>",
+    }
+    return Sanitizer.from_environment(literals=literals)
+
+
+def public_copy(data, sanitizer: Sanitizer):
+    """``data`` with every string sanitised (keys and values), structure unchanged."""
+    if isinstance(data, dict):
+        return {sanitizer.clean(str(k)): public_copy(v, sanitizer) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [public_copy(v, sanitizer) for v in data]
+    if isinstance(data, str):
+        return sanitizer.clean(data)
+    return data
+
+
+def submission_script() -> str | None:
+    """The sbatch script of the running submitit job, if this process is one."""
+    try:
+        import submitit
+
+        paths = submitit.JobEnvironment().paths
+        return Path(paths.submission_file).read_text()
+    except Exception:  # noqa: BLE001 - not inside a submitit job
+        return None
+
+
+def write_command_records(spec: JobSpec, argv: list[str], env_changes: dict, repo_root: Path,
+                          sbatch: str | None = None) -> dict:
+    full = {"argv": list(argv), "env": env_changes, "cwd": str(repo_root),
+            "sbatch": sbatch if sbatch is not None else submission_script()}
+    _write_json(spec.job_dir / "command.json", full)
+    public = public_copy(full, path_free_sanitizer(spec, repo_root))
+    _write_json(spec.job_dir / "command.public.json", public)
+    return public

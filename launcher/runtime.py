@@ -1,0 +1,142 @@
+"""The job runtime: what runs inside one allocation (a local process or one Slurm array task).
+
+It creates the job's roots, claims a port block, starts a job-scoped Ray when the workload uses
+one, runs the exact trainer command in the isolated environment, stops Ray, looks for anything the
+job left behind (processes, ports, the Ray socket alias) and writes ``job.json``. The same
+function runs locally (``python -m launcher.runtime <job_dir>``) and under submitit on Slurm.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from launcher.isolation import JobRoots, env_diff, isolated_env
+from launcher.ports import BLOCK_SIZE, PortBlock, claim_port_block, port_is_free
+from launcher.ray_runtime import JobRay, leftover_processes
+from launcher.records import update_job_record, write_command_records
+from launcher.spec import JobSpec
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SPEC_FILE = "spec.json"
+
+
+class JobFailed(RuntimeError):
+    """The trainer exited non-zero (the job record says how far it got)."""
+
+
+def trainer_argv(spec: JobSpec, roots: JobRoots) -> list[str]:
+    return [sys.executable, "-m", "trainer", *spec.trainer_overrides, f"output_dir={roots.output}"]
+
+
+def scheduler_identity() -> dict:
+    """Scheduler job id and array index as seen from inside the allocation."""
+    env = os.environ
+    if "SLURM_JOB_ID" in env:
+        array_job, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
+        return {
+            "scheduler": "slurm",
+            "job_id": f"{array_job}_{task}" if array_job and task else env["SLURM_JOB_ID"],
+            "array_index": int(task) if task else None,
+            "restart_count": int(env.get("SLURM_RESTART_COUNT", "0")),
+        }
+    return {"scheduler": "local", "job_id": env.get("PROOFGRID_LOCAL_JOB_ID", f"local-{os.getpid()}"),
+            "array_index": int(env["PROOFGRID_ARRAY_INDEX"]) if "PROOFGRID_ARRAY_INDEX" in env else None,
+            "restart_count": 0}
+
+
+def leftovers(roots: JobRoots, block: PortBlock) -> list[dict]:
+    """Everything the job left behind; must be empty, and a non-empty list is an incident."""
+    found = leftover_processes(roots.job_dir)
+    found += [{"kind": "port", "port": p} for p in range(block.start, block.start + BLOCK_SIZE)
+              if not port_is_free(p)]
+    if roots.ray_alias.is_symlink() or roots.ray_alias.exists():
+        found.append({"kind": "directory", "path": "<RAY_ALIAS>"})
+    return found
+
+
+def run_job(spec: JobSpec) -> dict:
+    """Run one job to completion inside its allocation; returns its ``job.json`` record."""
+    started = time.time()
+    roots = JobRoots(spec.job_dir)
+    roots.create()
+    base_env = dict(os.environ)
+    identity = scheduler_identity()
+    update_job_record(roots.job_dir, {
+        "algo": spec.algo, "seed": spec.seed, **identity, "node": socket.gethostname(), "state": "RUNNING",
+        "exit_code": None, "source_commit": spec.source_commit, "roots": roots.as_record(),
+        "started_at": started,
+    })
+    terminated: list[int] = []
+
+    def on_term(signum, _frame):
+        terminated.append(signum)
+        raise KeyboardInterrupt  # unwind through the finally blocks below
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    exit_code: int | None = None
+    block = claim_port_block()
+    try:
+        env = isolated_env(roots, block.ports, base_env)
+        env["PROOFGRID_SOURCE_COMMIT"] = spec.source_commit or ""
+        ray = JobRay(roots, block, spec.ray_cpus, env) if spec.ray_cpus > 0 else None
+        proc = None
+        try:
+            if ray is not None:
+                env["RAY_ADDRESS"] = ray.start()
+            argv = trainer_argv(spec, roots)
+            write_command_records(spec, argv, env_diff(base_env, env), REPO_ROOT)
+            with open(roots.job_dir / "trainer.log", "ab") as log:
+                proc = subprocess.Popen(argv, env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL)
+                exit_code = proc.wait()
+        except KeyboardInterrupt:
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    exit_code = proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    exit_code = proc.wait()
+        finally:
+            if ray is not None:
+                ray.stop()
+            roots.remove_alias()
+        cleanup = leftovers(roots, block)
+        ports = block.as_record()
+    finally:
+        block.release()
+        signal.signal(signal.SIGTERM, previous)
+    state = "TERMINATED" if terminated else ("COMPLETED" if exit_code == 0 else "FAILED")
+    record = update_job_record(roots.job_dir, {
+        "state": state, "exit_code": exit_code, "elapsed_s": round(time.time() - started, 3),
+        "ports": ports, "cleanup": cleanup,
+    })
+    if terminated:
+        sys.exit(128 + terminated[0])
+    if exit_code != 0:
+        raise JobFailed(f"job {spec.name}: trainer exited with {exit_code}; see {spec.name}/trainer.log")
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m launcher.runtime <job_dir>", file=sys.stderr)
+        return 2
+    spec = JobSpec.from_json((Path(args[0]) / SPEC_FILE).read_text())
+    try:
+        run_job(spec)
+    except JobFailed as exc:
+        print(f"proofgrid job: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""Slurm submission through submitit: the whole grid is ONE job array, not N sbatch calls.
+
+The cluster profile (``conf/cluster/*.yaml``) maps one to one onto sbatch options. Scheduler state
+comes from ``sacct`` (accounting is required: without it a cancelled job's state is unknowable).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from launcher.progress import progress_table
+from launcher.records import read_job_record, update_job_record
+from launcher.runtime import run_job
+
+TERMINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY",
+                   "BOOT_FAIL", "DEADLINE"}
+SWEEP_RECORD = "sweep.json"
+
+
+def time_to_minutes(value: str) -> int:
+    """Slurm time ``[D-]HH:MM[:SS]`` or minutes -> whole minutes (rounded up)."""
+    value = str(value)
+    days, _, rest = value.rpartition("-")
+    parts = [int(p) for p in rest.split(":")]
+    if len(parts) == 1:
+        minutes = parts[0]
+    else:
+        h, m, s = (parts + [0, 0])[:3] if len(parts) >= 2 else (0, parts[0], 0)
+        minutes = h * 60 + m + (1 if s else 0)
+    return minutes + (int(days) * 1440 if days else 0)
+
+
+def sbatch_options(cluster: DictConfig, n_jobs: int) -> dict[str, str]:
+    """sbatch long options of the profile, in a fixed order (also what the dry run prints)."""
+    parallel = int(cluster.get("array_parallelism") or n_jobs)
+    opts = {"array": f"0-{n_jobs - 1}%{parallel}", "partition": cluster.get("partition")}
+    for key, option in (("account", "account"), ("qos", "qos"), ("gres", "gres"),
+                        ("cpus_per_task", "cpus-per-task"), ("mem", "mem"), ("time", "time"),
+                        ("constraint", "constraint")):
+        if cluster.get(key) not in (None, ""):
+            opts[option] = str(cluster.get(key))
+    if cluster.get("requeue", True):
+        opts["requeue"] = ""
+    return {k: v for k, v in opts.items() if v is not None}
+
+
+def sbatch_line(cluster: DictConfig, n_jobs: int, script: str) -> str:
+    flags = " ".join(f"--{k}" if v == "" else f"--{k}={v}" for k, v in sbatch_options(cluster, n_jobs).items())
+    return f"sbatch {flags} {script}"
+
+
+def submitit_parameters(cluster: DictConfig, n_jobs: int) -> dict:
+    opts = sbatch_options(cluster, n_jobs)
+    params = {
+        "slurm_job_name": "proofgrid",
+        "slurm_partition": opts.get("partition"),
+        "cpus_per_task": int(cluster.cpus_per_task),
+        "timeout_min": time_to_minutes(cluster.time),
+        "slurm_array_parallelism": int(cluster.get("array_parallelism") or n_jobs),
+        "slurm_additional_parameters": {},
+    }
+    if "mem" in opts:
+        params["slurm_mem"] = opts["mem"]
+    for key in ("account", "qos", "gres", "constraint"):
+        if key in opts:
+            params[f"slurm_{key}"] = opts[key]
+    if "requeue" in opts:
+        params["slurm_additional_parameters"]["requeue"] = True
+    return params
+
+
+def _fresh_folder(sweep_dir: Path) -> Path:
+    # A Slurm state wipe restarts job ids at 1; a fresh submitit folder per submission never mixes them.
+    root = sweep_dir / ".submitit"
+    root.mkdir(parents=True, exist_ok=True)
+    n = len([p for p in root.iterdir() if p.is_dir()])
+    return root / f"run-{n}"
+
+
+def submit_slurm(sweep, todo) -> bool:
+    """Submit ``todo`` as one array; wait if ``sweep.wait``. Returns True when all jobs ended."""
+    import submitit
+
+    if not todo:
+        return True
+    folder = _fresh_folder(sweep.sweep_dir)
+    executor = submitit.AutoExecutor(folder=str(folder), cluster="slurm")
+    executor.update_parameters(**submitit_parameters(sweep.cluster, len(todo)))
+    jobs = executor.map_array(run_job, todo)
+    array_id = str(jobs[0].job_id).split("_")[0]
+    for i, (spec, job) in enumerate(zip(todo, jobs)):
+        update_job_record(spec.job_dir, {"algo": spec.algo, "seed": spec.seed, "scheduler": "slurm",
+                                         "job_id": str(job.job_id), "array_index": i, "state": "PENDING",
+                                         "exit_code": None, "source_commit": spec.source_commit})
+    record_path = sweep.sweep_dir / SWEEP_RECORD
+    record = json.loads(record_path.read_text()) if record_path.exists() else {}
+    record.setdefault("submissions", []).append({"array_job_id": array_id, "jobs": [s.name for s in todo]})
+    record_path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    print(f"submitted Slurm array job {array_id} with {len(todo)} task(s); sweep directory: {sweep.sweep_dir}")
+    if not sweep.wait:
+        print(f"follow it with `python -m launcher status {sweep.sweep_dir}`; when it has ended, seal the "
+              f"evidence with `python -m evidence build {sweep.sweep_dir}`")
+        return False
+    wait_for_jobs(sweep.sweep_dir, [s.job_dir for s in todo], {s.name: s.n_updates for s in todo})
+    return True
+
+
+def sacct_states(job_ids: list[str]) -> dict[str, dict]:
+    """``{job id: {state, exit_code, signal, elapsed_s, node}}`` for array tasks, from sacct."""
+    arrays = sorted({j.split("_")[0] for j in job_ids})
+    out = subprocess.run(["sacct", "-X", "-P", "-n", "-j", ",".join(arrays),
+                          "--format=JobID,State,ExitCode,ElapsedRaw,NodeList"],
+                         capture_output=True, text=True, check=True).stdout
+    states = {}
+    for line in out.splitlines():
+        job_id, state, exit_code, elapsed, node = line.split("|")
+        code, _, sig = exit_code.partition(":")
+        states[job_id] = {"state": state.split()[0] if state else "UNKNOWN", "exit_code": int(code or 0),
+                          "signal": int(sig or 0), "elapsed_s": int(elapsed or 0), "node": node}
+    return states
+
+
+def refresh_job_records(job_dirs: list[Path]) -> dict[str, str]:
+    """Copy the scheduler's view (state, exit code, elapsed) into each job.json; returns name -> state."""
+    records = {d: read_job_record(d) for d in job_dirs}
+    ids = [r["job_id"] for r in records.values() if r.get("scheduler") == "slurm" and r.get("job_id")]
+    seen = sacct_states(ids) if ids else {}
+    result = {}
+    for job_dir, record in records.items():
+        info = seen.get(record.get("job_id", ""))
+        if info is not None and info["state"] != record.get("state"):
+            changes = {"state": info["state"], "elapsed_s": info["elapsed_s"]}
+            if info["state"] in TERMINAL_STATES:
+                changes["exit_code"] = info["exit_code"]
+                changes["exit_signal"] = info["signal"]
+            if info["node"] and info["node"] != "None assigned":
+                changes["node"] = info["node"]
+            record = update_job_record(job_dir, changes)
+        result[job_dir.name] = record.get("state", "UNKNOWN")
+    return result
+
+
+def wait_for_jobs(sweep_dir: Path, job_dirs: list[Path], n_updates: dict[str, int], poll_s: float = 2.0) -> None:
+    from rich.console import Console
+    from rich.live import Live
+
+    title = f"proofgrid sweep on Slurm ({sweep_dir.name})"
+    dirs = {d.name: d for d in job_dirs}
+
+    def view(states):
+        shown = {n: ("QUEUED" if s == "PENDING" else "RUNNING" if s in ("RUNNING", "REQUEUED") else
+                     "DONE" if s == "COMPLETED" else "FAILED" if s in TERMINAL_STATES else s)
+                 for n, s in states.items()}
+        return progress_table(title, shown, dirs, n_updates)
+
+    states = refresh_job_records(job_dirs)
+    with Live(view(states), console=Console(stderr=True), refresh_per_second=1) as live:
+        while not all(s in TERMINAL_STATES for s in states.values()):
+            time.sleep(poll_s)
+            states = refresh_job_records(job_dirs)
+            live.update(view(states))

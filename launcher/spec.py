@@ -1,0 +1,37 @@
+"""What one job is: a grid cell of the sweep, expanded into a trainer command and its resources.
+
+A ``JobSpec`` is plain data (picklable for submitit, JSON for the local runner and the records).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str  # "<algo>-<seed>", the job directory's name
+    algo: str  # short name: grpo | rpp | rppb
+    seed: int
+    sweep_dir: str  # absolute
+    trainer_overrides: tuple[str, ...]  # Hydra overrides of the grid cell, e.g. ("algo=rpp", "seed=42")
+    cpus: int  # CPUs the job needs: trainer plus its reward workers
+    ray_cpus: int  # 0 = the workload does not use Ray
+    n_updates: int
+    source_commit: str | None
+    gpu_model: str | None = None  # e.g. "A40": checked against the visible device inside the job
+
+    @property
+    def job_dir(self) -> Path:
+        return Path(self.sweep_dir) / "jobs" / self.name
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> JobSpec:
+        data = json.loads(text)
+        data["trainer_overrides"] = tuple(data["trainer_overrides"])
+        return cls(**data)

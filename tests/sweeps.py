@@ -1,0 +1,30 @@
+"""Helpers that run the real launcher (`launch.py`) and read what it wrote."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+GRID = ("algo=grpo,rpp,rppb", "seed=42,1234,2026")
+
+
+def launch(sweep_dir: Path, *args: str, env: dict | None = None, timeout: float = 1500) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "launch.py", "-m", *args, f"hydra.sweep.dir={sweep_dir}"]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def job_records(sweep_dir: Path) -> dict[str, dict]:
+    return {p.name: json.loads((p / "job.json").read_text())
+            for p in sorted((sweep_dir / "jobs").iterdir()) if (p / "job.json").is_file()}
+
+
+def index_rows(sweep_dir: Path) -> dict[str, dict]:
+    import csv
+
+    with open(sweep_dir / "bundle" / "data" / "index.csv", newline="") as f:
+        return {row["job"]: row for row in csv.DictReader(f)}

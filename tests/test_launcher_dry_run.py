@@ -1,0 +1,88 @@
+"""Dry-run expansion: deterministic, path-free, checks everything, submits and starts nothing."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from launcher.preflight import PreflightError, check_source
+from tests.sweeps import GRID, REPO, launch
+
+GOLDEN = REPO / "tests" / "golden" / "dry_run_3x3.txt"
+
+
+def _commands(proc: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in proc.stdout.splitlines() if line.startswith(("[", "# sbatch"))]
+
+
+def test_dry_run_expands_the_grid_deterministically_and_matches_the_golden_file(tmp_path):
+    a = launch(tmp_path / "a", *GRID, "dry_run=true")
+    b = launch(tmp_path / "elsewhere" / "b", *GRID, "dry_run=true")
+    assert a.returncode == 0, a.stderr
+    lines = _commands(a)
+    assert len(lines) == 9 and lines == _commands(b)  # no timestamps, random ports or paths
+    assert [line.split(":")[0] for line in lines] == [
+        "[0] grpo-1234", "[1] grpo-2026", "[2] grpo-42", "[3] rpp-1234", "[4] rpp-2026", "[5] rpp-42",
+        "[6] rppb-1234", "[7] rppb-2026", "[8] rppb-42"]
+    assert all("output_dir=<JOB_DIR>/run" in line and "<PORT:master_port>" in line for line in lines)
+    assert all(str(tmp_path) not in line for line in lines)
+    assert (tmp_path / "a" / "commands.txt").read_text().splitlines() == lines
+    assert not (tmp_path / "a" / "jobs").exists()  # nothing submitted, nothing started
+    assert lines == GOLDEN.read_text().splitlines(), "update tests/golden/dry_run_3x3.txt if this change is intended"
+
+
+def test_slurm_dry_run_prints_one_array_submission(tmp_path):
+    proc = launch(tmp_path / "s", *GRID, "dry_run=true", "cluster=slurm", "cluster.partition=gpu")
+    assert proc.returncode == 0, proc.stderr
+    sbatch = [line for line in proc.stdout.splitlines() if line.startswith("# sbatch")]
+    assert len(sbatch) == 1
+    assert "--array=0-8%9" in sbatch[0] and "--partition=gpu" in sbatch[0] and "--cpus-per-task=1" in sbatch[0]
+
+
+def test_seed000_profile_reproduces_its_request(tmp_path):
+    proc = launch(tmp_path / "s", "algo=grpo", "seed=42", "dry_run=true", "cluster=a40_seed000")
+    assert proc.returncode == 0, proc.stderr
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("# sbatch"))
+    for flag in ("--gres=gpu:NVIDIAA40:1", "--cpus-per-task=16", "--mem=64G", "--time=06:00:00"):
+        assert flag in line
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (("algo=grpo,bogus", "seed=1"), "bogus"),
+    (("algo=rppb", "seed=1", "workload.n_samples_per_prompt=1", "workload.global_batch_size=4"), "[group-size]"),
+    (("algo=rpp", "seed=1", "algo.loss_reduction=token_mean"), "[loss-reduction]"),
+    (("algo=grpo", "seed=1", "workload.global_batch_size=30"), "global_batch_size"),
+    (("algo=grpo", "seed=1", "workload.reward_workers=4"), "cpus_per_job"),
+    (("algo=grpo", "seed=1", "workload.cpus_per_job=4096"), "this machine has"),
+    (("algo=grpo", "seed=1", "cluster=slurm", "workload.reward_workers=3", "workload.cpus_per_job=4",
+      "cluster.cpus_per_task=2"), "cpus_per_task"),
+    (("algo=grpo", "seed=1", "wait=false"), "wait=false needs cluster=slurm"),
+    (("algo=grpo", "seed=1", "workload.manifest=manifests/missing.json"), "manifest"),
+])
+def test_a_bad_grid_fails_in_the_dry_run_with_one_line(tmp_path, args, needle):
+    proc = launch(tmp_path / "bad", *args, "dry_run=true")
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("proofgrid: error:") and needle in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "bad" / "jobs").exists()
+
+
+def test_formal_runs_refuse_a_dirty_tree(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (repo / "f.txt").write_text("a")
+    subprocess.run([*git, "add", "f.txt"], check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], check=True)
+    commit = check_source(formal=True, repo=repo)
+    assert len(commit) == 40
+    (repo / "f.txt").write_text("b")
+    assert check_source(formal=False, repo=repo) == commit
+    with pytest.raises(PreflightError, match="dirty"):
+        check_source(formal=True, repo=repo)
+    with pytest.raises(PreflightError, match="git checkout"):
+        (tmp_path / "not-a-repo").mkdir()
+        check_source(formal=True, repo=tmp_path / "not-a-repo")

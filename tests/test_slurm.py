@@ -1,0 +1,142 @@
+"""Sweeps on a real single-node Slurm cluster (scripts/slurm/cluster.sh, with accounting)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.sweeps import GRID, index_rows, job_records, launch
+from tests.trainer_runs import read_metrics, run_trainer, without_perf
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("slurm_cluster")]
+
+SHORT = ("workload.n_updates=4", "workload.eval.n_prompts=8", "workload.checkpoint_every=2")
+
+
+def _wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _steps(job_dir: Path) -> int:
+    path = job_dir / "run" / "metrics.jsonl"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_the_3x3_grid_is_one_job_array_and_every_task_is_accepted(tmp_path):
+    sweep_dir = tmp_path / "grid"
+    proc = launch(sweep_dir, *GRID, *SHORT, "cluster=slurm", env={"PROOFGRID_PORT_BASE": "43000"})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    submissions = json.loads((sweep_dir / "sweep.json").read_text())["submissions"]
+    assert len(submissions) == 1 and len(submissions[0]["jobs"]) == 9
+    array_id = submissions[0]["array_job_id"]
+    records = job_records(sweep_dir)
+    assert sorted(r["array_index"] for r in records.values()) == list(range(9))
+    assert {r["job_id"].split("_")[0] for r in records.values()} == {array_id}
+    assert all(r["scheduler"] == "slurm" and r["state"] == "COMPLETED" for r in records.values())
+    assert all(row["accepted"] == "yes" for row in index_rows(sweep_dir).values())
+
+
+def test_two_ray_jobs_on_one_node_get_disjoint_ports_and_roots_and_leave_nothing(tmp_path):
+    home_ray, tmp_ray = Path.home() / ".ray", Path("/tmp/ray")
+    had = {p: p.exists() for p in (home_ray, tmp_ray)}
+    # A squatter on a port of the first block: the jobs must move to other blocks, not fail.
+    squatter = socket.socket()
+    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    squatter.bind(("127.0.0.1", 44003))
+    squatter.listen()
+    try:
+        sweep_dir = tmp_path / "ray"
+        proc = launch(sweep_dir, "algo=rppb", "seed=1,2", *SHORT, "workload.reward_workers=1",
+                      "workload.cpus_per_job=2", "cluster=slurm", env={"PROOFGRID_PORT_BASE": "44000"})
+    finally:
+        squatter.close()
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    a, b = job_records(sweep_dir).values()
+    assert a["cleanup"] == [] and b["cleanup"] == []
+    assert a["ports"]["block"] != b["ports"]["block"]
+    assert 44000 not in (a["ports"]["block"][0], b["ports"]["block"][0])
+    ports_a = {v for k, v in a["ports"].items() if isinstance(v, int)}
+    ports_b = {v for k, v in b["ports"].items() if isinstance(v, int)}
+    assert not ports_a & ports_b
+    overlap = min(a["started_at"] + a["elapsed_s"], b["started_at"] + b["elapsed_s"]) - max(a["started_at"], b["started_at"])
+    assert overlap > 0, "the two jobs must have run at the same time"
+    for name in ("rppb-1", "rppb-2"):
+        job_dir = sweep_dir / "jobs" / name
+        assert any((job_dir / "roots" / "ray").glob("session_*")), "Ray wrote its session under the job's root"
+        cmd = json.loads((job_dir / "command.json").read_text())
+        assert cmd["env"]["RAY_ADDRESS"].endswith(str(job_records(sweep_dir)[name]["ports"]["ray_gcs"]))
+    for path, existed in had.items():
+        assert path.exists() == existed, f"{path} was written outside the job roots"
+    assert all(row["accepted"] == "yes" for row in index_rows(sweep_dir).values())
+
+
+def test_a_cancelled_job_is_rejected_with_its_scheduler_state_and_the_rest_are_unaffected(tmp_path):
+    sweep_dir = tmp_path / "cancel"
+    proc = launch(sweep_dir, "algo=grpo", "seed=1,2,3", "workload.n_updates=12", "workload.eval.n_prompts=8",
+                  "cluster=slurm", "wait=false", env={"PROOFGRID_PORT_BASE": "45000"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    victim = sweep_dir / "jobs" / "grpo-2"
+    _wait_for(lambda: _steps(victim) >= 1, 300, "grpo-2 to start training")
+    job_id = json.loads((victim / "job.json").read_text())["job_id"]
+    subprocess.run(["scancel", job_id], check=True)
+    status = subprocess.run([os.sys.executable, "-m", "launcher", "status", str(sweep_dir)], capture_output=True, text=True)
+    assert status.returncode == 0 and "grpo-2" in status.stdout
+
+    def all_ended():
+        subprocess.run([os.sys.executable, "-m", "launcher", "status", str(sweep_dir)], capture_output=True)
+        states = {n: r["state"] for n, r in job_records(sweep_dir).items()}
+        return states if all(s in ("COMPLETED", "CANCELLED", "FAILED") for s in states.values()) else None
+
+    states = _wait_for(all_ended, 600, "the sweep to end")
+    assert states == {"grpo-1": "COMPLETED", "grpo-2": "CANCELLED", "grpo-3": "COMPLETED"}
+    build = subprocess.run([os.sys.executable, "-m", "evidence", "build", str(sweep_dir)], capture_output=True, text=True)
+    assert build.returncode in (0, 1), build.stderr
+    rows = index_rows(sweep_dir)
+    assert rows["grpo-2"]["accepted"] == "no" and "CANCELLED" in rows["grpo-2"]["scheduler_state"]
+    assert rows["grpo-1"]["accepted"] == rows["grpo-3"]["accepted"] == "yes"
+
+    # Re-running the same sweep re-submits only the rejected job; its first attempt's records stay.
+    accepted_before = {n: (sweep_dir / "jobs" / n / "job.json").read_text() for n in ("grpo-1", "grpo-3")}
+    rerun = launch(sweep_dir, "algo=grpo", "seed=1,2,3", "workload.n_updates=12", "workload.eval.n_prompts=8",
+                   "cluster=slurm", env={"PROOFGRID_PORT_BASE": "45000"})
+    assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
+    assert "2 job(s) already accepted" in rerun.stdout
+    assert {n: (sweep_dir / "jobs" / n / "job.json").read_text() for n in ("grpo-1", "grpo-3")} == accepted_before
+    first = json.loads((victim / "attempts" / "0" / "job.json").read_text())
+    assert first["state"] == "CANCELLED" and first["job_id"] == job_id
+    assert all(row["accepted"] == "yes" for row in index_rows(sweep_dir).values())
+    assert [r["step"] for r in read_metrics(victim / "run")] == list(range(12))
+
+
+def test_a_requeued_job_resumes_from_its_checkpoint_and_matches_an_uninterrupted_run(tmp_path):
+    overrides = ("algo=rpp", "seed=3", "workload.n_updates=8", "workload.checkpoint_every=2", "workload.eval.n_prompts=4")
+    sweep_dir = tmp_path / "requeue"
+    proc = launch(sweep_dir, *overrides, "cluster=slurm", "wait=false", env={"PROOFGRID_PORT_BASE": "46000"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    job_dir = sweep_dir / "jobs" / "rpp-3"
+    _wait_for(lambda: _steps(job_dir) >= 3, 300, "rpp-3 to pass its first checkpoint")
+    job_id = json.loads((job_dir / "job.json").read_text())["job_id"]
+    subprocess.run(["scontrol", "requeue", job_id], check=True)
+
+    def restarted_and_done():
+        subprocess.run([os.sys.executable, "-m", "launcher", "status", str(sweep_dir)], capture_output=True)
+        r = json.loads((job_dir / "job.json").read_text())
+        return r if r.get("restart_count", 0) >= 1 and r["state"] == "COMPLETED" else None
+
+    record = _wait_for(restarted_and_done, 600, "the requeued job to complete")
+    assert record["cleanup"] == []
+    reference = tmp_path / "uninterrupted"
+    run_trainer(reference, *overrides)
+    assert without_perf(read_metrics(job_dir / "run")) == without_perf(read_metrics(reference))

@@ -1,0 +1,73 @@
+"""The main job end to end on this machine: the 3x3 toy sweep as local processes, the evidence
+bundle, its audit, the learning claim, and a re-run that re-submits nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tests.sweeps import GRID, index_rows, job_records, launch
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    sweep_dir = tmp_path_factory.mktemp("sweep") / "main"
+    proc = launch(sweep_dir, *GRID, env={"PROOFGRID_PORT_BASE": "42000"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return sweep_dir, proc
+
+
+def test_every_job_ran_isolated_and_was_accepted(sweep):
+    sweep_dir, _ = sweep
+    records = job_records(sweep_dir)
+    assert sorted(records) == sorted(f"{a}-{s}" for a in ("grpo", "rpp", "rppb") for s in (42, 1234, 2026))
+    for name, r in records.items():
+        assert r["state"] == "COMPLETED" and r["exit_code"] == 0, name
+        assert r["cleanup"] == [], name
+        assert r["roots"] == {"ray": "roots/ray", "cache": "roots/cache", "tmp": "roots/tmp", "output": "run"}
+        cmd = json.loads((sweep_dir / "jobs" / name / "command.json").read_text())
+        assert cmd["env"]["TMPDIR"] == str(sweep_dir / "jobs" / name / "roots" / "tmp")
+        assert cmd["env"]["PYTHONNOUSERSITE"] == "1" and cmd["env"]["HF_HUB_OFFLINE"] == "1"
+        public = (sweep_dir / "jobs" / name / "command.public.json").read_text()
+        assert str(sweep_dir) not in public and "<JOB_DIR>" in public
+    assert all(row["accepted"] == "yes" for row in index_rows(sweep_dir).values())
+
+
+def test_never_more_jobs_at_once_than_the_cores_allow(sweep):
+    sweep_dir, _ = sweep
+    spans = [(r["started_at"], r["started_at"] + r["elapsed_s"]) for r in job_records(sweep_dir).values()]
+    most = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
+    assert most <= (os.cpu_count() or 1)
+
+
+def test_every_algorithm_and_seed_beats_its_initial_checkpoint(sweep):
+    sweep_dir, _ = sweep
+    for name in job_records(sweep_dir):
+        ev = json.loads((sweep_dir / "jobs" / name / "run" / "eval.json").read_text())
+        assert ev["final"]["pass@1"] > ev["initial"]["pass@1"], (name, ev["initial"]["pass@1"], ev["final"]["pass@1"])
+        assert 0.1 <= ev["initial"]["pass@1"] <= 0.6
+
+
+def test_the_bundle_is_sealed_and_audits_clean(sweep):
+    sweep_dir, proc = sweep
+    from evidence import audit
+
+    assert audit(sweep_dir / "bundle.tar.gz") == []
+    assert "audit: clean" in proc.stdout
+    digest = (sweep_dir / "bundle.tar.gz.sha256").read_text().split()[0]
+    assert digest in proc.stdout
+
+
+def test_rerunning_the_sweep_resubmits_nothing_and_reseals_the_same_bundle(sweep):
+    sweep_dir, _ = sweep
+    before = (sweep_dir / "bundle.tar.gz.sha256").read_text()
+    mtimes = {n: (sweep_dir / "jobs" / n / "job.json").stat().st_mtime for n in job_records(sweep_dir)}
+    proc = launch(sweep_dir, *GRID)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "9 job(s) already accepted" in proc.stdout
+    assert {n: (sweep_dir / "jobs" / n / "job.json").stat().st_mtime for n in job_records(sweep_dir)} == mtimes
+    assert (sweep_dir / "bundle.tar.gz.sha256").read_text() == before
