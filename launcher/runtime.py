@@ -18,6 +18,7 @@ from pathlib import Path
 
 from launcher.isolation import JobRoots, env_diff, isolated_env
 from launcher.ports import BLOCK_SIZE, PortBlock, claim_port_block, port_is_free
+from launcher.preflight import PreflightError, check_visible_gpu
 from launcher.ray_runtime import JobRay, leftover_processes
 from launcher.records import update_job_record, write_command_records
 from launcher.spec import JobSpec
@@ -72,6 +73,12 @@ def run_job(spec: JobSpec) -> dict:
         "exit_code": None, "source_commit": spec.source_commit, "roots": roots.as_record(),
         "started_at": started,
     })
+    try:
+        check_visible_gpu(spec.gpu_model)  # the profile asked for a GPU model: is it the one we got?
+    except PreflightError as exc:
+        update_job_record(roots.job_dir, {"state": "FAILED", "exit_code": None, "preflight_error": str(exc),
+                                          "elapsed_s": round(time.time() - started, 3), "cleanup": []})
+        raise JobFailed(f"job {spec.name}: {exc}") from None
     terminated: list[int] = []
 
     def on_term(signum, _frame):
