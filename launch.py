@@ -40,9 +40,9 @@ class _SingleJobLoader:
 
 
 if __name__ == "__main__":
-    from launcher.cli import check_group_choices
+    from launcher.cli import check_overrides
 
-    if (problem := check_group_choices(sys.argv[1:])) is not None:
+    if (problem := check_overrides(sys.argv[1:])) is not None:
         print(f"proofgrid: error: {problem}", file=sys.stderr)
         sys.exit(2)
     main()

@@ -50,6 +50,7 @@ def test_seed000_profile_reproduces_its_request(tmp_path):
 
 @pytest.mark.parametrize(("args", "needle"), [
     (("algo=grpo,bogus", "seed=1"), "bogus"),
+    (("algo=grpo", "seed=1", "workload.lrr=3"), "did you mean workload.lr"),
     (("algo=rppb", "seed=1", "workload.n_samples_per_prompt=1", "workload.global_batch_size=4"), "[group-size]"),
     (("algo=rpp", "seed=1", "algo.loss_reduction=token_mean"), "[loss-reduction]"),
     (("algo=grpo", "seed=1", "workload.global_batch_size=30"), "global_batch_size"),
@@ -86,3 +87,20 @@ def test_formal_runs_refuse_a_dirty_tree(tmp_path):
     with pytest.raises(PreflightError, match="git checkout"):
         (tmp_path / "not-a-repo").mkdir()
         check_source(formal=True, repo=tmp_path / "not-a-repo")
+
+
+def test_fast_grid_composition_equals_hydra_composing_each_cell():
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from launcher.cli import compose_jobs
+
+    cells = [["algo=rpp", "seed=3", "workload.lr=0.002"], ["algo=grpo", "seed=4", "workload.eval.k=2"],
+             ["algo=rppb", "seed=5", "workload.sampling={temperature:0.7,top_k:5,top_p:0.9}", "cluster=slurm"]]
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        root = compose("config", return_hydra_config=True)
+        fast = compose_jobs(root, GlobalHydra.instance().config_loader(), cells)
+        for overrides, cfg in zip(cells, fast):
+            full = compose("config", overrides=overrides)
+            assert OmegaConf.to_container(cfg, resolve=True) == OmegaConf.to_container(full, resolve=True)

@@ -1,13 +1,16 @@
-"""Hydra launcher plugin: hands the whole expanded grid to ``launcher.sweep`` at once.
+"""Hydra plugins: a launcher that hands the whole expanded grid to ``launcher.sweep`` at once, and
+a sweeper that does not compose every grid cell a second time before launching it.
 
-Hydra only instantiates launcher plugins that live in the ``hydra_plugins`` namespace, hence this
-thin adapter; all logic is in the ``launcher`` package.
+Hydra only instantiates plugins that live in the ``hydra_plugins`` namespace, hence these thin
+adapters; all logic is in the ``launcher`` package.
 """
 
 
 from collections.abc import Sequence  # noqa: I001 - no __future__ import: Hydra scans this module
 from dataclasses import dataclass
+from typing import Optional
 
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.config_store import ConfigStore
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.plugins.launcher import Launcher
@@ -18,7 +21,29 @@ class ProofgridLauncherConf:
     _target_: str = "hydra_plugins.proofgrid_launcher.proofgrid_launcher.ProofgridLauncher"
 
 
+@dataclass
+class ProofgridSweeperConf:
+    _target_: str = "hydra_plugins.proofgrid_launcher.proofgrid_launcher.ProofgridSweeper"
+    max_batch_size: Optional[int] = None  # noqa: UP045 - Hydra's structured configs need Optional
+    params: Optional[dict] = None  # noqa: UP045
+
+
 ConfigStore.instance().store(group="hydra/launcher", name="proofgrid", node=ProofgridLauncherConf, provider="proofgrid")
+ConfigStore.instance().store(group="hydra/sweeper", name="proofgrid", node=ProofgridSweeperConf, provider="proofgrid")
+
+
+class ProofgridSweeper(BasicSweeper):
+    """Hydra's basic grid sweeper, minus its up-front composition of every cell: the proofgrid
+    launcher composes each cell itself (once) and turns any error into a one-line message. The
+    grid always goes to the launcher as one batch, so a Slurm sweep is one job array."""
+
+    def __init__(self, max_batch_size: Optional[int] = None, params: Optional[dict] = None) -> None:  # noqa: UP045
+        if max_batch_size is not None:
+            raise ValueError("hydra.sweeper.max_batch_size must stay null: a sweep is submitted as one batch")
+        super().__init__(max_batch_size=None, params=params)
+
+    def validate_batch_is_legal(self, batch) -> None:
+        return None
 
 
 class ProofgridLauncher(Launcher):

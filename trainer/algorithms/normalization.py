@@ -67,10 +67,8 @@ def masked_global_normalize(
     zero = torch.zeros((), dtype=values.dtype, device=values.device)
     selected = torch.where(valid, values, zero)
 
-    # Pass 1: global sum and count -> mean.
-    sum_and_count = torch.stack(
-        [selected.sum(dtype=torch.float64), valid.sum(dtype=torch.float64)]
-    )
+    # Pass 1: global sum and count -> mean. (Integer count: exact, and cheaper than a float sum.)
+    sum_and_count = torch.stack([selected.sum(dtype=torch.float64), valid.sum().to(torch.float64)])
     _all_reduce_sum(sum_and_count, group)
     total, count = sum_and_count[0], sum_and_count[1]
     torch._assert_async(count > 0, EMPTY_MASK_MESSAGE)
@@ -84,6 +82,7 @@ def masked_global_normalize(
     _all_reduce_sum(sum_sq, group)
     var = sum_sq[0] / safe_count
 
-    inv_std = torch.rsqrt(var.clamp_min(var_floor)).to(values.dtype)
-    normalized = torch.where(valid, centred * inv_std, zero)
+    # `centred` is already exactly 0 outside the mask and the scale is finite (var >= floor),
+    # so the product is exactly 0 there too: no third selection pass is needed.
+    normalized = centred * torch.rsqrt(var.clamp_min(var_floor)).to(values.dtype)
     return normalized, mean, var, count

@@ -51,14 +51,14 @@ def ppo_clip_token_loss(
     valid = as_bool_mask(mask)
     zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
     # Select before exp: a NaN/Inf stored in padding must not reach exp() or the gradient.
-    log_ratio = torch.where(valid, logp - logp_old, zero)
-    ratio = torch.exp(log_ratio)
+    ratio = torch.exp(torch.where(valid, logp - logp_old, zero))
     adv = torch.where(valid, advantages.to(logp.dtype), zero)
-    unclipped = -ratio * adv
-    clipped = -torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
-    token_loss = torch.where(valid, torch.maximum(unclipped, clipped), zero)
-    clip_active = valid & (clipped > unclipped)
-    clip_frac = clip_active.sum(dtype=torch.float64) / valid.sum(dtype=torch.float64).clamp_min(1.0)
+    # max(-rho*A, -clip(rho)*A) == -min(rho*A, clip(rho)*A): one negation instead of two.
+    surrogate = ratio * adv
+    clipped_surrogate = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
+    token_loss = torch.where(valid, -torch.minimum(surrogate, clipped_surrogate), zero)
+    clip_active = valid & (clipped_surrogate < surrogate)
+    clip_frac = clip_active.sum().to(torch.float64) / valid.sum().to(torch.float64).clamp_min(1.0)
     return token_loss, clip_frac
 
 
