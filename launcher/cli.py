@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -138,7 +139,8 @@ def status(sweep_dir: Path) -> int:
         table.add_column(col)
     for d in job_dirs:
         r = read_job_record(d)
-        spec_updates = r.get("n_updates", "")
+        spec = json.loads((d / "spec.json").read_text()) if (d / "spec.json").is_file() else {}
+        spec_updates = spec.get("n_updates", "")
         table.add_row(d.name, str(r.get("job_id", "")), str(r.get("state", "")),
                       f"{completed_steps(d)}{'/' + str(spec_updates) if spec_updates else ''}",
                       str(r.get("exit_code", "")), str(r.get("elapsed_s", "")))
