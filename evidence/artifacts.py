@@ -197,7 +197,9 @@ def check_eval(run_dir: Path, final_checkpoint: str | None, expected_responses: 
         want = "initial" if kind == "initial" else final_checkpoint
         if want is not None and entry.get("checkpoint") != want:
             fail(f"{kind}.checkpoint is {entry.get('checkpoint')!r}, expected {want!r}")
-        if entry.get("all_zero_reward") is True or entry.get("mean_reward") == 0:
+        # A weak base model may honestly score 0 on the initial control (flagged, see index.py);
+        # an all-zero *final* eval means the quality metrics are unusable (seed 000's label incident).
+        if kind == "final" and (entry.get("all_zero_reward") is True or entry.get("mean_reward") == 0):
             fail(f"all-zero eval reward on the {kind} checkpoint; quality metrics unusable", gate=ALL_ZERO_EVAL)
 
     initial, final = summary.get("initial"), summary.get("final")

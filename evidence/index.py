@@ -184,6 +184,10 @@ def _note_anomalies(evidence: JobEvidence) -> None:
     if record and (state != "COMPLETED" or exit_code != 0):
         evidence.anomalies.append(GateFailure(
             "scheduler-state", "job.json", f"scheduler state {state}, exit code {exit_code}"))
+    initial = (evidence.eval_summary or {}).get("initial")
+    if isinstance(initial, dict) and (initial.get("all_zero_reward") is True or initial.get("mean_reward") == 0):
+        evidence.anomalies.append(GateFailure(
+            "all-zero-eval-reward", "run/eval.json", "all-zero eval reward on the initial checkpoint (control)"))
     records = evidence.metrics.records if evidence.metrics else []
     if records and all(r.get("rollout/all_zero_reward") == 1 for r in records):
         evidence.anomalies.append(GateFailure(

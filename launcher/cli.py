@@ -114,7 +114,11 @@ def launch_grid(root_cfg, config_loader, job_overrides: list[list[str]], sweep_d
     except PreflightError as exc:
         print(f"proofgrid: error: {exc}", file=sys.stderr)
         return 2
-    return run_sweep(sweep)
+    try:
+        return run_sweep(sweep)
+    except PreflightError as exc:  # found while preparing the job directories: nothing submitted
+        print(f"proofgrid: error: {exc}", file=sys.stderr)
+        return 2
 
 
 def status(sweep_dir: Path) -> int:
@@ -123,7 +127,7 @@ def status(sweep_dir: Path) -> int:
 
     from launcher.progress import completed_steps
     from launcher.records import read_job_record
-    from launcher.slurm import refresh_job_records
+    from launcher.slurm import SchedulerUnavailable, refresh_job_records
 
     jobs_root = sweep_dir / "jobs"
     if not jobs_root.is_dir():
@@ -132,7 +136,7 @@ def status(sweep_dir: Path) -> int:
     job_dirs = sorted(p for p in jobs_root.iterdir() if p.is_dir())
     try:
         refresh_job_records(job_dirs)
-    except (OSError, ValueError) as exc:  # no sacct here: show what the records say
+    except (OSError, SchedulerUnavailable) as exc:  # no sacct here: show what the records say
         print(f"note: scheduler not reachable ({exc}); showing recorded states", file=sys.stderr)
     table = Table(title=str(sweep_dir.name))
     for col in ("job", "scheduler id", "state", "step", "exit", "elapsed s"):

@@ -38,6 +38,11 @@ def run_local(sweep, todo) -> bool:
     running: dict[str, subprocess.Popen] = {}
     console = Console(stderr=True)
     title = f"proofgrid sweep ({parallel} at a time)"
+
+    def on_term(signum, _frame):
+        raise KeyboardInterrupt  # the jobs run in sessions of their own: stop them, do not orphan them
+
+    previous = {sig: signal.signal(sig, on_term) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         with Live(progress_table(title, states, dirs, steps), console=console, refresh_per_second=2,
                   transient=False) as live:
@@ -71,4 +76,7 @@ def run_local(sweep, todo) -> bool:
                 os.killpg(proc.pid, signal.SIGKILL)
             update_job_record(dirs[name], {"state": "CANCELLED"})
         raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return True

@@ -12,6 +12,7 @@ named service ports first (``NAMED_PORTS``), then the Ray worker port range.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -94,12 +95,23 @@ def claim_port_block(lock_dir: Path | None = None, base: int | None = None,
                      max_blocks: int = DEFAULT_MAX_BLOCKS) -> PortBlock:
     """Claim the first block that no live job holds and whose ports are all free to bind."""
     lock_dir = Path(lock_dir or default_lock_dir())
-    lock_dir.mkdir(parents=True, exist_ok=True)
+    if not lock_dir.is_dir():
+        lock_dir.mkdir(parents=True, exist_ok=True)
+        # Node-wide: every user's jobs claim from the same blocks (sticky, like /tmp).
+        with contextlib.suppress(PermissionError):
+            lock_dir.chmod(0o1777)
     base = int(os.environ.get("PROOFGRID_PORT_BASE", DEFAULT_BASE)) if base is None else base
     if base + max_blocks * BLOCK_SIZE > 65535:
         raise ValueError(f"port base {base} with {max_blocks} blocks of {BLOCK_SIZE} exceeds 65535")
     for index in range(max_blocks):
-        fd = os.open(lock_dir / f"block-{index}.lock", os.O_CREAT | os.O_RDWR, 0o666)
+        path = lock_dir / f"block-{index}.lock"
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o666)
+        except PermissionError:  # another user's lock file: a read-only descriptor can still flock it
+            fd = os.open(path, os.O_RDONLY)
+        else:
+            with contextlib.suppress(PermissionError):
+                os.fchmod(fd, 0o666)  # the umask must not lock other users out
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -107,8 +119,9 @@ def claim_port_block(lock_dir: Path | None = None, base: int | None = None,
             continue  # a live job holds this block
         ports, workers = layout(index, base)
         if all(port_is_free(p) for p in range(base + index * BLOCK_SIZE, base + (index + 1) * BLOCK_SIZE)):
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
+            with contextlib.suppress(OSError):  # informational only (read-only on others' files)
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{os.getpid()}\n".encode())
             return PortBlock(index, base + index * BLOCK_SIZE, ports, workers, fd)
         os.close(fd)  # some other process uses a port of this block: skip it
     raise RuntimeError(

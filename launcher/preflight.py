@@ -58,15 +58,16 @@ def check_inputs(workload: DictConfig) -> dict[str, str]:
         raise PreflightError(f"workload {workload.name}: {exc}") from None
 
 
-def check_resources(workload: DictConfig, cluster: DictConfig) -> None:
+def check_resources(workload: DictConfig, cluster: DictConfig, dp_size: int = 1) -> None:
     """The CPUs given to a job must cover the trainer plus its reward workers (seed 000's smoke runs
     that could not schedule their actors), and the cluster must be able to give them."""
-    need = 1 + int(workload.reward_workers)
+    ranks = int(dp_size)
+    need = ranks * (1 + int(workload.reward_workers))  # every data-parallel rank has its own workers
     cpus = int(workload.cpus_per_job)
     if cpus < need:
         raise PreflightError(
-            f"workload.cpus_per_job={cpus} cannot hold the trainer plus {workload.reward_workers} reward "
-            f"workers ({need} CPUs); set workload.cpus_per_job>={need}"
+            f"workload.cpus_per_job={cpus} cannot hold {ranks} trainer rank(s) plus {workload.reward_workers} "
+            f"reward worker(s) each ({need} CPUs); set workload.cpus_per_job>={need}"
         )
     if cluster.kind == "local":
         available = os.cpu_count() or 1

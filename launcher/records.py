@@ -8,6 +8,7 @@ machine paths, user and host names replaced by placeholders (``evidence.sanitize
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sys
@@ -30,10 +31,20 @@ def read_job_record(job_dir: Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def update_job_record(job_dir: Path, changes: dict) -> dict:
-    """Merge ``changes`` into ``job.json`` (atomic replace) and return the new record."""
-    record = {**read_job_record(job_dir), **changes}
-    _write_json(Path(job_dir) / JOB_RECORD, record)
+def update_job_record(job_dir: Path, changes: dict, defaults: dict | None = None) -> dict:
+    """Merge ``changes`` into ``job.json`` and return the new record.
+
+    Two processes write it (the job runtime on the compute node, the launcher refreshing scheduler
+    states), so the read-modify-write holds an exclusive lock on ``job.json.lock``; the write itself
+    is an atomic replace, so readers never see a torn file. ``defaults`` only fill keys that are
+    not there yet (the launcher's PENDING must not overwrite a fast job's RUNNING).
+    """
+    job_dir = Path(job_dir)
+    job_dir.mkdir(parents=True, exist_ok=True)
+    with open(job_dir / (JOB_RECORD + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        record = {**(defaults or {}), **read_job_record(job_dir), **changes}
+        _write_json(job_dir / JOB_RECORD, record)
     return record
 
 

@@ -62,72 +62,85 @@ def leftovers(roots: JobRoots, block: PortBlock) -> list[dict]:
 
 
 def run_job(spec: JobSpec) -> dict:
-    """Run one job to completion inside its allocation; returns its ``job.json`` record."""
+    """Run one job to completion inside its allocation; returns its ``job.json`` record.
+
+    Whatever happens (trainer failure, Ray start failure, no port block, SIGTERM from scancel or a
+    requeue, submitit's timeout signal), the job ends with a terminal record, its Ray runtime
+    stopped, its alias removed and its cleanup list written.
+    """
     started = time.time()
     roots = JobRoots(spec.job_dir)
-    roots.create()
     base_env = dict(os.environ)
-    identity = scheduler_identity()
     update_job_record(roots.job_dir, {
-        "algo": spec.algo, "seed": spec.seed, **identity, "node": socket.gethostname(), "state": "RUNNING",
-        "exit_code": None, "source_commit": spec.source_commit, "roots": roots.as_record(),
-        "started_at": started,
+        "algo": spec.algo, "seed": spec.seed, **scheduler_identity(), "node": socket.gethostname(),
+        "state": "RUNNING", "exit_code": None, "source_commit": spec.source_commit, "roots": roots.as_record(),
+        "started_at": started, "runtime_pid": os.getpid(),
     })
-    try:
-        check_visible_gpu(spec.gpu_model)  # the profile asked for a GPU model: is it the one we got?
-    except PreflightError as exc:
-        update_job_record(roots.job_dir, {"state": "FAILED", "exit_code": None, "preflight_error": str(exc),
-                                          "elapsed_s": round(time.time() - started, 3), "cleanup": []})
-        raise JobFailed(f"job {spec.name}: {exc}") from None
     terminated: list[int] = []
 
-    def on_term(signum, _frame):
+    def on_signal(signum, _frame):
+        first = not terminated
         terminated.append(signum)
-        raise KeyboardInterrupt  # unwind through the finally blocks below
+        if first:  # later signals during teardown must not interrupt the cleanup
+            raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, on_term)
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGUSR2)}
     exit_code: int | None = None
-    block = claim_port_block()
+    failure: str | None = None
+    block: PortBlock | None = None
+    ray: JobRay | None = None
+    proc: subprocess.Popen | None = None
+    cleanup: list[dict] = []
     try:
+        check_visible_gpu(spec.gpu_model)  # the profile asked for a GPU model: is it the one we got?
+        roots.create()
+        block = claim_port_block()
         env = isolated_env(roots, block.ports, base_env)
         env["PROOFGRID_SOURCE_COMMIT"] = spec.source_commit or ""
-        ray = JobRay(roots, block, spec.ray_cpus, env) if spec.ray_cpus > 0 else None
-        proc = None
-        try:
-            if ray is not None:
-                env["RAY_ADDRESS"] = ray.start()
-            argv = trainer_argv(spec, roots)
-            write_command_records(spec, argv, env_diff(base_env, env), REPO_ROOT)
-            with open(roots.job_dir / "trainer.log", "ab") as log:
-                proc = subprocess.Popen(argv, env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL)
-                exit_code = proc.wait()
-        except KeyboardInterrupt:
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    exit_code = proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    exit_code = proc.wait()
-        finally:
-            if ray is not None:
-                ray.stop()
-            roots.remove_alias()
-        cleanup = leftovers(roots, block)
-        ports = block.as_record()
+        if spec.ray_cpus > 0:
+            ray = JobRay(roots, block, spec.ray_cpus, env)
+            env["RAY_ADDRESS"] = ray.start()
+        argv = trainer_argv(spec, roots)
+        write_command_records(spec, argv, env_diff(base_env, env), REPO_ROOT)
+        with open(roots.job_dir / "trainer.log", "ab") as log:
+            proc = subprocess.Popen(argv, env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL)
+            exit_code = proc.wait()
+    except KeyboardInterrupt:
+        failure = f"terminated by signal {terminated[0]}" if terminated else "interrupted"
+    except (PreflightError, RuntimeError, OSError) as exc:
+        failure = str(exc)
     finally:
-        block.release()
-        signal.signal(signal.SIGTERM, previous)
-    state = "TERMINATED" if terminated else ("COMPLETED" if exit_code == 0 else "FAILED")
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                exit_code = proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                exit_code = proc.wait()
+        if ray is not None:
+            ray.stop()
+        roots.remove_alias()
+        if block is not None:
+            cleanup = leftovers(roots, block)
+            block.release()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if terminated:
+        state = "TERMINATED"
+    elif failure is None and exit_code == 0:
+        state = "COMPLETED"
+    else:
+        state = "FAILED"
     record = update_job_record(roots.job_dir, {
-        "state": state, "exit_code": exit_code, "elapsed_s": round(time.time() - started, 3),
-        "ports": ports, "cleanup": cleanup,
+        "state": state, "runtime_state": state, "exit_code": exit_code, "elapsed_s": round(time.time() - started, 3),
+        "ports": block.as_record() if block is not None else None, "cleanup": cleanup,
+        **({"failure": failure} if failure else {}),
     })
     if terminated:
         sys.exit(128 + terminated[0])
-    if exit_code != 0:
-        raise JobFailed(f"job {spec.name}: trainer exited with {exit_code}; see {spec.name}/trainer.log")
+    if state != "COMPLETED":
+        raise JobFailed(f"job {spec.name}: {failure or f'trainer exited with {exit_code}; see trainer.log'}")
     return record
 
 

@@ -17,22 +17,33 @@ from launcher.progress import progress_table
 from launcher.records import read_job_record, update_job_record
 from launcher.runtime import run_job
 
+
+class SchedulerUnavailable(RuntimeError):
+    """sacct could not be asked (the controller or accounting is unreachable)."""
+
+
 TERMINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY",
                    "BOOT_FAIL", "DEADLINE"}
 SWEEP_RECORD = "sweep.json"
 
 
-def time_to_minutes(value: str) -> int:
-    """Slurm time ``[D-]HH:MM[:SS]`` or minutes -> whole minutes (rounded up)."""
-    value = str(value)
-    days, _, rest = value.rpartition("-")
+def time_to_minutes(value) -> int:
+    """Slurm ``--time`` -> whole minutes (seconds round up). Slurm's accepted forms: ``M``,
+    ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S``."""
+    text = str(value).strip()
+    days, sep, rest = text.partition("-")
+    if not sep:
+        days, rest = "0", text
     parts = [int(p) for p in rest.split(":")]
-    if len(parts) == 1:
-        minutes = parts[0]
+    if sep:  # D-H, D-H:M, D-H:M:S
+        h, m, sec = (parts + [0, 0])[:3]
+    elif len(parts) == 1:
+        h, m, sec = 0, parts[0], 0
+    elif len(parts) == 2:
+        h, m, sec = 0, parts[0], parts[1]
     else:
-        h, m, s = (parts + [0, 0])[:3] if len(parts) >= 2 else (0, parts[0], 0)
-        minutes = h * 60 + m + (1 if s else 0)
-    return minutes + (int(days) * 1440 if days else 0)
+        h, m, sec = parts[:3]
+    return int(days) * 1440 + h * 60 + m + (1 if sec else 0)
 
 
 def sbatch_options(cluster: DictConfig, n_jobs: int) -> dict[str, str]:
@@ -94,9 +105,9 @@ def submit_slurm(sweep, todo) -> bool:
     jobs = executor.map_array(run_job, todo)
     array_id = str(jobs[0].job_id).split("_")[0]
     for i, (spec, job) in enumerate(zip(todo, jobs)):
-        update_job_record(spec.job_dir, {"algo": spec.algo, "seed": spec.seed, "scheduler": "slurm",
-                                         "job_id": str(job.job_id), "array_index": i, "state": "PENDING",
-                                         "exit_code": None, "source_commit": spec.source_commit})
+        update_job_record(spec.job_dir, {"scheduler": "slurm", "job_id": str(job.job_id), "array_index": i},
+                          defaults={"algo": spec.algo, "seed": spec.seed, "state": "PENDING", "exit_code": None,
+                                    "source_commit": spec.source_commit})
     record_path = sweep.sweep_dir / SWEEP_RECORD
     record = json.loads(record_path.read_text()) if record_path.exists() else {}
     record.setdefault("submissions", []).append({"array_job_id": array_id, "jobs": [s.name for s in todo]})
@@ -113,9 +124,11 @@ def submit_slurm(sweep, todo) -> bool:
 def sacct_states(job_ids: list[str]) -> dict[str, dict]:
     """``{job id: {state, exit_code, signal, elapsed_s, node}}`` for array tasks, from sacct."""
     arrays = sorted({j.split("_")[0] for j in job_ids})
-    out = subprocess.run(["sacct", "-X", "-P", "-n", "-j", ",".join(arrays),
-                          "--format=JobID,State,ExitCode,ElapsedRaw,NodeList"],
-                         capture_output=True, text=True, check=True).stdout
+    proc = subprocess.run(["sacct", "-X", "-P", "-n", "-j", ",".join(arrays),
+                           "--format=JobID,State,ExitCode,ElapsedRaw,NodeList"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SchedulerUnavailable(f"sacct failed: {proc.stderr.strip() or proc.returncode}")
+    out = proc.stdout
     states = {}
     for line in out.splitlines():
         job_id, state, exit_code, elapsed, node = line.split("|")
@@ -158,9 +171,15 @@ def wait_for_jobs(sweep_dir: Path, job_dirs: list[Path], n_updates: dict[str, in
                  for n, s in states.items()}
         return progress_table(title, shown, dirs, n_updates)
 
-    states = refresh_job_records(job_dirs)
+    def refresh(previous):
+        try:
+            return refresh_job_records(job_dirs)
+        except SchedulerUnavailable:  # transient: keep waiting with what we knew
+            return previous
+
+    states = refresh({d.name: "PENDING" for d in job_dirs})
     with Live(view(states), console=Console(stderr=True), refresh_per_second=1) as live:
         while not all(s in TERMINAL_STATES for s in states.values()):
             time.sleep(poll_s)
-            states = refresh_job_records(job_dirs)
+            states = refresh(states)
             live.update(view(states))

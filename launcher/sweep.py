@@ -8,8 +8,11 @@ asked to, refreshes the job records and seals the evidence bundle.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import socket
 import sys
 from dataclasses import dataclass
 from datetime import date
@@ -20,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from launcher.isolation import JobRoots, isolated_env
 from launcher.ports import NAMED_PORTS
 from launcher.preflight import PreflightError, check_inputs, check_job_config, check_resources, check_source
-from launcher.records import path_free_sanitizer, public_copy
+from launcher.records import path_free_sanitizer, public_copy, read_job_record
 from launcher.spec import JobSpec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -28,6 +31,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 LAUNCHER_KEYS = ("dry_run", "wait", "formal", "cluster")
 SWEEP_RECORD = "sweep.json"
 COMMANDS_FILE = "commands.txt"
+IN_FLIGHT_STATES = {"PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "SUSPENDED", "RESIZING"}
+ATTEMPT_RUN_FILES = ("metrics.jsonl", "eval.json", "run.json")
 ATTEMPT_RECORDS = ("job.json", "command.json", "command.public.json", "trainer.log", "runtime.log", "ray-start.log")
 
 
@@ -86,7 +91,7 @@ def plan_sweep(root_cfg: DictConfig, job_cfgs: list[DictConfig], job_overrides: 
         w = cfg.workload
         if w.name not in checked_workloads:
             check_inputs(w)
-            check_resources(w, cluster)
+            check_resources(w, cluster, int(cfg.dp_size))
             checked_workloads.add(w.name)
         specs.append(JobSpec(
             name=name, algo=str(cfg.algo.short), seed=int(cfg.seed), sweep_dir=str(sweep_dir),
@@ -167,9 +172,57 @@ def is_accepted(job_dir: Path) -> bool:
     return bool(job_dir.is_dir() and evaluate_job(job_dir).accepted)
 
 
+def _in_flight(record: dict) -> bool:
+    """Is the job of this record still queued or running somewhere?"""
+    state = record.get("state")
+    if state not in IN_FLIGHT_STATES:
+        return False
+    if record.get("scheduler") == "slurm":
+        return True  # refreshed from sacct just before
+    # A local job is alive only while its runtime process is (a killed launcher leaves RUNNING behind).
+    pid = record.get("runtime_pid")
+    if not pid or record.get("node") != socket.gethostname():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _check_rerun(spec: JobSpec) -> None:
+    """Refuse to re-run into a job directory made with other settings, or one still in flight."""
+    previous = spec.job_dir / "spec.json"
+    if previous.is_file():
+        old = JobSpec.from_json(previous.read_text())
+        if (old.trainer_overrides, old.n_updates) != (spec.trainer_overrides, spec.n_updates):
+            raise PreflightError(
+                f"{spec.job_dir} holds job {spec.name} run with other settings "
+                f"({' '.join(old.trainer_overrides)}); a sweep directory holds one frozen grid: "
+                "use a new hydra.sweep.dir"
+            )
+    record = read_job_record(spec.job_dir)
+    if _in_flight(record):
+        raise PreflightError(
+            f"job {spec.name} is still {record.get('state')} (id {record.get('job_id')}); wait for it "
+            f"(python -m launcher status {spec.sweep_dir}) or cancel it before re-running this sweep"
+        )
+
+
 def prepare_job_dirs(sweep: Sweep) -> list[JobSpec]:
-    """Jobs that still need to run. An accepted job is never re-run; a rejected one runs again
-    (resuming from its checkpoint) after its records are moved to ``attempts/<n>/``: never lost."""
+    """Jobs that still need to run. An accepted job is never re-run; a job still queued or running
+    refuses the re-run; a rejected one runs again (resuming from its checkpoint) after its records
+    and its run's evidence files are copied to ``attempts/<n>/``: nothing is lost."""
+    existing = [s.job_dir for s in sweep.specs if (s.job_dir / "job.json").is_file()]
+    if existing:
+        from launcher.slurm import SchedulerUnavailable, refresh_job_records
+
+        with contextlib.suppress(OSError, SchedulerUnavailable):  # no scheduler here: records decide
+            refresh_job_records(existing)
+    for spec in sweep.specs:
+        _check_rerun(spec)
     todo = []
     for spec in sweep.specs:
         job_dir = spec.job_dir
@@ -178,10 +231,13 @@ def prepare_job_dirs(sweep: Sweep) -> list[JobSpec]:
                 continue
             attempts = job_dir / "attempts"
             attempt = attempts / str(len(list(attempts.iterdir())) if attempts.is_dir() else 0)
-            attempt.mkdir(parents=True)
+            (attempt / "run").mkdir(parents=True)
             for name in ATTEMPT_RECORDS:
                 if (job_dir / name).exists():
                     shutil.move(str(job_dir / name), str(attempt / name))
+            for name in ATTEMPT_RUN_FILES:  # the resumed run rewrites these: keep the rejected ones
+                if (job_dir / "run" / name).exists():
+                    shutil.copy2(job_dir / "run" / name, attempt / "run" / name)
         job_dir.mkdir(parents=True, exist_ok=True)
         (job_dir / "spec.json").write_text(spec.to_json() + "\n")
         todo.append(spec)

@@ -29,7 +29,11 @@ def _scenarios():
     """name -> (values, mask, split row index): rank 0 gets rows [:split], rank 1 the rest."""
     one_token_mask = [[0] * 4 for _ in range(5)]
     one_token_mask[3][1] = 1
+    g = torch.Generator().manual_seed(3)
+    random_values = (torch.randn(5, 4, generator=g, dtype=F64) * 3 + 1).tolist()
     return {
+        "random_1_4": (random_values, MASK, 1),
+        "random_3_2": (random_values, MASK, 3),
         "unequal_1_4": (VALUES, MASK, 1),
         "unequal_4_1": (VALUES, MASK, 4),
         "even_ish_2_3": (VALUES, MASK, 2),
@@ -79,6 +83,11 @@ def test_two_rank_normalisation_equals_single_population_reference(rank_results,
         assert math.isclose(mean_r, mu, rel_tol=1e-12, abs_tol=1e-15)
         assert math.isclose(var_r, var, rel_tol=1e-12, abs_tol=1e-15)
         assert count_r == n
+
+
+def test_repartition_invariance_with_random_values(rank_results):
+    a, b = (torch.cat([rank_results[0][s][0], rank_results[1][s][0]]) for s in ("random_1_4", "random_3_2"))
+    torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12)  # only the summation order differs
 
 
 def test_repartition_invariance_is_exact(rank_results):

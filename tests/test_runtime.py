@@ -24,8 +24,9 @@ def test_a_job_that_asked_for_a_gpu_model_it_did_not_get_fails_before_training(t
     with pytest.raises(JobFailed, match="A40"):
         run_job(spec)
     record = json.loads((spec.job_dir / "job.json").read_text())
-    assert record["state"] == "FAILED" and "A40" in record["preflight_error"]
+    assert record["state"] == "FAILED" and "A40" in record["failure"]
     assert not (spec.job_dir / "run" / "metrics.jsonl").exists()
+    assert not JobRoots(spec.job_dir).ray_alias.exists()  # nothing left behind in /tmp
 
 
 def test_isolated_env_points_every_cache_and_temp_root_into_the_job(tmp_path):

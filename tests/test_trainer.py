@@ -119,9 +119,21 @@ def test_dp2_produces_the_same_advantages_as_dp1(tmp_path, algo):
         assert torch.equal(mask, one["mask"])
         torch.testing.assert_close(stacked, one["normalized"], atol=1e-5, rtol=1e-5)
     m1, m2 = read_metrics(tmp_path / "dp1"), read_metrics(tmp_path / "dp2")
+    # Losses and the gradient norm too: a mean-instead-of-sum gradient all-reduce would halve grad_norm
+    # (and AdamW, nearly scale-invariant, would hide it from the advantages alone).
+    keys = ("rollout/raw_reward", "rollout/valid_tokens", "rollout/adv_raw_mean", "rollout/adv_norm_std",
+            "train/loss", "train/pg_loss", "train/grad_norm", "train/ppo_kl")
     for a, b in zip(m1, m2):
-        for key in ("rollout/raw_reward", "rollout/valid_tokens", "rollout/adv_raw_mean", "rollout/adv_norm_std"):
-            assert a[key] == pytest.approx(b[key], abs=1e-5), key
+        for key in keys + (("train/kl_loss",) if algo == "rppb" else ()):
+            assert a[key] == pytest.approx(b[key], abs=1e-5, rel=1e-4), key
+
+
+def test_trainer_and_evidence_agree_on_the_required_metric_keys():
+    from evidence.metrics_log import required_keys
+
+    for algo in ("grpo", "rpp", "rppb"):
+        expected = set(REQUIRED_KEYS) | ({KL_LOSS_KEY} if algo != "rpp" else set())
+        assert set(required_keys(algo)) == expected, algo
 
 
 def test_an_input_whose_digest_differs_is_refused(tmp_path):

@@ -59,6 +59,13 @@ def validate(cfg: DictConfig) -> AlgoConfig:
         raise RunConfigError(f"workload.n_updates={w.n_updates} must be >= 1")
     if int(w.eval.k) < 1 or int(w.eval.n_prompts) < 1:
         raise RunConfigError("workload.eval.k and workload.eval.n_prompts must be >= 1")
+    if int(w.checkpoint_every) < 1:
+        raise RunConfigError(f"workload.checkpoint_every={w.checkpoint_every} must be >= 1 (steps between checkpoints)")
+    if int(w.sampling.top_k) != 0 or float(w.sampling.top_p) != 1.0:
+        raise RunConfigError(
+            "workload.sampling.top_k/top_p filter the rollout policy, but the PPO ratio and the KL terms use "
+            "the unfiltered policy's log-probs; keep top_k=0 top_p=1.0 for training (eval may filter)"
+        )
     return algo
 
 

@@ -35,12 +35,12 @@ from trainer.algorithms import (
     reduce_loss,
 )
 from trainer.checkpoint import checkpoint_name, latest_checkpoint, load_checkpoint, save_checkpoint
-from trainer.config import validate
+from trainer.config import RunConfigError, validate
 from trainer.data import PromptStream, load_split, mix_seed
 from trainer.evaluate import evaluate
 from trainer.inputs import REPO_ROOT, resolve, verify_inputs
 from trainer.metrics import KL_LOSS_KEY, MetricsLog
-from trainer.policy import build_token_batch, load_policy, response_logprobs
+from trainer.policy import build_token_batch, compute_context, load_policy, response_logprobs
 from trainer.reward_workers import make_scorer
 from trainer.rollout import SamplingParams, TorchEngine, warn_if_greedy
 
@@ -71,8 +71,9 @@ def source_commit() -> str | None:
 class Collective:
     """Host-side aggregation of monitoring scalars across ranks (never used in the numerical hot path)."""
 
-    def __init__(self, group):
+    def __init__(self, group, device: torch.device):
         self.group = group
+        self.device = device  # NCCL reduces device tensors only
 
     def sum(self, values: list[float]) -> list[float]:
         return self._reduce(values, dist.ReduceOp.SUM)
@@ -83,7 +84,7 @@ class Collective:
     def _reduce(self, values, op):
         if self.group is None:
             return list(values)
-        t = torch.tensor(values, dtype=torch.float64)
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
         dist.all_reduce(t, op=op, group=self.group)
         return t.tolist()
 
@@ -121,7 +122,9 @@ def train_step(s: RunState, step: int) -> dict[str, float]:
             keys.append(mix_seed(seed, step, position, j))
             labels.append(example.label)
     sampling = sampling_params(w.sampling, w.max_response_len)
-    rollout = s.engine.generate(prompt_ids, keys, sampling)
+    compute = compute_context(s.device, str(w.dtype))
+    with compute:
+        rollout = s.engine.generate(prompt_ids, keys, sampling)
     texts = [s.tokenizer.decode(g.response_ids, skip_special_tokens=True) for g in rollout.generations]
     reward = torch.tensor(s.scorer.score(texts, labels), dtype=torch.float32, device=s.device)
 
@@ -129,7 +132,7 @@ def train_step(s: RunState, step: int) -> dict[str, float]:
                               s.tokenizer.pad_token_id, s.device)
     mask = batch.response_mask
     temperature = sampling.temperature if not sampling.greedy else 1.0
-    with torch.no_grad():
+    with torch.no_grad(), compute:
         logp_old = response_logprobs(s.policy, batch, temperature)
         logp_ref = response_logprobs(s.reference, batch, temperature)
     adv = compute_advantages(RolloutBatch(reward, mask, logp_old, logp_ref, K), s.algo, group=s.group)
@@ -140,7 +143,8 @@ def train_step(s: RunState, step: int) -> dict[str, float]:
         torch.save({"positions": [pos for pos, _ in local], "raw": adv.raw, "normalized": adv.normalized,
                     "mask": mask, "reward": reward}, dump)
 
-    logp = response_logprobs(s.policy, batch, temperature)
+    with compute:
+        logp = response_logprobs(s.policy, batch, temperature)
     token_pg, clip_frac = ppo_clip_token_loss(logp, logp_old, adv.normalized, mask, s.algo.clip_low, s.algo.clip_high)
     pg_loss = reduce_loss(token_pg, mask, s.algo.loss_reduction, group=s.group)
     loss = pg_loss
@@ -166,7 +170,7 @@ def train_step(s: RunState, step: int) -> dict[str, float]:
     first_return = adv.returns[:, 0] if adv.returns is not None else reward
     n_local = len(rollout.generations)
     valid_local = mask.sum().item()
-    sums = Collective(s.group).sum([
+    sums = Collective(s.group, s.device).sum([
         reward.sum().item(), first_return.sum().item(), n_local, float(sum(r > 0 for r in reward.tolist())),
         float(mask.sum(dim=1).sum().item()), float(sum(not g.finished for g in rollout.generations)),
         clip_frac.item() * valid_local, loss.item(), pg_loss.item(), ppo_kl.item(),
@@ -174,7 +178,7 @@ def train_step(s: RunState, step: int) -> dict[str, float]:
     ])
     (r_sum, ret_sum, n, n_nonzero, len_sum, trunc_sum, clipped, loss_v, pg_v, ppo_kl_v, kl_v, tokens) = sums
     raw_var = adv.raw_var.item()
-    rollout_wall, peak = Collective(s.group).max([rollout.wall_s, peak_memory_gib(s.device)])
+    rollout_wall, peak = Collective(s.group, s.device).max([rollout.wall_s, peak_memory_gib(s.device)])
     metrics = {
         "rollout/raw_reward": r_sum / n,
         "rollout/returns": ret_sum / n,
@@ -201,6 +205,15 @@ def train_step(s: RunState, step: int) -> dict[str, float]:
     return metrics
 
 
+def run_config_digest(cfg: DictConfig) -> str:
+    """SHA256 of what defines the run's numbers (algo, workload, seed); a checkpoint only resumes
+    a run with the same digest. Where it runs (output_dir, dp_size, launcher keys) is not part of it."""
+    import hashlib
+
+    defining = OmegaConf.to_container(OmegaConf.masked_copy(cfg, ["algo", "workload", "seed"]), resolve=True)
+    return hashlib.sha256(json.dumps(defining, sort_keys=True).encode()).hexdigest()
+
+
 def _versions() -> dict[str, str]:
     import transformers
 
@@ -221,6 +234,11 @@ def run_rank(rank: int, world: int, cfg_container: dict) -> dict | None:
     algo = validate(cfg)
     w = cfg.workload
     torch.set_num_threads(int(w.num_threads))
+    if str(w.device).startswith("cuda"):
+        # Deterministic cuBLAS needs a fixed workspace, set before CUDA initialises.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        if world > 1:
+            torch.cuda.set_device(rank)  # one GPU per rank (NCCL refuses two ranks on one device)
     torch.use_deterministic_algorithms(True)
     torch.manual_seed(int(cfg.seed))
     random.seed(int(cfg.seed))
@@ -245,10 +263,17 @@ def _init_process_group(rank: int, world: int, cfg: DictConfig):
 def _run(rank: int, world: int, group, cfg: DictConfig, algo: AlgoConfig) -> dict | None:
     w = cfg.workload
     inputs = verify_inputs(w.manifest, required=[w.model_path, w.train_path, w.test_path])
+    eval_examples = load_split(resolve(w.test_path))[: int(w.eval.n_prompts)]
+    if len(eval_examples) < int(w.eval.n_prompts):
+        raise RunConfigError(
+            f"workload.eval.n_prompts={w.eval.n_prompts} but the test split has {len(eval_examples)} rows; "
+            f"set workload.eval.n_prompts<={len(eval_examples)}"
+        )
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    device = torch.device(str(w.device))
-    policy, tokenizer = load_policy(str(resolve(w.model_path)), str(w.dtype), str(device))
+    device = torch.device(f"cuda:{torch.cuda.current_device()}") if str(w.device).startswith("cuda") \
+        else torch.device(str(w.device))
+    policy, tokenizer = load_policy(str(resolve(w.model_path)), str(device))
     reference = copy.deepcopy(policy).eval()
     for p in reference.parameters():
         p.requires_grad_(False)
@@ -256,8 +281,15 @@ def _run(rank: int, world: int, group, cfg: DictConfig, algo: AlgoConfig) -> dic
                                   eps=float(w.adam_eps), weight_decay=float(w.weight_decay))
     ckpt_root = out / "checkpoints"
     start_step = 0
+    digest = run_config_digest(cfg)
     if cfg.resume and (ckpt := latest_checkpoint(ckpt_root)) is not None:
-        start_step = int(load_checkpoint(ckpt, policy, optimizer)["step"])
+        state = load_checkpoint(ckpt, policy, optimizer)
+        if state.get("config_digest") != digest:
+            raise RunConfigError(
+                f"{out} holds a checkpoint ({ckpt.name}) of a run with other settings; resuming would mix "
+                "two configurations: use a new output_dir, or resume=false to start over"
+            )
+        start_step = int(state["step"])
         log.info("resumed from %s at step %d", ckpt.name, start_step)
     warn_if_greedy(sampling_params(w.sampling, w.max_response_len), "training rollout")
     engine = TorchEngine(policy, tokenizer.eos_token_id, tokenizer.pad_token_id)
@@ -284,7 +316,8 @@ def _run(rank: int, world: int, group, cfg: DictConfig, algo: AlgoConfig) -> dic
             log.info("step %d/%d reward=%.3f loss=%.4f", done, n_updates, metrics["rollout/raw_reward"],
                      metrics["train/loss"])
             if done % every == 0 or done == n_updates:
-                save_checkpoint(ckpt_root, done, policy, optimizer, {"prompts_consumed": done * int(w.prompts_per_step)})
+                save_checkpoint(ckpt_root, done, policy, optimizer,
+                                {"prompts_consumed": done * int(w.prompts_per_step), "config_digest": digest})
         if group is not None:
             dist.barrier(group=group)
     scorer.close()
@@ -292,12 +325,13 @@ def _run(rank: int, world: int, group, cfg: DictConfig, algo: AlgoConfig) -> dic
         return None
     metrics_log.close()
     e = w.eval
-    examples = load_split(resolve(w.test_path))[: int(e.n_prompts)]
+    examples = eval_examples
     eval_sampling = sampling_params(e, e.max_response_len)
-    final = evaluate(engine, tokenizer, examples, int(e.k), int(e.seed), eval_sampling,
-                     checkpoint_name(n_updates), out / "eval" / "final.jsonl")
-    initial = evaluate(TorchEngine(reference, tokenizer.eos_token_id, tokenizer.pad_token_id), tokenizer,
-                       examples, int(e.k), int(e.seed), eval_sampling, "initial", out / "eval" / "initial.jsonl")
+    with compute_context(device, str(w.dtype)):
+        final = evaluate(engine, tokenizer, examples, int(e.k), int(e.seed), eval_sampling,
+                         checkpoint_name(n_updates), out / "eval" / "final.jsonl")
+        initial = evaluate(TorchEngine(reference, tokenizer.eos_token_id, tokenizer.pad_token_id), tokenizer,
+                           examples, int(e.k), int(e.seed), eval_sampling, "initial", out / "eval" / "initial.jsonl")
     _write_json(out / "eval.json", {"initial": initial, "final": final})
     result = {**summary, "status": "completed", "steps_completed": n_updates,
               "responses_generated": n_updates * int(w.global_batch_size)}

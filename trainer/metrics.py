@@ -34,7 +34,8 @@ class MetricsLog:
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the run
         from torch.utils.tensorboard import SummaryWriter
 
-        self._tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+        # purge_step hides events a killed run wrote for steps >= start_step, as the JSONL truncation does.
+        self._tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"), purge_step=start_step or None)
 
     def _truncate_to(self, start_step: int) -> None:
         kept = []

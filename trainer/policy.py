@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -10,14 +11,25 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trainer.rollout import left_pad
 
 
-def load_policy(path: str, dtype: str = "float32", device: str = "cpu"):
-    """Load a causal LM and its tokenizer from a local directory (never from a hub)."""
+def load_policy(path: str, device: str = "cpu"):
+    """Load a causal LM and its tokenizer from a local directory (never from a hub).
+
+    Parameters stay float32 (the optimizer's master weights: a 1e-6 update is below bfloat16's
+    resolution for most weights); lower precision is used for compute only, via ``compute_context``.
+    """
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype), local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, local_files_only=True)
     return model.to(device), tokenizer
+
+
+def compute_context(device: torch.device, dtype: str):
+    """Autocast to ``dtype`` (e.g. bfloat16 on GPU); a no-op for float32."""
+    if dtype == "float32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=getattr(torch, dtype))
 
 
 @dataclass(frozen=True)

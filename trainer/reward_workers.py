@@ -13,6 +13,7 @@ import os
 from trainer.reward import math_reward
 
 CHUNK = 8  # responses per remote call
+SCORE_TIMEOUT_S = 600.0  # an actor Ray cannot schedule must fail the job, not hang it to its time limit
 
 
 class LocalScorer:
@@ -51,7 +52,12 @@ class RayRewardPool:
                 worker = self.workers[next_chunk % len(self.workers)]
                 pending[worker.score.remote(chunks[next_chunk])] = next_chunk
                 next_chunk += 1
-            done, _ = self._ray.wait(list(pending), num_returns=1)
+            done, _ = self._ray.wait(list(pending), num_returns=1, timeout=SCORE_TIMEOUT_S)
+            if not done:
+                raise RuntimeError(
+                    f"no reward chunk finished within {SCORE_TIMEOUT_S:.0f} s: the reward actors could not be "
+                    "scheduled (are the job's CPUs enough for its workers?)"
+                )
             for ref in done:
                 results[pending.pop(ref)] = self._ray.get(ref)
         return [r for i in range(len(chunks)) for r in results[i]]

@@ -135,6 +135,14 @@ def test_all_zero_eval_reward_is_flagged_and_excluded(sweep):
     assert incident.kind == "all-zero-eval-reward" and "final checkpoint" in incident.title
 
 
+def test_all_zero_initial_control_is_flagged_but_not_rejected(sweep):
+    write_eval(job_dir(sweep, "rpp", 42) / "run", "step_000010", 0.5, initial_pass1=0.0)
+    result = build_bundle(sweep, figures=False)
+    assert index_of(result)["rpp-42"]["accepted"] == "yes"
+    (incident,) = [i for i in result.incidents if i.job == "rpp-42"]
+    assert incident.kind == "all-zero-eval-reward" and "initial" in incident.title
+
+
 def test_missing_job_directory_is_an_incident(sweep):
     shutil.rmtree(job_dir(sweep, "grpo", 2026))
     result = build_bundle(sweep, figures=False)

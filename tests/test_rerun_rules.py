@@ -1,0 +1,73 @@
+"""Re-running a sweep into the same directory: never over a job in flight or with other settings;
+Slurm time strings; a checkpoint never resumes a run with other settings."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+
+import pytest
+
+from launcher.preflight import PreflightError
+from launcher.slurm import time_to_minutes
+from launcher.spec import JobSpec
+from launcher.sweep import _check_rerun
+from tests.trainer_runs import run_trainer
+
+
+def _spec(tmp_path, overrides=("algo=grpo", "seed=1")) -> JobSpec:
+    return JobSpec(name="grpo-1", algo="grpo", seed=1, sweep_dir=str(tmp_path), trainer_overrides=tuple(overrides),
+                   cpus=1, ray_cpus=0, n_updates=50, source_commit=None)
+
+
+def _record(spec: JobSpec, **fields) -> None:
+    spec.job_dir.mkdir(parents=True, exist_ok=True)
+    (spec.job_dir / "spec.json").write_text(spec.to_json())
+    (spec.job_dir / "job.json").write_text(json.dumps(fields))
+
+
+def test_a_live_local_job_refuses_the_rerun(tmp_path):
+    spec = _spec(tmp_path)
+    _record(spec, state="RUNNING", scheduler="local", job_id="local-0", runtime_pid=os.getpid(),
+            node=socket.gethostname())
+    with pytest.raises(PreflightError, match="still RUNNING"):
+        _check_rerun(spec)
+
+
+def test_a_local_job_whose_runtime_died_may_run_again(tmp_path):
+    spec = _spec(tmp_path)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    _record(spec, state="RUNNING", scheduler="local", job_id="local-0", runtime_pid=dead.pid,
+            node=socket.gethostname())
+    _check_rerun(spec)  # no error
+
+
+def test_a_queued_slurm_job_refuses_the_rerun(tmp_path):
+    spec = _spec(tmp_path)
+    _record(spec, state="PENDING", scheduler="slurm", job_id="12_0")
+    with pytest.raises(PreflightError, match="still PENDING"):
+        _check_rerun(spec)
+
+
+def test_a_job_directory_made_with_other_settings_refuses_the_rerun(tmp_path):
+    _record(_spec(tmp_path, ("algo=grpo", "seed=1", "workload.lr=0.001")), state="COMPLETED")
+    with pytest.raises(PreflightError, match="other settings"):
+        _check_rerun(_spec(tmp_path))
+
+
+@pytest.mark.parametrize(("text", "minutes"), [
+    ("30", 30), ("30:00", 30), ("30:01", 31), ("06:00:00", 360), ("1-12", 2160), ("1-12:30", 2190),
+    ("1-0:0:1", 1441), (45, 45)])
+def test_slurm_time_strings(text, minutes):
+    assert time_to_minutes(text) == minutes
+
+
+def test_a_checkpoint_never_resumes_a_run_with_other_settings(tmp_path):
+    common = ("algo=rpp", "seed=2", "workload.n_updates=2", "workload.checkpoint_every=1", "workload.eval.n_prompts=2")
+    run_trainer(tmp_path / "r", *common)
+    proc = run_trainer(tmp_path / "r", *common, "workload.lr=0.002", check=False)
+    assert proc.returncode == 2 and "other settings" in proc.stderr and "Traceback" not in proc.stderr
+    run_trainer(tmp_path / "r", *common, "workload.lr=0.002", "resume=false")  # starting over is allowed
