@@ -45,7 +45,7 @@ from evidence.index import INDEX_COLUMNS, JobEvidence, evaluate_sweep, index_row
 from evidence.report import render_report
 from evidence.sanitize import Leak, Sanitizer, strip_abs_keys
 from evidence.stats import CI_LEVEL, DEFAULT_LAST_K
-from evidence.sweep import job_name, read_sweep
+from evidence.sweep import SweepError, job_name, read_sweep
 from evidence.tables import compute_tables
 
 BUNDLE_DIR = "bundle"
@@ -250,6 +250,24 @@ def _bag_info(sweep, evidences: list[JobEvidence]) -> dict[str, str]:
     return info
 
 
+IN_FLIGHT_STATES = {"PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "SUSPENDED", "RESIZING"}
+
+
+def refuse_jobs_in_flight(sweep_dir: Path) -> None:
+    """A bundle seals finished evidence: a job whose record says it is still queued or running
+    would be sealed as rejected while it may yet complete."""
+    for record_path in sorted((sweep_dir / "jobs").glob("*/job.json")):
+        try:
+            state = read_json(record_path).get("state")
+        except JSONError:
+            continue  # an unreadable record is the artifact gates' business
+        if state in IN_FLIGHT_STATES:
+            raise SweepError(
+                f"job {record_path.parent.name} is still {state} according to its job.json; wait for the sweep "
+                f"to end (`python -m launcher status {sweep_dir}` refreshes scheduler states), then build again"
+            )
+
+
 def build_bundle(sweep_dir: str | Path, last_k: int = DEFAULT_LAST_K, figures: bool = True) -> BuildResult:
     """Validate a sweep and seal ``<sweep_dir>/bundle/``, ``bundle.tar.gz`` and its ``.sha256``.
 
@@ -258,6 +276,7 @@ def build_bundle(sweep_dir: str | Path, last_k: int = DEFAULT_LAST_K, figures: b
     """
     sweep_dir = Path(sweep_dir)
     sweep = read_sweep(sweep_dir)
+    refuse_jobs_in_flight(sweep_dir)
     if last_k < 1:
         raise ValueError("last_k must be at least 1")
     user = load_user_incidents(sweep_dir, {job_name(a, s) for a, s in sweep.jobs})

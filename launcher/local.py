@@ -19,8 +19,16 @@ from launcher.records import update_job_record
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+def usable_cores() -> int:
+    """CPUs this process may run on (its affinity mask: a Slurm allocation, taskset, a container)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def local_concurrency(cpus_per_job: int, max_parallel: int | None) -> int:
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     slots = max(1, cores // max(1, cpus_per_job))
     return max(1, min(slots, max_parallel)) if max_parallel else slots
 

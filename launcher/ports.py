@@ -21,7 +21,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DEFAULT_BASE = 30000
+# Below Linux's default ephemeral range (32768-60999): an outgoing connection of any process on
+# the node may take an ephemeral port, so a block there could be occupied at any moment.
+DEFAULT_BASE = 20000
 BLOCK_SIZE = 64
 DEFAULT_MAX_BLOCKS = 256
 # Every listening port a job may open, in block order. Worker ports take the rest of the block.
@@ -85,6 +87,31 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
     return True
 
 
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for outgoing connections' local ports."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def listening_ports(ports: range) -> list[int]:
+    """Ports of ``ports`` with a socket in LISTEN state on this node (from /proc/net/tcp{,6})."""
+    wanted, found = set(ports), set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            port = int(fields[1].rsplit(":", 1)[1], 16)
+            if fields[3] == "0A" and port in wanted:  # 0A = TCP_LISTEN
+                found.add(port)
+    return sorted(found)
+
+
 def layout(index: int, base: int = DEFAULT_BASE) -> tuple[dict[str, int], tuple[int, int]]:
     start = base + index * BLOCK_SIZE
     ports = {name: start + i for i, name in enumerate(NAMED_PORTS)}
@@ -103,7 +130,11 @@ def claim_port_block(lock_dir: Path | None = None, base: int | None = None,
     base = int(os.environ.get("PROOFGRID_PORT_BASE", DEFAULT_BASE)) if base is None else base
     if base + max_blocks * BLOCK_SIZE > 65535:
         raise ValueError(f"port base {base} with {max_blocks} blocks of {BLOCK_SIZE} exceeds 65535")
+    eph_low, eph_high = ephemeral_range()
     for index in range(max_blocks):
+        start = base + index * BLOCK_SIZE
+        if start <= eph_high and start + BLOCK_SIZE - 1 >= eph_low:
+            continue  # overlaps the ephemeral range: never hand it out
         path = lock_dir / f"block-{index}.lock"
         try:
             fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o666)
@@ -125,6 +156,6 @@ def claim_port_block(lock_dir: Path | None = None, base: int | None = None,
             return PortBlock(index, base + index * BLOCK_SIZE, ports, workers, fd)
         os.close(fd)  # some other process uses a port of this block: skip it
     raise RuntimeError(
-        f"no free port block among {max_blocks} blocks of {BLOCK_SIZE} from port {base} in {lock_dir}; "
-        "set PROOFGRID_PORT_BASE to another range"
+        f"no free port block among {max_blocks} blocks of {BLOCK_SIZE} from port {base} (outside the ephemeral "
+        f"range {eph_low}-{eph_high}) in {lock_dir}; set PROOFGRID_PORT_BASE to another range"
     )

@@ -5,7 +5,6 @@ Each failure is a ``PreflightError`` with a one-line message naming the problem 
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -70,7 +69,9 @@ def check_resources(workload: DictConfig, cluster: DictConfig, dp_size: int = 1)
             f"reward worker(s) each ({need} CPUs); set workload.cpus_per_job>={need}"
         )
     if cluster.kind == "local":
-        available = os.cpu_count() or 1
+        from launcher.local import usable_cores
+
+        available = usable_cores()
         if cpus > available:
             raise PreflightError(
                 f"a job needs {cpus} CPUs (workload.cpus_per_job) but this machine has {available}; "

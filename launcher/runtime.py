@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from launcher.isolation import JobRoots, env_diff, isolated_env
-from launcher.ports import BLOCK_SIZE, PortBlock, claim_port_block, port_is_free
+from launcher.ports import BLOCK_SIZE, PortBlock, claim_port_block, listening_ports
 from launcher.preflight import PreflightError, check_visible_gpu
 from launcher.ray_runtime import JobRay, leftover_processes
 from launcher.records import update_job_record, write_command_records
@@ -54,8 +54,8 @@ def scheduler_identity() -> dict:
 def leftovers(roots: JobRoots, block: PortBlock) -> list[dict]:
     """Everything the job left behind; must be empty, and a non-empty list is an incident."""
     found = leftover_processes(roots.job_dir)
-    found += [{"kind": "port", "port": p} for p in range(block.start, block.start + BLOCK_SIZE)
-              if not port_is_free(p)]
+    # Only listeners count: a port of the block that someone still *serves* on after the job.
+    found += [{"kind": "port", "port": p} for p in listening_ports(range(block.start, block.start + BLOCK_SIZE))]
     if roots.ray_alias.is_symlink() or roots.ray_alias.exists():
         found.append({"kind": "directory", "path": "<RAY_ALIAS>"})
     return found

@@ -13,7 +13,7 @@ import pytest
 
 from launcher.ports import BLOCK_SIZE, NAMED_PORTS, claim_port_block, layout
 
-BASE = 41000  # a range of our own, away from Ray/Slurm defaults
+BASE = 24000  # a range of our own, away from Ray/Slurm defaults
 
 
 def test_layout_puts_every_named_port_and_the_worker_range_inside_the_block():
@@ -80,3 +80,28 @@ def test_a_port_taken_by_another_process_moves_the_job_to_another_block(tmp_path
 def test_exhausted_range_is_a_clear_error(tmp_path):
     with claim_port_block(tmp_path, BASE, max_blocks=1), pytest.raises(RuntimeError, match="PROOFGRID_PORT_BASE"):
         claim_port_block(tmp_path, BASE, max_blocks=1)
+
+
+def test_blocks_never_overlap_the_ephemeral_range(tmp_path):
+    from launcher.ports import ephemeral_range
+
+    low, _ = ephemeral_range()
+    base = low - BLOCK_SIZE  # block 0 ends just below the range; block 1 would overlap it
+    with claim_port_block(tmp_path, base, max_blocks=4) as first:
+        assert first.start + BLOCK_SIZE - 1 < low
+        with pytest.raises(RuntimeError, match="ephemeral"):
+            claim_port_block(tmp_path, base, max_blocks=4)
+
+
+def test_listening_ports_sees_listeners_only():
+    from launcher.ports import listening_ports
+
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", BASE + 700))
+    assert listening_ports(range(BASE + 700, BASE + 701)) == []  # bound, not listening
+    server.listen()
+    try:
+        assert listening_ports(range(BASE + 690, BASE + 710)) == [BASE + 700]
+    finally:
+        server.close()

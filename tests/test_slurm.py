@@ -36,7 +36,7 @@ def _steps(job_dir: Path) -> int:
 
 def test_the_3x3_grid_is_one_job_array_and_every_task_is_accepted(tmp_path):
     sweep_dir = tmp_path / "grid"
-    proc = launch(sweep_dir, *GRID, *SHORT, "cluster=slurm", env={"PROOFGRID_PORT_BASE": "43000"})
+    proc = launch(sweep_dir, *GRID, *SHORT, "cluster=slurm", env={"PROOFGRID_PORT_BASE": "25000"})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     submissions = json.loads((sweep_dir / "sweep.json").read_text())["submissions"]
     assert len(submissions) == 1 and len(submissions[0]["jobs"]) == 9
@@ -54,19 +54,19 @@ def test_two_ray_jobs_on_one_node_get_disjoint_ports_and_roots_and_leave_nothing
     # A squatter on a port of the first block: the jobs must move to other blocks, not fail.
     squatter = socket.socket()
     squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    squatter.bind(("127.0.0.1", 44003))
+    squatter.bind(("127.0.0.1", 26003))
     squatter.listen()
     try:
         sweep_dir = tmp_path / "ray"
         proc = launch(sweep_dir, "algo=rppb", "seed=1,2", *SHORT, "workload.reward_workers=1",
-                      "workload.cpus_per_job=2", "cluster=slurm", env={"PROOFGRID_PORT_BASE": "44000"})
+                      "workload.cpus_per_job=2", "cluster=slurm", env={"PROOFGRID_PORT_BASE": "26000"})
     finally:
         squatter.close()
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     a, b = job_records(sweep_dir).values()
     assert a["cleanup"] == [] and b["cleanup"] == []
     assert a["ports"]["block"] != b["ports"]["block"]
-    assert 44000 not in (a["ports"]["block"][0], b["ports"]["block"][0])
+    assert 26000 not in (a["ports"]["block"][0], b["ports"]["block"][0])
     ports_a = {v for k, v in a["ports"].items() if isinstance(v, int)}
     ports_b = {v for k, v in b["ports"].items() if isinstance(v, int)}
     assert not ports_a & ports_b
@@ -85,7 +85,7 @@ def test_two_ray_jobs_on_one_node_get_disjoint_ports_and_roots_and_leave_nothing
 def test_a_cancelled_job_is_rejected_with_its_scheduler_state_and_the_rest_are_unaffected(tmp_path):
     sweep_dir = tmp_path / "cancel"
     proc = launch(sweep_dir, "algo=grpo", "seed=1,2,3", "workload.n_updates=12", "workload.eval.n_prompts=8",
-                  "cluster=slurm", "wait=false", env={"PROOFGRID_PORT_BASE": "45000"})
+                  "cluster=slurm", "wait=false", env={"PROOFGRID_PORT_BASE": "27000"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     victim = sweep_dir / "jobs" / "grpo-2"
     _wait_for(lambda: _steps(victim) >= 1, 300, "grpo-2 to start training")
@@ -110,7 +110,7 @@ def test_a_cancelled_job_is_rejected_with_its_scheduler_state_and_the_rest_are_u
     # Re-running the same sweep re-submits only the rejected job; its first attempt's records stay.
     accepted_before = {n: (sweep_dir / "jobs" / n / "job.json").read_text() for n in ("grpo-1", "grpo-3")}
     rerun = launch(sweep_dir, "algo=grpo", "seed=1,2,3", "workload.n_updates=12", "workload.eval.n_prompts=8",
-                   "cluster=slurm", env={"PROOFGRID_PORT_BASE": "45000"})
+                   "cluster=slurm", env={"PROOFGRID_PORT_BASE": "27000"})
     assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
     assert "2 job(s) already accepted" in rerun.stdout
     assert {n: (sweep_dir / "jobs" / n / "job.json").read_text() for n in ("grpo-1", "grpo-3")} == accepted_before
@@ -123,7 +123,7 @@ def test_a_cancelled_job_is_rejected_with_its_scheduler_state_and_the_rest_are_u
 def test_a_requeued_job_resumes_from_its_checkpoint_and_matches_an_uninterrupted_run(tmp_path):
     overrides = ("algo=rpp", "seed=3", "workload.n_updates=8", "workload.checkpoint_every=2", "workload.eval.n_prompts=4")
     sweep_dir = tmp_path / "requeue"
-    proc = launch(sweep_dir, *overrides, "cluster=slurm", "wait=false", env={"PROOFGRID_PORT_BASE": "46000"})
+    proc = launch(sweep_dir, *overrides, "cluster=slurm", "wait=false", env={"PROOFGRID_PORT_BASE": "28000"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     job_dir = sweep_dir / "jobs" / "rpp-3"
     _wait_for(lambda: _steps(job_dir) >= 3, 300, "rpp-3 to pass its first checkpoint")

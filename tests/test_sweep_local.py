@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
     sweep_dir = tmp_path_factory.mktemp("sweep") / "main"
-    proc = launch(sweep_dir, *GRID, env={"PROOFGRID_PORT_BASE": "42000"})
+    proc = launch(sweep_dir, *GRID, env={"PROOFGRID_PORT_BASE": "23000"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return sweep_dir, proc
 

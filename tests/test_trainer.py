@@ -179,3 +179,26 @@ def test_greedy_training_rollouts_log_a_warning(tmp_path):
                        "workload.eval.n_prompts=1", "workload.eval.k=4")
     assert "greedy decoding" in proc.stderr
     shutil.rmtree(tmp_path / "g")
+
+
+def test_pinning_the_toy_inputs_reproduces_the_committed_manifest(tmp_path):
+    from trainer.inputs import pin
+
+    written = pin("toy", ["trainer/assets/toy/data", "trainer/assets/toy/model"], manifest_dir=tmp_path)
+    assert json.loads(written.read_text()) == json.loads((REPO / "manifests" / "toy.json").read_text())
+
+
+def test_every_file_of_a_directory_input_must_be_pinned(tmp_path):
+    import hashlib
+
+    from trainer.inputs import InputDigestError, verify_inputs
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "chat_template.jinja").write_text("unpinned")
+    manifest = tmp_path / "m.json"
+    manifest.write_text(json.dumps({"workload": "t", "files": [
+        {"path": f"{model}/config.json", "size": 2, "sha256": hashlib.sha256(b"{}").hexdigest()}]}))
+    with pytest.raises(InputDigestError, match="chat_template.jinja is not pinned"):
+        verify_inputs(manifest, required=[str(model)])

@@ -75,6 +75,68 @@ def verify_inputs(manifest_path: str | Path, required: list[str | Path] | None =
     pinned = {pin.path for pin in pins}
     for req in required or []:
         req = str(req).rstrip("/")
-        if req not in pinned and not any(p.startswith(req + "/") for p in pinned):
-            raise InputDigestError(f"input {req} is not pinned in {manifest_path}; add it to the manifest")
+        path = resolve(req)
+        # A directory input (a model) is read file by file by from_pretrained: every file in it
+        # must be pinned, or an unpinned chat template or code file would be loaded unchecked.
+        files = [req] if not path.is_dir() else sorted(
+            f"{req}/{f.relative_to(path).as_posix()}" for f in path.rglob("*") if f.is_file())
+        unpinned = [f for f in files if f not in pinned]
+        if unpinned:
+            raise InputDigestError(
+                f"input {unpinned[0]} is not pinned in {manifest_path}"
+                f"{f' (and {len(unpinned) - 1} more)' if len(unpinned) > 1 else ''}; "
+                "pin it with `python -m trainer.inputs pin`"
+            )
     return {pin.path: pin.sha256 for pin in pins}
+
+
+def pin(workload: str, inputs: list[str], manifest_dir: Path = REPO_ROOT / "manifests") -> Path:
+    """Write ``manifests/<workload>.json`` pinning every file of ``inputs`` (files or directories,
+    given relative to the repository root: place or symlink real inputs under ``models/``, ``data/``)."""
+    entries = []
+    for item in inputs:
+        rel = Path(item)
+        if rel.is_absolute():
+            raise InputDigestError(
+                f"{item}: pin inputs by their path inside the repository (symlink them under models/ or data/), "
+                "so the manifest carries no machine path"
+            )
+        path = resolve(rel)
+        if not path.exists():
+            raise InputDigestError(f"{item} does not exist")
+        files = [path] if path.is_file() else sorted(f for f in path.rglob("*") if f.is_file())
+        for f in files:
+            name = (rel / f.relative_to(path)).as_posix() if path.is_dir() else rel.as_posix()
+            entries.append({"path": name, "size": f.stat().st_size, "sha256": sha256_file(f)})
+    manifest = Path(manifest_dir) / f"{workload}.json"
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    manifest.write_text(json.dumps({"workload": workload, "files": sorted(entries, key=lambda e: e["path"])},
+                                   indent=2) + "\n")
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m trainer.inputs", description="Pin or verify workload inputs.")
+    sub = ap.add_subparsers(dest="command", required=True)
+    p_pin = sub.add_parser("pin", help="write manifests/<workload>.json for the given files and directories")
+    p_pin.add_argument("workload")
+    p_pin.add_argument("inputs", nargs="+")
+    p_verify = sub.add_parser("verify", help="check every pinned file of a manifest")
+    p_verify.add_argument("manifest")
+    args = ap.parse_args(argv)
+    try:
+        if args.command == "pin":
+            print(f"wrote {pin(args.workload, args.inputs)}")
+        else:
+            print(f"{len(verify_inputs(args.manifest))} pinned file(s) verified")
+    except InputDigestError as exc:
+        print(f"proofgrid inputs: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

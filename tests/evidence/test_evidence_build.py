@@ -135,6 +135,13 @@ def test_all_zero_eval_reward_is_flagged_and_excluded(sweep):
     assert incident.kind == "all-zero-eval-reward" and "final checkpoint" in incident.title
 
 
+def test_a_sweep_with_a_job_still_running_is_not_sealed(sweep):
+    set_job_fields(sweep, "rpp", 1234, state="RUNNING", exit_code=None)
+    with pytest.raises(SweepError, match="rpp-1234 is still RUNNING"):
+        build_bundle(sweep, figures=False)
+    assert not (sweep / "bundle.tar.gz").exists()
+
+
 def test_all_zero_initial_control_is_flagged_but_not_rejected(sweep):
     write_eval(job_dir(sweep, "rpp", 42) / "run", "step_000010", 0.5, initial_pass1=0.0)
     result = build_bundle(sweep, figures=False)
