@@ -208,11 +208,11 @@ def test_paths_names_and_secrets_are_sanitised_on_the_way_in(sweep, monkeypatch)
     (job_dir(sweep, "rpp", 42) / "trainer.log").write_text(f"cache in /tmp/ray/session_1, {token}\n")
     run_json = job_dir(sweep, "rpp", 42) / "run" / "run.json"
     record = json.loads(run_json.read_text())
-    record["config"]["data_path"] = "/root/data/gsm8k.parquet"
+    record["config"]["data_path"] = "/srv/data/gsm8k.parquet"
     run_json.write_text(json.dumps(record))
     result = build_bundle(sweep, figures=False)
     everything = "".join(p.read_text() for p in result.bundle_dir.rglob("*") if p.is_file())
-    for leaked in (token, password, "/home/alice", "/root/data", str(sweep.resolve()), "cn-042"):
+    for leaked in (token, password, "/home/alice", "/srv/data", str(sweep.resolve()), "cn-042"):
         assert leaked not in everything, leaked
     bundled_log = (result.bundle_dir / "data" / "runs" / "rpp-42" / "logs" / "stdout.log").read_text()
     assert "HF_TOKEN=<SECRET>" in bundled_log and "<PATH>" in bundled_log and "<SWEEP_DIR>/x" in bundled_log
