@@ -59,6 +59,10 @@ def validate(cfg: DictConfig) -> AlgoConfig:
         raise RunConfigError(f"workload.n_updates={w.n_updates} must be >= 1")
     if int(w.eval.k) < 1 or int(w.eval.n_prompts) < 1:
         raise RunConfigError("workload.eval.k and workload.eval.n_prompts must be >= 1")
+    from trainer.rollout import ENGINES
+
+    if str(w.engine) not in ENGINES:
+        raise RunConfigError(f"workload.engine={w.engine!r} is not a rollout engine; choose one of {', '.join(sorted(ENGINES))}")
     if int(w.checkpoint_every) < 1:
         raise RunConfigError(f"workload.checkpoint_every={w.checkpoint_every} must be >= 1 (steps between checkpoints)")
     if int(w.sampling.top_k) != 0 or float(w.sampling.top_p) != 1.0:

@@ -42,7 +42,7 @@ from trainer.inputs import REPO_ROOT, resolve, verify_inputs
 from trainer.metrics import KL_LOSS_KEY, MetricsLog
 from trainer.policy import build_token_batch, compute_context, load_policy, response_logprobs
 from trainer.reward_workers import make_scorer
-from trainer.rollout import SamplingParams, TorchEngine, warn_if_greedy
+from trainer.rollout import RolloutEngine, SamplingParams, make_engine, warn_if_greedy
 
 log = logging.getLogger("trainer")
 VAR_FLOOR = 1e-8
@@ -100,7 +100,7 @@ class RunState:
     reference: torch.nn.Module
     tokenizer: object
     optimizer: torch.optim.Optimizer
-    engine: TorchEngine
+    engine: RolloutEngine
     stream: PromptStream
     device: torch.device
     scorer: object
@@ -292,7 +292,7 @@ def _run(rank: int, world: int, group, cfg: DictConfig, algo: AlgoConfig) -> dic
         start_step = int(state["step"])
         log.info("resumed from %s at step %d", ckpt.name, start_step)
     warn_if_greedy(sampling_params(w.sampling, w.max_response_len), "training rollout")
-    engine = TorchEngine(policy, tokenizer.eos_token_id, tokenizer.pad_token_id)
+    engine = make_engine(str(w.engine), policy, tokenizer.eos_token_id, tokenizer.pad_token_id)
     scorer = make_scorer(int(w.reward_workers), int(w.reward_max_concurrency))
     state = RunState(cfg, algo, rank, world, group, policy, reference, tokenizer, optimizer, engine,
                      PromptStream(load_split(resolve(w.train_path)), int(cfg.seed)), device, scorer)
@@ -330,8 +330,9 @@ def _run(rank: int, world: int, group, cfg: DictConfig, algo: AlgoConfig) -> dic
     with compute_context(device, str(w.dtype)):
         final = evaluate(engine, tokenizer, examples, int(e.k), int(e.seed), eval_sampling,
                          checkpoint_name(n_updates), out / "eval" / "final.jsonl")
-        initial = evaluate(TorchEngine(reference, tokenizer.eos_token_id, tokenizer.pad_token_id), tokenizer,
-                           examples, int(e.k), int(e.seed), eval_sampling, "initial", out / "eval" / "initial.jsonl")
+        control = make_engine(str(w.engine), reference, tokenizer.eos_token_id, tokenizer.pad_token_id)
+        initial = evaluate(control, tokenizer, examples, int(e.k), int(e.seed), eval_sampling, "initial",
+                           out / "eval" / "initial.jsonl")
     _write_json(out / "eval.json", {"initial": initial, "final": final})
     result = {**summary, "status": "completed", "steps_completed": n_updates,
               "responses_generated": n_updates * int(w.global_batch_size)}

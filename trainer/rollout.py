@@ -147,3 +147,16 @@ class TorchEngine:
         uniform = torch.stack([torch.rand(logits.shape[-1], generator=g) for g in generators]).to(logits.device)
         gumbel = -torch.log(-torch.log(uniform.clamp(1e-20, 1.0 - 1e-7)))
         return (scaled + gumbel).argmax(-1)
+
+
+# Engines by name (``workload.engine``). An SGLang engine registers here; the loop never changes.
+ENGINES = {"torch": TorchEngine}
+
+
+def make_engine(name: str, model: torch.nn.Module, eos_id: int, pad_id: int) -> RolloutEngine:
+    """Build the rollout engine ``name`` around a copy of ``model``'s weights."""
+    try:
+        engine_cls = ENGINES[name]
+    except KeyError:
+        raise ValueError(f"unknown rollout engine {name!r}; choose one of {', '.join(sorted(ENGINES))}") from None
+    return engine_cls(model, eos_id, pad_id)
