@@ -88,7 +88,7 @@ def compose_jobs(root_cfg, config_loader, job_overrides: list[list[str]]) -> lis
         if structural not in composed:
             full = config_loader.load_sweep_config(root_cfg, list(structural))
             with open_dict(full):
-                del full["hydra"]  # Hydra's own settings: large, and no job reads them
+                full.pop("hydra", None)  # Hydra's own settings (absent in single-run mode): no job reads them
             composed[structural] = full
         cfg = composed[structural].copy()
         for o in parsed:

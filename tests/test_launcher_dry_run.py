@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 
 import pytest
 
@@ -30,6 +31,15 @@ def test_dry_run_expands_the_grid_deterministically_and_matches_the_golden_file(
     assert (tmp_path / "a" / "commands.txt").read_text().splitlines() == lines
     assert not (tmp_path / "a" / "jobs").exists()  # nothing submitted, nothing started
     assert lines == GOLDEN.read_text().splitlines(), "update tests/golden/dry_run_3x3.txt if this change is intended"
+
+
+def test_without_multirun_the_single_composed_job_goes_through_the_same_checks(tmp_path):
+    proc = subprocess.run([sys.executable, "launch.py", "algo=rpp", "seed=9", "dry_run=true",
+                           f"hydra.run.dir={tmp_path / 'single'}"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = _commands(proc)
+    assert line.startswith("[0] rpp-9:") and "algo=rpp seed=9" in line
+    assert (tmp_path / "single" / "commands.txt").read_text().splitlines() == [line]
 
 
 def test_slurm_dry_run_prints_one_array_submission(tmp_path):
