@@ -8,15 +8,13 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from rich.console import Console
 from rich.live import Live
 
 from launcher.progress import progress_table
 from launcher.records import update_job_record
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from trainer.inputs import REPO_ROOT
 
 
 def usable_cores() -> int:

@@ -13,9 +13,7 @@ from omegaconf import DictConfig
 
 from trainer.algorithms import AlgoConfigError
 from trainer.config import RunConfigError, validate
-from trainer.inputs import InputDigestError, verify_inputs
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from trainer.inputs import REPO_ROOT, InputDigestError, verify_inputs
 
 
 class PreflightError(RuntimeError):

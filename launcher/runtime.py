@@ -22,8 +22,8 @@ from launcher.preflight import PreflightError, check_visible_gpu
 from launcher.ray_runtime import JobRay, leftover_processes
 from launcher.records import update_job_record, write_command_records
 from launcher.spec import JobSpec
+from trainer.inputs import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 SPEC_FILE = "spec.json"
 
 

@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 from launcher.progress import progress_table
 from launcher.records import read_job_record, update_job_record
 from launcher.runtime import run_job
+from launcher.sweep import SWEEP_RECORD
 
 
 class SchedulerUnavailable(RuntimeError):
@@ -24,7 +25,6 @@ class SchedulerUnavailable(RuntimeError):
 
 TERMINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY",
                    "BOOT_FAIL", "DEADLINE"}
-SWEEP_RECORD = "sweep.json"
 
 
 def time_to_minutes(value) -> int:

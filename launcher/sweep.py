@@ -20,18 +20,18 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from evidence.bundle import IN_FLIGHT_STATES
 from launcher.isolation import JobRoots, isolated_env
 from launcher.ports import NAMED_PORTS
 from launcher.preflight import PreflightError, check_inputs, check_job_config, check_resources, check_source
 from launcher.records import path_free_sanitizer, public_copy, read_job_record
 from launcher.spec import JobSpec
+from trainer.inputs import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 # Settings of the launcher itself: never passed on to the trainer.
 LAUNCHER_KEYS = ("dry_run", "wait", "formal", "cluster")
 SWEEP_RECORD = "sweep.json"
 COMMANDS_FILE = "commands.txt"
-IN_FLIGHT_STATES = {"PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "SUSPENDED", "RESIZING"}
 ATTEMPT_RUN_FILES = ("metrics.jsonl", "eval.json", "run.json")
 ATTEMPT_RECORDS = ("job.json", "command.json", "command.public.json", "trainer.log", "runtime.log", "ray-start.log")
 

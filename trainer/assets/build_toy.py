@@ -50,8 +50,8 @@ import time
 from pathlib import Path
 
 from trainer.data import PROMPT_TEMPLATE
+from trainer.inputs import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = Path(__file__).resolve().parent / "toy"
 DEFAULT_MANIFEST = REPO_ROOT / "manifests" / "toy.json"
 
