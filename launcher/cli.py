@@ -103,7 +103,8 @@ def launch_grid(root_cfg, config_loader, job_overrides: list[list[str]], sweep_d
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from launcher.sweep import plan_sweep, run_sweep
+    from launcher.plan import plan_sweep
+    from launcher.sweep import run_sweep
 
     try:
         job_cfgs = compose_jobs(root_cfg, config_loader, job_overrides)
@@ -125,9 +126,9 @@ def status(sweep_dir: Path) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from launcher.backend import SchedulerUnavailable, refresh_job_records
     from launcher.progress import completed_steps
     from launcher.records import read_job_record
-    from launcher.slurm import SchedulerUnavailable, refresh_job_records
 
     jobs_root = sweep_dir / "jobs"
     if not jobs_root.is_dir():
@@ -135,7 +136,7 @@ def status(sweep_dir: Path) -> int:
         return 2
     job_dirs = sorted(p for p in jobs_root.iterdir() if p.is_dir())
     try:
-        refresh_job_records(job_dirs)
+        refresh_job_records(job_dirs, {d: read_job_record(d) for d in job_dirs})
     except (OSError, SchedulerUnavailable) as exc:  # no sacct here: show what the records say
         print(f"note: scheduler not reachable ({exc}); showing recorded states", file=sys.stderr)
     table = Table(title=str(sweep_dir.name))

@@ -1,19 +1,21 @@
-"""Local execution: each job is a separate process (``python -m launcher.runtime <job_dir>``),
+"""The local back end (``launcher.backend``): each job is a separate process (``python -m launcher.runtime <job_dir>``),
 at most as many at once as the machine's cores allow for the jobs' CPU needs."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from rich.console import Console
 from rich.live import Live
 
 from launcher.progress import progress_table
-from launcher.records import update_job_record
+from launcher.records import read_job_record, update_job_record
 from trainer.inputs import REPO_ROOT
 
 
@@ -31,7 +33,7 @@ def local_concurrency(cpus_per_job: int, max_parallel: int | None) -> int:
     return max(1, min(slots, max_parallel)) if max_parallel else slots
 
 
-def run_local(sweep, todo) -> bool:
+def submit(sweep, todo) -> bool:
     """Run ``todo`` (JobSpecs) to completion with live progress; returns True (it always waits)."""
     if not todo:
         return True
@@ -86,3 +88,22 @@ def run_local(sweep, todo) -> bool:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return True
+
+
+def in_flight(record: dict) -> bool:
+    """A local job is alive only while its runtime process is (a killed launcher leaves RUNNING behind)."""
+    pid = record.get("runtime_pid")
+    if not pid or record.get("node") != socket.gethostname():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def refresh_job_records(job_dirs: list[Path]) -> dict[str, str]:
+    """Local jobs write their own states: the records are the scheduler's view."""
+    return {d.name: read_job_record(d).get("state", "UNKNOWN") for d in job_dirs}

@@ -18,6 +18,7 @@ from evidence.sanitize import Sanitizer
 from launcher.spec import JobSpec
 
 JOB_RECORD = "job.json"
+SWEEP_RECORD = "sweep.json"
 
 
 def _write_json(path: Path, data: dict) -> None:

@@ -1,4 +1,4 @@
-"""Slurm submission through submitit: the whole grid is ONE job array, not N sbatch calls.
+"""The Slurm back end (``launcher.backend``), through submitit: the whole grid is ONE job array, not N sbatch calls.
 
 The cluster profile (``conf/cluster/*.yaml``) maps one to one onto sbatch options. Scheduler state
 comes from ``sacct`` (accounting is required: without it a cancelled job's state is unknowable).
@@ -13,15 +13,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from launcher.backend import SchedulerUnavailable
 from launcher.progress import progress_table
-from launcher.records import read_job_record, update_job_record
+from launcher.records import SWEEP_RECORD, read_job_record, update_job_record
 from launcher.runtime import run_job
-from launcher.sweep import SWEEP_RECORD
-
-
-class SchedulerUnavailable(RuntimeError):
-    """sacct could not be asked (the controller or accounting is unreachable)."""
-
 
 TERMINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY",
                    "BOOT_FAIL", "DEADLINE"}
@@ -93,7 +88,7 @@ def _fresh_folder(sweep_dir: Path) -> Path:
     return root / f"run-{n}"
 
 
-def submit_slurm(sweep, todo) -> bool:
+def submit(sweep, todo) -> bool:
     """Submit ``todo`` as one array; wait if ``sweep.wait``. Returns True when all jobs ended."""
     import submitit
 
@@ -183,3 +178,8 @@ def wait_for_jobs(sweep_dir: Path, job_dirs: list[Path], n_updates: dict[str, in
             time.sleep(poll_s)
             states = refresh(states)
             live.update(view(states))
+
+
+def in_flight(record: dict) -> bool:
+    """A Slurm job in a queued or running state is in flight (its record was refreshed from sacct)."""
+    return True

@@ -10,10 +10,10 @@ import subprocess
 
 import pytest
 
+from launcher.jobs import check_rerun
 from launcher.preflight import PreflightError
 from launcher.slurm import time_to_minutes
 from launcher.spec import JobSpec
-from launcher.sweep import _check_rerun
 from tests.trainer_runs import run_trainer
 
 
@@ -33,7 +33,7 @@ def test_a_live_local_job_refuses_the_rerun(tmp_path):
     _record(spec, state="RUNNING", scheduler="local", job_id="local-0", runtime_pid=os.getpid(),
             node=socket.gethostname())
     with pytest.raises(PreflightError, match="still RUNNING"):
-        _check_rerun(spec)
+        check_rerun(spec)
 
 
 def test_a_local_job_whose_runtime_died_may_run_again(tmp_path):
@@ -42,20 +42,20 @@ def test_a_local_job_whose_runtime_died_may_run_again(tmp_path):
     dead.wait()
     _record(spec, state="RUNNING", scheduler="local", job_id="local-0", runtime_pid=dead.pid,
             node=socket.gethostname())
-    _check_rerun(spec)  # no error
+    check_rerun(spec)  # no error
 
 
 def test_a_queued_slurm_job_refuses_the_rerun(tmp_path):
     spec = _spec(tmp_path)
     _record(spec, state="PENDING", scheduler="slurm", job_id="12_0")
     with pytest.raises(PreflightError, match="still PENDING"):
-        _check_rerun(spec)
+        check_rerun(spec)
 
 
 def test_a_job_directory_made_with_other_settings_refuses_the_rerun(tmp_path):
     _record(_spec(tmp_path, ("algo=grpo", "seed=1", "workload.lr=0.001")), state="COMPLETED")
     with pytest.raises(PreflightError, match="other settings"):
-        _check_rerun(_spec(tmp_path))
+        check_rerun(_spec(tmp_path))
 
 
 @pytest.mark.parametrize(("text", "minutes"), [

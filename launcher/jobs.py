@@ -1,0 +1,90 @@
+"""Job state and the rerun rules: which jobs of a planned sweep still need to run.
+
+An accepted job is never re-run; a job still queued or running refuses the re-run; a job directory
+made with other settings refuses it; a rejected job runs again after its records are kept under
+``attempts/<n>/``. Scheduler states come through the back ends (``launcher.backend``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from evidence.bundle import IN_FLIGHT_STATES
+from launcher.backend import BACKENDS, SchedulerUnavailable, backend, refresh_job_records
+from launcher.preflight import PreflightError
+from launcher.records import read_job_record
+from launcher.spec import JobSpec
+
+if TYPE_CHECKING:
+    from launcher.plan import Sweep
+
+ATTEMPT_RUN_FILES = ("metrics.jsonl", "eval.json", "run.json")
+ATTEMPT_RECORDS = ("job.json", "command.json", "command.public.json", "trainer.log", "runtime.log", "ray-start.log")
+
+
+def is_accepted(job_dir: Path) -> bool:
+    """The evidence's verdict on an existing job directory (the scheduler state is not enough)."""
+    from evidence.index import evaluate_job
+
+    return bool(job_dir.is_dir() and evaluate_job(job_dir).accepted)
+
+
+def in_flight(record: dict) -> bool:
+    """Is the job of this record still queued or running somewhere? Its back end decides liveness."""
+    if record.get("state") not in IN_FLIGHT_STATES:
+        return False
+    kind = record.get("scheduler")
+    return backend(kind).in_flight(record) if kind in BACKENDS else False
+
+
+def check_rerun(spec: JobSpec) -> None:
+    """Refuse to re-run into a job directory made with other settings, or one still in flight."""
+    previous = spec.job_dir / "spec.json"
+    if previous.is_file():
+        old = JobSpec.from_json(previous.read_text())
+        if (old.trainer_overrides, old.n_updates) != (spec.trainer_overrides, spec.n_updates):
+            raise PreflightError(
+                f"{spec.job_dir} holds job {spec.name} run with other settings "
+                f"({' '.join(old.trainer_overrides)}); a sweep directory holds one frozen grid: "
+                "use a new hydra.sweep.dir"
+            )
+    record = read_job_record(spec.job_dir)
+    if in_flight(record):
+        raise PreflightError(
+            f"job {spec.name} is still {record.get('state')} (id {record.get('job_id')}); wait for it "
+            f"(python -m launcher status {spec.sweep_dir}) or cancel it before re-running this sweep"
+        )
+
+
+def prepare_job_dirs(sweep: Sweep) -> list[JobSpec]:
+    """Jobs that still need to run. An accepted job is never re-run; a job still queued or running
+    refuses the re-run; a rejected one runs again (resuming from its checkpoint) after its records
+    and its run's evidence files are copied to ``attempts/<n>/``: nothing is lost."""
+    existing = [s.job_dir for s in sweep.specs if (s.job_dir / "job.json").is_file()]
+    if existing:
+        with contextlib.suppress(OSError, SchedulerUnavailable):  # no scheduler here: records decide
+            refresh_job_records(existing, {d: read_job_record(d) for d in existing})
+    for spec in sweep.specs:
+        check_rerun(spec)
+    todo = []
+    for spec in sweep.specs:
+        job_dir = spec.job_dir
+        if (job_dir / "job.json").is_file():
+            if is_accepted(job_dir):
+                continue
+            attempts = job_dir / "attempts"
+            attempt = attempts / str(len(list(attempts.iterdir())) if attempts.is_dir() else 0)
+            (attempt / "run").mkdir(parents=True)
+            for name in ATTEMPT_RECORDS:
+                if (job_dir / name).exists():
+                    shutil.move(str(job_dir / name), str(attempt / name))
+            for name in ATTEMPT_RUN_FILES:  # the resumed run rewrites these: keep the rejected ones
+                if (job_dir / "run" / name).exists():
+                    shutil.copy2(job_dir / "run" / name, attempt / "run" / name)
+        job_dir.mkdir(parents=True, exist_ok=True)
+        (job_dir / "spec.json").write_text(spec.to_json() + "\n")
+        todo.append(spec)
+    return todo
