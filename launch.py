@@ -17,26 +17,17 @@ from omegaconf import DictConfig
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    # Single-run mode (no -m): the one composed job goes through the same sweep machinery.
+    # Single-run mode (no -m): the one composed job goes through the same sweep machinery; its
+    # cell is composed again with Hydra's compose API, exactly as a grid cell would be.
     from hydra.core.hydra_config import HydraConfig
 
     from launcher.cli import launch_grid
+    from launcher.grid import hydra_compose
 
     hc = HydraConfig.get()
-    overrides = list(hc.overrides.task)
-    code = launch_grid(cfg, _SingleJobLoader(cfg), [overrides], hc.run.dir)
+    code = launch_grid(cfg, [list(hc.overrides.task)], hc.run.dir, compose=hydra_compose(hc.job.config_name))
     if code:
         sys.exit(code)
-
-
-class _SingleJobLoader:
-    """Stands in for Hydra's config loader when the job config is already composed."""
-
-    def __init__(self, cfg):
-        self.cfg = cfg
-
-    def load_sweep_config(self, master_config, sweep_overrides):
-        return self.cfg
 
 
 if __name__ == "__main__":

@@ -65,41 +65,9 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(lines)
 
 
-def _is_structural(override) -> bool:
-    """Overrides that change which config files are composed (or add/delete keys) need Hydra."""
-    key = override.key_or_group
-    return key.split(".")[0] in GROUPS or key.startswith("hydra") or override.is_add() or \
-        override.is_delete() or override.is_force_add() or "@" in key
-
-
-def compose_jobs(root_cfg, config_loader, job_overrides: list[list[str]]) -> list:
-    """Compose every grid cell. Hydra's full composition (~0.1 s) runs once per distinct set of
-    structural overrides (config-group choices); the remaining ``key=value`` overrides (seed, lr,
-    ...) are applied to a copy with OmegaConf, which refuses unknown keys exactly as Hydra does."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from omegaconf import OmegaConf, open_dict
-
-    parser = OverridesParser.create()
-    composed: dict[tuple[str, ...], object] = {}
-    cfgs = []
-    for overrides in job_overrides:
-        parsed = parser.parse_overrides(overrides)
-        structural = tuple(o.input_line for o in parsed if _is_structural(o))
-        if structural not in composed:
-            full = config_loader.load_sweep_config(root_cfg, list(structural))
-            with open_dict(full):
-                full.pop("hydra", None)  # Hydra's own settings (absent in single-run mode): no job reads them
-            composed[structural] = full
-        cfg = composed[structural].copy()
-        for o in parsed:
-            if not _is_structural(o):
-                OmegaConf.update(cfg, o.key_or_group, o.value(), merge=True)
-        cfgs.append(cfg)
-    return cfgs
-
-
-def launch_grid(root_cfg, config_loader, job_overrides: list[list[str]], sweep_dir: str) -> int:
-    """Compose every grid cell, check them all, then run (or dry-run) the sweep. Returns an exit code."""
+def launch_grid(root_cfg, cells: list[list[str]], sweep_dir: str, compose) -> int:
+    """Compose each distinct grid cell once, check them all, then run (or dry-run) the sweep.
+    ``compose`` turns one cell's overrides into its config. Returns an exit code."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
@@ -107,8 +75,7 @@ def launch_grid(root_cfg, config_loader, job_overrides: list[list[str]], sweep_d
     from launcher.sweep import run_sweep
 
     try:
-        job_cfgs = compose_jobs(root_cfg, config_loader, job_overrides)
-        sweep = plan_sweep(root_cfg, job_cfgs, job_overrides, Path(sweep_dir))
+        sweep = plan_sweep(root_cfg, cells, Path(sweep_dir), compose)
     except (HydraException, OmegaConfBaseException) as exc:
         print(f"proofgrid: error: bad grid: {_one_line(exc)}", file=sys.stderr)
         return 2
@@ -139,16 +106,21 @@ def status(sweep_dir: Path) -> int:
         refresh_job_records(job_dirs, {d: read_job_record(d) for d in job_dirs})
     except (OSError, SchedulerUnavailable) as exc:  # no sacct here: show what the records say
         print(f"note: scheduler not reachable ({exc}); showing recorded states", file=sys.stderr)
-    table = Table(title=str(sweep_dir.name))
-    for col in ("job", "scheduler id", "state", "step", "exit", "elapsed s"):
-        table.add_column(col)
+    rows = []
     for d in job_dirs:
         r = read_job_record(d)
         spec = json.loads((d / "spec.json").read_text()) if (d / "spec.json").is_file() else {}
-        spec_updates = spec.get("n_updates", "")
-        table.add_row(d.name, str(r.get("job_id", "")), str(r.get("state", "")),
-                      f"{completed_steps(d)}{'/' + str(spec_updates) if spec_updates else ''}",
+        arm = r.get("arm") or spec.get("arm") or r.get("algo") or spec.get("algo", "")
+        rows.append((arm, d, r, spec.get("n_updates", "")))
+    table = Table(title=str(sweep_dir.name))
+    for col in ("arm", "job", "scheduler id", "state", "step", "exit", "elapsed s"):
+        table.add_column(col)
+    previous = None
+    for arm, d, r, n_updates in sorted(rows, key=lambda row: (row[0], row[1].name)):
+        table.add_row(arm if arm != previous else "", d.name, str(r.get("job_id", "")), str(r.get("state", "")),
+                      f"{completed_steps(d)}{'/' + str(n_updates) if n_updates else ''}",
                       str(r.get("exit_code", "")), str(r.get("elapsed_s", "")))
+        previous = arm
     Console().print(table)
     return 0
 

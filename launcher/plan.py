@@ -14,6 +14,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from launcher.grid import LAUNCHER_KEYS, Cell, Composer, GridError, arm_labels, classify, compose_jobs
 from launcher.isolation import JobRoots, isolated_env
 from launcher.ports import NAMED_PORTS
 from launcher.preflight import PreflightError, check_inputs, check_job_config, check_resources, check_source
@@ -21,8 +22,6 @@ from launcher.records import SWEEP_RECORD, path_free_sanitizer, public_copy
 from launcher.spec import JobSpec
 from trainer.inputs import REPO_ROOT
 
-# Settings of the launcher itself: never passed on to the trainer.
-LAUNCHER_KEYS = ("dry_run", "wait", "formal", "cluster")
 COMMANDS_FILE = "commands.txt"
 
 
@@ -39,9 +38,15 @@ class Sweep:
     eval_responses: int
     workload: str
 
+    @property
+    def arms(self) -> dict[str, dict[str, str]]:
+        """Arm label -> its overrides (as written), in job order."""
+        return {s.arm: dict(s.arm_overrides) for s in self.specs}
+
     def record(self) -> dict:
         return {
             "jobs": [s.name for s in self.specs],
+            "arms": self.arms,
             "algos": sorted({s.algo for s in self.specs}),
             "seeds": sorted({s.seed for s in self.specs}),
             "n_updates": self.n_updates,
@@ -66,47 +71,84 @@ def trainer_overrides(overrides: list[str]) -> tuple[str, ...]:
     return tuple(sorted(kept))
 
 
-def plan_sweep(root_cfg: DictConfig, job_cfgs: list[DictConfig], job_overrides: list[list[str]],
-               sweep_dir: Path) -> Sweep:
-    """Expand and check the grid; raises ``PreflightError`` before anything is submitted."""
+def _one_arm_per_setting(cells: list[Cell]) -> None:
+    """Refuse launcher settings that vary, arms that differ only in how a value was written
+    (``1e-4`` and ``0.0001``), and repeated cells."""
+    if len({cell.launcher for cell in cells}) > 1:
+        raise PreflightError("launcher settings (dry_run, wait, formal, cluster) cannot vary within a sweep; "
+                             "run one sweep per setting")
+    written: dict[tuple, tuple] = {}
+    for cell in cells:
+        other = written.setdefault(cell.arm_key, cell.arm)
+        if other != cell.arm:
+            a, b = (" ".join(f"{k}={v}" for k, v in arm if (k, v) not in other_arm)
+                    for arm, other_arm in ((other, cell.arm), (cell.arm, other)))
+            raise PreflightError(f"two arms are the same setting ({a} and {b} are equal values); list each value once")
+    seen: set[tuple] = set()
+    for cell in cells:
+        if (cell.arm_key, cell.seed) in seen:
+            raise PreflightError(f"the grid repeats the cell {' '.join(cell.overrides)}; list each value once")
+        seen.add((cell.arm_key, cell.seed))
+
+
+def plan_sweep(root_cfg: DictConfig, cells: list[list[str]], sweep_dir: Path, compose: Composer) -> Sweep:
+    """Check the grid and turn every cell into a ``JobSpec``; raises ``PreflightError`` (or a
+    Hydra/OmegaConf error for a setting that does not compose) before anything is submitted.
+
+    ``cells`` are the grid's override lists (``expand_grid``); ``compose`` composes one of them.
+    Each distinct arm is composed and checked once: a seed changes no check.
+    """
     sweep_dir = Path(sweep_dir).resolve()
     formal = bool(root_cfg.formal)
     commit = check_source(formal)
     cluster = root_cfg.cluster
-    specs: list[JobSpec] = []
-    checked_workloads: set[str] = set()
-    for cfg, overrides in zip(job_cfgs, job_overrides):
-        name = f"{cfg.algo.short}-{cfg.seed}"
-        check_job_config(cfg, name)
-        w = cfg.workload
-        if w.name not in checked_workloads:
-            check_inputs(w)
-            check_resources(w, cluster, int(cfg.dp_size))
-            checked_workloads.add(w.name)
-        specs.append(JobSpec(
-            name=name, algo=str(cfg.algo.short), seed=int(cfg.seed), sweep_dir=str(sweep_dir),
-            trainer_overrides=trainer_overrides(list(overrides)), cpus=int(w.cpus_per_job),
-            ray_cpus=int(w.reward_workers) and int(w.cpus_per_job), n_updates=int(w.n_updates),
-            source_commit=commit, gpu_model=cluster.get("gpu_model") or None,
-        ))
-    names = [s.name for s in specs]
-    if len(set(names)) != len(names):
-        dup = sorted({n for n in names if names.count(n) > 1})
-        raise PreflightError(
-            f"grid cells share the job name(s) {', '.join(dup)}: a sweep varies algo and seed only; "
-            "run other settings as separate sweeps (hydra.sweep.dir=...)"
-        )
     if cluster.kind == "local" and not bool(root_cfg.wait):
         raise PreflightError("wait=false needs cluster=slurm: local jobs live only as long as the launcher")
+    try:
+        parsed = classify(cells)
+    except GridError as exc:
+        raise PreflightError(str(exc)) from None
+    _one_arm_per_setting(parsed)
+    first: dict[tuple, Cell] = {}
+    for cell in parsed:
+        first.setdefault(cell.arm_key, cell)
+    arm_cfgs = dict(zip(first, compose_jobs(compose, [list(c.overrides) for c in first.values()])))
+    labels = arm_labels({key: str(cfg.algo.short) for key, cfg in arm_cfgs.items()})
+    checked_inputs: set[tuple] = set()
+    for key, cfg in arm_cfgs.items():
+        check_job_config(cfg, labels[key])
+        w = cfg.workload
+        inputs = (str(w.manifest), str(w.model_path), str(w.train_path), str(w.test_path))
+        if inputs not in checked_inputs:
+            check_inputs(w)
+            checked_inputs.add(inputs)
+        check_resources(w, cluster, int(cfg.dp_size))
     shapes = {(str(c.workload.name), int(c.workload.n_updates), int(c.workload.eval.n_prompts) * int(c.workload.eval.k))
-              for c in job_cfgs}
+              for c in arm_cfgs.values()}
     if len(shapes) != 1:
         raise PreflightError(
-            "the grid mixes workloads, run lengths or eval sizes; a sweep compares algos and seeds on one "
-            "frozen workload: run the others as separate sweeps"
+            "the arms differ in workload, run length (workload.n_updates) or eval size; arms are compared "
+            "step by step on one frozen workload: run the others as separate sweeps"
         )
     ((workload, n_updates, eval_responses),) = shapes
-    return Sweep(sweep_dir, cluster, sorted(specs, key=lambda s: s.name), bool(root_cfg.dry_run),
+    specs = []
+    for cell in parsed:
+        cfg = arm_cfgs[cell.arm_key]
+        w = cfg.workload
+        seed = int(cfg.seed) if cell.seed is None else cell.seed
+        label = labels[cell.arm_key]
+        specs.append(JobSpec(
+            name=f"{label}-{seed}", algo=str(cfg.algo.short), seed=seed, sweep_dir=str(sweep_dir),
+            trainer_overrides=trainer_overrides(list(cell.overrides)), cpus=int(w.cpus_per_job),
+            ray_cpus=int(w.reward_workers) and int(w.cpus_per_job), n_updates=int(w.n_updates),
+            source_commit=commit, gpu_model=cluster.get("gpu_model") or None,
+            arm=label, arm_overrides=dict(cell.arm),
+        ))
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):  # only a label that ends like another's seed could do this
+        dup = sorted({n for n in names if names.count(n) > 1})
+        raise PreflightError(f"grid cells share the job name(s) {', '.join(dup)}; rename a setting's value")
+    return Sweep(sweep_dir, cluster, sorted(specs, key=lambda s: (s.arm, s.name)), bool(root_cfg.dry_run),
                  bool(root_cfg.wait), formal, commit, n_updates, eval_responses, workload)
 
 
@@ -126,13 +168,18 @@ def expanded_command(spec: JobSpec) -> dict:
     return {"argv": trainer_argv(spec, roots), "env": dict(sorted(env.items()))}
 
 
+def sbatch_record(sweep: Sweep) -> list[str]:
+    """The sbatch script a Slurm sweep submits (submitit's own, path-free), one ``# sbatch |`` line each."""
+    from launcher.slurm import path_free_script, sbatch_script
+
+    folder = sweep.sweep_dir / ".submitit" / "run-0"
+    script = path_free_script(sbatch_script(sweep.cluster, len(sweep.specs), folder), folder)
+    return [f"# sbatch | {line}".rstrip() for line in script.splitlines()]
+
+
 def expanded_commands(sweep: Sweep) -> list[str]:
     """One deterministic, path-free line per job (the dry-run output and ``commands.txt``)."""
-    from launcher.slurm import sbatch_line
-
-    lines = []
-    if sweep.cluster.kind == "slurm":
-        lines.append("# " + sbatch_line(sweep.cluster, len(sweep.specs), "<SWEEP_DIR>/.submitit/<RUN>"))
+    lines = sbatch_record(sweep) if sweep.cluster.kind == "slurm" else []
     for i, spec in enumerate(sweep.specs):
         cmd = public_copy(expanded_command(spec), path_free_sanitizer(spec, REPO_ROOT))
         argv = " ".join(cmd["argv"])

@@ -72,7 +72,7 @@ def run_job(spec: JobSpec) -> dict:
     roots = JobRoots(spec.job_dir)
     base_env = dict(os.environ)
     update_job_record(roots.job_dir, {
-        "algo": spec.algo, "seed": spec.seed, **scheduler_identity(), "node": socket.gethostname(),
+        **spec.identity(), **scheduler_identity(), "node": socket.gethostname(),
         "state": "RUNNING", "exit_code": None, "source_commit": spec.source_commit, "roots": roots.as_record(),
         "started_at": started, "runtime_pid": os.getpid(),
     })

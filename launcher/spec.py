@@ -6,13 +6,13 @@ A ``JobSpec`` is plain data (picklable for submitit, JSON for the local runner a
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 
 @dataclass(frozen=True)
 class JobSpec:
-    name: str  # "<algo>-<seed>", the job directory's name
+    name: str  # "<arm>-<seed>", the job directory's name
     algo: str  # short name: grpo | rpp | rppb
     seed: int
     sweep_dir: str  # absolute
@@ -22,6 +22,16 @@ class JobSpec:
     n_updates: int
     source_commit: str | None
     gpu_model: str | None = None  # e.g. "A40": checked against the visible device inside the job
+    arm: str = ""  # the arm's label (launcher.grid); "" in records older than arms: the algo's short name
+    arm_overrides: dict[str, str] = field(default_factory=dict)  # the arm's settings, as written
+
+    @property
+    def arm_label(self) -> str:
+        return self.arm or self.algo
+
+    def identity(self) -> dict:
+        """What ``job.json`` records about which job this is (the arm contract)."""
+        return {"algo": self.algo, "seed": self.seed, "arm": self.arm_label, "arm_overrides": dict(self.arm_overrides)}
 
     @property
     def job_dir(self) -> Path:

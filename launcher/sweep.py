@@ -43,8 +43,13 @@ def seal(sweep_dir: Path) -> int:
     return 0 if not findings and result.accepted == len(result.jobs) else 1
 
 
+def _arm(row: dict) -> str:
+    """A row's arm; rows of evidence older than arms name only the algo, which is then the arm."""
+    return row.get("arm") or row["algo"]
+
+
 def print_eval_summary(aggregate_csv: Path, jobs: list[dict]) -> None:
-    """Per algorithm: final pass@1 against the initial-checkpoint control, and accepted jobs."""
+    """Per arm: final pass@1 against the initial-checkpoint control, and accepted jobs."""
     import csv
 
     from rich.console import Console
@@ -53,9 +58,9 @@ def print_eval_summary(aggregate_csv: Path, jobs: list[dict]) -> None:
     if not aggregate_csv.is_file():
         return
     with open(aggregate_csv, newline="") as f:
-        rows = {(r["algo"], r["checkpoint"]): r for r in csv.DictReader(f)}
+        rows = {(_arm(r), r["checkpoint"]): r for r in csv.DictReader(f)}
     table = Table(title="final eval pass@1 (mean ± SD over seeds) vs the initial checkpoint", title_justify="left")
-    for col in ("algorithm", "final", "initial control", "gain", "accepted"):
+    for col in ("arm", "final", "initial control", "gain", "accepted"):
         table.add_column(col)
 
     def cell(row):
@@ -64,9 +69,11 @@ def print_eval_summary(aggregate_csv: Path, jobs: list[dict]) -> None:
         sd = f" ± {float(row['pass@1_sd']):.3f}" if row.get("pass@1_sd") else " (n<2)"
         return f"{float(row['pass@1_mean']):.3f}{sd}"
 
-    for algo in dict.fromkeys(a for a, _ in rows):
-        accepted = sum(1 for j in jobs if j["algo"] == algo and j["accepted"] == "yes")
-        total = sum(1 for j in jobs if j["algo"] == algo)
-        table.add_row(rows[(algo, "final")]["algorithm"], cell(rows.get((algo, "final"))),
-                      cell(rows.get((algo, "initial"))), cell(rows.get((algo, "gain"))), f"{accepted}/{total}")
+    for arm in dict.fromkeys(a for a, _ in rows):
+        final = rows.get((arm, "final")) or {}
+        name = final.get("algorithm", arm) if arm == final.get("algo") else arm  # GRPO, or rpp-lr3e-4
+        accepted = sum(1 for j in jobs if _arm(j) == arm and j["accepted"] == "yes")
+        total = sum(1 for j in jobs if _arm(j) == arm)
+        table.add_row(name, cell(rows.get((arm, "final"))), cell(rows.get((arm, "initial"))),
+                      cell(rows.get((arm, "gain"))), f"{accepted}/{total}")
     Console().print(table)

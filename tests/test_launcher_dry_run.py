@@ -11,6 +11,7 @@ from launcher.preflight import PreflightError, check_source
 from tests.sweeps import GRID, REPO, launch
 
 GOLDEN = REPO / "tests" / "golden" / "dry_run_3x3.txt"
+GOLDEN_SLURM = REPO / "tests" / "golden" / "dry_run_3x3_slurm.txt"
 
 
 def _commands(proc: subprocess.CompletedProcess) -> list[str]:
@@ -42,20 +43,26 @@ def test_without_multirun_the_single_composed_job_goes_through_the_same_checks(t
     assert (tmp_path / "single" / "commands.txt").read_text().splitlines() == [line]
 
 
-def test_slurm_dry_run_prints_one_array_submission(tmp_path):
+def test_slurm_dry_run_prints_the_array_script_submitit_submits_and_matches_its_golden_file(tmp_path):
     proc = launch(tmp_path / "s", *GRID, "dry_run=true", "cluster=slurm", "cluster.partition=gpu")
     assert proc.returncode == 0, proc.stderr
     sbatch = [line for line in proc.stdout.splitlines() if line.startswith("# sbatch")]
-    assert len(sbatch) == 1
-    assert "--array=0-8%9" in sbatch[0] and "--partition=gpu" in sbatch[0] and "--cpus-per-task=1" in sbatch[0]
+    assert sbatch[0] == "# sbatch | #!/bin/bash"
+    for flag in ("--array=0-8%9", "--partition=gpu", "--cpus-per-task=1", "--time=30", "--signal=USR2@90", "--requeue"):
+        assert f"# sbatch | #SBATCH {flag}" in sbatch, flag
+    assert sbatch[-1].endswith("<PYTHON> -u -m submitit.core._submit <SWEEP_DIR>/.submitit/<RUN>")
+    assert all(str(tmp_path) not in line for line in sbatch)
+    assert _commands(proc) == GOLDEN_SLURM.read_text().splitlines(), \
+        "update tests/golden/dry_run_3x3_slurm.txt if this change is intended"
 
 
-def test_seed000_profile_reproduces_its_request(tmp_path):
+def test_seed000_profile_reproduces_its_request_as_submitted(tmp_path):
     proc = launch(tmp_path / "s", "algo=grpo", "seed=42", "dry_run=true", "cluster=a40_seed000")
     assert proc.returncode == 0, proc.stderr
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("# sbatch"))
-    for flag in ("--gres=gpu:NVIDIAA40:1", "--cpus-per-task=16", "--mem=64G", "--time=06:00:00"):
-        assert flag in line
+    flags = {ln.removeprefix("# sbatch | #SBATCH ") for ln in proc.stdout.splitlines() if ln.startswith("# sbatch")}
+    # submitit submits minutes and its own USR2 warning 90 s before the end; one job is no array
+    assert {"--gres=gpu:NVIDIAA40:1", "--cpus-per-task=16", "--mem=64G", "--time=360", "--signal=USR2@90"} <= flags
+    assert not any(f.startswith("--array") for f in flags)
 
 
 @pytest.mark.parametrize(("args", "needle"), [
@@ -105,13 +112,14 @@ def test_fast_grid_composition_equals_hydra_composing_each_cell():
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    from launcher.cli import compose_jobs
+    from launcher.grid import compose_jobs
 
     cells = [["algo=rpp", "seed=3", "workload.lr=0.002"], ["algo=grpo", "seed=4", "workload.eval.k=2"],
              ["algo=rppb", "seed=5", "workload.sampling={temperature:0.7,top_k:5,top_p:0.9}", "cluster=slurm"]]
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         root = compose("config", return_hydra_config=True)
-        fast = compose_jobs(root, GlobalHydra.instance().config_loader(), cells)
+        loader = GlobalHydra.instance().config_loader()
+        fast = compose_jobs(lambda overrides: loader.load_sweep_config(root, overrides), cells)
         for overrides, cfg in zip(cells, fast):
             full = compose("config", overrides=overrides)
             assert OmegaConf.to_container(cfg, resolve=True) == OmegaConf.to_container(full, resolve=True)

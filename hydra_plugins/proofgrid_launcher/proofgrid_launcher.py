@@ -1,5 +1,7 @@
-"""Hydra plugins: a launcher that hands the whole expanded grid to ``launcher.sweep`` at once, and
-a sweeper that does not compose every grid cell a second time before launching it.
+"""Hydra plugins on Hydra's public plugin API: a sweeper that expands the grid with Hydra's public
+override parser and hands it to the launcher as ONE batch, and a launcher that hands that batch to
+``launcher`` (each distinct cell composed once, every check run, then one local run or one Slurm
+job array).
 
 Hydra only instantiates plugins that live in the ``hydra_plugins`` namespace, hence these thin
 adapters; all logic is in the ``launcher`` package.
@@ -8,12 +10,13 @@ adapters; all logic is in the ``launcher`` package.
 
 from collections.abc import Sequence  # noqa: I001 - no __future__ import: Hydra scans this module
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.config_store import ConfigStore
+from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.plugins.launcher import Launcher
+from hydra.plugins.sweeper import Sweeper
 
 
 @dataclass
@@ -32,18 +35,31 @@ ConfigStore.instance().store(group="hydra/launcher", name="proofgrid", node=Proo
 ConfigStore.instance().store(group="hydra/sweeper", name="proofgrid", node=ProofgridSweeperConf, provider="proofgrid")
 
 
-class ProofgridSweeper(BasicSweeper):
-    """Hydra's basic grid sweeper, minus its up-front composition of every cell: the proofgrid
-    launcher composes each cell itself (once) and turns any error into a one-line message. The
-    grid always goes to the launcher as one batch, so a Slurm sweep is one job array."""
+class ProofgridSweeper(Sweeper):
+    """The grid sweeper: the cartesian product of the command line's overrides (and of
+    ``hydra.sweeper.params``), composed by the launcher, not here, so each cell is composed once."""
 
     def __init__(self, max_batch_size: Optional[int] = None, params: Optional[dict] = None) -> None:  # noqa: UP045
         if max_batch_size is not None:
             raise ValueError("hydra.sweeper.max_batch_size must stay null: a sweep is submitted as one batch")
-        super().__init__(max_batch_size=None, params=params)
+        self.params = dict(params or {})
+        self.hydra_context = None
+        self.launcher = None
 
-    def validate_batch_is_legal(self, batch) -> None:
-        return None
+    def setup(self, *, hydra_context, task_function, config) -> None:
+        self.hydra_context = hydra_context
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config)
+
+    def sweep(self, arguments: list[str]) -> Any:
+        from launcher.grid import GridError, expand_grid
+
+        try:
+            cells = expand_grid([*(f"{k}={v}" for k, v in self.params.items()), *arguments],
+                                self.hydra_context.config_loader)
+        except GridError as exc:
+            raise SystemExit(f"proofgrid: error: bad grid: {exc}") from None
+        return [self.launcher.launch(cells, initial_job_idx=0)]
 
 
 class ProofgridLauncher(Launcher):
@@ -58,8 +74,9 @@ class ProofgridLauncher(Launcher):
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from launcher.cli import launch_grid
 
-        code = launch_grid(self.config, self.hydra_context.config_loader, [list(o) for o in job_overrides],
-                           str(self.config.hydra.sweep.dir))
+        loader, master = self.hydra_context.config_loader, self.config
+        code = launch_grid(master, [list(o) for o in job_overrides], str(master.hydra.sweep.dir),
+                           compose=lambda overrides: loader.load_sweep_config(master, overrides))
         if code:
             raise SystemExit(code)
         return [JobReturn(overrides=list(o), status=JobStatus.COMPLETED, _return_value=None) for o in job_overrides]
