@@ -9,6 +9,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import subprocess
 import sys
@@ -93,19 +94,30 @@ def bench_validation() -> None:
     print(f"validate  100k steps: {n / t:,.0f} records/s ({t:.2f} s) | bare json.loads {n / t_parse:,.0f} records/s")
 
 
+HEAVY_AT_PLAN_TIME = ("torch", "transformers", "ray", "matplotlib", "submitit", "bagit")
+
+
 def bench_dry_run() -> None:
-    """Dry-run expansion of a 1,002-job grid (3 algos x 334 seeds)."""
+    """Dry run of a 1,002-job grid (3 algos x 334 seeds), start to end as a user types it (target
+    < 3 s), against the same command for 1 job; and which heavy packages planning imported."""
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "launch.py", "-m", "algo=grpo,rpp,rppb", "seed=range(0,334)", "dry_run=true",
-               f"hydra.sweep.dir={tmp}/sweep"]
-        start = time.perf_counter()
-        subprocess.run(cmd, cwd=REPO, check=True, capture_output=True)
-        t = time.perf_counter() - start
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "launch.py", "-m", "algo=grpo", "seed=1", "dry_run=true",
-                        f"hydra.sweep.dir={tmp}/one"], cwd=REPO, check=True, capture_output=True)
-        t_one = time.perf_counter() - start
-    print(f"dry run   1,002 jobs: {t:.1f} s | 1 job: {t_one:.1f} s (per extra job {(t - t_one) / 1001 * 1e3:.1f} ms)")
+        def dry_run(*grid: str, where: str, flags: tuple[str, ...] = ()) -> tuple[float, float, str]:
+            """(wall s, CPU s of the process, its stderr)."""
+            cmd = [sys.executable, *flags, "launch.py", "-m", *grid, "dry_run=true", f"hydra.sweep.dir={tmp}/{where}"]
+            cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
+            start = time.perf_counter()
+            proc = subprocess.run(cmd, cwd=REPO, check=True, capture_output=True, text=True)
+            wall = time.perf_counter() - start
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            return wall, after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime, proc.stderr
+
+        t, cpu, _ = min(dry_run("algo=grpo,rpp,rppb", "seed=range(334)", where=f"big{i}") for i in range(3))
+        t_one, cpu_one, _ = min(dry_run("algo=grpo", "seed=1", where=f"one{i}") for i in range(3))
+        *_, imports = dry_run("algo=grpo,rpp,rppb", "seed=range(334)", where="imports", flags=("-X", "importtime"))
+    imported = {line.rsplit("|", 1)[-1].strip() for line in imports.splitlines() if line.startswith("import time:")}
+    heavy = [name for name in HEAVY_AT_PLAN_TIME if name in imported]
+    print(f"dry run   1,002 jobs: {t:.2f} s, {cpu:.2f} CPU s (target < 3 s) | 1 job: {t_one:.2f} s, {cpu_one:.2f} "
+          f"CPU s (per extra job {(t - t_one) / 1001 * 1e3:.2f} ms) | heavy packages imported: {', '.join(heavy) or 'none'}")
 
 
 def bench_training() -> None:

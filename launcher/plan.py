@@ -7,7 +7,9 @@ output; ``write_plan`` records it with ``sweep.json``. Nothing here starts, subm
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -18,7 +20,7 @@ from launcher.grid import LAUNCHER_KEYS, Cell, Composer, GridError, arm_labels, 
 from launcher.isolation import JobRoots, isolated_env
 from launcher.ports import NAMED_PORTS
 from launcher.preflight import PreflightError, check_inputs, check_job_config, check_resources, check_source
-from launcher.records import SWEEP_RECORD, path_free_sanitizer, public_copy
+from launcher.records import SWEEP_RECORD, public_copy, sweep_sanitizer
 from launcher.spec import JobSpec
 from trainer.inputs import REPO_ROOT
 
@@ -177,11 +179,29 @@ def sbatch_record(sweep: Sweep) -> list[str]:
     return [f"# sbatch | {line}".rstrip() for line in script.splitlines()]
 
 
+class _JobCleaner:
+    """``path_free_sanitizer`` for every job of one sweep at the price of one: the job directory
+    becomes ``<JOB_DIR>`` first (as a whole path, like the sanitiser's literals), so the jobs'
+    strings repeat and each distinct one is sanitised once."""
+
+    def __init__(self, sweep: Sweep) -> None:
+        self.clean_once = functools.lru_cache(maxsize=None)(sweep_sanitizer(sweep.sweep_dir, REPO_ROOT).clean)
+        self.job_dir: re.Pattern[str] | None = None
+
+    def for_job(self, spec: JobSpec) -> _JobCleaner:
+        self.job_dir = re.compile(r"(?<![\w.-])" + re.escape(str(spec.job_dir)) + r"(?![\w.-])")
+        return self
+
+    def clean(self, text: str) -> str:
+        return self.clean_once(self.job_dir.sub("<JOB_DIR>", text))
+
+
 def expanded_commands(sweep: Sweep) -> list[str]:
     """One deterministic, path-free line per job (the dry-run output and ``commands.txt``)."""
     lines = sbatch_record(sweep) if sweep.cluster.kind == "slurm" else []
+    cleaner = _JobCleaner(sweep)
     for i, spec in enumerate(sweep.specs):
-        cmd = public_copy(expanded_command(spec), path_free_sanitizer(spec, REPO_ROOT))
+        cmd = public_copy(expanded_command(spec), cleaner.for_job(spec))
         argv = " ".join(cmd["argv"])
         env = " ".join(f"{k}={v}" for k, v in cmd["env"].items())
         lines.append(f"[{i}] {spec.name}: env -u RAY_ADDRESS {env} {argv}" if not spec.ray_cpus
@@ -189,14 +209,16 @@ def expanded_commands(sweep: Sweep) -> list[str]:
     return lines
 
 
-def write_plan(sweep: Sweep) -> None:
-    """Write commands.txt and sweep.json. A re-run keeps the sweep's creation date and submission
-    history, so the sealed bundle of an unchanged sweep stays byte-identical."""
+def write_plan(sweep: Sweep) -> list[str]:
+    """Write commands.txt and sweep.json; returns the commands. A re-run keeps the sweep's creation
+    date and submission history, so the sealed bundle of an unchanged sweep stays byte-identical."""
     sweep.sweep_dir.mkdir(parents=True, exist_ok=True)
-    (sweep.sweep_dir / COMMANDS_FILE).write_text("\n".join(expanded_commands(sweep)) + "\n")
+    commands = expanded_commands(sweep)
+    (sweep.sweep_dir / COMMANDS_FILE).write_text("\n".join(commands) + "\n")
     path = sweep.sweep_dir / SWEEP_RECORD
     previous = json.loads(path.read_text()) if path.is_file() else {}
     record = {**sweep.record(), "created": previous.get("created", date.today().isoformat())}
     if "submissions" in previous:
         record["submissions"] = previous["submissions"]
     path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return commands

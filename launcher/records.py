@@ -50,10 +50,15 @@ def update_job_record(job_dir: Path, changes: dict, defaults: dict | None = None
 
 
 def path_free_sanitizer(spec: JobSpec, repo_root: Path) -> Sanitizer:
+    return sweep_sanitizer(Path(spec.sweep_dir), repo_root, {str(spec.job_dir): "<JOB_DIR>"})
+
+
+def sweep_sanitizer(sweep_dir: Path, repo_root: Path, literals: dict[str, str] | None = None) -> Sanitizer:
+    """Machine paths of a sweep's records as placeholders (plus the sanitiser's user, host, secrets)."""
     python_prefix = str(Path(sys.executable).parent)
     literals = {
-        str(spec.job_dir): "<JOB_DIR>",
-        str(Path(spec.sweep_dir)): "<SWEEP_DIR>",
+        **(literals or {}),
+        str(Path(sweep_dir)): "<SWEEP_DIR>",
         str(repo_root): "<REPO>",
         python_prefix: "<PYTHON_BIN>",
     }

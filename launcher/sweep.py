@@ -3,19 +3,20 @@ then the sealed evidence bundle and the summary printed at the end."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 from launcher.backend import backend
 from launcher.jobs import prepare_job_dirs
-from launcher.plan import COMMANDS_FILE, Sweep, expanded_commands, write_plan
+from launcher.plan import COMMANDS_FILE, Sweep, write_plan
 
 
 def run_sweep(sweep: Sweep) -> int:
     """Dry-run or run the sweep; returns the process exit code."""
-    write_plan(sweep)
+    commands = write_plan(sweep)
     if sweep.dry_run:
-        print("\n".join(expanded_commands(sweep)))
+        print("\n".join(commands))
         print(f"dry run: {len(sweep.specs)} job(s) checked, nothing submitted; commands in "
               f"{sweep.sweep_dir / COMMANDS_FILE}")
         return 0
@@ -34,7 +35,7 @@ def seal(sweep_dir: Path) -> int:
     from evidence import audit, build_bundle
 
     result = build_bundle(sweep_dir)
-    print_eval_summary(result.bundle_dir / "data" / "tables" / "eval_aggregate.csv", result.jobs)
+    print_eval_summary(result.bundle_dir / "data" / "tables" / "eval_aggregate.csv", result.jobs, job_arms(sweep_dir))
     print(result.summary())
     findings = audit(result.archive)
     for finding in findings:
@@ -43,22 +44,33 @@ def seal(sweep_dir: Path) -> int:
     return 0 if not findings and result.accepted == len(result.jobs) else 1
 
 
+def job_arms(sweep_dir: Path) -> dict[str, str]:
+    """Job name -> arm label of the planned sweep (``sweep.json``'s jobs, each job's ``spec.json``)."""
+    from launcher.records import SWEEP_RECORD
+    from launcher.spec import JobSpec
+
+    jobs = json.loads((sweep_dir / SWEEP_RECORD).read_text())["jobs"]
+    specs = [sweep_dir / "jobs" / name / "spec.json" for name in jobs]
+    return {path.parent.name: JobSpec.from_json(path.read_text()).arm_label for path in specs if path.is_file()}
+
+
 def _arm(row: dict) -> str:
     """A row's arm; rows of evidence older than arms name only the algo, which is then the arm."""
     return row.get("arm") or row["algo"]
 
 
-def print_eval_summary(aggregate_csv: Path, jobs: list[dict]) -> None:
-    """Per arm: final pass@1 against the initial-checkpoint control, and accepted jobs."""
+def print_eval_summary(aggregate_csv: Path, jobs: list[dict], arms: dict[str, str]) -> None:
+    """Per arm of the sweep (``arms``: job name -> arm): final pass@1 against the
+    initial-checkpoint control, and its accepted jobs."""
     import csv
 
     from rich.console import Console
     from rich.table import Table
 
-    if not aggregate_csv.is_file():
-        return
-    with open(aggregate_csv, newline="") as f:
-        rows = {(_arm(r), r["checkpoint"]): r for r in csv.DictReader(f)}
+    rows = {}
+    if aggregate_csv.is_file():
+        with open(aggregate_csv, newline="") as f:
+            rows = {(_arm(r), r["checkpoint"]): r for r in csv.DictReader(f)}
     table = Table(title="final eval pass@1 (mean ± SD over seeds) vs the initial checkpoint", title_justify="left")
     for col in ("arm", "final", "initial control", "gain", "accepted"):
         table.add_column(col)
@@ -69,11 +81,11 @@ def print_eval_summary(aggregate_csv: Path, jobs: list[dict]) -> None:
         sd = f" ± {float(row['pass@1_sd']):.3f}" if row.get("pass@1_sd") else " (n<2)"
         return f"{float(row['pass@1_mean']):.3f}{sd}"
 
-    for arm in dict.fromkeys(a for a, _ in rows):
+    accepted = {j["job"] for j in jobs if j["accepted"] == "yes"}
+    for arm in dict.fromkeys(arms.values()):
         final = rows.get((arm, "final")) or {}
         name = final.get("algorithm", arm) if arm == final.get("algo") else arm  # GRPO, or rpp-lr3e-4
-        accepted = sum(1 for j in jobs if _arm(j) == arm and j["accepted"] == "yes")
-        total = sum(1 for j in jobs if _arm(j) == arm)
+        members = [job for job, a in arms.items() if a == arm]
         table.add_row(name, cell(rows.get((arm, "final"))), cell(rows.get((arm, "initial"))),
-                      cell(rows.get((arm, "gain"))), f"{accepted}/{total}")
+                      cell(rows.get((arm, "gain"))), f"{len(accepted.intersection(members))}/{len(members)}")
     Console().print(table)
