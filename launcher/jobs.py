@@ -8,6 +8,7 @@ made with other settings refuses it; a rejected job runs again after its records
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING
 from evidence.bundle import IN_FLIGHT_STATES
 from launcher.backend import BACKENDS, SchedulerUnavailable, backend, refresh_job_records
 from launcher.preflight import PreflightError
-from launcher.records import read_job_record
+from launcher.records import SWEEP_RECORD, read_job_record
 from launcher.spec import JobSpec
 
 if TYPE_CHECKING:
@@ -45,7 +46,8 @@ def check_rerun(spec: JobSpec) -> None:
     previous = spec.job_dir / "spec.json"
     if previous.is_file():
         old = JobSpec.from_json(previous.read_text())
-        if (old.trainer_overrides, old.n_updates) != (spec.trainer_overrides, spec.n_updates):
+        if (old.trainer_overrides, old.n_updates, old.arm_label) != (spec.trainer_overrides, spec.n_updates,
+                                                                     spec.arm_label):
             raise PreflightError(
                 f"{spec.job_dir} holds job {spec.name} run with other settings "
                 f"({' '.join(old.trainer_overrides)}); a sweep directory holds one frozen grid: "
@@ -57,6 +59,18 @@ def check_rerun(spec: JobSpec) -> None:
             f"job {spec.name} is still {record.get('state')} (id {record.get('job_id')}); wait for it "
             f"(python -m launcher status {spec.sweep_dir}) or cancel it before re-running this sweep"
         )
+
+
+def check_arms(sweep_dir: Path, arms: dict[str, dict[str, str]]) -> None:
+    """Refuse to re-run a sweep directory whose recorded arm of the same label had other settings
+    (an arm's label is stable only within one grid: its jobs would mix two experiments)."""
+    path = sweep_dir / SWEEP_RECORD
+    recorded = json.loads(path.read_text()).get("arms", {}) if path.is_file() else {}
+    for label, overrides in arms.items():
+        if label in recorded and recorded[label] != overrides:
+            old = " ".join(f"{k}={v}" for k, v in sorted(recorded[label].items()))
+            raise PreflightError(f"{sweep_dir} holds arm {label} run with other settings ({old}); a sweep "
+                                 "directory holds one frozen grid: use a new hydra.sweep.dir")
 
 
 def prepare_job_dirs(sweep: Sweep) -> list[JobSpec]:

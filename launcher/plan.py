@@ -10,13 +10,24 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from launcher.grid import LAUNCHER_KEYS, Cell, Composer, GridError, arm_labels, classify, compose_jobs
+from launcher.grid import (
+    LAUNCHER_KEYS,
+    Cell,
+    Composer,
+    GridError,
+    arm_labels,
+    classify,
+    compose_jobs,
+    expand_grid,
+    hydra_compose,
+)
 from launcher.isolation import JobRoots, isolated_env
 from launcher.ports import NAMED_PORTS
 from launcher.preflight import PreflightError, check_inputs, check_job_config, check_resources, check_source
@@ -152,6 +163,28 @@ def plan_sweep(root_cfg: DictConfig, cells: list[list[str]], sweep_dir: Path, co
         raise PreflightError(f"grid cells share the job name(s) {', '.join(dup)}; rename a setting's value")
     return Sweep(sweep_dir, cluster, sorted(specs, key=lambda s: (s.arm, s.name)), bool(root_cfg.dry_run),
                  bool(root_cfg.wait), formal, commit, n_updates, eval_responses, workload)
+
+
+def plan_grid(grid: Sequence[str], sweep_dir: Path, config_name: str = "config") -> Sweep:
+    """Plan a grid without a shell (an experiment runner's stage): ``grid`` is what follows
+    ``launch.py -m`` (``["algo=grpo,rpp", "seed=1,2", "workload.lr=1e-4,3e-4", "dry_run=true"]``),
+    composed with Hydra's compose API from ``conf/``. Run it with ``launcher.sweep.run_sweep``;
+    its jobs are ``sweep.specs`` (each ``job_dir`` holds ``job.json``)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    def plan() -> Sweep:
+        try:
+            cells = expand_grid(grid)
+        except GridError as exc:
+            raise PreflightError(f"bad grid: {exc}") from None
+        root = compose(config_name, overrides=[o for o in cells[0] if _override_key(o).split(".")[0] in LAUNCHER_KEYS])
+        return plan_sweep(root, cells, sweep_dir, hydra_compose(config_name))
+
+    if GlobalHydra.instance().is_initialized():  # inside launch.py
+        return plan()
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+        return plan()
 
 
 def expanded_command(spec: JobSpec) -> dict:

@@ -8,12 +8,13 @@ import sys
 from pathlib import Path
 
 from launcher.backend import backend
-from launcher.jobs import prepare_job_dirs
+from launcher.jobs import check_arms, prepare_job_dirs
 from launcher.plan import COMMANDS_FILE, Sweep, write_plan
 
 
 def run_sweep(sweep: Sweep) -> int:
     """Dry-run or run the sweep; returns the process exit code."""
+    check_arms(sweep.sweep_dir, sweep.arms)
     commands = write_plan(sweep)
     if sweep.dry_run:
         print("\n".join(commands))

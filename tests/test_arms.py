@@ -11,7 +11,6 @@ import pytest
 
 from launcher.grid import GridError, arm_labels, classify, expand_grid
 from launcher.preflight import PreflightError
-from tests.sweeps import REPO
 
 SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -104,18 +103,9 @@ def test_a_seed_that_is_not_an_integer_is_refused(seed):
 
 @pytest.fixture(scope="module")
 def planner():
-    from hydra import compose, initialize_config_dir
+    from launcher.plan import plan_grid
 
-    from launcher.grid import hydra_compose
-    from launcher.plan import plan_sweep
-
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        def plan(tmp_path, *grid):
-            cells = expand_grid([*grid, "dry_run=true"])
-            root = compose("config", overrides=[o for o in cells[0] if "," not in o])
-            return plan_sweep(root, cells, tmp_path, hydra_compose())
-
-        yield plan
+    return lambda sweep_dir, *grid: plan_grid([*grid, "dry_run=true"], sweep_dir)
 
 
 def test_planning_an_lr_x_algo_x_seed_grid_gives_eight_jobs_of_four_arms(planner, tmp_path):
@@ -158,3 +148,19 @@ def test_an_older_spec_without_an_arm_reads_as_its_algo(tmp_path):
            "cpus": 1, "ray_cpus": 0, "n_updates": 2, "source_commit": None, "gpu_model": None}
     spec = JobSpec.from_json(json.dumps(old))
     assert spec.arm_label == "grpo" and spec.identity()["arm"] == "grpo"
+
+
+def test_an_experiment_runner_plans_and_dry_runs_a_stage_in_process(tmp_path, capsys):
+    from launcher.plan import plan_grid
+    from launcher.sweep import run_sweep
+
+    sweep = plan_grid(["algo=grpo,rpp", "seed=1", "workload.lr=1e-4,3e-4", "dry_run=true"], tmp_path / "stage")
+    assert run_sweep(sweep) == 0
+    lines = (tmp_path / "stage" / "commands.txt").read_text().splitlines()
+    assert [line.split(":")[0] for line in lines] == ["[0] grpo-lr1e-4-1", "[1] grpo-lr3e-4-1", "[2] rpp-lr1e-4-1",
+                                                       "[3] rpp-lr3e-4-1"]
+    assert lines[1].endswith("-m trainer algo=grpo seed=1 workload.lr=3e-4 output_dir=<JOB_DIR>/run")
+    assert capsys.readouterr().out.splitlines()[:4] == lines
+    assert not (tmp_path / "stage" / "jobs").exists()
+    with pytest.raises(PreflightError, match="bad grid: .*interval sweep"):
+        plan_grid(["workload.lr=interval(0,1)"], tmp_path / "bad")

@@ -78,6 +78,8 @@ def test_seed000_profile_reproduces_its_request_as_submitted(tmp_path):
       "cluster.cpus_per_task=2"), "cpus_per_task"),
     (("algo=grpo", "seed=1", "wait=false"), "wait=false needs cluster=slurm"),
     (("algo=grpo", "seed=1", "workload.manifest=manifests/missing.json"), "manifest"),
+    (("algo=grpo", "seed=1", "workload.lr=1e-4,0.0001"), "equal values"),
+    (("algo=grpo", "seed=1", "workload.lr=interval(0.1,0.2)"), "interval sweep"),
 ])
 def test_a_bad_grid_fails_in_the_dry_run_with_one_line(tmp_path, args, needle):
     proc = launch(tmp_path / "bad", *args, "dry_run=true")

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from launcher.jobs import check_rerun
+from launcher.jobs import check_arms, check_rerun
 from launcher.preflight import PreflightError
 from launcher.slurm import time_to_minutes
 from launcher.spec import JobSpec
@@ -56,6 +56,33 @@ def test_a_job_directory_made_with_other_settings_refuses_the_rerun(tmp_path):
     _record(_spec(tmp_path, ("algo=grpo", "seed=1", "workload.lr=0.001")), state="COMPLETED")
     with pytest.raises(PreflightError, match="other settings"):
         check_rerun(_spec(tmp_path))
+
+
+def test_a_job_directory_of_another_arm_refuses_the_rerun(tmp_path):
+    old = _spec(tmp_path)
+    _record(JobSpec(**{**old.__dict__, "arm": "grpo-lr1e-4", "arm_overrides": {"algo": "grpo", "workload.lr": "1e-4"}}),
+            state="COMPLETED")
+    with pytest.raises(PreflightError, match="other settings"):
+        check_rerun(old)  # same trainer overrides, but recorded as another arm
+
+
+def test_an_older_job_directory_without_an_arm_is_the_same_job_as_its_algo_arm(tmp_path):
+    spec = _spec(tmp_path)
+    spec.job_dir.mkdir(parents=True)
+    old = json.loads(spec.to_json())
+    del old["arm"], old["arm_overrides"]
+    (spec.job_dir / "spec.json").write_text(json.dumps(old))
+    (spec.job_dir / "job.json").write_text(json.dumps({"state": "COMPLETED"}))
+    check_rerun(JobSpec(**{**spec.__dict__, "arm": "grpo", "arm_overrides": {"algo": "grpo"}}))  # no error
+
+
+def test_a_sweep_directory_whose_arm_had_other_settings_refuses_the_rerun(tmp_path):
+    arms = {"rpp-lr3e-4": {"algo": "rpp", "workload.lr": "3e-4"}, "rpp-lr1e-4": {"algo": "rpp", "workload.lr": "1e-4"}}
+    (tmp_path / "sweep.json").write_text(json.dumps({"arms": arms}))
+    check_arms(tmp_path, arms)  # the same grid: fine
+    check_arms(tmp_path, {"rpp-lr3e-4": arms["rpp-lr3e-4"], "grpo": {"algo": "grpo"}})  # a new arm: fine
+    with pytest.raises(PreflightError, match=r"holds arm rpp-lr3e-4 run with other settings \(algo=rpp workload.lr=3e-4"):
+        check_arms(tmp_path, {"rpp-lr3e-4": {"algo": "rpp", "workload.lr": "3e-4", "workload.eval.k": "2"}})
 
 
 @pytest.mark.parametrize(("text", "minutes"), [

@@ -8,7 +8,8 @@ adapters; all logic is in the ``launcher`` package.
 """
 
 
-from collections.abc import Sequence  # noqa: I001 - no __future__ import: Hydra scans this module
+import sys  # noqa: I001 - no __future__ import: Hydra scans this module
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -58,7 +59,8 @@ class ProofgridSweeper(Sweeper):
             cells = expand_grid([*(f"{k}={v}" for k, v in self.params.items()), *arguments],
                                 self.hydra_context.config_loader)
         except GridError as exc:
-            raise SystemExit(f"proofgrid: error: bad grid: {exc}") from None
+            print(f"proofgrid: error: bad grid: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
         return [self.launcher.launch(cells, initial_job_idx=0)]
 
 

@@ -1,0 +1,65 @@
+"""The launcher's layering: planning, job state and the back ends are separate modules behind one
+small protocol; no back end imports the planner; the Hydra plugins use Hydra's public API only."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.sweeps import REPO
+
+
+def _imported_after(statement: str) -> set[str]:
+    code = f"import json, sys; {statement}; print(json.dumps(sorted(sys.modules)))"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    return set(json.loads(proc.stdout))
+
+
+@pytest.mark.parametrize("backend", ["launcher.local", "launcher.slurm"])
+def test_a_back_end_imports_neither_the_planner_nor_the_job_state(backend):
+    imported = _imported_after(f"import {backend}")
+    assert not imported & {"launcher.sweep", "launcher.plan", "launcher.jobs", "launcher.grid", "launcher.cli"}
+
+
+@pytest.mark.parametrize("backend", ["local", "slurm"])
+def test_both_back_ends_implement_the_protocol(backend):
+    from launcher.backend import Backend
+    from launcher.backend import backend as get
+
+    module = get(backend)
+    for name, member in inspect.getmembers(Backend, inspect.isfunction):
+        if name.startswith("_"):
+            continue
+        wanted = list(inspect.signature(member).parameters)[1:]  # without self
+        assert list(inspect.signature(getattr(module, name)).parameters) == wanted, (backend, name)
+
+
+def test_an_unknown_back_end_is_refused():
+    from launcher.backend import backend
+
+    with pytest.raises(ValueError, match="unknown cluster.kind 'pbs'; choose one of local, slurm"):
+        backend("pbs")
+
+
+def test_the_hydra_plugins_subclass_only_hydras_public_plugin_classes():
+    from hydra_plugins.proofgrid_launcher import proofgrid_launcher as plugins
+
+    for cls in (plugins.ProofgridSweeper, plugins.ProofgridLauncher):
+        assert all(not base.__module__.startswith("hydra._internal") for base in cls.__mro__), cls
+    source = inspect.getsource(plugins)
+    assert "_internal" not in source.replace("hydra._internal", "")
+    assert "hydra._internal" not in source.split('"""', 2)[2]
+
+
+def test_planning_imports_no_scheduler_client_ray_or_plotting():
+    imported = _imported_after("import launcher.plan, launcher.grid, launcher.sweep")
+    assert not imported & {"ray", "matplotlib", "transformers", "submitit", "rich", "bagit"} - _evidence_package()
+
+
+def _evidence_package() -> set[str]:
+    """``launcher.records`` uses ``evidence.sanitize``, whose package imports the bundle writer (bagit)."""
+    return _imported_after("import evidence.sanitize") & {"bagit", "rich"}
