@@ -64,15 +64,18 @@ def installed_versions() -> dict[str, Version]:
 
 
 def plan_installs(wheels: list[Path], installed: dict[str, Version],
-                  wanted: list[Requirement]) -> tuple[list[Path], list[str]]:
-    """Which shipped wheels to install so that ``wanted`` and the installed wheels' own requirements
-    hold: ``(wheels, problems)``; a problem is a requirement neither the image nor a wheel meets."""
+                  wanted: list[Requirement]) -> tuple[list[Path], list[str], list[str]]:
+    """Which shipped wheels to install so that ``wanted`` and the chosen wheels' own requirements
+    hold: ``(wheels, problems, notes)``. A problem is a requirement that neither the image nor a
+    shipped wheel meets; a note is a chosen wheel's requirement on a distribution the image has in
+    another version (e.g. huggingface-hub's on hf-xet, which only downloads use): kept, and said."""
     shipped = {canonicalize_name(parse_wheel_filename(w.name)[0]): w for w in wheels}
     chosen: dict[str, Path] = {}
     problems: list[str] = []
-    queue = list(wanted)
+    notes: list[str] = []
+    queue = [(req, None) for req in wanted]
     while queue:
-        req = queue.pop(0)
+        req, wanted_by = queue.pop(0)
         name = canonicalize_name(req.name)
         if name in NOT_ON_THE_DEVICE and name not in shipped:
             continue
@@ -85,12 +88,15 @@ def plan_installs(wheels: list[Path], installed: dict[str, Version],
             continue
         wheel = shipped.get(name)
         if wheel is None or not req.specifier.contains(parse_wheel_filename(wheel.name)[1], prereleases=True):
+            if wanted_by is not None and name in installed:
+                notes.append(f"{wanted_by} asks for {req}; keeping the installed {installed[name]}")
+                continue
             have = f"installed {installed[name]}" if name in installed else "not installed"
             problems.append(f"{req}: {have}, and {'the shipped wheel does not match' if wheel else 'no wheel shipped'}")
             continue
         chosen[name] = wheel
-        queue.extend(wheel_requirements(wheel))
-    return sorted(chosen.values()), problems
+        queue.extend((r, wheel.name) for r in wheel_requirements(wheel))
+    return sorted(chosen.values()), problems, notes
 
 
 def fill(dest: Path) -> int:
@@ -116,7 +122,9 @@ def fill(dest: Path) -> int:
 def install(source: Path, site: Path) -> int:
     """Install what the image lacks into ``site`` (``pip install --target``, offline, no resolver:
     the plan above already chose every wheel)."""
-    wheels, problems = plan_installs(sorted(source.glob("*.whl")), installed_versions(), project_requirements())
+    wheels, problems, notes = plan_installs(sorted(source.glob("*.whl")), installed_versions(), project_requirements())
+    for note in notes:
+        print(f"device_wheels: note: {note}")
     for problem in problems:
         print(f"device_wheels: error: {problem}", file=sys.stderr)
     if problems:
@@ -141,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "fill":
         return fill(args.dest)
     if not args.source.is_dir():
-        _, problems = plan_installs([], installed_versions(), project_requirements())
+        _, problems, _ = plan_installs([], installed_versions(), project_requirements())
         if not problems:
             print("device_wheels: the image already has every dependency; nothing to install")
             return 0
