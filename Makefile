@@ -41,9 +41,10 @@ bench: venv
 		$(PY) -m pip install $(PIP_FLAGS) -c $(VENV)/torch-pin.txt -e ".[bench]"; }
 	$(PY) -m benchmarks
 
-# Fill wheels/device/ for scripts/device_check.sh (run here, where the network is).
+# Fill wheels/device/ (git-ignored) with the pure-Python wheels scripts/device_check.sh installs on a
+# GPU machine without network; run it where the network is, then send the folder with the tree.
 device-wheels: venv
-	bash scripts/device_wheels.sh
+	$(PY) -m benchmarks.device_wheels fill wheels/device
 
 clean:
 	rm -rf $(VENV) outputs multirun
