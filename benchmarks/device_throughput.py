@@ -32,7 +32,7 @@ SEED000_A40_TOK_PER_S = 409.8  # seed 000: response tok/s of one run on one A40
 GOAL_RATIO = 3.0
 # --cpu-smoke: the same architecture family, small enough for a CPU, and a small geometry.
 SMOKE_ARCH = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 2,
-              "num_key_value_heads": 1, "head_dim": 32, "layer_types": ["full_attention"] * 2}
+              "num_key_value_heads": 1, "head_dim": 32, "layer_types": ["full_attention"] * 2, "vocab_size": 512}
 SMOKE_WORKLOAD = ("workload.device=cpu", "workload.dtype=float32", "workload.num_threads=1",
                   "workload.prompts_per_step=2", "workload.n_samples_per_prompt=2", "workload.global_batch_size=4",
                   "workload.max_response_len=8")
@@ -172,14 +172,16 @@ def run(out: Path, steps: int, smoke: bool, budget_s: float) -> dict:
     steady = result["steps"][1:] or result["steps"]  # the first step carries the warm-up
     if steady:
         n = int(w.prompts_per_step) * int(w.n_samples_per_prompt)
-        tok_per_s = median([s["response_tok_per_s"] for s in steady])
+        rollout_tok_per_s = median([s["response_tok_per_s"] for s in steady])
+        step_tok_per_s = sum(s["response_len"] * n for s in steady) / sum(s["step_s"] for s in steady)
         result["summary"] = {
             "s_per_step_median": median([s["step_s"] for s in steady]),
-            "response_tok_per_s_median": tok_per_s,
-            "response_tok_per_s_of_step_time": sum(s["response_len"] * n for s in steady) / sum(s["step_s"] for s in steady),
+            "response_tok_per_s_of_step_time": step_tok_per_s,
+            "response_tok_per_s_of_rollout_time_median": rollout_tok_per_s,
             "steps_measured": len(steady),
+            # Seed 000's figure is whole-step throughput: 32 x 897 tokens per ~70 s step.
             "reference": {"seed000_one_a40_response_tok_per_s": SEED000_A40_TOK_PER_S,
-                          "ratio": tok_per_s / SEED000_A40_TOK_PER_S, "goal_ratio": GOAL_RATIO},
+                          "ratio": step_tok_per_s / SEED000_A40_TOK_PER_S, "goal_ratio": GOAL_RATIO},
         }
     result["cuda_tests"] = cuda_test_summary(out / "cuda_tests.xml") or "not run"
     (out / "device_check.json").write_text(json.dumps(result, indent=1) + "\n")
@@ -197,10 +199,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"weights: {result['weights']}")
     if "summary" in result:
         s = result["summary"]
-        print(f"throughput: {s['response_tok_per_s_median']:,.1f} response tok/s (rollout), "
-              f"{s['s_per_step_median']:.2f} s/step, {s['response_tok_per_s_of_step_time']:,.1f} response tok/s of "
-              f"step time; seed 000 on one A40: {SEED000_A40_TOK_PER_S} tok/s, ratio {s['reference']['ratio']:.2f}x "
-              f"(goal {GOAL_RATIO:.0f}x)")
+        print(f"throughput: {s['response_tok_per_s_of_step_time']:,.1f} response tok/s of step time "
+              f"({s['response_tok_per_s_of_rollout_time_median']:,.1f} of rollout time), {s['s_per_step_median']:.2f} "
+              f"s/step over {s['steps_measured']} step(s); seed 000 on one A40: {SEED000_A40_TOK_PER_S} tok/s, "
+              f"ratio {s['reference']['ratio']:.2f}x (goal {GOAL_RATIO:.0f}x)")
     if "stopped" in result:
         print(f"device_throughput: note: {result['stopped']}; {len(result['steps'])} step(s) logged")
     if "error" in result or not result["steps"]:

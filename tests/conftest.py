@@ -6,9 +6,9 @@ started, or one it starts (and stops) itself.
 Tiers: ``make test-fast`` runs ``-m "not slow"`` (unit, numerics, evidence on synthetic sweeps: no
 trainer or launcher processes, no Slurm); ``make test`` runs everything. A test is ``slow`` when it
 says so, or, found here so that a new test cannot slip into the fast tier by forgetting the marker,
-when it uses a real-service fixture (``slurm_cluster``) or starts the trainer or the launcher through
-the helpers of tests/trainer_runs.py and tests/sweeps.py, itself or through a fixture or helper
-function of its module or of a conftest.py above it.
+when it uses a real-service fixture (``slurm_cluster``) or starts the trainer or the launcher (through
+the helpers of tests/trainer_runs.py and tests/sweeps.py, or a command list it spells out), itself or
+through a fixture or helper function of its module or of a conftest.py above it.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ TESTS = Path(__file__).resolve().parent
 SLOW_FIXTURES = frozenset({"slurm_cluster"})
 # Helpers that start the trainer or the launcher as processes (tests/trainer_runs.py, tests/sweeps.py).
 PROCESS_HELPERS = frozenset({"run_trainer", "trainer_cmd", "launch"})
+PROCESS_MODULES = frozenset({"trainer", "launcher.runtime", "benchmarks"})  # `python -m <these>` trains
 # A fast-tier test slower than this is named at the end of the run: it belongs in the slow tier.
 FAST_TIER_BUDGET_S = 5.0
 
@@ -78,6 +79,16 @@ def _called_names(fn: ast.AST) -> set[str]:
             for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, (ast.Name, ast.Attribute))}
 
 
+def _spells_out_a_process(fn: ast.AST) -> bool:
+    """A command list written out in the test: ``[..., "-m", "trainer", ...]`` or ``[..., "launch.py", ...]``."""
+    for node in ast.walk(fn):
+        if isinstance(node, (ast.List, ast.Tuple)):
+            words = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+            if "launch.py" in words or any(a == "-m" and b in PROCESS_MODULES for a, b in zip(words, words[1:])):
+                return True
+    return False
+
+
 @functools.cache
 def _process_starters(path: Path) -> frozenset[str]:
     """Names of the functions in ``path`` that start a trainer or launcher process, directly or by
@@ -85,7 +96,8 @@ def _process_starters(path: Path) -> frozenset[str]:
     tree = ast.parse(path.read_text(), filename=str(path))
     calls = {fn.name: _called_names(fn) for fn in ast.walk(tree)
              if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    starters = {name for name, called in calls.items() if called & PROCESS_HELPERS}
+    starters = {fn.name for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and (calls[fn.name] & PROCESS_HELPERS or _spells_out_a_process(fn))}
     while True:
         more = {name for name, called in calls.items() if called & starters} - starters
         if not more:
