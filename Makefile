@@ -1,6 +1,8 @@
 # proofgrid: two commands do all set-up on a fresh machine.
 #   make run   - create .venv, install, run the main sweep on the embedded default
 #   make test  - create .venv, install, lint, run the whole suite
+#   make test-fast - lint, then the fast tier: unit, numerics, evidence on synthetic sweeps (no trainer
+#                    or launcher processes, no Slurm; tests/conftest.py says what counts as slow)
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -9,7 +11,7 @@ TORCH_SPEC ?= torch==2.13.0
 PIP_FLAGS ?= --disable-pip-version-check -q
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv run test lint bench clean
+.PHONY: venv run test test-fast lint bench device-wheels clean
 
 venv: $(STAMP)
 
@@ -26,11 +28,23 @@ lint: venv
 test: venv lint
 	$(PY) -m pytest -q
 
+test-fast: venv lint
+	$(PY) -m pytest -q -m "not slow"
+
 run: venv
 	$(PY) launch.py -m algo=grpo,rpp,rppb seed=42,1234,2026
 
+# TRL (the `bench` extra) for the TRL comparison; torch stays the installed build.
 bench: venv
+	$(PY) -c "import trl" 2>/dev/null || { \
+		$(PY) -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > $(VENV)/torch-pin.txt && \
+		$(PY) -m pip install $(PIP_FLAGS) -c $(VENV)/torch-pin.txt -e ".[bench]"; }
 	$(PY) -m benchmarks
+
+# Fill wheels/device/ (git-ignored) with the pure-Python wheels scripts/device_check.sh installs on a
+# GPU machine without network; run it where the network is, then send the folder with the tree.
+device-wheels: venv
+	$(PY) -m benchmarks.device_wheels fill wheels/device
 
 clean:
 	rm -rf $(VENV) outputs multirun

@@ -135,13 +135,88 @@ def bench_training() -> None:
           f"start-up and both evals: {total:.1f} s (target < 60 s) | rollout {tok:,.0f} response tok/s")
 
 
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def step_figures(records: list[dict]) -> dict[str, float]:
+    """Median s/step, response tok/s over the steps' wall time, and rollout-only tok/s.
+
+    Each record is one step: ``step_s``, ``response_tokens``, ``rollout_s``. The first step (allocator
+    and kernel warm-up) is left out, on both sides alike."""
+    steady = records[1:]
+    tokens = sum(r["response_tokens"] for r in steady)
+    return {"s_per_step": median([r["step_s"] for r in steady]),
+            "tok_per_s": tokens / sum(r["step_s"] for r in steady),
+            "rollout_tok_per_s": tokens / sum(r["rollout_s"] for r in steady)}
+
+
+def run_proofgrid_grpo(steps: int, seed: int, tmp: Path) -> list[dict]:
+    """proofgrid's trainer, ``algo=grpo workload=toy``: one record per step from its metrics.jsonl."""
+    out = tmp / f"proofgrid-{seed}"
+    subprocess.run([sys.executable, "-m", "trainer", "algo=grpo", "workload=toy", f"seed={seed}",
+                    f"workload.n_updates={steps}", f"workload.checkpoint_every={steps}",
+                    "workload.eval.n_prompts=1", "workload.eval.k=1", f"output_dir={out}"],
+                   cwd=REPO, check=True, capture_output=True)
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    summary = json.loads((out / "run.json").read_text())
+    batch = summary["responses_generated"] // summary["steps_completed"]
+    return [{"step_s": r["perf/step_s"], "response_tokens": r["rollout/response_len"] * batch,
+             "rollout_s": r["rollout/response_len"] * batch / r["perf/response_tok_per_s"]} for r in records]
+
+
+def run_trl_grpo(steps: int, seed: int, tmp: Path) -> list[dict]:
+    """TRL's GRPOTrainer on the same workload (benchmarks/trl_grpo.py), in a process of its own."""
+    out = tmp / f"trl-{seed}.json"
+    subprocess.run([sys.executable, "-m", "benchmarks.trl_grpo", f"--steps={steps}", f"--seed={seed}",
+                    f"--out={out}"], cwd=REPO, check=True, capture_output=True)
+    return [{"step_s": r["step_s"], "response_tokens": r["response_tokens"], "rollout_s": r["generate_s"]}
+            for r in json.loads(out.read_text())["records"]]
+
+
+def bench_trl(steps: int = 60, pairs: int = 3) -> None:
+    """proofgrid's toy GRPO step against TRL's GRPOTrainer: same model, data, template, geometry,
+    threads and steps; the runs alternate (TRL, proofgrid, proofgrid, TRL, ...) so drifting load on a
+    shared machine hits both sides alike. Ratio = TRL s/step / proofgrid s/step (> 1: proofgrid faster)."""
+    import importlib.util
+
+    if importlib.util.find_spec("trl") is None:
+        print("trl       skipped: TRL is not installed (pip install -e '.[bench]')")
+        return
+    from importlib.metadata import version
+
+    runners = {"trl": run_trl_grpo, "proofgrid": run_proofgrid_grpo}
+    results: dict[str, list[dict]] = {"trl": [], "proofgrid": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for pair in range(pairs):
+            order = ("trl", "proofgrid") if pair % 2 == 0 else ("proofgrid", "trl")
+            for side in order:
+                results[side].append(step_figures(runners[side](steps, pair + 1, Path(tmp))))
+            trl, ours = results["trl"][-1], results["proofgrid"][-1]
+            print(f"trl       pair {pair + 1}: TRL {version('trl')} {trl['s_per_step']:.3f} s/step "
+                  f"{trl['tok_per_s']:,.0f} tok/s (rollout {trl['rollout_tok_per_s']:,.0f}) | proofgrid "
+                  f"{ours['s_per_step']:.3f} s/step {ours['tok_per_s']:,.0f} tok/s (rollout "
+                  f"{ours['rollout_tok_per_s']:,.0f}) | speed ratio {trl['s_per_step'] / ours['s_per_step']:.2f}x")
+    trl_s = median([r["s_per_step"] for r in results["trl"]])
+    ours_s = median([r["s_per_step"] for r in results["proofgrid"]])
+    trl_tok = median([r["tok_per_s"] for r in results["trl"]])
+    ours_tok = median([r["tok_per_s"] for r in results["proofgrid"]])
+    print(f"trl       {pairs} pairs x {steps} steps, medians: TRL {trl_s:.3f} s/step {trl_tok:,.0f} tok/s | "
+          f"proofgrid {ours_s:.3f} s/step {ours_tok:,.0f} tok/s | s/step ratio TRL/proofgrid "
+          f"{trl_s / ours_s:.2f}x, tok/s ratio proofgrid/TRL {ours_tok / trl_tok:.2f}x (target >= 2)")
+
+
 BENCHMARKS = {"numerics": bench_numerics, "hashing": bench_hashing, "validation": bench_validation,
-              "dry_run": bench_dry_run, "training": bench_training}
+              "dry_run": bench_dry_run, "training": bench_training, "trl": bench_trl}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("names", nargs="*", help=f"benchmarks to run (default: all of {', '.join(BENCHMARKS)})")
+    ap.add_argument("--trl-steps", type=int, default=60, help="training steps of each TRL/proofgrid run")
+    ap.add_argument("--trl-pairs", type=int, default=3, help="interleaved TRL/proofgrid run pairs")
     args = ap.parse_args()
     unknown = [n for n in args.names if n not in BENCHMARKS]
     if unknown:
@@ -150,7 +225,10 @@ def main() -> int:
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
           f"torch {torch.__version__} (1 thread); sha256sum: {shutil.which('sha256sum') is not None}")
     for name in args.names or BENCHMARKS:
-        BENCHMARKS[name]()
+        if name == "trl":
+            bench_trl(args.trl_steps, args.trl_pairs)
+        else:
+            BENCHMARKS[name]()
     return 0
 
 

@@ -1,8 +1,20 @@
-"""Shared fixtures. The Slurm fixture uses a real throwaway cluster (scripts/slurm/cluster.sh):
-the one CI's .ci/run started, or one it starts (and stops) itself."""
+"""Shared fixtures and the test tiers.
+
+The Slurm fixture uses a real throwaway cluster (scripts/slurm/cluster.sh): the one CI's .ci/run
+started, or one it starts (and stops) itself.
+
+Tiers: ``make test-fast`` runs ``-m "not slow"`` (unit, numerics, evidence on synthetic sweeps: no
+trainer or launcher processes, no Slurm); ``make test`` runs everything. A test is ``slow`` when it
+says so, or, found here so that a new test cannot slip into the fast tier by forgetting the marker,
+when it uses a real-service fixture (``slurm_cluster``) or starts the trainer or the launcher (through
+the helpers of tests/trainer_runs.py and tests/sweeps.py, or a command list it spells out), itself or
+through a fixture or helper function of its module or of a conftest.py above it.
+"""
 
 from __future__ import annotations
 
+import ast
+import functools
 import os
 import shlex
 import subprocess
@@ -12,6 +24,13 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 CLUSTER_SH = REPO / "scripts" / "slurm" / "cluster.sh"
+TESTS = Path(__file__).resolve().parent
+SLOW_FIXTURES = frozenset({"slurm_cluster"})
+# Helpers that start the trainer or the launcher as processes (tests/trainer_runs.py, tests/sweeps.py).
+PROCESS_HELPERS = frozenset({"run_trainer", "trainer_cmd", "launch"})
+PROCESS_MODULES = frozenset({"trainer", "launcher.runtime", "benchmarks"})  # `python -m <these>` trains
+# A fast-tier test slower than this is named at the end of the run: it belongs in the slow tier.
+FAST_TIER_BUDGET_S = 5.0
 
 # Ray must never write ~/.ray/auth_token in tests (Ray 2.60 does unless auth is disabled).
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -53,3 +72,70 @@ def slurm_cluster():
             os.environ[key] = value
     if started_here:
         subprocess.run(["bash", str(CLUSTER_SH), "stop", str(state_dir)], capture_output=True)
+
+
+def _called_names(fn: ast.AST) -> set[str]:
+    return {n.func.id if isinstance(n.func, ast.Name) else n.func.attr
+            for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, (ast.Name, ast.Attribute))}
+
+
+def _spells_out_a_process(fn: ast.AST) -> bool:
+    """A command list written out in the test: ``[..., "-m", "trainer", ...]`` or ``[..., "launch.py", ...]``."""
+    for node in ast.walk(fn):
+        if isinstance(node, (ast.List, ast.Tuple)):
+            words = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+            if "launch.py" in words or any(a == "-m" and b in PROCESS_MODULES for a, b in zip(words, words[1:])):
+                return True
+    return False
+
+
+@functools.cache
+def _process_starters(path: Path) -> frozenset[str]:
+    """Names of the functions in ``path`` that start a trainer or launcher process, directly or by
+    calling another such function of the same file."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    calls = {fn.name: _called_names(fn) for fn in ast.walk(tree)
+             if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    starters = {fn.name for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and (calls[fn.name] & PROCESS_HELPERS or _spells_out_a_process(fn))}
+    while True:
+        more = {name for name, called in calls.items() if called & starters} - starters
+        if not more:
+            return frozenset(starters)
+        starters |= more
+
+
+def _starts_processes(item: pytest.Item) -> bool:
+    """Whether the test, or a fixture or helper it reaches in its file or a conftest.py above it,
+    starts the trainer or the launcher."""
+    path = Path(item.path).resolve()
+    names = {getattr(item, "originalname", item.name), *item.fixturenames}
+    files = [path, *(d / "conftest.py" for d in path.parents if d == TESTS or TESTS in d.parents)]
+    return any(names & _process_starters(f) for f in files if f.is_file())
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("slow") is None and (
+                SLOW_FIXTURES & set(item.fixturenames) or _starts_processes(item)):
+            item.add_marker(pytest.mark.slow)
+
+
+_DURATIONS: dict[str, float] = {}  # test id -> seconds, for the fast tier's summary
+
+
+def pytest_runtest_logreport(report):
+    """Set-up, call and tear-down time per test (a module fixture's cost lands on its first test)."""
+    _DURATIONS[report.nodeid] = _DURATIONS.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """In the fast tier, name the tests that took longer than the budget: not a failure (the machine
+    may be shared), a reminder that they belong in the slow tier."""
+    if "not slow" not in (config.getoption("markexpr") or ""):
+        return
+    over = sorted(((d, n) for n, d in _DURATIONS.items() if d > FAST_TIER_BUDGET_S), reverse=True)
+    if over:
+        terminalreporter.section("fast tier: tests over budget")
+        for duration, nodeid in over:
+            terminalreporter.write_line(f"{duration:.1f} s  {nodeid}  (> {FAST_TIER_BUDGET_S:.0f} s: mark it slow?)")

@@ -21,33 +21,36 @@ def test_seed_000_configs_are_accepted_and_canonicalised(algo):
     assert cfg.short_name == algo
 
 
+# (algo, change, rule, the fix the message must end with). The first changed key is the offending
+# setting; the message must name it.
 REFUSED = [
-    ("rppb", {"n_samples_per_prompt": 1}, "group-size"),
-    ("grpo", {"n_samples_per_prompt": 1}, "group-size"),
-    ("rpp", {"loss_reduction": "token_mean"}, "loss-reduction"),
-    ("rppb", {"loss_reduction": "token_mean"}, "loss-reduction"),
-    ("rppb", {"loss_reduction": "sum"}, "loss-reduction"),
-    ("rpp", {"reward_postprocess": "length_penalty"}, "custom-reward-hook"),
-    ("rppb", {"reward_postprocess": "length_penalty"}, "custom-reward-hook"),
-    ("rppb", {"custom_advantage_hook": "agentic"}, "custom-advantage-hook"),
-    ("rpp", {"use_kl_loss": True, "kl_loss_coef": 0.01}, "kl-placement"),
-    ("rppb", {"kl_coef": 0.01}, "kl-placement"),
-    ("rppb", {"kl_loss_type": "k1"}, "kl-loss-type"),
-    ("rpp", {"fully_async": True}, "sync-only"),
-    ("rppb", {"hybrid": True}, "sync-only"),
-    ("rpp", {"context_parallel_size": 2}, "context-parallel"),
-    ("grpo", {"loss_reduction": "per_token"}, "loss-reduction"),
-    ("rpp", {"gamma": 0.0}, "gamma"),
+    ("rppb", {"n_samples_per_prompt": 1}, "group-size", "set n_samples_per_prompt >= 2"),
+    ("grpo", {"n_samples_per_prompt": 1}, "group-size", "set n_samples_per_prompt >= 2"),
+    ("rpp", {"loss_reduction": "token_mean"}, "loss-reduction", "set loss_reduction=response_mean"),
+    ("rppb", {"loss_reduction": "token_mean"}, "loss-reduction", "set loss_reduction=response_mean"),
+    ("rppb", {"loss_reduction": "sum"}, "loss-reduction", "set loss_reduction=response_mean"),
+    ("rpp", {"reward_postprocess": "length_penalty"}, "custom-reward-hook", "remove the hook"),
+    ("rppb", {"reward_postprocess": "length_penalty"}, "custom-reward-hook", "remove the hook"),
+    ("rppb", {"custom_advantage_hook": "agentic"}, "custom-advantage-hook", "remove the hook"),
+    ("rpp", {"use_kl_loss": True, "kl_loss_coef": 0.01}, "kl-placement", "set use_kl_loss=false"),
+    ("rppb", {"kl_coef": 0.01}, "kl-placement", "set kl_coef=0 and use kl_loss_coef"),
+    ("rppb", {"kl_loss_type": "k1"}, "kl-loss-type", "set kl_loss_type=k2"),
+    ("rpp", {"fully_async": True}, "sync-only", "set fully_async=false hybrid=false"),
+    ("rppb", {"hybrid": True}, "sync-only", "set fully_async=false hybrid=false"),
+    ("rpp", {"context_parallel_size": 2}, "context-parallel", "set context_parallel_size=1"),
+    ("grpo", {"loss_reduction": "per_token"}, "loss-reduction", "choose one of response_mean, token_mean, sum"),
+    ("rpp", {"gamma": 0.0}, "gamma", "must lie in (0, 1]"),
 ]
 
 
-@pytest.mark.parametrize(("algo", "change", "rule"), REFUSED)
-def test_refused_configurations_name_their_rule(algo, change, rule):
+@pytest.mark.parametrize(("algo", "change", "rule", "fix"), REFUSED)
+def test_refused_configurations_name_their_rule_the_setting_and_the_fix(algo, change, rule, fix):
     with pytest.raises(AlgoConfigError, match=rf"\[{rule}\]") as info:
         AlgoConfig.from_mapping({**SEED_000[algo], **change})
     message = str(info.value)
-    assert "\n" not in message and len(message) < 400  # one line, and says how to fix
-    assert "set " in message or "remove" in message or "must" in message or "choose" in message or "allows" in message
+    assert "\n" not in message and len(message) < 400, message  # one line
+    assert next(iter(change)) in message, message
+    assert message.endswith(fix), message
 
 
 def test_grpo_may_use_token_mean():

@@ -1,13 +1,17 @@
-"""Dry-run expansion: deterministic, path-free, checks everything, submits and starts nothing."""
+"""Dry-run expansion: deterministic, path-free, checks everything, submits and starts nothing.
+
+The checks run ``launch.py`` in this process (tests/launch_in_process.py: the same script and
+``__main__`` block, no interpreter start-up); one golden test runs it as a process, as users do.
+"""
 
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
 
 from launcher.preflight import PreflightError, check_source
+from tests.launch_in_process import launch_in_process
 from tests.sweeps import GRID, REPO, launch
 
 GOLDEN = REPO / "tests" / "golden" / "dry_run_3x3.txt"
@@ -19,8 +23,8 @@ def _commands(proc: subprocess.CompletedProcess) -> list[str]:
 
 
 def test_dry_run_expands_the_grid_deterministically_and_matches_the_golden_file(tmp_path):
-    a = launch(tmp_path / "a", *GRID, "dry_run=true")
-    b = launch(tmp_path / "elsewhere" / "b", *GRID, "dry_run=true")
+    a = launch_in_process(tmp_path / "a", *GRID, "dry_run=true")
+    b = launch_in_process(tmp_path / "elsewhere" / "b", *GRID, "dry_run=true")
     assert a.returncode == 0, a.stderr
     lines = _commands(a)
     assert len(lines) == 9 and lines == _commands(b)  # no timestamps, random ports or paths
@@ -34,9 +38,15 @@ def test_dry_run_expands_the_grid_deterministically_and_matches_the_golden_file(
     assert lines == GOLDEN.read_text().splitlines(), "update tests/golden/dry_run_3x3.txt if this change is intended"
 
 
+def test_launch_py_run_as_a_process_prints_the_golden_dry_run(tmp_path):
+    proc = launch(tmp_path / "p", *GRID, "dry_run=true")
+    assert proc.returncode == 0, proc.stderr
+    assert _commands(proc) == GOLDEN.read_text().splitlines()
+    assert not (tmp_path / "p" / "jobs").exists()
+
+
 def test_without_multirun_the_single_composed_job_goes_through_the_same_checks(tmp_path):
-    proc = subprocess.run([sys.executable, "launch.py", "algo=rpp", "seed=9", "dry_run=true",
-                           f"hydra.run.dir={tmp_path / 'single'}"], cwd=REPO, capture_output=True, text=True)
+    proc = launch_in_process(tmp_path / "single", "algo=rpp", "seed=9", "dry_run=true", multirun=False)
     assert proc.returncode == 0, proc.stderr
     (line,) = _commands(proc)
     assert line.startswith("[0] rpp-9:") and "algo=rpp seed=9" in line
@@ -44,7 +54,7 @@ def test_without_multirun_the_single_composed_job_goes_through_the_same_checks(t
 
 
 def test_slurm_dry_run_prints_the_array_script_submitit_submits_and_matches_its_golden_file(tmp_path):
-    proc = launch(tmp_path / "s", *GRID, "dry_run=true", "cluster=slurm", "cluster.partition=gpu")
+    proc = launch_in_process(tmp_path / "s", *GRID, "dry_run=true", "cluster=slurm", "cluster.partition=gpu")
     assert proc.returncode == 0, proc.stderr
     sbatch = [line for line in proc.stdout.splitlines() if line.startswith("# sbatch")]
     assert sbatch[0] == "# sbatch | #!/bin/bash"
@@ -57,7 +67,7 @@ def test_slurm_dry_run_prints_the_array_script_submitit_submits_and_matches_its_
 
 
 def test_seed000_profile_reproduces_its_request_as_submitted(tmp_path):
-    proc = launch(tmp_path / "s", "algo=grpo", "seed=42", "dry_run=true", "cluster=a40_seed000")
+    proc = launch_in_process(tmp_path / "s", "algo=grpo", "seed=42", "dry_run=true", "cluster=a40_seed000")
     assert proc.returncode == 0, proc.stderr
     flags = {ln.removeprefix("# sbatch | #SBATCH ") for ln in proc.stdout.splitlines() if ln.startswith("# sbatch")}
     # submitit submits minutes and its own USR2 warning 90 s before the end; one job is no array
@@ -82,7 +92,7 @@ def test_seed000_profile_reproduces_its_request_as_submitted(tmp_path):
     (("algo=grpo", "seed=1", "workload.lr=interval(0.1,0.2)"), "interval sweep"),
 ])
 def test_a_bad_grid_fails_in_the_dry_run_with_one_line(tmp_path, args, needle):
-    proc = launch(tmp_path / "bad", *args, "dry_run=true")
+    proc = launch_in_process(tmp_path / "bad", *args, "dry_run=true")
     assert proc.returncode == 2
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("proofgrid: error:") and needle in lines[0], proc.stderr

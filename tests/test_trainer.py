@@ -4,8 +4,8 @@ data-parallel invariance, KL placement and input pinning."""
 from __future__ import annotations
 
 import json
+import logging
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -174,11 +174,40 @@ def test_refused_algo_config_fails_before_any_compute(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
-def test_greedy_training_rollouts_log_a_warning(tmp_path):
-    proc = run_trainer(tmp_path / "g", "algo=grpo", "workload.n_updates=1", "workload.sampling.temperature=0",
-                       "workload.eval.n_prompts=1", "workload.eval.k=4")
-    assert "greedy decoding" in proc.stderr
-    shutil.rmtree(tmp_path / "g")
+def test_greedy_sampling_is_warned_about_and_only_greedy_sampling(caplog):
+    from trainer.rollout import SamplingParams, warn_if_greedy
+
+    with caplog.at_level(logging.WARNING):
+        warn_if_greedy(SamplingParams(temperature=0.0), "training rollout")
+        warn_if_greedy(SamplingParams(temperature=1.0), "training rollout")
+        warn_if_greedy(SamplingParams(temperature=0.05), "training rollout")
+    (record,) = caplog.records
+    assert "training rollout" in record.getMessage() and "greedy decoding" in record.getMessage()
+
+
+def test_greedy_kv_cache_rollout_picks_the_argmax_of_an_unpadded_full_forward():
+    # The reference re-runs the whole prefix of one response at a time, unpadded and without a KV
+    # cache: a wrong position id, pad mask or cache entry in the batched engine changes the argmax.
+    from trainer.inputs import resolve
+    from trainer.policy import load_policy
+    from trainer.rollout import SamplingParams, make_engine
+
+    torch.manual_seed(0)
+    model, tokenizer = load_policy(str(resolve("trainer/assets/toy/model")))
+    model.eval()
+    prompts = [tokenizer(text, add_special_tokens=False)["input_ids"]
+               for text in ("Question: 2 + 3?\nAnswer:", "Question: what is 12 times 7 minus 4?\nAnswer:")]
+    engine = make_engine("torch", model, tokenizer.eos_token_id, tokenizer.pad_token_id)
+    batch = engine.generate(prompts, keys=[1, 2], sampling=SamplingParams(temperature=0.0, max_new_tokens=16))
+    for prompt, generation in zip(prompts, batch.generations):
+        response = generation.response_ids
+        assert generation.finished == (tokenizer.eos_token_id in response)
+        assert generation.finished or len(response) == 16
+        assert tokenizer.eos_token_id not in response[:-1]
+        with torch.no_grad():
+            for t, token in enumerate(response):
+                logits = model(input_ids=torch.tensor([prompt + response[:t]])).logits[0, -1].double()
+                assert logits[token] >= logits.max() - 1e-4, (t, token, int(logits.argmax()))
 
 
 def test_pinning_the_toy_inputs_reproduces_the_committed_manifest(tmp_path):

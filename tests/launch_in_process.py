@@ -1,0 +1,43 @@
+"""``python launch.py ...`` run inside the test process: the same script, its ``__main__`` block
+included (the one-line override check, then the Hydra app), without a new interpreter.
+
+For dry runs, which start nothing: a fresh interpreter costs 2-4 s of imports per call, the checks
+themselves a fraction of a second. tests/test_launcher_dry_run.py keeps one golden subprocess test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.sweeps import REPO
+
+
+def launch_in_process(out_dir: Path, *args: str, multirun: bool = True) -> subprocess.CompletedProcess:
+    """Run ``launch.py [-m] *args`` here; returns its exit code and what it printed.
+
+    ``out_dir`` becomes ``hydra.sweep.dir`` (multirun) or ``hydra.run.dir`` (single run)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    dir_key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    argv = ["launch.py", *(["-m"] if multirun else []), *args, f"{dir_key}={out_dir}"]
+    stdout, stderr = io.StringIO(), io.StringIO()
+    saved_argv, saved_cwd = sys.argv, os.getcwd()
+    code = 0
+    try:
+        sys.argv = argv
+        os.chdir(REPO)
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            runpy.run_path(str(REPO / "launch.py"), run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.argv = saved_argv
+        os.chdir(saved_cwd)
+        GlobalHydra.instance().clear()
+    return subprocess.CompletedProcess(argv, code, stdout.getvalue(), stderr.getvalue())

@@ -1,0 +1,132 @@
+"""scripts/device_check.sh, checked where there is no GPU: which shipped wheels it installs into an
+image like the H200 one, and the whole script in its --cpu-smoke mode."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from benchmarks.device_wheels import (
+    installed_versions,
+    plan_installs,
+    project_requirements,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+
+# name, version, Requires-Dist (the real wheels' requirements, abridged to what the plan looks at)
+WHEELS = [
+    ("hydra_core", "1.3.8", ["omegaconf<2.4,>=2.2", "antlr4-python3-runtime==4.9.*", "packaging"]),
+    ("omegaconf", "2.3.1", ["antlr4-python3-runtime==4.9.*", "PyYAML>=5.1.0"]),
+    ("antlr4_python3_runtime", "4.9.3", []),
+    ("submitit", "1.5.4", ["cloudpickle>=1.2.1", "typing_extensions>=3.7.4.2"]),
+    ("cloudpickle", "3.1.3", []),
+    ("bagit", "1.9.0", []),
+    ("transformers", "5.24.0", ["huggingface-hub<3.0,>=1.31.0", "numpy>=1.17", "tokenizers<0.24.0,>=0.23.1",
+                                "safetensors>=0.8.0", "pyyaml>=5.1", "tqdm>=4.60", "typer",
+                                'torch>=2.4; extra == "torch"']),
+    ("huggingface_hub", "1.33.0", ["click<9.0.0,>=8.4.2", "httpx<1,>=0.23.0", "tqdm>=4.42.1",
+                                   'hf-xet<2.0.0,>=1.6.0; platform_machine == "x86_64"', 'tomli; python_version < "3.0"']),
+    ("click", "8.5.1", []),
+]
+# The H200 image: torch with CUDA, transformers 5.17 and what it needs; no Hydra, submitit, bagit or Ray.
+H200_IMAGE = {"torch": "2.11.0", "transformers": "5.17.0", "huggingface-hub": "1.20.0", "tokenizers": "0.23.1",
+              "safetensors": "0.8.0", "numpy": "2.3.0", "pyarrow": "21.0.0", "scipy": "1.16.0", "matplotlib": "3.10.0",
+              "rich": "14.0.0", "tensorboard": "2.20.0", "pytest": "8.4.0", "packaging": "25.0", "pyyaml": "6.0.2",
+              "tqdm": "4.67.0", "typer": "0.20.0", "click": "8.1.8", "httpx": "0.28.1", "hf-xet": "1.2.0",
+              "typing-extensions": "4.15.0"}
+
+
+def make_wheel(folder: Path, name: str, version: str, requires: list[str]) -> Path:
+    """A minimal but real wheel file: the metadata the plan reads."""
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    meta = "Metadata-Version: 2.1\n" f"Name: {name}\n" f"Version: {version}\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in requires)
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(f"{name}-{version}.dist-info/METADATA", meta)
+    return path
+
+
+@pytest.fixture
+def wheels(tmp_path) -> list[Path]:
+    return [make_wheel(tmp_path, *spec) for spec in WHEELS]
+
+
+def image(**changes) -> dict[str, Version]:
+    return {k: Version(v) for k, v in {**H200_IMAGE, **changes}.items() if v is not None}
+
+
+def names(chosen: list[Path]) -> set[str]:
+    return {p.name.split("-")[0] for p in chosen}
+
+
+def test_the_h200_image_gets_the_missing_and_too_old_wheels_and_nothing_it_has(wheels):
+    chosen, problems, notes = plan_installs(wheels, image(), project_requirements())
+    # hydra & co. are missing; transformers 5.17 is below the floor; its hub 1.20 is below what
+    # transformers 5.24 needs, and the image's click 8.1.8 below what that hub needs.
+    assert names(chosen) == {"hydra_core", "omegaconf", "antlr4_python3_runtime", "submitit", "cloudpickle", "bagit",
+                             "transformers", "huggingface_hub", "click"}
+    assert problems == []
+    # hf-xet (downloads only) is kept at the image's version, and the output says so.
+    expected = ["huggingface_hub-1.33.0-py3-none-any.whl asks for hf-xet<2.0.0,>=1.6.0; platform_machine == "
+                '"x86_64"; keeping the installed 1.2.0']
+    assert notes == (expected if os.uname().machine == "x86_64" else [])
+
+
+def test_an_image_that_already_has_recent_enough_versions_gets_only_what_it_lacks(wheels):
+    chosen, problems, _ = plan_installs(wheels, image(transformers="5.24.0", **{"huggingface-hub": "1.33.0",
+                                                                             "hf-xet": "1.8.0"}),
+                                     project_requirements())
+    assert names(chosen) == {"hydra_core", "omegaconf", "antlr4_python3_runtime", "submitit", "cloudpickle", "bagit"}
+    assert problems == []
+
+
+def test_this_venv_needs_nothing(wheels):
+    chosen, problems, notes = plan_installs(wheels, installed_versions(), project_requirements())
+    assert chosen == [] and problems == [] and notes == []
+
+
+def test_a_dependency_neither_installed_nor_shipped_is_named(wheels):
+    without_bagit = [w for w in wheels if not w.name.startswith("bagit")]
+    _, problems, _ = plan_installs(without_bagit, image(), project_requirements())
+    assert any(p.startswith("bagit>=") and "not installed, and no wheel shipped" in p for p in problems), problems
+
+
+def test_ray_and_torch_are_never_installed_on_the_device():
+    declared = (REPO / "pyproject.toml").read_text()
+    assert '"ray>=' in declared and '"torch>=' in declared  # declared, and left out below
+    wanted = {r.name.lower() for r in project_requirements()}
+    assert not wanted & {"ray", "torch"}
+    assert {"hydra-core", "omegaconf", "submitit", "bagit", "transformers"} <= wanted
+
+
+@pytest.mark.slow
+def test_cpu_smoke_runs_the_whole_check_and_writes_its_figures(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.run(["bash", "scripts/device_check.sh", "--cpu-smoke", "--steps", "2", "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHON": sys.executable})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "skipped (--cpu-smoke)" in proc.stdout
+    figures = json.loads((out / "device_check.json").read_text())
+    assert figures["mode"] == "cpu-smoke" and figures["weights"].startswith("RANDOM")
+    assert figures["geometry"] == {"prompts_per_step": 2, "n_samples_per_prompt": 2, "max_response_len": 8,
+                                   "dtype": "float32", "device": "cpu"}
+    assert len(figures["steps"]) == 2 and figures["summary"]["steps_measured"] == 1
+    summary = figures["summary"]
+    assert summary["response_tok_per_s_of_step_time"] > 0 and summary["s_per_step_median"] > 0
+    assert figures["cuda_tests"] == "not run"
+    assert not (REPO / "models" / "qwen3-0p6b-random-init").exists()  # the random model is removed
+
+
+def test_an_unknown_argument_is_one_line_naming_the_choices():
+    proc = subprocess.run(["bash", "scripts/device_check.sh", "--gpu"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("device_check: error: unknown argument '--gpu'; use --out DIR, --steps N, "
+                                   "--budget-s S, --cpu-smoke")

@@ -1,0 +1,70 @@
+"""The test tiers: which tests tests/conftest.py puts in the slow tier without being told."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from tests.conftest import _process_starters
+
+SAMPLE = '''
+import subprocess, sys
+import pytest
+from tests.trainer_runs import run_trainer
+from tests.sweeps import launch
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    return run_trainer(tmp_path_factory.mktemp("r"), "algo=grpo")
+
+
+def _sweep_twice(path):
+    launch(path)
+    launch(path)
+
+
+def _via_helper(path):
+    return _sweep_twice(path)
+
+
+def test_uses_the_fixture(trained):
+    assert trained
+
+
+def test_spells_out_the_trainer(tmp_path):
+    subprocess.run([sys.executable, "-m", "trainer", f"output_dir={tmp_path}"], check=True)
+
+
+def test_spells_out_the_launcher(tmp_path):
+    subprocess.run((sys.executable, "launch.py", "-m", "algo=grpo"), check=True)
+
+
+def test_through_two_helpers(tmp_path):
+    _via_helper(tmp_path)
+
+
+def test_pure_unit():
+    assert sorted([3, 1]) == [1, 3]
+
+
+def test_runs_python_for_something_else():
+    subprocess.run([sys.executable, "-m", "evidence", "--help"])
+'''
+
+
+def test_fixtures_helpers_and_spelled_out_commands_that_start_processes_are_found(tmp_path):
+    path = tmp_path / "test_sample.py"
+    path.write_text(textwrap.dedent(SAMPLE))
+    assert _process_starters(path) == {"trained", "_sweep_twice", "_via_helper", "test_spells_out_the_trainer",
+                                       "test_spells_out_the_launcher", "test_through_two_helpers"}
+
+
+def test_the_trainer_runs_of_this_suite_are_slow_and_its_unit_tests_are_not(request):
+    collected = {item.nodeid: item.get_closest_marker("slow") is not None for item in request.session.items}
+    if "tests/test_trainer.py::test_same_algo_and_seed_give_bit_identical_metrics" not in collected:
+        pytest.skip("needs tests/test_trainer.py collected in the same session")
+    assert collected["tests/test_trainer.py::test_same_algo_and_seed_give_bit_identical_metrics"]
+    assert collected["tests/test_trainer.py::test_run_writes_the_contract_files[grpo]"]  # through its fixture
+    assert not collected["tests/test_trainer.py::test_a_changed_input_file_is_refused"]
