@@ -153,9 +153,9 @@ def _write_payload(sweep, evidences: list[JobEvidence], incidents: list[Incident
     keys = {k for e in accepted for r in e.metrics.records for k in r}
     columns = step_columns(keys)
     write_csv(stage / "steps.csv", columns,
-              ({"algo": e.algo, "seed": e.seed, **r} for e in accepted for r in sorted(e.metrics.records, key=lambda r: r["step"])))
+              ({"arm": e.arm, "algo": e.algo, "seed": e.seed, **r} for e in accepted for r in sorted(e.metrics.records, key=lambda r: r["step"])))
     write_csv(stage / "eval.csv", EVAL_COLUMNS,
-              [_clean_row({"algo": e.algo, "seed": e.seed, "kind": kind, **e.eval_summary[kind]}, clean)
+              [_clean_row({"arm": e.arm, "algo": e.algo, "seed": e.seed, "kind": kind, **e.eval_summary[kind]}, clean)
                for e in accepted for kind in EVAL_KINDS])
     for name in (INCIDENTS_FILE, "commands.txt"):
         _copy_text(sweep.dir / name, stage / name, clean)

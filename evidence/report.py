@@ -9,7 +9,18 @@ from __future__ import annotations
 from evidence.dataset import BundleData
 from evidence.figures import FIGURES
 from evidence.sweep import algo_name
-from evidence.tables import Table, accepted_runs, algos, compute_tables, eval_runs, fmt, window_label
+from evidence.tables import (
+    Table,
+    accepted_runs,
+    algos,
+    arm_header,
+    arms,
+    compute_tables,
+    display,
+    eval_runs,
+    fmt,
+    window_label,
+)
 
 BUNDLE_FILES = (
     ("index.csv", "the evidence index: one row per job with scheduler state, counts, decision and reason"),
@@ -39,7 +50,7 @@ def render_report(data: BundleData, tables: dict[str, Table] | None = None) -> s
     """The whole report as markdown text."""
     tables = tables if tables is not None else compute_tables(data)
     sweep = data.sweep
-    names = [algo_name(a) for a in algos(data)]
+    names = [display(data, a) for a in arms(data)]
     n_updates = data.n_updates
     total, accepted = len(data.index), len(data.accepted)
     rejected = total - accepted
@@ -59,7 +70,10 @@ def render_report(data: BundleData, tables: dict[str, Table] | None = None) -> s
     add("## Scope and evidence boundary\n")
     add(f"- Source commit: {sweep.get('source_commit') or 'not recorded'}")
     add(f"- Workload: {sweep.get('workload', '—')}; {n_updates} updates per run")
-    add(f"- Algorithms: {', '.join(names)}")
+    add(f"- Algorithms: {', '.join(algo_name(a) for a in algos(data))}")
+    if arm_header(data) == "Arm":
+        add("- Arms (each the overrides of its grid cell): " + "; ".join(
+            f"{a} ({', '.join(f'{k}={v}' for k, v in overrides.items())})" for a, (_, overrides) in data.arms.items()))
     add(f"- Training repetitions: seeds {', '.join(str(s) for s in sweep['seeds'])}")
     add(f"- Jobs: {accepted} of {total} accepted from their evidence; {rejected} rejected and kept out of every aggregate")
     mismatched = [r for r in data.index if r["accepted"] == "yes" and (r["scheduler_state"] != "COMPLETED" or r["exit_code"] != "0")]
@@ -142,17 +156,18 @@ def render_report(data: BundleData, tables: dict[str, Table] | None = None) -> s
     add(tables["incidents"].markdown() if data.incidents else "No incidents.\n")
 
     add("## Limitations\n")
-    per_algo = {algo_name(a): len(accepted_runs(data, a)) for a in algos(data)}
-    limits = ["Accepted training seeds per algorithm: "
-              + ", ".join(f"{n} {c}" for n, c in per_algo.items())
+    per_arm = {display(data, a): len(accepted_runs(data, a)) for a in arms(data)}
+    unit = arm_header(data).lower()
+    limits = [f"Accepted training seeds per {unit}: "
+              + ", ".join(f"{n} {c}" for n, c in per_arm.items())
               + ". A few seeds give a repeatability check, not a strong significance claim."]
-    if any(c < 2 for c in per_algo.values()):
-        limits.append("Some algorithms have fewer than two accepted seeds: their dispersion and intervals are "
-                      "reported as n<2.")
+    if any(c < 2 for c in per_arm.values()):
+        limits.append(("Some algorithms" if unit == "algorithm" else "Some arms") + " have fewer than two accepted "
+                      "seeds: their dispersion and intervals are reported as n<2.")
     if finals:
         limits.append(f"Evaluation covers one frozen subset of {first['n_prompts']} prompts with {first['k']} "
                       f"samples each and one decoding seed; it is not a full benchmark.")
-    n_control = sum(len(eval_runs(data, a)) for a in algos(data))
+    n_control = sum(len(eval_runs(data, a)) for a in arms(data))
     limits.append(f"The initial-checkpoint control was evaluated identically for {n_control} accepted runs; "
                   f"improvement claims rest on final − initial on the same subset.")
     limits.append("Rollout generation is seeded, but equal seeds fix inputs and random-source configuration, not "
