@@ -46,12 +46,13 @@ def _build(args, console: Console) -> int:
     from evidence.bundle import LeakError, build_bundle
     from evidence.incidents import IncidentsFileError
     from evidence.sweep import SweepError
+    from evidence.verdict import VerdictError
 
     if args.last_k < 1:
         return _fail("--last-k must be at least 1")
     try:
         result = build_bundle(args.sweep_dir, last_k=args.last_k, figures=not args.no_figures)
-    except (SweepError, IncidentsFileError, FileExistsError) as exc:
+    except (SweepError, IncidentsFileError, FileExistsError, VerdictError) as exc:
         return _fail(str(exc))
     except LeakError as exc:
         for rel, leak in exc.findings:

@@ -24,6 +24,7 @@ from evidence.metrics_log import validate_metrics
 from evidence.report import render_report
 from evidence.sanitize import Sanitizer
 from evidence.tables import compute_tables
+from evidence.verdict import check_verdict
 
 PAYLOAD = "data"
 MANIFEST = "manifest-sha256.txt"
@@ -353,6 +354,11 @@ def check_recomputation(data_dir: Path, data) -> list[Finding]:
     return findings
 
 
+def _check_verdict(data_dir: Path, data) -> list[Finding]:
+    """An experiment's verdict.json recomputes from the CSVs and data/experiment.yaml (evidence.verdict)."""
+    return [Finding(file, reason) for file, reason in check_verdict(data_dir, data)]
+
+
 def scan_leaks(bag: Path, clean: Sanitizer | None = None) -> list[Finding]:
     """The leak scan over every file and file name in the bag."""
     clean = clean or Sanitizer.from_environment()
@@ -376,7 +382,7 @@ def audit_bag(bag: Path) -> list[Finding]:
         except (JSONError, OSError, KeyError, ValueError, TypeError) as exc:
             findings.append(Finding(PAYLOAD, f"cannot load the bundle's data ({exc.__class__.__name__}: {exc})"))
         else:
-            for check in (check_runs, check_recomputation):
+            for check in (check_runs, check_recomputation, _check_verdict):
                 try:
                     findings += check(data_dir, data)
                 except (KeyError, ValueError, TypeError, ZeroDivisionError, StopIteration) as exc:

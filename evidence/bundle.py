@@ -47,6 +47,7 @@ from evidence.sanitize import Leak, Sanitizer, strip_abs_keys
 from evidence.stats import CI_LEVEL, DEFAULT_LAST_K
 from evidence.sweep import SweepError, job_name, read_sweep
 from evidence.tables import compute_tables
+from evidence.verdict import add_experiment, write_verdict
 
 BUNDLE_DIR = "bundle"
 ARCHIVE = "bundle.tar.gz"
@@ -289,7 +290,9 @@ def build_bundle(sweep_dir: str | Path, last_k: int = DEFAULT_LAST_K, figures: b
     stage.mkdir()
     try:
         _write_payload(sweep, evidences, incidents, stage, clean, last_k)
+        add_experiment(sweep_dir, stage)  # an experiment's spec and tuning stage -> data/verdict.json
         data = load_bundle_data(stage)
+        write_verdict(stage, data)
         tables = compute_tables(data)
         for name, table in tables.items():
             write_text(stage / "tables" / f"{name}.csv", table.csv())

@@ -98,6 +98,7 @@ class BundleData:
     runs: dict[tuple[str, int], dict] = field(default_factory=dict)
     step_keys: tuple[str, ...] = ()
     experiment: str | None = None  # text of data/experiment.yaml, when the bundle has one
+    stages: dict[str, BundleData] = field(default_factory=dict)  # an experiment's earlier stages, data/stages/<name>/
 
     @property
     def last_k(self) -> int:
@@ -175,4 +176,8 @@ def load_bundle_data(data_dir: str | Path) -> BundleData:
     experiment = data_dir / EXPERIMENT_FILE
     if experiment.is_file():
         data.experiment = experiment.read_text(encoding="utf-8")
+    stages = data_dir / "stages"
+    for stage in sorted(stages.iterdir()) if stages.is_dir() else []:
+        if (stage / "index.csv").is_file():
+            data.stages[stage.name] = load_bundle_data(stage)
     return data
