@@ -30,6 +30,13 @@ def before_after(tmp_path: Path, seeds_b=(1, 2, 3), workload_b="toy", arms_b=Non
     b = make_sweep(tmp_path, algos=("grpo", "rpp"), seeds=seeds_b, name="after", workload=workload_b, arms=arms_b,
                    final_pass1=lambda arm, seed: PASS1_B.get((arm, seed), 0.5),
                    reward=lambda arm, seed, step: 0.6 + 0.02 * seed)
+    # seed 002's regression: the loss about 80x and the gradient norm about 130x larger after the change
+    for log in (b / "jobs").glob("*/run/metrics.jsonl"):
+        records = [json.loads(line) for line in log.read_text().splitlines()]
+        for r in records:
+            r["train/loss"] *= 80
+            r["train/grad_norm"] *= 130
+        log.write_text("".join(json.dumps(r) + "\n" for r in records))
     return a, b
 
 
@@ -84,6 +91,9 @@ def test_compare_pairs_by_seed_with_hand_computed_ratio_change_and_interval(tmp_
     runs_a = [last_k_mean_from_logs(a, f"grpo-{s}", "train/loss") for s in (1, 2, 3)]
     runs_b = [last_k_mean_from_logs(b, f"grpo-{s}", "train/loss") for s in (1, 2, 3)]
     assert math.isclose(float(loss["ratio_b_over_a"]), (sum(runs_b) / 3) / (sum(runs_a) / 3), rel_tol=1e-9)
+    assert math.isclose(float(loss["ratio_b_over_a"]), 80, rel_tol=1e-9)
+    grad = rows[("train/grad_norm", "rpp")]
+    assert math.isclose(float(grad["change_pct"]), 12900, rel_tol=1e-9)  # 130x = +12,900 %
     assert loss["diff_units"] == "units" and loss["change_points"] == ""
     diffs = [rb - ra for ra, rb in zip(runs_a, runs_b)]
     assert math.isclose(float(loss["diff_mean"]), sum(diffs) / 3, rel_tol=1e-9, abs_tol=1e-15)
