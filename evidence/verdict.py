@@ -390,12 +390,12 @@ class Outcome:
 
 def decide(criterion: Criterion, baseline: Mapping[int, float], treatment: Mapping[int, float],
            baseline_curve: Sequence[float] = (), treatment_curve: Sequence[float] = (),
-           level: float = stats.CI_LEVEL) -> Outcome:
+           level: float = stats.CI_LEVEL, min_seeds: int = 2) -> Outcome:
     """The pre-registered rule, on raw metric values by seed and each arm's mean curve.
 
     d_s = scale · (treatment_s − baseline_s) over the seeds both arms have (scale 100 for points);
     mean ± SD (ddof=1) and the t-interval with df = n − 1. In order:
-    fewer than 2 paired seeds -> INCONCLUSIVE (too-few-seeds);
+    fewer than ``min_seeds`` (at least 2) paired seeds -> INCONCLUSIVE (too-few-seeds);
     the baseline's drop from its own peak > collapse drop while the treatment's is not -> VALIDATED (collapse);
     mean d >= threshold -> VALIDATED (threshold), unless ci_excludes_zero and the interval reaches 0 ->
     INCONCLUSIVE (threshold-within-noise);
@@ -414,9 +414,9 @@ def decide(criterion: Criterion, baseline: Mapping[int, float], treatment: Mappi
     def outcome(verdict: str, rule: str, reason: str) -> Outcome:
         return Outcome(verdict, rule, reason, by_seed, summary, interval, collapse)
 
-    if len(seeds) < 2:
+    if len(seeds) < max(min_seeds, 2):
         return outcome(INCONCLUSIVE, "too-few-seeds",
-                       f"{len(seeds)} seed(s) with both arms accepted; a paired difference needs at least 2")
+                       f"{len(seeds)} seed(s) with both arms accepted; the verdict needs at least {max(min_seeds, 2)}")
     mean, low = summary.mean, interval[0]
     shown = f"mean difference {mean:+.4g}{unit} (95% t-interval [{interval[0]:+.4g}, {interval[1]:+.4g}], n={len(seeds)})"
     if collapse and collapse["baseline"].collapsed and not collapse["treatment"].collapsed:
@@ -468,7 +468,7 @@ def experiment_verdict(experiment: Experiment, data: BundleData, tuning_data: Bu
     curves = {role: mean_curve([trajectory(data, criterion.measure, labels[role], s) for s in paired])
               if paired else [] for role in labels}
     outcome = decide(criterion, values["baseline"], values["treatment"], curves["baseline"], curves["treatment"],
-                     data.ci_level)
+                     data.ci_level, min_seeds=2 if experiment.exploratory else MIN_SEEDS)
     edges = [{"arm": s.arm, "setting": s.setting, "value": s.value, "side": s.edge}
              for s in selections.values() if s.edge]
     scale = criterion.scale
@@ -489,6 +489,7 @@ def experiment_verdict(experiment: Experiment, data: BundleData, tuning_data: Bu
         "arms": {role: {"name": name, "arm": labels[role], "overrides": {**experiment.arms[name], **selected.get(name, {})}}
                  for role, name in (("baseline", criterion.baseline), ("treatment", criterion.treatment))},
         "seeds": paired,
+        "seeds_missing": [s for s in experiment.seeds if s not in paired],  # pre-registered, not paired here
         "per_seed": [{"seed": s, "baseline": b, "treatment": t, "difference": d}
                      for s, (b, t, d) in outcome.by_seed.items()],
         "baseline": summary("baseline"),
@@ -632,6 +633,12 @@ def verdict_section(record: dict) -> str:
            f"Decided by rule `{record['rule']}`: {record['reason']}.\n"]
     if record.get("exploratory"):
         out.append("The spec declares this experiment exploratory.\n")
+    if record["seeds_missing"]:
+        out.append("Pre-registered seeds without an accepted run in both arms: "
+                   + ", ".join(map(str, record["seeds_missing"])) + ".\n")
+    if record["tuning"] and record["tuning"]["evidence"] != "tuning stage":
+        out.append("The spec declares tuning, but this bundle carries no tuning-stage evidence (data/stages/tuning/): "
+                   "the selection is not checked here.\n")
     out.append(f"| Seed | Baseline {base['name']} | Treatment {treat['name']} | Treatment − baseline |")
     out.append("|---|---|---|---|")
     out += [f"| {r['seed']} | {_plain(r['baseline'])} | {_plain(r['treatment'])} | {_signed(r['difference'])} |"

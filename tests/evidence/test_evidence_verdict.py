@@ -153,6 +153,15 @@ def test_a_collapse_in_both_arms_is_no_collapse_difference(tmp_path):
     assert verdict["difference_mean"] == 0.0
 
 
+def test_a_rejected_job_leaving_fewer_than_3_paired_seeds_is_inconclusive(tmp_path):
+    sweep = eval_sweep(tmp_path, {1: 6, 2: 5, 3: 6})
+    (sweep / "jobs" / "rppb-2" / "run" / "eval.json").unlink()
+    verdict = verdict_of(sweep)
+    assert (verdict["verdict"], verdict["rule"]) == ("INCONCLUSIVE", "too-few-seeds")
+    assert verdict["seeds"] == [1, 3] and verdict["seeds_missing"] == [2]
+    assert math.isclose(verdict["difference_mean"], 6.0, rel_tol=1e-9)
+
+
 # ---- the rule, unit level ---------------------------------------------------------------------
 
 def test_decide_without_an_inconclusive_band_fails_below_the_threshold_and_needs_two_seeds():
