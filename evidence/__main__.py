@@ -127,12 +127,12 @@ def _validate(args) -> int:
 
 
 def _compare(args) -> int:
-    from evidence.compare import CompareError, run
+    from evidence.compare import CompareError, compare_paths
 
     if args.last_k < 1:
         return _fail("--last-k must be at least 1")
     try:
-        print(run(args.a, args.b, args.metric, args.last_k, args.force, args.csv), end="")
+        print(compare_paths(args.a, args.b, args.metric, args.last_k, args.force, args.csv), end="")
     except CompareError as exc:
         return _fail(str(exc))
     return EXIT_OK

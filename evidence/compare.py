@@ -204,7 +204,7 @@ def markdown(a: Side, b: Side, rows: list[dict], level: float) -> str:
     return "\n".join(out) + "\n"
 
 
-def run(path_a, path_b, metrics: list[str] | None = None, last_k: int = stats.DEFAULT_LAST_K, force: bool = False,
+def compare_paths(path_a, path_b, metrics: list[str] | None = None, last_k: int = stats.DEFAULT_LAST_K, force: bool = False,
         csv_path: str | Path | None = None) -> str:
     """Load, compare, write the CSV if asked; returns the markdown. Raises ``CompareError`` (one line)."""
     names = list(dict.fromkeys(list(DEFAULT_METRICS) + list(metrics or [])))

@@ -42,7 +42,7 @@ from pathlib import Path
 import yaml
 
 from evidence import stats
-from evidence.dataset import EXPERIMENT_FILE, SETTINGS_FILE, BundleData
+from evidence.dataset import EXPERIMENT_FILE, SETTINGS_FILE, BundleData, load_bundle_data
 from evidence.fileio import JSONError, dumps_json, read_json, sha256_file, write_text
 from evidence.measures import POINTS_PER_UNIT, Measure, MeasureError, arm_values, parse_measure, trajectory
 
@@ -349,6 +349,25 @@ def select_settings(tuning: Tuning, arms: Mapping[str, Mapping[str, str]], data:
     """Per spec arm, the tuning stage's winner on the declared selection metric."""
     scores = tuning_scores(tuning, arms, data)
     return {name: select_setting(name, tuning.setting, scores[name], tuning.goal) for name in arms}
+
+
+def select_from_bundle(experiment: Experiment, bundle_dir: str | Path) -> dict[str, Selection]:
+    """The launcher's call after the tuning stage: per spec arm, the winner in that stage's built bundle."""
+    if experiment.tuning is None:
+        raise VerdictError("experiment: no tuning declared")
+    return select_settings(experiment.tuning, experiment.arms, load_bundle_data(Path(bundle_dir) / "data"))
+
+
+def check_logged(experiment: Experiment, data: BundleData) -> None:
+    """Refuse (one line) a criterion or tuning metric that no accepted run of ``data`` (e.g. the probe) logs."""
+    measures = [("criterion", experiment.criterion.measure)]
+    if experiment.tuning is not None:
+        measures.append(("tuning", experiment.tuning.measure))
+    for role, measure in measures:
+        if not any(arm_values(data, measure, arm) for arm in data.arms):
+            logged = sorted(data.step_keys)
+            raise VerdictError(f"{role} metric {measure.metric} is logged by no accepted run"
+                               + ("" if measure.is_eval else f"; logged: {', '.join(logged) or 'nothing'}"))
 
 
 # ---- the rule -------------------------------------------------------------------------------------

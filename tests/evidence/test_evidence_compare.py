@@ -14,7 +14,7 @@ from scipy import stats as scipy_stats
 from sweep_factory import make_sweep
 
 from evidence import build_bundle
-from evidence.compare import CompareError, run
+from evidence.compare import CompareError, compare_paths
 
 REPO = Path(__file__).resolve().parents[2]
 T_975_DF2 = 4.302652729911275  # Student t, two-sided 95 %, 2 degrees of freedom
@@ -106,10 +106,10 @@ def test_compare_pairs_by_seed_with_hand_computed_ratio_change_and_interval(tmp_
 
 def test_compare_reads_bundle_archives_and_directories_like_the_sweeps(tmp_path):
     a, b = before_after(tmp_path)
-    from_sweeps = run(a, b)
+    from_sweeps = compare_paths(a, b)
     build_bundle(a, figures=False)
     build_bundle(b, figures=False)
-    from_bundles = run(a / "bundle.tar.gz", b / "bundle").split("\n")
+    from_bundles = compare_paths(a / "bundle.tar.gz", b / "bundle").split("\n")
     assert from_bundles[0] == "# Compare A = before/bundle.tar.gz -> B = after/bundle"
     assert from_bundles[4:] == from_sweeps.split("\n")[4:]
 
@@ -162,4 +162,4 @@ def test_compare_bad_input_is_one_line(tmp_path, args, message):
 def test_compare_refuses_an_unknown_input_kind(tmp_path):
     (tmp_path / "notes.txt").write_text("x")
     with pytest.raises(CompareError, match="not a sweep directory"):
-        run(tmp_path, tmp_path / "notes.txt")
+        compare_paths(tmp_path, tmp_path / "notes.txt")

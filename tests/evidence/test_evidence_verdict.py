@@ -314,6 +314,20 @@ def test_tuned_experiment_selects_per_arm_flags_the_edge_and_audits_clean_throug
     assert audited.returncode == 0, audited.stdout
 
 
+def test_the_launcher_facing_calls_select_from_a_built_tuning_stage_and_refuse_unlogged_metrics(tmp_path):
+    from evidence import check_logged, parse_experiment, select_from_bundle
+
+    confirm = tuned_experiment(tmp_path)
+    experiment = parse_experiment(TUNED_SPEC)
+    chosen = select_from_bundle(experiment, confirm.parent / "tuning" / "bundle")
+    assert {name: (s.value, s.edge) for name, s in chosen.items()} == {"isp": ("4e-5", None), "sc": ("1.6e-4", "high")}
+    probe = load_bundle_data(confirm.parent / "tuning" / "bundle" / "data")
+    check_logged(experiment, probe)
+    unlogged = parse_experiment(TUNED_SPEC.replace("metric: rollout/raw_reward", "metric: train/entropy"))
+    with pytest.raises(VerdictError, match="^tuning metric train/entropy is logged by no accepted run; logged: "):
+        check_logged(unlogged, probe)
+
+
 def reseal(bag: Path) -> None:
     bagit.Bag(str(bag)).save(manifests=True)
 
