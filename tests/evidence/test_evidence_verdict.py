@@ -347,6 +347,10 @@ def test_a_hand_edited_verdict_resealed_does_not_pass_the_audit(tmp_path):
     assert "data/verdict.json: does not recompute: verdict: recorded 'VALIDATED', recomputed 'FAILED'" in reasons
     assert any(r.startswith("data/verdict.json: does not recompute: difference_mean") for r in reasons)
     assert not any("SHA256" in r for r in reasons)
+    audited = subprocess.run([sys.executable, "-m", "evidence", "audit", str(edited)], cwd=REPO,
+                             capture_output=True, text=True, timeout=300)
+    assert audited.returncode == 1
+    assert "data/verdict.json: does not recompute: verdict: recorded 'VALIDATED', recomputed 'FAILED'" in audited.stdout
 
 
 def test_a_loosened_spec_resealed_is_caught_by_the_report_and_by_the_pre_registered_digest(tmp_path):
