@@ -7,7 +7,12 @@ Public API::
     build_bundle(sweep_dir, last_k=10, figures=True) -> BuildResult
     audit(path) -> list[Finding]
     validate_metrics(path, algo, n_updates, name=None) -> MetricsLog
-    evaluate_job(job_dir, algo=None, seed=None, n_updates=None, eval_responses=None, digests=False) -> JobEvidence
+    evaluate_job(job_dir, algo=None, seed=None, n_updates=None, eval_responses=None, digests=False, arm=None) -> JobEvidence
+    parse_experiment(spec) -> Experiment            (one-line VerdictError on a bad criterion or tuning block)
+    select_from_bundle(experiment, tuning_bundle_dir) -> {arm: Selection}   (tuning stage; .edge flags the grid edge)
+    extend_grid(values, side) -> str                (the one value an edge winner's grid is extended by)
+    check_logged(experiment, data)                  (a criterion/tuning metric no accepted run logs: VerdictError)
+    compare_paths(path_a, path_b, metrics=None, last_k=10, force=False, csv_path=None) -> markdown (CompareError)
 """
 
 # The function ``audit`` shadows the submodule ``evidence.audit`` as a package attribute on
@@ -15,12 +20,25 @@ Public API::
 # function whatever was imported first.
 from evidence.audit import Finding, UsageError, audit
 from evidence.bundle import BuildResult, LeakError, build_bundle
+from evidence.compare import CompareError, compare_paths
 from evidence.incidents import IncidentsFileError
 from evidence.index import JobEvidence, evaluate_job
 from evidence.metrics_log import MetricsLog, Violation, validate_metrics
 from evidence.sweep import SweepError
+from evidence.verdict import (
+    Experiment,
+    Selection,
+    VerdictError,
+    check_logged,
+    experiment_verdict,
+    extend_grid,
+    parse_experiment,
+    select_from_bundle,
+)
 
 __all__ = [
-    "BuildResult", "Finding", "IncidentsFileError", "JobEvidence", "LeakError", "MetricsLog", "SweepError",
-    "UsageError", "Violation", "audit", "build_bundle", "evaluate_job", "validate_metrics",
+    "BuildResult", "CompareError", "Experiment", "Finding", "IncidentsFileError", "JobEvidence", "LeakError",
+    "MetricsLog", "Selection", "SweepError", "UsageError", "VerdictError", "Violation", "audit", "build_bundle",
+    "check_logged", "compare_paths", "evaluate_job", "experiment_verdict", "extend_grid", "parse_experiment",
+    "select_from_bundle", "validate_metrics",
 ]

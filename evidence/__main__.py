@@ -1,7 +1,7 @@
-"""Command line: ``python -m evidence {build,audit,validate} PATH``.
+"""Command line: ``python -m evidence {build,audit,validate} PATH`` and ``python -m evidence compare A B``.
 
 Exit status: 0 clean; 1 findings (audit), violations (validate) or a refused seal (build);
-2 usage errors. Errors are one line.
+2 usage errors and inputs compare refuses. Errors are one line.
 """
 
 from __future__ import annotations
@@ -34,6 +34,14 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("run_dir", type=Path)
     validate.add_argument("--algo", help="short algo name (default: from job.json / run.json)")
     validate.add_argument("--n-updates", type=int, help="configured updates (default: from run.json)")
+    compare = sub.add_parser("compare", help="before/after table of two sweeps or bundles (A -> B), per arm")
+    compare.add_argument("a", type=Path, help="sweep directory, bundle directory or bundle .tar.gz (before)")
+    compare.add_argument("b", type=Path, help="the same for after")
+    compare.add_argument("--metric", action="append", default=[],
+                         help="another measure: eval/<name> (final) or a metrics.jsonl key (last-k mean); repeatable")
+    compare.add_argument("--last-k", type=int, default=10, help="last-K window of training metrics (default 10)")
+    compare.add_argument("--csv", type=Path, help="also write the table as CSV (full precision) to this path")
+    compare.add_argument("--force", action="store_true", help="compare different workloads or no common arm")
     return parser
 
 
@@ -46,12 +54,13 @@ def _build(args, console: Console) -> int:
     from evidence.bundle import LeakError, build_bundle
     from evidence.incidents import IncidentsFileError
     from evidence.sweep import SweepError
+    from evidence.verdict import VerdictError
 
     if args.last_k < 1:
         return _fail("--last-k must be at least 1")
     try:
         result = build_bundle(args.sweep_dir, last_k=args.last_k, figures=not args.no_figures)
-    except (SweepError, IncidentsFileError, FileExistsError) as exc:
+    except (SweepError, IncidentsFileError, FileExistsError, VerdictError) as exc:
         return _fail(str(exc))
     except LeakError as exc:
         for rel, leak in exc.findings:
@@ -117,8 +126,22 @@ def _validate(args) -> int:
     return EXIT_FINDINGS if evidence.failures else EXIT_OK
 
 
+def _compare(args) -> int:
+    from evidence.compare import CompareError, compare_paths
+
+    if args.last_k < 1:
+        return _fail("--last-k must be at least 1")
+    try:
+        print(compare_paths(args.a, args.b, args.metric, args.last_k, args.force, args.csv), end="")
+    except CompareError as exc:
+        return _fail(str(exc))
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "compare":
+        return _compare(args)
     if args.command == "build":
         return _build(args, Console())
     if args.command == "audit":

@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from evidence.bundle import TAG_FILES
-from evidence.dataset import EVAL_COLUMNS, load_bundle_data, read_csv
+from evidence.dataset import EVAL_COLUMNS, EVAL_ID_COLUMNS, load_bundle_data, read_csv
 from evidence.fileio import JSONError, read_json, sha256_file
 from evidence.metrics_log import validate_metrics
 from evidence.report import render_report
 from evidence.sanitize import Sanitizer
 from evidence.tables import compute_tables
+from evidence.verdict import check_verdict
 
 PAYLOAD = "data"
 MANIFEST = "manifest-sha256.txt"
@@ -298,15 +299,16 @@ def check_runs(data_dir: Path, data) -> list[Finding]:
     accepted = set(data.accepted)
     for name in ("steps.csv", "eval.csv"):
         _, rows = read_csv(data_dir / name)
-        strays = sorted({f"{r['algo']}-{r['seed']}" for r in rows if (r["algo"], int(r["seed"])) not in accepted})
+        strays = sorted({f"{r.get('arm') or r['algo']}-{r['seed']}" for r in rows
+                         if (r.get("arm") or r["algo"], int(r["seed"])) not in accepted})
         for job in strays:
             findings.append(Finding(f"data/{name}", f"rows of {job}, which the index does not accept"))
-    for algo, seed in data.accepted:
-        job = f"{algo}-{seed}"
+    for arm, seed in data.accepted:
+        job = f"{arm}-{seed}"
         rel = f"data/runs/{job}/metrics.jsonl"
-        log = validate_metrics(data_dir / "runs" / job / "metrics.jsonl", algo, n_updates, name=rel)
+        log = validate_metrics(data_dir / "runs" / job / "metrics.jsonl", data.arm_algo(arm), n_updates, name=rel)
         findings += _capped([Finding(rel, v.detail()) for v in log.violations])
-        csv_records = {r["step"]: r for r in data.steps.get((algo, seed), [])}
+        csv_records = {r["step"]: r for r in data.steps.get((arm, seed), [])}
         mismatches = []
         if len(csv_records) != len(log.records):
             mismatches.append(Finding("data/steps.csv", f"{len(csv_records)} rows of {job}, its metrics log has {len(log.records)}"))
@@ -319,12 +321,12 @@ def check_runs(data_dir: Path, data) -> list[Finding]:
         try:
             summary = read_json(data_dir / "runs" / job / "eval.json")
             for kind in ("initial", "final"):
-                row = data.evals.get((algo, seed), {}).get(kind)
+                row = data.evals.get((arm, seed), {}).get(kind)
                 entry = summary.get(kind) if isinstance(summary, dict) else None
                 if row is None or not isinstance(entry, dict):
                     findings.append(Finding("data/eval.csv", f"{job} {kind}: missing row or eval.json entry"))
                     continue
-                for column in EVAL_COLUMNS[3:]:
+                for column in EVAL_COLUMNS[len(EVAL_ID_COLUMNS):]:
                     if str(entry.get(column)).lower() != str(row.get(column)).lower() and not (
                             isinstance(entry.get(column), (int, float)) and _close(entry.get(column), row.get(column))):
                         findings.append(Finding("data/eval.csv", f"{job} {kind} {column} differs from data/runs/{job}/eval.json"))
@@ -352,6 +354,11 @@ def check_recomputation(data_dir: Path, data) -> list[Finding]:
     return findings
 
 
+def _check_verdict(data_dir: Path, data) -> list[Finding]:
+    """An experiment's verdict.json recomputes from the CSVs and data/experiment.yaml (evidence.verdict)."""
+    return [Finding(file, reason) for file, reason in check_verdict(data_dir, data)]
+
+
 def scan_leaks(bag: Path, clean: Sanitizer | None = None) -> list[Finding]:
     """The leak scan over every file and file name in the bag."""
     clean = clean or Sanitizer.from_environment()
@@ -375,7 +382,7 @@ def audit_bag(bag: Path) -> list[Finding]:
         except (JSONError, OSError, KeyError, ValueError, TypeError) as exc:
             findings.append(Finding(PAYLOAD, f"cannot load the bundle's data ({exc.__class__.__name__}: {exc})"))
         else:
-            for check in (check_runs, check_recomputation):
+            for check in (check_runs, check_recomputation, _check_verdict):
                 try:
                     findings += check(data_dir, data)
                 except (KeyError, ValueError, TypeError, ZeroDivisionError, StopIteration) as exc:

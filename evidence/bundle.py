@@ -47,6 +47,7 @@ from evidence.sanitize import Leak, Sanitizer, strip_abs_keys
 from evidence.stats import CI_LEVEL, DEFAULT_LAST_K
 from evidence.sweep import SweepError, job_name, read_sweep
 from evidence.tables import compute_tables
+from evidence.verdict import add_experiment, write_verdict
 
 BUNDLE_DIR = "bundle"
 ARCHIVE = "bundle.tar.gz"
@@ -153,9 +154,9 @@ def _write_payload(sweep, evidences: list[JobEvidence], incidents: list[Incident
     keys = {k for e in accepted for r in e.metrics.records for k in r}
     columns = step_columns(keys)
     write_csv(stage / "steps.csv", columns,
-              ({"algo": e.algo, "seed": e.seed, **r} for e in accepted for r in sorted(e.metrics.records, key=lambda r: r["step"])))
+              ({"arm": e.arm, "algo": e.algo, "seed": e.seed, **r} for e in accepted for r in sorted(e.metrics.records, key=lambda r: r["step"])))
     write_csv(stage / "eval.csv", EVAL_COLUMNS,
-              [_clean_row({"algo": e.algo, "seed": e.seed, "kind": kind, **e.eval_summary[kind]}, clean)
+              [_clean_row({"arm": e.arm, "algo": e.algo, "seed": e.seed, "kind": kind, **e.eval_summary[kind]}, clean)
                for e in accepted for kind in EVAL_KINDS])
     for name in (INCIDENTS_FILE, "commands.txt"):
         _copy_text(sweep.dir / name, stage / name, clean)
@@ -289,7 +290,9 @@ def build_bundle(sweep_dir: str | Path, last_k: int = DEFAULT_LAST_K, figures: b
     stage.mkdir()
     try:
         _write_payload(sweep, evidences, incidents, stage, clean, last_k)
+        add_experiment(sweep_dir, stage)  # an experiment's spec and tuning stage -> data/verdict.json
         data = load_bundle_data(stage)
+        write_verdict(stage, data)
         tables = compute_tables(data)
         for name, table in tables.items():
             write_text(stage / "tables" / f"{name}.csv", table.csv())

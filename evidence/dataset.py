@@ -15,16 +15,20 @@ from pathlib import Path
 
 from evidence.fileio import JSONError, read_json, write_text
 from evidence.metrics_log import COMMON_KEYS
+from evidence.sweep import read_arms
 
-STEP_ID_COLUMNS = ("algo", "seed", "step")
-EVAL_COLUMNS = (
-    "algo", "seed", "kind", "checkpoint", "n_prompts", "k", "n_responses", "eval_seed", "subset_sha256",
+STEP_ID_COLUMNS = ("arm", "algo", "seed", "step")
+EVAL_ID_COLUMNS = ("arm", "algo", "seed", "kind")
+EVAL_COLUMNS = EVAL_ID_COLUMNS + (
+    "checkpoint", "n_prompts", "k", "n_responses", "eval_seed", "subset_sha256",
     "pass@1", "pass@2", "pass@4", "truncation", "mean_length", "mean_reward", "all_zero_reward",
 )
 EVAL_INT_COLUMNS = ("n_prompts", "k", "n_responses", "eval_seed")
 EVAL_FLOAT_COLUMNS = ("pass@1", "pass@2", "pass@4", "truncation", "mean_length", "mean_reward")
 ARTIFACT_COLUMNS = ("job", "path", "bytes", "sha256")
 SETTINGS_FILE = "evidence.json"
+# The pre-registered experiment spec, as run, when the sweep is a stage of an experiment.
+EXPERIMENT_FILE = "experiment.yaml"
 
 
 def cell(value) -> str:
@@ -73,9 +77,17 @@ def _float(text: str) -> float | None:
     return None if text == "" else float(text)
 
 
+def _arm(row: dict[str, str]) -> str:
+    """The arm of a CSV row; rows written before arms existed belong to their algo's arm."""
+    return row.get("arm") or row["algo"]
+
+
 @dataclass
 class BundleData:
-    """Everything the report is computed from, as loaded from a bundle's ``data/`` directory."""
+    """Everything the report is computed from, as loaded from a bundle's ``data/`` directory.
+
+    Runs are keyed by (arm label, seed).
+    """
 
     sweep: dict
     settings: dict
@@ -85,6 +97,8 @@ class BundleData:
     evals: dict[tuple[str, int], dict[str, dict]] = field(default_factory=dict)
     runs: dict[tuple[str, int], dict] = field(default_factory=dict)
     step_keys: tuple[str, ...] = ()
+    experiment: str | None = None  # text of data/experiment.yaml, when the bundle has one
+    stages: dict[str, BundleData] = field(default_factory=dict)  # an experiment's earlier stages, data/stages/<name>/
 
     @property
     def last_k(self) -> int:
@@ -100,11 +114,23 @@ class BundleData:
 
     @property
     def accepted(self) -> list[tuple[str, int]]:
-        """Accepted (algo, seed) pairs, in index order. Nothing else enters an aggregate."""
-        return [(r["algo"], int(r["seed"])) for r in self.index if r["accepted"] == "yes"]
+        """Accepted (arm, seed) pairs, in index order. Nothing else enters an aggregate."""
+        return [(_arm(r), int(r["seed"])) for r in self.index if r["accepted"] == "yes"]
 
-    def index_row(self, algo: str, seed: int) -> dict[str, str]:
-        return next(r for r in self.index if r["algo"] == algo and r["seed"] == str(seed))
+    def index_row(self, arm: str, seed: int) -> dict[str, str]:
+        return next(r for r in self.index if _arm(r) == arm and r["seed"] == str(seed))
+
+    @property
+    def arms(self) -> dict[str, tuple[str, dict[str, str]]]:
+        """``{arm label: (algo, overrides)}`` in report order (``sweep.read_arms``)."""
+        return read_arms(self.sweep)
+
+    def arm_algo(self, arm: str) -> str:
+        """The algo short name an arm runs (a stray job's arm: its index row's algo)."""
+        arms = self.arms
+        if arm in arms:
+            return arms[arm][0]
+        return next((r["algo"] for r in self.index if _arm(r) == arm), arm)
 
 
 def load_bundle_data(data_dir: str | Path) -> BundleData:
@@ -124,7 +150,7 @@ def load_bundle_data(data_dir: str | Path) -> BundleData:
     header, rows = read_csv(data_dir / "steps.csv")
     data.step_keys = tuple(c for c in header if c not in STEP_ID_COLUMNS)
     for row in rows:
-        run = (row["algo"], int(row["seed"]))
+        run = (_arm(row), int(row["seed"]))
         if run in accepted:
             record = {k: _float(row[k]) for k in data.step_keys}
             record["step"] = int(row["step"])
@@ -134,7 +160,7 @@ def load_bundle_data(data_dir: str | Path) -> BundleData:
 
     _, rows = read_csv(data_dir / "eval.csv")
     for row in rows:
-        run = (row["algo"], int(row["seed"]))
+        run = (_arm(row), int(row["seed"]))
         if run in accepted:
             entry = dict(row)
             entry.update({k: int(row[k]) for k in EVAL_INT_COLUMNS})
@@ -142,9 +168,16 @@ def load_bundle_data(data_dir: str | Path) -> BundleData:
             entry["all_zero_reward"] = row["all_zero_reward"] == "true"
             data.evals.setdefault(run, {})[row["kind"]] = entry
 
-    for algo, seed in accepted:
+    for arm, seed in accepted:
         try:
-            data.runs[(algo, seed)] = read_json(data_dir / "runs" / f"{algo}-{seed}" / "run.json")
+            data.runs[(arm, seed)] = read_json(data_dir / "runs" / f"{arm}-{seed}" / "run.json")
         except JSONError:
-            data.runs[(algo, seed)] = {}
+            data.runs[(arm, seed)] = {}
+    experiment = data_dir / EXPERIMENT_FILE
+    if experiment.is_file():
+        data.experiment = experiment.read_text(encoding="utf-8")
+    stages = data_dir / "stages"
+    for stage in sorted(stages.iterdir()) if stages.is_dir() else []:
+        if (stage / "index.csv").is_file():
+            data.stages[stage.name] = load_bundle_data(stage)
     return data

@@ -1,4 +1,4 @@
-"""SVG figures: training curves per algorithm (per-seed lines, across-seed mean ± SD band) and
+"""SVG figures: training curves per arm (per-seed lines, across-seed mean ± SD band) and
 eval pass@k bars against the initial-checkpoint control.
 
 matplotlib is used through ``Figure`` and the SVG canvas directly (no pyplot, no global backend
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from evidence import stats
 from evidence.dataset import BundleData
-from evidence.sweep import algo_name
+from evidence.sweep import arm_name
 
 # name -> (title, metrics.jsonl key or None for the eval figure)
 FIGURES = {
@@ -61,7 +61,7 @@ def _curve_figure(data: BundleData, algos: list[str], title: str, key: str):
             sds = [stats.sample_sd(by_step[s]) or 0.0 for s in steps]
             ax.fill_between(steps, [m - d for m, d in zip(means, sds)], [m + d for m, d in zip(means, sds)],
                             color="black", alpha=0.15, lw=0, label="mean ± SD")
-        ax.set_title(f"{algo_name(algo)} (n={len(runs)})")
+        ax.set_title(f"{arm_name(algo, data.arm_algo(algo))} (n={len(runs)})")
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=6, loc="best")
@@ -74,7 +74,7 @@ def _eval_figure(data: BundleData, algos: list[str]):
     ax = figure.add_subplot()
     runs = {a: [s for s in data.sweep["seeds"] if {"initial", "final"} <= set(data.evals.get((a, s), {}))] for a in algos}
     runs = {a: seeds for a, seeds in runs.items() if seeds}
-    groups = [("initial (control)", None)] + [(algo_name(a), a) for a in runs]
+    groups = [("initial (control)", None)] + [(arm_name(a, data.arm_algo(a)), a) for a in runs]
     width = 0.8 / max(len(groups), 1)
     for g, (label, algo) in enumerate(groups):
         xs, heights, errors, dots = [], [], [], []
@@ -107,11 +107,11 @@ def render_figures(data: BundleData, out_dir: str | Path) -> list[Path]:
     """Write every figure of ``FIGURES`` as ``<out_dir>/<name>.svg``; returns the paths."""
     import matplotlib
 
-    from evidence.tables import algos as ordered_algos
+    from evidence.tables import arms as ordered_arms
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    algos = ordered_algos(data)
+    algos = ordered_arms(data)  # one panel / bar group per arm
     written = []
     with matplotlib.rc_context(SVG_RC):
         for name, (title, key) in FIGURES.items():

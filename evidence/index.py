@@ -25,7 +25,7 @@ from evidence.artifacts import (
 )
 from evidence.fileio import JSONError, read_json
 from evidence.metrics_log import MetricsLog, validate_metrics
-from evidence.sweep import Sweep, algo_name, algo_sort_key, job_name
+from evidence.sweep import Sweep, algo_name, job_name
 
 # Shown in the index's reason column before it is cut short.
 MAX_REASONS = 3
@@ -33,12 +33,13 @@ MAX_REASONS = 3
 
 @dataclass
 class JobEvidence:
-    """Everything evidence knows about one grid cell, and the decision it implies."""
+    """Everything evidence knows about one grid cell (arm, seed), and the decision it implies."""
 
     algo: str
     seed: int
     present: bool
     n_updates: int
+    arm: str = ""  # the arm label; an older record without one is the algo's arm
     job_record: dict = field(default_factory=dict)
     metrics: MetricsLog | None = None
     run_summary: dict | None = None
@@ -50,9 +51,12 @@ class JobEvidence:
     exclusion: str | None = None  # manual exclusion from incidents.yaml
     artifacts: list[ArtifactDigest] = field(default_factory=list)
 
+    def __post_init__(self):
+        self.arm = self.arm or self.algo
+
     @property
     def job(self) -> str:
-        return job_name(self.algo, self.seed)
+        return job_name(self.arm, self.seed)
 
     @property
     def accepted(self) -> bool:
@@ -121,10 +125,11 @@ def _declared_n_updates(job_dir: Path) -> int | None:
 
 def evaluate_job(job_dir: str | Path, algo: str | None = None, seed: int | None = None,
                  n_updates: int | None = None, eval_responses: int | None = None,
-                 digests: bool = False) -> JobEvidence:
+                 digests: bool = False, arm: str | None = None) -> JobEvidence:
     """Validate one job directory against the run-directory contract. Reads files only.
 
-    ``algo`` and ``seed`` default to what ``job.json`` records, ``n_updates`` to the enclosing
+    ``algo``, ``seed`` and ``arm`` default to what ``job.json`` records (an older record without
+    ``arm`` belongs to the algo's arm), ``n_updates`` to the enclosing
     sweep's ``sweep.json`` (else the trainer's ``run.json``), so ``evaluate_job(job_dir)`` works
     for a launcher deciding whether a job must run again. ``digests`` also hashes the retained
     artifacts (checkpoints can be gigabytes: only the bundle build asks for it).
@@ -132,9 +137,11 @@ def evaluate_job(job_dir: str | Path, algo: str | None = None, seed: int | None 
     job_dir = Path(job_dir)
     algo = algo if algo is not None else _field(job_dir / "job.json", "algo")
     seed = seed if seed is not None else _field(job_dir / "job.json", "seed")
+    arm = arm if arm is not None else _field(job_dir / "job.json", "arm")
     n_updates = n_updates if n_updates is not None else _declared_n_updates(job_dir)
     evidence = JobEvidence(algo=str(algo), seed=seed if isinstance(seed, int) else -1,
-                           present=job_dir.is_dir(), n_updates=n_updates or 0)
+                           present=job_dir.is_dir(), n_updates=n_updates or 0,
+                           arm=arm if isinstance(arm, str) else "")
     if not evidence.present:
         return evidence
     if not isinstance(algo, str) or not isinstance(seed, int) or not n_updates:
@@ -148,6 +155,8 @@ def evaluate_job(job_dir: str | Path, algo: str | None = None, seed: int | None 
         evidence.job_record = record
         if record.get("algo") != algo or record.get("seed") != seed:
             fail([GateFailure("job", "job.json", f"records {record.get('algo')}-{record.get('seed')}, not {algo}-{seed}")])
+        elif record.get("arm", algo) != evidence.arm:
+            fail([GateFailure("job", "job.json", f"records arm {record.get('arm')}, not {evidence.arm}")])
         fail(check_cleanup(record))
     except JSONError as exc:
         fail([GateFailure("job", "job.json", str(exc))])
@@ -212,15 +221,18 @@ def evaluate_sweep(sweep: Sweep, exclusions: dict[str, str] | None = None) -> li
     exclusions = exclusions or {}
     jobs_dir = sweep.dir / "jobs"
     evidences = [
-        evaluate_job(jobs_dir / job_name(a, s), a, s, sweep.n_updates, sweep.eval_responses, digests=True)
-        for a, s in sweep.jobs
+        evaluate_job(jobs_dir / job_name(arm, s), sweep.arm_algo(arm), s, sweep.n_updates, sweep.eval_responses,
+                     digests=True, arm=arm)
+        for arm, s in sweep.jobs
     ]
     grid = {e.job for e in evidences}
     if jobs_dir.is_dir():
         for stray in sorted(p for p in jobs_dir.iterdir() if p.is_dir() and p.name not in grid):
-            algo, _, seed = stray.name.rpartition("-")
-            evidence = JobEvidence(algo=algo or stray.name, seed=int(seed) if seed.isdigit() else -1,
-                                   present=True, n_updates=sweep.n_updates)
+            arm, _, seed = stray.name.rpartition("-")
+            record_algo = _field(stray / "job.json", "algo")
+            evidence = JobEvidence(algo=record_algo if isinstance(record_algo, str) else arm or stray.name,
+                                   seed=int(seed) if seed.isdigit() else -1,
+                                   present=True, n_updates=sweep.n_updates, arm=arm or stray.name)
             evidence.failures.append(GateFailure("grid", stray.name, "job directory not in the sweep grid"))
             evidences.append(evidence)
 
@@ -240,12 +252,14 @@ def evaluate_sweep(sweep: Sweep, exclusions: dict[str, str] | None = None) -> li
             evidence.anomalies.append(GateFailure(
                 "commit-mismatch", "job.json", f"source commit {str(commit)[:12]} differs from the sweep's"))
         evidence.exclusion = exclusions.get(evidence.job)
-    evidences.sort(key=lambda e: (algo_sort_key(e.algo), sweep.seeds.index(e.seed) if e.seed in sweep.seeds else 1 << 30, e.seed))
+    arm_order = list(sweep.arms)
+    evidences.sort(key=lambda e: (arm_order.index(e.arm) if e.arm in arm_order else len(arm_order), e.arm,
+                                  sweep.seeds.index(e.seed) if e.seed in sweep.seeds else 1 << 30, e.seed))
     return evidences
 
 
 INDEX_COLUMNS = (
-    "job", "algo", "algo_name", "seed", "job_id", "array_index", "scheduler_state", "exit_code",
+    "job", "arm", "algo", "algo_name", "seed", "job_id", "array_index", "scheduler_state", "exit_code",
     "elapsed_s", "source_commit", "steps_expected", "steps_accepted", "responses_generated",
     "eval_responses_initial", "eval_responses_final", "accepted", "reason",
 )
@@ -262,6 +276,7 @@ def index_row(evidence: JobEvidence) -> dict:
 
     return {
         "job": evidence.job,
+        "arm": evidence.arm,
         "algo": evidence.algo,
         "algo_name": algo_name(evidence.algo),
         "seed": evidence.seed,

@@ -74,7 +74,7 @@ def across_seeds(values: Sequence[float]) -> Summary:
     return Summary(len(values), mean(values), sample_sd(values))
 
 
-def t_quantile(level: float, df: int) -> float:
+def t_quantile(level: float, df: float) -> float:
     """Two-sided Student t quantile t_{(1+level)/2, df} (scipy.stats.t)."""
     from scipy import stats as _scipy_stats  # imported on first use: scipy is slow to import
 
@@ -106,3 +106,27 @@ def paired_difference(a: Mapping[int, float], b: Mapping[int, float], level: flo
     diffs = {s: a[s] - b[s] for s in seeds}
     values = list(diffs.values())
     return PairedDifference(by_seed=diffs, summary=across_seeds(values), interval=t_interval(values, level))
+
+
+@dataclass(frozen=True)
+class UnpairedDifference:
+    """mean(b) − mean(a) of two independent groups, and its Welch t-interval (None when a group has n < 2)."""
+
+    mean: float
+    interval: tuple[float, float] | None
+    df: float | None
+
+
+def welch_difference(a: Sequence[float], b: Sequence[float], level: float = CI_LEVEL) -> UnpairedDifference:
+    """Welch: d = m_b − m_a, se = √(s_a²/n_a + s_b²/n_b), df = se⁴ / Σ (s_i²/n_i)² / (n_i − 1), d ± t_{df}·se."""
+    diff = mean(b) - mean(a)
+    sd_a, sd_b = sample_sd(a), sample_sd(b)
+    if sd_a is None or sd_b is None:
+        return UnpairedDifference(diff, None, None)
+    va, vb = sd_a**2 / len(a), sd_b**2 / len(b)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return UnpairedDifference(diff, (diff, diff), None)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    half = t_quantile(level, df) * se
+    return UnpairedDifference(diff, (diff - half, diff + half), df)

@@ -1,8 +1,14 @@
-"""The sweep grid as ``sweep.json`` records it, and the algorithms' display names and order."""
+"""The sweep grid as ``sweep.json`` records it: its arms and seeds, and the display names and order.
+
+A job is (arm, seed). An arm is the set of non-seed overrides of its grid cell, recorded by the
+launcher as ``sweep.json``'s ``"arms": {"<label>": {"algo": "rpp", "workload.lr": "3e-4"}}``; a
+sweep without that record (older sweeps) has one arm per algorithm, labelled by its short name.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from evidence.fileio import JSONError, read_json
@@ -24,14 +30,53 @@ def algo_sort_key(algo: str) -> tuple[int, str]:
     return (ALGO_ORDER.index(algo), "") if algo in ALGO_ORDER else (len(ALGO_ORDER), algo)
 
 
-def job_name(algo: str, seed: int) -> str:
-    """The job directory name of one grid cell."""
-    return f"{algo}-{seed}"
+def job_name(arm: str, seed: int) -> str:
+    """The job directory name of one grid cell: ``<arm>-<seed>`` (``grpo-42`` when only algo varies)."""
+    return f"{arm}-{seed}"
+
+
+# The arm contract's labels are filesystem-safe: they name job directories.
+_ARM_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+=-]*")
+
+
+def read_arms(record: dict) -> dict[str, tuple[str, dict[str, str]]]:
+    """``{label: (algo short name, overrides)}`` in report order, from a ``sweep.json`` record.
+
+    Without an ``arms`` record each algorithm is an arm labelled by its short name. An arm's
+    algo is its ``algo`` override, else the sweep's only algorithm. Raises ``SweepError``.
+    """
+    algos = record.get("algos")
+    arms = record.get("arms")
+    if arms is None:
+        arms = {a: {"algo": a} for a in algos or []}
+    if not isinstance(arms, dict) or not arms:
+        raise SweepError("sweep.json: 'arms' must be a non-empty mapping of arm labels to override mappings")
+    out = {}
+    for label, overrides in arms.items():
+        if not isinstance(label, str) or not _ARM_LABEL.fullmatch(label):
+            raise SweepError(f"sweep.json: arm label {label!r} is not a filesystem-safe name")
+        if not isinstance(overrides, dict) or not all(isinstance(k, str) for k in overrides):
+            raise SweepError(f"sweep.json: arm {label}: overrides must be a mapping of setting names to values")
+        overrides = {k: str(v) for k, v in sorted(overrides.items())}
+        algo = overrides.get("algo")
+        if algo is None and isinstance(algos, list) and len(algos) == 1:
+            algo = algos[0]
+        if algo is None:
+            raise SweepError(f"sweep.json: arm {label} has no 'algo' override and the sweep has several algorithms")
+        if isinstance(algos, list) and algo not in algos:
+            raise SweepError(f"sweep.json: arm {label} runs algo {algo}, which 'algos' does not list")
+        out[label] = (algo, overrides)
+    return {label: out[label] for label in sorted(out, key=lambda a: (algo_sort_key(out[a][0]), a))}
+
+
+def arm_name(arm: str, algo: str) -> str:
+    """How the report names an arm: the algorithm's display name when the arm is just the algorithm."""
+    return algo_name(algo) if arm == algo else arm
 
 
 @dataclass(frozen=True)
 class Sweep:
-    """What ``sweep.json`` declares: the grid, its length, and the commit it ran."""
+    """What ``sweep.json`` declares: the grid (arms x seeds), its length, and the commit it ran."""
 
     dir: Path
     record: dict
@@ -41,10 +86,15 @@ class Sweep:
     source_commit: str | None
     eval_responses: int | None  # expected responses per checkpoint, when the sweep declares it
     created: str | None  # YYYY-MM-DD, when the sweep declares it
+    arms: dict[str, tuple[str, dict[str, str]]] = field(default_factory=dict)  # label -> (algo, overrides)
 
     @property
     def jobs(self) -> list[tuple[str, int]]:
-        return [(a, s) for a in self.algos for s in self.seeds]
+        """Every grid cell as (arm label, seed), in report order."""
+        return [(a, s) for a in self.arms for s in self.seeds]
+
+    def arm_algo(self, arm: str) -> str:
+        return self.arms[arm][0]
 
 
 def read_sweep(sweep_dir: str | Path) -> Sweep:
@@ -84,4 +134,5 @@ def read_sweep(sweep_dir: str | Path) -> Sweep:
         source_commit=commit if isinstance(commit, str) and commit else None,
         eval_responses=eval_responses if isinstance(eval_responses, int) and not isinstance(eval_responses, bool) else None,
         created=created[:10] if isinstance(created, str) and len(created) >= 10 else None,
+        arms=read_arms(record),
     )

@@ -1,4 +1,4 @@
-"""Every table of the report, computed from ``BundleData`` only.
+"""Every table of the report, computed from ``BundleData`` only, one row group per arm.
 
 Each table carries its machine-readable form (CSV columns at full precision, written to
 ``tables/<name>.csv``) and its display form (markdown cells rounded as seed 000 rounds them).
@@ -14,11 +14,11 @@ from itertools import combinations
 
 from evidence import stats
 from evidence.dataset import BundleData, csv_text
-from evidence.sweep import algo_name, algo_sort_key
+from evidence.sweep import algo_name, algo_sort_key, arm_name
 
 # |adv_norm_std - 1| below this counts as "exactly 1" in the normalisation diagnostics.
 NORM_STD_TOL = 1e-6
-# Seed 000's comparison order; any other pair follows in grid order.
+# Seed 000's comparison order (arms that are just their algorithm); any other pair follows in grid order.
 PREFERRED_PAIRS = (("rpp", "grpo"), ("rppb", "grpo"), ("rpp", "rppb"))
 ALGO_CONTRACT = {
     "grpo": ("same-prompt group centering and group-std scaling", "per-group normalization",
@@ -89,23 +89,38 @@ def algos(data: BundleData) -> list[str]:
     return sorted(data.sweep["algos"], key=algo_sort_key)
 
 
+def arms(data: BundleData) -> list[str]:
+    """Arm labels in report order (one per algorithm for a sweep that varies only the algorithm)."""
+    return list(data.arms)
+
+
+def display(data: BundleData, arm: str) -> str:
+    """An arm's name in the report: ``GRPO`` for the plain ``grpo`` arm, else its label."""
+    return arm_name(arm, data.arm_algo(arm))
+
+
+def arm_header(data: BundleData) -> str:
+    """The first column's title: "Algorithm" while every arm is just its algorithm, else "Arm"."""
+    return "Algorithm" if all(a == data.arm_algo(a) for a in arms(data)) else "Arm"
+
+
 def seeds(data: BundleData) -> list[int]:
     return list(data.sweep["seeds"])
 
 
-def accepted_runs(data: BundleData, algo: str) -> list[int]:
-    """Seeds of the accepted runs of ``algo`` that have step records, in grid order."""
-    return [s for s in seeds(data) if (algo, s) in data.steps]
+def accepted_runs(data: BundleData, arm: str) -> list[int]:
+    """Seeds of the accepted runs of ``arm`` that have step records, in grid order."""
+    return [s for s in seeds(data) if (arm, s) in data.steps]
 
 
-def series(data: BundleData, algo: str, seed: int, key: str) -> list[float] | None:
+def series(data: BundleData, arm: str, seed: int, key: str) -> list[float] | None:
     """One metric over the steps of one accepted run; None if the run does not log it."""
-    values = [r.get(key) for r in data.steps[(algo, seed)]]
+    values = [r.get(key) for r in data.steps[(arm, seed)]]
     return None if not values or any(v is None for v in values) else values
 
 
-def job_id(data: BundleData, algo: str, seed: int) -> str:
-    return data.index_row(algo, seed)["job_id"]
+def job_id(data: BundleData, arm: str, seed: int) -> str:
+    return data.index_row(arm, seed)["job_id"]
 
 
 def window_label(data: BundleData) -> str:
@@ -133,18 +148,18 @@ EFFICIENCY = (  # (metric key, CSV stem, display name, digits, unit)
 EVAL_METRICS = (("pass@1", 4), ("pass@2", 4), ("pass@4", 4), ("truncation", 4), ("mean_length", 1))
 
 
-def run_last_k(data: BundleData, algo: str, seed: int, key: str) -> float | None:
-    values = series(data, algo, seed, key)
+def run_last_k(data: BundleData, arm: str, seed: int, key: str) -> float | None:
+    values = series(data, arm, seed, key)
     return None if values is None else stats.last_k_mean(values, data.last_k)
 
 
-def run_all_steps(data: BundleData, algo: str, seed: int, key: str) -> float | None:
-    values = series(data, algo, seed, key)
+def run_all_steps(data: BundleData, arm: str, seed: int, key: str) -> float | None:
+    values = series(data, arm, seed, key)
     return None if values is None else stats.all_steps_mean(values)
 
 
-def run_elapsed_min(data: BundleData, algo: str, seed: int) -> float | None:
-    text = data.index_row(algo, seed)["elapsed_s"]
+def run_elapsed_min(data: BundleData, arm: str, seed: int) -> float | None:
+    text = data.index_row(arm, seed)["elapsed_s"]
     return None if text == "" else float(text) / 60
 
 
@@ -159,16 +174,16 @@ def kl_not_applicable(algo: str) -> str:
 # ---- tables -------------------------------------------------------------------------------------
 
 def jobs_table(data: BundleData) -> Table:
-    cols = ("job", "algo", "seed", "job_id", "scheduler_state", "exit_code", "elapsed_s",
+    cols = ("job", "arm", "algo", "seed", "job_id", "scheduler_state", "exit_code", "elapsed_s",
             "steps_accepted", "steps_expected", "eval_responses_initial", "eval_responses_final", "accepted", "reason")
-    rows = [[r[c] for c in cols] for r in data.index]
-    md = [[algo_name(r["algo"]), r["seed"], r["job_id"] or "—", r["scheduler_state"] or "—", r["exit_code"] or "—",
+    rows = [[r.get(c, r["algo"] if c == "arm" else None) for c in cols] for r in data.index]
+    md = [[arm_name(r.get("arm") or r["algo"], r["algo"]), r["seed"], r["job_id"] or "—", r["scheduler_state"] or "—", r["exit_code"] or "—",
            fmt(float(r["elapsed_s"]) / 60, 1) if r["elapsed_s"] else "—",
            f"{r['steps_accepted']}/{r['steps_expected']}",
            f"{r['eval_responses_initial'] or '—'} / {r['eval_responses_final'] or '—'}",
            r["accepted"], r["reason"] or "—"] for r in data.index]
     return Table("jobs", cols, rows,
-                 ("Algorithm", "Seed", "Job", "Scheduler state", "Exit", "Elapsed (min)", "Steps",
+                 (arm_header(data), "Seed", "Job", "Scheduler state", "Exit", "Elapsed (min)", "Steps",
                   "Eval responses (initial / final)", "Accepted", "Reason"), md)
 
 
@@ -197,9 +212,9 @@ def _distinct(values) -> str:
 
 
 def algorithm_config_table(data: BundleData) -> Table:
-    """Configuration keys that differ between algorithms but not between seeds of one algorithm."""
+    """Configuration keys that differ between arms but not between seeds of one arm."""
     configs = _configs(data)
-    present = [a for a in algos(data) if any(run[0] == a for run in configs)]
+    present = [a for a in arms(data) if any(run[0] == a for run in configs)]
     keys = sorted({k for c in configs.values() for k in c})
     rows = []
     for key in keys:
@@ -213,7 +228,7 @@ def algorithm_config_table(data: BundleData) -> Table:
             if len(set(per_algo.values())) > 1:
                 rows.append([key] + [per_algo[a] if per_algo[a] is not None else "—" for a in present])
     return Table("algorithm_config", ("setting", *present), rows,
-                 ("Setting", *(algo_name(a) for a in present)), rows)
+                 ("Setting", *(display(data, a) for a in present)), rows)
 
 
 def environment_table(data: BundleData) -> Table:
@@ -223,6 +238,8 @@ def environment_table(data: BundleData) -> Table:
         ["Workload", str(sweep.get("workload", "—"))],
         ["Source commit", str(sweep.get("source_commit") or "—")],
         ["Algorithms", ", ".join(algo_name(a) for a in algos(data))],
+        *([["Arms", "; ".join(f"{a}: " + ", ".join(f"{k}={v}" for k, v in o.items()) for a, (_, o) in data.arms.items())]]
+          if arm_header(data) == "Arm" else []),
         ["Seeds", ", ".join(str(s) for s in seeds(data))],
         ["Updates per run", str(data.n_updates)],
     ]
@@ -251,29 +268,30 @@ def environment_table(data: BundleData) -> Table:
 def stability_tables(data: BundleData) -> tuple[Table, Table]:
     k_label = f"Last-{data.last_k}"
     agg_rows, agg_md, run_rows, run_md = [], [], [], []
-    for a in algos(data):
+    for a in arms(data):
+        algo = data.arm_algo(a)
         run_seeds = accepted_runs(data, a)
         per_metric = {key: [run_last_k(data, a, s, key) for s in run_seeds] for key, *_ in STABILITY}
-        row = [a, algo_name(a), len(run_seeds), data.last_k]
-        md = [algo_name(a), str(len(run_seeds))]
+        row = [a, algo, algo_name(algo), len(run_seeds), data.last_k]
+        md = [display(data, a), str(len(run_seeds))]
         for key, _, _, digits in STABILITY:
             summary = _summarise(per_metric[key])
             row += [summary.mean, summary.sd]
-            md.append(kl_not_applicable(a) if key == "train/kl_loss" and summary.n == 0 and run_seeds
+            md.append(kl_not_applicable(algo) if key == "train/kl_loss" and summary.n == 0 and run_seeds
                       else fmt_summary(summary, digits))
         agg_rows.append(row)
         agg_md.append(md)
         for i, s in enumerate(run_seeds):
-            run_rows.append([a, s, job_id(data, a, s)] + [per_metric[key][i] for key, *_ in STABILITY])
-            run_md.append([algo_name(a), str(s), job_id(data, a, s) or "—"] + [
-                kl_not_applicable(a) if per_metric[key][i] is None else fmt(per_metric[key][i], d)
+            run_rows.append([a, algo, s, job_id(data, a, s)] + [per_metric[key][i] for key, *_ in STABILITY])
+            run_md.append([display(data, a), str(s), job_id(data, a, s) or "—"] + [
+                kl_not_applicable(algo) if per_metric[key][i] is None else fmt(per_metric[key][i], d)
                 for key, _, _, d in STABILITY])
-    cols = ("algo", "algorithm", "n_runs", "last_k")
+    cols = ("arm", "algo", "algorithm", "n_runs", "last_k")
     for _, stem, _, _ in STABILITY:
         cols += (f"{stem}_mean", f"{stem}_sd")
-    md_cols = ("Algorithm", "n") + tuple(f"{k_label} {name}" for _, _, name, _ in STABILITY)
-    per_run_cols = ("algo", "seed", "job_id") + tuple(f"last_k_{stem}" for _, stem, _, _ in STABILITY)
-    per_run_md = ("Algorithm", "Seed", "Job") + tuple(f"{k_label} {name}" for _, _, name, _ in STABILITY)
+    md_cols = (arm_header(data), "n") + tuple(f"{k_label} {name}" for _, _, name, _ in STABILITY)
+    per_run_cols = ("arm", "algo", "seed", "job_id") + tuple(f"last_k_{stem}" for _, stem, _, _ in STABILITY)
+    per_run_md = (arm_header(data), "Seed", "Job") + tuple(f"{k_label} {name}" for _, _, name, _ in STABILITY)
     return (Table("stability", cols, agg_rows, md_cols, agg_md),
             Table("stability_per_run", per_run_cols, run_rows, per_run_md, run_md))
 
@@ -281,7 +299,7 @@ def stability_tables(data: BundleData) -> tuple[Table, Table]:
 def normalisation_table(data: BundleData) -> Table:
     """Step counts behind seed 000's remarks on advantage normalisation and degenerate steps."""
     rows, md = [], []
-    for a in algos(data):
+    for a in arms(data):
         records = [r for s in accepted_runs(data, a) for r in data.steps[(a, s)]]
 
         def count(predicate: Callable[[dict], bool], recs=records) -> int:
@@ -294,22 +312,23 @@ def normalisation_table(data: BundleData) -> Table:
             count(lambda r: r.get("rollout/all_zero_reward") == 1),
             count(lambda r: r.get("train/ppo_kl") not in (None, 0.0)),
         ]
-        rows.append([a, algo_name(a), *counts])
-        md.append([algo_name(a), *(str(c) for c in counts)])
+        rows.append([a, data.arm_algo(a), algo_name(data.arm_algo(a)), *counts])
+        md.append([display(data, a), *(str(c) for c in counts)])
     return Table("normalisation",
-                 ("algo", "algorithm", "steps", "adv_norm_std_one_steps", "zero_variance_steps",
+                 ("arm", "algo", "algorithm", "steps", "adv_norm_std_one_steps", "zero_variance_steps",
                   "all_zero_reward_steps", "ppo_kl_nonzero_steps"), rows,
-                 ("Algorithm", "Steps", "Normalised-advantage SD = 1", "Zero-variance steps (finite zeros)",
+                 (arm_header(data), "Steps", "Normalised-advantage SD = 1", "Zero-variance steps (finite zeros)",
                   "All-zero-reward steps", "Steps with ppo_kl ≠ 0"), md)
 
 
 def efficiency_tables(data: BundleData) -> tuple[Table, Table]:
     agg_rows, agg_md, run_rows, run_md = [], [], [], []
-    for a in algos(data):
+    for a in arms(data):
+        algo = data.arm_algo(a)
         run_seeds = accepted_runs(data, a)
         per_metric = {key: [run_all_steps(data, a, s, key) for s in run_seeds] for key, *_ in EFFICIENCY}
         elapsed = [run_elapsed_min(data, a, s) for s in run_seeds]
-        row, md = [a, algo_name(a), len(run_seeds)], [algo_name(a), str(len(run_seeds))]
+        row, md = [a, algo, algo_name(algo), len(run_seeds)], [display(data, a), str(len(run_seeds))]
         for key, _, _, digits, unit in EFFICIENCY:
             summary = _summarise(per_metric[key])
             row += [summary.mean, summary.sd]
@@ -321,52 +340,55 @@ def efficiency_tables(data: BundleData) -> tuple[Table, Table]:
         agg_md.append(md)
         for i, s in enumerate(run_seeds):
             values = [per_metric[key][i] for key, *_ in EFFICIENCY] + [elapsed[i]]
-            run_rows.append([a, s, job_id(data, a, s), *values])
+            run_rows.append([a, algo, s, job_id(data, a, s), *values])
             digits = [d for _, _, _, d, _ in EFFICIENCY] + [1]
-            run_md.append([algo_name(a), str(s), job_id(data, a, s) or "—"] +
+            run_md.append([display(data, a), str(s), job_id(data, a, s) or "—"] +
                           [fmt(v, d) for v, d in zip(values, digits)])
     stems = [stem for _, stem, *_ in EFFICIENCY] + ["elapsed_min"]
     names = [name + (" (GiB)" if unit else "") for _, _, name, _, unit in EFFICIENCY] + ["Elapsed (min)"]
-    cols = ("algo", "algorithm", "n_runs") + tuple(c for s in stems for c in (f"{s}_mean", f"{s}_sd"))
-    return (Table("efficiency", cols, agg_rows, ("Algorithm", "n", *names[:-2], "Peak memory", names[-1]), agg_md),
-            Table("efficiency_per_run", ("algo", "seed", "job_id", *(f"all_steps_{s}" for s in stems[:-1]), "elapsed_min"),
-                  run_rows, ("Algorithm", "Seed", "Job", *names), run_md))
+    cols = ("arm", "algo", "algorithm", "n_runs") + tuple(c for s in stems for c in (f"{s}_mean", f"{s}_sd"))
+    header = arm_header(data)
+    return (Table("efficiency", cols, agg_rows, (header, "n", *names[:-2], "Peak memory", names[-1]), agg_md),
+            Table("efficiency_per_run",
+                  ("arm", "algo", "seed", "job_id", *(f"all_steps_{s}" for s in stems[:-1]), "elapsed_min"),
+                  run_rows, (header, "Seed", "Job", *names), run_md))
 
 
-def eval_runs(data: BundleData, algo: str) -> list[int]:
-    """Seeds of accepted runs of ``algo`` with both an initial and a final evaluation."""
-    return [s for s in seeds(data) if {"initial", "final"} <= set(data.evals.get((algo, s), {}))]
+def eval_runs(data: BundleData, arm: str) -> list[int]:
+    """Seeds of accepted runs of ``arm`` with both an initial and a final evaluation."""
+    return [s for s in seeds(data) if {"initial", "final"} <= set(data.evals.get((arm, s), {}))]
 
 
-def eval_gain(data: BundleData, algo: str, seed: int, metric: str) -> float | None:
+def eval_gain(data: BundleData, arm: str, seed: int, metric: str) -> float | None:
     """Final-checkpoint metric minus the same run's initial-checkpoint (control) metric."""
-    final, initial = data.evals[(algo, seed)]["final"][metric], data.evals[(algo, seed)]["initial"][metric]
+    final, initial = data.evals[(arm, seed)]["final"][metric], data.evals[(arm, seed)]["initial"][metric]
     return None if final is None or initial is None else final - initial
 
 
 def eval_per_run_table(data: BundleData) -> Table:
     rows, md = [], []
-    for a in algos(data):
+    for a in arms(data):
         for s in eval_runs(data, a):
             final, initial = data.evals[(a, s)]["final"], data.evals[(a, s)]["initial"]
             gain = eval_gain(data, a, s, "pass@1")
-            rows.append([a, s, job_id(data, a, s), final["checkpoint"]] + [final[m] for m, _ in EVAL_METRICS]
+            rows.append([a, data.arm_algo(a), s, job_id(data, a, s), final["checkpoint"]] + [final[m] for m, _ in EVAL_METRICS]
                         + [initial[m] for m, _ in EVAL_METRICS] + [gain])
-            md.append([algo_name(a), str(s)] + [fmt(final[m], d) for m, d in EVAL_METRICS]
+            md.append([display(data, a), str(s)] + [fmt(final[m], d) for m, d in EVAL_METRICS]
                       + [fmt(initial["pass@1"], 4), fmt_signed(gain)])  # fmt shows a missing pass@j as —
-    cols = ("algo", "seed", "job_id", "final_checkpoint") + tuple(f"final_{m}" for m, _ in EVAL_METRICS) \
+    cols = ("arm", "algo", "seed", "job_id", "final_checkpoint") + tuple(f"final_{m}" for m, _ in EVAL_METRICS) \
         + tuple(f"initial_{m}" for m, _ in EVAL_METRICS) + ("gain_pass@1",)
     return Table("eval_per_run", cols, rows,
-                 ("Algorithm", "Seed", "Reward / pass@1", "pass@2", "pass@4", "Truncation", "Mean length",
+                 (arm_header(data), "Seed", "Reward / pass@1", "pass@2", "pass@4", "Truncation", "Mean length",
                   "Initial pass@1", "Δ pass@1 vs initial"), md)
 
 
 def eval_aggregate_table(data: BundleData) -> Table:
     rows, md = [], []
-    for a in algos(data):
+    for a in arms(data):
         run_seeds = eval_runs(data, a)
         for kind, label in (("final", "final"), ("initial", "initial (control)"), ("gain", "final − initial")):
-            row, cells = [a, algo_name(a), kind, len(run_seeds)], [algo_name(a), label, str(len(run_seeds))]
+            row = [a, data.arm_algo(a), algo_name(data.arm_algo(a)), kind, len(run_seeds)]
+            cells = [display(data, a), label, str(len(run_seeds))]
             for metric, digits in EVAL_METRICS:
                 if kind == "gain":
                     values = [eval_gain(data, a, s, metric) for s in run_seeds]
@@ -377,15 +399,15 @@ def eval_aggregate_table(data: BundleData) -> Table:
                 cells.append(fmt_summary(summary, digits, signed=kind == "gain"))
             rows.append(row)
             md.append(cells)
-    cols = ("algo", "algorithm", "checkpoint", "n_runs") + tuple(
+    cols = ("arm", "algo", "algorithm", "checkpoint", "n_runs") + tuple(
         c for m, _ in EVAL_METRICS for c in (f"{m}_mean", f"{m}_sd"))
     return Table("eval_aggregate", cols, rows,
-                 ("Algorithm", "Checkpoint", "n", "Reward / pass@1", "pass@2", "pass@4", "Truncation", "Mean length"), md)
+                 (arm_header(data), "Checkpoint", "n", "Reward / pass@1", "pass@2", "pass@4", "Truncation", "Mean length"), md)
 
 
-def algo_pairs(data: BundleData) -> list[tuple[str, str]]:
-    """(a, b) pairs compared as a − b: seed 000's three first, then the rest in grid order."""
-    present = algos(data)
+def arm_pairs(data: BundleData) -> list[tuple[str, str]]:
+    """(a, b) arm pairs compared as a − b: seed 000's three first, then the rest in grid order."""
+    present = arms(data)
     pairs = [p for p in PREFERRED_PAIRS if p[0] in present and p[1] in present]
     for first, second in combinations(present, 2):
         if (first, second) not in pairs and (second, first) not in pairs:
@@ -400,15 +422,15 @@ PAIRED_METRICS = (  # (CSV name, display name)
 )
 
 
-def paired_values(data: BundleData, metric: str, algo: str) -> dict[int, float]:
-    """The run-level value compared between algorithms, by seed (accepted runs only)."""
+def paired_values(data: BundleData, metric: str, arm: str) -> dict[int, float]:
+    """The run-level value compared between arms, by seed (accepted runs only)."""
     if metric == "train_last_k_raw_reward":
-        return {s: run_last_k(data, algo, s, "rollout/raw_reward") for s in accepted_runs(data, algo)}
+        return {s: run_last_k(data, arm, s, "rollout/raw_reward") for s in accepted_runs(data, arm)}
     kind, _, name = metric.removeprefix("eval_").partition("_")
     if kind == "gain":
-        values = {s: eval_gain(data, algo, s, name) for s in eval_runs(data, algo)}
+        values = {s: eval_gain(data, arm, s, name) for s in eval_runs(data, arm)}
     else:
-        values = {s: data.evals[(algo, s)]["final"][name] for s in eval_runs(data, algo)}
+        values = {s: data.evals[(arm, s)]["final"][name] for s in eval_runs(data, arm)}
     return {s: v for s, v in values.items() if v is not None}
 
 
@@ -417,12 +439,12 @@ def paired_table(data: BundleData) -> Table:
     rows, md = [], []
     for metric, label in PAIRED_METRICS:
         label = label.replace("Last-K", f"Last-{data.last_k}")
-        for a, b in algo_pairs(data):
+        for a, b in arm_pairs(data):
             diff = stats.paired_difference(paired_values(data, metric, a), paired_values(data, metric, b), data.ci_level)
             lo, hi = diff.interval if diff.interval else (None, None)
             rows.append([metric, a, b] + [diff.by_seed.get(s) for s in all_seeds]
                         + [diff.summary.n, diff.summary.mean, diff.summary.sd, lo, hi])
-            md.append([label, f"{algo_name(a)} − {algo_name(b)}"] + [fmt_signed(diff.by_seed.get(s)) for s in all_seeds]
+            md.append([label, f"{display(data, a)} − {display(data, b)}"] + [fmt_signed(diff.by_seed.get(s)) for s in all_seeds]
                       + [fmt_summary(diff.summary, 4, signed=True), fmt_interval(diff.interval)])
     level = f"{data.ci_level * 100:g}%"
     return Table("paired_differences",
@@ -432,17 +454,20 @@ def paired_table(data: BundleData) -> Table:
 
 
 def k1_table(data: BundleData) -> Table:
+    """Seed 000's k1 check for every REINFORCE++ arm, one row per accepted run."""
     rows, md = [], []
-    for s in accepted_runs(data, "rpp") if "rpp" in algos(data) else []:
-        returns, raw = series(data, "rpp", s, "rollout/returns"), series(data, "rpp", s, "rollout/raw_reward")
-        if returns is None or raw is None:
-            continue
-        check = stats.k1_activation(returns, raw, data.last_k)
-        rows.append([s, job_id(data, "rpp", s), check.all_steps, check.last_k, check.final_step])
-        md.append([f"{s} / {job_id(data, 'rpp', s) or '—'}", fmt(check.all_steps, 6), fmt(check.last_k, 6),
-                   fmt(check.final_step, 6)])
+    rpp_arms = [a for a in arms(data) if data.arm_algo(a) == "rpp"]
+    for a in rpp_arms:
+        for s in accepted_runs(data, a):
+            returns, raw = series(data, a, s, "rollout/returns"), series(data, a, s, "rollout/raw_reward")
+            if returns is None or raw is None:
+                continue
+            check = stats.k1_activation(returns, raw, data.last_k)
+            rows.append([a, s, job_id(data, a, s), check.all_steps, check.last_k, check.final_step])
+            shown = f"{s} / {job_id(data, a, s) or '—'}" if rpp_arms == ["rpp"] else f"{a} {s} / {job_id(data, a, s) or '—'}"
+            md.append([shown, fmt(check.all_steps, 6), fmt(check.last_k, 6), fmt(check.final_step, 6)])
     n = data.n_updates
-    return Table("k1_activation", ("seed", "job_id", "all_steps_mean_diff", "last_k_mean_diff", "final_step_diff"),
+    return Table("k1_activation", ("arm", "seed", "job_id", "all_steps_mean_diff", "last_k_mean_diff", "final_step_diff"),
                  rows, ("Seed / job", f"All-{n} mean difference", f"Last-{data.last_k} mean difference",
                         "Final-step difference"), md)
 

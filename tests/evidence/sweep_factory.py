@@ -1,7 +1,10 @@
 """Write a realistic synthetic sweep directory following docs/run-directory.md.
 
 The real trainer and launcher will produce these files; this helper only lets the tests control
-their content. Values are deterministic functions of (algo, seed, step).
+their content. Values are deterministic functions of (algo, seed, step) unless a test passes its
+own: ``final_pass1(arm, seed)`` and ``reward(arm, seed, step)``. ``arms`` writes the arm contract
+(``sweep.json`` "arms", ``job.json`` "arm"/"arm_overrides", jobs named ``<arm>-<seed>``); without
+it the sweep is an older one, one arm per algo and no arm fields.
 """
 
 from __future__ import annotations
@@ -31,12 +34,14 @@ def write_json(path: Path, value) -> None:
     path.write_text(json.dumps(value, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def metric_records(algo: str, seed: int, n_steps: int) -> list[dict]:
-    """One record per step with every key the contract requires of ``algo``."""
+def metric_records(algo: str, seed: int, n_steps: int, reward=None) -> list[dict]:
+    """One record per step with every key the contract requires of ``algo``; ``reward(step)`` sets the raw reward."""
     rng = random.Random(f"{algo}-{seed}")
     records = []
     for step in range(n_steps):
         raw = round(0.3 + 0.02 * step + rng.uniform(-0.05, 0.05), 6)
+        if reward is not None:
+            raw = reward(step)
         record = {
             "step": step,
             "rollout/raw_reward": raw,
@@ -94,9 +99,10 @@ def write_eval(run_dir: Path, final_checkpoint: str, final_pass1: float, n_promp
         (run_dir / "eval" / f"{kind}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def write_job(sweep: Path, algo: str, seed: int, index: int, n_steps: int) -> Path:
-    """One complete, valid job directory."""
-    job_dir = sweep / "jobs" / f"{algo}-{seed}"
+def write_job(sweep: Path, algo: str, seed: int, index: int, n_steps: int, arm: str | None = None,
+              overrides: dict | None = None, final_pass1=None, reward=None) -> Path:
+    """One complete, valid job directory (of ``arm`` when given: the arm contract's records)."""
+    job_dir = sweep / "jobs" / f"{arm or algo}-{seed}"
     run_dir = job_dir / "run"
     for root in ("ray", "cache", "tmp"):
         (job_dir / "roots" / root).mkdir(parents=True, exist_ok=True)
@@ -106,6 +112,7 @@ def write_job(sweep: Path, algo: str, seed: int, index: int, n_steps: int) -> Pa
         "roots": {"ray": "roots/ray", "cache": "roots/cache", "tmp": "roots/tmp", "output": "run"},
         "ports": {"block": [20000 + 100 * index, 20099 + 100 * index], "master_port": 20001 + 100 * index},
         "cleanup": [],
+        **({"arm": arm, "arm_overrides": overrides} if arm is not None else {}),
     })
     argv = ["python", "-m", "trainer", f"algo={algo}", f"seed={seed}", "workload=toy"]
     write_json(job_dir / "command.json", {
@@ -122,7 +129,7 @@ def write_job(sweep: Path, algo: str, seed: int, index: int, n_steps: int) -> Pa
         f"step 0 loss 0.01\nsample: {RESPONSE_TEXTS[0]}\nsample: {RESPONSE_TEXTS[1]}\ndone\n", encoding="utf-8")
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_metrics(run_dir, metric_records(algo, seed, n_steps))
+    write_metrics(run_dir, metric_records(algo, seed, n_steps, reward and (lambda step: reward(arm or algo, seed, step))))
     (run_dir / "tensorboard").mkdir(exist_ok=True)
     (run_dir / "tensorboard" / f"events.out.tfevents.1700000000.{NODE}.{index}").write_bytes(b"\x18\x00" * 64)
     checkpoint = f"step_{n_steps:06d}"
@@ -133,7 +140,8 @@ def write_job(sweep: Path, algo: str, seed: int, index: int, n_steps: int) -> Pa
     write_json(ckpt / "trainer_state.json", {"step": n_steps})
     (run_dir / "checkpoints" / "latest").write_text(checkpoint + "\n", encoding="utf-8")
     rng = random.Random(f"eval-{algo}-{seed}")
-    write_eval(run_dir, checkpoint, round(0.5 + rng.uniform(-0.1, 0.1), 4))
+    pass1 = round(0.5 + rng.uniform(-0.1, 0.1), 4) if final_pass1 is None else final_pass1(arm or algo, seed)
+    write_eval(run_dir, checkpoint, pass1)
     write_json(run_dir / "run.json", {
         "algo": algo, "algo_name": {"grpo": "grpo", "rpp": "reinforce_plus_plus",
                                     "rppb": "reinforce_plus_plus_baseline"}[algo],
@@ -141,7 +149,7 @@ def write_job(sweep: Path, algo: str, seed: int, index: int, n_steps: int) -> Pa
         "responses_generated": 32 * n_steps, "dp_size": 1,
         "versions": {"python": "3.11.7", "torch": "2.13.0"},
         "inputs": {"model/model.safetensors": "ab" * 32},
-        "config": {"lr": 1e-6, "clip": 0.2, "seed": seed,
+        "config": {"lr": float((overrides or {}).get("workload.lr", 1e-6)), "clip": 0.2, "seed": seed,
                    "algo": {"name": algo, "kl_coef": 0.01 if algo == "rpp" else 0.0,
                             "kl_loss_coef": 0.0 if algo == "rpp" else 0.01}},
         "output_dir_abs": str(run_dir.resolve()),
@@ -150,24 +158,37 @@ def write_job(sweep: Path, algo: str, seed: int, index: int, n_steps: int) -> Pa
     return job_dir
 
 
-def make_sweep(root: Path, algos=ALGOS, seeds=SEEDS, n_steps: int = 10, name: str = "sweep") -> Path:
-    """A complete sweep: every job valid and accepted unless a test changes it."""
+def make_sweep(root: Path, algos=ALGOS, seeds=SEEDS, n_steps: int = 10, name: str = "sweep", arms: dict | None = None,
+               final_pass1=None, reward=None, workload: str = "toy") -> Path:
+    """A complete sweep: every job valid and accepted unless a test changes it.
+
+    ``arms``: ``{label: {"algo": ..., other overrides}}`` (the arm contract); ``algos`` is then derived.
+    """
     sweep = root / name
     sweep.mkdir(parents=True)
-    write_json(sweep / "sweep.json", {
-        "workload": "toy", "algos": list(algos), "seeds": list(seeds), "n_updates": n_steps,
-        "source_commit": COMMIT, "cluster": "local", "created": "2026-01-15T10:00:00Z",
-    })
+    record = {"workload": workload, "seeds": list(seeds), "n_updates": n_steps,
+              "source_commit": COMMIT, "cluster": "local", "created": "2026-01-15T10:00:00Z"}
+    if arms is None:
+        cells = [(a, a, None, s) for a in algos for s in seeds]
+        record["algos"] = list(algos)
+    else:
+        cells = [(label, o["algo"], o, s) for label, o in arms.items() for s in seeds]
+        record["algos"] = sorted({o["algo"] for o in arms.values()})
+        record["arms"] = arms
+        record["jobs"] = [f"{label}-{s}" for label, _, _, s in cells]
+    write_json(sweep / "sweep.json", record)
     commands = []
-    for i, (algo, seed) in enumerate((a, s) for a in algos for s in seeds):
-        write_job(sweep, algo, seed, i, n_steps)
-        commands.append(f"python -m trainer algo={algo} seed={seed} workload=toy output_dir=<JOB_DIR>/run")
+    for i, (label, algo, overrides, seed) in enumerate(cells):
+        write_job(sweep, algo, seed, i, n_steps, arm=label if arms is not None else None, overrides=overrides,
+                  final_pass1=final_pass1, reward=reward)
+        extra = "".join(f" {k}={v}" for k, v in (overrides or {}).items() if k != "algo")
+        commands.append(f"python -m trainer algo={algo} seed={seed}{extra} workload=toy output_dir=<JOB_DIR>/run")
     (sweep / "commands.txt").write_text("\n".join(sorted(commands)) + "\n", encoding="utf-8")
     return sweep
 
 
-def job_dir(sweep: Path, algo: str, seed: int) -> Path:
-    return sweep / "jobs" / f"{algo}-{seed}"
+def job_dir(sweep: Path, arm: str, seed: int) -> Path:
+    return sweep / "jobs" / f"{arm}-{seed}"
 
 
 def set_job_fields(sweep: Path, algo: str, seed: int, **fields) -> None:
