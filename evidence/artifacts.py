@@ -231,7 +231,8 @@ def check_run_summary(run_dir: Path, algo: str, seed: int, n_updates: int) -> tu
         return None, [GateFailure("run", "run/run.json", "not a JSON object")]
     failures = []
     if summary.get("status") != "completed":
-        failures.append(GateFailure("run", "run/run.json", f"status is {summary.get('status')!r}, not 'completed'"))
+        cause = f": {summary['error']}" if isinstance(summary.get("error"), str) else ""
+        failures.append(GateFailure("run", "run/run.json", f"status is {summary.get('status')!r}, not 'completed'{cause}"))
     if summary.get("steps_completed") != n_updates:
         failures.append(GateFailure("run", "run/run.json",
                                     f"steps_completed is {summary.get('steps_completed')!r}, expected {n_updates}"))

@@ -202,3 +202,22 @@ def test_every_file_of_a_directory_input_must_be_pinned(tmp_path):
         {"path": f"{model}/config.json", "size": 2, "sha256": hashlib.sha256(b"{}").hexdigest()}]}))
     with pytest.raises(InputDigestError, match="chat_template.jinja is not pinned"):
         verify_inputs(manifest, required=[str(model)])
+
+
+def test_a_non_finite_gradient_norm_stops_the_run_and_the_evidence_names_the_cause(tmp_path):
+    # lr = 1e30: the first update blows every weight to ~1e30, so the next forward overflows to NaN.
+    out = tmp_path / "nan"
+    proc = run_trainer(out, "algo=grpo", "workload.lr=1e30", "workload.n_updates=4", "workload.eval.n_prompts=1",
+                       check=False)
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    error_lines = [line for line in proc.stderr.splitlines() if line.startswith("proofgrid trainer: error:")]
+    assert len(error_lines) == 1 and "non-finite gradient norm" in error_lines[0] and "at step 1" in error_lines[0]
+    summary = json.loads((out / "run.json").read_text())
+    assert summary["status"] == "failed" and summary["failed_step"] == 1 and summary["steps_completed"] == 1
+    assert "non-finite gradient norm" in summary["error"]
+    assert [r["step"] for r in read_metrics(out)] == [0]  # the poisoned step is never logged nor stepped
+
+    from evidence.artifacts import check_run_summary
+
+    _, failures = check_run_summary(out, "grpo", 7, 4)
+    assert any("non-finite gradient norm" in f.reason for f in failures)

@@ -89,6 +89,23 @@ class Collective:
         return t.tolist()
 
 
+class NonFiniteGradientError(RuntimeError):
+    """The gradient norm of a step is NaN or Inf: stepping the optimizer would poison every weight."""
+
+
+def check_finite_grad_norm(grad_norm: torch.Tensor, step: int) -> None:
+    """Stop the run before ``optimizer.step`` when the gradient norm is not finite.
+
+    Host sync: one scalar read per step (the norm is logged anyway).
+    """
+    value = float(grad_norm)
+    if not torch.isfinite(torch.tensor(value)):
+        raise NonFiniteGradientError(
+            f"non-finite gradient norm ({value}) at step {step}; the optimizer step was skipped and the run "
+            "stopped (look for NaN/Inf in the inputs of the loss, or lower workload.lr)"
+        )
+
+
 @dataclass
 class RunState:
     cfg: DictConfig
@@ -150,7 +167,7 @@ def train_step(s: RunState, step: int) -> dict[str, float]:
     loss = pg_loss
     kl_loss = None
     if s.algo.use_kl_loss:
-        kl_loss = reduce_loss(KL_ESTIMATORS[s.algo.kl_loss_type](logp, logp_ref), mask, s.algo.loss_reduction,
+        kl_loss = reduce_loss(KL_ESTIMATORS[s.algo.kl_loss_type](logp, logp_ref, mask), mask, s.algo.loss_reduction,
                               group=s.group)
         loss = loss + s.algo.kl_loss_coef * kl_loss
     ppo_kl = reduce_loss((logp_old - logp).detach(), mask, "response_mean", group=s.group)
@@ -164,6 +181,7 @@ def train_step(s: RunState, step: int) -> dict[str, float]:
         for p, g in zip(params, torch._utils._unflatten_dense_tensors(flat, [p.grad for p in params])):
             p.grad.copy_(g)
     grad_norm = torch.nn.utils.clip_grad_norm_(params, float(w.max_grad_norm))
+    check_finite_grad_norm(grad_norm, step)
     s.optimizer.step()
     s.engine.load_weights(s.policy.state_dict())
 
@@ -309,7 +327,16 @@ def _run(rank: int, world: int, group, cfg: DictConfig, algo: AlgoConfig) -> dic
                                        "responses_generated": start_step * int(w.global_batch_size)})
     every = int(w.checkpoint_every)
     for step in range(start_step, n_updates):
-        metrics = train_step(state, step)
+        try:
+            metrics = train_step(state, step)
+        except NonFiniteGradientError as exc:
+            log.error("%s", exc)
+            if rank == 0:
+                metrics_log.close()
+                _write_json(out / "run.json", {**summary, "status": "failed", "error": str(exc), "failed_step": step,
+                                               "steps_completed": step,
+                                               "responses_generated": step * int(w.global_batch_size)})
+            raise
         done = step + 1
         if rank == 0:
             metrics_log.write(step, metrics)
