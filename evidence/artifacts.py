@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evidence.fileio import JSONError, read_json, sha256_file
+from facts import checkpoint_name
 
 EVAL_KINDS = ("initial", "final")
 EVAL_NUMBER_KEYS = ("pass@1", "truncation", "mean_length", "mean_reward")
@@ -47,11 +48,6 @@ class ArtifactDigest:
     path: str
     bytes: int
     sha256: str
-
-
-def checkpoint_name(n_updates: int) -> str:
-    """Name of the checkpoint written after ``n_updates`` optimizer updates."""
-    return f"step_{n_updates:06d}"
 
 
 def safetensors_problem(path: Path) -> str | None:
