@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evidence.fileio import JSONError, read_json, sha256_file
+from facts import checkpoint_name
 
 EVAL_KINDS = ("initial", "final")
 EVAL_NUMBER_KEYS = ("pass@1", "truncation", "mean_length", "mean_reward")
@@ -47,11 +48,6 @@ class ArtifactDigest:
     path: str
     bytes: int
     sha256: str
-
-
-def checkpoint_name(n_updates: int) -> str:
-    """Name of the checkpoint written after ``n_updates`` optimizer updates."""
-    return f"step_{n_updates:06d}"
 
 
 def safetensors_problem(path: Path) -> str | None:
@@ -231,7 +227,8 @@ def check_run_summary(run_dir: Path, algo: str, seed: int, n_updates: int) -> tu
         return None, [GateFailure("run", "run/run.json", "not a JSON object")]
     failures = []
     if summary.get("status") != "completed":
-        failures.append(GateFailure("run", "run/run.json", f"status is {summary.get('status')!r}, not 'completed'"))
+        cause = f": {summary['error']}" if isinstance(summary.get("error"), str) else ""
+        failures.append(GateFailure("run", "run/run.json", f"status is {summary.get('status')!r}, not 'completed'{cause}"))
     if summary.get("steps_completed") != n_updates:
         failures.append(GateFailure("run", "run/run.json",
                                     f"steps_completed is {summary.get('steps_completed')!r}, expected {n_updates}"))

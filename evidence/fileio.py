@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
+
+from facts import sha256_file  # noqa: F401 - re-exported for evidence modules
 
 CHUNK = 1 << 20  # 1 MiB: large enough that hashing runs at sha256sum speed
 
 
-def sha256_file(path: str | Path) -> str:
-    """SHA256 hex digest of a file, streamed in 1 MiB chunks into one reused buffer."""
-    digest = hashlib.sha256()
-    buffer = bytearray(CHUNK)
-    view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as handle:
-        while True:
-            n = handle.readinto(buffer)
-            if not n:
-                break
-            digest.update(view[:n])
-    return digest.hexdigest()
 
 
 class JSONError(ValueError):

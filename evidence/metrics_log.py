@@ -7,9 +7,10 @@ spellings into a marker so that the violation can name the key, and every value 
 to be a finite number (bool, null and strings are not numbers, whatever they spell).
 
 Rules (docs/run-directory.md): one JSON object per line; ``step`` runs 0..N-1 with no gap or
-repeat; N equals the configured number of updates; every required key is present;
-``train/kl_loss`` is required for grpo and rppb and must be absent for rpp (its KL is k1 inside
-the reward); a truncated last line is reported as such. Every violation names the file, line,
+repeat; N equals the configured number of updates; every key the run declares in its own
+``run.json`` (``metric_keys``) is present, and ``train/kl_loss`` is absent when not declared; for an
+older run without that list, ``train/kl_loss`` is required for grpo and rppb and must be absent for
+rpp (its KL is k1 inside the reward); a truncated last line is reported as such. Every violation names the file, line,
 step and key.
 """
 
@@ -20,6 +21,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from facts import KL_LOSS_BY_ALGO, KL_LOSS_KEY, METRIC_KEYS_FIELD, RUN_RECORD
+
 # Required for every algorithm, in the contract's order (also the column order of steps.csv).
 COMMON_KEYS = (
     "rollout/raw_reward", "rollout/returns", "rollout/adv_raw_mean", "rollout/adv_raw_std",
@@ -28,16 +31,27 @@ COMMON_KEYS = (
     "train/pg_loss", "train/kl_loss", "train/ppo_kl", "train/clip_frac", "train/grad_norm",
     "perf/response_tok_per_s", "perf/step_s", "perf/peak_mem_gib",
 )
-KL_LOSS_KEY = "train/kl_loss"
-# Whether the algorithm has a separate KL-loss term: True required, False forbidden.
-KL_LOSS_BY_ALGO = {"grpo": True, "rpp": False, "rppb": True}
 
 
-def required_keys(algo: str) -> tuple[str, ...]:
-    """The metric keys every step of ``algo`` must carry (``step`` excluded)."""
+def required_keys(algo: str, declared: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The metric keys every step of ``algo`` must carry (``step`` excluded): those the run
+    declares when it does, else the fixed table of the first three algorithms."""
+    if declared is not None:
+        return declared
     if KL_LOSS_BY_ALGO.get(algo, False):
         return COMMON_KEYS
     return tuple(k for k in COMMON_KEYS if k != KL_LOSS_KEY)
+
+
+def declared_metric_keys(run_dir: Path) -> tuple[str, ...] | None:
+    """The keys the run says it logs (``run.json`` beside the log), or None for older runs."""
+    try:
+        keys = json.loads((run_dir / RUN_RECORD).read_text(encoding="utf-8")).get(METRIC_KEYS_FIELD)
+    except (OSError, ValueError, AttributeError):
+        return None
+    if isinstance(keys, list) and keys and all(isinstance(k, str) for k in keys):
+        return tuple(keys)
+    return None
 
 
 @dataclass(frozen=True)
@@ -144,14 +158,15 @@ def validate_metrics(path: str | Path, algo: str, n_updates: int | None, name: s
     except OSError as exc:
         log.violations.append(Violation(log.file, None, None, None, f"unreadable: {exc.strerror}"))
         return log
-    validate_lines(data, algo, n_updates, log)
+    validate_lines(data, algo, n_updates, log, declared_metric_keys(path.parent))
     return log
 
 
-def validate_lines(data: bytes, algo: str, n_updates: int | None, log: MetricsLog) -> None:
+def validate_lines(data: bytes, algo: str, n_updates: int | None, log: MetricsLog,
+                   declared: tuple[str, ...] | None = None) -> None:
     """Validate the raw bytes of a metrics log into ``log`` (records, violations, valid prefix)."""
-    required = required_keys(algo)
-    kl_forbidden = KL_LOSS_BY_ALGO.get(algo) is False
+    required = required_keys(algo, declared)
+    kl_forbidden = KL_LOSS_KEY not in declared if declared is not None else KL_LOSS_BY_ALGO.get(algo) is False
     lines = data.split(b"\n")
     ends_with_newline = lines[-1] == b""
     if ends_with_newline:
@@ -194,7 +209,7 @@ def validate_lines(data: bytes, algo: str, n_updates: int | None, log: MetricsLo
             if key not in obj:
                 add(Violation(log.file, number, shown_step, key, "missing"))
         if kl_forbidden and KL_LOSS_KEY in obj:
-            add(Violation(log.file, number, shown_step, KL_LOSS_KEY, f"must be absent for {algo} (k1 KL is in the reward)"))
+            add(Violation(log.file, number, shown_step, KL_LOSS_KEY, f"must be absent for {algo} (its KL is not a separate loss)"))
         for key, value in obj.items():
             if key == "step":
                 continue

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evidence.fileio import JSONError, read_json
+from facts import ALGO_ORDER, DISPLAY_NAMES, algo_sort_key
 
-ALGO_NAMES = {"grpo": "GRPO", "rpp": "REINFORCE++", "rppb": "REINFORCE++-baseline"}
-# Report order (seed 000's): known algorithms first, in this order, then any others by name.
-ALGO_ORDER = ("grpo", "rpp", "rppb")
+ALGO_NAMES = DISPLAY_NAMES
+__all__ = ["ALGO_NAMES", "ALGO_ORDER", "algo_name", "algo_sort_key", "job_name"]
 
 
 class SweepError(Exception):
@@ -24,10 +24,6 @@ class SweepError(Exception):
 
 def algo_name(algo: str) -> str:
     return ALGO_NAMES.get(algo, algo)
-
-
-def algo_sort_key(algo: str) -> tuple[int, str]:
-    return (ALGO_ORDER.index(algo), "") if algo in ALGO_ORDER else (len(ALGO_ORDER), algo)
 
 
 def job_name(arm: str, seed: int) -> str:

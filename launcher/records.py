@@ -10,21 +10,18 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 import sys
 from pathlib import Path
 
 from evidence.sanitize import Sanitizer
+from facts import atomic_write_json
 from launcher.spec import JobSpec
 
 JOB_RECORD = "job.json"
 SWEEP_RECORD = "sweep.json"
 
 
-def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+_write_json = atomic_write_json
 
 
 def read_job_record(job_dir: Path) -> dict:

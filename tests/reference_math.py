@@ -113,3 +113,107 @@ def reduce(values, mask, mode):
             per.append(math.fsum(vals) / len(vals) if vals else 0.0)
         return math.fsum(per) / len(per) if per else 0.0
     raise ValueError(mode)
+
+
+# --------------------------------------------------------------------------- issue 9's losses
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+def gspo_token_loss(logp, logp_old, adv, mask, clip_low=0.2, clip_high=0.2):
+    """rho_i = exp(mean over valid t of (logp - logp_old)); loss = max(-rho A, -clip(rho) A) per valid token.
+
+    Returns (loss, clip_frac, grad) with grad = d(sum of loss)/d logp (a clipped token passes no gradient;
+    an unclipped one passes -A_u * rho_i / L_i to every valid token t of its response)."""
+    loss, grad, clipped_count, n = [], [], 0, 0
+    for lp, lo, a_row, mrow in zip(logp, logp_old, adv, mask):
+        valid = valid_positions(mrow)
+        length = len(valid)
+        rho = math.exp(math.fsum(float(lp[t]) - float(lo[t]) for t in valid) / length) if length else 1.0
+        row, through = [], 0.0
+        for t, m in enumerate(mrow):
+            if not m:
+                row.append(0.0)
+                continue
+            a = float(a_row[t])
+            unclipped, clipped = -rho * a, -min(max(rho, 1 - clip_low), 1 + clip_high) * a
+            row.append(max(unclipped, clipped))
+            clipped_count += clipped > unclipped
+            n += 1
+            if unclipped >= clipped:
+                through += -a * rho / length
+        loss.append(row)
+        grad.append([through if m else 0.0 for m in mrow])
+    return loss, (clipped_count / n if n else 0.0), grad
+
+
+def sapo_token_loss(logp, logp_old, adv, mask, tau_pos=1.0, tau_neg=1.05):
+    """loss = -4 sigmoid(tau (rho - 1)) / tau * A; grad = -4 s (1 - s) rho A (s the sigmoid)."""
+    loss, grad = [], []
+    for lp, lo, a_row, mrow in zip(logp, logp_old, adv, mask):
+        lrow, grow = [], []
+        for t, m in enumerate(mrow):
+            if not m:
+                lrow.append(0.0)
+                grow.append(0.0)
+                continue
+            rho, a = math.exp(float(lp[t]) - float(lo[t])), float(a_row[t])
+            tau = tau_pos if a > 0 else tau_neg
+            s = _sigmoid(tau * (rho - 1.0))
+            lrow.append(-4.0 * s / tau * a)
+            grow.append(-4.0 * s * (1.0 - s) * rho * a)
+        loss.append(lrow)
+        grad.append(grow)
+    return loss, grad
+
+
+def is_pg_token_loss(logp, logp_sampler, adv, mask, cap=None):
+    """loss = -min(rho, cap) A with rho = exp(logp - logp_sampler); grad = -rho A below the cap, 0 above."""
+    loss, grad = [], []
+    for lp, ls, a_row, mrow in zip(logp, logp_sampler, adv, mask):
+        lrow, grow = [], []
+        for t, m in enumerate(mrow):
+            if not m:
+                lrow.append(0.0)
+                grow.append(0.0)
+                continue
+            rho, a = math.exp(float(lp[t]) - float(ls[t])), float(a_row[t])
+            capped = rho if cap is None else min(rho, cap)
+            lrow.append(-capped * a)
+            grow.append(-rho * a if cap is None or rho < cap else 0.0)
+        loss.append(lrow)
+        grad.append(grow)
+    return loss, grad
+
+
+def score_centering_token_loss(logp_target, adv, mask, logp_sampler=None, kl_coeff=0.0):
+    """Forward value -A logp_target + kl (logp_sampler - logp_target) (the centred term is 0 in value);
+    gradients: d/d logp_target = -A - kl, d/d logp_aux[k] = A / K (returned as the per-token A)."""
+    loss, grad_target = [], []
+    for i, (lt, a_row, mrow) in enumerate(zip(logp_target, adv, mask)):
+        lrow, grow = [], []
+        for t, m in enumerate(mrow):
+            if not m:
+                lrow.append(0.0)
+                grow.append(0.0)
+                continue
+            a = float(a_row[t])
+            value = -a * float(lt[t])
+            if kl_coeff:
+                value += kl_coeff * (float(logp_sampler[i][t]) - float(lt[t]))
+            lrow.append(value)
+            grow.append(-a - kl_coeff)
+        loss.append(lrow)
+        grad_target.append(grow)
+    return loss, grad_target
+
+
+def overlong_penalty(length, max_len, cache, factor=1.0):
+    """DAPO: 0 up to L - c, then linear to -factor at L, -factor beyond L."""
+    if cache <= 0 or length <= max_len - cache:
+        return 0.0
+    if length <= max_len:
+        return factor * ((max_len - cache) - length) / cache
+    return -factor

@@ -11,6 +11,12 @@ SEED_000 = {
     "rppb": {"estimator": "rppb", "n_samples_per_prompt": 8, "use_kl_loss": True, "kl_loss_type": "k2",
              "kl_loss_coef": 0.01},
     "grpo": {"estimator": "grpo", "n_samples_per_prompt": 8, "use_kl_loss": True, "kl_loss_coef": 0.01},
+    "gspo": {"estimator": "gspo", "n_samples_per_prompt": 8},
+    "sapo": {"estimator": "sapo", "n_samples_per_prompt": 8},
+    "dapo": {"estimator": "dapo", "n_samples_per_prompt": 8, "loss_reduction": "token_mean", "clip_high": 0.28,
+             "dynamic_sampling": True, "overlong_cache": 8},
+    "is_pg": {"estimator": "is_pg", "n_samples_per_prompt": 8, "loss_reduction": "sum"},
+    "score_centering": {"estimator": "score_centering", "n_samples_per_prompt": 8, "loss_reduction": "sum"},
 }
 
 
@@ -40,6 +46,20 @@ REFUSED = [
     ("rpp", {"context_parallel_size": 2}, "context-parallel", "set context_parallel_size=1"),
     ("grpo", {"loss_reduction": "per_token"}, "loss-reduction", "choose one of response_mean, token_mean, sum"),
     ("rpp", {"gamma": 0.0}, "gamma", "must lie in (0, 1]"),
+    ("sapo", {"tau_neg": 0.0}, "sapo-tau", "set tau_pos > 0 and tau_neg > 0"),
+    ("sapo", {"n_samples_per_prompt": 1}, "group-size", "set n_samples_per_prompt >= 2"),
+    ("is_pg", {"is_cap": 0.5}, "is-cap", "set is_cap >= 1 or null"),
+    ("score_centering", {"aux_source": "nucleus"}, "aux-tokens", "aux_source one of top_k, full"),
+    ("score_centering", {"aux_samples": 0}, "aux-tokens", "aux_source one of top_k, full"),
+    ("score_centering", {"sc_kl_coeff": 0.1, "use_kl_loss": True, "kl_loss_coef": 0.01}, "sc-kl", "keep one"),
+    ("dapo", {"dynamic_sampling_max_attempts": 0}, "dynamic-sampling", "set dynamic_sampling_max_attempts >= 1"),
+    ("dapo", {"overlong_cache": -1}, "overlong", "set both >= 0"),
+    # A setting only another algorithm reads would be silently ignored: the whole class is refused.
+    ("grpo", {"tau_pos": 2.0}, "unused-setting", "remove it (or choose the algorithm that reads it)"),
+    ("rpp", {"dynamic_sampling": True}, "unused-setting", "remove it (or choose the algorithm that reads it)"),
+    ("gspo", {"overlong_cache": 4}, "unused-setting", "remove it (or choose the algorithm that reads it)"),
+    ("is_pg", {"aux_samples": 4}, "unused-setting", "remove it (or choose the algorithm that reads it)"),
+    ("score_centering", {"is_cap": 2.0}, "unused-setting", "remove it (or choose the algorithm that reads it)"),
 ]
 
 
@@ -66,10 +86,44 @@ def test_unknown_estimator_and_unknown_key_are_refused():
 
 def test_registry_contract():
     names = {(e.name, e.short) for e in ESTIMATORS.values()}
-    assert names == {("grpo", "grpo"), ("reinforce_plus_plus", "rpp"), ("reinforce_plus_plus_baseline", "rppb")}
+    assert names == {("grpo", "grpo"), ("reinforce_plus_plus", "rpp"), ("reinforce_plus_plus_baseline", "rppb"),
+                     ("gspo", "gspo"), ("sapo", "sapo"), ("dapo", "dapo"), ("is_pg", "is_pg"),
+                     ("score_centering", "score_centering")}
     assert get_estimator("rpp").kl_placement == "k1_in_reward"
     assert get_estimator("rppb").kl_placement == get_estimator("grpo").kl_placement == "k2_loss"
     assert get_estimator("rpp").allowed_reductions == get_estimator("rppb").allowed_reductions == ("response_mean",)
     assert set(get_estimator("grpo").allowed_reductions) == {"response_mean", "token_mean", "sum"}
     assert get_estimator("rpp").global_normalization and get_estimator("rppb").global_normalization
     assert not get_estimator("grpo").global_normalization
+
+
+def test_every_shipped_algo_config_composes_and_validates():
+    from trainer.config import CONF_DIR, compose, validate
+
+    shipped = sorted(p.stem for p in (CONF_DIR / "algo").glob("*.yaml"))
+    assert {"gspo", "sapo", "dapo", "is_pg", "score_centering"} <= set(shipped)
+    for name in shipped:
+        algo = validate(compose([f"algo={name}"]))
+        assert algo.short_name == name
+
+
+@pytest.mark.parametrize("key", ["sampler_refresh_every", "ppo_epochs", "ppo_mini_batches"])
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "two", True])
+def test_update_schedule_keys_must_be_integers_of_at_least_one(key, bad):
+    from trainer.config import RunConfigError, compose
+    from trainer.loop import update_schedule
+
+    cfg = compose()
+    cfg.workload[key] = bad
+    with pytest.raises(RunConfigError, match=rf"workload\.{key}=.* must be an integer >= 1") as info:
+        update_schedule(cfg)
+    assert "\n" not in str(info.value)
+
+
+def test_ppo_mini_batches_must_split_each_rank_batch_evenly():
+    from trainer.config import RunConfigError, compose
+    from trainer.loop import update_schedule
+
+    assert update_schedule(compose(["workload.ppo_mini_batches=4"])).updates_per_step == 4
+    with pytest.raises(RunConfigError, match="ppo_mini_batches=5 must divide the 32 responses"):
+        update_schedule(compose(["workload.ppo_mini_batches=5"]))

@@ -119,6 +119,17 @@ def test_normalize_float32_input_keeps_dtype_and_accuracy():
     torch.testing.assert_close(out.to(F64), t64(expected), atol=1e-5, rtol=1e-5)
 
 
+def test_normalize_float32_centres_in_float64_when_sigma_is_tiny_against_the_mean():
+    # sigma << |mu|: a float32 mean subtracted in float32 was off by up to 7.5e-4 (the audit's case).
+    gen = torch.Generator().manual_seed(3)
+    values = (1000.0 + 1e-3 * torch.randn(64, 32, generator=gen, dtype=F64)).to(torch.float32)
+    mask = torch.rand(64, 32, generator=gen) < 0.7
+    expected, *_ = ref.normalize(values.to(F64).tolist(), mask.tolist())
+    out, *_ = masked_global_normalize(values, mask)
+    # Only the final cast to float32 may round: half an ulp of values of order 1.
+    assert (out.to(F64) - t64(expected)).abs().max().item() < 1e-6
+
+
 def test_normalize_zero_variance_gives_finite_zeros():
     # 0.7 is not dyadic, so the computed mean may differ from 0.7 by an ulp: the variance is
     # then ~1e-32, far below the floor, and the outputs are zeros to ~1e-12.
@@ -247,15 +258,32 @@ def test_grpo_uses_bessel_corrected_std():
 
 def test_k1_and_k2_estimators():
     lp, lr = t64(LOGP_OLD), t64(LOGP_REF)
-    torch.testing.assert_close(k1_kl(lp, lr), t64([[a - b for a, b in zip(x, y)] for x, y in zip(LOGP_OLD, LOGP_REF)]))
-    k2_tok = torch.where(mask_t(), k2_kl(lp, lr), torch.zeros((), dtype=F64))
-    assert_close_to(k2_tok, ref.k2(LOGP_OLD, LOGP_REF, MASK))
+    k1_expected = [[a - b if m else 0.0 for a, b, m in zip(x, y, mr)] for x, y, mr in zip(LOGP_OLD, LOGP_REF, MASK)]
+    assert_close_to(k1_kl(lp, lr, mask_t()), k1_expected)
+    assert_close_to(k2_kl(lp, lr, mask_t()), ref.k2(LOGP_OLD, LOGP_REF, MASK))
+
+
+@pytest.mark.parametrize("estimator", [k1_kl, k2_kl])
+@pytest.mark.parametrize("sentinel", [float("nan"), float("inf"), -float("inf")])
+def test_kl_estimators_give_finite_gradients_with_non_finite_masked_slots(estimator, sentinel):
+    # The audit's defect: k2 computed before selection gave a finite loss but NaN gradients.
+    lp = with_sentinel(LOGP_OLD, sentinel).requires_grad_(True)
+    lr = with_sentinel(LOGP_REF, sentinel)
+    value = reduce_loss(estimator(lp, lr, mask_t()), mask_t(), "token_mean")
+    (grad,) = torch.autograd.grad(value, lp)
+    assert torch.isfinite(value) and torch.isfinite(grad).all()
+    assert_exact_zero_outside_mask(grad)
+    # d/dlp of mean(d) is 1/N, of mean(0.5 d^2) is d/N on valid tokens.
+    n = sum(map(sum, MASK))
+    expected = [[(1.0 if estimator is k1_kl else a - b) / n if m else 0.0 for a, b, m in zip(x, y, mr)]
+                for x, y, mr in zip(LOGP_OLD, LOGP_REF, MASK)]
+    assert_close_to(grad, expected)
 
 
 @pytest.mark.parametrize("mode", ["response_mean", "token_mean", "sum"])
 def test_k2_response_reduced_loss(mode):
     expected = ref.reduce(ref.k2(LOGP_OLD, LOGP_REF, MASK), MASK, mode)
-    tok = k2_kl(with_sentinel(LOGP_OLD, float("nan")), with_sentinel(LOGP_REF, float("nan")))
+    tok = k2_kl(with_sentinel(LOGP_OLD, float("nan")), with_sentinel(LOGP_REF, float("nan")), mask_t())
     assert math.isclose(reduce_loss(tok, mask_t(), mode).item(), expected, rel_tol=1e-9, abs_tol=1e-12)
 
 

@@ -108,3 +108,45 @@ def test_rank_shares_of_reductions_sum_to_the_global_reduction(rank_results, nam
 def test_globally_empty_mask_raises_on_both_ranks(rank_results):
     assert rank_results[0]["empty_raised"] is True
     assert rank_results[1]["empty_raised"] is True
+
+
+# DAPO's loss on two ranks: clip-higher (0.2 / 0.28) with the token mean over every rank's tokens.
+DAPO_LOGP = [[0.3, -0.1, 0.05, 9.0], [-0.4, 9.0, 9.0, 9.0], [0.22, 0.1, -0.3, 0.0], [0.0, 0.2, 9.0, 9.0],
+             [-0.25, 0.1, 0.3, 9.0]]
+DAPO_ADV = [[1.0] * 4, [-1.0] * 4, [0.5] * 4, [-0.5] * 4, [2.0] * 4]
+
+
+def _dapo_on_rank(rank, world_size, group, split):
+    from trainer.algorithms import ppo_clip_token_loss, reduce_loss
+
+    rows = slice(0, split) if rank == 0 else slice(split, None)
+    mask = torch.tensor(MASK, dtype=torch.bool)[rows]
+    logp = torch.tensor(DAPO_LOGP, dtype=F64)[rows]
+    logp[~mask] = float("nan")
+    logp.requires_grad_(True)
+    old = torch.zeros_like(logp)
+    token_loss, _ = ppo_clip_token_loss(logp, old, torch.tensor(DAPO_ADV, dtype=F64)[rows], mask, 0.2, 0.28)
+    share = reduce_loss(token_loss, mask, "token_mean", group=group)
+    (grad,) = torch.autograd.grad(share, logp)
+    return share.item(), grad
+
+
+@pytest.mark.parametrize("split", [1, 3])
+def test_dapo_token_mean_on_two_ranks_weights_every_global_token_equally(tmp_path, split):
+    shares = run_gloo(_dapo_on_rank, 2, tmp_path, split)
+    n = sum(map(sum, MASK))
+    exp_loss, _ = ref.ppo_token_loss(DAPO_LOGP, [[0.0] * 4] * 5, DAPO_ADV, MASK, 0.2, 0.28)
+    assert math.isclose(shares[0][0] + shares[1][0], ref.reduce(exp_loss, MASK, "token_mean"), rel_tol=1e-12)
+    # d/dlogp of the global token mean: -rho A / N where the unclipped branch is active, else 0.
+    expected = []
+    for lp_row, a_row, m_row in zip(DAPO_LOGP, DAPO_ADV, MASK):
+        row = []
+        for lp, a, m in zip(lp_row, a_row, m_row):
+            rho = math.exp(lp)
+            unclipped_active = -rho * a >= -min(max(rho, 0.8), 1.28) * a
+            row.append(-rho * a / n if m and unclipped_active else 0.0)
+        expected.append(row)
+    grad = torch.cat([shares[0][1], shares[1][1]])
+    torch.testing.assert_close(grad, torch.tensor(expected, dtype=F64), atol=1e-15, rtol=1e-12)
+    # The case has tokens clipped above 1 + 0.28 and tokens between 1.2 and 1.28 that clip-higher keeps.
+    assert any(1.2 < math.exp(lp) < 1.28 for lp in DAPO_LOGP[2][:1]) and math.exp(DAPO_LOGP[0][0]) > 1.28

@@ -66,7 +66,7 @@ def test_hot_path_runs_under_the_host_sync_guard(monkeypatch):
         token_loss, clip_frac = algorithms.ppo_clip_token_loss(b["logp"], b["logp_old"], normalized, b["mask"])
         for mode in algorithms.LOSS_REDUCTIONS:
             algorithms.reduce_loss(token_loss, b["mask"], mode)
-        algorithms.reduce_loss(algorithms.k2_kl(b["logp"], b["logp_ref"]), b["mask"], "response_mean")
+        algorithms.reduce_loss(algorithms.k2_kl(b["logp"], b["logp_ref"], b["mask"]), b["mask"], "response_mean")
     assert calls == []
 
 
@@ -114,7 +114,7 @@ def test_cuda_100_iterations_under_sync_debug_error_mode():
             token_loss, _ = algorithms.ppo_clip_token_loss(b["logp"], b["logp_old"], normalized, b["mask"])
             for mode in algorithms.LOSS_REDUCTIONS:
                 algorithms.reduce_loss(token_loss, b["mask"], mode)
-            algorithms.reduce_loss(algorithms.k2_kl(b["logp"], b["logp_ref"]), b["mask"], "response_mean")
+            algorithms.reduce_loss(algorithms.k2_kl(b["logp"], b["logp_ref"], b["mask"]), b["mask"], "response_mean")
     finally:
         torch.cuda.set_sync_debug_mode("default")
     torch.cuda.synchronize()

@@ -102,8 +102,10 @@ def test_killed_run_resumes_from_its_checkpoint_with_identical_metrics(tmp_path)
 
 
 @pytest.mark.distributed
-@pytest.mark.parametrize("algo", ["rpp", "rppb"])
+@pytest.mark.parametrize("algo", ["rpp", "rppb", "dapo"])
 def test_dp2_produces_the_same_advantages_as_dp1(tmp_path, algo):
+    # dapo: dynamic sampling refills each slot from its own deterministic candidates, so the kept
+    # groups, the global token mean and the refill counters do not depend on the DP split.
     common = (f"algo={algo}", "seed=5", "workload.n_updates=2", "workload.eval.n_prompts=2", "debug.dump_advantages=true")
     run_trainer(tmp_path / "dp1", *common, "dp_size=1")
     run_trainer(tmp_path / "dp2", *common, "dp_size=2")
@@ -124,7 +126,9 @@ def test_dp2_produces_the_same_advantages_as_dp1(tmp_path, algo):
     keys = ("rollout/raw_reward", "rollout/valid_tokens", "rollout/adv_raw_mean", "rollout/adv_norm_std",
             "train/loss", "train/pg_loss", "train/grad_norm", "train/ppo_kl")
     for a, b in zip(m1, m2):
-        for key in keys + (("train/kl_loss",) if algo == "rppb" else ()):
+        extra = {"rppb": ("train/kl_loss",),
+                 "dapo": ("rollout/dynamic_sampling_refilled", "rollout/dynamic_sampling_exhausted")}.get(algo, ())
+        for key in keys + extra:
             assert a[key] == pytest.approx(b[key], abs=1e-5, rel=1e-4), key
 
 
@@ -231,3 +235,71 @@ def test_every_file_of_a_directory_input_must_be_pinned(tmp_path):
         {"path": f"{model}/config.json", "size": 2, "sha256": hashlib.sha256(b"{}").hexdigest()}]}))
     with pytest.raises(InputDigestError, match="chat_template.jinja is not pinned"):
         verify_inputs(manifest, required=[str(model)])
+
+
+def test_a_non_finite_gradient_norm_stops_the_run_and_the_evidence_names_the_cause(tmp_path):
+    # lr = 1e30: the first update blows every weight to ~1e30, so the next forward overflows to NaN.
+    out = tmp_path / "nan"
+    proc = run_trainer(out, "algo=grpo", "workload.lr=1e30", "workload.n_updates=4", "workload.eval.n_prompts=1",
+                       check=False)
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    error_lines = [line for line in proc.stderr.splitlines() if line.startswith("proofgrid trainer: error:")]
+    assert len(error_lines) == 1 and "non-finite gradient norm" in error_lines[0] and "at step 1" in error_lines[0]
+    summary = json.loads((out / "run.json").read_text())
+    assert summary["status"] == "failed" and summary["failed_step"] == 1 and summary["steps_completed"] == 1
+    assert "non-finite gradient norm" in summary["error"]
+    assert [r["step"] for r in read_metrics(out)] == [0]  # the poisoned step is never logged nor stepped
+
+    from evidence.artifacts import check_run_summary
+
+    _, failures = check_run_summary(out, "grpo", 7, 4)
+    assert any("non-finite gradient norm" in f.reason for f in failures)
+
+
+def test_a_stale_sampler_logs_staleness_up_to_k_minus_one_and_the_logp_gap_it_causes(tmp_path):
+    out = tmp_path / "stale"
+    run_trainer(out, "algo=is_pg", "seed=3", "workload.n_updates=6", "workload.sampler_refresh_every=4",
+                "workload.eval.n_prompts=1")
+    records = read_metrics(out)
+    assert [r["train/staleness"] for r in records] == [0, 1, 2, 3, 0, 1]
+    for r in records:
+        if r["train/staleness"] == 0:  # same weights: only the engine's incremental-decoding rounding
+            assert r["train/sampler_logp_gap"] < 1e-5 and abs(r["train/is_ratio_max"] - 1) < 1e-4
+        else:
+            assert r["train/sampler_logp_gap"] > 1e-4 and r["train/is_ratio_max"] > 1.0
+        assert r["train/is_ratio_max"] >= r["train/is_ratio_mean"] > 0
+
+
+def test_several_updates_per_rollout_batch_make_the_ratio_and_clipping_act(tmp_path):
+    one, many = tmp_path / "one", tmp_path / "many"
+    common = ("algo=grpo", "seed=1", "workload.n_updates=2", "workload.eval.n_prompts=1")
+    run_trainer(one, *common)
+    run_trainer(many, *common, "workload.ppo_epochs=2", "workload.ppo_mini_batches=2")
+    assert all(r["train/clip_frac"] == 0 and r["train/ppo_kl"] == 0 for r in read_metrics(one))
+    assert all(r["train/clip_frac"] > 0 and r["train/ppo_kl"] != 0 for r in read_metrics(many))
+    # Same rollouts at step 0 (the sampler is refreshed only after the updates).
+    assert read_metrics(one)[0]["rollout/raw_reward"] == read_metrics(many)[0]["rollout/raw_reward"]
+
+
+def test_a_run_with_a_stale_sampler_resumes_bit_identically(tmp_path):
+    # A checkpoint at step 2 or 4 falls between two sampler refreshes (k = 4): the lagging sampler
+    # weights must be restored, or the resumed rollouts would come from another policy.
+    overrides = ("algo=score_centering", "seed=2", "workload.n_updates=6", "workload.checkpoint_every=2",
+                 "workload.sampler_refresh_every=4", "workload.eval.n_prompts=1")
+    full = tmp_path / "full"
+    run_trainer(full, *overrides)
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(trainer_cmd(killed, *overrides), cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONNOUSERSITE": "1"})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # kill after step 3 has been logged (checkpoint at 2 exists)
+        if (killed / "metrics.jsonl").exists() and len((killed / "metrics.jsonl").read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    latest = (killed / "checkpoints" / "latest").read_text().strip()
+    assert latest in ("step_000002", "step_000004") and 3 <= len(read_metrics(killed)) < 6
+    assert (killed / "checkpoints" / latest / "sampler.pt").is_file()  # the sampler lagged at both
+    run_trainer(killed, *overrides)
+    assert without_perf(read_metrics(killed)) == without_perf(read_metrics(full))

@@ -15,7 +15,7 @@ from trainer.inputs import InputDigestError
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    from trainer.loop import train
+    from trainer.loop import NonFiniteGradientError, train
 
     try:
         cfg = compose(list(sys.argv[1:] if argv is None else argv))
@@ -23,6 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     except (AlgoConfigError, RunConfigError, InputDigestError) as exc:
         print(f"proofgrid trainer: error: {exc}", file=sys.stderr)
         return 2
+    except NonFiniteGradientError as exc:
+        print(f"proofgrid trainer: error: {exc}", file=sys.stderr)
+        return 3
     print(f"trained {summary['algo']} seed {summary['seed']}: {summary['steps_completed']} steps")
     return 0
 

@@ -16,15 +16,21 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_model, save_model
 
+from facts import checkpoint_name
+
 LATEST = "latest"
 
 
-def checkpoint_name(step: int) -> str:
-    return f"step_{step:06d}"
+SAMPLER_FILE = "sampler.pt"
 
 
-def save_checkpoint(root: Path, step: int, model, optimizer, state: dict, keep: set[str] | None = None) -> Path:
-    """Save after ``step`` optimizer steps; delete older checkpoints not named in ``keep``."""
+def save_checkpoint(root: Path, step: int, model, optimizer, state: dict, keep: set[str] | None = None,
+                    sampler_state: dict | None = None) -> Path:
+    """Save after ``step`` optimizer steps; delete older checkpoints not named in ``keep``.
+
+    ``sampler_state``: the rollout engine's weights when they lag the policy
+    (``sampler_refresh_every > 1``), so a resumed run samples from the same stale policy.
+    """
     root.mkdir(parents=True, exist_ok=True)
     final = root / checkpoint_name(step)
     tmp = root / f".tmp-{checkpoint_name(step)}"
@@ -34,6 +40,8 @@ def save_checkpoint(root: Path, step: int, model, optimizer, state: dict, keep: 
     save_model(model, str(tmp / "model.safetensors"), metadata={"format": "pt"})
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / "rng.pt")
+    if sampler_state is not None:
+        torch.save(sampler_state, tmp / SAMPLER_FILE)
     (tmp / "trainer_state.json").write_text(json.dumps({**state, "step": step}, indent=1, sort_keys=True))
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
@@ -61,3 +69,9 @@ def load_checkpoint(path: Path, model, optimizer) -> dict:
     torch.set_rng_state(rng["torch"])
     random.setstate(rng["python"])
     return json.loads((path / "trainer_state.json").read_text())
+
+
+def load_sampler_weights(path: Path) -> dict | None:
+    """The rollout engine's lagging weights saved with a checkpoint, or None when it was up to date."""
+    file = path / SAMPLER_FILE
+    return torch.load(file, weights_only=True) if file.is_file() else None

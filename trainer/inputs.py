@@ -7,25 +7,19 @@ Manifest format: ``{"workload": name, "files": [{"path": <relative to repo root>
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from facts import sha256_file
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
-CHUNK = 1 << 20
 
 
 class InputDigestError(RuntimeError):
     """An input file is missing or its bytes differ from the committed pin."""
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 import os
 import platform
 import random
@@ -25,24 +26,36 @@ import torch
 import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
+from facts import METRIC_KEYS_FIELD, RUN_RECORD, atomic_write_json
 from trainer.algorithms import (
     KL_ESTIMATORS,
+    Advantages,
     AlgoConfig,
+    Estimator,
+    LossInputs,
     RolloutBatch,
     compute_advantages,
+    get_estimator,
     masked_global_normalize,
-    ppo_clip_token_loss,
+    overlong_penalty,
     reduce_loss,
+    zero_variance_groups,
 )
-from trainer.checkpoint import checkpoint_name, latest_checkpoint, load_checkpoint, save_checkpoint
+from trainer.checkpoint import (
+    checkpoint_name,
+    latest_checkpoint,
+    load_checkpoint,
+    load_sampler_weights,
+    save_checkpoint,
+)
 from trainer.config import RunConfigError, validate
-from trainer.data import PromptStream, load_split, mix_seed
+from trainer.data import Example, PromptStream, load_split, mix_seed
 from trainer.evaluate import evaluate
 from trainer.inputs import REPO_ROOT, resolve, verify_inputs
-from trainer.metrics import KL_LOSS_KEY, MetricsLog
-from trainer.policy import build_token_batch, compute_context, load_policy, response_logprobs
+from trainer.metrics import KL_LOSS_KEY, MetricsLog, metric_keys
+from trainer.policy import TokenBatch, build_token_batch, compute_context, load_policy, response_logprobs
 from trainer.reward_workers import make_scorer
-from trainer.rollout import RolloutEngine, SamplingParams, make_engine, warn_if_greedy
+from trainer.rollout import AuxDraws, RolloutEngine, SamplingParams, make_engine, warn_if_greedy
 
 log = logging.getLogger("trainer")
 VAR_FLOOR = 1e-8
@@ -68,25 +81,101 @@ def source_commit() -> str | None:
         return None
 
 
-class Collective:
-    """Host-side aggregation of monitoring scalars across ranks (never used in the numerical hot path)."""
+class StepMetrics:
+    """A step's metrics, each named where its value is produced, reduced across ranks in one go.
+
+    ``total(key, local)``: a global sum; ``mean(key, local_sum, local_count)``: a global ratio;
+    ``max(key, local)``: a global maximum; ``value(key, v)``: a value that is already global.
+    ``finish()`` issues one all_reduce per kind (host-side monitoring, never the numerical hot path).
+    """
 
     def __init__(self, group, device: torch.device):
         self.group = group
         self.device = device  # NCCL reduces device tensors only
+        self._totals: dict[str, float] = {}
+        self._means: dict[str, list[float]] = {}
+        self._maxes: dict[str, float] = {}
+        self._values: dict[str, float] = {}
 
-    def sum(self, values: list[float]) -> list[float]:
-        return self._reduce(values, dist.ReduceOp.SUM)
+    def total(self, key: str, local: float) -> None:
+        self._totals[key] = self._totals.get(key, 0.0) + float(local)
 
-    def max(self, values: list[float]) -> list[float]:
-        return self._reduce(values, dist.ReduceOp.MAX)
+    def mean(self, key: str, local_sum: float, local_count: float) -> None:
+        acc = self._means.setdefault(key, [0.0, 0.0])
+        acc[0] += float(local_sum)
+        acc[1] += float(local_count)
 
-    def _reduce(self, values, op):
-        if self.group is None:
-            return list(values)
+    def max(self, key: str, local: float) -> None:
+        self._maxes[key] = max(self._maxes.get(key, -float("inf")), float(local))
+
+    def value(self, key: str, value: float) -> None:
+        self._values[key] = float(value)
+
+    def _reduce(self, values: list[float], op) -> list[float]:
+        if self.group is None or not values:
+            return values
         t = torch.tensor(values, dtype=torch.float64, device=self.device)
         dist.all_reduce(t, op=op, group=self.group)
         return t.tolist()
+
+    def finish(self) -> dict[str, float]:
+        sums = self._reduce([*self._totals.values(), *(x for pair in self._means.values() for x in pair)],
+                            dist.ReduceOp.SUM)
+        out = dict(zip(self._totals, sums[: len(self._totals)]))
+        pairs = sums[len(self._totals):]
+        out.update({key: pairs[2 * i] / pairs[2 * i + 1] if pairs[2 * i + 1] else 0.0
+                    for i, key in enumerate(self._means)})
+        out.update(zip(self._maxes, self._reduce(list(self._maxes.values()), dist.ReduceOp.MAX)))
+        out.update(self._values)
+        return out
+
+
+class NonFiniteGradientError(RuntimeError):
+    """The gradient norm of a step is NaN or Inf: stepping the optimizer would poison every weight."""
+
+
+def check_finite_grad_norm(grad_norm: torch.Tensor, step: int) -> None:
+    """Stop the run before ``optimizer.step`` when the gradient norm is not finite.
+
+    Host sync: one scalar read per optimizer step (the norm is logged anyway).
+    """
+    value = float(grad_norm)
+    if not math.isfinite(value):
+        raise NonFiniteGradientError(
+            f"non-finite gradient norm ({value}) at step {step}; the optimizer step was skipped and the run "
+            "stopped (look for NaN/Inf in the inputs of the loss, or lower workload.lr)"
+        )
+
+
+@dataclass(frozen=True)
+class UpdateSchedule:
+    """How rollouts and updates interleave (workload keys, ints >= 1, default 1)."""
+
+    sampler_refresh_every: int = 1  # optimizer steps between sampler weight refreshes
+    ppo_epochs: int = 1  # passes over each rollout batch
+    ppo_mini_batches: int = 1  # optimizer steps per pass
+
+    @property
+    def updates_per_step(self) -> int:
+        return self.ppo_epochs * self.ppo_mini_batches
+
+
+def update_schedule(cfg: DictConfig) -> UpdateSchedule:
+    """The validated schedule; refuses a value that is not an int >= 1 or splits groups unevenly."""
+    w = cfg.workload
+    values = {}
+    for key in ("sampler_refresh_every", "ppo_epochs", "ppo_mini_batches"):
+        value = w.get(key, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise RunConfigError(f"workload.{key}={value!r} must be an integer >= 1; set workload.{key}=1 for the default")
+        values[key] = value
+    per_rank = int(w.prompts_per_step) // max(int(cfg.dp_size), 1) * int(w.n_samples_per_prompt)
+    if per_rank % values["ppo_mini_batches"] != 0:
+        raise RunConfigError(
+            f"workload.ppo_mini_batches={values['ppo_mini_batches']} must divide the {per_rank} responses of each "
+            "rank's batch (prompts_per_step / dp_size x n_samples_per_prompt); choose a divisor"
+        )
+    return UpdateSchedule(**values)
 
 
 @dataclass
@@ -104,104 +193,271 @@ class RunState:
     stream: PromptStream
     device: torch.device
     scorer: object
+    schedule: UpdateSchedule = UpdateSchedule()
+    optimizer_steps: int = 0  # optimizer steps taken so far
+    sampler_step: int = 0  # the optimizer step whose weights the rollout engine holds
+
+    @property
+    def estimator(self) -> Estimator:
+        return get_estimator(self.algo.estimator)
 
 
-def train_step(s: RunState, step: int) -> dict[str, float]:
-    """One rollout batch and one actor update; returns the step's global metrics."""
-    w, seed = s.cfg.workload, int(s.cfg.seed)
-    t_step = time.perf_counter()
+@dataclass
+class Rollout:
+    """Stage 1-2 output: this rank's responses (K per prompt slot, slot order) and their rewards."""
+
+    prompt_ids: list[list[int]]
+    response_ids: list[list[int]]
+    finished: list[bool]
+    sampler_logp: list[torch.Tensor]  # per response, its tokens' sampler log-probs
+    aux_ids: list[torch.Tensor] | None  # per response, [len, K] auxiliary draws
+    reward: torch.Tensor  # [B]
+    positions: list[int]  # the global stream position of each slot
+    wall_s: float
+
+
+@dataclass
+class LogProbs:
+    """Stage 3 output. ``logp`` keeps its graph when the batch is used for a single update."""
+
+    batch: TokenBatch
+    logp_old: torch.Tensor
+    logp_ref: torch.Tensor
+    logp_sampler: torch.Tensor
+    logp: torch.Tensor | None = None
+    logp_aux: torch.Tensor | None = None
+    aux_ids: torch.Tensor | None = None
+
+
+def refill_prompt(stream: PromptStream, seed: int, step: int, position: int, attempt: int) -> Example:
+    """The prompt that dynamic sampling tries for a slot at ``attempt >= 1``: a pure function of
+    (seed, step, slot, attempt), so refills never move the data cursor and any DP split agrees."""
+    return stream.examples[mix_seed(seed, step, position, attempt, 0x2EF1) % len(stream.examples)]
+
+
+def rollout_stage(s: RunState, step: int, m: StepMetrics) -> Rollout:
+    """Generate K responses per prompt slot and score them; with DAPO's dynamic sampling, slots whose
+    group rewards have zero variance are refilled from further prompts (at most ``max_attempts`` tries,
+    after which the slot keeps its last group)."""
+    w, seed, algo = s.cfg.workload, int(s.cfg.seed), s.algo
     P, K = int(w.prompts_per_step), int(w.n_samples_per_prompt)
     per_rank = P // s.world
-    local = s.stream.step_prompts(step, P)[s.rank * per_rank:(s.rank + 1) * per_rank]
-
-    prompt_ids, keys, labels = [], [], []
-    for position, example in local:
-        ids = s.tokenizer(example.prompt, add_special_tokens=False)["input_ids"]
-        for j in range(K):
-            prompt_ids.append(ids)
-            keys.append(mix_seed(seed, step, position, j))
-            labels.append(example.label)
+    slots = s.stream.step_prompts(step, P)[s.rank * per_rank:(s.rank + 1) * per_rank]
     sampling = sampling_params(w.sampling, w.max_response_len)
-    compute = compute_context(s.device, str(w.dtype))
-    with compute:
-        rollout = s.engine.generate(prompt_ids, keys, sampling)
-    texts = [s.tokenizer.decode(g.response_ids, skip_special_tokens=True) for g in rollout.generations]
-    reward = torch.tensor(s.scorer.score(texts, labels), dtype=torch.float32, device=s.device)
+    aux = AuxDraws(algo.aux_samples, algo.aux_top_k if algo.aux_source == "top_k" else 0) \
+        if s.estimator.aux_tokens else None
+    attempts = algo.dynamic_sampling_max_attempts if algo.dynamic_sampling else 1
+    groups: dict[int, tuple] = {}
+    pending = list(range(len(slots)))
+    wall = 0.0
+    refilled = 0
+    for attempt in range(attempts):
+        prompt_ids, keys, labels = [], [], []
+        for slot in pending:
+            position, example = slots[slot]
+            if attempt > 0:
+                example = refill_prompt(s.stream, seed, step, position, attempt)
+            ids = s.tokenizer(example.prompt, add_special_tokens=False)["input_ids"]
+            for j in range(K):
+                prompt_ids.append(ids)
+                keys.append(mix_seed(seed, step, position, j) if attempt == 0 else mix_seed(seed, step, position, j, attempt))
+                labels.append(example.label)
+        with compute_context(s.device, str(w.dtype)):
+            out = s.engine.generate(prompt_ids, keys, sampling, aux)
+        wall += out.wall_s
+        texts = [s.tokenizer.decode(g.response_ids, skip_special_tokens=True) for g in out.generations]
+        reward = torch.tensor(s.scorer.score(texts, labels), dtype=torch.float32, device=s.device)
+        if algo.overlong_cache > 0:
+            lengths = torch.tensor([len(g.response_ids) for g in out.generations], device=s.device)
+            reward = reward + overlong_penalty(lengths, int(w.max_response_len), algo.overlong_cache,
+                                               algo.overlong_penalty_factor).to(reward.dtype)
+        for n, slot in enumerate(pending):
+            rows = range(n * K, (n + 1) * K)
+            gens = [out.generations[r] for r in rows]
+            groups[slot] = (prompt_ids[n * K], gens,
+                            [out.sampler_logp[r, : len(g.response_ids)] for r, g in zip(rows, gens)],
+                            [out.aux_ids[r, : len(g.response_ids)] for r, g in zip(rows, gens)] if aux else None,
+                            reward[n * K:(n + 1) * K])
+        if not algo.dynamic_sampling:
+            break
+        flat = zero_variance_groups(reward, K).tolist()
+        pending = [slot for slot, flat_group in zip(pending, flat) if flat_group]
+        if not pending or attempt == attempts - 1:
+            break
+        refilled += len(pending)
+    if algo.dynamic_sampling:
+        m.total("rollout/dynamic_sampling_refilled", refilled)  # prompt groups replaced by a refill
+        m.total("rollout/dynamic_sampling_exhausted", len(pending))  # still zero-variance after every attempt
+    ordered = [groups[slot] for slot in range(len(slots))]
+    return Rollout(
+        prompt_ids=[g[0] for g in ordered for _ in range(K)],
+        response_ids=[gen.response_ids for g in ordered for gen in g[1]],
+        finished=[gen.finished for g in ordered for gen in g[1]],
+        sampler_logp=[lp for g in ordered for lp in g[2]],
+        aux_ids=[a for g in ordered for a in g[3]] if aux else None,
+        reward=torch.cat([g[4] for g in ordered]),
+        positions=[pos for pos, _ in slots],
+        wall_s=wall,
+    )
 
-    batch = build_token_batch(prompt_ids, [g.response_ids for g in rollout.generations],
-                              s.tokenizer.pad_token_id, s.device)
+
+def _pad_rows(rows: list[torch.Tensor], width: int, fill) -> torch.Tensor:
+    """Right-pad 1-D (or [len, K]) tensors to ``width`` rows and stack them."""
+    out = []
+    for r in rows:
+        pad = [0, 0] * (r.dim() - 1) + [0, width - r.shape[0]]
+        out.append(torch.nn.functional.pad(r, pad, value=fill))
+    return torch.stack(out)
+
+
+def logprob_stage(s: RunState, rollout: Rollout, m: StepMetrics) -> LogProbs:
+    """Reference and policy log-probs of the sampled tokens, and the sampler's own ones beside them.
+
+    With one update per batch the grad-enabled forward's values ARE the old log-probs (nothing has
+    changed the policy yet), so no separate no-grad policy forward is run.
+    """
+    w = s.cfg.workload
+    batch = build_token_batch(rollout.prompt_ids, rollout.response_ids, s.tokenizer.pad_token_id, s.device)
     mask = batch.response_mask
-    temperature = sampling.temperature if not sampling.greedy else 1.0
+    width = mask.shape[1]
+    temperature = float(w.sampling.temperature) if float(w.sampling.temperature) > 0 else 1.0
+    compute = compute_context(s.device, str(w.dtype))
+    logp_sampler = _pad_rows(rollout.sampler_logp, width, 0.0).to(torch.float32)
+    aux_ids = _pad_rows(rollout.aux_ids, width, s.tokenizer.pad_token_id) if rollout.aux_ids is not None else None
     with torch.no_grad(), compute:
-        logp_old = response_logprobs(s.policy, batch, temperature)
         logp_ref = response_logprobs(s.reference, batch, temperature)
-    adv = compute_advantages(RolloutBatch(reward, mask, logp_old, logp_ref, K), s.algo, group=s.group)
+    lp = LogProbs(batch, logp_old=None, logp_ref=logp_ref, logp_sampler=logp_sampler, aux_ids=aux_ids)
+    if s.schedule.updates_per_step == 1:
+        lp.logp, lp.logp_aux = policy_logprobs(s, batch, aux_ids)
+        lp.logp_old = lp.logp.detach()
+    else:
+        with torch.no_grad():
+            lp.logp_old, _ = policy_logprobs(s, batch, None)
+
+    zero = torch.zeros((), dtype=torch.float32, device=s.device)
+    n_valid = float(mask.sum())
+    log_is = torch.where(mask, lp.logp_old - logp_sampler, zero)
+    is_ratio = torch.where(mask, torch.exp(log_is), zero)
+    m.mean("train/sampler_logp_gap", float(log_is.abs().sum()), n_valid)
+    m.mean("train/is_ratio_mean", float(is_ratio.sum()), n_valid)
+    m.max("train/is_ratio_max", float(is_ratio.max()) if n_valid else 0.0)
+    return lp
+
+
+def policy_logprobs(s: RunState, batch: TokenBatch, aux_ids: torch.Tensor | None):
+    """The policy's (grad-enabled unless under no_grad) log-probs, plus auxiliary ones when asked."""
+    w = s.cfg.workload
+    temperature = float(w.sampling.temperature) if float(w.sampling.temperature) > 0 else 1.0
+    with compute_context(s.device, str(w.dtype)):
+        if aux_ids is None:
+            return response_logprobs(s.policy, batch, temperature), None
+        return response_logprobs(s.policy, batch, temperature, aux_ids)
+
+
+def advantage_stage(s: RunState, rollout: Rollout, lp: LogProbs, step: int, m: StepMetrics) -> Advantages:
+    """The configured estimator's advantages (global normaliser over every rank) and their diagnostics."""
+    mask = lp.batch.response_mask
+    K = int(s.cfg.workload.n_samples_per_prompt)
+    adv = compute_advantages(RolloutBatch(rollout.reward, mask, lp.logp_old, lp.logp_ref, K), s.algo, group=s.group)
     _, norm_mean, norm_var, _ = masked_global_normalize(adv.normalized, mask, group=s.group)
     if s.cfg.debug.dump_advantages:  # for the dp-invariance test: this rank's slice of the step
         dump = Path(s.cfg.output_dir) / "debug" / f"step{step:06d}-rank{s.rank}.pt"
         dump.parent.mkdir(parents=True, exist_ok=True)
-        torch.save({"positions": [pos for pos, _ in local], "raw": adv.raw, "normalized": adv.normalized,
-                    "mask": mask, "reward": reward}, dump)
+        torch.save({"positions": rollout.positions, "raw": adv.raw, "normalized": adv.normalized,
+                    "mask": mask, "reward": rollout.reward}, dump)
+    n = len(rollout.response_ids)
+    first_return = adv.returns[:, 0] if adv.returns is not None else rollout.reward
+    raw_var = adv.raw_var.item()
+    m.mean("rollout/raw_reward", float(rollout.reward.sum()), n)
+    m.mean("rollout/returns", float(first_return.sum()), n)
+    m.value("rollout/adv_raw_mean", adv.raw_mean.item())
+    m.value("rollout/adv_raw_std", raw_var ** 0.5)
+    m.value("rollout/adv_norm_mean", norm_mean.item())
+    m.value("rollout/adv_norm_std", max(norm_var.item(), 0.0) ** 0.5)
+    m.value("rollout/valid_tokens", adv.valid_tokens.item())
+    m.value("rollout/zero_variance", float(raw_var < VAR_FLOOR))
+    m.total("rollout/all_zero_reward", float((rollout.reward > 0).sum()))  # a count here; a flag in train_step
+    m.mean("rollout/response_len", float(mask.sum()), n)
+    m.mean("rollout/truncated", float(sum(not f for f in rollout.finished)), n)
+    return adv
 
-    with compute:
-        logp = response_logprobs(s.policy, batch, temperature)
-    token_pg, clip_frac = ppo_clip_token_loss(logp, logp_old, adv.normalized, mask, s.algo.clip_low, s.algo.clip_high)
-    pg_loss = reduce_loss(token_pg, mask, s.algo.loss_reduction, group=s.group)
-    loss = pg_loss
-    kl_loss = None
-    if s.algo.use_kl_loss:
-        kl_loss = reduce_loss(KL_ESTIMATORS[s.algo.kl_loss_type](logp, logp_ref), mask, s.algo.loss_reduction,
-                              group=s.group)
-        loss = loss + s.algo.kl_loss_coef * kl_loss
-    ppo_kl = reduce_loss((logp_old - logp).detach(), mask, "response_mean", group=s.group)
 
+def update_stage(s: RunState, lp: LogProbs, adv: Advantages, step: int, m: StepMetrics) -> None:
+    """``ppo_epochs`` passes over ``ppo_mini_batches`` row slices, one optimizer step each."""
+    algo, est, sched = s.algo, s.estimator, s.schedule
+    mask_all = lp.batch.response_mask
+    size = mask_all.shape[0] // sched.ppo_mini_batches
+    grad_norms: list[float] = []
+    for _epoch in range(sched.ppo_epochs):
+        for mb in range(sched.ppo_mini_batches):
+            rows = slice(mb * size, (mb + 1) * size)
+            mask = mask_all[rows]
+            if sched.updates_per_step == 1:
+                logp, logp_aux = lp.logp, lp.logp_aux
+            else:
+                logp, logp_aux = policy_logprobs(s, lp.batch.rows(rows),
+                                                 lp.aux_ids[rows] if lp.aux_ids is not None else None)
+            inputs = LossInputs(logp, lp.logp_old[rows], lp.logp_sampler[rows], adv.normalized[rows], mask, logp_aux)
+            token_pg, clip_frac = est.policy_loss(inputs, algo)
+            pg_loss = reduce_loss(token_pg, mask, algo.loss_reduction, group=s.group)
+            loss, kl_loss = pg_loss, None
+            if algo.use_kl_loss:
+                kl_loss = reduce_loss(KL_ESTIMATORS[algo.kl_loss_type](logp, lp.logp_ref[rows], mask), mask,
+                                      algo.loss_reduction, group=s.group)
+                loss = loss + algo.kl_loss_coef * kl_loss
+            ppo_kl = reduce_loss((lp.logp_old[rows] - logp).detach(), mask, "response_mean", group=s.group)
+            grad_norms.append(optimizer_step(s, loss, step))
+            # Each rank's loss is its share of the global value: the global sum over ranks is the value.
+            share = 1.0 / sched.updates_per_step
+            m.total("train/loss", loss.item() * share)
+            m.total("train/pg_loss", pg_loss.item() * share)
+            m.total("train/ppo_kl", ppo_kl.item() * share)
+            if kl_loss is not None:
+                m.total(KL_LOSS_KEY, kl_loss.item() * share)
+            valid_local = float(mask.sum())
+            m.mean("train/clip_frac", (clip_frac.item() if clip_frac is not None else 0.0) * valid_local, valid_local)
+    m.value("train/grad_norm", sum(grad_norms) / len(grad_norms))  # identical on every rank (summed grads)
+
+
+def optimizer_step(s: RunState, loss: torch.Tensor, step: int) -> float:
+    """Backward, sum gradients over ranks, clip, refuse a non-finite norm, step, refresh the sampler."""
     s.optimizer.zero_grad(set_to_none=True)
     loss.backward()
     params = [p for p in s.policy.parameters() if p.grad is not None]
     if s.group is not None:
-        flat = torch._utils._flatten_dense_tensors([p.grad for p in params])
+        grads = [p.grad for p in params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
         dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=s.group)
-        for p, g in zip(params, torch._utils._unflatten_dense_tensors(flat, [p.grad for p in params])):
-            p.grad.copy_(g)
-    grad_norm = torch.nn.utils.clip_grad_norm_(params, float(w.max_grad_norm))
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset: offset + g.numel()].view_as(g))
+            offset += g.numel()
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, float(s.cfg.workload.max_grad_norm))
+    check_finite_grad_norm(grad_norm, step)
     s.optimizer.step()
-    s.engine.load_weights(s.policy.state_dict())
+    s.optimizer_steps += 1
+    if s.optimizer_steps % s.schedule.sampler_refresh_every == 0:
+        s.engine.load_weights(s.policy.state_dict())
+        s.sampler_step = s.optimizer_steps
+    return float(grad_norm)
 
-    first_return = adv.returns[:, 0] if adv.returns is not None else reward
-    n_local = len(rollout.generations)
-    valid_local = mask.sum().item()
-    sums = Collective(s.group, s.device).sum([
-        reward.sum().item(), first_return.sum().item(), n_local, float(sum(r > 0 for r in reward.tolist())),
-        float(mask.sum(dim=1).sum().item()), float(sum(not g.finished for g in rollout.generations)),
-        clip_frac.item() * valid_local, loss.item(), pg_loss.item(), ppo_kl.item(),
-        kl_loss.item() if kl_loss is not None else 0.0, float(rollout.response_tokens),
-    ])
-    (r_sum, ret_sum, n, n_nonzero, len_sum, trunc_sum, clipped, loss_v, pg_v, ppo_kl_v, kl_v, tokens) = sums
-    raw_var = adv.raw_var.item()
-    rollout_wall, peak = Collective(s.group, s.device).max([rollout.wall_s, peak_memory_gib(s.device)])
-    metrics = {
-        "rollout/raw_reward": r_sum / n,
-        "rollout/returns": ret_sum / n,
-        "rollout/adv_raw_mean": adv.raw_mean.item(),
-        "rollout/adv_raw_std": raw_var ** 0.5,
-        "rollout/adv_norm_mean": norm_mean.item(),
-        "rollout/adv_norm_std": max(norm_var.item(), 0.0) ** 0.5,
-        "rollout/valid_tokens": adv.valid_tokens.item(),
-        "rollout/zero_variance": float(raw_var < VAR_FLOOR),
-        "rollout/all_zero_reward": float(n_nonzero == 0),
-        "rollout/response_len": len_sum / n,
-        "rollout/truncated": trunc_sum / n,
-        "train/loss": loss_v,
-        "train/pg_loss": pg_v,
-        "train/ppo_kl": ppo_kl_v,
-        "train/clip_frac": clipped / max(adv.valid_tokens.item(), 1.0),
-        "train/grad_norm": float(grad_norm),
-        "perf/response_tok_per_s": tokens / max(rollout_wall, 1e-9),
-        "perf/step_s": time.perf_counter() - t_step,
-        "perf/peak_mem_gib": peak,
-    }
-    if kl_loss is not None:
-        metrics[KL_LOSS_KEY] = kl_v
+
+def train_step(s: RunState, step: int) -> dict[str, float]:
+    """rollout -> score -> log-probs -> advantages -> update (epochs x mini-batches) -> metrics."""
+    t_step = time.perf_counter()
+    m = StepMetrics(s.group, s.device)
+    m.value("train/staleness", s.optimizer_steps - s.sampler_step)
+    rollout = rollout_stage(s, step, m)
+    lp = logprob_stage(s, rollout, m)
+    adv = advantage_stage(s, rollout, lp, step, m)
+    update_stage(s, lp, adv, step, m)
+    m.total("perf/response_tok_per_s", float(sum(len(r) for r in rollout.response_ids)))  # tokens; a rate below
+    m.max("perf/rollout_wall_s", rollout.wall_s)
+    m.max("perf/peak_mem_gib", peak_memory_gib(s.device))
+    metrics = m.finish()
+    metrics["perf/response_tok_per_s"] /= max(metrics.pop("perf/rollout_wall_s"), 1e-9)
+    metrics["rollout/all_zero_reward"] = float(metrics["rollout/all_zero_reward"] == 0)
+    metrics["perf/step_s"] = time.perf_counter() - t_step
     return metrics
 
 
@@ -223,15 +479,10 @@ def _versions() -> dict[str, str]:
             "transformers": transformers.__version__, "proofgrid": getattr(trainer, "__version__", "0.1.0")}
 
 
-def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
-
-
 def run_rank(rank: int, world: int, cfg_container: dict) -> dict | None:
     cfg = OmegaConf.create(cfg_container)
     algo = validate(cfg)
+    update_schedule(cfg)
     w = cfg.workload
     torch.set_num_threads(int(w.num_threads))
     if str(w.device).startswith("cuda"):
@@ -282,8 +533,12 @@ def _run(rank: int, world: int, group, cfg: DictConfig, algo: AlgoConfig) -> dic
     ckpt_root = out / "checkpoints"
     start_step = 0
     digest = run_config_digest(cfg)
+    schedule = update_schedule(cfg)
+    sampler_weights, sampler_step = None, None
     if cfg.resume and (ckpt := latest_checkpoint(ckpt_root)) is not None:
         state = load_checkpoint(ckpt, policy, optimizer)
+        sampler_weights = load_sampler_weights(ckpt)
+        sampler_step = state.get("sampler_step")
         if state.get("config_digest") != digest:
             raise RunConfigError(
                 f"{out} holds a checkpoint ({ckpt.name}) of a run with other settings; resuming would mix "
@@ -295,29 +550,47 @@ def _run(rank: int, world: int, group, cfg: DictConfig, algo: AlgoConfig) -> dic
     engine = make_engine(str(w.engine), policy, tokenizer.eos_token_id, tokenizer.pad_token_id)
     scorer = make_scorer(int(w.reward_workers), int(w.reward_max_concurrency))
     state = RunState(cfg, algo, rank, world, group, policy, reference, tokenizer, optimizer, engine,
-                     PromptStream(load_split(resolve(w.train_path)), int(cfg.seed)), device, scorer)
+                     PromptStream(load_split(resolve(w.train_path)), int(cfg.seed)), device, scorer, schedule)
+    state.optimizer_steps = start_step * schedule.updates_per_step
+    state.sampler_step = state.optimizer_steps
+    if sampler_weights is not None:  # the sampler lagged the policy when the checkpoint was written
+        engine.load_weights(sampler_weights)
+        state.sampler_step = int(sampler_step)
     n_updates = int(w.n_updates)
     summary = {
         "algo": algo.short_name, "algo_name": algo.estimator, "seed": int(cfg.seed), "workload": str(w.name),
         "n_updates": n_updates, "dp_size": world, "versions": _versions(), "inputs": inputs,
         "source_commit": source_commit(), "config": OmegaConf.to_container(cfg, resolve=True),
+        METRIC_KEYS_FIELD: metric_keys(algo),
     }
     summary["config"].pop("output_dir", None)  # a machine path; the run directory itself says where
     metrics_log = MetricsLog(out, start_step) if rank == 0 else None
     if rank == 0:
-        _write_json(out / "run.json", {**summary, "status": "running", "steps_completed": start_step,
+        atomic_write_json(out / RUN_RECORD, {**summary, "status": "running", "steps_completed": start_step,
                                        "responses_generated": start_step * int(w.global_batch_size)})
     every = int(w.checkpoint_every)
     for step in range(start_step, n_updates):
-        metrics = train_step(state, step)
+        try:
+            metrics = train_step(state, step)
+        except NonFiniteGradientError as exc:
+            log.error("%s", exc)
+            if rank == 0:
+                metrics_log.close()
+                atomic_write_json(out / RUN_RECORD, {**summary, "status": "failed", "error": str(exc), "failed_step": step,
+                                               "steps_completed": step,
+                                               "responses_generated": step * int(w.global_batch_size)})
+            raise
         done = step + 1
         if rank == 0:
             metrics_log.write(step, metrics)
             log.info("step %d/%d reward=%.3f loss=%.4f", done, n_updates, metrics["rollout/raw_reward"],
                      metrics["train/loss"])
             if done % every == 0 or done == n_updates:
+                lagging = state.sampler_step != state.optimizer_steps
                 save_checkpoint(ckpt_root, done, policy, optimizer,
-                                {"prompts_consumed": done * int(w.prompts_per_step), "config_digest": digest})
+                                {"prompts_consumed": done * int(w.prompts_per_step), "config_digest": digest,
+                                 "sampler_step": state.sampler_step},
+                                sampler_state=engine.state_dict() if lagging else None)
         if group is not None:
             dist.barrier(group=group)
     scorer.close()
@@ -333,16 +606,17 @@ def _run(rank: int, world: int, group, cfg: DictConfig, algo: AlgoConfig) -> dic
         control = make_engine(str(w.engine), reference, tokenizer.eos_token_id, tokenizer.pad_token_id)
         initial = evaluate(control, tokenizer, examples, int(e.k), int(e.seed), eval_sampling, "initial",
                            out / "eval" / "initial.jsonl")
-    _write_json(out / "eval.json", {"initial": initial, "final": final})
+    atomic_write_json(out / "eval.json", {"initial": initial, "final": final})
     result = {**summary, "status": "completed", "steps_completed": n_updates,
               "responses_generated": n_updates * int(w.global_batch_size)}
-    _write_json(out / "run.json", result)
+    atomic_write_json(out / RUN_RECORD, result)
     return result
 
 
 def train(cfg: DictConfig) -> dict:
     """Train one (algo, seed) run into ``cfg.output_dir``; returns the ``run.json`` summary."""
     validate(cfg)  # refuse before spawning anything
+    update_schedule(cfg)
     container = OmegaConf.to_container(cfg, resolve=True)
     world = int(cfg.dp_size)
     if world == 1:

@@ -11,14 +11,20 @@ import json
 import os
 from pathlib import Path
 
-REQUIRED_KEYS = (
-    "rollout/raw_reward", "rollout/returns", "rollout/adv_raw_mean", "rollout/adv_raw_std",
-    "rollout/adv_norm_mean", "rollout/adv_norm_std", "rollout/valid_tokens", "rollout/zero_variance",
-    "rollout/all_zero_reward", "rollout/response_len", "rollout/truncated", "train/loss", "train/pg_loss",
-    "train/ppo_kl", "train/clip_frac", "train/grad_norm", "perf/response_tok_per_s", "perf/step_s",
-    "perf/peak_mem_gib",
-)
-KL_LOSS_KEY = "train/kl_loss"  # present exactly when the algorithm has a separate KL loss
+from facts import DYNAMIC_SAMPLING_KEYS, KL_LOSS_KEY, METRICS_LOG, OFF_POLICY_KEYS, REQUIRED_KEYS
+
+__all__ = ["KL_LOSS_KEY", "REQUIRED_KEYS", "MetricsLog", "metric_keys"]
+
+
+def metric_keys(algo) -> list[str]:
+    """Every key a run of ``algo`` (an ``AlgoConfig``) logs at every step, sorted; written to
+    ``run.json`` so that the evidence learns them from the run itself."""
+    keys = [*REQUIRED_KEYS, *OFF_POLICY_KEYS]
+    if algo.use_kl_loss:
+        keys.append(KL_LOSS_KEY)
+    if algo.dynamic_sampling:
+        keys.extend(DYNAMIC_SAMPLING_KEYS)
+    return sorted(keys)
 
 
 class MetricsLog:
@@ -26,7 +32,7 @@ class MetricsLog:
     (steps a killed run logged after its last checkpoint), so the file stays contiguous."""
 
     def __init__(self, run_dir: Path, start_step: int = 0):
-        self.path = run_dir / "metrics.jsonl"
+        self.path = run_dir / METRICS_LOG
         if start_step > 0 and self.path.exists():
             self._truncate_to(start_step)
         elif start_step == 0 and self.path.exists():

@@ -43,6 +43,11 @@ class TokenBatch:
     response_mask: torch.Tensor  # [B, T] bool: valid response tokens (the end token included)
     prompt_width: int
 
+    def rows(self, rows: slice) -> TokenBatch:
+        """The same batch restricted to a slice of its responses (a PPO mini-batch)."""
+        return TokenBatch(self.input_ids[rows], self.attention_mask[rows], self.position_ids[rows],
+                          self.response_ids[rows], self.response_mask[rows], self.prompt_width)
+
 
 def build_token_batch(prompts: list[list[int]], responses: list[list[int]], pad_id: int, device) -> TokenBatch:
     prompt_ids, prompt_attn = left_pad(prompts, pad_id, device)
@@ -58,8 +63,12 @@ def build_token_batch(prompts: list[list[int]], responses: list[list[int]], pad_
     return TokenBatch(torch.cat([prompt_ids, resp], 1), attn, positions, resp, resp_mask, prompt_ids.shape[1])
 
 
-def response_logprobs(model, batch: TokenBatch, temperature: float = 1.0) -> torch.Tensor:
-    """``log pi(a_t | prefix)`` for every response position, ``[B, T]`` (garbage where mask is 0)."""
+def response_logprobs(model, batch: TokenBatch, temperature: float = 1.0, aux_ids: torch.Tensor | None = None):
+    """``log pi(a_t | prefix)`` for every response position, ``[B, T]`` (garbage where mask is 0).
+
+    With ``aux_ids`` ``[B, T, K]`` it returns ``(logp, logp_aux)``: the log-probs of the response
+    tokens and of K auxiliary tokens per position, gathered from the SAME forward pass (one gather).
+    """
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                    position_ids=batch.position_ids, use_cache=False).logits
     # The logit at position p predicts token p + 1: response token t sits at prompt_width + t.
@@ -68,4 +77,7 @@ def response_logprobs(model, batch: TokenBatch, temperature: float = 1.0) -> tor
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
     logp = torch.log_softmax(logits, dim=-1)
-    return logp.gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1)
+    if aux_ids is None:
+        return logp.gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1)
+    gathered = logp.gather(-1, torch.cat([batch.response_ids.unsqueeze(-1), aux_ids[:, :width]], dim=-1))
+    return gathered[..., 0], gathered[..., 1:]

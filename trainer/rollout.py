@@ -37,6 +37,18 @@ class SamplingParams:
 
 
 @dataclass(frozen=True)
+class AuxDraws:
+    """Auxiliary tokens to draw at every response position (score centering, seed 003).
+
+    ``samples`` draws per position, with replacement, from the sampler's distribution renormalised
+    over its ``top_k`` most likely tokens (``top_k = 0``: the full vocabulary, exact draws).
+    """
+
+    samples: int = 8
+    top_k: int = 20
+
+
+@dataclass(frozen=True)
 class Generation:
     response_ids: list[int]  # includes the end token when the response finished
     finished: bool  # ended with the end token (False = truncated at max_new_tokens)
@@ -46,6 +58,10 @@ class Generation:
 class GenerationBatch:
     generations: list[Generation]
     wall_s: float
+    # The sampler's own log-prob of each generated token, [n, T_gen] (0 after a response's end).
+    sampler_logp: torch.Tensor | None = None
+    # Auxiliary draws [n, T_gen, K] when requested (pad after a response's end).
+    aux_ids: torch.Tensor | None = None
 
     @property
     def response_tokens(self) -> int:
@@ -53,11 +69,18 @@ class GenerationBatch:
 
 
 class RolloutEngine(Protocol):
-    def generate(self, prompts: list[list[int]], keys: list[int], sampling: SamplingParams) -> GenerationBatch:
-        """One response per prompt entry; ``keys[i]`` seeds the randomness of response ``i``."""
+    def generate(self, prompts: list[list[int]], keys: list[int], sampling: SamplingParams,
+                 aux: AuxDraws | None = None) -> GenerationBatch:
+        """One response per prompt entry; ``keys[i]`` seeds the randomness of response ``i``.
+
+        Returns the sampler's per-token log-probs and, when ``aux`` is given, its auxiliary draws.
+        """
 
     def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
-        """Replace the engine's weights (called after every optimizer step)."""
+        """Replace the engine's weights (called every ``sampler_refresh_every`` optimizer steps)."""
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The engine's current weights (checkpointed when the sampler may lag the policy)."""
 
 
 def warn_if_greedy(sampling: SamplingParams, where: str) -> None:
@@ -105,12 +128,18 @@ class TorchEngine:
     def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         self.model.load_state_dict(state_dict)
 
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return self.model.state_dict()
+
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]], keys: list[int], sampling: SamplingParams) -> GenerationBatch:
+    def generate(self, prompts: list[list[int]], keys: list[int], sampling: SamplingParams,
+                 aux: AuxDraws | None = None) -> GenerationBatch:
         if len(prompts) != len(keys):
             raise ValueError("one key per prompt is required")
         start = time.perf_counter()
         generators = [torch.Generator(device="cpu").manual_seed(k) for k in keys]
+        # Auxiliary draws use their own streams, so asking for them never changes the responses.
+        aux_generators = [torch.Generator(device="cpu").manual_seed(aux_seed(k)) for k in keys] if aux else None
         ids, attn = left_pad(prompts, self.pad_id, self.device)
         positions = (attn.cumsum(-1) - 1).clamp_min(0)
         out = self.model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True)
@@ -118,11 +147,19 @@ class TorchEngine:
         n = len(prompts)
         done = torch.zeros(n, dtype=torch.bool, device=self.device)
         tokens: list[torch.Tensor] = []
+        token_logp: list[torch.Tensor] = []
+        aux_tokens: list[torch.Tensor] = []
         next_pos = positions[:, -1:] + 1
         for _ in range(sampling.max_new_tokens):
             nxt = self._sample(logits, generators, sampling)
             nxt = torch.where(done, torch.full_like(nxt, self.pad_id), nxt)
             tokens.append(nxt)
+            scaled = logits / sampling.temperature if not sampling.greedy else logits
+            log_probs = torch.log_softmax(scaled, dim=-1)
+            token_logp.append(torch.where(done, 0.0, log_probs.gather(-1, nxt.unsqueeze(-1)).squeeze(-1)))
+            if aux is not None:
+                drawn = draw_aux(log_probs, aux, aux_generators)
+                aux_tokens.append(torch.where(done.unsqueeze(-1), self.pad_id, drawn))
             done = done | (nxt == self.eos_id)
             if bool(done.all()):
                 break
@@ -131,6 +168,8 @@ class TorchEngine:
                              cache=cache, use_cache=True)
             cache, logits = out.cache, out.logits[:, -1, :].float()
             next_pos = next_pos + 1
+        sampler_logp = torch.stack(token_logp, dim=1) if token_logp else torch.zeros((n, 0), device=self.device)
+        aux_ids = torch.stack(aux_tokens, dim=1) if aux_tokens else None
         generated = torch.stack(tokens, dim=1).cpu().tolist() if tokens else [[] for _ in range(n)]
         results = []
         for row in generated:
@@ -138,7 +177,7 @@ class TorchEngine:
                 results.append(Generation(row[: row.index(self.eos_id) + 1], True))
             else:
                 results.append(Generation(row, False))
-        return GenerationBatch(results, time.perf_counter() - start)
+        return GenerationBatch(results, time.perf_counter() - start, sampler_logp, aux_ids)
 
     def _sample(self, logits: torch.Tensor, generators, sampling: SamplingParams) -> torch.Tensor:
         if sampling.greedy:
@@ -147,6 +186,24 @@ class TorchEngine:
         uniform = torch.stack([torch.rand(logits.shape[-1], generator=g) for g in generators]).to(logits.device)
         gumbel = -torch.log(-torch.log(uniform.clamp(1e-20, 1.0 - 1e-7)))
         return (scaled + gumbel).argmax(-1)
+
+
+def aux_seed(key: int) -> int:
+    """The seed of a response's auxiliary-draw stream: derived from, but never equal to, its key."""
+    return (key * 0x9E3779B97F4A7C15 + 0x5C0E) % (1 << 63)
+
+
+def draw_aux(log_probs: torch.Tensor, aux: AuxDraws, generators) -> torch.Tensor:
+    """``aux.samples`` draws per row from ``softmax(log_probs)`` renormalised over its top-k
+    (inverse CDF with one uniform per draw from each row's own generator), ``[n, K]`` token ids."""
+    if aux.top_k and aux.top_k < log_probs.shape[-1]:
+        top, ids = torch.topk(log_probs, aux.top_k, dim=-1)
+    else:
+        top, ids = log_probs, None
+    cdf = torch.softmax(top, dim=-1).cumsum(-1)
+    uniform = torch.stack([torch.rand(aux.samples, generator=g, dtype=cdf.dtype) for g in generators]).to(cdf.device)
+    picked = torch.searchsorted(cdf, uniform * cdf[:, -1:]).clamp_max(cdf.shape[-1] - 1)
+    return picked if ids is None else ids.gather(-1, picked)
 
 
 # Engines by name (``workload.engine``). An SGLang engine registers here; the loop never changes.

@@ -48,7 +48,7 @@ def kl_shaped_returns(
     """
     valid = as_bool_mask(mask)
     zero = torch.zeros((), dtype=logp_old.dtype, device=logp_old.device)
-    kl = torch.where(valid, k1_kl(logp_old, logp_ref), zero)
+    kl = k1_kl(logp_old, logp_ref, valid)
     positions = torch.arange(valid.shape[-1], device=valid.device).expand_as(valid)
     is_terminal = valid & (positions == last_valid_index(valid).unsqueeze(-1))
     terminal_reward = torch.where(is_terminal, reward.to(logp_old.dtype).unsqueeze(-1), zero)

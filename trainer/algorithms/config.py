@@ -41,6 +41,18 @@ class AlgoConfig:
     fully_async: bool = False
     hybrid: bool = False
     context_parallel_size: int = 1
+    # Algorithm-specific settings (an Estimator lists the ones it reads; others must keep these defaults).
+    tau_pos: float = 1.0  # sapo: gate temperature where A > 0
+    tau_neg: float = 1.05  # sapo: gate temperature where A <= 0
+    is_cap: float | None = None  # is_pg: truncate the importance ratio at this value (None: no cap)
+    aux_samples: int = 8  # score_centering: K auxiliary draws per position
+    aux_top_k: int = 20  # score_centering: draw from the sampler renormalised over its top-k
+    aux_source: str = "top_k"  # score_centering: top_k | full (exact full-vocabulary draws)
+    sc_kl_coeff: float = 0.0  # score_centering: analytic KL term kl_coeff * (logp_sampler - logp)
+    dynamic_sampling: bool = False  # dapo: refill zero-variance prompt groups from further prompts
+    dynamic_sampling_max_attempts: int = 4  # dapo: prompts tried per slot before keeping the last group
+    overlong_cache: int = 0  # dapo: soft overlong penalty over the last `cache` tokens (0: off)
+    overlong_penalty_factor: float = 1.0  # dapo: penalty at the response cap
 
     def __post_init__(self) -> None:
         est = get_estimator(self.estimator)  # raises on an unknown name
@@ -69,10 +81,44 @@ class AlgoConfig:
         return cls(**values)
 
 
+AUX_SOURCES = ("top_k", "full")
+ALGORITHM_SETTINGS = ("tau_pos", "tau_neg", "is_cap", "aux_samples", "aux_top_k", "aux_source", "sc_kl_coeff",
+                      "dynamic_sampling", "dynamic_sampling_max_attempts", "overlong_cache", "overlong_penalty_factor")
+# Each check: (rule, predicate that is True when the config is refused, message).
+_SETTING_CHECKS = (
+    ("sapo-tau", lambda c: c.tau_pos <= 0 or c.tau_neg <= 0,
+     lambda c: f"tau_pos={c.tau_pos} and tau_neg={c.tau_neg}: f_tau divides by tau; set tau_pos > 0 and tau_neg > 0"),
+    ("is-cap", lambda c: c.is_cap is not None and c.is_cap < 1.0,
+     lambda c: f"is_cap={c.is_cap} truncates even on-policy ratios (rho = 1); set is_cap >= 1 or null"),
+    ("aux-tokens", lambda c: c.aux_samples < 1 or c.aux_top_k < 1 or c.aux_source not in AUX_SOURCES,
+     lambda c: f"aux_samples={c.aux_samples}, aux_top_k={c.aux_top_k}, aux_source={c.aux_source!r}: set "
+               f"aux_samples >= 1, aux_top_k >= 1 and aux_source one of {', '.join(AUX_SOURCES)}"),
+    ("sc-kl", lambda c: c.sc_kl_coeff < 0 or (c.sc_kl_coeff != 0 and c.use_kl_loss),
+     lambda c: f"sc_kl_coeff={c.sc_kl_coeff} must be >= 0 and not combined with use_kl_loss=true (it would "
+               "regularise twice); keep one"),
+    ("dynamic-sampling", lambda c: c.dynamic_sampling_max_attempts < 1,
+     lambda c: f"dynamic_sampling_max_attempts={c.dynamic_sampling_max_attempts}: set dynamic_sampling_max_attempts >= 1"),
+    ("overlong", lambda c: c.overlong_cache < 0 or c.overlong_penalty_factor < 0,
+     lambda c: f"overlong_cache={c.overlong_cache} and overlong_penalty_factor={c.overlong_penalty_factor} "
+               "must not be negative; set both >= 0"),
+)
+
+
 def _violations(cfg: AlgoConfig):
     """Yield ``(rule, message)`` for every refused combination, most fundamental first."""
     est = get_estimator(cfg.estimator)
     name = est.name
+    defaults = {f.name: f.default for f in dataclasses.fields(AlgoConfig)}
+    unused = [k for k in ALGORITHM_SETTINGS if k not in est.settings and getattr(cfg, k) != defaults[k]]
+    if unused:
+        yield (
+            "unused-setting",
+            f"{name} does not read {', '.join(unused)}; a value set there would be silently ignored; "
+            "remove it (or choose the algorithm that reads it)",
+        )
+    for rule, refused, message in _SETTING_CHECKS:
+        if refused(cfg):
+            yield rule, message(cfg)
     if cfg.n_samples_per_prompt < est.min_group_size:
         why = (
             "the inclusive group mean makes every advantage exactly zero"

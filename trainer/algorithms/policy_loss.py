@@ -62,6 +62,117 @@ def ppo_clip_token_loss(
     return token_loss, clip_frac
 
 
+def _selected(valid: torch.Tensor, x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``x`` on valid tokens, exactly 0 elsewhere, in the dtype of ``like`` (selection before arithmetic)."""
+    return torch.where(valid, x.to(like.dtype), torch.zeros((), dtype=like.dtype, device=like.device))
+
+
+def _clipped_surrogate(ratio, adv, valid, clip_low, clip_high) -> tuple[torch.Tensor, torch.Tensor]:
+    """``-min(rho A, clip(rho, 1 - clip_low, 1 + clip_high) A)`` on valid tokens, and the clipped fraction."""
+    surrogate = ratio * adv
+    clipped_surrogate = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
+    token_loss = _selected(valid, -torch.minimum(surrogate, clipped_surrogate), ratio)
+    clip_active = valid & (clipped_surrogate < surrogate)
+    clip_frac = clip_active.sum().to(torch.float64) / valid.sum().to(torch.float64).clamp_min(1.0)
+    return token_loss, clip_frac
+
+
+def gspo_token_loss(
+    logp: torch.Tensor,
+    logp_old: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GSPO (seed 001, GSPO row): the clipped surrogate on a *sequence* ratio broadcast to its tokens.
+
+    ``rho_i = exp((1/L_i) sum_t m[i,t] (logp - logp_old)[i,t])`` with ``L_i`` the valid tokens of
+    response ``i``; ``loss[i,t] = -min(rho_i A, clip(rho_i, 1 - clip_low, 1 + clip_high) A)`` on valid
+    tokens, 0 elsewhere. Returns ``(token_loss, clip_frac)`` (fraction of valid tokens clipped).
+    """
+    valid = as_bool_mask(mask)
+    log_ratio = _selected(valid, logp - _selected(valid, logp_old, logp), logp)
+    lengths = valid.sum(dim=-1, keepdim=True).to(logp.dtype).clamp_min(1.0)
+    ratio = torch.exp(log_ratio.sum(dim=-1, keepdim=True) / lengths).expand_as(logp)
+    return _clipped_surrogate(ratio, _selected(valid, advantages, logp), valid, clip_low, clip_high)
+
+
+def sapo_token_loss(
+    logp: torch.Tensor,
+    logp_old: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    tau_pos: float = 1.0,
+    tau_neg: float = 1.05,
+) -> torch.Tensor:
+    """SAPO (seed 001, SAPO row): a smooth sigmoid gate instead of a hard clip.
+
+    ``rho = exp(logp - logp_old)`` per token, ``f_tau(rho) = 4 sigmoid(tau (rho - 1)) / tau`` and
+    ``loss = -f_tau(rho) A`` with ``tau = tau_pos`` where ``A > 0`` and ``tau_neg`` where ``A <= 0``;
+    0 outside the mask. At ``rho = 1`` the gradient is the plain policy gradient ``-A grad logp``.
+    """
+    valid = as_bool_mask(mask)
+    ratio = torch.exp(_selected(valid, logp - _selected(valid, logp_old, logp), logp))
+    adv = _selected(valid, advantages, logp)
+    tau = torch.where(adv > 0, torch.full_like(adv, tau_pos), torch.full_like(adv, tau_neg))
+    gate = 4.0 * torch.sigmoid(tau * (ratio - 1.0)) / tau
+    return _selected(valid, -gate * adv, logp)
+
+
+def is_pg_token_loss(
+    logp: torch.Tensor,
+    logp_sampler: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    cap: float | None = None,
+) -> torch.Tensor:
+    """Importance-sampled policy gradient (Tinker's ``importance_sampling`` loss; seed 003's baseline).
+
+    ``rho = exp(logp - logp_sampler)`` with ``logp_sampler`` the rollout engine's own log-probs,
+    truncated to ``min(rho, cap)`` when ``cap`` is given; ``loss = -rho A`` on valid tokens, 0 elsewhere.
+    At staleness 0 (``logp = logp_sampler``) its gradient is the on-policy ``-A grad logp``.
+    """
+    valid = as_bool_mask(mask)
+    ratio = torch.exp(_selected(valid, logp - _selected(valid, logp_sampler, logp), logp))
+    if cap is not None:
+        ratio = torch.clamp(ratio, max=cap)
+    return _selected(valid, -ratio * _selected(valid, advantages, logp), logp)
+
+
+def score_centering_token_loss(
+    logp_target: torch.Tensor,
+    logp_aux: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    aux_weights: torch.Tensor | None = None,
+    logp_sampler: torch.Tensor | None = None,
+    kl_coeff: float = 0.0,
+) -> torch.Tensor:
+    """Score centering (seed 003's candidate): CE-valued forward, centred backward.
+
+    ``a_bar[i,t] = mean_k logp_aux[i,t,k]`` (or ``sum_k w[i,t,k] logp_aux[i,t,k]`` with stop-gradient
+    weights ``w`` summing to 1, e.g. the sampler's full-vocabulary probabilities for the exact
+    expectation); ``loss = -A logp_target + A (a_bar - stopgrad(a_bar))
+    [+ kl_coeff (logp_sampler - logp_target)]`` on valid tokens, 0 elsewhere. ``logp_aux`` is
+    ``[B, T, K]``: the policy's log-probs of K auxiliary draws from the sampler at each position.
+    """
+    valid = as_bool_mask(mask)
+    aux = torch.where(valid.unsqueeze(-1), logp_aux, torch.zeros((), dtype=logp_aux.dtype, device=logp_aux.device))
+    if aux_weights is None:
+        aux_mean = aux.mean(dim=-1)
+    else:
+        aux_mean = (aux * aux_weights.detach().to(aux.dtype)).sum(dim=-1)
+    target = _selected(valid, logp_target, logp_target)
+    adv = _selected(valid, advantages, logp_target)
+    token_loss = -adv * target + adv * (aux_mean - aux_mean.detach())
+    if kl_coeff != 0.0:
+        if logp_sampler is None:
+            raise ValueError("score_centering_token_loss: kl_coeff != 0 needs logp_sampler")
+        token_loss = token_loss + kl_coeff * (_selected(valid, logp_sampler, logp_target) - target)
+    return _selected(valid, token_loss, logp_target)
+
+
 def _global_sum(t: torch.Tensor, group) -> torch.Tensor:
     if group is not None:
         t = t.clone()

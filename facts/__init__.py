@@ -1,0 +1,29 @@
+"""Facts shared by trainer, launcher and evidence, stated once: metric keys, algorithm traits,
+run-directory file names, checkpoint naming, file hashing and atomic JSON writes.
+
+Dependency-free (standard library only), so every package may import it and none imports upward.
+"""
+
+from facts.algorithms import ALGO_ORDER, DISPLAY_NAMES, KL_LOSS_BY_ALGO, algo_sort_key, display_name
+from facts.files import (
+    CHECKPOINTS_DIR,
+    EVAL_RECORD,
+    METRICS_LOG,
+    RUN_RECORD,
+    atomic_write_json,
+    checkpoint_name,
+    sha256_file,
+)
+from facts.metrics import (
+    DYNAMIC_SAMPLING_KEYS,
+    KL_LOSS_KEY,
+    METRIC_KEYS_FIELD,
+    OFF_POLICY_KEYS,
+    REQUIRED_KEYS,
+)
+
+__all__ = [
+    "ALGO_ORDER", "CHECKPOINTS_DIR", "DISPLAY_NAMES", "DYNAMIC_SAMPLING_KEYS", "EVAL_RECORD", "KL_LOSS_BY_ALGO",
+    "KL_LOSS_KEY", "METRICS_LOG", "METRIC_KEYS_FIELD", "OFF_POLICY_KEYS", "REQUIRED_KEYS", "RUN_RECORD",
+    "algo_sort_key", "atomic_write_json", "checkpoint_name", "display_name", "sha256_file",
+]

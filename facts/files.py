@@ -1,0 +1,42 @@
+"""Run-directory file names, checkpoint naming, streaming SHA256 and atomic JSON writes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+RUN_RECORD = "run.json"
+METRICS_LOG = "metrics.jsonl"
+EVAL_RECORD = "eval.json"
+CHECKPOINTS_DIR = "checkpoints"
+CHUNK = 1 << 20  # 1 MiB: large enough that hashing runs at sha256sum speed
+
+
+def checkpoint_name(step: int) -> str:
+    """Name of the checkpoint written after ``step`` optimizer updates: ``step_000050``."""
+    return f"step_{step:06d}"
+
+
+def sha256_file(path: str | Path) -> str:
+    """SHA256 hex digest of a file, streamed in 1 MiB chunks into one reused buffer."""
+    digest = hashlib.sha256()
+    buffer = bytearray(CHUNK)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as handle:
+        while True:
+            n = handle.readinto(buffer)
+            if not n:
+                break
+            digest.update(view[:n])
+    return digest.hexdigest()
+
+
+def atomic_write_json(path: str | Path, data) -> None:
+    """Write ``data`` as sorted, indented JSON to a temporary file, then rename it into place:
+    a reader sees the old or the new file, never a torn one."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)
