@@ -219,14 +219,17 @@ class _JobCleaner:
 
     def __init__(self, sweep: Sweep) -> None:
         self.clean_once = functools.lru_cache(maxsize=None)(sweep_sanitizer(sweep.sweep_dir, REPO_ROOT).clean)
-        self.job_dir: re.Pattern[str] | None = None
+        jobs_root = re.escape(str(sweep.sweep_dir / "jobs"))
+        self.job_dirs = re.compile(r"(?<![\w.-])" + jobs_root + r"/([\w.-]+)(?![\w.-])")
+        self.name = ""
 
     def for_job(self, spec: JobSpec) -> _JobCleaner:
-        self.job_dir = re.compile(r"(?<![\w.-])" + re.escape(str(spec.job_dir)) + r"(?![\w.-])")
+        self.name = spec.job_dir.name
         return self
 
     def clean(self, text: str) -> str:
-        return self.clean_once(self.job_dir.sub("<JOB_DIR>", text))
+        text = self.job_dirs.sub(lambda m: "<JOB_DIR>" if m.group(1) == self.name else m.group(0), text)
+        return self.clean_once(text)
 
 
 def expanded_commands(sweep: Sweep) -> list[str]:
