@@ -360,7 +360,7 @@ def scan_leaks(bag: Path, clean: Sanitizer | None = None) -> list[Finding]:
         rel = path.relative_to(bag).as_posix()
         leaks = clean.scan(rel)
         if path.is_file() and not path.is_symlink():
-            leaks += clean.scan(path.read_bytes().decode("utf-8", errors="replace"))
+            leaks += clean.scan_document(rel, path.read_bytes().decode("utf-8", errors="replace"))
         findings += [Finding(rel, f"leak: {leak}") for leak in dict.fromkeys(leaks)]
     return findings
 
