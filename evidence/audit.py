@@ -10,7 +10,9 @@ Each problem is a ``Finding`` naming a file (relative to the bag) and a reason.
 
 from __future__ import annotations
 
+import logging
 import math
+import os
 import re
 import tarfile
 import tempfile
@@ -18,6 +20,8 @@ import unicodedata
 import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+
+import bagit
 
 from evidence.artifacts import check_cleanup, check_run_summary, checkpoint_name
 from evidence.bundle import TAG_FILES
@@ -31,7 +35,6 @@ from evidence.tables import compute_tables
 PAYLOAD = "data"
 MANIFEST = "manifest-sha256.txt"
 TAGMANIFEST = "tagmanifest-sha256.txt"
-_HEX64 = re.compile(r"[0-9a-f]{64}")
 # Reported per file before the rest are summarised, so one broken table does not bury the others.
 MAX_PER_FILE = 20
 
@@ -149,34 +152,13 @@ def audit_archive(archive: Path) -> list[Finding]:
 
 
 # ---- BagIt ----------------------------------------------------------------------------------------
+# bagit-python's Bag.validate() is the bag check (structure, bagit.txt, manifests and tag manifests,
+# completeness, every digest, Payload-Oxum); proofgrid adds only its own rules on top: sha256
+# manifests only, nothing beside the payload but the tag files, no links or special files, every
+# tag file in the tag manifest, a Source-Commit.
 
-def _parse_manifest(bag: Path, name: str, findings: list[Finding]) -> dict[str, str]:
-    """``{relative path: digest}`` of a manifest; unsafe or malformed lines become findings."""
-    entries: dict[str, str] = {}
-    try:
-        text = (bag / name).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        findings.append(Finding(name, "missing or unreadable"))
-        return entries
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        parts = line.split(None, 1)
-        if len(parts) != 2 or not _HEX64.fullmatch(parts[0].lower()):
-            findings.append(Finding(name, f"line {number}: not '<sha256>  <path>'"))
-            continue
-        digest = parts[0].lower()
-        rel = parts[1].strip().lstrip("*").replace("%0D", "\r").replace("%0A", "\n")
-        pure = PurePosixPath(rel)
-        if pure.is_absolute() or rel.startswith("\\") or re.match(r"^[A-Za-z]:", rel):
-            findings.append(Finding(name, f"line {number}: absolute path {rel!r}"))
-        elif ".." in pure.parts or "\\" in rel:
-            findings.append(Finding(name, f"line {number}: path {rel!r} escapes the bag"))
-        elif rel in entries:
-            findings.append(Finding(name, f"line {number}: {rel} listed twice"))
-        else:
-            entries[rel] = digest
-    return entries
+def _manifest_of(rel: str) -> str:
+    return MANIFEST if rel.startswith(PAYLOAD + "/") else TAGMANIFEST
 
 
 def _files(root: Path, findings: list[Finding], bag: Path) -> list[str]:
@@ -193,15 +175,6 @@ def _files(root: Path, findings: list[Finding], bag: Path) -> list[str]:
     return files
 
 
-def _check_digests(bag: Path, entries: dict[str, str], manifest: str, findings: list[Finding]) -> None:
-    for rel, digest in sorted(entries.items()):
-        path = bag / rel
-        if path.is_symlink() or not path.is_file():
-            findings.append(Finding(rel, f"listed in {manifest} but missing"))
-        elif sha256_file(path) != digest:
-            findings.append(Finding(rel, f"SHA256 differs from {manifest}"))
-
-
 def _read_tags(path: Path) -> dict[str, str]:
     tags = {}
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -211,8 +184,39 @@ def _read_tags(path: Path) -> dict[str, str]:
     return tags
 
 
+def _bagit_findings(loaded: bagit.Bag, error: bagit.BagError, bag: Path) -> list[Finding]:
+    """bagit's validation error as findings: one per structured detail, else its message."""
+    findings = []
+    for detail in getattr(error, "details", None) or []:
+        rel = str(detail.path).replace(os.sep, "/")
+        if isinstance(detail, bagit.ChecksumMismatch):
+            findings.append(Finding(rel, f"SHA256 differs from {_manifest_of(rel)}"))
+        elif isinstance(detail, bagit.FileMissing):
+            findings.append(Finding(rel, f"listed in {_manifest_of(rel)} but missing"))
+        elif isinstance(detail, bagit.UnexpectedFile):
+            findings.append(Finding(rel, f"not listed in {MANIFEST} (extra file)"))
+        else:
+            findings.append(Finding(rel, str(detail)))
+    if findings:
+        return findings
+    message = str(getattr(error, "message", error)).replace(str(bag) + os.sep, "").replace(str(bag), "<bag>")
+    if "Payload-Oxum" in message:
+        # bagit stops at the Payload-Oxum: still name the files that differ, from its own manifest entries.
+        findings.append(Finding("bag-info.txt", message))
+        only_in_manifest, only_on_fs = loaded.compare_manifests_with_fs()
+        findings += [Finding(rel, f"listed in {MANIFEST} but missing") for rel in sorted(only_in_manifest)]
+        findings += [Finding(rel, f"not listed in {MANIFEST} (extra file)") for rel in sorted(only_on_fs)]
+        for rel, digests in sorted(loaded.entries.items()):
+            path = bag / rel
+            if "sha256" in digests and path.is_file() and not path.is_symlink() \
+                    and sha256_file(path) != digests["sha256"].lower():
+                findings.append(Finding(rel, f"SHA256 differs from {_manifest_of(rel)}"))
+        return findings
+    return [Finding("bagit", message)]
+
+
 def check_bag(bag: Path) -> list[Finding]:
-    """BagIt validity to RFC 8493 with sha256 manifests only: listed, digested, nothing extra."""
+    """BagIt validity by bagit-python's ``Bag.validate()``, plus proofgrid's rules on top."""
     findings: list[Finding] = []
     for entry in sorted(bag.iterdir()):
         if entry.name == PAYLOAD and entry.is_dir() and not entry.is_symlink():
@@ -223,49 +227,26 @@ def check_bag(bag: Path) -> list[Finding]:
             findings.append(Finding(entry.name, "only sha256 manifests are allowed"))
         else:
             findings.append(Finding(entry.name, "extra entry outside the payload"))
+    if (bag / PAYLOAD).is_dir():
+        _files(bag / PAYLOAD, findings, bag)
+    logging.getLogger("bagit").setLevel(logging.CRITICAL)  # its findings come back as exceptions
     try:
-        raw = (bag / "bagit.txt").read_bytes()
-        tags = _read_tags(bag / "bagit.txt")
-        if raw.startswith(b"\xef\xbb\xbf"):
-            findings.append(Finding("bagit.txt", "starts with a byte-order mark"))
-        if tags.get("BagIt-Version") not in ("0.97", "1.0") or tags.get("Tag-File-Character-Encoding") != "UTF-8":
-            findings.append(Finding("bagit.txt", "BagIt-Version / Tag-File-Character-Encoding missing or wrong"))
-    except (OSError, UnicodeDecodeError):
-        findings.append(Finding("bagit.txt", "missing or unreadable"))
-    if not (bag / PAYLOAD).is_dir():
-        findings.append(Finding(PAYLOAD, "payload directory missing"))
-        return findings
+        loaded = bagit.Bag(str(bag))
+    except bagit.BagError as exc:
+        message = str(exc).replace(str(bag) + os.sep, "").replace(str(bag), "<bag>")
+        return findings + [Finding("bagit", f"not a loadable bag: {message}")]
+    try:
+        loaded.validate(processes=1)
+    except bagit.BagError as exc:
+        findings += _bagit_findings(loaded, exc, bag)
+    except (OSError, ValueError) as exc:
+        findings.append(Finding("bagit", f"validation failed ({exc.__class__.__name__}: {exc})"))
 
-    payload = _files(bag / PAYLOAD, findings, bag)
-    manifest = _parse_manifest(bag, MANIFEST, findings)
-    for rel in manifest:
-        if not rel.startswith(PAYLOAD + "/"):
-            findings.append(Finding(MANIFEST, f"{rel}: payload entry outside data/"))
-    safe = {rel: d for rel, d in manifest.items() if rel.startswith(PAYLOAD + "/")}
-    _check_digests(bag, safe, MANIFEST, findings)
-    for rel in payload:
-        if rel not in manifest:
-            findings.append(Finding(rel, f"not listed in {MANIFEST} (extra file)"))
-
-    tagmanifest = _parse_manifest(bag, TAGMANIFEST, findings)
-    for rel in list(tagmanifest):
-        if "/" in rel or rel == TAGMANIFEST:
-            findings.append(Finding(TAGMANIFEST, f"{rel}: not a tag file"))
-            del tagmanifest[rel]
-    _check_digests(bag, tagmanifest, TAGMANIFEST, findings)
+    tagged = {rel for rel in loaded.entries if "/" not in rel}
     for name in TAG_FILES:
-        if name != TAGMANIFEST and (bag / name).is_file() and name not in tagmanifest:
+        if name != TAGMANIFEST and (bag / name).is_file() and name not in tagged:
             findings.append(Finding(name, f"not listed in {TAGMANIFEST}"))
-
-    try:
-        info = _read_tags(bag / "bag-info.txt")
-    except (OSError, UnicodeDecodeError):
-        findings.append(Finding("bag-info.txt", "missing or unreadable"))
-        return findings
-    oxum = f"{sum((bag / rel).stat().st_size for rel in payload)}.{len(payload)}"
-    if info.get("Payload-Oxum") != oxum:
-        findings.append(Finding("bag-info.txt", f"Payload-Oxum {info.get('Payload-Oxum')} != payload {oxum}"))
-    if not info.get("Source-Commit"):
+    if not loaded.info.get("Source-Commit"):
         findings.append(Finding("bag-info.txt", "no Source-Commit"))
     return findings
 

@@ -56,9 +56,19 @@ def test_dotdot_entry_in_manifest(bundle_copy):
     outside.write_text("x\n")
     with open(bundle_copy / "manifest-sha256.txt", "a") as handle:
         handle.write(f"{'0' * 64}  data/../../outside.txt\n")
+    # bagit-python's own loader refuses the bag; the finding carries no machine path.
+    assert audit_reasons(bundle_copy, "bagit") == [
+        'bagit: not a loadable bag: Path "../outside.txt" in manifest "manifest-sha256.txt" is unsafe']
+
+
+def test_bagit_validation_details_become_one_finding_per_file(bundle_copy):
+    """A changed size stops bagit at the Payload-Oxum: the files that differ are still named."""
+    (bundle_copy / "data" / "report.md").write_text("forged\n")
+    (bundle_copy / "data" / "figures" / "reward.svg").unlink()
     reasons = audit_reasons(bundle_copy)
-    assert any("manifest-sha256.txt: line" in r and "escapes the bag" in r for r in reasons)
-    assert "manifest-sha256.txt: SHA256 differs from tagmanifest-sha256.txt" in reasons
+    assert "data/report.md: SHA256 differs from manifest-sha256.txt" in reasons
+    assert "data/figures/reward.svg: listed in manifest-sha256.txt but missing" in reasons
+    assert any(r.startswith("bag-info.txt: Payload-Oxum validation failed") for r in reasons)
 
 
 def test_only_sha256_manifests(bundle_copy):
