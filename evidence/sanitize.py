@@ -147,6 +147,10 @@ NAME_KEY_RE = re.compile(
     r"(?i)(?:^|[_.-])(?:user(?:name)?|logname|login|owner|host(?:name)?|node(?:name|list)?|submit_host|addr)$")
 _NAME_KEY_IN_TEXT = r"(?i:[A-Za-z0-9_.-]*(?:user(?:name)?|logname|host(?:name)?|node(?:name|list)?))"
 
+# Joins many short texts for one pass of the rules: a line break ends every rule's match, and no rule
+# matches a NUL (so no match runs on into the next text).
+_SEPARATOR = "\n\x00\n"
+
 PLACEHOLDERS = ("<SECRET>", "<SWEEP_DIR>", "<JOB_DIR>", "<HOME>", "<PATH>", "<USER>", "<HOST>")
 
 
@@ -212,6 +216,15 @@ def _lines_with(text: str, trigger: re.Pattern[str]) -> list[tuple[int, str]]:
     return sorted(starts.items())
 
 
+def _trimmed(text: str, start: int, end: int) -> tuple[int, int]:
+    """A match without the delimiters some plugins include (Artifactory's ``(?:\\s|=|:|"|^)``)."""
+    while start < end and text[start] in " \t\r\n\"=:":
+        start += 1
+    while end > start and text[end - 1] in " \t\r\n\"":
+        end -= 1
+    return start, end
+
+
 def _plugin_hits(text: str) -> Iterator[_Hit]:
     """detect-secrets' regex plugins: the values each plugin reports, located by its own denylist. A
     group shorter than a credential (``ghp`` in ``(ghp|gho)_...``) is a prefix: the whole match is taken."""
@@ -228,6 +241,7 @@ def _plugin_hits(text: str) -> Iterator[_Hit]:
                         if piece[start:end] in values:
                             if end - start < MIN_SECRET_LEN:
                                 start, end = match.span()
+                            start, end = _trimmed(piece, start, end)
                             yield _Hit(offset + start, offset + end, plugin.secret_type, "<SECRET>", 1)
 
 
@@ -381,39 +395,84 @@ class Sanitizer:
                     return placeholder + value[len(name):]
         return None
 
-    def clean_value(self, value: str, key: str = "") -> str:
-        """A string value sanitised. Under a secret-named key (``password``, ``HF_TOKEN``) a credential-like
-        value is replaced whole; under a user/host key (``node``, ``SLURMD_NODENAME``) a known name is."""
+    def _whole_value(self, value: str, key: str) -> str | None:
+        """The replacement of a value by its field alone, or None. Under a secret-named key (``password``,
+        ``HF_TOKEN``) a credential-like value is replaced whole; under a user/host key (``node``,
+        ``SLURMD_NODENAME``) a known name is."""
         if _SECRET_KEY_RE.search(key) and not _NOT_A_SECRET.fullmatch(value) and len(value) >= 4:
             return "<SECRET>"
         if NAME_KEY_RE.search(key):
-            whole = self._whole_name(value)
-            if whole is not None:
-                return whole
-        return self.clean(value)
+            return self._whole_name(value)
+        return None
+
+    def clean_value(self, value: str, key: str = "") -> str:
+        """A string value of field ``key`` sanitised (see ``_whole_value``), else by the text rules."""
+        whole = self._whole_value(value, key)
+        return self.clean(value) if whole is None else whole
+
+    def _clean_many(self, texts: list[str]) -> list[str]:
+        """``[clean(t) for t in texts]``, in one pass over the joined texts (each rule call costs more than
+        its text is long). The separator is one no rule crosses; if one did, each text is cleaned alone."""
+        if len(texts) < 2:
+            return [self.clean(t) for t in texts]
+        cleaned = self.clean(_SEPARATOR.join(texts)).split(_SEPARATOR)
+        return cleaned if len(cleaned) == len(texts) else [self.clean(t) for t in texts]
 
     def clean_json(self, value, key: str = ""):
-        """A JSON value with every string sanitised: keys by the text rules only (a key is never a name)."""
-        if isinstance(value, dict):
-            return {self.clean(str(k)): self.clean_json(v, str(k)) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self.clean_json(v, key) for v in value]
-        if isinstance(value, str):
-            return self.clean_value(value, key)
-        return value
+        """A JSON value with every string sanitised: keys by the text rules only (a key is never a name),
+        values also by their field (``_whole_value``)."""
+        texts: list[str] = []
+
+        def collect(node, field: str) -> None:
+            if isinstance(node, dict):
+                for k, v in node.items():
+                    texts.append(str(k))
+                    collect(v, str(k))
+            elif isinstance(node, list):
+                for v in node:
+                    collect(v, field)
+            elif isinstance(node, str) and self._whole_value(node, field) is None:
+                texts.append(node)
+
+        collect(value, key)
+        cleaned = iter(self._clean_many(texts))
+
+        def rebuild(node, field: str):
+            if isinstance(node, dict):
+                return {next(cleaned): rebuild(v, str(k)) for k, v in node.items()}
+            if isinstance(node, list):
+                return [rebuild(v, field) for v in node]
+            if isinstance(node, str):
+                whole = self._whole_value(node, field)
+                return next(cleaned) if whole is None else whole
+            return node
+
+        return rebuild(value, key)
 
     def _scan_json(self, value, key: str = "") -> list[Leak]:
-        """The leaks that ``clean_json`` replaces, key by key and value by value."""
-        if isinstance(value, dict):
-            return [leak for k, v in value.items() for leak in self.scan(str(k)) + self._scan_json(v, str(k))]
-        if isinstance(value, list):
-            return [leak for v in value for leak in self._scan_json(v, key)]
-        if isinstance(value, str):
-            if self.clean_value(value, key) == self.clean(value):
-                return self.scan(value)
-            kind = "secret-named field" if _SECRET_KEY_RE.search(key) else "host or user name"
-            return [Leak(kind, f"{key}={_mask(value) if kind.startswith('secret') else value}")]
-        return []
+        """The leaks that ``clean_json`` replaces: every key and value by the text rules, in one pass over
+        the joined strings, and the values that their field alone makes a leak."""
+        texts: list[str] = []
+        leaks: list[Leak] = []
+
+        def collect(node, field: str) -> None:
+            if isinstance(node, dict):
+                for k, v in node.items():
+                    texts.append(str(k))
+                    collect(v, str(k))
+            elif isinstance(node, list):
+                for v in node:
+                    collect(v, field)
+            elif isinstance(node, str):
+                if self._whole_value(node, field) is None:
+                    texts.append(node)
+                elif _SECRET_KEY_RE.search(field):
+                    leaks.append(Leak("secret-named field", f"{field}={_mask(node)}"))
+                else:
+                    leaks.append(Leak("host or user name", f"{field}={node}"))
+
+        collect(value, key)
+        return leaks + self.scan(_SEPARATOR.join(texts))
 
     def scan_document(self, name: str, text: str) -> list[Leak]:
         """Every leak in a file's text; a JSON file is scanned as ``clean_json`` cleans it (value by value,
@@ -429,7 +488,7 @@ class Sanitizer:
             header = rows[0] if rows else []
             for row in rows[1:]:
                 for column, cell in zip(header, row):
-                    if self.clean_value(cell, column) != self.clean(cell):
+                    if self._whole_value(cell, column) is not None:
                         leaks.append(Leak("host or user name", f"{column}={cell}"))
         return list(dict.fromkeys(leaks))
 

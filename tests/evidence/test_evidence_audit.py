@@ -180,7 +180,8 @@ def test_an_integer_too_large_for_a_float_is_a_finding_not_a_crash(bundle_copy, 
     reseal(bundle_copy)
     assert main(["audit", str(bundle_copy)]) == 1
     out = capsys.readouterr().out
-    assert "data/runs/grpo-42/metrics.jsonl: step 0, key rollout/valid_tokens: integer too large for a float" in out
+    assert ("data/runs/grpo-42/metrics.jsonl: line 1, step 0, key rollout/valid_tokens: integer 100000000000… "
+            "too large for a float") in out
 
 
 def test_archive_sidecar_mismatch(clean_build, tmp_path):

@@ -320,3 +320,13 @@ def test_ordinary_word_user_and_host_names_neither_block_sealing_nor_rewrite_key
     assert "seed" in rows(data / "steps.csv")[0] and "<USER>" not in (data / "steps.csv").read_text()
     assert "grpo" in json.loads((data / "sweep.json").read_text())["algos"]
     assert audit(result.archive) == []
+
+
+def test_an_integer_too_large_for_a_float_rejects_the_job(sweep):
+    log = job_dir(sweep, "grpo", 42) / "run" / "metrics.jsonl"
+    log.write_text(log.read_text().replace('"rollout/valid_tokens": ', '"rollout/valid_tokens": -1' + "0" * 400
+                                           + ', "x": ', 1))
+    result = build_bundle(sweep, figures=False)
+    (row,) = [r for r in result.jobs if r["job"] == "grpo-42"]
+    assert row["accepted"] == "no" and "integer -10000000000… too large for a float" in row["reason"]
+    assert audit(result.archive) == []
