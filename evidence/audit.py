@@ -134,9 +134,10 @@ def audit_archive(archive: Path) -> list[Finding]:
             for member in members:
                 problem = member_problem(member)
                 canonical = canonical_name(member.name)
-                if problem is None and canonical in seen:
+                # Case-folded too: on a case-insensitive file system "Data/x" overwrites "data/x".
+                if problem is None and canonical.casefold() in seen:
                     problem = "duplicate member"
-                seen.add(canonical)
+                seen.add(canonical.casefold())
                 if problem:
                     findings.append(Finding(f"{archive.name}:{member.name}", problem))
             roots = {canonical_name(m.name).split("/")[0] for m in members if canonical_name(m.name)}
@@ -501,6 +502,8 @@ def check_figures(data_dir: Path) -> list[Finding]:
         if path.suffix != ".svg":
             findings.append(Finding(rel, "not an SVG figure"))
             continue
+        if path.stat().st_size > MAX_MEMBER_BYTES:
+            continue  # reported by the leak scan, never read
         text = path.read_bytes().decode("utf-8", errors="replace")
         active = _SVG_ACTIVE.search(text)
         if active:

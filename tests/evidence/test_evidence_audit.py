@@ -106,6 +106,7 @@ def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile
     (_member("bundle/data/dev", tarfile.CHRTYPE), "device or special-file member"),
     (_member("bundle/data/holes.bin", tarfile.GNUTYPE_SPARSE), "sparse member"),
     (_member("bundle/data/index.csv"), "duplicate member"),
+    (_member("bundle/data/INDEX.csv"), "duplicate member"),  # one file on a case-insensitive file system
     # Alias spellings of a member the archive already holds: each is a duplicate under another name.
     (_member("./bundle/data/index.csv"), "alias spelling of member 'bundle/data/index.csv'"),
     (_member("bundle//data/index.csv"), "alias spelling of member 'bundle/data/index.csv'"),
@@ -259,6 +260,25 @@ def test_planted_token_and_path_in_a_log_are_reported(bundle_copy, monkeypatch):
     assert "data/runs/rpp-42/logs/stdout.log: leak: secret value: $HF_TOKEN (hf_…)" in reasons
     assert "data/runs/rpp-42/logs/stdout.log: leak: absolute machine path: /home/alice/run/x.pt" in reasons
     assert not any(token in r for r in reasons)
+
+
+def test_secrets_of_every_kind_planted_after_sealing_are_reported_by_the_cli(bundle_copy):
+    from test_evidence_sanitize import SECRETS
+
+    log = bundle_copy / "data" / "runs" / "rpp-42" / "logs" / "stdout.log"
+    log.write_text(log.read_text() + "".join(f"\n{text}\n" for text, _ in SECRETS.values()))
+    reseal(bundle_copy)
+    done = subprocess.run([sys.executable, "-m", "evidence", "audit", str(bundle_copy)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 1
+    prefix = "data/runs/rpp-42/logs/stdout.log: leak: "
+    kinds = {line[len(prefix):].split(":")[0] for line in done.stdout.splitlines() if line.startswith(prefix)}
+    assert kinds >= {
+        "private key block", "private key body", "AWS Access Key", "cloud secret access key", "credentials in a URL",
+        "bearer token", "JSON Web Token", "webhook URL", "secret assignment", "Google API key", "GitHub token",
+        "GitLab token", "Stripe key", "SendGrid API Key", "OpenAI/Anthropic-style key", "secret in a URL query"}
+    for kind, (_, secret_part) in SECRETS.items():
+        assert secret_part[:12] not in done.stdout, kind  # findings never print a secret
 
 
 def test_cli_exit_codes(clean_build, bundle_copy, tmp_path, capsys):
