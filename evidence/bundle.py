@@ -14,11 +14,13 @@ gzip header without file name or time. (The compressed bytes also depend on the 
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import logging
 import os
 import shutil
 import tarfile
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -107,7 +109,7 @@ def _copy_json(src: Path, dst: Path, clean: Sanitizer, edit=None) -> None:
         value = strip_abs_keys(read_json(src))
         if edit is not None:
             value = edit(value)
-        write_text(dst, clean.clean(dumps_json(value)))
+        write_text(dst, dumps_json(clean.clean_json(value)))
     except JSONError:
         if src.is_file():
             write_text(dst, clean.clean(src.read_bytes().decode("utf-8", errors="replace")))
@@ -142,7 +144,7 @@ def _write_run_files(evidence: JobEvidence, job_dir: Path, out: Path, clean: San
 
 def _write_payload(sweep, evidences: list[JobEvidence], incidents: list[Incident], stage: Path,
                    clean: Sanitizer, last_k: int) -> None:
-    write_text(stage / "sweep.json", clean.clean(dumps_json(strip_abs_keys(sweep.record))))
+    write_text(stage / "sweep.json", dumps_json(clean.clean_json(strip_abs_keys(sweep.record))))
     write_text(stage / SETTINGS_FILE, dumps_json({"schema": SCHEMA, "last_k": last_k, "ci_level": CI_LEVEL,
                                                         "n_updates": sweep.n_updates}))
     write_csv(stage / "index.csv", INDEX_COLUMNS, [_clean_row(index_row(e), clean) for e in evidences])
@@ -167,7 +169,7 @@ def _write_payload(sweep, evidences: list[JobEvidence], incidents: list[Incident
 
 
 def _clean_row(row: dict, clean: Sanitizer) -> dict:
-    return {k: clean.clean(v) if isinstance(v, str) else v for k, v in row.items()}
+    return {k: clean.clean_value(v, k) if isinstance(v, str) else v for k, v in row.items()}
 
 
 def _write_tag_file(path: Path, info: dict) -> None:
@@ -199,7 +201,7 @@ def leak_scan(root: Path, clean: Sanitizer) -> list[tuple[str, Leak]]:
         findings += [(rel, leak) for leak in clean.scan(rel)]
         if path.is_file():
             text = path.read_bytes().decode("utf-8", errors="replace")
-            findings += [(rel, leak) for leak in clean.scan(text)]
+            findings += [(rel, leak) for leak in clean.scan_document(rel, text)]
     return findings
 
 
@@ -269,6 +271,27 @@ def refuse_jobs_in_flight(sweep_dir: Path) -> None:
             )
 
 
+# Where matplotlib keeps its config and font cache, and fontconfig (which matplotlib runs) its cache.
+TOOL_DIR_VARIABLES = {"MPLCONFIGDIR": "matplotlib", "XDG_CACHE_HOME": "cache", "XDG_CONFIG_HOME": "config"}
+
+
+@contextlib.contextmanager
+def private_tool_dirs():
+    """Point the plotting tools' config and cache directories at a temporary directory while figures
+    render, so that an evidence build writes nothing under ~/.cache or ~/.config (like the jobs)."""
+    saved = {name: os.environ.get(name) for name in TOOL_DIR_VARIABLES}
+    with tempfile.TemporaryDirectory(prefix="evidence-tools-") as tmp:
+        os.environ.update({name: os.path.join(tmp, sub) for name, sub in TOOL_DIR_VARIABLES.items()})
+        try:
+            yield Path(tmp)
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+
 def build_bundle(sweep_dir: str | Path, last_k: int = DEFAULT_LAST_K, figures: bool = True) -> BuildResult:
     """Validate a sweep and seal ``<sweep_dir>/bundle/``, ``bundle.tar.gz`` and its ``.sha256``.
 
@@ -298,9 +321,10 @@ def build_bundle(sweep_dir: str | Path, last_k: int = DEFAULT_LAST_K, figures: b
             write_text(stage / "tables" / f"{name}.csv", table.csv())
         write_text(stage / "report.md", render_report(data, tables))
         if figures:
-            from evidence.figures import render_figures
+            with private_tool_dirs():
+                from evidence.figures import render_figures
 
-            render_figures(data, stage / "figures")
+                render_figures(data, stage / "figures")
         seal(stage, _bag_info(sweep, evidences), clean)
 
         bundle_dir = sweep_dir / BUNDLE_DIR

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -129,7 +130,8 @@ def _value_problem(value) -> str | None:
     if isinstance(value, bool):  # bool is an int subclass in Python, but not a metric
         return f"boolean {json.dumps(value)} is not a number"
     if isinstance(value, int):
-        return None
+        # Tables, statistics and figures compute in floats: an integer no float holds is no metric.
+        return None if abs(value) <= sys.float_info.max else f"integer {str(value)[:12]}… too large for a float"
     if isinstance(value, float):
         return None if math.isfinite(value) else f"non-finite number {value!r} (overflow)"
     if value is None:

@@ -182,8 +182,9 @@ def make_sweep(root: Path, algos=ALGOS, seeds=SEEDS, n_steps: int = 10, name: st
         write_job(sweep, algo, seed, i, n_steps, arm=label if arms is not None else None, overrides=overrides,
                   final_pass1=final_pass1, reward=reward)
         extra = "".join(f" {k}={v}" for k, v in (overrides or {}).items() if k != "algo")
-        commands.append(f"python -m trainer algo={algo} seed={seed}{extra} workload=toy output_dir=<JOB_DIR>/run")
-    (sweep / "commands.txt").write_text("\n".join(sorted(commands)) + "\n", encoding="utf-8")
+        commands.append(f"[{i}] {label}-{seed}: python -m trainer algo={algo} seed={seed}{extra} workload=toy "
+                        "output_dir=<JOB_DIR>/run")
+    (sweep / "commands.txt").write_text("\n".join(commands) + "\n", encoding="utf-8")
     return sweep
 
 

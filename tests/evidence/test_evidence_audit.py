@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import io
 import subprocess
 import sys
@@ -14,6 +15,8 @@ import pytest
 from evidence import audit
 from evidence.__main__ import main
 from evidence.bundle import write_archive
+
+audit_module = sys.modules["evidence.audit"]
 
 
 def reseal(bag: Path) -> None:
@@ -53,9 +56,19 @@ def test_dotdot_entry_in_manifest(bundle_copy):
     outside.write_text("x\n")
     with open(bundle_copy / "manifest-sha256.txt", "a") as handle:
         handle.write(f"{'0' * 64}  data/../../outside.txt\n")
+    # bagit-python's own loader refuses the bag; the finding carries no machine path.
+    assert audit_reasons(bundle_copy, "bagit") == [
+        'bagit: not a loadable bag: Path "../outside.txt" in manifest "manifest-sha256.txt" is unsafe']
+
+
+def test_bagit_validation_details_become_one_finding_per_file(bundle_copy):
+    """A changed size stops bagit at the Payload-Oxum: the files that differ are still named."""
+    (bundle_copy / "data" / "report.md").write_text("forged\n")
+    (bundle_copy / "data" / "figures" / "reward.svg").unlink()
     reasons = audit_reasons(bundle_copy)
-    assert any("manifest-sha256.txt: line" in r and "escapes the bag" in r for r in reasons)
-    assert "manifest-sha256.txt: SHA256 differs from tagmanifest-sha256.txt" in reasons
+    assert "data/report.md: SHA256 differs from manifest-sha256.txt" in reasons
+    assert "data/figures/reward.svg: listed in manifest-sha256.txt but missing" in reasons
+    assert any(r.startswith("bag-info.txt: Payload-Oxum validation failed") for r in reasons)
 
 
 def test_only_sha256_manifests(bundle_copy):
@@ -68,7 +81,7 @@ def _archive_with(tmp_path: Path, bag: Path, extra: tarfile.TarInfo, payload: by
     write_archive(bag, archive)
     with tarfile.open(archive) as tar:
         members = [(m, tar.extractfile(m).read() if m.isfile() else None) for m in tar.getmembers()]
-    with tarfile.open(archive, "w:gz") as tar:
+    with tarfile.open(archive, "w:gz", format=tarfile.GNU_FORMAT) as tar:
         for member, data in members:
             tar.addfile(member, io.BytesIO(data) if data is not None else None)
         if extra.isfile():
@@ -91,6 +104,17 @@ def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile
     (_member("bundle/data/passwd", tarfile.SYMTYPE, "/etc/passwd"), "link member"),
     (_member("bundle/data/hard", tarfile.LNKTYPE, "bundle/bagit.txt"), "link member"),
     (_member("bundle/data/dev", tarfile.CHRTYPE), "device or special-file member"),
+    (_member("bundle/data/holes.bin", tarfile.GNUTYPE_SPARSE), "sparse member"),
+    (_member("bundle/data/index.csv"), "duplicate member"),
+    (_member("bundle/data/INDEX.csv"), "duplicate member"),  # one file on a case-insensitive file system
+    # Alias spellings of a member the archive already holds: each is a duplicate under another name.
+    (_member("./bundle/data/index.csv"), "alias spelling of member 'bundle/data/index.csv'"),
+    (_member("bundle//data/index.csv"), "alias spelling of member 'bundle/data/index.csv'"),
+    (_member("bundle/./data/index.csv"), "alias spelling of member 'bundle/data/index.csv'"),
+    (_member("bundle/data/./index.csv"), "alias spelling of member 'bundle/data/index.csv'"),
+    (_member("bundle/data/index.csv/"), "alias spelling of member 'bundle/data/index.csv'"),
+    (_member("bundle\\data\\index.csv"), "alias spelling of member 'bundle/data/index.csv'"),
+    (_member("bundle/data/cafe\u0301.txt"), "alias spelling of member 'bundle/data/caf\u00e9.txt'"),
 ])
 def test_unsafe_archive_members_are_refused_before_extraction(bundle_copy, tmp_path, member, reason):
     archive = _archive_with(tmp_path, bundle_copy, member)
@@ -99,6 +123,66 @@ def test_unsafe_archive_members_are_refused_before_extraction(bundle_copy, tmp_p
     # Nothing was extracted: the bag checks never ran.
     assert not any(f.file.startswith("data/") for f in findings)
     assert not (tmp_path.parent / "escaped.txt").exists()
+
+
+def test_unsafe_members_through_the_cli(bundle_copy, tmp_path):
+    archive = _archive_with(tmp_path, bundle_copy, _member("./bundle/data/index.csv"), b"job\n")
+    done = subprocess.run([sys.executable, "-m", "evidence", "audit", str(archive)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1
+    assert done.stdout.splitlines()[-1:] == [
+        "evil.tar.gz:./bundle/data/index.csv: alias spelling of member 'bundle/data/index.csv' (refused as a duplicate)"]
+
+
+def test_a_member_bigger_than_any_bundle_file_is_refused_unread(tmp_path):
+    member = _member("bundle/data/huge.bin")
+    member.size = audit_module.MAX_MEMBER_BYTES + 1
+    assert "above the" in audit_module.member_problem(member)
+    # A header claiming more than any bundle holds, with no data behind it: refused before reading on.
+    header = _member("bundle/data/bomb.bin")
+    header.size = audit_module.MAX_ARCHIVE_BYTES + 1
+    archive = tmp_path / "bomb.tar.gz"
+    with gzip.open(archive, "wb") as raw:
+        raw.write(header.tobuf(tarfile.GNU_FORMAT))
+    (finding,) = audit(archive)
+    assert finding.file == "bomb.tar.gz" and "not a bundle; nothing extracted" in finding.reason
+    assert main(["audit", str(archive)]) == 1
+
+
+@pytest.mark.parametrize("planted,reason", [
+    ("<script>alert(1)</script>", "active content in an SVG figure ('<script')"),
+    ('<g onload="alert(1)"></g>', "active content in an SVG figure ('onload=')"),
+    ("<foreignObject><p>x</p></foreignObject>", "active content in an SVG figure ('<foreignObject')"),
+    ('<image xlink:href="https://tracker.example/p.png"/>', "external reference in an SVG figure ('https://tracker"),
+    ('<use href="file:///etc/passwd#x"/>', "external reference in an SVG figure ('file:///etc/passwd#x')"),
+    ('<rect style="fill: url(https://x.example/f.svg#p)"/>', "external reference in an SVG figure ('https://x.example"),
+    ("<style>@import 'https://x.example/a.css';</style>", "active content in an SVG figure ('@import')"),
+])
+def test_figures_with_scripts_or_external_references_are_refused(bundle_copy, capsys, planted, reason):
+    figure = bundle_copy / "data" / "figures" / "reward.svg"
+    figure.write_text(figure.read_text().replace("</svg>", planted + "</svg>"))
+    reseal(bundle_copy)
+    assert main(["audit", str(bundle_copy)]) == 1
+    out = capsys.readouterr().out
+    assert f"data/figures/reward.svg: {reason}" in out, out
+
+
+def test_an_integer_too_large_for_a_float_is_a_finding_not_a_crash(bundle_copy, capsys):
+    log = bundle_copy / "data" / "runs" / "grpo-42" / "metrics.jsonl"
+    log.write_text(log.read_text().replace('"rollout/valid_tokens": ', '"rollout/valid_tokens": 1' + "0" * 400
+                                           + ', "x": ', 1))
+    steps = bundle_copy / "data" / "steps.csv"
+    lines = steps.read_text().splitlines()
+    column = lines[0].split(",").index("rollout/valid_tokens")
+    cells = lines[1].split(",")
+    cells[column] = "1" + "0" * 400
+    lines[1] = ",".join(cells)
+    steps.write_text("\n".join(lines) + "\n")
+    reseal(bundle_copy)
+    assert main(["audit", str(bundle_copy)]) == 1
+    out = capsys.readouterr().out
+    assert ("data/runs/grpo-42/metrics.jsonl: line 1, step 0, key rollout/valid_tokens: integer 100000000000… "
+            "too large for a float") in out
 
 
 def test_archive_sidecar_mismatch(clean_build, tmp_path):
@@ -174,9 +258,27 @@ def test_planted_token_and_path_in_a_log_are_reported(bundle_copy, monkeypatch):
     reseal(bundle_copy)
     reasons = audit_reasons(bundle_copy, "leak")
     assert "data/runs/rpp-42/logs/stdout.log: leak: secret value: $HF_TOKEN (hf_…)" in reasons
-    assert "data/runs/rpp-42/logs/stdout.log: leak: Hugging Face token: hf_…" in reasons
     assert "data/runs/rpp-42/logs/stdout.log: leak: absolute machine path: /home/alice/run/x.pt" in reasons
     assert not any(token in r for r in reasons)
+
+
+def test_secrets_of_every_kind_planted_after_sealing_are_reported_by_the_cli(bundle_copy):
+    from test_evidence_sanitize import SECRETS
+
+    log = bundle_copy / "data" / "runs" / "rpp-42" / "logs" / "stdout.log"
+    log.write_text(log.read_text() + "".join(f"\n{text}\n" for text, _ in SECRETS.values()))
+    reseal(bundle_copy)
+    done = subprocess.run([sys.executable, "-m", "evidence", "audit", str(bundle_copy)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 1
+    prefix = "data/runs/rpp-42/logs/stdout.log: leak: "
+    kinds = {line[len(prefix):].split(":")[0] for line in done.stdout.splitlines() if line.startswith(prefix)}
+    assert kinds >= {
+        "private key block", "AWS Access Key", "cloud secret access key", "credentials in a URL",
+        "bearer token", "JSON Web Token", "webhook URL", "secret assignment", "Google API key", "GitHub token",
+        "GitLab token", "Stripe key", "SendGrid API Key", "OpenAI/Anthropic-style key", "secret in a URL query"}
+    for kind, (_, secret_part) in SECRETS.items():
+        assert secret_part[:12] not in done.stdout, kind  # findings never print a secret
 
 
 def test_cli_exit_codes(clean_build, bundle_copy, tmp_path, capsys):
@@ -209,3 +311,65 @@ def test_module_entry_point_runs(clean_build):
     done = subprocess.run([sys.executable, "-m", "evidence", "audit", str(result.bundle_dir)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stderr.strip() == "clean"
+
+
+def _edit_lines(path: Path, edit) -> None:
+    path.write_text("\n".join(edit(path.read_text().splitlines())) + "\n")
+
+
+def test_a_valid_run_marked_rejected_is_cherry_picking(bundle_copy):
+    """index.csv rejects grpo-42 and its rows leave steps.csv / eval.csv, as a forger would do to drop
+    an unwelcome seed; its bundled evidence still passes every gate, which the audit says."""
+    _edit_lines(bundle_copy / "data" / "index.csv",
+                lambda lines: [ln.replace(",yes,", ",no,run/metrics.jsonl: line 3 malformed")
+                               if ln.startswith("grpo-42,") else ln for ln in lines])
+    for name in ("steps.csv", "eval.csv"):
+        _edit_lines(bundle_copy / "data" / name, lambda lines: [ln for ln in lines if not ln.startswith("grpo,42,")])
+    reseal(bundle_copy)
+    done = subprocess.run([sys.executable, "-m", "evidence", "audit", str(bundle_copy)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 1
+    assert ("data/index.csv: grpo-42 is rejected (run/metrics.jsonl: line 3 malformed) but its bundled evidence "
+            "passes every gate: a valid run left out") in done.stdout.splitlines()
+
+
+def test_a_rejection_the_bundle_supports_is_not_cherry_picking(bundle_copy):
+    log = bundle_copy / "data" / "runs" / "grpo-42" / "metrics.jsonl"
+    _edit_lines(log, lambda lines: lines[:-1])  # the last step is missing: a genuine rejection
+    _edit_lines(bundle_copy / "data" / "index.csv",
+                lambda lines: [ln.replace(",yes,", ",no,run/metrics.jsonl: 9 of 10 steps")
+                               if ln.startswith("grpo-42,") else ln for ln in lines])
+    reseal(bundle_copy)
+    assert not [f for f in audit(bundle_copy) if "a valid run left out" in f.reason]
+
+
+def _set_bag_info(bag: Path, key: str, value: str) -> None:
+    loaded = bagit.Bag(str(bag))
+    loaded.info[key] = value
+    loaded.save()
+
+
+@pytest.mark.parametrize("tamper,expected", [
+    (lambda bag: _set_bag_info(bag, "Proofgrid-Jobs-Accepted", "8/9"),
+     "bag-info.txt: Proofgrid-Jobs-Accepted 8/9 != index.csv's 9/9"),
+    (lambda bag: _set_bag_info(bag, "External-Description", "proofgrid evidence bundle: toy, 2 algorithms x 3 seeds, "
+                                                            "10 updates"),
+     "bag-info.txt: External-Description does not end with sweep.json's '3 algorithms x 3 seeds, 10 updates'"),
+    (lambda bag: _set_bag_info(bag, "Source-Commit", "0" * 40),
+     "bag-info.txt: Source-Commit differs from sweep.json's source_commit"),
+    (lambda bag: _edit_lines(bag / "data" / "commands.txt",
+                             lambda lines: [ln for ln in lines if " rppb-42: " not in ln]),
+     "data/commands.txt: no command for rppb-42"),
+    (lambda bag: _edit_lines(bag / "data" / "commands.txt", lambda lines: lines + lines[:1]),
+     "data/commands.txt: a job's command is listed twice"),
+    (lambda bag: _edit_lines(bag / "data" / "commands.txt",
+                             lambda lines: lines + ["python -m trainer algo=ppo seed=7 workload=toy"]),
+     "data/commands.txt: ppo-7: not a job of the sweep.json grid"),
+    (lambda bag: _edit_lines(bag / "data" / "index.csv", lambda lines: [ln for ln in lines if not ln.startswith("rpp-42,")]),
+     "data/index.csv: no row for rpp-42 of the sweep.json grid"),
+])
+def test_bag_info_sweep_index_and_commands_are_cross_checked(bundle_copy, capsys, tamper, expected):
+    tamper(bundle_copy)
+    reseal(bundle_copy)
+    assert main(["audit", str(bundle_copy)]) == 1
+    assert expected in capsys.readouterr().out.splitlines()

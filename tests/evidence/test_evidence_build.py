@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
+import subprocess
+import sys
 import tarfile
+from pathlib import Path
 
 import bagit
 import pytest
@@ -268,4 +272,61 @@ def test_one_sample_per_prompt_eval_has_no_pass_at_2_or_4(tmp_path):
     assert result.accepted == 4
     aggregate = rows(result.bundle_dir / "data" / "tables" / "eval_aggregate.csv")
     assert {r["pass@2_mean"] for r in aggregate} == {""}
+    assert audit(result.archive) == []
+
+
+def test_evidence_build_writes_nothing_under_home(sweep, tmp_path):
+    """matplotlib's config and font cache (and fontconfig's cache) stay out of ~/.cache and ~/.config."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("MPLCONFIGDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME")}
+    env["HOME"] = str(home)
+    done = subprocess.run([sys.executable, "-m", "evidence", "build", str(sweep)], env=env, capture_output=True,
+                          text=True, timeout=300, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (sweep / "bundle" / "data" / "figures" / "reward.svg").is_file()
+    assert sorted(p.relative_to(home).as_posix() for p in home.rglob("*")) == []
+
+
+def test_secrets_of_every_kind_are_sealed_out_and_the_audit_agrees(sweep):
+    from test_evidence_sanitize import SECRETS
+
+    log = job_dir(sweep, "rpp", 42) / "logs" / "stdout.log"
+    log.write_text(log.read_text() + "".join(f"{kind}: {text}\n" for kind, (text, _) in SECRETS.items()))
+    run_json = job_dir(sweep, "rpp", 42) / "run" / "run.json"
+    record = json.loads(run_json.read_text())
+    record["config"]["notes"] = {kind: text for kind, (text, _) in SECRETS.items()}
+    run_json.write_text(json.dumps(record))
+    result = build_bundle(sweep, figures=False)
+    everything = "".join(p.read_text() for p in result.bundle_dir.rglob("*") if p.is_file())
+    for kind, (_, secret_part) in SECRETS.items():
+        assert secret_part not in everything, kind
+    assert "Nancy" in (result.bundle_dir / "data" / "runs" / "rpp-42" / "logs" / "stdout.log").read_text()
+    assert audit(result.archive) == []
+
+
+def test_ordinary_word_user_and_host_names_neither_block_sealing_nor_rewrite_keys(sweep, monkeypatch):
+    monkeypatch.setenv("USER", "seed")
+    monkeypatch.setenv("LOGNAME", "mean")
+    for algo in ("grpo", "rpp", "rppb"):
+        for seed in (42, 1234, 2026):
+            set_job_fields(sweep, algo, seed, node="grpo")
+    result = build_bundle(sweep, figures=False)
+    assert result.accepted == 9
+    data = result.bundle_dir / "data"
+    job = json.loads((data / "runs" / "grpo-42" / "job.json").read_text())
+    assert job["algo"] == "grpo" and job["seed"] == 42 and job["node"] == "<HOST>"
+    assert rows(data / "index.csv")[0]["job"] == "grpo-42"
+    assert "seed" in rows(data / "steps.csv")[0] and "<USER>" not in (data / "steps.csv").read_text()
+    assert "grpo" in json.loads((data / "sweep.json").read_text())["algos"]
+    assert audit(result.archive) == []
+
+
+def test_an_integer_too_large_for_a_float_rejects_the_job(sweep):
+    log = job_dir(sweep, "grpo", 42) / "run" / "metrics.jsonl"
+    log.write_text(log.read_text().replace('"rollout/valid_tokens": ', '"rollout/valid_tokens": -1' + "0" * 400
+                                           + ', "x": ', 1))
+    result = build_bundle(sweep, figures=False)
+    (row,) = [r for r in result.jobs if r["job"] == "grpo-42"]
+    assert row["accepted"] == "no" and "integer -10000000000… too large for a float" in row["reason"]
     assert audit(result.archive) == []

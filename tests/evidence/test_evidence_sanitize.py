@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import evidence
 from evidence.sanitize import Sanitizer, strip_abs_keys
 
@@ -18,16 +20,18 @@ ENV = {
 def test_replacements_and_what_is_left_alone():
     clean = Sanitizer.from_environment(env=ENV, literals={"/scratch/j/sweep": "<SWEEP_DIR>"}, hosts=["gpu-node-17"])
     text = (f"token {ENV['HF_TOKEN']} key {ENV['WANDB_API_KEY']} at /scratch/j/sweep/jobs and /home/alice/x, "
-            "user alice on gpu-node-17.cluster; ghp_" + "Z" * 36 + " sk-" + "q" * 40
+            "user alice on gpu-node-17.cluster, ssh alice@gpu-node-17; ghp_" + "Z" * 36 + " sk-" + "q" * 40
             + " | roots/tmp/ray https://example.org/home/page Nancy nan inf subprocess 1 commit 5f7cd574")
     out = clean.clean(text)
-    assert out == ("token <SECRET> key <SECRET> at <SWEEP_DIR>/jobs and <HOME>/x, user <USER> on <HOST>.cluster; "
+    # An all-letter name ("alice") counts only where it identifies someone: here in user@host.
+    assert out == ("token <SECRET> key <SECRET> at <SWEEP_DIR>/jobs and <HOME>/x, user alice on <HOST>.cluster, "
+                   "ssh <USER>@<HOST>; "
                    "<SECRET> <SECRET> | roots/tmp/ray https://example.org/home/page Nancy nan inf subprocess 1 commit "
                    "5f7cd574")
     assert clean.scan(out) == []
     kinds = {leak.kind for leak in clean.scan(text)}
-    assert kinds >= {"secret value", "Hugging Face token", "GitHub token", "OpenAI-style key", "machine path",
-                     "absolute machine path", "user name", "host name"}
+    assert kinds >= {"secret value", "GitHub token", "OpenAI/Anthropic-style key", "machine path",
+                     "user name", "host name"}
     assert not any(ENV["HF_TOKEN"][4:] in str(leak) for leak in clean.scan(text))
 
 
@@ -36,6 +40,76 @@ def test_generic_names_and_short_values_are_not_scanned():
     assert clean.users == set() and clean.secrets == {}
     assert clean.clean("the root cause in a vm, roots/ray") == "the root cause in a vm, roots/ray"
     assert clean.clean("/home/nobody/.cache/x") == "<HOME>/.cache/x"
+
+
+RSA_BODY = "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gunVTLw7onLRnrq0"
+# Each planted secret, and the part of it that must be gone after cleaning.
+SECRETS = {
+    "private key block": ("-----BEGIN RSA PRIVATE KEY-----\n" + RSA_BODY + "\n" + RSA_BODY[::-1]
+                          + "\n-----END RSA PRIVATE KEY-----", RSA_BODY[10:40]),
+    "private key block in JSON": ('{"k": "-----BEGIN PRIVATE KEY-----\\n' + RSA_BODY + '\\n-----END PRIVATE KEY-----"}',
+                                  RSA_BODY[10:40]),
+    "encrypted key, no END line": ("-----BEGIN ENCRYPTED PRIVATE KEY-----\n" + RSA_BODY + "\n", RSA_BODY[10:40]),
+    "key body and END line only": (RSA_BODY + "\n" + RSA_BODY[::-1] + "\n-----END OPENSSH PRIVATE KEY-----",
+                                   "END OPENSSH PRIVATE KEY"),
+    "AWS access key id": ("key AKIAIOSFODNN7EXAMPLE used", "AKIAIOSFODNN7EXAMPLE"),
+    "AWS secret access key": ("AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "wJalrXUtnFEMI"),
+    "credentials in a URL": ("git clone https://bob:s3cr3t-pw@git.example.org/x.git", "s3cr3t-pw"),
+    "bearer token": ("Authorization: Bearer abcdefghijklmnopqrstuvwxyz012345", "abcdefghijklmnopqrstuvwxyz"),
+    "JWT": ("jwt eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
+            "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U", "dozjgNryP4J3jVmNHl0w5N"),
+    "Slack webhook": ("https://hooks.slack.com/services/T0000AAAA/B0000BBBB/XXXXXXXXXXXXXXXXXXXXXXXX", "XXXXXXXXXXXX"),
+    "Discord webhook": ("https://discord.com/api/webhooks/1234567/abcDEF-ghiJKL_mno", "abcDEF-ghiJKL"),
+    "password assignment": ("db password=hunter22 and passwd: 'correcthorse'", "hunter22"),
+    "quoted password": ("passwd: 'correcthorse'", "correcthorse"),
+    "Google API key": ("AIzaSyA-1234567890abcdefghijklmnopqrstu", "1234567890abcdefghij"),
+    "GitHub fine-grained token": ("github_pat_11ABCDEFG0123456789_abcdefghijkl", "11ABCDEFG0123456789"),
+    "GitLab token": ("glpat-abcdefghij0123456789", "abcdefghij0123456789"),
+    "Stripe key": ("sk_live_" + "a1" * 12, "a1a1a1a1a1a1"),
+    "SendGrid key": ("SG." + "a" * 22 + "." + "b" * 43, "b" * 43),
+    "Anthropic key": ("sk-ant-api03-" + "x7" * 20, "x7x7x7x7x7x7"),
+    "secret in a URL query": ("GET https://api.example.org/v1?api_key=Zx81Qw72Er63&q=1", "Zx81Qw72Er63"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SECRETS))
+def test_every_secret_kind_is_replaced_and_the_scan_agrees(kind):
+    text, secret_part = SECRETS[kind]
+    clean = Sanitizer(users={"seed"}, hosts={"grpo"})
+    assert clean.scan(text), kind
+    out = clean.clean(f"before {text} after")
+    assert secret_part not in out and "<SECRET>" in out
+    assert out.startswith("before ") and out.endswith(" after")
+    assert clean.scan(out) == []
+    assert not any(secret_part[:12] in str(leak) for leak in clean.scan(text))  # excerpts are masked
+
+
+@pytest.mark.parametrize("path", [
+    "/home/alice/x", "/scratch/alice/x", "/lustre/fs1/alice/x", "/gpfs/alpine/proj/x", "/work/ab12/alice/x",
+    "/p/project/cjsc/alice/x", "/p/scratch/cjsc/x", "/global/homes/a/alice/x", "/global/cfs/cdirs/m1/x",
+    "/users/alice/x", "/ptmp/alice/x", "/project/def-bob/x", "/fs/ess/PAS123/x", "/mnt/data/alice/x",
+    "/tmp/slurm-123/x", "/var/tmp/pbs.4/x", "/dev/shm/x/y", "/cluster/home/alice/x", "/lus/grand/projects/x",
+    "/pfs/lustrep1/scratch/x", "/nobackup/alice/x", "/Users/alice/x", "~/x/y", "~alice/x",
+])
+def test_hpc_home_scratch_and_tmp_layouts_are_machine_paths(path):
+    clean = Sanitizer()
+    assert clean.clean(f"wrote {path}, done") == "wrote <PATH>, done"
+    assert [leak.kind for leak in clean.scan(path)] == ["absolute machine path"]
+
+
+def test_ordinary_words_as_user_and_host_names_are_replaced_only_where_they_identify_someone():
+    clean = Sanitizer(users={"seed", "mean", "ray"}, hosts={"proofgrid", "grpo"})
+    prose = "proofgrid ran grpo with seed 42: mean reward 0.3, ray workers 2, seed=42 algo=grpo data/runs/grpo-42"
+    assert clean.clean(prose) == prose and clean.scan(prose) == []
+    record = {"seed": 42, "algo": "grpo", "mean": "ray", "node": "grpo", "user": "seed", "grpo": {"ray": "seed"},
+              "SLURMD_NODENAME": "grpo.cluster", "path": "conf/algo/grpo.yaml"}
+    assert clean.clean_json(record) == {**record, "node": "<HOST>", "user": "<USER>",
+                                        "SLURMD_NODENAME": "<HOST>.cluster"}
+    identifying = ("ssh seed@login1 events.out.tfevents.1700.grpo.123 USER=seed HOSTNAME=grpo "
+                   "rsync x proofgrid:/data /srv/x/ray/y")
+    assert clean.clean(identifying) == ("ssh <USER>@login1 events.out.tfevents.1700.<HOST>.123 USER=<USER> "
+                                        "HOSTNAME=<HOST> rsync x proofgrid:/data <PATH>")
+    assert {leak.kind for leak in clean.scan(identifying)} == {"user name", "host name", "absolute machine path"}
 
 
 def test_abs_keys_are_stripped():
