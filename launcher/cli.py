@@ -30,6 +30,17 @@ def check_overrides(argv: list[str]) -> str | None:
         parsed = OverridesParser.create().parse_overrides(args)
     except HydraException as exc:
         return f"cannot parse the overrides: {_one_line(exc)}"
+    for o in parsed:
+        if o.key_or_group in ("hydra.sweep.dir", "hydra.run.dir") and not o.is_sweep_override():
+            # Hydra creates this directory before any launcher runs: check it first.
+            value = str(o.value())
+            if "${" not in value:
+                from launcher.preflight import check_sweep_dir
+
+                try:
+                    check_sweep_dir(Path(value).absolute(), o.key_or_group)
+                except PreflightError as exc:
+                    return str(exc)
     choices = []
     for o in parsed:
         group = o.key_or_group.lstrip("+~")
@@ -99,32 +110,68 @@ def compose_jobs(root_cfg, config_loader, job_overrides: list[list[str]]) -> lis
 
 
 def launch_grid(root_cfg, config_loader, job_overrides: list[list[str]], sweep_dir: str) -> int:
-    """Compose every grid cell, check them all, then run (or dry-run) the sweep. Returns an exit code."""
+    """Compose every grid cell, check them all, then run (or dry-run) the sweep. Returns an exit code.
+
+    Every failure is one line on stderr: a bad grid or setting, an unusable sweep directory, a
+    launcher already running in it, a missing scheduler, a full disk, or a signal (Ctrl-C, SIGTERM,
+    SIGHUP: exit status 128 + the signal, and how to resume)."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from launcher.interrupts import signals_interrupt, signum_of
+    from launcher.locks import LockHeld, sweep_lock
+    from launcher.preflight import check_launch_environment
     from launcher.sweep import plan_sweep, run_sweep
 
     try:
-        job_cfgs = compose_jobs(root_cfg, config_loader, job_overrides)
-        sweep = plan_sweep(root_cfg, job_cfgs, job_overrides, Path(sweep_dir))
-    except (HydraException, OmegaConfBaseException) as exc:
-        print(f"proofgrid: error: bad grid: {_one_line(exc)}", file=sys.stderr)
-        return 2
-    except PreflightError as exc:
-        print(f"proofgrid: error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        return run_sweep(sweep)
-    except PreflightError as exc:  # found while preparing the job directories: nothing submitted
-        print(f"proofgrid: error: {exc}", file=sys.stderr)
-        return 2
+        with signals_interrupt():
+            try:
+                job_cfgs = compose_jobs(root_cfg, config_loader, job_overrides)
+                sweep = plan_sweep(root_cfg, job_cfgs, job_overrides, Path(sweep_dir))
+                check_launch_environment(sweep.sweep_dir, sweep.cluster, sweep.dry_run)
+            except (HydraException, OmegaConfBaseException) as exc:
+                return _error(f"bad grid: {_one_line(exc)}")
+            with sweep_lock(sweep.sweep_dir):  # one launcher per sweep directory, refused at once
+                return run_sweep(sweep)
+    except (PreflightError, LockHeld) as exc:  # nothing submitted
+        return _error(str(exc))
+    except KeyboardInterrupt as exc:
+        import signal
+
+        signum = signum_of(exc)
+        _error(f"stopped by {signal.Signals(signum).name}; running jobs were stopped and recorded. Re-run the "
+               f"same command to resume: accepted jobs are kept, the others restart from their last checkpoint")
+        return 128 + signum
+    except OSError as exc:
+        return _error(_os_error_line(exc, Path(sweep_dir)), code=1)
+    except Exception as exc:
+        if type(exc).__module__.split(".")[0] != "submitit":
+            raise
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+        return _error(f"Slurm refused the submission ({first}); check the cluster profile (cluster.*) and that "
+                      "this machine can reach the Slurm controller (sinfo)", code=1)
+
+
+def _error(message: str, code: int = 2) -> int:
+    print(f"proofgrid: error: {message}", file=sys.stderr)
+    return code
+
+
+def _os_error_line(exc: OSError, sweep_dir: Path) -> str:
+    """An operating-system failure in one line: what failed, on which file, and the fix."""
+    import errno
+
+    where = f" writing {exc.filename}" if exc.filename else f" writing under {sweep_dir}"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"disk full ({exc.strerror}){where}: free space (or quota) there, then re-run the same command"
+    return f"{exc.strerror or exc}{where}; fix the path or its permissions, then re-run the same command"
 
 
 def status(sweep_dir: Path) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from launcher.liveness import mark_dead_local_jobs
     from launcher.progress import completed_steps
     from launcher.records import read_job_record
     from launcher.slurm import SchedulerUnavailable, refresh_job_records
@@ -138,6 +185,8 @@ def status(sweep_dir: Path) -> int:
         refresh_job_records(job_dirs)
     except (OSError, SchedulerUnavailable) as exc:  # no sacct here: show what the records say
         print(f"note: scheduler not reachable ({exc}); showing recorded states", file=sys.stderr)
+    for name, cause in mark_dead_local_jobs(job_dirs).items():
+        print(f"job {name} FAILED: {cause}", file=sys.stderr)
     table = Table(title=str(sweep_dir.name))
     for col in ("job", "scheduler id", "state", "step", "exit", "elapsed s"):
         table.add_column(col)

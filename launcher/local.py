@@ -12,8 +12,10 @@ import time
 from rich.console import Console
 from rich.live import Live
 
+from launcher.interrupts import HANDLED, raise_interrupted
+from launcher.liveness import mark_dead_local_jobs
 from launcher.progress import progress_table
-from launcher.records import update_job_record
+from launcher.records import read_job_record, update_job_record
 from trainer.inputs import REPO_ROOT
 
 
@@ -45,10 +47,8 @@ def run_local(sweep, todo) -> bool:
     console = Console(stderr=True)
     title = f"proofgrid sweep ({parallel} at a time)"
 
-    def on_term(signum, _frame):
-        raise KeyboardInterrupt  # the jobs run in sessions of their own: stop them, do not orphan them
-
-    previous = {sig: signal.signal(sig, on_term) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    # The jobs run in sessions of their own: a signal to the launcher must stop them, not orphan them.
+    previous = {sig: signal.signal(sig, raise_interrupted) for sig in HANDLED}
     try:
         with Live(progress_table(title, states, dirs, steps), console=console, refresh_per_second=2,
                   transient=False) as live:
@@ -68,8 +68,9 @@ def run_local(sweep, todo) -> bool:
                         continue
                     del running[name]
                     states[name] = "DONE" if code == 0 else "FAILED"
-                    if code < 0:  # killed by a signal before it could write its own record
-                        update_job_record(dirs[name], {"state": "CANCELLED", "exit_code": code})
+                    # A runtime that died without its final record (SIGKILL, disk full, a crash in
+                    # the runtime) is FAILED with the cause its logs give, never left RUNNING.
+                    mark_dead_local_jobs([dirs[name]], exit_code=code)
                 live.update(progress_table(title, states, dirs, steps))
                 time.sleep(0.5)
     except KeyboardInterrupt:
@@ -85,4 +86,14 @@ def run_local(sweep, todo) -> bool:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    print_failures([dirs[n] for n, state in states.items() if state == "FAILED"])
     return True
+
+
+def print_failures(job_dirs) -> None:
+    """One line per failed job with its root cause (the trainer's exception, port exhaustion,
+    an input digest mismatch, a dead runtime), as its ``job.json`` records it."""
+    for job_dir in job_dirs:
+        record = read_job_record(job_dir)
+        cause = record.get("failure") or f"exit code {record.get('exit_code')}; see {job_dir.name}/trainer.log"
+        print(f"job {job_dir.name} {record.get('state', 'FAILED')}: {cause}", file=sys.stderr)

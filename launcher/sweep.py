@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
-import socket
 import sys
 from dataclasses import dataclass
 from datetime import date
@@ -22,9 +20,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from evidence.bundle import IN_FLIGHT_STATES
 from launcher.isolation import JobRoots, isolated_env
+from launcher.liveness import local_runtime_alive, mark_dead_local_jobs
 from launcher.ports import NAMED_PORTS
 from launcher.preflight import PreflightError, check_inputs, check_job_config, check_resources, check_source
 from launcher.records import path_free_sanitizer, public_copy, read_job_record
+from launcher.restart_point import discard_checkpoint_past_bad_metrics
 from launcher.spec import JobSpec
 from trainer.inputs import REPO_ROOT
 
@@ -180,16 +180,7 @@ def _in_flight(record: dict) -> bool:
     if record.get("scheduler") == "slurm":
         return True  # refreshed from sacct just before
     # A local job is alive only while its runtime process is (a killed launcher leaves RUNNING behind).
-    pid = record.get("runtime_pid")
-    if not pid or record.get("node") != socket.gethostname():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return local_runtime_alive(record)
 
 
 def _check_rerun(spec: JobSpec) -> None:
@@ -221,6 +212,7 @@ def prepare_job_dirs(sweep: Sweep) -> list[JobSpec]:
 
         with contextlib.suppress(OSError, SchedulerUnavailable):  # no scheduler here: records decide
             refresh_job_records(existing)
+        mark_dead_local_jobs(existing)
     for spec in sweep.specs:
         _check_rerun(spec)
     todo = []
@@ -238,6 +230,8 @@ def prepare_job_dirs(sweep: Sweep) -> list[JobSpec]:
             for name in ATTEMPT_RUN_FILES:  # the resumed run rewrites these: keep the rejected ones
                 if (job_dir / "run" / name).exists():
                     shutil.copy2(job_dir / "run" / name, attempt / "run" / name)
+            if note := discard_checkpoint_past_bad_metrics(job_dir, spec.algo, spec.n_updates, attempt):
+                print(f"job {spec.name}: {note}")
         job_dir.mkdir(parents=True, exist_ok=True)
         (job_dir / "spec.json").write_text(spec.to_json() + "\n")
         todo.append(spec)
