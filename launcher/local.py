@@ -86,6 +86,8 @@ def run_local(sweep, todo) -> bool:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if not console.is_terminal:
+            console.line()  # Rich ends a non-terminal live display without one: the next line starts clean
     print_failures([dirs[n] for n, state in states.items() if state == "FAILED"])
     return True
 
