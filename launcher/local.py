@@ -74,6 +74,8 @@ def run_local(sweep, todo) -> bool:
                 live.update(progress_table(title, states, dirs, steps))
                 time.sleep(0.5)
     except KeyboardInterrupt:
+        for sig in HANDLED:  # a second Ctrl-C must not cut the jobs' teardown short
+            signal.signal(sig, signal.SIG_IGN)
         for proc in running.values():
             os.killpg(proc.pid, signal.SIGTERM)
         for name, proc in running.items():

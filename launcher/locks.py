@@ -10,14 +10,17 @@ trainer whose runtime was killed included) no second trainer can start in that r
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import stat
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 SWEEP_LOCK = ".launcher.lock"  # in the sweep directory
 RUN_LOCK = "run.lock"  # in the job directory; held by the job's runtime and its trainer
+UNSUPPORTED = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL}
 
 
 class LockHeld(RuntimeError):
@@ -37,6 +40,14 @@ def try_lock(path: Path) -> int | None:
     except BlockingIOError:
         os.close(fd)
         return None
+    except OSError as exc:
+        if exc.errno not in UNSUPPORTED:
+            os.close(fd)
+            raise
+        # Some parallel file systems are mounted without flock: say so, and go on unguarded
+        # rather than refusing every job (the scheduler-state checks still apply).
+        print(f"note: {path.name}: this file system does not support flock ({exc.strerror}); "
+              "concurrent launchers or trainers are not excluded here", file=sys.stderr)
     record_holder(fd, os.getpid())  # ours, locked, regular: safe to rewrite
     return fd
 
