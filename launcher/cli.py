@@ -118,6 +118,9 @@ def launch_grid(root_cfg, config_loader, job_overrides: list[list[str]], sweep_d
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from evidence.bundle import LeakError
+    from evidence.incidents import IncidentsFileError
+    from evidence.sweep import SweepError
     from launcher.interrupts import signals_interrupt, signum_of
     from launcher.locks import LockHeld, sweep_lock
     from launcher.preflight import check_launch_environment
@@ -139,11 +142,15 @@ def launch_grid(root_cfg, config_loader, job_overrides: list[list[str]], sweep_d
         import signal
 
         signum = signum_of(exc)
-        _error(f"stopped by {signal.Signals(signum).name}; running jobs were stopped and recorded. Re-run the "
-               f"same command to resume: accepted jobs are kept, the others restart from their last checkpoint")
+        _error(f"stopped by {signal.Signals(signum).name}; re-run the same command to resume (accepted jobs are "
+               f"kept, the others restart from their last checkpoint; python -m launcher status {sweep_dir} "
+               "shows each job)")
         return 128 + signum
     except OSError as exc:
         return _error(_os_error_line(exc, Path(sweep_dir)), code=1)
+    except (SweepError, IncidentsFileError, LeakError) as exc:  # sealing the evidence: jobs are kept
+        return _error(f"the jobs ran but the evidence was not sealed: {_one_line(exc)}; fix that, then "
+                      f"python -m evidence build {sweep_dir}", code=1)
     except Exception as exc:
         if type(exc).__module__.split(".")[0] != "submitit":
             raise
@@ -161,7 +168,7 @@ def _os_error_line(exc: OSError, sweep_dir: Path) -> str:
     """An operating-system failure in one line: what failed, on which file, and the fix."""
     import errno
 
-    where = f" writing {exc.filename}" if exc.filename else f" writing under {sweep_dir}"
+    where = f" at {exc.filename}" if exc.filename else f" under {sweep_dir}"
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return f"disk full ({exc.strerror}){where}: free space (or quota) there, then re-run the same command"
     return f"{exc.strerror or exc}{where}; fix the path or its permissions, then re-run the same command"

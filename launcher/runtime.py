@@ -21,7 +21,7 @@ from pathlib import Path
 
 from launcher.isolation import JobRoots, env_diff, isolated_env
 from launcher.liveness import death_cause, runtime_identity
-from launcher.locks import lock_run_dir, record_holder
+from launcher.locks import INHERITED_FD_ENV, lock_job_run_dir, record_holder
 from launcher.ports import BLOCK_SIZE, PortBlock, claim_port_block, listening_ports
 from launcher.preflight import PreflightError, check_visible_gpu
 from launcher.ray_runtime import JobRay, leftover_processes
@@ -155,7 +155,7 @@ def run_job(spec: JobSpec) -> dict:
     try:
         check_visible_gpu(spec.gpu_model)  # the profile asked for a GPU model: is it the one we got?
         roots.create()
-        run_lock = lock_run_dir(roots.job_dir)  # no second trainer in this run directory, ever
+        run_lock = lock_job_run_dir(roots.job_dir)  # no second trainer in this run directory, ever
         block = claim_port_block()
         env = isolated_env(roots, block.ports, base_env)
         env["PROOFGRID_SOURCE_COMMIT"] = spec.source_commit or ""
@@ -164,6 +164,7 @@ def run_job(spec: JobSpec) -> dict:
             env["RAY_ADDRESS"] = ray.start()
         argv = trainer_argv(spec, roots)
         write_command_records(spec, argv, env_diff(base_env, env), REPO_ROOT)
+        env[INHERITED_FD_ENV] = str(run_lock)  # the trainer holds the lock it inherits (not a record)
         with open(roots.job_dir / "trainer.log", "ab") as log:
             # Own process group (torn down as one); the run lock is inherited, so it stays held
             # while the trainer lives even if this runtime is killed.

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from launcher.liveness import local_runtime_alive, mark_dead_local_jobs, process_start_ticks, runtime_identity
-from launcher.locks import RUN_LOCK, LockHeld, lock_run_dir, sweep_lock
+from launcher.locks import RUN_LOCK, LockHeld, lock_job_run_dir, sweep_lock
 from launcher.runtime import JobFailed, run_job
 from launcher.spec import JobSpec
 from tests.sweeps import REPO
@@ -57,7 +57,7 @@ def test_no_trainer_starts_in_a_run_dir_whose_lock_a_live_process_holds(tmp_path
     """An orphaned trainer holds the run lock it inherited: the re-run's runtime must not start another."""
     spec = _spec(tmp_path)
     spec.job_dir.mkdir(parents=True)
-    orphan = _holder("lock_run_dir", f"fd = lock_run_dir(Path({str(spec.job_dir)!r}))")
+    orphan = _holder("lock_job_run_dir", f"fd = lock_job_run_dir(Path({str(spec.job_dir)!r}))")
     try:
         with pytest.raises(JobFailed, match="may still be alive"):
             run_job(spec)
@@ -67,17 +67,32 @@ def test_no_trainer_starts_in_a_run_dir_whose_lock_a_live_process_holds(tmp_path
     record = json.loads((spec.job_dir / "job.json").read_text())
     assert record["state"] == "FAILED" and str(orphan.pid) in record["failure"]
     assert not (spec.job_dir / "trainer.log").exists()  # no trainer was started
-    os.close(lock_run_dir(spec.job_dir))  # and the lock is free again once the holder is gone
+    os.close(lock_job_run_dir(spec.job_dir))  # and the lock is free again once the holder is gone
+
+
+def test_a_trainer_started_by_hand_into_a_run_dir_another_trainer_holds_is_refused_in_one_line(tmp_path):
+    out = tmp_path / "run"
+    holder = _holder("lock_job_run_dir", f"fd = lock_job_run_dir(Path({str(tmp_path)!r}))")
+    try:
+        proc = subprocess.run([sys.executable, "-m", "trainer", "algo=grpo", "seed=1", f"output_dir={out}"], cwd=REPO,
+                              capture_output=True, text=True, timeout=300)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    errors = [ln for ln in proc.stderr.splitlines() if "error" in ln]
+    assert len(errors) == 1 and f"pid {holder.pid}" in errors[0] and "may still be alive" in errors[0]
+    assert not (out / "metrics.jsonl").exists()
 
 
 def test_lock_files_are_never_followed_through_a_symlink(tmp_path):
     victim = tmp_path / "victim"
     victim.write_text("precious\n")
     job_dir = tmp_path / "job"
-    job_dir.mkdir()
-    (job_dir / RUN_LOCK).symlink_to(victim)
+    (job_dir / "run").mkdir(parents=True)
+    (job_dir / "run" / RUN_LOCK).symlink_to(victim)
     with pytest.raises(OSError):
-        lock_run_dir(job_dir)
+        lock_job_run_dir(job_dir)
     assert victim.read_text() == "precious\n"
 
 

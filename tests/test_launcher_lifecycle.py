@@ -38,7 +38,7 @@ def _wait_for_trainer(job_dir: Path, timeout: float = 240) -> tuple[int, int]:
     while time.monotonic() < deadline:
         try:
             record = json.loads((job_dir / "job.json").read_text())
-            holder = int((job_dir / RUN_LOCK).read_text())
+            holder = int((job_dir / "run" / RUN_LOCK).read_text())
         except (OSError, ValueError):
             time.sleep(0.2)
             continue
