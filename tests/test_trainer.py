@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -174,11 +173,12 @@ def test_refused_algo_config_fails_before_any_compute(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
-def test_greedy_training_rollouts_log_a_warning(tmp_path):
+def test_greedy_training_rollouts_are_refused_before_training(tmp_path):
+    """Temperature 0 is not a distribution the PPO ratio can use (issue 10): refused, not warned about."""
     proc = run_trainer(tmp_path / "g", "algo=grpo", "workload.n_updates=1", "workload.sampling.temperature=0",
-                       "workload.eval.n_prompts=1", "workload.eval.k=4")
-    assert "greedy decoding" in proc.stderr
-    shutil.rmtree(tmp_path / "g")
+                       "workload.eval.n_prompts=1", "workload.eval.k=4", check=False)
+    assert proc.returncode == 2 and "workload.sampling.temperature=0" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "g" / "metrics.jsonl").exists()
 
 
 def test_pinning_the_toy_inputs_reproduces_the_committed_manifest(tmp_path):
