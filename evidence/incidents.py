@@ -133,6 +133,9 @@ def _automatic(evidence: JobEvidence) -> list[tuple[str, str, str]]:
         found.append(("all-zero-eval-reward", title[:1].upper() + title[1:], EXCLUDED))
     if other:
         shown = "; ".join(str(f) for f in other[:3]) + (f"; (+{len(other) - 3} more)" if len(other) > 3 else "")
+        cause = evidence.job_record.get("failure")  # the root cause the job runtime or launcher recorded
+        if isinstance(cause, str) and cause:
+            shown = f"job failed: {cause}; {shown}"
         found.append(("rejected", f"Rejected: {shown}", EXCLUDED))
     for anomaly in evidence.anomalies:
         action = "accepted on evidence; reported" if evidence.accepted else EXCLUDED

@@ -30,6 +30,17 @@ def check_overrides(argv: list[str]) -> str | None:
         parsed = OverridesParser.create().parse_overrides(args)
     except HydraException as exc:
         return f"cannot parse the overrides: {_one_line(exc)}"
+    for o in parsed:
+        if o.key_or_group in ("hydra.sweep.dir", "hydra.run.dir") and not o.is_sweep_override():
+            # Hydra creates this directory before any launcher runs: check it first.
+            value = str(o.value())
+            if "${" not in value:
+                from launcher.preflight import check_sweep_dir
+
+                try:
+                    check_sweep_dir(Path(value).absolute(), o.key_or_group)
+                except PreflightError as exc:
+                    return str(exc)
     choices = []
     for o in parsed:
         group = o.key_or_group.lstrip("+~")
@@ -67,26 +78,68 @@ def _one_line(exc: BaseException) -> str:
 
 def launch_grid(root_cfg, cells: list[list[str]], sweep_dir: str, compose) -> int:
     """Compose each distinct grid cell once, check them all, then run (or dry-run) the sweep.
-    ``compose`` turns one cell's overrides into its config. Returns an exit code."""
+    ``compose`` turns one cell's overrides into its config. Returns an exit code.
+
+    Every failure is one line on stderr: a bad grid or setting, an unusable sweep directory, a
+    launcher already running in it, a missing scheduler, a full disk, or a signal (Ctrl-C, SIGTERM,
+    SIGHUP: exit status 128 + the signal, and how to resume)."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from evidence.bundle import LeakError
+    from evidence.incidents import IncidentsFileError
+    from evidence.sweep import SweepError
+    from launcher.interrupts import signals_interrupt, signum_of
+    from launcher.locks import LockHeld, sweep_lock
     from launcher.plan import plan_sweep
+    from launcher.preflight import check_launch_environment
     from launcher.sweep import run_sweep
 
     try:
-        sweep = plan_sweep(root_cfg, cells, Path(sweep_dir), compose)
-    except (HydraException, OmegaConfBaseException) as exc:
-        print(f"proofgrid: error: bad grid: {_one_line(exc)}", file=sys.stderr)
-        return 2
-    except PreflightError as exc:
-        print(f"proofgrid: error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        return run_sweep(sweep)
-    except PreflightError as exc:  # found while preparing the job directories: nothing submitted
-        print(f"proofgrid: error: {exc}", file=sys.stderr)
-        return 2
+        with signals_interrupt():
+            try:
+                sweep = plan_sweep(root_cfg, cells, Path(sweep_dir), compose)
+                check_launch_environment(sweep.sweep_dir, sweep.cluster, sweep.dry_run)
+            except (HydraException, OmegaConfBaseException) as exc:
+                return _error(f"bad grid: {_one_line(exc)}")
+            with sweep_lock(sweep.sweep_dir):  # one launcher per sweep directory, refused at once
+                return run_sweep(sweep)
+    except (PreflightError, LockHeld) as exc:  # nothing submitted
+        return _error(str(exc))
+    except KeyboardInterrupt as exc:
+        import signal
+
+        signum = signum_of(exc)
+        _error(f"stopped by {signal.Signals(signum).name}; re-run the same command to resume (accepted jobs are "
+               f"kept, the others restart from their last checkpoint; python -m launcher status {sweep_dir} "
+               "shows each job)")
+        return 128 + signum
+    except OSError as exc:
+        return _error(_os_error_line(exc, Path(sweep_dir)), code=1)
+    except (SweepError, IncidentsFileError, LeakError) as exc:  # sealing the evidence: jobs are kept
+        return _error(f"the jobs ran but the evidence was not sealed: {_one_line(exc)}; fix that, then "
+                      f"python -m evidence build {sweep_dir}", code=1)
+    except Exception as exc:
+        if type(exc).__module__.split(".")[0] != "submitit":
+            raise
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+        return _error(f"Slurm refused the submission ({first}); check the cluster profile (cluster.*) and that "
+                      "this machine can reach the Slurm controller (sinfo)", code=1)
+
+
+def _error(message: str, code: int = 2) -> int:
+    print(f"proofgrid: error: {message}", file=sys.stderr)
+    return code
+
+
+def _os_error_line(exc: OSError, sweep_dir: Path) -> str:
+    """An operating-system failure in one line: what failed, on which file, and the fix."""
+    import errno
+
+    where = f" at {exc.filename}" if exc.filename else f" under {sweep_dir}"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"disk full ({exc.strerror}){where}: free space (or quota) there, then re-run the same command"
+    return f"{exc.strerror or exc}{where}; fix the path or its permissions, then re-run the same command"
 
 
 def status(sweep_dir: Path) -> int:
@@ -94,6 +147,7 @@ def status(sweep_dir: Path) -> int:
     from rich.table import Table
 
     from launcher.backend import SchedulerUnavailable, refresh_job_records
+    from launcher.liveness import mark_dead_local_jobs
     from launcher.progress import completed_steps
     from launcher.records import read_job_record
 
@@ -106,6 +160,8 @@ def status(sweep_dir: Path) -> int:
         refresh_job_records(job_dirs, {d: read_job_record(d) for d in job_dirs})
     except (OSError, SchedulerUnavailable) as exc:  # no sacct here: show what the records say
         print(f"note: scheduler not reachable ({exc}); showing recorded states", file=sys.stderr)
+    for name, cause in mark_dead_local_jobs(job_dirs).items():
+        print(f"job {name} FAILED: {cause}", file=sys.stderr)
     rows = []
     for d in job_dirs:
         r = read_job_record(d)

@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING
 
 from evidence.bundle import IN_FLIGHT_STATES
 from launcher.backend import BACKENDS, SchedulerUnavailable, backend, refresh_job_records
+from launcher.liveness import mark_dead_local_jobs
 from launcher.preflight import PreflightError
 from launcher.records import SWEEP_RECORD, read_job_record
+from launcher.restart_point import discard_checkpoint_past_bad_metrics
 from launcher.spec import JobSpec
 
 if TYPE_CHECKING:
@@ -81,6 +83,7 @@ def prepare_job_dirs(sweep: Sweep) -> list[JobSpec]:
     if existing:
         with contextlib.suppress(OSError, SchedulerUnavailable):  # no scheduler here: records decide
             refresh_job_records(existing, {d: read_job_record(d) for d in existing})
+        mark_dead_local_jobs(existing)
     for spec in sweep.specs:
         check_rerun(spec)
     todo = []
@@ -98,6 +101,8 @@ def prepare_job_dirs(sweep: Sweep) -> list[JobSpec]:
             for name in ATTEMPT_RUN_FILES:  # the resumed run rewrites these: keep the rejected ones
                 if (job_dir / "run" / name).exists():
                     shutil.copy2(job_dir / "run" / name, attempt / "run" / name)
+            if note := discard_checkpoint_past_bad_metrics(job_dir, spec.algo, spec.n_updates, attempt):
+                print(f"job {spec.name}: {note}")
         job_dir.mkdir(parents=True, exist_ok=True)
         (job_dir / "spec.json").write_text(spec.to_json() + "\n")
         todo.append(spec)

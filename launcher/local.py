@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 
+from launcher.interrupts import HANDLED, raise_interrupted
+from launcher.liveness import local_runtime_alive, mark_dead_local_jobs
 from launcher.progress import progress_table
 from launcher.records import read_job_record, update_job_record
 from trainer.inputs import REPO_ROOT
@@ -47,10 +48,8 @@ def submit(sweep, todo) -> bool:
     console = Console(stderr=True)
     title = f"proofgrid sweep ({parallel} at a time)"
 
-    def on_term(signum, _frame):
-        raise KeyboardInterrupt  # the jobs run in sessions of their own: stop them, do not orphan them
-
-    previous = {sig: signal.signal(sig, on_term) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    # The jobs run in sessions of their own: a signal to the launcher must stop them, not orphan them.
+    previous = {sig: signal.signal(sig, raise_interrupted) for sig in HANDLED}
     try:
         with Live(progress_table(title, states, dirs, steps), console=console, refresh_per_second=2,
                   transient=False) as live:
@@ -70,11 +69,14 @@ def submit(sweep, todo) -> bool:
                         continue
                     del running[name]
                     states[name] = "DONE" if code == 0 else "FAILED"
-                    if code < 0:  # killed by a signal before it could write its own record
-                        update_job_record(dirs[name], {"state": "CANCELLED", "exit_code": code})
+                    # A runtime that died without its final record (SIGKILL, disk full, a crash in
+                    # the runtime) is FAILED with the cause its logs give, never left RUNNING.
+                    mark_dead_local_jobs([dirs[name]], exit_code=code)
                 live.update(progress_table(title, states, dirs, steps))
                 time.sleep(0.5)
     except KeyboardInterrupt:
+        for sig in HANDLED:  # a second Ctrl-C must not cut the jobs' teardown short
+            signal.signal(sig, signal.SIG_IGN)
         for proc in running.values():
             os.killpg(proc.pid, signal.SIGTERM)
         for name, proc in running.items():
@@ -87,23 +89,26 @@ def submit(sweep, todo) -> bool:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if not console.is_terminal:
+            console.line()  # Rich ends a non-terminal live display without one: the next line starts clean
+    print_failures([dirs[n] for n, state in states.items() if state == "FAILED"])
     return True
 
 
 def in_flight(record: dict) -> bool:
     """A local job is alive only while its runtime process is (a killed launcher leaves RUNNING behind)."""
-    pid = record.get("runtime_pid")
-    if not pid or record.get("node") != socket.gethostname():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return local_runtime_alive(record)
 
 
 def refresh_job_records(job_dirs: list[Path]) -> dict[str, str]:
     """Local jobs write their own states: the records are the scheduler's view."""
     return {d.name: read_job_record(d).get("state", "UNKNOWN") for d in job_dirs}
+
+
+def print_failures(job_dirs) -> None:
+    """One line per failed job with its root cause (the trainer's exception, port exhaustion,
+    an input digest mismatch, a dead runtime), as its ``job.json`` records it."""
+    for job_dir in job_dirs:
+        record = read_job_record(job_dir)
+        cause = record.get("failure") or f"exit code {record.get('exit_code')}; see {job_dir.name}/trainer.log"
+        print(f"job {job_dir.name} {record.get('state', 'FAILED')}: {cause}", file=sys.stderr)

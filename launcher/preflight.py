@@ -5,15 +5,17 @@ Each failure is a ``PreflightError`` with a one-line message naming the problem 
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
 
 from omegaconf import DictConfig
 
+from launcher.ports import PortLockError, port_base
 from trainer.algorithms import AlgoConfigError
 from trainer.config import RunConfigError, validate
-from trainer.inputs import REPO_ROOT, InputDigestError, verify_inputs
+from trainer.inputs import REPO_ROOT, InputDigestError, resolve, verify_inputs
 
 
 class PreflightError(RuntimeError):
@@ -49,10 +51,21 @@ def check_job_config(job_cfg: DictConfig, name: str) -> None:
 
 
 def check_inputs(workload: DictConfig) -> dict[str, str]:
+    """The pinned inputs are the committed bytes, and the eval subset fits in the test split."""
+    from trainer.data import load_split
+
     try:
-        return verify_inputs(workload.manifest, required=[workload.model_path, workload.train_path, workload.test_path])
+        digests = verify_inputs(workload.manifest, required=[workload.model_path, workload.train_path,
+                                                             workload.test_path])
     except InputDigestError as exc:
         raise PreflightError(f"workload {workload.name}: {exc}") from None
+    rows = len(load_split(resolve(workload.test_path)))
+    if int(workload.eval.n_prompts) > rows:
+        raise PreflightError(
+            f"setting workload.eval.n_prompts={workload.eval.n_prompts} is refused: it must be <= {rows}, "
+            f"the rows of the test split {workload.test_path}"
+        )
+    return digests
 
 
 def check_resources(workload: DictConfig, cluster: DictConfig, dp_size: int = 1) -> None:
@@ -107,3 +120,52 @@ def check_visible_gpu(model: str | None) -> None:
         raise PreflightError(f"the job asked for a {model} GPU but nvidia-smi sees no GPU") from None
     if not any(model.lower() in n.lower() for n in names):
         raise PreflightError(f"the job asked for a {model} GPU but the visible devices are: {', '.join(names)}")
+
+
+# What the Slurm back end runs: submission, accounting (states), cancellation.
+SLURM_COMMANDS = ("sbatch", "sacct", "scancel")
+
+
+def check_sweep_dir(sweep_dir: Path, setting: str = "hydra.sweep.dir") -> None:
+    """The sweep directory is (or can become) a directory this user can write into."""
+    for parent in (sweep_dir, *sweep_dir.parents):
+        if parent.exists() and not parent.is_dir():
+            raise PreflightError(f"{setting}: {parent} is a file, not a directory; choose another {setting}")
+        if parent.exists():
+            break
+    try:
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        probe = sweep_dir / f".write-probe-{os.getpid()}"
+        probe.write_bytes(b"probe\n")
+        probe.unlink()
+    except OSError as exc:
+        raise PreflightError(
+            f"{setting}={sweep_dir} is not writable ({exc.strerror}); choose a writable {setting} "
+            "or fix its permissions"
+        ) from None
+
+
+def check_scheduler_commands(cluster: DictConfig, dry_run: bool) -> None:
+    """``cluster=slurm`` needs Slurm's commands here (a dry run submits nothing and needs none)."""
+    if cluster.kind != "slurm" or dry_run:
+        return
+    missing = [c for c in SLURM_COMMANDS if shutil.which(c) is None]
+    if missing:
+        raise PreflightError(
+            f"cluster=slurm needs Slurm's {', '.join(missing)} on PATH, which are missing here; "
+            "run from a Slurm login node (or load its module), or use cluster=local"
+        )
+
+
+def check_port_base() -> int:
+    try:
+        return port_base()
+    except PortLockError as exc:
+        raise PreflightError(str(exc)) from None
+
+
+def check_launch_environment(sweep_dir: Path, cluster: DictConfig, dry_run: bool) -> None:
+    """Everything outside the config the launch needs, checked before anything is submitted."""
+    check_port_base()
+    check_scheduler_commands(cluster, dry_run)
+    check_sweep_dir(Path(sweep_dir))

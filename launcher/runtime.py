@@ -8,7 +8,10 @@ function runs locally (``python -m launcher.runtime <job_dir>``) and under submi
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -17,6 +20,8 @@ import time
 from pathlib import Path
 
 from launcher.isolation import JobRoots, env_diff, isolated_env
+from launcher.liveness import death_cause, runtime_identity
+from launcher.locks import INHERITED_FD_ENV, lock_job_run_dir, record_holder
 from launcher.ports import BLOCK_SIZE, PortBlock, claim_port_block, listening_ports
 from launcher.preflight import PreflightError, check_visible_gpu
 from launcher.ray_runtime import JobRay, leftover_processes
@@ -31,8 +36,23 @@ class JobFailed(RuntimeError):
     """The trainer exited non-zero (the job record says how far it got)."""
 
 
+# Characters a Hydra override value may hold unquoted (a comma would make a sweep, a quote or a
+# non-ASCII character fails to parse).
+_HYDRA_PLAIN = re.compile(r"[A-Za-z0-9_/.\-+@%]*")
+
+
+def hydra_value(text: str) -> str:
+    """``text`` as a Hydra override value that parses back to exactly ``text``: as is when plain,
+    else single-quoted, with quotes (and the backslashes before a quote or the end) escaped."""
+    if _HYDRA_PLAIN.fullmatch(text):
+        return text
+    body = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", text)
+    body = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, body)
+    return f"'{body}'"
+
+
 def trainer_argv(spec: JobSpec, roots: JobRoots) -> list[str]:
-    return [sys.executable, "-m", "trainer", *spec.trainer_overrides, f"output_dir={roots.output}"]
+    return [sys.executable, "-m", "trainer", *spec.trainer_overrides, f"output_dir={hydra_value(str(roots.output))}"]
 
 
 def scheduler_identity() -> dict:
@@ -49,6 +69,46 @@ def scheduler_identity() -> dict:
     return {"scheduler": "local", "job_id": env.get("PROOFGRID_LOCAL_JOB_ID", f"local-{os.getpid()}"),
             "array_index": int(env["PROOFGRID_ARRAY_INDEX"]) if "PROOFGRID_ARRAY_INDEX" in env else None,
             "restart_count": 0}
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+GROUP_EXIT_GRACE_S = 15.0  # helpers of a finished trainer (torch's resource tracker) still exiting
+
+
+def _die_with_parent(parent: int):
+    """``preexec_fn`` of the trainer: the kernel SIGKILLs it when the runtime dies, even by SIGKILL
+    (torch's spawned ranks in turn get SIGINT from their parent's death), so no trainer outlives
+    its runtime. Checks the parent afterwards: it may have died before the prctl."""
+    def tie() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+    return tie
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of process group ``pgid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2:].split()  # state, ppid, pgrp, ...
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            found.append(int(entry.name))
+    return found
+
+
+def wait_for_group_exit(pgid: int, grace_s: float = GROUP_EXIT_GRACE_S) -> None:
+    """Give what the trainer started (its ranks, torch's multiprocessing resource tracker) time to
+    finish exiting: a helper still on its way out is not a leftover."""
+    deadline = time.monotonic() + grace_s
+    while group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def leftovers(roots: JobRoots, block: PortBlock) -> list[dict]:
@@ -74,7 +134,7 @@ def run_job(spec: JobSpec) -> dict:
     update_job_record(roots.job_dir, {
         **spec.identity(), **scheduler_identity(), "node": socket.gethostname(),
         "state": "RUNNING", "exit_code": None, "source_commit": spec.source_commit, "roots": roots.as_record(),
-        "started_at": started, "runtime_pid": os.getpid(),
+        "started_at": started, **runtime_identity(os.getpid()),
     })
     terminated: list[int] = []
 
@@ -91,9 +151,11 @@ def run_job(spec: JobSpec) -> dict:
     ray: JobRay | None = None
     proc: subprocess.Popen | None = None
     cleanup: list[dict] = []
+    run_lock: int | None = None
     try:
         check_visible_gpu(spec.gpu_model)  # the profile asked for a GPU model: is it the one we got?
         roots.create()
+        run_lock = lock_job_run_dir(roots.job_dir)  # no second trainer in this run directory, ever
         block = claim_port_block()
         env = isolated_env(roots, block.ports, base_env)
         env["PROOFGRID_SOURCE_COMMIT"] = spec.source_commit or ""
@@ -102,28 +164,43 @@ def run_job(spec: JobSpec) -> dict:
             env["RAY_ADDRESS"] = ray.start()
         argv = trainer_argv(spec, roots)
         write_command_records(spec, argv, env_diff(base_env, env), REPO_ROOT)
+        env[INHERITED_FD_ENV] = str(run_lock)  # the trainer holds the lock it inherits (not a record)
         with open(roots.job_dir / "trainer.log", "ab") as log:
+            # Own process group (torn down as one); the run lock is inherited, so it stays held
+            # while the trainer lives even if this runtime is killed.
             proc = subprocess.Popen(argv, env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL)
+                                    stdin=subprocess.DEVNULL, start_new_session=True, pass_fds=(run_lock,),
+                                    preexec_fn=_die_with_parent(os.getpid()))
+            record_holder(run_lock, proc.pid)
             exit_code = proc.wait()
+        if exit_code != 0:
+            failure = death_cause(roots.job_dir, f"the trainer exited with {exit_code}")
     except KeyboardInterrupt:
         failure = f"terminated by signal {terminated[0]}" if terminated else "interrupted"
     except (PreflightError, RuntimeError, OSError) as exc:
         failure = str(exc)
     finally:
         if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
             try:
                 exit_code = proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 exit_code = proc.wait()
+        if proc is not None:
+            wait_for_group_exit(proc.pid)
         if ray is not None:
             ray.stop()
         roots.remove_alias()
         if block is not None:
             cleanup = leftovers(roots, block)
             block.release()
+        if proc is not None:  # recorded above; now make sure nothing of the trainer outlives the job
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        if run_lock is not None:
+            os.close(run_lock)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if terminated:

@@ -78,7 +78,7 @@ def test_seed000_profile_reproduces_its_request_as_submitted(tmp_path):
 @pytest.mark.parametrize(("args", "needle"), [
     (("algo=grpo,bogus", "seed=1"), "bogus"),
     (("algo=grpo", "seed=1", "workload.lrr=3"), "did you mean workload.lr"),
-    (("algo=grpo", "seed=1", "workload.engine=sglang"), "not a rollout engine"),
+    (("algo=grpo", "seed=1", "workload.engine=sglang"), "workload.engine='sglang'"),
     (("algo=rppb", "seed=1", "workload.n_samples_per_prompt=1", "workload.global_batch_size=4"), "[group-size]"),
     (("algo=rpp", "seed=1", "algo.loss_reduction=token_mean"), "[loss-reduction]"),
     (("algo=grpo", "seed=1", "workload.global_batch_size=30"), "global_batch_size"),

@@ -5,13 +5,23 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from launcher.ports import BLOCK_SIZE, NAMED_PORTS, claim_port_block, layout
+from launcher.ports import (
+    BLOCK_SIZE,
+    DEFAULT_BASE,
+    NAMED_PORTS,
+    PortLockError,
+    chunk_lock_names,
+    claim_port_block,
+    layout,
+    port_base,
+)
 
 BASE = 24000  # a range of our own, away from Ray/Slurm defaults
 
@@ -105,3 +115,113 @@ def test_listening_ports_sees_listeners_only():
         assert listening_ports(range(BASE + 690, BASE + 710)) == [BASE + 700]
     finally:
         server.close()
+
+
+def test_blocks_from_different_bases_that_overlap_are_never_held_twice(tmp_path):
+    """Locks are named by absolute port range: a base shifted by half a block still collides."""
+    held = []
+    for base in (BASE, BASE + BLOCK_SIZE // 2, BASE + 1, BASE - 7):
+        block = claim_port_block(tmp_path, base, max_blocks=8)
+        held.append(block)
+    try:
+        spans = sorted((b.start, b.start + BLOCK_SIZE - 1) for b in held)
+        assert all(hi < next_lo for (_, hi), (next_lo, _) in zip(spans, spans[1:])), spans
+    finally:
+        for b in held:
+            b.release()
+
+
+def test_processes_with_different_bases_and_tmpdirs_never_share_a_port(tmp_path):
+    script = ("import sys,time; from launcher.ports import claim_port_block; "
+              "b = claim_port_block(sys.argv[1], int(sys.argv[2])); print(b.start, flush=True); time.sleep(3)")
+    procs = []
+    for i, base in enumerate((BASE, BASE + 16, BASE + 40)):
+        tmp = tmp_path / f"tmp{i}"
+        tmp.mkdir()
+        procs.append(subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "locks"), str(base)],
+                                      stdout=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp)}))
+    starts = sorted(int(p.stdout.readline()) for p in procs)
+    for p in procs:
+        p.wait()
+    assert all(b - a >= BLOCK_SIZE for a, b in zip(starts, starts[1:])), starts
+
+
+def test_the_default_lock_dir_is_per_user_and_the_same_whatever_tmpdir_says(tmp_path):
+    code = "from launcher.ports import default_lock_dir; print(default_lock_dir())"
+    seen = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "TMPDIR": str(d)}).stdout.strip()
+            for d in (tmp_path, tmp_path / "x", "/tmp")}
+    (one,) = seen
+    assert str(tmp_path) not in one and one.endswith(f"proofgrid-ports-{os.getuid()}")
+
+
+def test_a_fresh_lock_dir_is_0700_and_lock_files_0600(tmp_path):
+    lock_dir = tmp_path / "fresh"
+    with claim_port_block(lock_dir, BASE):
+        assert stat.S_IMODE(lock_dir.stat().st_mode) == 0o700
+        modes = {stat.S_IMODE(p.stat().st_mode) for p in lock_dir.iterdir()}
+    assert modes == {0o600}
+
+
+@pytest.mark.parametrize("target_kind", ["victim file", "missing file", "directory"])
+def test_a_symlink_planted_in_the_lock_dir_is_refused_and_its_target_untouched(tmp_path, target_kind):
+    lock_dir = tmp_path / "locks"
+    lock_dir.mkdir(mode=0o700)
+    target = tmp_path / "victim"
+    if target_kind == "victim file":
+        target.write_text("precious\n")
+        target.chmod(0o640)
+    elif target_kind == "directory":
+        target.mkdir()
+    for name in chunk_lock_names(BASE):
+        (lock_dir / name).symlink_to(target)
+    with pytest.raises(PortLockError, match="remove it"):
+        claim_port_block(lock_dir, BASE, max_blocks=1)
+    if target_kind == "victim file":
+        assert target.read_text() == "precious\n" and stat.S_IMODE(target.stat().st_mode) == 0o640
+    elif target_kind == "missing file":
+        assert not target.exists()  # O_NOFOLLOW: nothing was created through the link
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o755, 0o770])
+def test_a_lock_dir_others_can_reach_is_refused_and_never_chmodded(tmp_path, mode):
+    lock_dir = tmp_path / "shared"
+    lock_dir.mkdir()
+    lock_dir.chmod(mode)
+    with pytest.raises(PortLockError, match="0700"):
+        claim_port_block(lock_dir, BASE)
+    assert stat.S_IMODE(lock_dir.stat().st_mode) == mode
+
+
+def test_a_lock_dir_that_is_a_symlink_is_refused(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(real)
+    with pytest.raises(PortLockError, match="not a plain directory"):
+        claim_port_block(tmp_path / "link", BASE)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to give a file to another user")
+def test_lock_files_and_dirs_of_another_user_are_refused(tmp_path):
+    lock_dir = tmp_path / "locks"
+    lock_dir.mkdir(mode=0o700)
+    (foreign := lock_dir / chunk_lock_names(BASE)[0]).write_text("")
+    os.chown(foreign, 4242, 4242)
+    with pytest.raises(PortLockError, match="not a regular file of yours"):
+        claim_port_block(lock_dir, BASE, max_blocks=1)
+    os.chown(lock_dir, 4242, 4242)
+    with pytest.raises(PortLockError, match="uid 4242"):
+        claim_port_block(lock_dir, BASE, max_blocks=1)
+
+
+@pytest.mark.parametrize("value", ["abc", "", " ", "-1", "80", "1023", "65000", "2e4", "020000", "20000.0",
+                                   "0x4e20", "２００００"])
+def test_a_bad_port_base_is_one_clear_error(value):
+    with pytest.raises(PortLockError, match="PROOFGRID_PORT_BASE") as info:
+        port_base({"PROOFGRID_PORT_BASE": value})
+    assert "\n" not in str(info.value)
+
+
+def test_a_good_port_base_is_read():
+    assert port_base({"PROOFGRID_PORT_BASE": "23000"}) == 23000
+    assert port_base({}) == DEFAULT_BASE

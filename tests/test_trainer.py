@@ -214,6 +214,14 @@ def test_greedy_kv_cache_rollout_picks_the_argmax_of_an_unpadded_full_forward():
                 assert logits[token] >= logits.max() - 1e-4, (t, token, int(logits.argmax()))
 
 
+def test_greedy_training_rollouts_are_refused_before_training(tmp_path):
+    """Temperature 0 is not a distribution the PPO ratio can use (issue 10): refused, not warned about."""
+    proc = run_trainer(tmp_path / "g", "algo=grpo", "workload.n_updates=1", "workload.sampling.temperature=0",
+                       "workload.eval.n_prompts=1", "workload.eval.k=4", check=False)
+    assert proc.returncode == 2 and "workload.sampling.temperature=0" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "g" / "metrics.jsonl").exists()
+
+
 def test_pinning_the_toy_inputs_reproduces_the_committed_manifest(tmp_path):
     from trainer.inputs import pin
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 
 from trainer.algorithms import AlgoConfigError
-from trainer.config import RunConfigError, compose
+from trainer.config import RunConfigError, compose, validate
 from trainer.inputs import InputDigestError
+from trainer.run_lock import LockHeld, own_run_dir
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,8 +21,10 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         cfg = compose(list(sys.argv[1:] if argv is None else argv))
-        summary = train(cfg)
-    except (AlgoConfigError, RunConfigError, InputDigestError) as exc:
+        validate(cfg)
+        with own_run_dir(Path(cfg.output_dir)):  # one trainer per run directory
+            summary = train(cfg)
+    except (AlgoConfigError, RunConfigError, InputDigestError, LockHeld) as exc:
         print(f"proofgrid trainer: error: {exc}", file=sys.stderr)
         return 2
     except NonFiniteGradientError as exc:

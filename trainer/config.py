@@ -39,8 +39,26 @@ def algo_config(cfg: DictConfig) -> AlgoConfig:
     return AlgoConfig.from_mapping(values)
 
 
+def check_schema(cfg: DictConfig) -> None:
+    """Every setting's type and range (``trainer.schema``), one line naming the setting on refusal."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    from trainer.schema import SettingError, check_settings
+
+    try:
+        values = OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as exc:
+        raise RunConfigError(f"setting {getattr(exc, 'full_key', '?')} cannot be resolved: "
+                             f"{str(exc).splitlines()[0]}") from None
+    try:
+        check_settings(values)
+    except SettingError as exc:
+        raise RunConfigError(str(exc)) from None
+
+
 def validate(cfg: DictConfig) -> AlgoConfig:
     """Every config-time check of one run; returns the validated algorithm config."""
+    check_schema(cfg)
     algo = algo_config(cfg)
     w = cfg.workload
     batch = int(w.prompts_per_step) * int(w.n_samples_per_prompt)
@@ -50,26 +68,18 @@ def validate(cfg: DictConfig) -> AlgoConfig:
             f"n_samples_per_prompt = {batch} (one actor update per rollout batch); fix one of them"
         )
     dp = int(cfg.dp_size)
-    if dp < 1 or int(w.prompts_per_step) % dp != 0:
+    if int(w.prompts_per_step) % dp != 0:
         raise RunConfigError(
-            f"dp_size={dp} must be >= 1 and divide workload.prompts_per_step={w.prompts_per_step} "
+            f"dp_size={dp} must divide workload.prompts_per_step={w.prompts_per_step} "
             "(each rank owns whole prompt groups); choose a divisor"
         )
-    if int(w.n_updates) < 1:
-        raise RunConfigError(f"workload.n_updates={w.n_updates} must be >= 1")
-    if int(w.eval.k) < 1 or int(w.eval.n_prompts) < 1:
-        raise RunConfigError("workload.eval.k and workload.eval.n_prompts must be >= 1")
-    from trainer.rollout import ENGINES
-
-    if str(w.engine) not in ENGINES:
-        raise RunConfigError(f"workload.engine={w.engine!r} is not a rollout engine; choose one of {', '.join(sorted(ENGINES))}")
-    if int(w.checkpoint_every) < 1:
-        raise RunConfigError(f"workload.checkpoint_every={w.checkpoint_every} must be >= 1 (steps between checkpoints)")
     if int(w.sampling.top_k) != 0 or float(w.sampling.top_p) != 1.0:
         raise RunConfigError(
             "workload.sampling.top_k/top_p filter the rollout policy, but the PPO ratio and the KL terms use "
             "the unfiltered policy's log-probs; keep top_k=0 top_p=1.0 for training (eval may filter)"
         )
+    if str(w.device).startswith("cuda") and int(w.gpus_per_job) < 1:
+        raise RunConfigError(f"workload.device={w.device} needs workload.gpus_per_job>=1 (the GPUs a job asks for)")
     return algo
 
 

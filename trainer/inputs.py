@@ -33,8 +33,17 @@ def load_manifest(manifest_path: str | Path) -> list[PinnedFile]:
     path = resolve(manifest_path)
     if not path.is_file():
         raise InputDigestError(f"manifest {manifest_path} not found; pin the workload's inputs first")
-    data = json.loads(path.read_text())
-    return [PinnedFile(f["path"], int(f["size"]), f["sha256"]) for f in data["files"]]
+    try:
+        data = json.loads(path.read_text())
+        return [PinnedFile(str(f["path"]), int(f["size"]), str(f["sha256"])) for f in data["files"]]
+    except json.JSONDecodeError as exc:
+        problem = f"is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+    except UnicodeDecodeError:
+        problem = "is not UTF-8 text"
+    except (KeyError, TypeError, ValueError, AttributeError):
+        problem = 'does not have the manifest format {"files": [{"path", "size", "sha256"}, ...]}'
+    raise InputDigestError(f"manifest {manifest_path} {problem}; restore it (git checkout) or re-pin the workload "
+                           "(python -m trainer.inputs pin ...)")
 
 
 def resolve(path: str | Path) -> Path:

@@ -1,0 +1,111 @@
+"""Is a local job's runtime still alive, and why did a dead one fail?
+
+A local job's ``job.json`` names its runtime by pid, process start time (clock ticks since boot,
+so a reused pid is not mistaken for it) and boot id. A record still in flight whose runtime is
+gone died without writing its final state (disk full, a crash in the runtime, SIGKILL): it is
+marked FAILED with the cause found in its logs, so that neither a re-run nor ``evidence build``
+waits for it forever.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+from pathlib import Path
+
+from evidence.bundle import IN_FLIGHT_STATES
+from launcher.records import read_job_record, update_job_record
+
+TAIL_BYTES = 65536
+# The last line of a Python traceback, or one of proofgrid's own one-line errors.
+_ERROR_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failed)\b.*"
+                         r"|proofgrid[\w ]*: .*|Killed.*)$")
+
+
+def boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks after boot (field 22 of /proc/<pid>/stat), or None if
+    there is no such (non-zombie) process."""
+    try:
+        text = Path(f"/proc/{int(pid)}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    fields = text[text.rindex(")") + 2:].split()  # the command name may contain spaces
+    if fields[0] == "Z":
+        return None
+    return int(fields[19])
+
+
+def runtime_identity(pid: int) -> dict:
+    """What ``job.json`` records so that the runtime's liveness can be checked later."""
+    return {"runtime_pid": pid, "runtime_start_ticks": process_start_ticks(pid), "boot_id": boot_id(),
+            "node": socket.gethostname()}
+
+
+def local_runtime_alive(record: dict) -> bool:
+    """Whether the runtime process a local job's record names is still that same process."""
+    pid = record.get("runtime_pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    if record.get("node") != socket.gethostname():
+        return False  # not this host's process (the launcher that ran it is gone)
+    if record.get("boot_id") and record.get("boot_id") != boot_id():
+        return False
+    ticks = process_start_ticks(pid)
+    if ticks is None:
+        return False
+    expected = record.get("runtime_start_ticks")
+    return expected is None or ticks == expected
+
+
+def last_error_line(log: Path) -> str | None:
+    """The last error-looking line of a log (a traceback's final line, a one-line error)."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - TAIL_BYTES))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        if _ERROR_LINE.match(line.strip()):
+            return line.strip()[:300]
+    return None
+
+
+def death_cause(job_dir: Path, how: str) -> str:
+    """``how`` the runtime ended, plus the error its own log or the trainer's ends with."""
+    for log in ("runtime.log", "trainer.log"):
+        if line := last_error_line(Path(job_dir) / log):
+            return f"{how}: {line} (in {log})"
+    return how
+
+
+def mark_dead_local_jobs(job_dirs: list[Path], exit_code: int | None = None) -> dict[str, str]:
+    """Mark every local job whose record is in flight but whose runtime is gone FAILED with its
+    cause; returns ``{job name: cause}`` of the jobs marked. ``exit_code``: the runtime's, when
+    the caller reaped it (negative: the signal that killed it)."""
+    marked = {}
+    for job_dir in job_dirs:
+        record = read_job_record(job_dir)
+        never_recorded = "state" not in record and exit_code not in (None, 0)
+        if record.get("scheduler") == "slurm" or (record.get("state") not in IN_FLIGHT_STATES and not never_recorded):
+            continue
+        if local_runtime_alive(record):
+            continue
+        how = "died"
+        if exit_code is not None:
+            how = f"was killed by {signal.Signals(-exit_code).name}" if exit_code < 0 else f"exited with {exit_code}"
+        cause = death_cause(job_dir, f"its job runtime (pid {record.get('runtime_pid')}) {how} without "
+                                     "writing a final state")
+        update_job_record(job_dir, {"state": "FAILED", "failure": cause,
+                                    **({"exit_code": exit_code} if exit_code is not None else {})})
+        marked[Path(job_dir).name] = cause
+    return marked

@@ -1,0 +1,50 @@
+"""Where a rejected job's re-run starts: its last checkpoint, unless the metrics log is bad before it.
+
+A resumed run keeps the metrics lines before its checkpoint and appends the rest. A line the
+evidence refuses (non-finite, missing keys, torn) *before* the checkpoint's step would therefore be
+kept by every re-run, and the job rejected forever. Such a checkpoint is moved into the attempt's
+archive (nothing is deleted), with the run's TensorBoard events, and the re-run starts from scratch.
+Only the newest checkpoint is kept by the trainer, so there is no earlier one to fall back to.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from evidence.metrics_log import validate_metrics
+
+CHECKPOINTS = "checkpoints"
+RUN_STATE_DIRS = (CHECKPOINTS, "tensorboard")  # what a resume reads or appends to
+
+
+def checkpoint_step(run_dir: Path) -> int | None:
+    """The step of the checkpoint a resume would load, or None."""
+    from trainer.checkpoint import latest_checkpoint
+
+    ckpt = latest_checkpoint(run_dir / CHECKPOINTS)
+    if ckpt is None:
+        return None
+    try:
+        return int(json.loads((ckpt / "trainer_state.json").read_text())["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def discard_checkpoint_past_bad_metrics(job_dir: Path, algo: str, n_updates: int, attempt_dir: Path) -> str | None:
+    """Move the run's checkpoints (and TensorBoard events) to ``attempt_dir/run/`` when the metrics
+    log is not clean up to the checkpoint's step; returns what was done, or None."""
+    run_dir = Path(job_dir) / "run"
+    step = checkpoint_step(run_dir)
+    if step is None:
+        return None
+    clean = validate_metrics(run_dir / "metrics.jsonl", algo, n_updates).valid_steps
+    if clean >= step:
+        return None  # the resume drops the lines from the checkpoint on: what stays is clean
+    (attempt_dir / "run").mkdir(parents=True, exist_ok=True)
+    for name in RUN_STATE_DIRS:
+        if (run_dir / name).exists():
+            shutil.move(str(run_dir / name), str(attempt_dir / "run" / name))
+    return (f"the metrics log is valid only up to step {clean}, before the checkpoint of step {step}; "
+            f"that checkpoint moved to {attempt_dir.relative_to(job_dir)}/run/ and the job restarts from step 0")
