@@ -451,7 +451,9 @@ def decide(criterion: Criterion, baseline: Mapping[int, float], treatment: Mappi
         return outcome(INCONCLUSIVE, "inconclusive-band",
                        f"{shown} is between {criterion.inconclusive_below:g} and {criterion.threshold:g}{unit}")
     floor = criterion.inconclusive_below if criterion.inconclusive_below is not None else criterion.threshold
-    return outcome(FAILED, "below-threshold", f"{shown} < {floor:g}{unit}, with no collapse difference")
+    against = collapse and collapse["treatment"].collapsed and not collapse["baseline"].collapsed
+    return outcome(FAILED, "below-threshold", f"{shown} < {floor:g}{unit}, "
+                   + ("and the treatment collapsed where the baseline did not" if against else "with no collapse difference"))
 
 
 # ---- verdict.json --------------------------------------------------------------------------------
