@@ -268,11 +268,14 @@ TUNING_REWARD = {("grpo", "1e-5"): 0.30, ("grpo", "4e-5"): 0.50, ("grpo", "1.6e-
                  ("rppb", "1e-5"): 0.20, ("rppb", "4e-5"): 0.30, ("rppb", "1.6e-4"): 0.45}
 
 
-def tuned_experiment(tmp_path: Path) -> Path:
-    """<experiment>/tuning (built) and <experiment>/confirm with the spec; returns the confirm sweep."""
+def tuned_experiment(tmp_path: Path, extension: dict | None = None, rewards: dict = TUNING_REWARD) -> Path:
+    """<experiment>/tuning (built) and <experiment>/confirm with the spec; returns the confirm sweep.
+
+    ``extension``: extra tuning-stage arms, as the launcher runs them after an edge winner."""
     arms = {f"{algo}-lr{lr}": {"algo": algo, "workload.lr": lr} for algo in ("grpo", "rppb") for lr in LRS}
+    arms.update(extension or {})
     tuning = make_sweep(tmp_path / "exp", seeds=(1, 2), name="tuning", arms=arms,
-                        reward=lambda arm, seed, step: TUNING_REWARD[(arms[arm]["algo"], arms[arm]["workload.lr"])]
+                        reward=lambda arm, seed, step: rewards[(arms[arm]["algo"], arms[arm]["workload.lr"])]
                         + 0.01 * seed)
     build_bundle(tuning, figures=False)
     confirm_arms = {"grpo-lr4e-5": {"algo": "grpo", "workload.lr": "4e-5"},
@@ -326,6 +329,22 @@ def test_the_launcher_facing_calls_select_from_a_built_tuning_stage_and_refuse_u
     unlogged = parse_experiment(TUNED_SPEC.replace("metric: rollout/raw_reward", "metric: train/entropy"))
     with pytest.raises(VerdictError, match="^tuning metric train/entropy is logged by no accepted run; logged: "):
         check_logged(unlogged, probe)
+
+
+def test_a_grid_extended_past_its_edge_joins_the_selection_and_clears_the_flag(tmp_path):
+    # The launcher extended sc's grid once beyond 1.6e-4 by the grid's ratio (x4): 6.4e-4 scores lower.
+    confirm = tuned_experiment(tmp_path, {"rppb-lr6.4e-4": {"algo": "rppb", "workload.lr": "6.4e-4"}},
+                               {**TUNING_REWARD, ("rppb", "6.4e-4"): 0.35})
+    assert float(extend_grid(list(LRS), "high")) == pytest.approx(6.4e-4, rel=1e-12)
+    experiment = parse_experiment(TUNED_SPEC)
+    chosen = select_settings(experiment.tuning, experiment.arms,
+                             load_bundle_data(confirm.parent / "tuning" / "bundle" / "data"))
+    assert list(chosen["sc"].scores) == ["1e-5", "4e-5", "1.6e-4", "6.4e-4"]
+    assert chosen["sc"].scores["6.4e-4"] == pytest.approx(0.365, abs=1e-12)
+    assert (chosen["sc"].value, chosen["sc"].edge) == ("1.6e-4", None)
+    verdict = verdict_of(confirm)
+    assert verdict["edge_of_grid"] == [] and verdict["provisional"] is False
+    assert verdict["tuning"]["scores"]["sc"]["6.4e-4"] == pytest.approx(0.365, abs=1e-12)
 
 
 def reseal(bag: Path) -> None:
