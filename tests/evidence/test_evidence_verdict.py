@@ -395,6 +395,30 @@ def test_a_loosened_spec_resealed_is_caught_by_the_report_and_by_the_pre_registe
     assert any(r.startswith("data/report.md: line") for r in reasons)  # the report still says INCONCLUSIVE
 
 
+def test_an_edited_tuning_stage_resealed_is_caught_in_the_stage_and_in_the_verdict(tmp_path):
+    confirm = tuned_experiment(tmp_path)
+    bag = build_bundle(confirm, figures=False).bundle_dir
+    assert audit(bag) == []
+    # Make the baseline's edge value win its tuning: raise grpo-lr1.6e-4's rewards in the stage's steps.csv.
+    steps = bag / "data" / "stages" / "tuning" / "steps.csv"
+    lines = steps.read_text().splitlines()
+    column = lines[0].split(",").index("rollout/raw_reward")
+    for i, line in enumerate(lines):
+        cells = line.split(",")
+        if cells[0] == "grpo-lr1.6e-4":
+            cells[column] = "0.9"
+            lines[i] = ",".join(cells)
+    steps.write_text("\n".join(lines) + "\n")
+    reseal(bag)
+    reasons = [str(f) for f in audit(bag)]
+    assert any(r.startswith("data/stages/tuning/steps.csv: grpo-lr1.6e-4-1 step 0 differs from "
+                            "data/stages/tuning/runs/grpo-lr1.6e-4-1/metrics.jsonl") for r in reasons)
+    assert any(r.startswith("data/stages/tuning/tables/") for r in reasons)
+    # the baseline's tuning winner is now 1.6e-4, which the confirm stage never ran
+    assert ("data/verdict.json: cannot recompute (spec arm isp (algo=grpo, workload.lr=1.6e-4) matches 0 arms of "
+            "the sweep (grpo-lr4e-5, rppb-lr1.6e-4); it must match exactly one)") in reasons
+
+
 def test_a_verdict_without_its_spec_is_a_finding(clean_build, tmp_path):
     _, result = clean_build
     bag = Path(shutil.copytree(result.bundle_dir, tmp_path / "bag"))
