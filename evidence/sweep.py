@@ -18,8 +18,8 @@ ALGO_NAMES = {"grpo": "GRPO", "rpp": "REINFORCE++", "rppb": "REINFORCE++-baselin
 ALGO_ORDER = ("grpo", "rpp", "rppb")
 
 
-class SweepError(Exception):
-    """A sweep directory that cannot be read as one (one-line message)."""
+class SweepError(ValueError):
+    """A sweep directory (or a bundle's sweep.json) that cannot be read as one (one-line message)."""
 
 
 def algo_name(algo: str) -> str:
