@@ -485,8 +485,15 @@ def check_recomputation(data_dir: Path, data) -> list[Finding]:
 
 
 def _check_verdict(data_dir: Path, data) -> list[Finding]:
-    """An experiment's verdict.json recomputes from the CSVs and data/experiment.yaml (evidence.verdict)."""
-    return [Finding(file, reason) for file, reason in check_verdict(data_dir, data)]
+    """An experiment's verdict.json recomputes from the CSVs and data/experiment.yaml (evidence.verdict),
+    and each earlier stage carried under data/stages/<name>/ passes the run and recomputation checks."""
+    findings = [Finding(file, reason) for file, reason in check_verdict(data_dir, data)]
+    for name, stage in data.stages.items():
+        inside = f"{PAYLOAD}/stages/{name}/"
+        for check in (check_runs, check_recomputation):
+            findings += [Finding(f.file.replace(f"{PAYLOAD}/", inside, 1), f.reason.replace(f"{PAYLOAD}/", inside))
+                         for f in check(data_dir / "stages" / name, stage)]
+    return findings
 
 
 # Active content or a reference out of the file: a figure must be a self-contained drawing.

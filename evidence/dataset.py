@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from evidence.fileio import JSONError, read_json, write_text
@@ -120,9 +121,9 @@ class BundleData:
     def index_row(self, arm: str, seed: int) -> dict[str, str]:
         return next(r for r in self.index if _arm(r) == arm and r["seed"] == str(seed))
 
-    @property
+    @cached_property
     def arms(self) -> dict[str, tuple[str, dict[str, str]]]:
-        """``{arm label: (algo, overrides)}`` in report order (``sweep.read_arms``)."""
+        """``{arm label: (algo, overrides)}`` in report order (``sweep.read_arms``; read once)."""
         return read_arms(self.sweep)
 
     def arm_algo(self, arm: str) -> str:

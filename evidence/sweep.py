@@ -18,8 +18,8 @@ ALGO_NAMES = DISPLAY_NAMES
 __all__ = ["ALGO_NAMES", "ALGO_ORDER", "algo_name", "algo_sort_key", "job_name"]
 
 
-class SweepError(Exception):
-    """A sweep directory that cannot be read as one (one-line message)."""
+class SweepError(ValueError):
+    """A sweep directory (or a bundle's sweep.json) that cannot be read as one (one-line message)."""
 
 
 def algo_name(algo: str) -> str:

@@ -42,14 +42,12 @@ from pathlib import Path
 import yaml
 
 from evidence import stats
-from evidence.dataset import EXPERIMENT_FILE, SETTINGS_FILE, BundleData, load_bundle_data
+from evidence.dataset import EXPERIMENT_FILE, BundleData, load_bundle_data
 from evidence.fileio import JSONError, dumps_json, read_json, sha256_file, write_text
 from evidence.measures import POINTS_PER_UNIT, Measure, MeasureError, arm_values, parse_measure, trajectory
 
 VERDICT_FILE = "verdict.json"
-TUNING_STAGE = "tuning"  # data/stages/tuning/: the tuning stage's data, when the experiment tuned
-# What of a stage's data/ the verdict recomputes from (its run logs stay in that stage's own bundle).
-STAGE_FILES = ("sweep.json", SETTINGS_FILE, "index.csv", "incidents.csv", "steps.csv", "eval.csv")
+TUNING_STAGE = "tuning"  # data/stages/tuning/: the tuning stage's whole data/, when the experiment tuned
 VALIDATED, FAILED, INCONCLUSIVE = "VALIDATED", "FAILED", "INCONCLUSIVE"
 MIN_SEEDS = 3  # for a verdict that is not exploratory
 # A mean difference within this of the threshold reaches it: exact decimal inputs lose a few ulps.
@@ -451,7 +449,9 @@ def decide(criterion: Criterion, baseline: Mapping[int, float], treatment: Mappi
         return outcome(INCONCLUSIVE, "inconclusive-band",
                        f"{shown} is between {criterion.inconclusive_below:g} and {criterion.threshold:g}{unit}")
     floor = criterion.inconclusive_below if criterion.inconclusive_below is not None else criterion.threshold
-    return outcome(FAILED, "below-threshold", f"{shown} < {floor:g}{unit}, with no collapse difference")
+    against = collapse and collapse["treatment"].collapsed and not collapse["baseline"].collapsed
+    return outcome(FAILED, "below-threshold", f"{shown} < {floor:g}{unit}, "
+                   + ("and the treatment collapsed where the baseline did not" if against else "with no collapse difference"))
 
 
 # ---- verdict.json --------------------------------------------------------------------------------
@@ -544,8 +544,8 @@ def bundle_verdict(data: BundleData) -> dict | None:
 
 def add_experiment(sweep_dir: Path, data_dir: Path) -> None:
     """Build hook, before the data is loaded: carry ``<sweep_dir>/experiment.yaml`` (the spec as run) and,
-    when it declares tuning, the tuning stage's evidence (``<experiment dir>/tuning/bundle/data``: stages
-    are sibling sweeps) into the bundle's ``data/``."""
+    when it declares tuning, the tuning stage's sealed evidence (``<experiment dir>/tuning/bundle/data/``:
+    stages are sibling sweeps) into the bundle's ``data/`` (``data/stages/tuning/``, audited as well)."""
     spec = Path(sweep_dir) / EXPERIMENT_FILE
     if not spec.is_file():
         return
@@ -554,9 +554,10 @@ def add_experiment(sweep_dir: Path, data_dir: Path) -> None:
     write_text(Path(data_dir) / EXPERIMENT_FILE, text)
     tuning = Path(sweep_dir).parent / "tuning" / "bundle" / "data"
     if experiment.tuning is not None and (tuning / "index.csv").is_file():
-        for name in STAGE_FILES:
-            if (tuning / name).is_file():
-                write_text(Path(data_dir) / "stages" / TUNING_STAGE / name, (tuning / name).read_text(encoding="utf-8"))
+        for path in sorted(p for p in tuning.rglob("*") if p.is_file() and not p.is_symlink()):
+            target = Path(data_dir) / "stages" / TUNING_STAGE / path.relative_to(tuning)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(path.read_bytes())
 
 
 def write_verdict(data_dir: Path, data: BundleData) -> None:

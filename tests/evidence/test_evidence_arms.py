@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import bagit
 from sweep_factory import job_dir, make_sweep
 
 from evidence import audit, build_bundle
@@ -97,3 +98,15 @@ def test_a_job_recording_another_arm_is_rejected(tmp_path):
     result = build_bundle(sweep, figures=False)
     row = next(r for r in result.jobs if r["job"] == "rpp-lr3e-4-2")
     assert row["accepted"] == "no" and "records arm rpp-lr1e-4, not rpp-lr3e-4" in row["reason"]
+
+
+def test_a_bundle_whose_sweep_json_names_an_unsafe_arm_is_a_finding_not_a_crash(tmp_path):
+    sweep = arm_sweep(tmp_path)
+    bag = build_bundle(sweep, figures=False).bundle_dir
+    path = bag / "data" / "sweep.json"
+    record = json.loads(path.read_text())
+    record["arms"]["../escape"] = record["arms"].pop("rpp-lr3e-4")
+    path.write_text(json.dumps(record))
+    bagit.Bag(str(bag)).save(manifests=True)
+    reasons = [str(f) for f in audit(bag)]
+    assert "data: cannot recompute (SweepError: sweep.json: arm label '../escape' is not a filesystem-safe name)" in reasons

@@ -268,11 +268,14 @@ TUNING_REWARD = {("grpo", "1e-5"): 0.30, ("grpo", "4e-5"): 0.50, ("grpo", "1.6e-
                  ("rppb", "1e-5"): 0.20, ("rppb", "4e-5"): 0.30, ("rppb", "1.6e-4"): 0.45}
 
 
-def tuned_experiment(tmp_path: Path) -> Path:
-    """<experiment>/tuning (built) and <experiment>/confirm with the spec; returns the confirm sweep."""
+def tuned_experiment(tmp_path: Path, extension: dict | None = None, rewards: dict = TUNING_REWARD) -> Path:
+    """<experiment>/tuning (built) and <experiment>/confirm with the spec; returns the confirm sweep.
+
+    ``extension``: extra tuning-stage arms, as the launcher runs them after an edge winner."""
     arms = {f"{algo}-lr{lr}": {"algo": algo, "workload.lr": lr} for algo in ("grpo", "rppb") for lr in LRS}
+    arms.update(extension or {})
     tuning = make_sweep(tmp_path / "exp", seeds=(1, 2), name="tuning", arms=arms,
-                        reward=lambda arm, seed, step: TUNING_REWARD[(arms[arm]["algo"], arms[arm]["workload.lr"])]
+                        reward=lambda arm, seed, step: rewards[(arms[arm]["algo"], arms[arm]["workload.lr"])]
                         + 0.01 * seed)
     build_bundle(tuning, figures=False)
     confirm_arms = {"grpo-lr4e-5": {"algo": "grpo", "workload.lr": "4e-5"},
@@ -328,6 +331,22 @@ def test_the_launcher_facing_calls_select_from_a_built_tuning_stage_and_refuse_u
         check_logged(unlogged, probe)
 
 
+def test_a_grid_extended_past_its_edge_joins_the_selection_and_clears_the_flag(tmp_path):
+    # The launcher extended sc's grid once beyond 1.6e-4 by the grid's ratio (x4): 6.4e-4 scores lower.
+    confirm = tuned_experiment(tmp_path, {"rppb-lr6.4e-4": {"algo": "rppb", "workload.lr": "6.4e-4"}},
+                               {**TUNING_REWARD, ("rppb", "6.4e-4"): 0.35})
+    assert float(extend_grid(list(LRS), "high")) == pytest.approx(6.4e-4, rel=1e-12)
+    experiment = parse_experiment(TUNED_SPEC)
+    chosen = select_settings(experiment.tuning, experiment.arms,
+                             load_bundle_data(confirm.parent / "tuning" / "bundle" / "data"))
+    assert list(chosen["sc"].scores) == ["1e-5", "4e-5", "1.6e-4", "6.4e-4"]
+    assert chosen["sc"].scores["6.4e-4"] == pytest.approx(0.365, abs=1e-12)
+    assert (chosen["sc"].value, chosen["sc"].edge) == ("1.6e-4", None)
+    verdict = verdict_of(confirm)
+    assert verdict["edge_of_grid"] == [] and verdict["provisional"] is False
+    assert verdict["tuning"]["scores"]["sc"]["6.4e-4"] == pytest.approx(0.365, abs=1e-12)
+
+
 def reseal(bag: Path) -> None:
     bagit.Bag(str(bag)).save(manifests=True)
 
@@ -374,6 +393,30 @@ def test_a_loosened_spec_resealed_is_caught_by_the_report_and_by_the_pre_registe
     reasons = [str(f) for f in audit(bag)]
     assert "data/experiment.yaml: SHA256 differs from the pre-registered experiment_sha256 in sweep.json" in reasons
     assert any(r.startswith("data/report.md: line") for r in reasons)  # the report still says INCONCLUSIVE
+
+
+def test_an_edited_tuning_stage_resealed_is_caught_in_the_stage_and_in_the_verdict(tmp_path):
+    confirm = tuned_experiment(tmp_path)
+    bag = build_bundle(confirm, figures=False).bundle_dir
+    assert audit(bag) == []
+    # Make the baseline's edge value win its tuning: raise grpo-lr1.6e-4's rewards in the stage's steps.csv.
+    steps = bag / "data" / "stages" / "tuning" / "steps.csv"
+    lines = steps.read_text().splitlines()
+    column = lines[0].split(",").index("rollout/raw_reward")
+    for i, line in enumerate(lines):
+        cells = line.split(",")
+        if cells[0] == "grpo-lr1.6e-4":
+            cells[column] = "0.9"
+            lines[i] = ",".join(cells)
+    steps.write_text("\n".join(lines) + "\n")
+    reseal(bag)
+    reasons = [str(f) for f in audit(bag)]
+    assert any(r.startswith("data/stages/tuning/steps.csv: grpo-lr1.6e-4-1 step 0 differs from "
+                            "data/stages/tuning/runs/grpo-lr1.6e-4-1/metrics.jsonl") for r in reasons)
+    assert any(r.startswith("data/stages/tuning/tables/") for r in reasons)
+    # the baseline's tuning winner is now 1.6e-4, which the confirm stage never ran
+    assert ("data/verdict.json: cannot recompute (spec arm isp (algo=grpo, workload.lr=1.6e-4) matches 0 arms of "
+            "the sweep (grpo-lr4e-5, rppb-lr1.6e-4); it must match exactly one)") in reasons
 
 
 def test_a_verdict_without_its_spec_is_a_finding(clean_build, tmp_path):
