@@ -51,9 +51,9 @@ INVALID = [
     (["workload.checkpoint_every=0"], "workload.checkpoint_every"),
     (["workload.cpus_per_job=0"], "workload.cpus_per_job"),
     (["workload.gpus_per_job=-1"], "workload.gpus_per_job"),
-    (["+workload.ppo_epochs=0"], "workload.ppo_epochs"),
-    (["+workload.ppo_mini_batches=-1"], "workload.ppo_mini_batches"),
-    (["+workload.sampler_refresh_every=1.5"], "workload.sampler_refresh_every"),
+    (["workload.ppo_epochs=0"], "workload.ppo_epochs"),
+    (["workload.ppo_mini_batches=-1"], "workload.ppo_mini_batches"),
+    (["workload.sampler_refresh_every=1.5"], "workload.sampler_refresh_every"),
     (["+workload.lrr=3"], "workload.lrr"),
     (["~workload.lr"], "workload.lr"),
     (["dp_size=0"], "dp_size"),
@@ -99,7 +99,7 @@ def test_a_seed_that_is_not_a_canonical_integer_in_range_is_refused(seed):
     ["seed=0"], [f"seed={SEED_MAX}"], ["workload.lr=1e-3"], ["workload.max_grad_norm=0.5"],
     ["workload.sampling.temperature=0.7"], ["workload.eval.temperature=0"], ["workload.adam_betas=[0,0.5]"],
     ["cluster=slurm", "cluster.time=1-12:30"], ["cluster=slurm", "cluster.time=45"], ["cluster=slurm", "cluster.mem=512M"],
-    ["+workload.ppo_epochs=2", "+workload.ppo_mini_batches=4", "+workload.sampler_refresh_every=3"],
+    ["workload.ppo_epochs=2", "workload.ppo_mini_batches=4", "workload.sampler_refresh_every=3"],
 ])
 def test_valid_edge_values_are_accepted(overrides):
     validate(compose(["algo=grpo", *overrides]))
