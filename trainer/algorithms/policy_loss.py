@@ -206,7 +206,7 @@ def reduce_loss(token_values: torch.Tensor, mask: torch.Tensor, mode: str, group
         n_tokens = _global_sum(torch.count_nonzero(valid).to(token_values.dtype), group)
         return masked.sum() / n_tokens.clamp_min(1.0)
     if mode == "response_mean":
-        lengths = torch.count_nonzero(valid, dim=-1).to(token_values.dtype)
+        lengths = valid.sum(dim=-1).to(token_values.dtype)  # int64 counts: no float copy of the mask
         per_response = torch.where(lengths > 0, masked.sum(dim=-1) / lengths.clamp_min(1.0), zero)
         # torch.full launches a fill kernel: no host-to-device copy of a Python scalar.
         n_responses = _global_sum(
