@@ -31,8 +31,24 @@ def best_of(fn, repeat: int = 5) -> float:
     return best
 
 
+def cpu_best_of(fn, repeat: int = 3) -> float:
+    """Best of ``repeat`` runs in this thread's CPU time: waiting for a core shared with other work
+    does not count, so a ratio of two such figures holds on a loaded machine."""
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.thread_time()
+        fn()
+        best = min(best, time.thread_time() - start)
+    return best
+
+
 def bench_numerics() -> None:
-    """Normaliser + PPO loss + response-mean on 1M tokens vs a plain two-pass torch reference and a copy."""
+    """Normaliser + PPO loss + response-mean on 1M tokens vs the naive two-pass torch reference.
+
+    Target (issue 14): production at least as fast as the reference (speed >= 1.0x), while keeping
+    NaN-safety, float64 moments and centring, and no host synchronisation. Interleaved rounds, each
+    side's best CPU time.
+    """
     from trainer.algorithms import masked_global_normalize, ppo_clip_token_loss, reduce_loss
 
     torch.manual_seed(0)
@@ -58,9 +74,14 @@ def bench_numerics() -> None:
     def copy():
         values.clone()
 
-    t_prod, t_ref, t_copy = best_of(production), best_of(reference), best_of(copy)
-    print(f"numerics  1M tokens: production {t_prod * 1e3:.1f} ms | two-pass reference {t_ref * 1e3:.1f} ms "
-          f"(ratio {t_prod / t_ref:.2f}) | tensor copy {t_copy * 1e3:.2f} ms (ratio {t_prod / t_copy:.1f})")
+    t_prod = t_ref = t_copy = float("inf")
+    for _ in range(7):  # interleaved, so both sides see the same machine
+        t_prod = min(t_prod, cpu_best_of(production))
+        t_ref = min(t_ref, cpu_best_of(reference))
+        t_copy = min(t_copy, cpu_best_of(copy))
+    print(f"numerics  1M tokens (CPU time): production {t_prod * 1e3:.1f} ms | naive two-pass reference "
+          f"{t_ref * 1e3:.1f} ms | speed vs reference {t_ref / t_prod:.2f}x (target >= 1.0x) | "
+          f"tensor copy {t_copy * 1e3:.2f} ms ({t_prod / t_copy:.0f} copies)")
 
 
 def bench_hashing() -> None:

@@ -127,3 +127,14 @@ def test_ppo_mini_batches_must_split_each_rank_batch_evenly():
     assert update_schedule(compose(["workload.ppo_mini_batches=4"])).updates_per_step == 4
     with pytest.raises(RunConfigError, match="ppo_mini_batches=5 must divide the 32 responses"):
         update_schedule(compose(["workload.ppo_mini_batches=5"]))
+
+
+def test_display_names_in_facts_match_the_shipped_algo_configs():
+    import yaml
+
+    from facts import DISPLAY_NAMES
+    from trainer.config import CONF_DIR
+
+    for path in sorted((CONF_DIR / "algo").glob("*.yaml")):
+        node = yaml.safe_load(path.read_text())
+        assert DISPLAY_NAMES.get(node["short"]) == node["display_name"], path.name

@@ -1,5 +1,9 @@
-"""One training run: rollout -> reward -> old/ref log-probs -> advantages -> PPO update, N times,
-then the fixed-subset evaluation of the final checkpoint and of the initial-checkpoint control.
+"""One training run: N steps of rollout -> score -> log-probs -> advantages -> update (epochs x
+mini-batches) -> metrics, then the fixed-subset evaluation of the final checkpoint and of the
+initial-checkpoint control.
+
+Off-policy control: the rollout engine holds its own copy of the weights, refreshed every
+``workload.sampler_refresh_every`` optimizer steps, and returns its own per-token log-probs.
 
 Data parallelism: ``dp_size`` ranks run this same loop in separate processes joined by a
 torch.distributed group (gloo on CPU, nccl on GPU). Each rank owns whole prompt groups; the
@@ -55,7 +59,7 @@ from trainer.inputs import REPO_ROOT, resolve, verify_inputs
 from trainer.metrics import KL_LOSS_KEY, MetricsLog, metric_keys
 from trainer.policy import TokenBatch, build_token_batch, compute_context, load_policy, response_logprobs
 from trainer.reward_workers import make_scorer
-from trainer.rollout import AuxDraws, RolloutEngine, SamplingParams, make_engine, warn_if_greedy
+from trainer.rollout import AuxDraws, Generation, RolloutEngine, SamplingParams, make_engine, warn_if_greedy
 
 log = logging.getLogger("trainer")
 VAR_FLOOR = 1e-8
@@ -235,67 +239,85 @@ def refill_prompt(stream: PromptStream, seed: int, step: int, position: int, att
     return stream.examples[mix_seed(seed, step, position, attempt, 0x2EF1) % len(stream.examples)]
 
 
-def rollout_stage(s: RunState, step: int, m: StepMetrics) -> Rollout:
-    """Generate K responses per prompt slot and score them; with DAPO's dynamic sampling, slots whose
-    group rewards have zero variance are refilled from further prompts (at most ``max_attempts`` tries,
-    after which the slot keeps its last group)."""
+@dataclass(frozen=True)
+class Group:
+    """The K responses of one prompt slot, their sampler log-probs (and auxiliary draws) and rewards."""
+
+    prompt_ids: list[int]
+    generations: list[Generation]
+    sampler_logp: list[torch.Tensor]
+    aux_ids: list[torch.Tensor] | None
+    reward: torch.Tensor  # [K]
+
+
+def sample_groups(s: RunState, step: int, slots: list[tuple[int, Example]], attempt: int,
+                  aux: AuxDraws | None) -> tuple[list[Group], float]:
+    """Generate and score K responses for each ``(position, example)`` slot; returns the groups and
+    the rollout wall time. Response keys depend only on (seed, step, slot, j, attempt)."""
     w, seed, algo = s.cfg.workload, int(s.cfg.seed), s.algo
-    P, K = int(w.prompts_per_step), int(w.n_samples_per_prompt)
-    per_rank = P // s.world
-    slots = s.stream.step_prompts(step, P)[s.rank * per_rank:(s.rank + 1) * per_rank]
-    sampling = sampling_params(w.sampling, w.max_response_len)
+    K = int(w.n_samples_per_prompt)
+    prompt_ids, keys, labels = [], [], []
+    for position, example in slots:
+        ids = s.tokenizer(example.prompt, add_special_tokens=False)["input_ids"]
+        for j in range(K):
+            prompt_ids.append(ids)
+            keys.append(mix_seed(seed, step, position, j) if attempt == 0 else mix_seed(seed, step, position, j, attempt))
+            labels.append(example.label)
+    with compute_context(s.device, str(w.dtype)):
+        out = s.engine.generate(prompt_ids, keys, sampling_params(w.sampling, w.max_response_len), aux)
+    texts = [s.tokenizer.decode(g.response_ids, skip_special_tokens=True) for g in out.generations]
+    reward = torch.tensor(s.scorer.score(texts, labels), dtype=torch.float32, device=s.device)
+    if algo.overlong_cache > 0:
+        lengths = torch.tensor([len(g.response_ids) for g in out.generations], device=s.device)
+        reward = reward + overlong_penalty(lengths, int(w.max_response_len), algo.overlong_cache,
+                                           algo.overlong_penalty_factor).to(reward.dtype)
+    groups = []
+    for n in range(len(slots)):
+        rows = range(n * K, (n + 1) * K)
+        lengths = [len(out.generations[r].response_ids) for r in rows]
+        groups.append(Group(
+            prompt_ids[n * K], [out.generations[r] for r in rows],
+            [out.sampler_logp[r, :length] for r, length in zip(rows, lengths)],
+            [out.aux_ids[r, :length] for r, length in zip(rows, lengths)] if aux else None,
+            reward[n * K:(n + 1) * K],
+        ))
+    return groups, out.wall_s
+
+
+def rollout_stage(s: RunState, step: int, m: StepMetrics) -> Rollout:
+    """Stages 1-2: generate K responses per prompt slot and score them. With DAPO's dynamic sampling,
+    a slot whose group rewards have zero variance is refilled from further prompts (at most
+    ``dynamic_sampling_max_attempts`` tries; after the last the slot keeps its last group)."""
+    w, algo = s.cfg.workload, s.algo
+    K, per_rank = int(w.n_samples_per_prompt), int(w.prompts_per_step) // s.world
+    slots = s.stream.step_prompts(step, int(w.prompts_per_step))[s.rank * per_rank:(s.rank + 1) * per_rank]
     aux = AuxDraws(algo.aux_samples, algo.aux_top_k if algo.aux_source == "top_k" else 0) \
         if s.estimator.aux_tokens else None
-    attempts = algo.dynamic_sampling_max_attempts if algo.dynamic_sampling else 1
-    groups: dict[int, tuple] = {}
-    pending = list(range(len(slots)))
-    wall = 0.0
-    refilled = 0
-    for attempt in range(attempts):
-        prompt_ids, keys, labels = [], [], []
-        for slot in pending:
-            position, example = slots[slot]
-            if attempt > 0:
-                example = refill_prompt(s.stream, seed, step, position, attempt)
-            ids = s.tokenizer(example.prompt, add_special_tokens=False)["input_ids"]
-            for j in range(K):
-                prompt_ids.append(ids)
-                keys.append(mix_seed(seed, step, position, j) if attempt == 0 else mix_seed(seed, step, position, j, attempt))
-                labels.append(example.label)
-        with compute_context(s.device, str(w.dtype)):
-            out = s.engine.generate(prompt_ids, keys, sampling, aux)
-        wall += out.wall_s
-        texts = [s.tokenizer.decode(g.response_ids, skip_special_tokens=True) for g in out.generations]
-        reward = torch.tensor(s.scorer.score(texts, labels), dtype=torch.float32, device=s.device)
-        if algo.overlong_cache > 0:
-            lengths = torch.tensor([len(g.response_ids) for g in out.generations], device=s.device)
-            reward = reward + overlong_penalty(lengths, int(w.max_response_len), algo.overlong_cache,
-                                               algo.overlong_penalty_factor).to(reward.dtype)
-        for n, slot in enumerate(pending):
-            rows = range(n * K, (n + 1) * K)
-            gens = [out.generations[r] for r in rows]
-            groups[slot] = (prompt_ids[n * K], gens,
-                            [out.sampler_logp[r, : len(g.response_ids)] for r, g in zip(rows, gens)],
-                            [out.aux_ids[r, : len(g.response_ids)] for r, g in zip(rows, gens)] if aux else None,
-                            reward[n * K:(n + 1) * K])
+    groups: dict[int, Group] = {}
+    pending, wall, refilled = list(range(len(slots))), 0.0, 0
+    for attempt in range(algo.dynamic_sampling_max_attempts if algo.dynamic_sampling else 1):
+        tried = [(slots[i][0], refill_prompt(s.stream, int(s.cfg.seed), step, slots[i][0], attempt)
+                  if attempt else slots[i][1]) for i in pending]
+        sampled, seconds = sample_groups(s, step, tried, attempt, aux)
+        groups.update(zip(pending, sampled))
+        wall += seconds
         if not algo.dynamic_sampling:
             break
-        flat = zero_variance_groups(reward, K).tolist()
-        pending = [slot for slot, flat_group in zip(pending, flat) if flat_group]
-        if not pending or attempt == attempts - 1:
+        pending = [i for i in pending if bool(zero_variance_groups(groups[i].reward, K)[0])]
+        if not pending or attempt == algo.dynamic_sampling_max_attempts - 1:
             break
         refilled += len(pending)
     if algo.dynamic_sampling:
         m.total("rollout/dynamic_sampling_refilled", refilled)  # prompt groups replaced by a refill
         m.total("rollout/dynamic_sampling_exhausted", len(pending))  # still zero-variance after every attempt
-    ordered = [groups[slot] for slot in range(len(slots))]
+    ordered = [groups[i] for i in range(len(slots))]
     return Rollout(
-        prompt_ids=[g[0] for g in ordered for _ in range(K)],
-        response_ids=[gen.response_ids for g in ordered for gen in g[1]],
-        finished=[gen.finished for g in ordered for gen in g[1]],
-        sampler_logp=[lp for g in ordered for lp in g[2]],
-        aux_ids=[a for g in ordered for a in g[3]] if aux else None,
-        reward=torch.cat([g[4] for g in ordered]),
+        prompt_ids=[g.prompt_ids for g in ordered for _ in range(K)],
+        response_ids=[gen.response_ids for g in ordered for gen in g.generations],
+        finished=[gen.finished for g in ordered for gen in g.generations],
+        sampler_logp=[lp for g in ordered for lp in g.sampler_logp],
+        aux_ids=[a for g in ordered for a in g.aux_ids] if aux else None,
+        reward=torch.cat([g.reward for g in ordered]),
         positions=[pos for pos, _ in slots],
         wall_s=wall,
     )

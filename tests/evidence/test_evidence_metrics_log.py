@@ -165,3 +165,26 @@ def test_rejected_job_reports_the_violation_in_its_reason(sweep):
     evidence = evaluate_job(job_dir(sweep, "grpo", 42), "grpo", 42, 10)
     assert not evidence.accepted
     assert "run/metrics.jsonl: line 1, step 0, key train/pg_loss: non-finite number NaN" in evidence.reason()
+
+
+def test_the_keys_a_run_declares_in_its_run_json_are_the_keys_each_step_must_carry(tmp_path):
+    # A new algorithm needs no evidence edit: the run states its keys (trainer.metrics.metric_keys).
+    records = metric_records("rpp", 42, 3)
+    declared = sorted([*records[0].keys() - {"step"}, "train/staleness"])
+    (tmp_path / "run.json").write_text(json.dumps({"metric_keys": declared}))
+    path = write_lines(tmp_path, [json.dumps({**r, "train/staleness": 1.0}) for r in records])
+    assert validate_metrics(path, "newalgo", 3).ok
+    # A declared key that a step lacks is a violation naming the key ...
+    path = write_lines(tmp_path, [json.dumps(r) for r in records])
+    log = validate_metrics(path, "newalgo", 3)
+    assert {(v.step, v.key, v.reason) for v in log.violations} == {(s, "train/staleness", "missing") for s in range(3)}
+    # ... and an undeclared KL loss is refused, whatever the algorithm's name.
+    path = write_lines(tmp_path, [json.dumps({**r, "train/staleness": 1.0, "train/kl_loss": 0.1}) for r in records])
+    assert {v.key for v in validate_metrics(path, "grpo", 3).violations} == {"train/kl_loss"}
+
+
+def test_a_run_json_without_declared_keys_falls_back_to_the_fixed_table(tmp_path):
+    (tmp_path / "run.json").write_text(json.dumps({"algo": "rppb"}))
+    records = [{k: v for k, v in r.items() if k != "train/kl_loss"} for r in metric_records("rppb", 42, 2)]
+    log = validate_metrics(write_lines(tmp_path, [json.dumps(r) for r in records]), "rppb", 2)
+    assert {v.key for v in log.violations} == {"train/kl_loss"}

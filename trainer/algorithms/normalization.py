@@ -64,11 +64,14 @@ def masked_global_normalize(
         gives finite zeros. A globally empty mask raises through ``torch._assert_async``.
     """
     valid = as_bool_mask(mask)
-    zero = torch.zeros((), dtype=values.dtype, device=values.device)
-    selected = torch.where(valid, values, zero)
+    invalid = ~valid
+    x = values.detach()  # advantages are constants: nothing here is differentiated
+    # One float64 buffer of the batch, reused by every pass (the casts happen inside the kernels).
+    buf = torch.empty(x.shape, dtype=torch.float64, device=x.device)
 
     # Pass 1: global sum and count -> mean. (Integer count: exact, and cheaper than a float sum.)
-    sum_and_count = torch.stack([selected.sum(dtype=torch.float64), valid.sum().to(torch.float64)])
+    buf.copy_(x).masked_fill_(invalid, 0.0)
+    sum_and_count = torch.stack([buf.sum(), torch.count_nonzero(valid).to(torch.float64)])
     _all_reduce_sum(sum_and_count, group)
     total, count = sum_and_count[0], sum_and_count[1]
     torch._assert_async(count > 0, EMPTY_MASK_MESSAGE)
@@ -76,15 +79,17 @@ def masked_global_normalize(
     mean = total / safe_count
 
     # Pass 2: centred squares around the *global* mean (never E[x^2] - E[x]^2). Centring happens in
-    # float64 and is cast once at the end: a float32 mean subtracted in float32 loses up to 7.5e-4
-    # of the centred value when sigma << |mu| (the audit's case).
-    zero64 = torch.zeros((), dtype=torch.float64, device=values.device)
-    centred = torch.where(valid, values.to(torch.float64) - mean, zero64)
-    sum_sq = torch.linalg.vecdot(centred.reshape(-1), centred.reshape(-1)).reshape(1)
+    # float64 (the 1-element float64 mean makes the subtraction run in float64) and is rounded once
+    # at the end: a float32 mean subtracted in float32 loses up to 7.5e-4 of the centred value when
+    # sigma << |mu| (the audit's case). Selection after the subtraction: masked slots become 0.
+    torch.sub(x, mean.reshape(1), out=buf).masked_fill_(invalid, 0.0)
+    flat = buf.reshape(-1)
+    sum_sq = torch.linalg.vecdot(flat, flat).reshape(1)
     _all_reduce_sum(sum_sq, group)
     var = sum_sq[0] / safe_count
 
-    # `centred` is already exactly 0 outside the mask and the scale is finite (var >= floor),
-    # so the product is exactly 0 there too: no third selection pass is needed.
-    normalized = (centred * torch.rsqrt(var.clamp_min(var_floor))).to(values.dtype)
+    # `buf` is exactly 0 outside the mask and the scale is finite (var >= floor), so the product
+    # is exactly 0 there too; the float64 product is rounded once, into the output's dtype.
+    normalized = torch.empty_like(x)
+    torch.mul(buf, torch.rsqrt(var.clamp_min(var_floor)).reshape(1), out=normalized)
     return normalized, mean, var, count

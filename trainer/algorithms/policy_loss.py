@@ -49,17 +49,18 @@ def ppo_clip_token_loss(
     where the clipped branch is strictly larger (i.e. active), as a 0-dim tensor (0 if none valid).
     """
     valid = as_bool_mask(mask)
-    zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
-    # Select before exp: a NaN/Inf stored in padding must not reach exp() or the gradient.
-    ratio = torch.exp(torch.where(valid, logp - logp_old, zero))
-    adv = torch.where(valid, advantages.to(logp.dtype), zero)
-    # max(-rho*A, -clip(rho)*A) == -min(rho*A, clip(rho)*A): one negation instead of two.
-    surrogate = ratio * adv
-    clipped_surrogate = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
-    token_loss = torch.where(valid, -torch.minimum(surrogate, clipped_surrogate), zero)
-    clip_active = valid & (clipped_surrogate < surrogate)
-    clip_frac = clip_active.sum().to(torch.float64) / valid.sum().to(torch.float64).clamp_min(1.0)
-    return token_loss, clip_frac
+    return _clipped_surrogate(_token_ratio(logp, logp_old, valid), _selected(valid, advantages, logp), valid,
+                              clip_low, clip_high)
+
+
+def _token_ratio(logp: torch.Tensor, logp_other: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """``exp(logp - logp_other)`` on valid tokens, exactly 1 elsewhere.
+
+    Selection happens before ``exp``, so a NaN/Inf stored in padding reaches neither the value nor
+    the gradient. ``exp_`` works in place on the fresh selection (``where``'s backward needs no
+    output), which saves a batch-sized allocation.
+    """
+    return _selected(valid, logp - logp_other.to(logp.dtype), logp).exp_()
 
 
 def _selected(valid: torch.Tensor, x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -68,12 +69,20 @@ def _selected(valid: torch.Tensor, x: torch.Tensor, like: torch.Tensor) -> torch
 
 
 def _clipped_surrogate(ratio, adv, valid, clip_low, clip_high) -> tuple[torch.Tensor, torch.Tensor]:
-    """``-min(rho A, clip(rho, 1 - clip_low, 1 + clip_high) A)`` on valid tokens, and the clipped fraction."""
+    """``-min(rho A, clip(rho, 1 - clip_low, 1 + clip_high) A)`` per token, and the clipped fraction.
+
+    ``adv`` must already be 0 outside the mask (and ``ratio`` finite there): the loss is then exactly
+    0 there without another selection, and the clipped branch (strictly smaller surrogate) is never
+    active there, so counting it needs no mask. Branch-free element-wise ops only (a ``where`` on
+    the sign of A mispredicts on random signs), and counts by ``count_nonzero`` (no bool -> int copy).
+    """
     surrogate = ratio * adv
     clipped_surrogate = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
-    token_loss = _selected(valid, -torch.minimum(surrogate, clipped_surrogate), ratio)
-    clip_active = valid & (clipped_surrogate < surrogate)
-    clip_frac = clip_active.sum().to(torch.float64) / valid.sum().to(torch.float64).clamp_min(1.0)
+    # max(-rho*A, -clip(rho)*A) == -min(rho*A, clip(rho)*A): minimum's backward needs only its
+    # inputs, so the negation may happen in place.
+    token_loss = torch.minimum(surrogate, clipped_surrogate).neg_()
+    clipped = torch.count_nonzero(clipped_surrogate < surrogate)
+    clip_frac = clipped.to(torch.float64) / torch.count_nonzero(valid).to(torch.float64).clamp_min(1.0)
     return token_loss, clip_frac
 
 
@@ -92,7 +101,7 @@ def gspo_token_loss(
     tokens, 0 elsewhere. Returns ``(token_loss, clip_frac)`` (fraction of valid tokens clipped).
     """
     valid = as_bool_mask(mask)
-    log_ratio = _selected(valid, logp - _selected(valid, logp_old, logp), logp)
+    log_ratio = _selected(valid, logp - logp_old.to(logp.dtype), logp)
     lengths = valid.sum(dim=-1, keepdim=True).to(logp.dtype).clamp_min(1.0)
     ratio = torch.exp(log_ratio.sum(dim=-1, keepdim=True) / lengths).expand_as(logp)
     return _clipped_surrogate(ratio, _selected(valid, advantages, logp), valid, clip_low, clip_high)
@@ -113,7 +122,7 @@ def sapo_token_loss(
     0 outside the mask. At ``rho = 1`` the gradient is the plain policy gradient ``-A grad logp``.
     """
     valid = as_bool_mask(mask)
-    ratio = torch.exp(_selected(valid, logp - _selected(valid, logp_old, logp), logp))
+    ratio = _token_ratio(logp, logp_old, valid)
     adv = _selected(valid, advantages, logp)
     tau = torch.where(adv > 0, torch.full_like(adv, tau_pos), torch.full_like(adv, tau_neg))
     gate = 4.0 * torch.sigmoid(tau * (ratio - 1.0)) / tau
@@ -134,7 +143,7 @@ def is_pg_token_loss(
     At staleness 0 (``logp = logp_sampler``) its gradient is the on-policy ``-A grad logp``.
     """
     valid = as_bool_mask(mask)
-    ratio = torch.exp(_selected(valid, logp - _selected(valid, logp_sampler, logp), logp))
+    ratio = _token_ratio(logp, logp_sampler, valid)
     if cap is not None:
         ratio = torch.clamp(ratio, max=cap)
     return _selected(valid, -ratio * _selected(valid, advantages, logp), logp)
@@ -194,10 +203,10 @@ def reduce_loss(token_values: torch.Tensor, mask: torch.Tensor, mode: str, group
     if mode == "sum":
         return masked.sum()
     if mode == "token_mean":
-        n_tokens = _global_sum(valid.sum(dtype=token_values.dtype), group)
+        n_tokens = _global_sum(torch.count_nonzero(valid).to(token_values.dtype), group)
         return masked.sum() / n_tokens.clamp_min(1.0)
     if mode == "response_mean":
-        lengths = valid.sum(dim=-1, dtype=token_values.dtype)
+        lengths = valid.sum(dim=-1).to(token_values.dtype)  # int64 counts: no float copy of the mask
         per_response = torch.where(lengths > 0, masked.sum(dim=-1) / lengths.clamp_min(1.0), zero)
         # torch.full launches a fill kernel: no host-to-device copy of a Python scalar.
         n_responses = _global_sum(
