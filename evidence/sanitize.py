@@ -100,6 +100,8 @@ EXTRA_SECRET_RULES = {
 }
 # A JSON field or CSV column named like a credential.
 _SECRET_KEY_RE = re.compile(_SECRET_VAR, re.IGNORECASE)
+# A tokenizer's special tokens ("pad_token": "<|endoftext|>") are configuration, not credentials.
+_TOKENIZER_FIELD = re.compile(r"(?i)(?:pad|eos|bos|unk|sep|cls|mask|start|end|stop|special|chat)_?tokens?(?![A-Za-z0-9])")
 # Assignments whose value is ordinary configuration, not a credential.
 _NOT_A_SECRET = re.compile(r"(?i)<[A-Z_]+>|\*+|x+|none|null|true|false|redacted|changeme|\$\{?\w+\}?|[0-9.]+")
 
@@ -253,6 +255,9 @@ def _extra_hits(text: str) -> Iterator[_Hit]:
             for start, end in _group_spans(match):
                 if kind in ("secret assignment", "bearer token") and _NOT_A_SECRET.fullmatch(text[start:end]):
                     continue
+                if kind == "secret assignment" and _TOKENIZER_FIELD.search(text, max(0, match.start() - 24),
+                                                                           match.start() + 6):
+                    continue
                 yield _Hit(start, end, kind, "<SECRET>", 0)
 
 
@@ -388,7 +393,8 @@ class Sanitizer:
         """The replacement of a value by its field alone, or None. Under a secret-named key (``password``,
         ``HF_TOKEN``) a credential-like value is replaced whole; under a user/host key (``node``,
         ``SLURMD_NODENAME``) a known name is."""
-        if _SECRET_KEY_RE.search(key) and not _NOT_A_SECRET.fullmatch(value) and len(value) >= 4:
+        if (_SECRET_KEY_RE.search(key) and not _TOKENIZER_FIELD.search(key) and len(value) >= 4
+                and not _NOT_A_SECRET.fullmatch(value)):
             return "<SECRET>"
         if NAME_KEY_RE.search(key):
             return self._whole_name(value)
