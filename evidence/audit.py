@@ -1,11 +1,15 @@
 """Audit a released bundle (a bag directory or its ``.tar.gz``) with no access to the sweep.
 
-Checks, in order: archive members before anything is extracted (no ``..``, absolute names,
-links, devices; one top-level directory); BagIt validity (bagit.txt, sha256 manifests only,
-every payload file listed, every digest right, nothing extra, Payload-Oxum); every accepted
-run's metrics log passes the validator again and matches ``steps.csv``/``eval.csv``; every table
-CSV and every line of ``report.md`` recomputes from ``steps.csv``/``eval.csv``; the leak scan.
-Each problem is a ``Finding`` naming a file (relative to the bag) and a reason.
+Checks, in order: archive members before anything is extracted, header by header (no ``..``,
+absolute names, links, devices, sparse or oversized members, alias spellings such as
+``./bundle/x`` or ``bundle//x`` that duplicate a member; one top-level directory); BagIt validity by
+bagit-python's ``Bag.validate()`` plus proofgrid's rules (sha256 manifests only, nothing beside
+the payload, a Source-Commit); every accepted run's metrics log passes the validator again and
+matches ``steps.csv``/``eval.csv``; every table CSV and every line of ``report.md`` recomputes; a
+rejected job whose bundled evidence passes every gate is cherry-picking; ``bag-info.txt``,
+``sweep.json``, ``index.csv`` and ``commands.txt`` agree; SVG figures hold no script or external
+reference; the leak scan (the sanitiser's own rule set). Each problem is a ``Finding`` naming a
+file (relative to the bag) and a reason.
 """
 
 from __future__ import annotations
