@@ -1,15 +1,20 @@
 """Audit a released bundle (a bag directory or its ``.tar.gz``) with no access to the sweep.
 
-Checks, in order: archive members before anything is extracted (no ``..``, absolute names,
-links, devices; one top-level directory); BagIt validity (bagit.txt, sha256 manifests only,
-every payload file listed, every digest right, nothing extra, Payload-Oxum); every accepted
-run's metrics log passes the validator again and matches ``steps.csv``/``eval.csv``; every table
-CSV and every line of ``report.md`` recomputes from ``steps.csv``/``eval.csv``; the leak scan.
-Each problem is a ``Finding`` naming a file (relative to the bag) and a reason.
+Checks, in order: archive members before anything is extracted, header by header (no ``..``,
+absolute names, links, devices, sparse or oversized members, alias spellings such as
+``./bundle/x`` or ``bundle//x`` that duplicate a member; one top-level directory); BagIt validity by
+bagit-python's ``Bag.validate()`` plus proofgrid's rules (sha256 manifests only, nothing beside
+the payload, a Source-Commit); every accepted run's metrics log passes the validator again and
+matches ``steps.csv``/``eval.csv``; every table CSV and every line of ``report.md`` recomputes; a
+rejected job whose bundled evidence passes every gate is cherry-picking; ``bag-info.txt``,
+``sweep.json``, ``index.csv`` and ``commands.txt`` agree; SVG figures hold no script or external
+reference; the leak scan (the sanitiser's own rule set). Each problem is a ``Finding`` naming a
+file (relative to the bag) and a reason.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import os
@@ -24,7 +29,7 @@ from pathlib import Path, PurePosixPath
 import bagit
 
 from evidence.artifacts import check_cleanup, check_run_summary, checkpoint_name
-from evidence.bundle import TAG_FILES
+from evidence.bundle import FIGURES_DRAWN_BY, TAG_FILES, figures_library_version, private_tool_dirs
 from evidence.dataset import EVAL_COLUMNS, EVAL_ID_COLUMNS, load_bundle_data, read_csv
 from evidence.fileio import JSONError, read_json, sha256_file
 from evidence.metrics_log import validate_metrics
@@ -502,9 +507,11 @@ _SVG_ACTIVE = re.compile(r"(?i)<\s*script|<\s*foreignObject|<!ENTITY|@import|<\s
 _SVG_REFERENCE = re.compile(r"""(?i)\bhref\s*=\s*["']\s*([^"']*)["']|url\(\s*["']?\s*([^)"'\s]*)""")
 
 
-def check_figures(data_dir: Path) -> list[Finding]:
+def check_figures(data_dir: Path, data=None) -> list[Finding]:
     """Every figure is an SVG with no script, event handler, embedded document or external reference
-    (only ``#id`` references inside the file)."""
+    (only ``#id`` references inside the file). When this machine's matplotlib is the one that drew
+    them (evidence.json says which), the figures are also redrawn from the CSVs and compared byte for
+    byte (SVG bytes depend on the matplotlib version, so another version cannot compare)."""
     findings = []
     figures = data_dir / "figures"
     if not figures.is_dir():
@@ -527,6 +534,48 @@ def check_figures(data_dir: Path) -> list[Finding]:
             if not target.startswith("#"):
                 findings.append(Finding(rel, f"external reference in an SVG figure ({target[:80]!r})"))
                 break
+    if data is not None and data.settings.get(FIGURES_DRAWN_BY) == figures_library_version():
+        findings += _compare_redrawn_figures(figures, data)
+    return findings
+
+
+# Redrawn figures by a digest of the files they are drawn from: auditing copies of one bundle
+# (or an archive and its directory) redraws once.
+_REDRAWN: dict[str, dict[str, bytes]] = {}
+
+
+def _inputs_digest(data_dir: Path) -> str:
+    """SHA256 over the files ``load_bundle_data`` reads (the figures' only input)."""
+    names = ["sweep.json", "evidence.json", "index.csv", "incidents.csv", "steps.csv", "eval.csv"]
+    names += sorted(p.relative_to(data_dir).as_posix() for p in data_dir.glob("runs/*/run.json"))
+    lines = [f"{name} {sha256_file(data_dir / name) if (data_dir / name).is_file() else '-'}" for name in names]
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+def _redrawn(data_dir: Path, data) -> dict[str, bytes]:
+    from evidence.figures import render_figures
+
+    key = _inputs_digest(data_dir)
+    if key not in _REDRAWN:
+        with private_tool_dirs() as tools:
+            out = tools / "figures"
+            _REDRAWN.clear()  # one bundle's figures at a time
+            _REDRAWN[key] = {p.relative_to(out).as_posix(): p.read_bytes() for p in render_figures(data, out)}
+    return _REDRAWN[key]
+
+
+def _compare_redrawn_figures(figures: Path, data) -> list[Finding]:
+    findings = []
+    redrawn = _redrawn(figures.parent, data)
+    held = {p.relative_to(figures).as_posix(): p for p in figures.rglob("*") if p.is_file()}
+    for name in sorted(redrawn.keys() - held.keys()):
+        findings.append(Finding(f"{PAYLOAD}/figures/{name}", "missing (the redrawing produces it)"))
+    for name in sorted(held.keys() - redrawn.keys()):
+        findings.append(Finding(f"{PAYLOAD}/figures/{name}", "not a figure of the redrawing"))
+    for name in sorted(held.keys() & redrawn.keys()):
+        if held[name].stat().st_size > MAX_MEMBER_BYTES or held[name].read_bytes() != redrawn[name]:
+            findings.append(Finding(f"{PAYLOAD}/figures/{name}",
+                                    "differs from the figure redrawn from steps.csv / eval.csv"))
     return findings
 
 
@@ -554,7 +603,8 @@ def audit_bag(bag: Path) -> list[Finding]:
             data = load_bundle_data(data_dir)
         except (JSONError, OSError, KeyError, ValueError, TypeError, OverflowError) as exc:
             findings.append(Finding(PAYLOAD, f"cannot load the bundle's data ({exc.__class__.__name__}: {exc})"))
-        else:
+            data = None
+        if data is not None:
             for check in (check_runs, check_recomputation, check_rejections, _check_verdict):
                 try:
                     findings += check(data_dir, data)
@@ -564,6 +614,9 @@ def audit_bag(bag: Path) -> list[Finding]:
                 findings += check_records(bag, data)
             except (KeyError, ValueError, TypeError, OverflowError) as exc:
                 findings.append(Finding(PAYLOAD, f"cannot cross-check the records ({exc.__class__.__name__}: {exc})"))
-        findings += check_figures(data_dir)
+        try:
+            findings += check_figures(data_dir, data)
+        except (KeyError, ValueError, TypeError, ZeroDivisionError, StopIteration, OverflowError) as exc:
+            findings.append(Finding(f"{PAYLOAD}/figures", f"cannot redraw ({exc.__class__.__name__}: {exc})"))
     findings += scan_leaks(bag)
     return findings

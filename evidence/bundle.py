@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import importlib.metadata
 import logging
 import os
 import shutil
@@ -143,10 +144,12 @@ def _write_run_files(evidence: JobEvidence, job_dir: Path, out: Path, clean: San
 
 
 def _write_payload(sweep, evidences: list[JobEvidence], incidents: list[Incident], stage: Path,
-                   clean: Sanitizer, last_k: int) -> None:
+                   clean: Sanitizer, last_k: int, figures: bool) -> None:
     write_text(stage / "sweep.json", dumps_json(clean.clean_json(strip_abs_keys(sweep.record))))
-    write_text(stage / SETTINGS_FILE, dumps_json({"schema": SCHEMA, "last_k": last_k, "ci_level": CI_LEVEL,
-                                                        "n_updates": sweep.n_updates}))
+    settings = {"schema": SCHEMA, "last_k": last_k, "ci_level": CI_LEVEL, "n_updates": sweep.n_updates}
+    if figures:  # the audit redraws the figures when its matplotlib is this one (SVG bytes depend on it)
+        settings[FIGURES_DRAWN_BY] = figures_library_version()
+    write_text(stage / SETTINGS_FILE, dumps_json(settings))
     write_csv(stage / "index.csv", INDEX_COLUMNS, [_clean_row(index_row(e), clean) for e in evidences])
     write_csv(stage / "incidents.csv", INCIDENT_COLUMNS, [_clean_row(i.row(), clean) for i in incidents])
     write_csv(stage / "artifacts.csv", ARTIFACT_COLUMNS,
@@ -271,6 +274,15 @@ def refuse_jobs_in_flight(sweep_dir: Path) -> None:
             )
 
 
+# evidence.json's key naming the matplotlib version that drew the figures.
+FIGURES_DRAWN_BY = "figures_matplotlib"
+
+
+def figures_library_version() -> str:
+    """The installed matplotlib's version (read from its metadata: no import)."""
+    return importlib.metadata.version("matplotlib")
+
+
 # Where matplotlib keeps its config and font cache, and fontconfig (which matplotlib runs) its cache.
 TOOL_DIR_VARIABLES = {"MPLCONFIGDIR": "matplotlib", "XDG_CACHE_HOME": "cache", "XDG_CONFIG_HOME": "config"}
 
@@ -312,7 +324,7 @@ def build_bundle(sweep_dir: str | Path, last_k: int = DEFAULT_LAST_K, figures: b
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir()
     try:
-        _write_payload(sweep, evidences, incidents, stage, clean, last_k)
+        _write_payload(sweep, evidences, incidents, stage, clean, last_k, figures)
         add_experiment(sweep_dir, stage)  # an experiment's spec and tuning stage -> data/verdict.json
         data = load_bundle_data(stage)
         write_verdict(stage, data)

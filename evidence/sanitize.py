@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import functools
 import getpass
+import importlib
 import io
 import json
 import os
@@ -29,49 +31,38 @@ import socket
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from detect_secrets.plugins import keyword as ds_keyword
-from detect_secrets.plugins.artifactory import ArtifactoryDetector
-from detect_secrets.plugins.aws import AWSKeyDetector
-from detect_secrets.plugins.azure_storage_key import AzureStorageKeyDetector
-from detect_secrets.plugins.basic_auth import BasicAuthDetector
-from detect_secrets.plugins.cloudant import CloudantDetector
-from detect_secrets.plugins.discord import DiscordBotTokenDetector
-from detect_secrets.plugins.github_token import GitHubTokenDetector
-from detect_secrets.plugins.gitlab_token import GitLabTokenDetector
-from detect_secrets.plugins.ibm_cloud_iam import IbmCloudIamDetector
-from detect_secrets.plugins.ibm_cos_hmac import IbmCosHmacDetector
-from detect_secrets.plugins.ip_public import IPPublicDetector
-from detect_secrets.plugins.jwt import JwtTokenDetector
-from detect_secrets.plugins.mailchimp import MailchimpDetector
-from detect_secrets.plugins.npm import NpmDetector
-from detect_secrets.plugins.openai import OpenAIDetector
-from detect_secrets.plugins.private_key import PrivateKeyDetector
-from detect_secrets.plugins.pypi_token import PypiTokenDetector
-from detect_secrets.plugins.sendgrid import SendGridDetector
-from detect_secrets.plugins.slack import SlackDetector
-from detect_secrets.plugins.softlayer import SoftlayerDetector
-from detect_secrets.plugins.square_oauth import SquareOAuthDetector
-from detect_secrets.plugins.stripe import StripeDetector
-from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
-from detect_secrets.plugins.twilio import TwilioKeyDetector
-
 RULESET = "detect-secrets 1.5.0 regex plugins + proofgrid's EXTRA_SECRET_RULES"
 
-# detect-secrets' regex plugins. Left out: the high-entropy string plugins (every sha256 digest and
-# commit id in a bundle would be a hit) and the keyword plugin's file-type dispatch (its config-file
-# regexes are applied below, line by line, with spans).
+# detect-secrets' regex plugins (module.Class under detect_secrets.plugins). Left out: the high-entropy
+# string plugins (every sha256 digest and commit id in a bundle would be a hit) and the keyword
+# plugin's file-type dispatch (its config-file regexes are applied below, line by line, with spans).
 DETECT_SECRETS_PLUGINS = (
-    ArtifactoryDetector, AWSKeyDetector, AzureStorageKeyDetector, BasicAuthDetector, CloudantDetector,
-    DiscordBotTokenDetector, GitHubTokenDetector, GitLabTokenDetector, IbmCloudIamDetector, IbmCosHmacDetector,
-    IPPublicDetector, JwtTokenDetector, MailchimpDetector, NpmDetector, OpenAIDetector, PrivateKeyDetector,
-    PypiTokenDetector, SendGridDetector, SlackDetector, SoftlayerDetector, SquareOAuthDetector, StripeDetector,
-    TelegramBotTokenDetector, TwilioKeyDetector,
+    "artifactory.ArtifactoryDetector", "aws.AWSKeyDetector", "azure_storage_key.AzureStorageKeyDetector",
+    "basic_auth.BasicAuthDetector", "cloudant.CloudantDetector", "discord.DiscordBotTokenDetector",
+    "github_token.GitHubTokenDetector", "gitlab_token.GitLabTokenDetector", "ibm_cloud_iam.IbmCloudIamDetector",
+    "ibm_cos_hmac.IbmCosHmacDetector", "ip_public.IPPublicDetector", "jwt.JwtTokenDetector",
+    "mailchimp.MailchimpDetector", "npm.NpmDetector", "openai.OpenAIDetector", "private_key.PrivateKeyDetector",
+    "pypi_token.PypiTokenDetector", "sendgrid.SendGridDetector", "slack.SlackDetector",
+    "softlayer.SoftlayerDetector", "square_oauth.SquareOAuthDetector", "stripe.StripeDetector",
+    "telegram_token.TelegramBotTokenDetector", "twilio.TwilioKeyDetector",
 )
-_PLUGINS = tuple(plugin() for plugin in DETECT_SECRETS_PLUGINS)
 # Plugins whose every regex needs a keyword on the line: run only on lines that have it (speed).
 _CREDENTIAL_WORD = re.compile(r"(?i)key|pwd|pw|pass|token")
-_PLUGIN_TRIGGERS = {CloudantDetector: _CREDENTIAL_WORD, IbmCloudIamDetector: _CREDENTIAL_WORD,
-                    SoftlayerDetector: _CREDENTIAL_WORD, IbmCosHmacDetector: re.compile(r"(?i)secret")}
+_PLUGIN_TRIGGERS = {"CloudantDetector": _CREDENTIAL_WORD, "IbmCloudIamDetector": _CREDENTIAL_WORD,
+                    "SoftlayerDetector": _CREDENTIAL_WORD, "IbmCosHmacDetector": re.compile(r"(?i)secret")}
+
+
+@functools.cache
+def _detect_secrets():
+    """The plugin instances and the keyword module, imported on first use (they pull in ``requests``,
+    which a launcher that only plans never needs)."""
+    plugins = []
+    for name in DETECT_SECRETS_PLUGINS:
+        module, cls = name.rsplit(".", 1)
+        plugins.append(getattr(importlib.import_module(f"detect_secrets.plugins.{module}"), cls)())
+    keyword = importlib.import_module("detect_secrets.plugins.keyword")
+    return tuple(plugins), keyword, re.compile(keyword.DENYLIST_REGEX, re.IGNORECASE)
+
 
 _KEY_HEADER = r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----"
 _KEY_FOOTER = r"-----END[A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----"
@@ -109,6 +100,8 @@ EXTRA_SECRET_RULES = {
 }
 # A JSON field or CSV column named like a credential.
 _SECRET_KEY_RE = re.compile(_SECRET_VAR, re.IGNORECASE)
+# A tokenizer's special tokens ("pad_token": "<|endoftext|>") are configuration, not credentials.
+_TOKENIZER_FIELD = re.compile(r"(?i)(?:pad|eos|bos|unk|sep|cls|mask|start|end|stop|special|chat)_?tokens?(?![A-Za-z0-9])")
 # Assignments whose value is ordinary configuration, not a credential.
 _NOT_A_SECRET = re.compile(r"(?i)<[A-Z_]+>|\*+|x+|none|null|true|false|redacted|changeme|\$\{?\w+\}?|[0-9.]+")
 
@@ -228,8 +221,8 @@ def _trimmed(text: str, start: int, end: int) -> tuple[int, int]:
 def _plugin_hits(text: str) -> Iterator[_Hit]:
     """detect-secrets' regex plugins: the values each plugin reports, located by its own denylist. A
     group shorter than a credential (``ghp`` in ``(ghp|gho)_...``) is a prefix: the whole match is taken."""
-    for plugin in _PLUGINS:
-        trigger = _PLUGIN_TRIGGERS.get(type(plugin))
+    for plugin in _detect_secrets()[0]:
+        trigger = _PLUGIN_TRIGGERS.get(type(plugin).__name__)
         pieces = [(0, text)] if trigger is None else _lines_with(text, trigger)
         for offset, piece in pieces:
             values = set(plugin.analyze_string(piece))
@@ -245,13 +238,11 @@ def _plugin_hits(text: str) -> Iterator[_Hit]:
                             yield _Hit(offset + start, offset + end, plugin.secret_type, "<SECRET>", 1)
 
 
-_KEYWORD_TRIGGER = re.compile(ds_keyword.DENYLIST_REGEX, re.IGNORECASE)
-
-
 def _keyword_hits(text: str) -> Iterator[_Hit]:
     """detect-secrets' keyword rules (``password: x``, ``api_key = "x"``), line by line: they match once per line."""
-    for offset, line in _lines_with(text, _KEYWORD_TRIGGER):
-        for regex, group in ds_keyword.CONFIG_DENYLIST_REGEX_TO_GROUP.items():
+    _, keyword, trigger = _detect_secrets()
+    for offset, line in _lines_with(text, trigger):
+        for regex, group in keyword.CONFIG_DENYLIST_REGEX_TO_GROUP.items():
             for match in regex.finditer(line):
                 value = match.group(group)
                 if value and len(value) >= 4 and not _NOT_A_SECRET.fullmatch(value.strip()):
@@ -263,6 +254,9 @@ def _extra_hits(text: str) -> Iterator[_Hit]:
         for match in pattern.finditer(text):
             for start, end in _group_spans(match):
                 if kind in ("secret assignment", "bearer token") and _NOT_A_SECRET.fullmatch(text[start:end]):
+                    continue
+                if kind == "secret assignment" and _TOKENIZER_FIELD.search(text, max(0, match.start() - 24),
+                                                                           match.start() + 6):
                     continue
                 yield _Hit(start, end, kind, "<SECRET>", 0)
 
@@ -399,7 +393,8 @@ class Sanitizer:
         """The replacement of a value by its field alone, or None. Under a secret-named key (``password``,
         ``HF_TOKEN``) a credential-like value is replaced whole; under a user/host key (``node``,
         ``SLURMD_NODENAME``) a known name is."""
-        if _SECRET_KEY_RE.search(key) and not _NOT_A_SECRET.fullmatch(value) and len(value) >= 4:
+        if (_SECRET_KEY_RE.search(key) and not _TOKENIZER_FIELD.search(key) and len(value) >= 4
+                and not _NOT_A_SECRET.fullmatch(value)):
             return "<SECRET>"
         if NAME_KEY_RE.search(key):
             return self._whole_name(value)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import re
 import subprocess
 import sys
 import tarfile
@@ -373,3 +374,30 @@ def test_bag_info_sweep_index_and_commands_are_cross_checked(bundle_copy, capsys
     reseal(bundle_copy)
     assert main(["audit", str(bundle_copy)]) == 1
     assert expected in capsys.readouterr().out.splitlines()
+
+
+def test_a_redrawn_figure_must_match_the_bundled_one(bundle_copy, capsys):
+    """A figure edited to tell another story (a curve's point moved), resealed, differs from the
+    figure redrawn from steps.csv / eval.csv by the same matplotlib."""
+    figure = bundle_copy / "data" / "figures" / "reward.svg"
+    text = figure.read_text()
+    digits = re.search(r"L (\d+\.\d+) (\d+\.\d+)", text)
+    figure.write_text(text.replace(digits.group(0), f"L {digits.group(1)} 1.0", 1))
+    (bundle_copy / "data" / "figures" / "extra.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg"/>\n')
+    reseal(bundle_copy)
+    assert main(["audit", str(bundle_copy)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert "data/figures/reward.svg: differs from the figure redrawn from steps.csv / eval.csv" in out
+    assert "data/figures/extra.svg: not a figure of the redrawing" in out
+    assert not any(line.startswith("data/figures/") and "reward" not in line and "extra" not in line for line in out)
+
+
+def test_figures_drawn_by_another_matplotlib_are_not_redrawn_but_still_checked(bundle_copy, capsys):
+    settings = bundle_copy / "data" / "evidence.json"
+    settings.write_text(settings.read_text().replace('"figures_matplotlib": "', '"figures_matplotlib": "0.0+'))
+    figure = bundle_copy / "data" / "figures" / "reward.svg"
+    figure.write_text(figure.read_text().replace("</svg>", "<script>x()</script></svg>"))
+    reseal(bundle_copy)
+    assert main(["audit", str(bundle_copy)]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        "data/figures/reward.svg: active content in an SVG figure ('<script')"]

@@ -112,6 +112,16 @@ def test_ordinary_words_as_user_and_host_names_are_replaced_only_where_they_iden
     assert {leak.kind for leak in clean.scan(identifying)} == {"user name", "host name", "absolute machine path"}
 
 
+def test_secret_named_fields_are_replaced_whole_but_tokenizer_settings_are_not():
+    clean = Sanitizer()
+    record = {"password": "hunter22", "HF_TOKEN": "abc123def456", "db": {"api_key": "k-77-x"}, "token": None,
+              "pad_token": "<|endoftext|>", "eos_token": "</s>", "max_new_tokens": "12345678", "secret_seed": "29"}
+    assert clean.clean_json(record) == {**record, "password": "<SECRET>", "HF_TOKEN": "<SECRET>",
+                                        "db": {"api_key": "<SECRET>"}}
+    text = "pad_token=<|endoftext|> eos_token: [SEPARATOR] max_new_tokens=12345678 HF_TOKEN=abc123def456"
+    assert clean.clean(text) == text.replace("abc123def456", "<SECRET>")
+
+
 def test_abs_keys_are_stripped():
     assert strip_abs_keys({"a": 1, "out_abs": "/x", "n": [{"p_abs": "/y", "q": 2}]}) == {"a": 1, "n": [{"q": 2}]}
 
