@@ -51,6 +51,7 @@ from evidence.stats import CI_LEVEL, DEFAULT_LAST_K
 from evidence.sweep import SweepError, job_name, read_sweep
 from evidence.tables import compute_tables
 from evidence.verdict import add_experiment, write_verdict
+from facts.processes import local_runtime_alive
 
 BUNDLE_DIR = "bundle"
 ARCHIVE = "bundle.tar.gz"
@@ -261,13 +262,18 @@ IN_FLIGHT_STATES = {"PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING
 
 def refuse_jobs_in_flight(sweep_dir: Path) -> None:
     """A bundle seals finished evidence: a job whose record says it is still queued or running
-    would be sealed as rejected while it may yet complete."""
+    would be sealed as rejected while it may yet complete. A local job whose runtime process is
+    provably gone (pid, start time and boot id no longer match) will never complete: it is
+    evaluated as it stands rather than waited for."""
     for record_path in sorted((sweep_dir / "jobs").glob("*/job.json")):
         try:
-            state = read_json(record_path).get("state")
+            record = read_json(record_path)
         except JSONError:
             continue  # an unreadable record is the artifact gates' business
+        state = record.get("state")
         if state in IN_FLIGHT_STATES:
+            if record.get("scheduler") == "local" and not local_runtime_alive(record):
+                continue  # its runtime died without a final record: evaluated (and rejected) as it stands
             raise SweepError(
                 f"job {record_path.parent.name} is still {state} according to its job.json; wait for the sweep "
                 f"to end (`python -m launcher status {sweep_dir}` refreshes scheduler states), then build again"

@@ -13,8 +13,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 
+from facts.processes import local_runtime_alive
 from launcher.interrupts import HANDLED, raise_interrupted
-from launcher.liveness import local_runtime_alive, mark_dead_local_jobs
+from launcher.liveness import mark_dead_local_jobs
 from launcher.progress import progress_table
 from launcher.records import read_job_record, update_job_record
 from trainer.inputs import REPO_ROOT

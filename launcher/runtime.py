@@ -19,8 +19,9 @@ import sys
 import time
 from pathlib import Path
 
+from facts.processes import runtime_identity
 from launcher.isolation import JobRoots, env_diff, isolated_env
-from launcher.liveness import death_cause, runtime_identity
+from launcher.liveness import death_cause
 from launcher.locks import INHERITED_FD_ENV, lock_job_run_dir, record_holder
 from launcher.ports import BLOCK_SIZE, PortBlock, claim_port_block, listening_ports
 from launcher.preflight import PreflightError, check_visible_gpu

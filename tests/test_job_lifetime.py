@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from launcher.liveness import local_runtime_alive, mark_dead_local_jobs, process_start_ticks, runtime_identity
+from facts.processes import local_runtime_alive, process_start_ticks, runtime_identity
+from launcher.liveness import mark_dead_local_jobs
 from launcher.locks import RUN_LOCK, LockHeld, lock_job_run_dir, sweep_lock
 from launcher.runtime import JobFailed, run_job
 from launcher.spec import JobSpec

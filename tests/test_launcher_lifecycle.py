@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.liveness import process_start_ticks
+from facts.processes import process_start_ticks
 from launcher.locks import RUN_LOCK
 from launcher.ray_runtime import leftover_processes
 from launcher.runtime import hydra_value

@@ -146,6 +146,25 @@ def test_a_sweep_with_a_job_still_running_is_not_sealed(sweep):
     assert not (sweep / "bundle.tar.gz").exists()
 
 
+def test_a_local_job_is_waited_for_only_while_its_runtime_process_lives(sweep):
+    import os
+    import subprocess
+    import sys
+
+    from facts.processes import runtime_identity
+
+    alive = runtime_identity(os.getpid())  # this test process: alive for the whole test
+    set_job_fields(sweep, "rpp", 1234, state="RUNNING", exit_code=None, scheduler="local", **alive)
+    with pytest.raises(SweepError, match="rpp-1234 is still RUNNING"):
+        build_bundle(sweep, figures=False)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = {**alive, "runtime_pid": int(gone.stdout)}  # reaped: no process with that pid and start time
+    set_job_fields(sweep, "rpp", 1234, state="RUNNING", exit_code=None, scheduler="local", **dead)
+    result = build_bundle(sweep, figures=False)  # sealed, not waited for forever
+    assert index_of(result)["rpp-1234"]["scheduler_state"] == "RUNNING"
+    assert any(i.job == "rpp-1234" and "RUNNING" in i.title for i in result.incidents)
+
+
 def test_all_zero_initial_control_is_flagged_but_not_rejected(sweep):
     write_eval(job_dir(sweep, "rpp", 42) / "run", "step_000010", 0.5, initial_pass1=0.0)
     result = build_bundle(sweep, figures=False)
