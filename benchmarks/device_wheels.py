@@ -133,8 +133,8 @@ def install(source: Path, site: Path) -> int:
         print("device_wheels: the image already has every dependency; nothing to install")
         return 0
     print("device_wheels: installing " + ", ".join(w.name for w in wheels))
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "--disable-pip-version-check",
-                    "-q", "--target", str(site), *map(str, wheels)], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "--no-compile",
+                    "--disable-pip-version-check", "-q", "--target", str(site), *map(str, wheels)], check=True)
     return 0
 
 

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import torch
+from transformers import TrainerCallback
 
 
 def grpo_config_kwargs(cfg, steps: int, seed: int, output_dir: str) -> dict:
@@ -43,8 +44,8 @@ def grpo_config_kwargs(cfg, steps: int, seed: int, output_dir: str) -> dict:
     )
 
 
-class StepTimer:
-    """A ``TrainerCallback`` that records each step's wall time and TRL's logged completion length."""
+class StepTimer(TrainerCallback):
+    """A trainer callback that records each step's wall time and TRL's logged completion length."""
 
     def __init__(self, batch: int):
         self.batch = batch
@@ -76,7 +77,7 @@ class StepTimer:
 
 def run(steps: int, seed: int) -> list[dict]:
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
     from trainer.config import compose
@@ -97,13 +98,11 @@ def run(steps: int, seed: int) -> list[dict]:
         return [math_reward(c, y) for c, y in zip(completions, label)]
 
     timer = StepTimer(int(w.prompts_per_step) * int(w.n_samples_per_prompt))
-    model.generate = timer.timed(model.generate)
-    callback = type("StepTimerCallback", (TrainerCallback,), {
-        name: getattr(timer, name) for name in ("on_step_begin", "on_step_end", "on_log")})()
+    model.generate = timer.timed(model.generate)  # this model's own generate, wrapped: rollout seconds
     with tempfile.TemporaryDirectory() as tmp:
         args = GRPOConfig(**grpo_config_kwargs(cfg, steps, seed, tmp))
         trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=dataset,
-                              processing_class=tokenizer, callbacks=[callback])
+                              processing_class=tokenizer, callbacks=[timer])
         trainer.train()
     return timer.records
 
