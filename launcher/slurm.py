@@ -7,7 +7,6 @@ comes from ``sacct`` (accounting is required: without it a cancelled job's state
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from pathlib import Path
 
@@ -16,15 +15,8 @@ from omegaconf import DictConfig
 from launcher.progress import progress_table
 from launcher.records import read_job_record, update_job_record
 from launcher.runtime import run_job
+from launcher.slurm_states import TERMINAL_STATES, SchedulerUnavailable, confirmed_states, recorded_exit_code
 from launcher.sweep import SWEEP_RECORD
-
-
-class SchedulerUnavailable(RuntimeError):
-    """sacct could not be asked (the controller or accounting is unreachable)."""
-
-
-TERMINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY",
-                   "BOOT_FAIL", "DEADLINE"}
 
 
 def time_to_minutes(value) -> int:
@@ -121,39 +113,25 @@ def submit_slurm(sweep, todo) -> bool:
     return True
 
 
-def sacct_states(job_ids: list[str]) -> dict[str, dict]:
-    """``{job id: {state, exit_code, signal, elapsed_s, node}}`` for array tasks, from sacct."""
-    arrays = sorted({j.split("_")[0] for j in job_ids})
-    proc = subprocess.run(["sacct", "-X", "-P", "-n", "-j", ",".join(arrays),
-                           "--format=JobID,State,ExitCode,ElapsedRaw,NodeList"], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SchedulerUnavailable(f"sacct failed: {proc.stderr.strip() or proc.returncode}")
-    out = proc.stdout
-    states = {}
-    for line in out.splitlines():
-        job_id, state, exit_code, elapsed, node = line.split("|")
-        code, _, sig = exit_code.partition(":")
-        states[job_id] = {"state": state.split()[0] if state else "UNKNOWN", "exit_code": int(code or 0),
-                          "signal": int(sig or 0), "elapsed_s": int(elapsed or 0), "node": node}
-    return states
-
-
 def refresh_job_records(job_dirs: list[Path]) -> dict[str, str]:
-    """Copy the scheduler's view (state, exit code, elapsed) into each job.json; returns name -> state."""
+    """Copy the scheduler's confirmed view (state, exit code, elapsed, pending reason) into each
+    job.json; returns name -> state."""
     records = {d: read_job_record(d) for d in job_dirs}
     ids = [r["job_id"] for r in records.values() if r.get("scheduler") == "slurm" and r.get("job_id")]
-    seen = sacct_states(ids) if ids else {}
+    seen = confirmed_states(ids)
     result = {}
     for job_dir, record in records.items():
         info = seen.get(record.get("job_id", ""))
-        if info is not None and info["state"] != record.get("state"):
-            changes = {"state": info["state"], "elapsed_s": info["elapsed_s"]}
+        if info is not None:
+            changes = {"state": info["state"], "elapsed_s": float(info["elapsed_s"])}
             if info["state"] in TERMINAL_STATES:
-                changes["exit_code"] = info["exit_code"]
+                changes["exit_code"] = recorded_exit_code(info)
                 changes["exit_signal"] = info["signal"]
-            if info["node"] and info["node"] != "None assigned":
+            if info.get("node"):
                 changes["node"] = info["node"]
-            record = update_job_record(job_dir, changes)
+            changes["scheduler_reason"] = info.get("reason") or None
+            if any(record.get(k) != v for k, v in changes.items()):
+                record = update_job_record(job_dir, changes)
         result[job_dir.name] = record.get("state", "UNKNOWN")
     return result
 
@@ -166,9 +144,7 @@ def wait_for_jobs(sweep_dir: Path, job_dirs: list[Path], n_updates: dict[str, in
     dirs = {d.name: d for d in job_dirs}
 
     def view(states):
-        shown = {n: ("QUEUED" if s == "PENDING" else "RUNNING" if s in ("RUNNING", "REQUEUED") else
-                     "DONE" if s == "COMPLETED" else "FAILED" if s in TERMINAL_STATES else s)
-                 for n, s in states.items()}
+        shown = {n: live_state(s) for n, s in states.items()}
         return progress_table(title, shown, dirs, n_updates)
 
     def refresh(previous):
@@ -179,7 +155,24 @@ def wait_for_jobs(sweep_dir: Path, job_dirs: list[Path], n_updates: dict[str, in
 
     states = refresh({d.name: "PENDING" for d in job_dirs})
     with Live(view(states), console=Console(stderr=True), refresh_per_second=1) as live:
-        while not all(s in TERMINAL_STATES for s in states.values()):
+        while True:
+            while not all(s in TERMINAL_STATES for s in states.values()):
+                time.sleep(poll_s)
+                states = refresh(states)
+                live.update(view(states))
+            # Re-check before the caller seals: a requeue can follow a terminal-looking state.
             time.sleep(poll_s)
             states = refresh(states)
             live.update(view(states))
+            if all(s in TERMINAL_STATES for s in states.values()):
+                return
+
+
+def live_state(state: str) -> str:
+    """The live view's word for a scheduler state: queued / running / done, else Slurm's own
+    state (CANCELLED, TIMEOUT, NODE_FAIL, ... are different stories, never all "FAILED")."""
+    if state == "PENDING":
+        return "QUEUED"
+    if state in ("RUNNING", "REQUEUED", "COMPLETING", "CONFIGURING"):
+        return "RUNNING"
+    return "DONE" if state == "COMPLETED" else state

@@ -140,3 +140,52 @@ def test_a_requeued_job_resumes_from_its_checkpoint_and_matches_an_uninterrupted
     reference = tmp_path / "uninterrupted"
     run_trainer(reference, *overrides)
     assert without_perf(read_metrics(job_dir / "run")) == without_perf(read_metrics(reference))
+
+
+def _squeue_tasks(array_id: str) -> dict[str, str]:
+    out = subprocess.run(["squeue", "-h", "-r", "--me", "-o", "%i|%T"], capture_output=True, text=True).stdout
+    return dict(line.split("|") for line in out.splitlines() if line.split("_")[0] == array_id)
+
+
+def test_cancelling_an_array_with_pending_tasks_ends_the_wait_and_unblocks_the_rerun(tmp_path):
+    # 8G per task on the 16000M node: one task runs, three pend. sacct then reports the pending
+    # ones only as one aggregated line (`<array>_[1-3%4]|CANCELLED`).
+    sweep_dir = tmp_path / "pending"
+    grid = ("algo=grpo,rpp", "seed=1,2", *SHORT, "cluster=slurm", "cluster.mem=8G")
+    cmd = [os.sys.executable, "launch.py", "-m", *grid, f"hydra.sweep.dir={sweep_dir}"]
+    waiting = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parent.parent, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env={**os.environ, "PROOFGRID_PORT_BASE": "29000"})
+    try:
+        submissions = _wait_for(lambda: (sweep_dir / "sweep.json").is_file() and json.loads(
+            (sweep_dir / "sweep.json").read_text()).get("submissions"), 120, "the submission")
+        array_id = submissions[0]["array_job_id"]
+        _wait_for(lambda: list(_squeue_tasks(array_id).values()).count("PENDING") >= 2, 60, "tasks to pend")
+        subprocess.run(["scancel", array_id], check=True)
+        out, err = waiting.communicate(timeout=90)  # the waiting launcher must notice and seal
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+    assert waiting.returncode == 1, out[-2000:] + err[-2000:]
+    records = job_records(sweep_dir)
+    assert {r["state"] for r in records.values()} == {"CANCELLED"}
+    never_started = [r for r in records.values() if r.get("node") in (None, "") or r.get("exit_code") is None]
+    assert len(never_started) >= 2 and all(r["exit_code"] is None for r in never_started)
+    assert all(row["accepted"] == "no" for row in index_rows(sweep_dir).values())
+    status = subprocess.run([os.sys.executable, "-m", "launcher", "status", str(sweep_dir)], capture_output=True, text=True)
+    assert "PENDING" not in status.stdout and status.stdout.count("CANCELLED") == 4
+
+    # The re-run is not refused ("still PENDING ... cancel it first"): it submits a new array.
+    rerun = launch(sweep_dir, *grid, "wait=false", env={"PROOFGRID_PORT_BASE": "29000"})
+    new_array = json.loads((sweep_dir / "sweep.json").read_text())["submissions"][-1]["array_job_id"]
+    subprocess.run(["scancel", new_array], check=True)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert new_array != array_id and "submitted Slurm array" in rerun.stdout
+
+
+def test_a_task_slurm_no_longer_reports_is_vanished_after_a_second_look_never_left_pending():
+    from launcher.slurm_states import VANISHED, confirmed_states
+
+    looks = []
+    states = confirmed_states(["987654_3"], confirm_delay_s=0.1, sleep=looks.append)
+    assert looks == [0.1], "a state Slurm does not report must be confirmed by a second look"
+    assert states["987654_3"]["state"] == VANISHED and states["987654_3"]["exit_code"] is None
