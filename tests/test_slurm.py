@@ -189,3 +189,24 @@ def test_a_task_slurm_no_longer_reports_is_vanished_after_a_second_look_never_le
     states = confirmed_states(["987654_3"], confirm_delay_s=0.1, sleep=looks.append)
     assert looks == [0.1], "a state Slurm does not report must be confirmed by a second look"
     assert states["987654_3"]["state"] == VANISHED and states["987654_3"]["exit_code"] is None
+
+
+def test_a_state_a_requeue_follows_is_not_final_while_squeue_still_holds_the_task(tmp_path):
+    # sacct reports the requeued run's record (REQUEUED, and NODE_FAIL/PREEMPTED likewise) for a
+    # while after the task went back to the queue; only squeue knows it will run again.
+    from launcher.slurm_states import TERMINAL_STATES, TRANSIENT_STATES, confirmed_states, sacct_states
+
+    array = subprocess.run(["sbatch", "--parsable", "--requeue", "--mem=100M", "-o", "/dev/null", "--array=0-1",
+                            "--job-name=proofgrid-test-requeue", "--wrap", "sleep 120"],
+                           capture_output=True, text=True, check=True, cwd=tmp_path).stdout.strip()
+    tasks = [f"{array}_0", f"{array}_1"]
+    try:
+        _wait_for(lambda: set(_squeue_tasks(array).values()) == {"RUNNING"}, 60, "both tasks to run")
+        subprocess.run(["scontrol", "requeue", tasks[0]], check=True)
+        _wait_for(lambda: sacct_states(tasks).get(tasks[0], {}).get("state") in TRANSIENT_STATES, 30,
+                  "sacct to report the requeued record")
+        states = confirmed_states(tasks)
+        assert states[tasks[0]]["state"] not in TERMINAL_STATES and states[tasks[0]]["state"] in ("PENDING", "RUNNING")
+        assert states[tasks[1]]["state"] == "RUNNING"
+    finally:
+        subprocess.run(["scancel", array])
