@@ -19,10 +19,13 @@ from pathlib import Path
 from launcher.isolation import JobRoots, env_diff, isolated_env
 from launcher.ports import BLOCK_SIZE, PortBlock, claim_port_block, listening_ports
 from launcher.preflight import PreflightError, check_visible_gpu
+from launcher.progress import completed_steps
 from launcher.ray_runtime import JobRay, leftover_processes
 from launcher.records import update_job_record, write_command_records
+from launcher.slurm_requeue import append_history, requeue, requeue_refusal, signal_event
 from launcher.spec import JobSpec
 from trainer.inputs import REPO_ROOT
+from trainer.preemption import EXIT_CHECKPOINTED
 
 SPEC_FILE = "spec.json"
 
@@ -78,9 +81,17 @@ def run_job(spec: JobSpec) -> dict:
     })
     terminated: list[int] = []
 
+    identity = scheduler_identity()
+    proc: subprocess.Popen | None = None  # bound before the handler can run: it reads it
+
     def on_signal(signum, _frame):
         first = not terminated
         terminated.append(signum)
+        if first and identity["scheduler"] == "slurm" and proc is not None and proc.poll() is None:
+            # Slurm's warning (time limit, preemption): the trainer checkpoints at its current step
+            # and exits EXIT_CHECKPOINTED; proc.wait() below simply continues.
+            proc.send_signal(signal.SIGUSR2)
+            return
         if first:  # later signals during teardown must not interrupt the cleanup
             raise KeyboardInterrupt
 
@@ -89,7 +100,6 @@ def run_job(spec: JobSpec) -> dict:
     failure: str | None = None
     block: PortBlock | None = None
     ray: JobRay | None = None
-    proc: subprocess.Popen | None = None
     cleanup: list[dict] = []
     try:
         check_visible_gpu(spec.gpu_model)  # the profile asked for a GPU model: is it the one we got?
@@ -126,7 +136,16 @@ def run_job(spec: JobSpec) -> dict:
             block.release()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if terminated:
+    requeue_refused = None
+    if terminated and exit_code == EXIT_CHECKPOINTED and identity["scheduler"] == "slurm":
+        requeue_refused = requeue_refusal(identity["job_id"], identity["restart_count"])
+    will_requeue = bool(terminated) and exit_code == EXIT_CHECKPOINTED and identity["scheduler"] == "slurm" \
+        and requeue_refused is None
+    if terminated and not will_requeue and failure is None:
+        failure = f"terminated by signal {terminated[0]}"
+    if will_requeue:
+        state = "REQUEUED"
+    elif terminated:
         state = "TERMINATED"
     elif failure is None and exit_code == 0:
         state = "COMPLETED"
@@ -135,8 +154,17 @@ def run_job(spec: JobSpec) -> dict:
     record = update_job_record(roots.job_dir, {
         "state": state, "runtime_state": state, "exit_code": exit_code, "elapsed_s": round(time.time() - started, 3),
         "ports": block.as_record() if block is not None else None, "cleanup": cleanup,
-        **({"failure": failure} if failure else {}),
+        "failure": failure,  # None on success: never a stale failure of an earlier attempt
     })
+    if terminated and identity["scheduler"] == "slurm":
+        event = {"event": signal_event(terminated[0]), "job_id": identity["job_id"],
+                 "restart_count": identity["restart_count"], "node": socket.gethostname(),
+                 "at_step": completed_steps(roots.job_dir),
+                 "checkpointed": exit_code == EXIT_CHECKPOINTED,
+                 "action": "requeued" if will_requeue else (requeue_refused or "stopped")}
+        if will_requeue and (refused := requeue(identity["job_id"])):
+            event["action"] = f"requeue refused by Slurm: {refused}"
+        record = append_history(roots.job_dir, event)
     if terminated:
         sys.exit(128 + terminated[0])
     if state != "COMPLETED":

@@ -49,7 +49,13 @@ def sbatch_options(cluster: DictConfig, n_jobs: int) -> dict[str, str]:
             opts[option] = str(cluster.get(key))
     if cluster.get("requeue", True):
         opts["requeue"] = ""
+    opts["signal"] = f"USR2@{signal_delay_s(cluster)}"
     return {k: v for k, v in opts.items() if v is not None}
+
+
+def signal_delay_s(cluster: DictConfig) -> int:
+    """Seconds before the time limit at which Slurm sends USR2 (checkpoint, then requeue)."""
+    return int(cluster.get("signal_delay_s") or 90)
 
 
 def sbatch_line(cluster: DictConfig, n_jobs: int, script: str) -> str:
@@ -66,6 +72,7 @@ def submitit_parameters(cluster: DictConfig, n_jobs: int) -> dict:
         "timeout_min": time_to_minutes(cluster.time),
         "slurm_array_parallelism": int(cluster.get("array_parallelism") or n_jobs),
         "slurm_additional_parameters": {},
+        "slurm_signal_delay_s": signal_delay_s(cluster),
     }
     if "mem" in opts:
         params["slurm_mem"] = opts["mem"]

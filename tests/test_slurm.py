@@ -210,3 +210,33 @@ def test_a_state_a_requeue_follows_is_not_final_while_squeue_still_holds_the_tas
         assert states[tasks[1]]["state"] == "RUNNING"
     finally:
         subprocess.run(["scancel", array])
+
+
+def test_usr2_checkpoints_at_the_current_step_requeues_and_resumes_bit_identically(tmp_path):
+    # No periodic checkpoint before the end: every step kept across the requeue was saved on the signal.
+    overrides = ("algo=rpp", "seed=5", "workload.n_updates=8", "workload.checkpoint_every=100",
+                 "workload.eval.n_prompts=4")
+    sweep_dir = tmp_path / "usr2"
+    proc = launch(sweep_dir, *overrides, "cluster=slurm", "cluster.signal_delay_s=75", "wait=false",
+                  env={"PROOFGRID_PORT_BASE": "30000"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    job_dir = sweep_dir / "jobs" / "rpp-5"
+    _wait_for(lambda: _steps(job_dir) >= 3, 300, "rpp-5 to train 3 steps")
+    job_id = json.loads((job_dir / "job.json").read_text())["job_id"]
+    subprocess.run(["scancel", "--signal=USR2", job_id], check=True)
+
+    def restarted_and_done():
+        subprocess.run([os.sys.executable, "-m", "launcher", "status", str(sweep_dir)], capture_output=True)
+        r = json.loads((job_dir / "job.json").read_text())
+        return r if r.get("restart_count", 0) >= 1 and r["state"] == "COMPLETED" else None
+
+    record = _wait_for(restarted_and_done, 600, "the requeued job to complete")
+    (event,) = record["history"]
+    assert "USR2" in event["event"] and event["action"] == "requeued" and event["checkpointed"] is True
+    assert 3 <= event["at_step"] < 8 and event["job_id"] == job_id
+    assert f"resumed from step_{event['at_step']:06d}" in (job_dir / "trainer.log").read_text()
+    assert record["failure"] is None and record["exit_code"] == 0
+    assert "--signal=USR2@75" in json.loads((job_dir / "command.json").read_text())["sbatch"]
+    reference = tmp_path / "uninterrupted"
+    run_trainer(reference, *overrides)
+    assert without_perf(read_metrics(job_dir / "run")) == without_perf(read_metrics(reference))

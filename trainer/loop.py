@@ -41,6 +41,7 @@ from trainer.evaluate import evaluate
 from trainer.inputs import REPO_ROOT, resolve, verify_inputs
 from trainer.metrics import KL_LOSS_KEY, MetricsLog
 from trainer.policy import build_token_batch, compute_context, load_policy, response_logprobs
+from trainer.preemption import EXIT_CHECKPOINTED, StopRequest
 from trainer.reward_workers import make_scorer
 from trainer.rollout import RolloutEngine, SamplingParams, make_engine, warn_if_greedy
 
@@ -231,6 +232,16 @@ def _write_json(path: Path, data: dict) -> None:
 
 def run_rank(rank: int, world: int, cfg_container: dict) -> dict | None:
     cfg = OmegaConf.create(cfg_container)
+    # One process only: with several ranks a stop must be agreed collectively (not implemented).
+    stop = StopRequest().install() if world == 1 else None
+    try:
+        return _run_rank(rank, world, cfg, stop)
+    finally:
+        if stop is not None:
+            stop.uninstall()
+
+
+def _run_rank(rank: int, world: int, cfg: DictConfig, stop: StopRequest | None) -> dict | None:
     algo = validate(cfg)
     w = cfg.workload
     torch.set_num_threads(int(w.num_threads))
@@ -244,7 +255,7 @@ def run_rank(rank: int, world: int, cfg_container: dict) -> dict | None:
     random.seed(int(cfg.seed))
     group = _init_process_group(rank, world, cfg) if world > 1 else None
     try:
-        return _run(rank, world, group, cfg, algo)
+        return _run(rank, world, group, cfg, algo, stop)
     finally:
         if group is not None:
             dist.destroy_process_group()
@@ -260,7 +271,7 @@ def _init_process_group(rank: int, world: int, cfg: DictConfig):
     return dist.group.WORLD
 
 
-def _run(rank: int, world: int, group, cfg: DictConfig, algo: AlgoConfig) -> dict | None:
+def _run(rank: int, world: int, group, cfg: DictConfig, algo: AlgoConfig, stop: StopRequest | None = None) -> dict | None:
     w = cfg.workload
     inputs = verify_inputs(w.manifest, required=[w.model_path, w.train_path, w.test_path])
     eval_examples = load_split(resolve(w.test_path))[: int(w.eval.n_prompts)]
@@ -320,6 +331,14 @@ def _run(rank: int, world: int, group, cfg: DictConfig, algo: AlgoConfig) -> dic
                                 {"prompts_consumed": done * int(w.prompts_per_step), "config_digest": digest})
         if group is not None:
             dist.barrier(group=group)
+        if stop is not None and stop.requested and done < n_updates:
+            if done % every:
+                save_checkpoint(ckpt_root, done, policy, optimizer,
+                                {"prompts_consumed": done * int(w.prompts_per_step), "config_digest": digest})
+            log.info("signal %d: checkpointed at step %d; stopping for a requeue", stop.signum, done)
+            metrics_log.close()
+            scorer.close()
+            raise SystemExit(EXIT_CHECKPOINTED)
     scorer.close()
     if rank != 0:
         return None
