@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import socket
@@ -118,6 +119,13 @@ def test_a_cancelled_job_is_rejected_with_its_scheduler_state_and_the_rest_are_u
     assert first["state"] == "CANCELLED" and first["job_id"] == job_id
     assert all(row["accepted"] == "yes" for row in index_rows(sweep_dir).values())
     assert [r["step"] for r in read_metrics(victim / "run")] == list(range(12))
+    # The bundle of the now fully accepted sweep still tells the cancel.
+    with open(sweep_dir / "bundle" / "data" / "incidents.csv", newline="") as f:
+        incidents = [(r["job"], r["job_id"], r["kind"], r["title"]) for r in csv.DictReader(f)]
+    assert [i[:3] for i in incidents] == [("grpo-2", job_id, "earlier-attempt")]
+    assert incidents[0][3].startswith("Attempt 0 ended CANCELLED (exit ")
+    assert (sweep_dir / "bundle" / "data" / "runs" / "grpo-2" / "attempts" / "0" / "job.json").is_file()
+    assert json.loads((victim / "job.json").read_text())["failure"] is None
 
 
 def test_a_requeued_job_resumes_from_its_checkpoint_and_matches_an_uninterrupted_run(tmp_path):
@@ -240,3 +248,35 @@ def test_usr2_checkpoints_at_the_current_step_requeues_and_resumes_bit_identical
     reference = tmp_path / "uninterrupted"
     run_trainer(reference, *overrides)
     assert without_perf(read_metrics(job_dir / "run")) == without_perf(read_metrics(reference))
+
+
+@pytest.mark.parametrize(("override", "key"), [
+    ("cluster.partition=nope", "cluster.partition"), ("cluster.mem=999G", "cluster.mem"),
+    ("cluster.gres=gpu:1", "cluster.gres"), ("cluster.constraint=foo", "cluster.constraint"),
+    ("cluster.cpus_per_task=64", "cluster.cpus_per_task"), ("cluster.account=nope", "cluster.account"),
+    ("cluster.qos=nope", "cluster.qos"),
+])
+def test_a_profile_value_the_cluster_cannot_honour_is_refused_in_one_line_before_submission(tmp_path, override, key):
+    sweep_dir = tmp_path / "bad"
+    proc = launch(sweep_dir, "algo=grpo", "seed=1", *SHORT, "cluster=slurm", override, "wait=false", timeout=120)
+    assert proc.returncode == 2, proc.stdout[-1000:] + proc.stderr[-2000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("proofgrid: error: ") and f"{key}=" in line
+    assert not (sweep_dir / "jobs").exists() and not (sweep_dir / ".submitit").exists()
+
+
+@pytest.mark.parametrize(("option", "key"), [
+    ("--partition=nope", "cluster.partition"), ("--gres=gpu:1", "cluster.gres"), ("--mem=999G", "cluster.mem"),
+    ("--time=garbage", "cluster.time"), ("--constraint=foo", "cluster.constraint"),
+    ("--cpus-per-task=64", "cluster.cpus_per_task"),
+])
+def test_each_sbatch_refusal_becomes_one_line_naming_the_profile_key(tmp_path, option, key):
+    from launcher.slurm_options import explain_refusal
+
+    proc = subprocess.run(["sbatch", option, "-o", "/dev/null", "--wrap", "true"], capture_output=True, text=True,
+                          cwd=tmp_path)
+    if proc.returncode == 0:  # accepted after all: cancel it, the class is not refused by this cluster
+        subprocess.run(["scancel", proc.stdout.split()[-1]])
+        pytest.fail(f"sbatch accepted {option}")
+    line = explain_refusal(proc.stderr)
+    assert "\n" not in line and f"change {key}" in line
