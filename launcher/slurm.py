@@ -7,14 +7,17 @@ comes from ``sacct`` (accounting is required: without it a cancelled job's state
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 
 from omegaconf import DictConfig
 
+from launcher.preflight import PreflightError
 from launcher.progress import progress_table
 from launcher.records import read_job_record, update_job_record
 from launcher.runtime import run_job
+from launcher.slurm_options import explain_refusal
 from launcher.slurm_states import TERMINAL_STATES, SchedulerUnavailable, confirmed_states, recorded_exit_code
 from launcher.sweep import SWEEP_RECORD
 
@@ -95,13 +98,21 @@ def _fresh_folder(sweep_dir: Path) -> Path:
 def submit_slurm(sweep, todo) -> bool:
     """Submit ``todo`` as one array; wait if ``sweep.wait``. Returns True when all jobs ended."""
     import submitit
+    from submitit.core.utils import FailedJobError
 
     if not todo:
         return True
     folder = _fresh_folder(sweep.sweep_dir)
     executor = submitit.AutoExecutor(folder=str(folder), cluster="slurm")
     executor.update_parameters(**submitit_parameters(sweep.cluster, len(todo)))
-    jobs = executor.map_array(run_job, todo)
+    try:
+        jobs = executor.map_array(run_job, todo)
+    except FailedJobError as exc:  # sbatch refused: one line, and nothing left behind
+        shutil.rmtree(folder, ignore_errors=True)
+        for spec in todo:
+            if {p.name for p in spec.job_dir.iterdir()} <= {"spec.json"}:
+                shutil.rmtree(spec.job_dir, ignore_errors=True)
+        raise PreflightError(explain_refusal(str(exc))) from None
     array_id = str(jobs[0].job_id).split("_")[0]
     for i, (spec, job) in enumerate(zip(todo, jobs)):
         update_job_record(spec.job_dir, {"scheduler": "slurm", "job_id": str(job.job_id), "array_index": i},

@@ -83,6 +83,12 @@ def plan_sweep(root_cfg: DictConfig, job_cfgs: list[DictConfig], job_overrides: 
     formal = bool(root_cfg.formal)
     commit = check_source(formal)
     cluster = root_cfg.cluster
+    if cluster.kind == "slurm":  # formats always; the cluster itself only when submitting
+        from launcher.slurm_options import check_against_cluster, check_formats
+
+        check_formats(cluster)
+        if not bool(root_cfg.dry_run):
+            check_against_cluster(cluster)
     specs: list[JobSpec] = []
     checked_workloads: set[str] = set()
     for cfg, overrides in zip(job_cfgs, job_overrides):
