@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from launcher.preflight import PreflightError
 from launcher.progress import progress_table
 from launcher.records import read_job_record, update_job_record
 from launcher.runtime import run_job
-from launcher.slurm_options import explain_refusal
+from launcher.slurm_options import explain_refusal, max_array_size
 from launcher.slurm_states import TERMINAL_STATES, SchedulerUnavailable, confirmed_states, recorded_exit_code
 from launcher.sweep import SWEEP_RECORD
 
@@ -44,7 +45,8 @@ def time_to_minutes(value) -> int:
 def sbatch_options(cluster: DictConfig, n_jobs: int) -> dict[str, str]:
     """sbatch long options of the profile, in a fixed order (also what the dry run prints)."""
     parallel = int(cluster.get("array_parallelism") or n_jobs)
-    opts = {"array": f"0-{n_jobs - 1}%{parallel}", "partition": cluster.get("partition")}
+    # One task: submitit submits a plain job, not a one-task array.
+    opts = {"array": f"0-{n_jobs - 1}%{parallel}" if n_jobs > 1 else None, "partition": cluster.get("partition")}
     for key, option in (("account", "account"), ("qos", "qos"), ("gres", "gres"),
                         ("cpus_per_task", "cpus-per-task"), ("mem", "mem"), ("time", "time"),
                         ("constraint", "constraint")):
@@ -64,6 +66,15 @@ def signal_delay_s(cluster: DictConfig) -> int:
 def sbatch_line(cluster: DictConfig, n_jobs: int, script: str) -> str:
     flags = " ".join(f"--{k}" if v == "" else f"--{k}={v}" for k, v in sbatch_options(cluster, n_jobs).items())
     return f"sbatch {flags} {script}"
+
+
+def sbatch_lines(cluster: DictConfig, n_jobs: int, script: str) -> list[str]:
+    """The dry run's sbatch line(s): one per array, saying so when the grid is split."""
+    chunks = array_chunks(n_jobs, max_array_size(cluster))
+    if len(chunks) == 1:
+        return [sbatch_line(cluster, n_jobs, script)]
+    return [f"{sbatch_line(cluster, len(c), script)}  # array {k + 1} of {len(chunks)} (MaxArraySize "
+            f"{max_array_size(cluster)}): jobs [{c.start}]-[{c.stop - 1}]" for k, c in enumerate(chunks)]
 
 
 def submitit_parameters(cluster: DictConfig, n_jobs: int) -> dict:
@@ -95,8 +106,26 @@ def _fresh_folder(sweep_dir: Path) -> Path:
     return root / f"run-{n}"
 
 
+def array_chunks(n_jobs: int, max_array_size: int) -> list[range]:
+    """Task positions of each array: Slurm refuses an array index >= MaxArraySize, so a grid
+    larger than that becomes several arrays of at most ``max_array_size`` tasks each."""
+    return [range(start, min(start + max_array_size, n_jobs)) for start in range(0, n_jobs, max_array_size)]
+
+
+def _forget_submission(folder: Path, todo, arrays: list[str]) -> None:
+    """A refused submission leaves nothing behind: earlier arrays of it cancelled, no pickles,
+    no job directory that holds only its spec."""
+    if arrays:
+        subprocess.run(["scancel", *arrays], capture_output=True)
+    shutil.rmtree(folder, ignore_errors=True)
+    for spec in todo:
+        if spec.job_dir.is_dir() and {p.name for p in spec.job_dir.iterdir()} <= {"spec.json"}:
+            shutil.rmtree(spec.job_dir, ignore_errors=True)
+
+
 def submit_slurm(sweep, todo) -> bool:
-    """Submit ``todo`` as one array; wait if ``sweep.wait``. Returns True when all jobs ended."""
+    """Submit ``todo`` as one array (several above MaxArraySize); wait if ``sweep.wait``.
+    Returns True when all jobs ended."""
     import submitit
     from submitit.core.utils import FailedJobError
 
@@ -104,25 +133,27 @@ def submit_slurm(sweep, todo) -> bool:
         return True
     folder = _fresh_folder(sweep.sweep_dir)
     executor = submitit.AutoExecutor(folder=str(folder), cluster="slurm")
-    executor.update_parameters(**submitit_parameters(sweep.cluster, len(todo)))
-    try:
-        jobs = executor.map_array(run_job, todo)
-    except FailedJobError as exc:  # sbatch refused: one line, and nothing left behind
-        shutil.rmtree(folder, ignore_errors=True)
-        for spec in todo:
-            if {p.name for p in spec.job_dir.iterdir()} <= {"spec.json"}:
-                shutil.rmtree(spec.job_dir, ignore_errors=True)
-        raise PreflightError(explain_refusal(str(exc))) from None
-    array_id = str(jobs[0].job_id).split("_")[0]
-    for i, (spec, job) in enumerate(zip(todo, jobs)):
-        update_job_record(spec.job_dir, {"scheduler": "slurm", "job_id": str(job.job_id), "array_index": i},
-                          defaults={"algo": spec.algo, "seed": spec.seed, "state": "PENDING", "exit_code": None,
-                                    "source_commit": spec.source_commit})
+    arrays: list[str] = []
     record_path = sweep.sweep_dir / SWEEP_RECORD
     record = json.loads(record_path.read_text()) if record_path.exists() else {}
-    record.setdefault("submissions", []).append({"array_job_id": array_id, "jobs": [s.name for s in todo]})
+    for chunk in array_chunks(len(todo), max_array_size(sweep.cluster)):
+        specs = [todo[i] for i in chunk]
+        executor.update_parameters(**submitit_parameters(sweep.cluster, len(specs)))
+        try:
+            jobs = executor.map_array(run_job, specs)
+        except FailedJobError as exc:  # sbatch refused: one line, and nothing left behind
+            _forget_submission(folder, todo, arrays)
+            raise PreflightError(explain_refusal(str(exc))) from None
+        array_id = str(jobs[0].job_id).split("_")[0]
+        arrays.append(array_id)
+        for i, (spec, job) in enumerate(zip(specs, jobs)):
+            update_job_record(spec.job_dir, {"scheduler": "slurm", "job_id": str(job.job_id), "array_index": i},
+                              defaults={"algo": spec.algo, "seed": spec.seed, "state": "PENDING", "exit_code": None,
+                                        "source_commit": spec.source_commit})
+        record.setdefault("submissions", []).append({"array_job_id": array_id, "jobs": [s.name for s in specs]})
     record_path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    print(f"submitted Slurm array job {array_id} with {len(todo)} task(s); sweep directory: {sweep.sweep_dir}")
+    what = f"array job {arrays[0]}" if len(arrays) == 1 else f"{len(arrays)} array jobs ({', '.join(arrays)})"
+    print(f"submitted Slurm {what} with {len(todo)} task(s); sweep directory: {sweep.sweep_dir}")
     if not sweep.wait:
         print(f"follow it with `python -m launcher status {sweep.sweep_dir}`; when it has ended, seal the "
               f"evidence with `python -m evidence build {sweep.sweep_dir}`")

@@ -60,7 +60,7 @@ def check_formats(cluster: DictConfig) -> None:
             bad(key, v, f"a {key} name (see `sacctmgr show assoc user=$USER`)")
     if (c := _value(cluster, "constraint")) is not None and not _CONSTRAINT.match(str(c)):
         bad("constraint", c, "node features joined by & or |, e.g. a40&ib")
-    for key in ("cpus_per_task", "array_parallelism"):
+    for key in ("cpus_per_task", "array_parallelism", "max_array_size"):
         if (v := _value(cluster, key)) is not None and _positive_int(v) is None:
             bad(key, v, "a whole number >= 1")
     if (d := _value(cluster, "signal_delay_s")) is not None and (_positive_int(d) is None or int(d) > 65535):
@@ -207,3 +207,20 @@ def explain_refusal(stderr: str) -> str:
     low = said.lower()
     key = next((k for fragment, k in _REFUSALS if fragment in low), "the cluster profile")
     return f"Slurm refused the submission: {said}; change {key} ({_PROFILE}); nothing was submitted"
+
+
+# Slurm's default MaxArraySize (array indices 0 .. MaxArraySize - 1).
+DEFAULT_MAX_ARRAY_SIZE = 1001
+
+
+def max_array_size(cluster: DictConfig) -> int:
+    """Tasks one array may hold: the cluster's ``MaxArraySize`` (``scontrol show config``, Slurm's
+    default where it cannot be asked), lowered by the profile's ``max_array_size`` if set."""
+    slurm = DEFAULT_MAX_ARRAY_SIZE
+    config = _ask(["scontrol", "show", "config"])
+    for line in (config or "").splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "MaxArraySize" and value.strip().isdigit():
+            slurm = int(value.strip())
+    asked = _positive_int(_value(cluster, "max_array_size")) if _value(cluster, "max_array_size") is not None else None
+    return min(slurm, asked) if asked else slurm

@@ -144,11 +144,11 @@ def expanded_command(spec: JobSpec) -> dict:
 
 def expanded_commands(sweep: Sweep) -> list[str]:
     """One deterministic, path-free line per job (the dry-run output and ``commands.txt``)."""
-    from launcher.slurm import sbatch_line
+    from launcher.slurm import sbatch_lines
 
     lines = []
     if sweep.cluster.kind == "slurm":
-        lines.append("# " + sbatch_line(sweep.cluster, len(sweep.specs), "<SWEEP_DIR>/.submitit/<RUN>"))
+        lines += ["# " + line for line in sbatch_lines(sweep.cluster, len(sweep.specs), "<SWEEP_DIR>/.submitit/<RUN>")]
     for i, spec in enumerate(sweep.specs):
         cmd = public_copy(expanded_command(spec), path_free_sanitizer(spec, REPO_ROOT))
         argv = " ".join(cmd["argv"])

@@ -280,3 +280,15 @@ def test_each_sbatch_refusal_becomes_one_line_naming_the_profile_key(tmp_path, o
         pytest.fail(f"sbatch accepted {option}")
     line = explain_refusal(proc.stderr)
     assert "\n" not in line and f"change {key}" in line
+
+
+def test_a_grid_above_the_array_limit_runs_as_several_arrays(tmp_path):
+    sweep_dir = tmp_path / "split"
+    proc = launch(sweep_dir, "algo=grpo", "seed=1,2,3", *SHORT, "cluster=slurm", "cluster.max_array_size=2",
+                  env={"PROOFGRID_PORT_BASE": "31000"})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    submissions = json.loads((sweep_dir / "sweep.json").read_text())["submissions"]
+    assert [len(s["jobs"]) for s in submissions] == [2, 1] and "2 array jobs" in proc.stdout
+    records = job_records(sweep_dir)
+    assert {r["job_id"].split("_")[0] for r in records.values()} == {s["array_job_id"] for s in submissions}
+    assert all(row["accepted"] == "yes" for row in index_rows(sweep_dir).values())

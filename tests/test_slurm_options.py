@@ -60,3 +60,20 @@ def test_a_refusal_names_what_slurm_said_and_the_key_to_change():
               "sbatch: error: Batch job submission failed: Invalid partition name specified\n")
     line = explain_refusal(stderr)
     assert "\n" not in line and "invalid partition specified: nope" in line and "change cluster.partition" in line
+
+
+def test_a_grid_above_the_array_limit_is_split_and_the_dry_run_says_so(tmp_path):
+    proc = launch(tmp_path / "s", "algo=grpo,rpp", "seed=1,2,3", "dry_run=true", "cluster=slurm",
+                  "cluster.partition=gpu", "cluster.max_array_size=4")
+    assert proc.returncode == 0, proc.stderr
+    sbatch = [line for line in proc.stdout.splitlines() if line.startswith("# sbatch")]
+    assert len(sbatch) == 2
+    assert "--array=0-3%4" in sbatch[0] and "array 1 of 2" in sbatch[0] and "jobs [0]-[3]" in sbatch[0]
+    assert "--array=0-1%2" in sbatch[1] and "array 2 of 2" in sbatch[1] and "jobs [4]-[5]" in sbatch[1]
+
+
+def test_a_one_cell_grid_is_dry_run_as_the_plain_job_submitit_submits(tmp_path):
+    proc = launch(tmp_path / "s", "algo=grpo", "seed=1", "dry_run=true", "cluster=slurm", "cluster.partition=gpu")
+    assert proc.returncode == 0, proc.stderr
+    (sbatch,) = [line for line in proc.stdout.splitlines() if line.startswith("# sbatch")]
+    assert "--array" not in sbatch
