@@ -145,7 +145,10 @@ def status(sweep_dir: Path) -> int:
         r = read_job_record(d)
         spec = json.loads((d / "spec.json").read_text()) if (d / "spec.json").is_file() else {}
         spec_updates = spec.get("n_updates", "")
-        table.add_row(d.name, str(r.get("job_id", "")), str(r.get("state", "")),
+        state = str(r.get("state", ""))
+        if state == "PENDING" and r.get("scheduler_reason"):  # why Slurm has not started it yet
+            state += f" ({r['scheduler_reason']})"
+        table.add_row(d.name, str(r.get("job_id", "")), state,
                       f"{completed_steps(d)}{'/' + str(spec_updates) if spec_updates else ''}",
                       str(r.get("exit_code", "")), str(r.get("elapsed_s", "")))
     Console().print(table)
@@ -156,5 +159,12 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) == 2 and args[0] == "status":
         return status(Path(args[1]))
-    print("usage: python -m launcher status <sweep_dir>", file=sys.stderr)
+    if len(args) == 2 and args[0] == "cancel":
+        from launcher.slurm import cancel_sweep
+
+        if not (Path(args[1]) / "jobs").is_dir():
+            print(f"proofgrid: error: {args[1]} has no jobs/ directory; is it a sweep directory?", file=sys.stderr)
+            return 2
+        return cancel_sweep(Path(args[1]))
+    print("usage: python -m launcher status|cancel <sweep_dir>", file=sys.stderr)
     return 2

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -192,29 +193,69 @@ def wait_for_jobs(sweep_dir: Path, job_dirs: list[Path], n_updates: dict[str, in
     title = f"proofgrid sweep on Slurm ({sweep_dir.name})"
     dirs = {d.name: d for d in job_dirs}
 
-    def view(states):
-        shown = {n: live_state(s) for n, s in states.items()}
-        return progress_table(title, shown, dirs, n_updates)
+    outage: list[float] = []
 
     def refresh(previous):
         try:
-            return refresh_job_records(job_dirs)
-        except SchedulerUnavailable:  # transient: keep waiting with what we knew
+            states = refresh_job_records(job_dirs)
+        except SchedulerUnavailable:  # transient: keep waiting with what we knew, and say so
+            outage[:] = outage or [time.monotonic()]
             return previous
+        outage.clear()
+        return states
+
+    def view(states):
+        shown = {n: live_state(s) for n, s in states.items()}
+        table = progress_table(title, shown, dirs, n_updates)
+        if outage:
+            table.caption = (f"Slurm (sacct/squeue) not answering for {time.monotonic() - outage[0]:.0f} s; "
+                             "showing the last known states, retrying")
+        return table
 
     states = refresh({d.name: "PENDING" for d in job_dirs})
-    with Live(view(states), console=Console(stderr=True), refresh_per_second=1) as live:
-        while True:
-            while not all(s in TERMINAL_STATES for s in states.values()):
+    try:
+        with Live(view(states), console=Console(stderr=True), refresh_per_second=1) as live:
+            while True:
+                while not all(s in TERMINAL_STATES for s in states.values()):
+                    time.sleep(poll_s)
+                    states = refresh(states)
+                    live.update(view(states))
+                # Re-check before the caller seals: a requeue can follow a terminal-looking state.
                 time.sleep(poll_s)
                 states = refresh(states)
                 live.update(view(states))
-            # Re-check before the caller seals: a requeue can follow a terminal-looking state.
-            time.sleep(poll_s)
-            states = refresh(states)
-            live.update(view(states))
-            if all(s in TERMINAL_STATES for s in states.values()):
-                return
+                if all(s in TERMINAL_STATES for s in states.values()):
+                    return
+    except KeyboardInterrupt:
+        running = sum(1 for s in states.values() if s not in TERMINAL_STATES)
+        print(f"interrupted: stopped waiting; the {running} unfinished Slurm job(s) keep running. Re-attach with "
+              f"`python -m launcher status {sweep_dir}`, cancel them with `python -m launcher cancel {sweep_dir}`, "
+              f"and seal with `python -m evidence build {sweep_dir}` when they have ended", file=sys.stderr)
+        raise SystemExit(130) from None
+
+
+def cancel_sweep(sweep_dir: Path) -> int:
+    """``python -m launcher cancel <sweep_dir>``: scancel every task of the sweep that Slurm still
+    holds (never a finished one), then record the states Slurm confirms. Returns an exit code."""
+    job_dirs = sorted(p for p in (sweep_dir / "jobs").iterdir() if (p / "job.json").is_file())
+    states = refresh_job_records(job_dirs)
+    live = {d.name: read_job_record(d)["job_id"] for d in job_dirs
+            if states[d.name] not in TERMINAL_STATES and read_job_record(d).get("scheduler") == "slurm"}
+    if not live:
+        print(f"nothing to cancel in {sweep_dir}: no job is queued or running")
+        return 0
+    proc = subprocess.run(["scancel", *live.values()], capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(f"proofgrid: error: scancel failed: {proc.stderr.strip()}", file=sys.stderr)
+        return 1
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        states = refresh_job_records([sweep_dir / "jobs" / n for n in live])
+        if all(s in TERMINAL_STATES for s in states.values()):
+            break
+        time.sleep(1)
+    print(f"cancelled {len(live)} job(s): " + ", ".join(f"{n} ({live[n]}: {states[n]})" for n in live))
+    return 0
 
 
 def live_state(state: str) -> str:

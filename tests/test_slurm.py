@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -182,12 +183,31 @@ def test_cancelling_an_array_with_pending_tasks_ends_the_wait_and_unblocks_the_r
     status = subprocess.run([os.sys.executable, "-m", "launcher", "status", str(sweep_dir)], capture_output=True, text=True)
     assert "PENDING" not in status.stdout and status.stdout.count("CANCELLED") == 4
 
-    # The re-run is not refused ("still PENDING ... cancel it first"): it submits a new array.
-    rerun = launch(sweep_dir, *grid, "wait=false", env={"PROOFGRID_PORT_BASE": "29000"})
-    new_array = json.loads((sweep_dir / "sweep.json").read_text())["submissions"][-1]["array_job_id"]
-    subprocess.run(["scancel", new_array], check=True)
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
-    assert new_array != array_id and "submitted Slurm array" in rerun.stdout
+    # The re-run is not refused ("still PENDING ... cancel it first"): it submits a new array. Ctrl-C
+    # of the waiting launcher leaves it running and says how to cancel; `launcher cancel` does.
+    rerun = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parent.parent, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env={**os.environ, "PROOFGRID_PORT_BASE": "29000"})
+    try:
+        new_array = _wait_for(lambda: len(json.loads((sweep_dir / "sweep.json").read_text())["submissions"]) == 2
+                              and json.loads((sweep_dir / "sweep.json").read_text())["submissions"][1]["array_job_id"],
+                              120, "the re-run's submission")
+        _wait_for(lambda: list(_squeue_tasks(new_array).values()).count("PENDING") >= 2, 60, "tasks to pend")
+        rerun.send_signal(signal.SIGINT)
+        out, err = rerun.communicate(timeout=60)
+    finally:
+        if rerun.poll() is None:
+            rerun.kill()
+    assert rerun.returncode == 130, out[-2000:] + err[-2000:]
+    assert "keep running" in err and f"python -m launcher cancel {sweep_dir}" in err
+    assert len(_squeue_tasks(new_array)) == 4, "Ctrl-C must not cancel the jobs"
+    subprocess.run([os.sys.executable, "-m", "launcher", "status", str(sweep_dir)], capture_output=True)
+    pending = [r for r in job_records(sweep_dir).values() if r["state"] == "PENDING"]
+    assert pending and all(r["scheduler_reason"] for r in pending), "a pending job records why it waits"
+    cancel = subprocess.run([os.sys.executable, "-m", "launcher", "cancel", str(sweep_dir)], capture_output=True,
+                            text=True)
+    assert cancel.returncode == 0 and "cancelled 4 job(s)" in cancel.stdout, cancel.stdout + cancel.stderr
+    assert not _squeue_tasks(new_array)
+    assert {r["state"] for r in job_records(sweep_dir).values()} == {"CANCELLED"}
 
 
 def test_a_task_slurm_no_longer_reports_is_vanished_after_a_second_look_never_left_pending():
