@@ -22,7 +22,13 @@ from launcher.preflight import PreflightError, check_visible_gpu
 from launcher.progress import completed_steps
 from launcher.ray_runtime import JobRay, leftover_processes
 from launcher.records import update_job_record, write_command_records
-from launcher.slurm_requeue import append_history, requeue, requeue_refusal, signal_event
+from launcher.slurm_requeue import (
+    append_history,
+    keep_scheduler_output,
+    requeue,
+    requeue_refusal,
+    signal_event,
+)
 from launcher.spec import JobSpec
 from trainer.inputs import REPO_ROOT
 from trainer.preemption import EXIT_CHECKPOINTED
@@ -165,6 +171,8 @@ def run_job(spec: JobSpec) -> dict:
         if will_requeue and (refused := requeue(identity["job_id"])):
             event["action"] = f"requeue refused by Slurm: {refused}"
         record = append_history(roots.job_dir, event)
+    if identity["scheduler"] == "slurm":
+        keep_scheduler_output(roots.job_dir, identity["job_id"], identity["restart_count"])
     if terminated:
         sys.exit(128 + terminated[0])
     if state != "COMPLETED":

@@ -7,6 +7,7 @@ comes from ``sacct`` (accounting is required: without it a cancelled job's state
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from launcher.preflight import PreflightError
 from launcher.progress import progress_table
 from launcher.records import read_job_record, update_job_record
 from launcher.runtime import run_job
-from launcher.slurm_options import explain_refusal, max_array_size
+from launcher.slurm_options import explain_refusal, extra_sbatch_options, max_array_size, setup_lines
 from launcher.slurm_states import TERMINAL_STATES, SchedulerUnavailable, confirmed_states, recorded_exit_code
 from launcher.sweep import SWEEP_RECORD
 
@@ -56,6 +57,8 @@ def sbatch_options(cluster: DictConfig, n_jobs: int) -> dict[str, str]:
     if cluster.get("requeue", True):
         opts["requeue"] = ""
     opts["signal"] = f"USR2@{signal_delay_s(cluster)}"
+    for option, value in extra_sbatch_options(cluster).items():
+        opts[option] = "" if value is True else value
     return {k: v for k, v in opts.items() if v is not None}
 
 
@@ -96,6 +99,9 @@ def submitit_parameters(cluster: DictConfig, n_jobs: int) -> dict:
             params[f"slurm_{key}"] = opts[key]
     if "requeue" in opts:
         params["slurm_additional_parameters"]["requeue"] = True
+    params["slurm_additional_parameters"].update(extra_sbatch_options(cluster))
+    if setup_lines(cluster):
+        params["slurm_setup"] = setup_lines(cluster)
     return params
 
 
@@ -111,6 +117,26 @@ def array_chunks(n_jobs: int, max_array_size: int) -> list[range]:
     """Task positions of each array: Slurm refuses an array index >= MaxArraySize, so a grid
     larger than that becomes several arrays of at most ``max_array_size`` tasks each."""
     return [range(start, min(start + max_array_size, n_jobs)) for start in range(0, n_jobs, max_array_size)]
+
+
+# Tasks renamed one by one after submission (one scontrol call each); larger arrays keep the array's name.
+MAX_NAMED_TASKS = 256
+
+
+def job_name(sweep_dir: Path, job: str | None = None) -> str:
+    """Slurm job name: ``pg-<sweep>`` for an array, ``pg-<sweep>-<arm>-<seed>`` for one task."""
+    name = f"pg-{sweep_dir.name}" + (f"-{job}" if job else "")
+    return re.sub(r"[^\w.+-]", "_", name)
+
+
+def name_tasks(sweep_dir: Path, specs, job_ids: list[str]) -> None:
+    """Give every task its own name (sweep, arm and seed) so ``squeue`` tells them apart; an
+    array's tasks share one name at submission. Best effort: a refused rename changes nothing else."""
+    if len(job_ids) > MAX_NAMED_TASKS:
+        return
+    for spec, job_id in zip(specs, job_ids):
+        subprocess.run(["scontrol", "update", f"JobId={job_id}", f"JobName={job_name(sweep_dir, spec.name)}"],
+                       capture_output=True)
 
 
 def _forget_submission(folder: Path, todo, arrays: list[str]) -> None:
@@ -139,7 +165,9 @@ def submit_slurm(sweep, todo) -> bool:
     record = json.loads(record_path.read_text()) if record_path.exists() else {}
     for chunk in array_chunks(len(todo), max_array_size(sweep.cluster)):
         specs = [todo[i] for i in chunk]
-        executor.update_parameters(**submitit_parameters(sweep.cluster, len(specs)))
+        params = submitit_parameters(sweep.cluster, len(specs))
+        params["slurm_job_name"] = job_name(sweep.sweep_dir, specs[0].name if len(specs) == 1 else None)
+        executor.update_parameters(**params)
         try:
             jobs = executor.map_array(run_job, specs)
         except FailedJobError as exc:  # sbatch refused: one line, and nothing left behind
@@ -147,6 +175,7 @@ def submit_slurm(sweep, todo) -> bool:
             raise PreflightError(explain_refusal(str(exc))) from None
         array_id = str(jobs[0].job_id).split("_")[0]
         arrays.append(array_id)
+        name_tasks(sweep.sweep_dir, specs, [str(j.job_id) for j in jobs])
         for i, (spec, job) in enumerate(zip(specs, jobs)):
             update_job_record(spec.job_dir, {"scheduler": "slurm", "job_id": str(job.job_id), "array_index": i},
                               defaults={"algo": spec.algo, "seed": spec.seed, "state": "PENDING", "exit_code": None,

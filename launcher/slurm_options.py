@@ -42,10 +42,58 @@ def _positive_int(value) -> int | None:
     return number if number >= 1 else None
 
 
+# The keys of a Slurm profile (conf/cluster/slurm.yaml documents each); any other key is a typo
+# or an sbatch option that belongs under ``sbatch:``, and would otherwise be dropped silently.
+PROFILE_KEYS = frozenset({"kind", "partition", "account", "qos", "gres", "gpu_model", "cpus_per_task", "mem", "time",
+                          "constraint", "array_parallelism", "max_array_size", "requeue", "signal_delay_s",
+                          "sbatch", "setup"})
+# sbatch options the profile sets through its own keys (or submitit sets): not allowed under ``sbatch:``.
+MANAGED_OPTIONS = {"array": "the grid", "partition": "partition", "account": "account", "qos": "qos", "gres": "gres",
+                   "cpus-per-task": "cpus_per_task", "mem": "mem", "time": "time", "constraint": "constraint",
+                   "requeue": "requeue", "signal": "signal_delay_s", "job-name": "the sweep's name",
+                   "output": "submitit", "error": "submitit", "wrap": "submitit", "open-mode": "submitit"}
+_OPTION = re.compile(r"^[a-z][a-z0-9-]*$")
+
+
+def extra_sbatch_options(cluster: DictConfig) -> dict[str, str | bool]:
+    """The profile's ``sbatch:`` mapping (``mail-type: END``, ``exclusive: true``, ``exclude: n[1-2]``,
+    ``dependency``, ``reservation``, ``gpus-per-task``, ``comment``, ...) as sbatch long options;
+    ``true`` is a bare flag, ``false``/null leave the option out."""
+    extra = cluster.get("sbatch") or {}
+    return {str(k).replace("_", "-"): (v if isinstance(v, bool) else str(v))
+            for k, v in extra.items() if v is not None and v is not False}
+
+
+def setup_lines(cluster: DictConfig) -> list[str]:
+    """The profile's ``setup:`` lines, run in the batch script before the job (``module load ...``)."""
+    return [str(line) for line in (cluster.get("setup") or [])]
+
+
 def check_formats(cluster: DictConfig) -> None:
     """One-line ``PreflightError`` for the first profile value Slurm could not parse."""
     def bad(key: str, value, form: str):
         raise PreflightError(f"cluster.{key}={value!r} is not a valid Slurm value; use {form} ({_PROFILE})")
+
+    unknown = sorted(set(cluster.keys()) - PROFILE_KEYS)
+    if unknown:
+        raise PreflightError(f"unknown cluster setting {unknown[0]!r}; an extra sbatch option goes under "
+                             f"cluster.sbatch (e.g. cluster.sbatch.{unknown[0].replace('_', '-')}=...), "
+                             f"known settings: {', '.join(sorted(PROFILE_KEYS))}")
+    extra = cluster.get("sbatch") or {}
+    if not hasattr(extra, "items"):
+        bad("sbatch", extra, "a mapping of sbatch long options, e.g. {mail-type: END, exclusive: true}")
+    for option, value in extra_sbatch_options(cluster).items():
+        if not _OPTION.match(option):
+            bad(f"sbatch.{option}", value, "an sbatch long option name without dashes, e.g. mail-type")
+        if option in MANAGED_OPTIONS:
+            owner = MANAGED_OPTIONS[option]
+            raise PreflightError(f"cluster.sbatch.{option} is set by proofgrid ({owner}); "
+                                 + (f"use cluster.{owner} instead" if owner in PROFILE_KEYS else "remove it"))
+        if isinstance(value, str) and "\n" in value:
+            bad(f"sbatch.{option}", value, "a single-line value")
+    setup = cluster.get("setup") or []
+    if isinstance(setup, str) or not all(isinstance(line, str) and "\n" not in line for line in setup):
+        bad("setup", setup, "a list of single-line shell commands, e.g. ['module load cuda/12.4']")
 
     if _value(cluster, "partition") is None or not _NAME.match(str(cluster.partition)):
         bad("partition", cluster.get("partition"), "a partition name (see `sinfo`)")

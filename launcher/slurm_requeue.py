@@ -63,3 +63,22 @@ def append_history(job_dir: Path, entry: dict) -> dict:
     """Add one attempt event to ``job.json``'s history (never rewriting earlier ones)."""
     history = list(read_job_record(job_dir).get(HISTORY_KEY) or [])
     return update_job_record(job_dir, {HISTORY_KEY: [*history, {**entry, "time": round(time.time(), 3)}]})
+
+
+RUNTIME_LOG = "runtime.log"
+
+
+def keep_scheduler_output(job_dir: Path, job_id: str, restart_count: int) -> None:
+    """Append this run's Slurm output (submitit's stdout and stderr: the runtime's own messages, the
+    profile's setup lines) to ``runtime.log`` in the job directory, where the bundle keeps it."""
+    try:
+        import submitit
+
+        paths = submitit.JobEnvironment().paths
+    except Exception:  # noqa: BLE001 - not inside a submitit job
+        return
+    with open(Path(job_dir) / RUNTIME_LOG, "a", encoding="utf-8") as log:
+        for label, path in (("stdout", paths.stdout), ("stderr", paths.stderr)):
+            if Path(path).is_file():
+                log.write(f"==> Slurm {label} of job {job_id}, restart {restart_count} <==\n")
+                log.write(Path(path).read_text(encoding="utf-8", errors="replace"))

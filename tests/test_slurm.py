@@ -304,7 +304,9 @@ def test_each_sbatch_refusal_becomes_one_line_naming_the_profile_key(tmp_path, o
 
 def test_a_grid_above_the_array_limit_runs_as_several_arrays(tmp_path):
     sweep_dir = tmp_path / "split"
+    # The same sweep carries the profile's extra sbatch option and setup line into every task.
     proc = launch(sweep_dir, "algo=grpo", "seed=1,2,3", *SHORT, "cluster=slurm", "cluster.max_array_size=2",
+                  "+cluster.sbatch.comment=proofgrid-test", "cluster.setup=['echo proofgrid-setup-ran']",
                   env={"PROOFGRID_PORT_BASE": "31000"})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     submissions = json.loads((sweep_dir / "sweep.json").read_text())["submissions"]
@@ -312,3 +314,12 @@ def test_a_grid_above_the_array_limit_runs_as_several_arrays(tmp_path):
     records = job_records(sweep_dir)
     assert {r["job_id"].split("_")[0] for r in records.values()} == {s["array_job_id"] for s in submissions}
     assert all(row["accepted"] == "yes" for row in index_rows(sweep_dir).values())
+    for name in records:
+        script = json.loads((sweep_dir / "jobs" / name / "command.json").read_text())["sbatch"]
+        assert "#SBATCH --comment=proofgrid-test" in script and "echo proofgrid-setup-ran" in script
+        assert "proofgrid-setup-ran" in (sweep_dir / "jobs" / name / "runtime.log").read_text()
+        assert (sweep_dir / "bundle" / "data" / "runs" / name / "logs" / "runtime.log").is_file()
+    names = subprocess.run(["sacct", "-X", "-P", "-n", "-j", ",".join(s["array_job_id"] for s in submissions),
+                            "--format=JobID,JobName"], capture_output=True, text=True).stdout
+    named = dict(line.split("|") for line in names.splitlines())
+    assert {named[r["job_id"]] for r in records.values()} == {"pg-split-grpo-1", "pg-split-grpo-2", "pg-split-grpo-3"}

@@ -77,3 +77,32 @@ def test_a_one_cell_grid_is_dry_run_as_the_plain_job_submitit_submits(tmp_path):
     assert proc.returncode == 0, proc.stderr
     (sbatch,) = [line for line in proc.stdout.splitlines() if line.startswith("# sbatch")]
     assert "--array" not in sbatch
+
+
+def test_an_unknown_profile_key_is_refused_not_dropped():
+    with pytest.raises(PreflightError, match=r"unknown cluster setting 'mail_type'.*cluster\.sbatch\.mail-type="):
+        check_formats(OmegaConf.create({**BASE, "mail_type": "END"}))
+
+
+@pytest.mark.parametrize(("option", "key"), [("time", "cluster.time"), ("job-name", "the sweep"), ("array", "the grid")])
+def test_an_option_proofgrid_sets_cannot_be_overridden_under_sbatch(option, key):
+    with pytest.raises(PreflightError, match=f"cluster.sbatch.{option} is set by proofgrid"):
+        check_formats(OmegaConf.create({**BASE, "sbatch": {option: "x"}}))
+
+
+def test_extra_sbatch_options_and_setup_lines_reach_the_dry_run_and_submitit(tmp_path):
+    from launcher.slurm import submitit_parameters
+
+    cluster = OmegaConf.create({**BASE, "sbatch": {"mail-type": "END", "exclusive": True, "exclude": "n[1-2]",
+                                                   "gpus_per_task": 1, "comment": None},
+                                "setup": ["module load cuda/12.4"]})
+    check_formats(cluster)
+    params = submitit_parameters(cluster, 3)
+    assert params["slurm_additional_parameters"] == {"requeue": True, "mail-type": "END", "exclusive": True,
+                                                     "exclude": "n[1-2]", "gpus-per-task": "1"}
+    assert params["slurm_setup"] == ["module load cuda/12.4"]
+    proc = launch(tmp_path / "s", "algo=grpo", "seed=1,2", "dry_run=true", "cluster=slurm", "cluster.partition=gpu",
+                  "+cluster.sbatch.mail-type=END", "+cluster.sbatch.exclusive=true")
+    assert proc.returncode == 0, proc.stderr
+    (sbatch,) = [line for line in proc.stdout.splitlines() if line.startswith("# sbatch")]
+    assert "--mail-type=END" in sbatch and "--exclusive " in sbatch
