@@ -31,7 +31,7 @@ from launcher.slurm_requeue import (
 )
 from launcher.spec import JobSpec
 from trainer.inputs import REPO_ROOT
-from trainer.preemption import EXIT_CHECKPOINTED
+from trainer.preemption import CHECKPOINT_SIGNALS, EXIT_CHECKPOINTED
 
 SPEC_FILE = "spec.json"
 
@@ -119,8 +119,14 @@ def run_job(spec: JobSpec) -> dict:
         argv = trainer_argv(spec, roots)
         write_command_records(spec, argv, env_diff(base_env, env), REPO_ROOT)
         with open(roots.job_dir / "trainer.log", "ab") as log:
-            proc = subprocess.Popen(argv, env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL)
+            # Started with Slurm's warning signals blocked (the mask survives exec): one arriving
+            # while the trainer imports torch is held until its handler is set, never fatal.
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, CHECKPOINT_SIGNALS)
+            try:
+                proc = subprocess.Popen(argv, env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
             exit_code = proc.wait()
     except KeyboardInterrupt:
         failure = f"terminated by signal {terminated[0]}" if terminated else "interrupted"
@@ -142,16 +148,21 @@ def run_job(spec: JobSpec) -> dict:
             block.release()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    requeue_refused = None
-    if terminated and exit_code == EXIT_CHECKPOINTED and identity["scheduler"] == "slurm":
-        requeue_refused = requeue_refusal(identity["job_id"], identity["restart_count"])
-    will_requeue = bool(terminated) and exit_code == EXIT_CHECKPOINTED and identity["scheduler"] == "slurm" \
-        and requeue_refused is None
-    if terminated and not will_requeue and failure is None:
+    # Slurm warned the task (time limit, preemption, scancel --signal): requeue it when the trainer
+    # stopped at a checkpoint (or had not started yet) and Slurm is not cancelling the task.
+    stopped_for_requeue = bool(terminated) and identity["scheduler"] == "slurm" and \
+        (exit_code == EXIT_CHECKPOINTED or proc is None)
+    requeue_refused = requeue_refusal(identity["job_id"], identity["restart_count"]) if stopped_for_requeue else None
+    will_requeue = stopped_for_requeue and requeue_refused is None
+    # Warned during the final evaluation, the trainer finishes its run: that is a completed job.
+    finished_anyway = bool(terminated) and exit_code == 0 and failure is None
+    if will_requeue:
+        failure = None
+    elif terminated and failure is None and not finished_anyway:
         failure = f"terminated by signal {terminated[0]}"
     if will_requeue:
         state = "REQUEUED"
-    elif terminated:
+    elif terminated and not finished_anyway:
         state = "TERMINATED"
     elif failure is None and exit_code == 0:
         state = "COMPLETED"
@@ -167,13 +178,16 @@ def run_job(spec: JobSpec) -> dict:
                  "restart_count": identity["restart_count"], "node": socket.gethostname(),
                  "at_step": completed_steps(roots.job_dir),
                  "checkpointed": exit_code == EXIT_CHECKPOINTED,
-                 "action": "requeued" if will_requeue else (requeue_refused or "stopped")}
+                 "action": "requeued" if will_requeue else "finished its run before stopping" if finished_anyway
+                 else (requeue_refused or "stopped")}
         if will_requeue and (refused := requeue(identity["job_id"])):
             event["action"] = f"requeue refused by Slurm: {refused}"
+            update_job_record(roots.job_dir, {"state": "TERMINATED", "runtime_state": "TERMINATED",
+                                              "failure": f"stopped by signal {terminated[0]}; {event['action']}"})
         record = append_history(roots.job_dir, event)
     if identity["scheduler"] == "slurm":
         keep_scheduler_output(roots.job_dir, identity["job_id"], identity["restart_count"])
-    if terminated:
+    if terminated and not finished_anyway:
         sys.exit(128 + terminated[0])
     if state != "COMPLETED":
         raise JobFailed(f"job {spec.name}: {failure or f'trainer exited with {exit_code}; see trainer.log'}")

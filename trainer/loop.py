@@ -41,7 +41,7 @@ from trainer.evaluate import evaluate
 from trainer.inputs import REPO_ROOT, resolve, verify_inputs
 from trainer.metrics import KL_LOSS_KEY, MetricsLog
 from trainer.policy import build_token_batch, compute_context, load_policy, response_logprobs
-from trainer.preemption import EXIT_CHECKPOINTED, StopRequest
+from trainer.preemption import EXIT_CHECKPOINTED, StopRequest, deliver_held_signals
 from trainer.reward_workers import make_scorer
 from trainer.rollout import RolloutEngine, SamplingParams, make_engine, warn_if_greedy
 
@@ -234,6 +234,8 @@ def run_rank(rank: int, world: int, cfg_container: dict) -> dict | None:
     cfg = OmegaConf.create(cfg_container)
     # One process only: with several ranks a stop must be agreed collectively (not implemented).
     stop = StopRequest().install() if world == 1 else None
+    if stop is None:
+        deliver_held_signals()
     try:
         return _run_rank(rank, world, cfg, stop)
     finally:
@@ -320,6 +322,14 @@ def _run(rank: int, world: int, group, cfg: DictConfig, algo: AlgoConfig, stop: 
                                        "responses_generated": start_step * int(w.global_batch_size)})
     every = int(w.checkpoint_every)
     for step in range(start_step, n_updates):
+        if stop is not None and stop.requested:  # the scheduler's warning: save what is done, stop
+            if step > start_step and step % every:
+                save_checkpoint(ckpt_root, step, policy, optimizer,
+                                {"prompts_consumed": step * int(w.prompts_per_step), "config_digest": digest})
+            log.info("signal %d: checkpointed at step %d; stopping for a requeue", stop.signum, step)
+            metrics_log.close()
+            scorer.close()
+            raise SystemExit(EXIT_CHECKPOINTED)
         metrics = train_step(state, step)
         done = step + 1
         if rank == 0:
@@ -331,14 +341,6 @@ def _run(rank: int, world: int, group, cfg: DictConfig, algo: AlgoConfig, stop: 
                                 {"prompts_consumed": done * int(w.prompts_per_step), "config_digest": digest})
         if group is not None:
             dist.barrier(group=group)
-        if stop is not None and stop.requested and done < n_updates:
-            if done % every:
-                save_checkpoint(ckpt_root, done, policy, optimizer,
-                                {"prompts_consumed": done * int(w.prompts_per_step), "config_digest": digest})
-            log.info("signal %d: checkpointed at step %d; stopping for a requeue", stop.signum, done)
-            metrics_log.close()
-            scorer.close()
-            raise SystemExit(EXIT_CHECKPOINTED)
     scorer.close()
     if rank != 0:
         return None
@@ -367,6 +369,8 @@ def train(cfg: DictConfig) -> dict:
     if world == 1:
         return run_rank(0, 1, container)
     import torch.multiprocessing as mp
+
+    deliver_held_signals()  # the ranks must not inherit the runtime's held signals
 
     Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
     (Path(cfg.output_dir) / ".dist-store").unlink(missing_ok=True)

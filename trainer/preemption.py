@@ -17,6 +17,14 @@ CHECKPOINT_SIGNALS = (signal.SIGUSR2, signal.SIGTERM)
 EXIT_CHECKPOINTED = 75
 
 
+def deliver_held_signals() -> None:
+    """Unblock ``CHECKPOINT_SIGNALS``. The job runtime starts the trainer with them blocked, so that
+    a warning arriving while Python and torch load is held instead of killing the process; a held
+    one is delivered now (to the handler, once ``StopRequest.install`` has set it)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, CHECKPOINT_SIGNALS)
+
+
 class StopRequest:
     """Set by one of ``CHECKPOINT_SIGNALS``; the training loop polls it between steps."""
 
@@ -36,6 +44,7 @@ class StopRequest:
         if threading.current_thread() is not threading.main_thread():
             return None
         self._previous = {sig: signal.signal(sig, self._on_signal) for sig in CHECKPOINT_SIGNALS}
+        deliver_held_signals()
         return self
 
     def uninstall(self) -> None:

@@ -60,3 +60,13 @@ def test_the_audit_finds_an_attempt_missing_from_the_incidents(sweep, tmp_path):
         writer.writerows(kept)
     messages = [str(f) for f in audit(bag)]
     assert any("requeue incident" in m and "attempt history is missing" in m for m in messages), messages
+
+
+def test_building_a_sweep_where_nothing_ran_is_refused_not_sealed_as_zero_accepted(sweep):
+    import subprocess
+    import sys
+
+    shutil.rmtree(sweep / "jobs")
+    proc = subprocess.run([sys.executable, "-m", "evidence", "build", str(sweep)], capture_output=True, text=True)
+    assert proc.returncode == 2 and "nothing ran in" in proc.stderr and len(proc.stderr.splitlines()) == 1
+    assert not (sweep / "bundle").exists() and not (sweep / "bundle.tar.gz").exists()
