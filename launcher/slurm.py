@@ -188,7 +188,8 @@ def submit_slurm(sweep, todo) -> bool:
         print(f"follow it with `python -m launcher status {sweep.sweep_dir}`; when it has ended, seal the "
               f"evidence with `python -m evidence build {sweep.sweep_dir}`")
         return False
-    wait_for_jobs(sweep.sweep_dir, [s.job_dir for s in todo], {s.name: s.n_updates for s in todo})
+    wait_for_jobs(sweep.sweep_dir, [s.job_dir for s in todo], {s.name: s.n_updates for s in todo},
+                  timeout_s=float(sweep.cluster.get("wait_timeout_s") or 0) or None)
     return True
 
 
@@ -215,7 +216,12 @@ def refresh_job_records(job_dirs: list[Path]) -> dict[str, str]:
     return result
 
 
-def wait_for_jobs(sweep_dir: Path, job_dirs: list[Path], n_updates: dict[str, int], poll_s: float = 2.0) -> None:
+class WaitTimeout(Exception):
+    """The profile's ``wait_timeout_s`` passed with jobs still queued or running."""
+
+
+def wait_for_jobs(sweep_dir: Path, job_dirs: list[Path], n_updates: dict[str, int], poll_s: float = 2.0,
+                  timeout_s: float | None = None) -> None:
     from rich.console import Console
     from rich.live import Live
 
@@ -242,11 +248,18 @@ def wait_for_jobs(sweep_dir: Path, job_dirs: list[Path], n_updates: dict[str, in
         return table
 
     states = refresh({d.name: "PENDING" for d in job_dirs})
+    deadline = time.monotonic() + timeout_s if timeout_s else None
+
+    def sleep():
+        if deadline is not None and time.monotonic() >= deadline:
+            raise WaitTimeout
+        time.sleep(poll_s)
+
     try:
         with Live(view(states), console=Console(stderr=True), refresh_per_second=1) as live:
             while True:
                 while not all(s in TERMINAL_STATES for s in states.values()):
-                    time.sleep(poll_s)
+                    sleep()
                     states = refresh(states)
                     live.update(view(states))
                 # Re-check before the caller seals: a requeue can follow a terminal-looking state.
@@ -255,12 +268,13 @@ def wait_for_jobs(sweep_dir: Path, job_dirs: list[Path], n_updates: dict[str, in
                 live.update(view(states))
                 if all(s in TERMINAL_STATES for s in states.values()):
                     return
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, WaitTimeout) as stop:
         running = sum(1 for s in states.values() if s not in TERMINAL_STATES)
-        print(f"interrupted: stopped waiting; the {running} unfinished Slurm job(s) keep running. Re-attach with "
+        why = "interrupted" if isinstance(stop, KeyboardInterrupt) else f"cluster.wait_timeout_s={timeout_s:g} passed"
+        print(f"{why}: stopped waiting; the {running} unfinished Slurm job(s) keep running. Re-attach with "
               f"`python -m launcher status {sweep_dir}`, cancel them with `python -m launcher cancel {sweep_dir}`, "
               f"and seal with `python -m evidence build {sweep_dir}` when they have ended", file=sys.stderr)
-        raise SystemExit(130) from None
+        raise SystemExit(130 if isinstance(stop, KeyboardInterrupt) else 3) from None
 
 
 def cancel_sweep(sweep_dir: Path) -> int:

@@ -46,7 +46,7 @@ def _positive_int(value) -> int | None:
 # or an sbatch option that belongs under ``sbatch:``, and would otherwise be dropped silently.
 PROFILE_KEYS = frozenset({"kind", "partition", "account", "qos", "gres", "gpu_model", "cpus_per_task", "mem", "time",
                           "constraint", "array_parallelism", "max_array_size", "requeue", "signal_delay_s",
-                          "sbatch", "setup"})
+                          "sbatch", "setup", "wait_timeout_s"})
 # sbatch options the profile sets through its own keys (or submitit sets): not allowed under ``sbatch:``.
 MANAGED_OPTIONS = {"array": "the grid", "partition": "partition", "account": "account", "qos": "qos", "gres": "gres",
                    "cpus-per-task": "cpus_per_task", "mem": "mem", "time": "time", "constraint": "constraint",
@@ -111,6 +111,8 @@ def check_formats(cluster: DictConfig) -> None:
     for key in ("cpus_per_task", "array_parallelism", "max_array_size"):
         if (v := _value(cluster, key)) is not None and _positive_int(v) is None:
             bad(key, v, "a whole number >= 1")
+    if (w := _value(cluster, "wait_timeout_s")) is not None and _positive_int(w) is None:
+        bad("wait_timeout_s", w, "whole seconds >= 1, or null to wait until every job has ended")
     if (d := _value(cluster, "signal_delay_s")) is not None and (_positive_int(d) is None or int(d) > 65535):
         bad("signal_delay_s", d, "whole seconds between 1 and 65535")
 

@@ -323,3 +323,23 @@ def test_a_grid_above_the_array_limit_runs_as_several_arrays(tmp_path):
                             "--format=JobID,JobName"], capture_output=True, text=True).stdout
     named = dict(line.split("|") for line in names.splitlines())
     assert {named[r["job_id"]] for r in records.values()} == {"pg-split-grpo-1", "pg-split-grpo-2", "pg-split-grpo-3"}
+
+
+def test_a_held_job_makes_the_waiting_launcher_give_up_at_its_timeout_and_say_why_it_waits(tmp_path):
+    sweep_dir = tmp_path / "held"
+    proc = launch(sweep_dir, "algo=grpo", "seed=1", *SHORT, "cluster=slurm", "+cluster.sbatch.hold=true",
+                  "cluster.wait_timeout_s=5", timeout=180)
+    try:
+        assert proc.returncode == 3, proc.stdout[-1000:] + proc.stderr[-2000:]
+        assert "cluster.wait_timeout_s=5 passed" in proc.stderr and "keep running" in proc.stderr
+        (record,) = job_records(sweep_dir).values()
+        assert record["state"] == "PENDING" and record["scheduler_reason"] == "JobHeldUser"
+        status = subprocess.run([os.sys.executable, "-m", "launcher", "status", str(sweep_dir)],
+                                capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+        assert "PENDING (JobHeldUser)" in status.stdout
+    finally:
+        cancel = subprocess.run([os.sys.executable, "-m", "launcher", "cancel", str(sweep_dir)],
+                                capture_output=True, text=True)
+    assert cancel.returncode == 0 and "cancelled 1 job(s)" in cancel.stdout, cancel.stdout + cancel.stderr
+    (record,) = job_records(sweep_dir).values()
+    assert record["state"] == "CANCELLED" and record["exit_code"] is None
