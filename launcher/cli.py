@@ -166,5 +166,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"proofgrid: error: {args[1]} has no jobs/ directory; is it a sweep directory?", file=sys.stderr)
             return 2
         return cancel_sweep(Path(args[1]))
-    print("usage: python -m launcher status|cancel <sweep_dir>", file=sys.stderr)
+    if len(args) == 2 and args[0] == "seal":  # what the wait=false seal job runs once the array has ended
+        from launcher.slurm import SchedulerUnavailable, refresh_job_records
+        from launcher.sweep import seal
+
+        job_dirs = sorted(p for p in (Path(args[1]) / "jobs").glob("*") if (p / "job.json").is_file())
+        try:
+            refresh_job_records(job_dirs)
+        except (OSError, SchedulerUnavailable) as exc:
+            print(f"note: scheduler not reachable ({exc}); sealing the recorded states", file=sys.stderr)
+        return seal(Path(args[1]))
+    print("usage: python -m launcher status|cancel|seal <sweep_dir>", file=sys.stderr)
     return 2

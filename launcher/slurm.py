@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -185,12 +186,39 @@ def submit_slurm(sweep, todo) -> bool:
     what = f"array job {arrays[0]}" if len(arrays) == 1 else f"{len(arrays)} array jobs ({', '.join(arrays)})"
     print(f"submitted Slurm {what} with {len(todo)} task(s); sweep directory: {sweep.sweep_dir}")
     if not sweep.wait:
-        print(f"follow it with `python -m launcher status {sweep.sweep_dir}`; when it has ended, seal the "
-              f"evidence with `python -m evidence build {sweep.sweep_dir}`")
+        if sweep.cluster.get("seal_job"):
+            seal_id = submit_seal_job(sweep, arrays)
+            print(f"follow it with `python -m launcher status {sweep.sweep_dir}`; job {seal_id} seals the evidence "
+                  f"when the array has ended (log: {sweep.sweep_dir / SEAL_LOG})")
+        else:
+            print(f"follow it with `python -m launcher status {sweep.sweep_dir}`; when it has ended, seal the "
+                  f"evidence with `python -m evidence build {sweep.sweep_dir}`")
         return False
     wait_for_jobs(sweep.sweep_dir, [s.job_dir for s in todo], {s.name: s.n_updates for s in todo},
                   timeout_s=float(sweep.cluster.get("wait_timeout_s") or 0) or None)
     return True
+
+
+SEAL_LOG = "seal.log"
+
+
+def submit_seal_job(sweep, arrays: list[str]) -> str:
+    """A one-CPU job that runs after every array has ended (``afterany``) and seals the bundle
+    (``python -m launcher seal``), so ``wait=false`` still ends with a sealed, audited bundle."""
+    from trainer.inputs import REPO_ROOT
+
+    cluster = sweep.cluster
+    argv = ["sbatch", "--parsable", f"--dependency=afterany:{':'.join(arrays)}", "--kill-on-invalid-dep=no",
+            f"--job-name={job_name(sweep.sweep_dir, 'seal')}", f"--partition={cluster.partition}",
+            "--cpus-per-task=1", "--mem=2G", "--time=00:30:00", f"--output={sweep.sweep_dir / SEAL_LOG}",
+            *(f"--{k}={cluster.get(k)}" for k in ("account", "qos") if cluster.get(k)),
+            f"--chdir={REPO_ROOT}", "--wrap",
+            f"{shlex.quote(sys.executable)} -m launcher seal {shlex.quote(str(sweep.sweep_dir))}"]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise PreflightError(explain_refusal(proc.stderr).replace("nothing was submitted",
+                                                                  f"array(s) {', '.join(arrays)} were submitted"))
+    return proc.stdout.strip().split(";")[0]
 
 
 def refresh_job_records(job_dirs: list[Path]) -> dict[str, str]:

@@ -46,7 +46,7 @@ def _positive_int(value) -> int | None:
 # or an sbatch option that belongs under ``sbatch:``, and would otherwise be dropped silently.
 PROFILE_KEYS = frozenset({"kind", "partition", "account", "qos", "gres", "gpu_model", "cpus_per_task", "mem", "time",
                           "constraint", "array_parallelism", "max_array_size", "requeue", "signal_delay_s",
-                          "sbatch", "setup", "wait_timeout_s"})
+                          "sbatch", "setup", "wait_timeout_s", "seal_job"})
 # sbatch options the profile sets through its own keys (or submitit sets): not allowed under ``sbatch:``.
 MANAGED_OPTIONS = {"array": "the grid", "partition": "partition", "account": "account", "qos": "qos", "gres": "gres",
                    "cpus-per-task": "cpus_per_task", "mem": "mem", "time": "time", "constraint": "constraint",

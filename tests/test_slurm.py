@@ -343,3 +343,18 @@ def test_a_held_job_makes_the_waiting_launcher_give_up_at_its_timeout_and_say_wh
     assert cancel.returncode == 0 and "cancelled 1 job(s)" in cancel.stdout, cancel.stdout + cancel.stderr
     (record,) = job_records(sweep_dir).values()
     assert record["state"] == "CANCELLED" and record["exit_code"] is None
+
+
+def test_wait_false_with_a_seal_job_ends_with_a_sealed_audited_bundle(tmp_path):
+    sweep_dir = tmp_path / "sealjob"
+    proc = launch(sweep_dir, "algo=grpo", "seed=1", *SHORT, "cluster=slurm", "wait=false", "cluster.seal_job=true",
+                  env={"PROOFGRID_PORT_BASE": "32000"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "seals the evidence when the array has ended" in proc.stdout
+    log = sweep_dir / "seal.log"
+    _wait_for(lambda: log.is_file() and "audit: " in log.read_text(), 600, "the seal job to seal the bundle")
+    assert "audit: clean" in log.read_text()
+    archive = sweep_dir / "bundle.tar.gz"
+    audit = subprocess.run([os.sys.executable, "-m", "evidence", "audit", str(archive)], capture_output=True, text=True)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    assert index_rows(sweep_dir)["grpo-1"]["accepted"] == "yes"
