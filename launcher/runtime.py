@@ -28,6 +28,7 @@ from launcher.slurm_requeue import (
     requeue,
     requeue_refusal,
     signal_event,
+    slurm_job_state,
 )
 from launcher.spec import JobSpec
 from trainer.inputs import REPO_ROOT
@@ -86,6 +87,7 @@ def run_job(spec: JobSpec) -> dict:
         "started_at": started, "runtime_pid": os.getpid(),
     })
     terminated: list[int] = []
+    ended_by_slurm: list[int] = []
 
     identity = scheduler_identity()
     proc: subprocess.Popen | None = None  # bound before the handler can run: it reads it
@@ -94,8 +96,14 @@ def run_job(spec: JobSpec) -> dict:
         first = not terminated
         terminated.append(signum)
         if first and identity["scheduler"] == "slurm" and proc is not None and proc.poll() is None:
-            # Slurm's warning (time limit, preemption): the trainer checkpoints at its current step
-            # and exits EXIT_CHECKPOINTED; proc.wait() below simply continues.
+            if signum == signal.SIGTERM and slurm_job_state(identity["job_id"]) != "RUNNING":
+                # scancel, a hard time limit: Slurm kills the task within KillWait, so there is
+                # time for the cleanup only, not for a checkpoint (sacct tells how it ended).
+                ended_by_slurm.append(signum)
+                proc.kill()
+                raise KeyboardInterrupt
+            # Slurm's warning (time limit, preemption, scancel --signal): the trainer checkpoints at
+            # its current step and exits EXIT_CHECKPOINTED; proc.wait() below simply continues.
             proc.send_signal(signal.SIGUSR2)
             return
         if first:  # later signals during teardown must not interrupt the cleanup
@@ -173,7 +181,7 @@ def run_job(spec: JobSpec) -> dict:
         "ports": block.as_record() if block is not None else None, "cleanup": cleanup,
         "failure": failure,  # None on success: never a stale failure of an earlier attempt
     })
-    if terminated and identity["scheduler"] == "slurm":
+    if terminated and identity["scheduler"] == "slurm" and not ended_by_slurm:  # a warning, not a cancel
         event = {"event": signal_event(terminated[0]), "job_id": identity["job_id"],
                  "restart_count": identity["restart_count"], "node": socket.gethostname(),
                  "at_step": completed_steps(roots.job_dir),

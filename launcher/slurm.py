@@ -1,7 +1,10 @@
-"""Slurm submission through submitit: the whole grid is ONE job array, not N sbatch calls.
+"""Slurm submission through submitit: the whole grid is ONE job array (several only above the
+cluster's MaxArraySize), not N sbatch calls.
 
-The cluster profile (``conf/cluster/*.yaml``) maps one to one onto sbatch options. Scheduler state
-comes from ``sacct`` (accounting is required: without it a cancelled job's state is unknowable).
+The cluster profile (``conf/cluster/*.yaml``) maps one to one onto sbatch options; it is checked
+in ``slurm_options``. Scheduler states come from ``sacct`` and ``squeue`` as ``slurm_states``
+confirms them (accounting is required: without it a cancelled job's state is unknowable); what
+runs inside a task when Slurm warns it is in ``slurm_requeue``.
 """
 
 from __future__ import annotations
@@ -230,7 +233,9 @@ def refresh_job_records(job_dirs: list[Path]) -> dict[str, str]:
     result = {}
     for job_dir, record in records.items():
         info = seen.get(record.get("job_id", ""))
-        if info is not None:
+        # A record already in the final state Slurm confirms is left as it is (its runtime's
+        # precise elapsed time included): an accepted job's job.json never changes on a re-run.
+        if info is not None and not (info["state"] == record.get("state") and info["state"] in TERMINAL_STATES):
             changes = {"state": info["state"], "elapsed_s": float(info["elapsed_s"])}
             if info["state"] in TERMINAL_STATES:
                 changes["exit_code"] = recorded_exit_code(info)

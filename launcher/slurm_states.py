@@ -165,9 +165,11 @@ def confirmed_states(job_ids: list[str], confirm_delay_s: float = CONFIRM_DELAY_
 def recorded_exit_code(info: dict) -> int | None:
     """The exit code job.json records for a finished task: sacct's code, except that a task ended
     by a signal with code 0 (``CANCELLED`` shows ``0:15``) records ``128 + signal``, the shell's
-    convention, and a task that never started (no node, no elapsed time) records none."""
+    convention; one that never started (no node, no elapsed time), or that Slurm ended with code
+    ``0:0``, records none."""
     if info["state"] != "COMPLETED" and not info.get("node") and not info.get("elapsed_s"):
         return None
-    if info.get("exit_code") == 0 and info.get("signal"):
-        return 128 + int(info["signal"])
+    if info["state"] != "COMPLETED" and info.get("exit_code") == 0:
+        # Slurm ended it (CANCELLED and TIMEOUT often read 0:0): never 0, the code of a success.
+        return 128 + int(info["signal"]) if info.get("signal") else None
     return info.get("exit_code")

@@ -160,7 +160,9 @@ def test_cancelling_an_array_with_pending_tasks_ends_the_wait_and_unblocks_the_r
     # 8G per task on the 16000M node: one task runs, three pend. sacct then reports the pending
     # ones only as one aggregated line (`<array>_[1-3%4]|CANCELLED`).
     sweep_dir = tmp_path / "pending"
-    grid = ("algo=grpo,rpp", "seed=1,2", *SHORT, "cluster=slurm", "cluster.mem=8G")
+    # Long enough that no task can finish before it is cancelled, even on a busy machine.
+    grid = ("algo=grpo,rpp", "seed=1,2", "workload.n_updates=60", "workload.eval.n_prompts=8", "cluster=slurm",
+            "cluster.mem=8G")
     cmd = [os.sys.executable, "launch.py", "-m", *grid, f"hydra.sweep.dir={sweep_dir}"]
     waiting = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parent.parent, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env={**os.environ, "PROOFGRID_PORT_BASE": "29000"})

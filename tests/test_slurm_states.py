@@ -54,6 +54,8 @@ def test_state_field_reduces_to_the_state_word(field, state):
 @pytest.mark.parametrize(("info", "code"), [
     ({"state": "CANCELLED", "exit_code": 0, "signal": 15, "elapsed_s": 7, "node": "vm"}, 143),
     ({"state": "CANCELLED", "exit_code": 0, "signal": 0, "elapsed_s": 0, "node": ""}, None),
+    ({"state": "CANCELLED", "exit_code": 0, "signal": 0, "elapsed_s": 37, "node": "vm"}, None),
+    ({"state": "TIMEOUT", "exit_code": 0, "signal": 0, "elapsed_s": 60, "node": "vm"}, None),
     ({"state": "FAILED", "exit_code": 1, "signal": 0, "elapsed_s": 3, "node": "vm"}, 1),
     ({"state": "COMPLETED", "exit_code": 0, "signal": 0, "elapsed_s": 3, "node": "vm"}, 0),
     ({"state": VANISHED, "exit_code": None, "signal": 0, "elapsed_s": 0, "node": ""}, None),
