@@ -58,6 +58,9 @@ def _build(args, console: Console) -> int:
 
     if args.last_k < 1:
         return _fail("--last-k must be at least 1")
+    if not any(Path(args.sweep_dir).glob("jobs/*/job.json")):  # 0/N sealed as if it were a result
+        return _fail(f"nothing ran in {args.sweep_dir}: no job under jobs/ has a job.json (a dry run only "
+                     "plans); run the sweep (or wait for its jobs to start), then build")
     try:
         result = build_bundle(args.sweep_dir, last_k=args.last_k, figures=not args.no_figures)
     except (SweepError, IncidentsFileError, FileExistsError, VerdictError) as exc:

@@ -32,6 +32,7 @@ from evidence.artifacts import check_cleanup, check_run_summary, checkpoint_name
 from evidence.bundle import FIGURES_DRAWN_BY, TAG_FILES, figures_library_version, private_tool_dirs
 from evidence.dataset import EVAL_COLUMNS, EVAL_ID_COLUMNS, load_bundle_data, read_csv
 from evidence.fileio import JSONError, read_json, sha256_file
+from evidence.incidents import history_incidents
 from evidence.metrics_log import validate_metrics
 from evidence.report import render_report
 from evidence.sanitize import Sanitizer
@@ -361,6 +362,12 @@ def check_runs(data_dir: Path, data) -> list[Finding]:
                         findings.append(Finding("data/eval.csv", f"{job} {kind} {column} differs from data/runs/{job}/eval.json"))
         except JSONError as exc:
             findings.append(Finding(f"data/runs/{job}/eval.json", str(exc)))
+    recorded = {(r["job"], r["kind"], r["title"]) for r in data.incidents}
+    for row in data.index:
+        for kind, _, title, _ in history_incidents(data_dir / "runs" / row["job"]):
+            if (row["job"], kind, title) not in recorded:
+                findings.append(Finding("data/incidents.csv", f"{row['job']}: {kind} incident {title!r} of its "
+                                        "attempt history is missing"))
     rejected = [r["job"] for r in data.index if r["accepted"] != "yes"]
     with_incident = {r["job"] for r in data.incidents}
     for job in rejected:

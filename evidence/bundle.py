@@ -38,6 +38,7 @@ from evidence.dataset import (
 )
 from evidence.fileio import JSONError, dumps_json, read_json, sha256_file, write_text
 from evidence.incidents import (
+    ATTEMPTS_DIR,
     INCIDENT_COLUMNS,
     INCIDENTS_FILE,
     Incident,
@@ -135,6 +136,8 @@ def _write_run_files(evidence: JobEvidence, job_dir: Path, out: Path, clean: San
     _copy_json(job_dir / "run" / "run.json", out / "run.json", clean)
     _copy_json(job_dir / "command.public.json", out / "command.public.json", clean)
     _copy_json(job_dir / "job.json", out / "job.json", clean, edit=_hide_node)
+    for attempt in sorted((job_dir / ATTEMPTS_DIR).glob("*/job.json")):  # the job's earlier attempts
+        _copy_json(attempt, out / ATTEMPTS_DIR / attempt.parent.name / "job.json", clean, edit=_hide_node)
     # The launcher's logs (trainer.log, runtime.log, ...) beside job.json, and any under logs/.
     logs = sorted(job_dir.glob("*.log"))
     if (job_dir / "logs").is_dir():
@@ -323,7 +326,7 @@ def build_bundle(sweep_dir: str | Path, last_k: int = DEFAULT_LAST_K, figures: b
         raise ValueError("last_k must be at least 1")
     user = load_user_incidents(sweep_dir, {job_name(a, s) for a, s in sweep.jobs})
     evidences = evaluate_sweep(sweep, user.excluded_jobs)
-    incidents = derive_incidents(evidences, user)
+    incidents = derive_incidents(evidences, user, sweep_dir)
     clean = _sanitizer(sweep_dir, evidences)
 
     stage = sweep_dir / _STAGING

@@ -22,6 +22,12 @@ smoke allocation) in ``<sweep_dir>/incidents.yaml``; the bundle keeps that file.
 
 Automatic kinds: ``missing-job``, ``rejected``, ``all-zero-eval-reward``, ``manual-exclusion``,
 ``scheduler-state``, ``commit-mismatch``, ``all-zero-train-reward``; user incidents are ``user``.
+
+A job's history is part of its evidence even after a successful re-run: every earlier attempt
+(``attempts/<n>/job.json``: cancelled, failed, timed out, node failure, ...) is an
+``earlier-attempt`` incident, and every stop inside an attempt that the job runtime recorded in
+``job.json``'s ``history`` (time-limit or preemption warning, then requeue) a ``requeue`` incident.
+The bundle keeps those records (``runs/<job>/attempts/``), so the audit recomputes them.
 """
 
 from __future__ import annotations
@@ -32,9 +38,12 @@ from pathlib import Path
 import yaml
 
 from evidence.artifacts import ALL_ZERO_EVAL
+from evidence.fileio import JSONError, read_json
 from evidence.index import JobEvidence
 
 INCIDENTS_FILE = "incidents.yaml"
+# Earlier attempts of a job, kept by the launcher when it re-runs a rejected job.
+ATTEMPTS_DIR = "attempts"
 OPEN = "open"
 EXCLUDED = "excluded from every aggregate"
 INCIDENT_COLUMNS = ("id", "job", "job_id", "kind", "source", "title", "evidence_boundary", "action", "resolution")
@@ -150,10 +159,54 @@ def _automatic(evidence: JobEvidence) -> list[tuple[str, str, str]]:
     return found
 
 
-def derive_incidents(evidences: list[JobEvidence], user: UserIncidents) -> list[Incident]:
-    """Every incident of the sweep, numbered in job order, user-only incidents last."""
+def _record(path: Path) -> dict:
+    try:
+        value = read_json(path)
+    except JSONError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _event_title(event: dict) -> str:
+    at = f" at step {event['at_step']}" if isinstance(event.get("at_step"), int) else ""
+    saved = ", checkpointed" if event.get("checkpointed") else ""
+    return f"{event.get('event', 'stop')}{at}{saved}: {event.get('action', 'stopped')}"
+
+
+def history_incidents(run_dir: str | Path) -> list[tuple[str, str, str, str]]:
+    """``(kind, job_id, title, evidence_boundary)`` of every earlier attempt and recorded stop of one
+    job, oldest first. ``run_dir`` is a job directory or its copy in a bundle (``runs/<job>``):
+    both hold ``job.json`` and ``attempts/<n>/job.json``."""
+    run_dir = Path(run_dir)
+    attempts = sorted((p for p in (run_dir / ATTEMPTS_DIR).glob("*") if p.name.isdigit()), key=lambda p: int(p.name)) \
+        if (run_dir / ATTEMPTS_DIR).is_dir() else []
+    found = []
+    for label, record in [(p.name, _record(p / "job.json")) for p in attempts] + [(None, _record(run_dir / "job.json"))]:
+        job_id = str(record.get("job_id") or "")
+        for event in record.get("history") or []:
+            if isinstance(event, dict):
+                found.append(("requeue", str(event.get("job_id") or job_id), _event_title(event),
+                              f"job {event.get('job_id') or job_id}, restart {event.get('restart_count', 0)}"))
+        if label is not None:
+            failure = f": {record['failure']}" if record.get("failure") else ""
+            found.append(("earlier-attempt", job_id,
+                          f"Attempt {label} ended {record.get('state', 'UNKNOWN')} (exit {record.get('exit_code')}){failure}",
+                          f"attempts/{label}/: job {job_id or '—'}, kept in the bundle"))
+    return found
+
+
+def derive_incidents(evidences: list[JobEvidence], user: UserIncidents, sweep_dir: str | Path | None = None) -> list[Incident]:
+    """Every incident of the sweep, numbered in job order, user-only incidents last. With
+    ``sweep_dir``, each job's earlier attempts and recorded stops come first in its rows."""
     rows: list[dict] = []
     for evidence in evidences:
+        if sweep_dir is not None and evidence.present:
+            for kind, job_id, title, boundary in history_incidents(Path(sweep_dir) / "jobs" / evidence.job):
+                rows.append({
+                    "job": evidence.job, "job_id": job_id, "kind": kind, "source": "automatic", "title": title,
+                    "evidence_boundary": boundary, "action": "re-run; resumed from its last checkpoint",
+                    "resolution": "the job was accepted afterwards" if evidence.accepted else OPEN,
+                })
         for kind, title, action in _automatic(evidence):
             resolutions = [
                 r["resolution"] for r in user.resolutions

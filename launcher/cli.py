@@ -173,7 +173,10 @@ def status(sweep_dir: Path) -> int:
         table.add_column(col)
     previous = None
     for arm, d, r, n_updates in sorted(rows, key=lambda row: (row[0], row[1].name)):
-        table.add_row(arm if arm != previous else "", d.name, str(r.get("job_id", "")), str(r.get("state", "")),
+        state = str(r.get("state", ""))
+        if state == "PENDING" and r.get("scheduler_reason"):  # why Slurm has not started it yet
+            state += f" ({r['scheduler_reason']})"
+        table.add_row(arm if arm != previous else "", d.name, str(r.get("job_id", "")), state,
                       f"{completed_steps(d)}{'/' + str(n_updates) if n_updates else ''}",
                       str(r.get("exit_code", "")), str(r.get("elapsed_s", "")))
         previous = arm
@@ -185,5 +188,22 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) == 2 and args[0] == "status":
         return status(Path(args[1]))
-    print("usage: python -m launcher status <sweep_dir>", file=sys.stderr)
+    if len(args) == 2 and args[0] == "cancel":
+        from launcher.slurm import cancel_sweep
+
+        if not (Path(args[1]) / "jobs").is_dir():
+            print(f"proofgrid: error: {args[1]} has no jobs/ directory; is it a sweep directory?", file=sys.stderr)
+            return 2
+        return cancel_sweep(Path(args[1]))
+    if len(args) == 2 and args[0] == "seal":  # what the wait=false seal job runs once the array has ended
+        from launcher.slurm import SchedulerUnavailable, refresh_job_records
+        from launcher.sweep import seal
+
+        job_dirs = sorted(p for p in (Path(args[1]) / "jobs").glob("*") if (p / "job.json").is_file())
+        try:
+            refresh_job_records(job_dirs)
+        except (OSError, SchedulerUnavailable) as exc:
+            print(f"note: scheduler not reachable ({exc}); sealing the recorded states", file=sys.stderr)
+        return seal(Path(args[1]))
+    print("usage: python -m launcher status|cancel|seal <sweep_dir>", file=sys.stderr)
     return 2

@@ -115,6 +115,12 @@ def plan_sweep(root_cfg: DictConfig, cells: list[list[str]], sweep_dir: Path, co
     formal = bool(root_cfg.formal)
     commit = check_source(formal)
     cluster = root_cfg.cluster
+    if cluster.kind == "slurm":  # formats always; the cluster itself only when submitting
+        from launcher.slurm_options import check_against_cluster, check_formats
+
+        check_formats(cluster)
+        if not bool(root_cfg.dry_run):
+            check_against_cluster(cluster)
     if cluster.kind == "local" and not bool(root_cfg.wait):
         raise PreflightError("wait=false needs cluster=slurm: local jobs live only as long as the launcher")
     try:
@@ -204,12 +210,23 @@ def expanded_command(spec: JobSpec) -> dict:
 
 
 def sbatch_record(sweep: Sweep) -> list[str]:
-    """The sbatch script a Slurm sweep submits (submitit's own, path-free), one ``# sbatch |`` line each."""
-    from launcher.slurm import path_free_script, sbatch_script
+    """The sbatch script(s) a Slurm sweep submits (submitit's own, path-free), one ``# sbatch |``
+    line each: one script per array, each headed by a line saying so when the grid is larger than
+    the cluster's MaxArraySize."""
+    from launcher.slurm import array_chunks, path_free_script, sbatch_script
+    from launcher.slurm_options import max_array_size
 
     folder = sweep.sweep_dir / ".submitit" / "run-0"
-    script = path_free_script(sbatch_script(sweep.cluster, len(sweep.specs), folder), folder)
-    return [f"# sbatch | {line}".rstrip() for line in script.splitlines()]
+    limit = max_array_size(sweep.cluster)
+    chunks = array_chunks(len(sweep.specs), limit)
+    lines = []
+    for k, chunk in enumerate(chunks):
+        if len(chunks) > 1:
+            lines.append(f"# sbatch | # array {k + 1} of {len(chunks)} (MaxArraySize {limit}): "
+                         f"jobs [{chunk.start}]-[{chunk.stop - 1}]")
+        script = path_free_script(sbatch_script(sweep.cluster, len(chunk), folder), folder)
+        lines += [f"# sbatch | {line}".rstrip() for line in script.splitlines()]
+    return lines
 
 
 class _JobCleaner:

@@ -18,7 +18,9 @@ def completed_steps(job_dir: Path) -> int:
 
 
 def progress_table(title: str, states: dict[str, str], job_dirs: dict[str, Path], n_updates: dict[str, int]) -> Table:
-    counts = {s: sum(1 for v in states.values() if v == s) for s in ("QUEUED", "RUNNING", "DONE", "FAILED")}
+    counts = {s: sum(1 for v in states.values() if v == s) for s in ("QUEUED", "RUNNING", "DONE")}
+    # Every other state ended the job without success (FAILED, CANCELLED, TIMEOUT, NODE_FAIL, ...).
+    counts["FAILED"] = len(states) - sum(counts.values())
     heading = (f"{title}: queued {counts['QUEUED']} | running {counts['RUNNING']} | "
                f"done {counts['DONE']} | failed {counts['FAILED']}")
     table = Table(title=heading, title_justify="left", min_width=len(heading))

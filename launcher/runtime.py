@@ -25,10 +25,20 @@ from launcher.liveness import death_cause
 from launcher.locks import INHERITED_FD_ENV, lock_job_run_dir, record_holder
 from launcher.ports import BLOCK_SIZE, PortBlock, claim_port_block, listening_ports
 from launcher.preflight import PreflightError, check_visible_gpu
+from launcher.progress import completed_steps
 from launcher.ray_runtime import JobRay, leftover_processes
 from launcher.records import update_job_record, write_command_records
+from launcher.slurm_requeue import (
+    append_history,
+    keep_scheduler_output,
+    requeue,
+    requeue_refusal,
+    signal_event,
+    slurm_job_state,
+)
 from launcher.spec import JobSpec
 from trainer.inputs import REPO_ROOT
+from trainer.preemption import CHECKPOINT_SIGNALS, EXIT_CHECKPOINTED
 
 SPEC_FILE = "spec.json"
 
@@ -138,10 +148,25 @@ def run_job(spec: JobSpec) -> dict:
         "started_at": started, **runtime_identity(os.getpid()),
     })
     terminated: list[int] = []
+    ended_by_slurm: list[int] = []
+
+    identity = scheduler_identity()
+    proc: subprocess.Popen | None = None  # bound before the handler can run: it reads it
 
     def on_signal(signum, _frame):
         first = not terminated
         terminated.append(signum)
+        if first and identity["scheduler"] == "slurm" and proc is not None and proc.poll() is None:
+            if signum == signal.SIGTERM and slurm_job_state(identity["job_id"]) != "RUNNING":
+                # scancel, a hard time limit: Slurm kills the task within KillWait, so there is
+                # time for the cleanup only, not for a checkpoint (sacct tells how it ended).
+                ended_by_slurm.append(signum)
+                proc.kill()
+                raise KeyboardInterrupt
+            # Slurm's warning (time limit, preemption, scancel --signal): the trainer checkpoints at
+            # its current step and exits EXIT_CHECKPOINTED; proc.wait() below simply continues.
+            proc.send_signal(signal.SIGUSR2)
+            return
         if first:  # later signals during teardown must not interrupt the cleanup
             raise KeyboardInterrupt
 
@@ -150,7 +175,6 @@ def run_job(spec: JobSpec) -> dict:
     failure: str | None = None
     block: PortBlock | None = None
     ray: JobRay | None = None
-    proc: subprocess.Popen | None = None
     cleanup: list[dict] = []
     run_lock: int | None = None
     try:
@@ -168,10 +192,16 @@ def run_job(spec: JobSpec) -> dict:
         env[INHERITED_FD_ENV] = str(run_lock)  # the trainer holds the lock it inherits (not a record)
         with open(roots.job_dir / "trainer.log", "ab") as log:
             # Own process group (torn down as one); the run lock is inherited, so it stays held
-            # while the trainer lives even if this runtime is killed.
-            proc = subprocess.Popen(argv, env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True, pass_fds=(run_lock,),
-                                    preexec_fn=_die_with_parent(os.getpid()))
+            # while the trainer lives even if this runtime is killed. Started with Slurm's warning
+            # signals blocked (the mask survives exec): one arriving while the trainer imports torch
+            # is held until its handler is set, never fatal.
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, CHECKPOINT_SIGNALS)
+            try:
+                proc = subprocess.Popen(argv, env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True, pass_fds=(run_lock,),
+                                        preexec_fn=_die_with_parent(os.getpid()))
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
             record_holder(run_lock, proc.pid)
             exit_code = proc.wait()
         if exit_code != 0:
@@ -204,7 +234,21 @@ def run_job(spec: JobSpec) -> dict:
             os.close(run_lock)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if terminated:
+    # Slurm warned the task (time limit, preemption, scancel --signal): requeue it when the trainer
+    # stopped at a checkpoint (or had not started yet) and Slurm is not cancelling the task.
+    stopped_for_requeue = bool(terminated) and identity["scheduler"] == "slurm" and \
+        (exit_code == EXIT_CHECKPOINTED or proc is None)
+    requeue_refused = requeue_refusal(identity["job_id"], identity["restart_count"]) if stopped_for_requeue else None
+    will_requeue = stopped_for_requeue and requeue_refused is None
+    # Warned during the final evaluation, the trainer finishes its run: that is a completed job.
+    finished_anyway = bool(terminated) and exit_code == 0 and failure is None
+    if will_requeue:
+        failure = None
+    elif terminated and failure is None and not finished_anyway:
+        failure = f"terminated by signal {terminated[0]}"
+    if will_requeue:
+        state = "REQUEUED"
+    elif terminated and not finished_anyway:
         state = "TERMINATED"
     elif failure is None and exit_code == 0:
         state = "COMPLETED"
@@ -213,9 +257,23 @@ def run_job(spec: JobSpec) -> dict:
     record = update_job_record(roots.job_dir, {
         "state": state, "runtime_state": state, "exit_code": exit_code, "elapsed_s": round(time.time() - started, 3),
         "ports": block.as_record() if block is not None else None, "cleanup": cleanup,
-        **({"failure": failure} if failure else {}),
+        "failure": failure,  # None on success: never a stale failure of an earlier attempt
     })
-    if terminated:
+    if terminated and identity["scheduler"] == "slurm" and not ended_by_slurm:  # a warning, not a cancel
+        event = {"event": signal_event(terminated[0]), "job_id": identity["job_id"],
+                 "restart_count": identity["restart_count"], "node": socket.gethostname(),
+                 "at_step": completed_steps(roots.job_dir),
+                 "checkpointed": exit_code == EXIT_CHECKPOINTED,
+                 "action": "requeued" if will_requeue else "finished its run before stopping" if finished_anyway
+                 else (requeue_refused or "stopped")}
+        if will_requeue and (refused := requeue(identity["job_id"])):
+            event["action"] = f"requeue refused by Slurm: {refused}"
+            update_job_record(roots.job_dir, {"state": "TERMINATED", "runtime_state": "TERMINATED",
+                                              "failure": f"stopped by signal {terminated[0]}; {event['action']}"})
+        record = append_history(roots.job_dir, event)
+    if identity["scheduler"] == "slurm":
+        keep_scheduler_output(roots.job_dir, identity["job_id"], identity["restart_count"])
+    if terminated and not finished_anyway:
         sys.exit(128 + terminated[0])
     if state != "COMPLETED":
         raise JobFailed(f"job {spec.name}: {failure or f'trainer exited with {exit_code}; see trainer.log'}")

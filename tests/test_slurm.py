@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -118,6 +120,13 @@ def test_a_cancelled_job_is_rejected_with_its_scheduler_state_and_the_rest_are_u
     assert first["state"] == "CANCELLED" and first["job_id"] == job_id
     assert all(row["accepted"] == "yes" for row in index_rows(sweep_dir).values())
     assert [r["step"] for r in read_metrics(victim / "run")] == list(range(12))
+    # The bundle of the now fully accepted sweep still tells the cancel.
+    with open(sweep_dir / "bundle" / "data" / "incidents.csv", newline="") as f:
+        incidents = [(r["job"], r["job_id"], r["kind"], r["title"]) for r in csv.DictReader(f)]
+    assert [i[:3] for i in incidents] == [("grpo-2", job_id, "earlier-attempt")]
+    assert incidents[0][3].startswith("Attempt 0 ended CANCELLED (exit ")
+    assert (sweep_dir / "bundle" / "data" / "runs" / "grpo-2" / "attempts" / "0" / "job.json").is_file()
+    assert json.loads((victim / "job.json").read_text())["failure"] is None
 
 
 def test_a_requeued_job_resumes_from_its_checkpoint_and_matches_an_uninterrupted_run(tmp_path):
@@ -140,3 +149,214 @@ def test_a_requeued_job_resumes_from_its_checkpoint_and_matches_an_uninterrupted
     reference = tmp_path / "uninterrupted"
     run_trainer(reference, *overrides)
     assert without_perf(read_metrics(job_dir / "run")) == without_perf(read_metrics(reference))
+
+
+def _squeue_tasks(array_id: str) -> dict[str, str]:
+    out = subprocess.run(["squeue", "-h", "-r", "--me", "-o", "%i|%T"], capture_output=True, text=True).stdout
+    return dict(line.split("|") for line in out.splitlines() if line.split("_")[0] == array_id)
+
+
+def test_cancelling_an_array_with_pending_tasks_ends_the_wait_and_unblocks_the_rerun(tmp_path):
+    # 8G per task on the 16000M node: one task runs, three pend. sacct then reports the pending
+    # ones only as one aggregated line (`<array>_[1-3%4]|CANCELLED`).
+    sweep_dir = tmp_path / "pending"
+    # Long enough that no task can finish before it is cancelled, even on a busy machine.
+    grid = ("algo=grpo,rpp", "seed=1,2", "workload.n_updates=60", "workload.eval.n_prompts=8", "cluster=slurm",
+            "cluster.mem=8G")
+    cmd = [os.sys.executable, "launch.py", "-m", *grid, f"hydra.sweep.dir={sweep_dir}"]
+    waiting = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parent.parent, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env={**os.environ, "PROOFGRID_PORT_BASE": "29000"})
+    try:
+        submissions = _wait_for(lambda: (sweep_dir / "sweep.json").is_file() and json.loads(
+            (sweep_dir / "sweep.json").read_text()).get("submissions"), 120, "the submission")
+        array_id = submissions[0]["array_job_id"]
+        _wait_for(lambda: list(_squeue_tasks(array_id).values()).count("PENDING") >= 2, 60, "tasks to pend")
+        subprocess.run(["scancel", array_id], check=True)
+        out, err = waiting.communicate(timeout=90)  # the waiting launcher must notice and seal
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+    assert waiting.returncode == 1, out[-2000:] + err[-2000:]
+    records = job_records(sweep_dir)
+    assert {r["state"] for r in records.values()} == {"CANCELLED"}
+    never_started = [r for r in records.values() if r.get("node") in (None, "") or r.get("exit_code") is None]
+    assert len(never_started) >= 2 and all(r["exit_code"] is None for r in never_started)
+    assert all(row["accepted"] == "no" for row in index_rows(sweep_dir).values())
+    status = subprocess.run([os.sys.executable, "-m", "launcher", "status", str(sweep_dir)], capture_output=True, text=True)
+    assert "PENDING" not in status.stdout and status.stdout.count("CANCELLED") == 4
+
+    # The re-run is not refused ("still PENDING ... cancel it first"): it submits a new array. Ctrl-C
+    # of the waiting launcher leaves it running and says how to cancel; `launcher cancel` does.
+    rerun = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parent.parent, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env={**os.environ, "PROOFGRID_PORT_BASE": "29000"})
+    try:
+        new_array = _wait_for(lambda: len(json.loads((sweep_dir / "sweep.json").read_text())["submissions"]) == 2
+                              and json.loads((sweep_dir / "sweep.json").read_text())["submissions"][1]["array_job_id"],
+                              120, "the re-run's submission")
+        _wait_for(lambda: list(_squeue_tasks(new_array).values()).count("PENDING") >= 2, 60, "tasks to pend")
+        rerun.send_signal(signal.SIGINT)
+        out, err = rerun.communicate(timeout=60)
+    finally:
+        if rerun.poll() is None:
+            rerun.kill()
+    assert rerun.returncode == 130, out[-2000:] + err[-2000:]
+    assert "keep running" in err and f"python -m launcher cancel {sweep_dir}" in err
+    assert len(_squeue_tasks(new_array)) == 4, "Ctrl-C must not cancel the jobs"
+    subprocess.run([os.sys.executable, "-m", "launcher", "status", str(sweep_dir)], capture_output=True)
+    pending = [r for r in job_records(sweep_dir).values() if r["state"] == "PENDING"]
+    assert pending and all(r["scheduler_reason"] for r in pending), "a pending job records why it waits"
+    cancel = subprocess.run([os.sys.executable, "-m", "launcher", "cancel", str(sweep_dir)], capture_output=True,
+                            text=True)
+    assert cancel.returncode == 0 and "cancelled 4 job(s)" in cancel.stdout, cancel.stdout + cancel.stderr
+    assert not _squeue_tasks(new_array)
+    assert {r["state"] for r in job_records(sweep_dir).values()} == {"CANCELLED"}
+
+
+def test_a_task_slurm_no_longer_reports_is_vanished_after_a_second_look_never_left_pending():
+    from launcher.slurm_states import VANISHED, confirmed_states
+
+    looks = []
+    states = confirmed_states(["987654_3"], confirm_delay_s=0.1, sleep=looks.append)
+    assert looks == [0.1], "a state Slurm does not report must be confirmed by a second look"
+    assert states["987654_3"]["state"] == VANISHED and states["987654_3"]["exit_code"] is None
+
+
+def test_a_state_a_requeue_follows_is_not_final_while_squeue_still_holds_the_task(tmp_path):
+    # sacct reports the requeued run's record (REQUEUED, and NODE_FAIL/PREEMPTED likewise) for a
+    # while after the task went back to the queue; only squeue knows it will run again.
+    from launcher.slurm_states import TERMINAL_STATES, TRANSIENT_STATES, confirmed_states, sacct_states
+
+    array = subprocess.run(["sbatch", "--parsable", "--requeue", "--mem=100M", "-o", "/dev/null", "--array=0-1",
+                            "--job-name=proofgrid-test-requeue", "--wrap", "sleep 120"],
+                           capture_output=True, text=True, check=True, cwd=tmp_path).stdout.strip()
+    tasks = [f"{array}_0", f"{array}_1"]
+    try:
+        _wait_for(lambda: set(_squeue_tasks(array).values()) == {"RUNNING"}, 60, "both tasks to run")
+        subprocess.run(["scontrol", "requeue", tasks[0]], check=True)
+        _wait_for(lambda: sacct_states(tasks).get(tasks[0], {}).get("state") in TRANSIENT_STATES, 30,
+                  "sacct to report the requeued record")
+        states = confirmed_states(tasks)
+        assert states[tasks[0]]["state"] not in TERMINAL_STATES and states[tasks[0]]["state"] in ("PENDING", "RUNNING")
+        assert states[tasks[1]]["state"] == "RUNNING"
+    finally:
+        subprocess.run(["scancel", array])
+
+
+def test_usr2_checkpoints_at_the_current_step_requeues_and_resumes_bit_identically(tmp_path):
+    # No periodic checkpoint before the end: every step kept across the requeue was saved on the signal.
+    overrides = ("algo=rpp", "seed=5", "workload.n_updates=8", "workload.checkpoint_every=100",
+                 "workload.eval.n_prompts=4")
+    sweep_dir = tmp_path / "usr2"
+    proc = launch(sweep_dir, *overrides, "cluster=slurm", "cluster.signal_delay_s=75", "wait=false",
+                  env={"PROOFGRID_PORT_BASE": "30000"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    job_dir = sweep_dir / "jobs" / "rpp-5"
+    _wait_for(lambda: _steps(job_dir) >= 3, 300, "rpp-5 to train 3 steps")
+    job_id = json.loads((job_dir / "job.json").read_text())["job_id"]
+    subprocess.run(["scancel", "--signal=USR2", job_id], check=True)
+
+    def restarted_and_done():
+        subprocess.run([os.sys.executable, "-m", "launcher", "status", str(sweep_dir)], capture_output=True)
+        r = json.loads((job_dir / "job.json").read_text())
+        return r if r.get("restart_count", 0) >= 1 and r["state"] == "COMPLETED" else None
+
+    record = _wait_for(restarted_and_done, 600, "the requeued job to complete")
+    (event,) = record["history"]
+    assert "USR2" in event["event"] and event["action"] == "requeued" and event["checkpointed"] is True
+    assert 3 <= event["at_step"] < 8 and event["job_id"] == job_id
+    assert f"resumed from step_{event['at_step']:06d}" in (job_dir / "trainer.log").read_text()
+    assert record["failure"] is None and record["exit_code"] == 0
+    assert "--signal=USR2@75" in json.loads((job_dir / "command.json").read_text())["sbatch"]
+    reference = tmp_path / "uninterrupted"
+    run_trainer(reference, *overrides)
+    assert without_perf(read_metrics(job_dir / "run")) == without_perf(read_metrics(reference))
+
+
+@pytest.mark.parametrize(("override", "key"), [
+    ("cluster.partition=nope", "cluster.partition"), ("cluster.mem=999G", "cluster.mem"),
+    ("cluster.gres=gpu:1", "cluster.gres"), ("cluster.constraint=foo", "cluster.constraint"),
+    ("cluster.cpus_per_task=64", "cluster.cpus_per_task"), ("cluster.account=nope", "cluster.account"),
+    ("cluster.qos=nope", "cluster.qos"),
+])
+def test_a_profile_value_the_cluster_cannot_honour_is_refused_in_one_line_before_submission(tmp_path, override, key):
+    sweep_dir = tmp_path / "bad"
+    proc = launch(sweep_dir, "algo=grpo", "seed=1", *SHORT, "cluster=slurm", override, "wait=false", timeout=120)
+    assert proc.returncode == 2, proc.stdout[-1000:] + proc.stderr[-2000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("proofgrid: error: ") and f"{key}=" in line
+    assert not (sweep_dir / "jobs").exists() and not (sweep_dir / ".submitit").exists()
+
+
+@pytest.mark.parametrize(("option", "key"), [
+    ("--partition=nope", "cluster.partition"), ("--gres=gpu:1", "cluster.gres"), ("--mem=999G", "cluster.mem"),
+    ("--time=garbage", "cluster.time"), ("--constraint=foo", "cluster.constraint"),
+    ("--cpus-per-task=64", "cluster.cpus_per_task"),
+])
+def test_each_sbatch_refusal_becomes_one_line_naming_the_profile_key(tmp_path, option, key):
+    from launcher.slurm_options import explain_refusal
+
+    proc = subprocess.run(["sbatch", option, "-o", "/dev/null", "--wrap", "true"], capture_output=True, text=True,
+                          cwd=tmp_path)
+    if proc.returncode == 0:  # accepted after all: cancel it, the class is not refused by this cluster
+        subprocess.run(["scancel", proc.stdout.split()[-1]])
+        pytest.fail(f"sbatch accepted {option}")
+    line = explain_refusal(proc.stderr)
+    assert "\n" not in line and f"change {key}" in line
+
+
+def test_a_grid_above_the_array_limit_runs_as_several_arrays(tmp_path):
+    sweep_dir = tmp_path / "split"
+    # The same sweep carries the profile's extra sbatch option and setup line into every task.
+    proc = launch(sweep_dir, "algo=grpo", "seed=1,2,3", *SHORT, "cluster=slurm", "cluster.max_array_size=2",
+                  "+cluster.sbatch.comment=proofgrid-test", "cluster.setup=['echo proofgrid-setup-ran']",
+                  env={"PROOFGRID_PORT_BASE": "31000"})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    submissions = json.loads((sweep_dir / "sweep.json").read_text())["submissions"]
+    assert [len(s["jobs"]) for s in submissions] == [2, 1] and "2 array jobs" in proc.stdout
+    records = job_records(sweep_dir)
+    assert {r["job_id"].split("_")[0] for r in records.values()} == {s["array_job_id"] for s in submissions}
+    assert all(row["accepted"] == "yes" for row in index_rows(sweep_dir).values())
+    for name in records:
+        script = json.loads((sweep_dir / "jobs" / name / "command.json").read_text())["sbatch"]
+        assert "#SBATCH --comment=proofgrid-test" in script and "echo proofgrid-setup-ran" in script
+        assert "proofgrid-setup-ran" in (sweep_dir / "jobs" / name / "runtime.log").read_text()
+        assert (sweep_dir / "bundle" / "data" / "runs" / name / "logs" / "runtime.log").is_file()
+    names = subprocess.run(["sacct", "-X", "-P", "-n", "-j", ",".join(s["array_job_id"] for s in submissions),
+                            "--format=JobID,JobName"], capture_output=True, text=True).stdout
+    named = dict(line.split("|") for line in names.splitlines())
+    assert {named[r["job_id"]] for r in records.values()} == {"pg-split-grpo-1", "pg-split-grpo-2", "pg-split-grpo-3"}
+
+
+def test_a_held_job_makes_the_waiting_launcher_give_up_at_its_timeout_and_say_why_it_waits(tmp_path):
+    sweep_dir = tmp_path / "held"
+    proc = launch(sweep_dir, "algo=grpo", "seed=1", *SHORT, "cluster=slurm", "+cluster.sbatch.hold=true",
+                  "cluster.wait_timeout_s=5", timeout=180)
+    try:
+        assert proc.returncode == 3, proc.stdout[-1000:] + proc.stderr[-2000:]
+        assert "cluster.wait_timeout_s=5 passed" in proc.stderr and "keep running" in proc.stderr
+        (record,) = job_records(sweep_dir).values()
+        assert record["state"] == "PENDING" and record["scheduler_reason"] == "JobHeldUser"
+        status = subprocess.run([os.sys.executable, "-m", "launcher", "status", str(sweep_dir)],
+                                capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+        assert "PENDING (JobHeldUser)" in status.stdout
+    finally:
+        cancel = subprocess.run([os.sys.executable, "-m", "launcher", "cancel", str(sweep_dir)],
+                                capture_output=True, text=True)
+    assert cancel.returncode == 0 and "cancelled 1 job(s)" in cancel.stdout, cancel.stdout + cancel.stderr
+    (record,) = job_records(sweep_dir).values()
+    assert record["state"] == "CANCELLED" and record["exit_code"] is None
+
+
+def test_wait_false_with_a_seal_job_ends_with_a_sealed_audited_bundle(tmp_path):
+    sweep_dir = tmp_path / "sealjob"
+    proc = launch(sweep_dir, "algo=grpo", "seed=1", *SHORT, "cluster=slurm", "wait=false", "cluster.seal_job=true",
+                  env={"PROOFGRID_PORT_BASE": "32000"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "seals the evidence when the array has ended" in proc.stdout
+    log = sweep_dir / "seal.log"
+    _wait_for(lambda: log.is_file() and "audit: " in log.read_text(), 600, "the seal job to seal the bundle")
+    assert "audit: clean" in log.read_text()
+    archive = sweep_dir / "bundle.tar.gz"
+    audit = subprocess.run([os.sys.executable, "-m", "evidence", "audit", str(archive)], capture_output=True, text=True)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    assert index_rows(sweep_dir)["grpo-1"]["accepted"] == "yes"

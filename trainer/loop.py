@@ -58,6 +58,7 @@ from trainer.evaluate import evaluate
 from trainer.inputs import REPO_ROOT, resolve, verify_inputs
 from trainer.metrics import KL_LOSS_KEY, MetricsLog, metric_keys
 from trainer.policy import TokenBatch, build_token_batch, compute_context, load_policy, response_logprobs
+from trainer.preemption import EXIT_CHECKPOINTED, StopRequest, deliver_held_signals
 from trainer.reward_workers import make_scorer
 from trainer.rollout import AuxDraws, Generation, RolloutEngine, SamplingParams, make_engine, warn_if_greedy
 
@@ -503,6 +504,18 @@ def _versions() -> dict[str, str]:
 
 def run_rank(rank: int, world: int, cfg_container: dict) -> dict | None:
     cfg = OmegaConf.create(cfg_container)
+    # One process only: with several ranks a stop must be agreed collectively (not implemented).
+    stop = StopRequest().install() if world == 1 else None
+    if stop is None:
+        deliver_held_signals()
+    try:
+        return _run_rank(rank, world, cfg, stop)
+    finally:
+        if stop is not None:
+            stop.uninstall()
+
+
+def _run_rank(rank: int, world: int, cfg: DictConfig, stop: StopRequest | None) -> dict | None:
     algo = validate(cfg)
     update_schedule(cfg)
     w = cfg.workload
@@ -517,7 +530,7 @@ def run_rank(rank: int, world: int, cfg_container: dict) -> dict | None:
     random.seed(int(cfg.seed))
     group = _init_process_group(rank, world, cfg) if world > 1 else None
     try:
-        return _run(rank, world, group, cfg, algo)
+        return _run(rank, world, group, cfg, algo, stop)
     finally:
         if group is not None:
             dist.destroy_process_group()
@@ -533,7 +546,7 @@ def _init_process_group(rank: int, world: int, cfg: DictConfig):
     return dist.group.WORLD
 
 
-def _run(rank: int, world: int, group, cfg: DictConfig, algo: AlgoConfig) -> dict | None:
+def _run(rank: int, world: int, group, cfg: DictConfig, algo: AlgoConfig, stop: StopRequest | None = None) -> dict | None:
     w = cfg.workload
     inputs = verify_inputs(w.manifest, required=[w.model_path, w.train_path, w.test_path])
     eval_examples = load_split(resolve(w.test_path))[: int(w.eval.n_prompts)]
@@ -591,7 +604,23 @@ def _run(rank: int, world: int, group, cfg: DictConfig, algo: AlgoConfig) -> dic
         atomic_write_json(out / RUN_RECORD, {**summary, "status": "running", "steps_completed": start_step,
                                        "responses_generated": start_step * int(w.global_batch_size)})
     every = int(w.checkpoint_every)
+
+    def checkpoint(done: int) -> None:
+        """Save after ``done`` updates; a sampler that lags the policy is saved too (bit-identical resume)."""
+        lagging = state.sampler_step != state.optimizer_steps
+        save_checkpoint(ckpt_root, done, policy, optimizer,
+                        {"prompts_consumed": done * int(w.prompts_per_step), "config_digest": digest,
+                         "sampler_step": state.sampler_step},
+                        sampler_state=engine.state_dict() if lagging else None)
+
     for step in range(start_step, n_updates):
+        if stop is not None and stop.requested:  # the scheduler's warning: save what is done, stop
+            if step > start_step and step % every:
+                checkpoint(step)
+            log.info("signal %d: checkpointed at step %d; stopping for a requeue", stop.signum, step)
+            metrics_log.close()
+            scorer.close()
+            raise SystemExit(EXIT_CHECKPOINTED)
         try:
             metrics = train_step(state, step)
         except NonFiniteGradientError as exc:
@@ -608,11 +637,7 @@ def _run(rank: int, world: int, group, cfg: DictConfig, algo: AlgoConfig) -> dic
             log.info("step %d/%d reward=%.3f loss=%.4f", done, n_updates, metrics["rollout/raw_reward"],
                      metrics["train/loss"])
             if done % every == 0 or done == n_updates:
-                lagging = state.sampler_step != state.optimizer_steps
-                save_checkpoint(ckpt_root, done, policy, optimizer,
-                                {"prompts_consumed": done * int(w.prompts_per_step), "config_digest": digest,
-                                 "sampler_step": state.sampler_step},
-                                sampler_state=engine.state_dict() if lagging else None)
+                checkpoint(done)
         if group is not None:
             dist.barrier(group=group)
     scorer.close()
@@ -644,6 +669,8 @@ def train(cfg: DictConfig) -> dict:
     if world == 1:
         return run_rank(0, 1, container)
     import torch.multiprocessing as mp
+
+    deliver_held_signals()  # the ranks must not inherit the runtime's held signals
 
     Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
     (Path(cfg.output_dir) / ".dist-store").unlink(missing_ok=True)

@@ -1,0 +1,276 @@
+"""The Slurm cluster profile checked before anything is submitted, and sbatch's refusals in one line.
+
+``check_formats`` runs always (the dry run too): every value the profile turns into an sbatch
+option must be in a form Slurm accepts. ``check_against_cluster`` asks the cluster itself where it
+can answer (``scontrol show partition``, ``sinfo``, ``sacctmgr``): the partition exists, a node of
+it has the gres, memory, CPUs and features asked for, the time fits its limit, and the account and
+QOS are ones the user may use (Slurm without enforced accounting silently runs a job under another
+account, and the bundle would record the wrong one). ``explain_refusal`` turns sbatch's error
+into one line naming the profile key and the fix.
+"""
+
+from __future__ import annotations
+
+import getpass
+import re
+import shutil
+import subprocess
+
+from omegaconf import DictConfig
+
+from launcher.preflight import PreflightError
+
+# Slurm's --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (or UNLIMITED / INFINITE).
+_TIME = re.compile(r"^(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2}|UNLIMITED|INFINITE)$")
+_MEM = re.compile(r"^\d+[KMGT]?$", re.IGNORECASE)
+_GRES = re.compile(r"^[A-Za-z][\w.-]*(:[\w.-]+)?(:\d+)?(,[A-Za-z][\w.-]*(:[\w.-]+)?(:\d+)?)*$")
+_NAME = re.compile(r"^[\w.-]+$")
+_CONSTRAINT = re.compile(r"^[\w.\-&|,\[\]()*:]+$")
+_PROFILE = "conf/cluster/<profile>.yaml or cluster.<key>=... on the command line"
+
+
+def _value(cluster: DictConfig, key: str):
+    value = cluster.get(key)
+    return None if value in (None, "") else value
+
+
+def _positive_int(value) -> int | None:
+    try:
+        number = int(str(value))
+    except ValueError:
+        return None
+    return number if number >= 1 else None
+
+
+# The keys of a Slurm profile (conf/cluster/slurm.yaml documents each); any other key is a typo
+# or an sbatch option that belongs under ``sbatch:``, and would otherwise be dropped silently.
+PROFILE_KEYS = frozenset({"kind", "partition", "account", "qos", "gres", "gpu_model", "cpus_per_task", "mem", "time",
+                          "constraint", "array_parallelism", "max_array_size", "requeue", "signal_delay_s",
+                          "sbatch", "setup", "wait_timeout_s", "seal_job"})
+# sbatch options the profile sets through its own keys (or submitit sets): not allowed under ``sbatch:``.
+MANAGED_OPTIONS = {"array": "the grid", "partition": "partition", "account": "account", "qos": "qos", "gres": "gres",
+                   "cpus-per-task": "cpus_per_task", "mem": "mem", "time": "time", "constraint": "constraint",
+                   "requeue": "requeue", "signal": "signal_delay_s", "job-name": "the sweep's name",
+                   "output": "submitit", "error": "submitit", "wrap": "submitit", "open-mode": "submitit"}
+_OPTION = re.compile(r"^[a-z][a-z0-9-]*$")
+
+
+def extra_sbatch_options(cluster: DictConfig) -> dict[str, str | bool]:
+    """The profile's ``sbatch:`` mapping (``mail-type: END``, ``exclusive: true``, ``exclude: n[1-2]``,
+    ``dependency``, ``reservation``, ``gpus-per-task``, ``comment``, ...) as sbatch long options;
+    ``true`` is a bare flag, ``false``/null leave the option out."""
+    extra = cluster.get("sbatch") or {}
+    return {str(k).replace("_", "-"): (v if isinstance(v, bool) else str(v))
+            for k, v in extra.items() if v is not None and v is not False}
+
+
+def setup_lines(cluster: DictConfig) -> list[str]:
+    """The profile's ``setup:`` lines, run in the batch script before the job (``module load ...``)."""
+    return [str(line) for line in (cluster.get("setup") or [])]
+
+
+def check_formats(cluster: DictConfig) -> None:
+    """One-line ``PreflightError`` for the first profile value Slurm could not parse."""
+    def bad(key: str, value, form: str):
+        raise PreflightError(f"cluster.{key}={value!r} is not a valid Slurm value; use {form} ({_PROFILE})")
+
+    unknown = sorted(set(cluster.keys()) - PROFILE_KEYS)
+    if unknown:
+        raise PreflightError(f"unknown cluster setting {unknown[0]!r}; an extra sbatch option goes under "
+                             f"cluster.sbatch (e.g. cluster.sbatch.{unknown[0].replace('_', '-')}=...), "
+                             f"known settings: {', '.join(sorted(PROFILE_KEYS))}")
+    extra = cluster.get("sbatch") or {}
+    if not hasattr(extra, "items"):
+        bad("sbatch", extra, "a mapping of sbatch long options, e.g. {mail-type: END, exclusive: true}")
+    for option, value in extra_sbatch_options(cluster).items():
+        if not _OPTION.match(option):
+            bad(f"sbatch.{option}", value, "an sbatch long option name without dashes, e.g. mail-type")
+        if option in MANAGED_OPTIONS:
+            owner = MANAGED_OPTIONS[option]
+            raise PreflightError(f"cluster.sbatch.{option} is set by proofgrid ({owner}); "
+                                 + (f"use cluster.{owner} instead" if owner in PROFILE_KEYS else "remove it"))
+        if isinstance(value, str) and "\n" in value:
+            bad(f"sbatch.{option}", value, "a single-line value")
+    setup = cluster.get("setup") or []
+    if isinstance(setup, str) or not all(isinstance(line, str) and "\n" not in line for line in setup):
+        bad("setup", setup, "a list of single-line shell commands, e.g. ['module load cuda/12.4']")
+
+    if _value(cluster, "partition") is None or not _NAME.match(str(cluster.partition)):
+        bad("partition", cluster.get("partition"), "a partition name (see `sinfo`)")
+    if (t := _value(cluster, "time")) is not None and not _TIME.match(str(t)):
+        bad("time", t, "M, M:S, H:M:S, D-H, D-H:M or D-H:M:S, e.g. 06:00:00")
+    if (m := _value(cluster, "mem")) is not None and not _MEM.match(str(m)):
+        bad("mem", m, "a size such as 4G, 64000M or 0 (all of a node's memory)")
+    if (g := _value(cluster, "gres")) is not None and not _GRES.match(str(g)):
+        bad("gres", g, "name[:type][:count], e.g. gpu:1 or gpu:NVIDIAA40:1")
+    for key in ("account", "qos"):
+        if (v := _value(cluster, key)) is not None and not _NAME.match(str(v)):
+            bad(key, v, f"a {key} name (see `sacctmgr show assoc user=$USER`)")
+    if (c := _value(cluster, "constraint")) is not None and not _CONSTRAINT.match(str(c)):
+        bad("constraint", c, "node features joined by & or |, e.g. a40&ib")
+    for key in ("cpus_per_task", "array_parallelism", "max_array_size"):
+        if (v := _value(cluster, key)) is not None and _positive_int(v) is None:
+            bad(key, v, "a whole number >= 1")
+    if (w := _value(cluster, "wait_timeout_s")) is not None and _positive_int(w) is None:
+        bad("wait_timeout_s", w, "whole seconds >= 1, or null to wait until every job has ended")
+    if (d := _value(cluster, "signal_delay_s")) is not None and (_positive_int(d) is None or int(d) > 65535):
+        bad("signal_delay_s", d, "whole seconds between 1 and 65535")
+
+
+def _ask(argv: list[str]) -> str | None:
+    """stdout of a Slurm query, or None when Slurm cannot answer here."""
+    if shutil.which(argv[0]) is None:
+        return None
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def mem_mb(text: str) -> int:
+    """Slurm size -> MB (Slurm's default unit is MB): ``4G`` -> 4096, ``512`` -> 512."""
+    text = str(text).strip().upper()
+    factor = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}.get(text[-1:])
+    return int(float(text[:-1]) * factor) if factor is not None else int(text)
+
+
+def minutes(text: str) -> int | None:
+    """Slurm time -> minutes; None for UNLIMITED/INFINITE."""
+    from launcher.slurm import time_to_minutes
+
+    if str(text).upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    return time_to_minutes(text)
+
+
+def _nodes(partition: str) -> list[dict] | None:
+    out = _ask(["sinfo", "-h", "-N", "-p", partition, "-o", "%N|%c|%m|%G|%f"])
+    if out is None:
+        return None
+    nodes = []
+    for line in out.splitlines():
+        name, cpus, mem, gres, features = (line.split("|") + [""] * 5)[:5]
+        nodes.append({"name": name, "cpus": int(cpus.rstrip("+") or 0), "mem_mb": int(mem.rstrip("+") or 0),
+                      "gres": "" if gres == "(null)" else gres,
+                      "features": set() if features == "(null)" else set(features.split(","))})
+    return nodes
+
+
+def _gres_items(text: str) -> list[tuple[str, str | None, int]]:
+    """``gpu:a40:4(S:0-1),shard:2`` -> ``[("gpu", "a40", 4), ("shard", None, 2)]`` (count 1 if absent)."""
+    items = []
+    for item in re.sub(r"\(.*?\)", "", text).split(","):
+        parts = [p for p in item.split(":") if p]
+        if not parts:
+            continue
+        count = int(parts.pop()) if len(parts) > 1 and parts[-1].isdigit() else 1
+        items.append((parts[0], parts[1] if len(parts) > 1 else None, count))
+    return items
+
+
+def _gres_fits(asked: str, offered: str) -> bool:
+    """Does a node's gres (``gpu:a40:4(S:0-1)``) hold every item of ``asked`` (``gpu:1``, ``gpu:a40:2``)?"""
+    have: dict[tuple[str, str | None], int] = {}
+    for name, kind, count in _gres_items(offered):
+        have[(name, None)] = have.get((name, None), 0) + count
+        if kind:
+            have[(name, kind)] = have.get((name, kind), 0) + count
+    return all(have.get((name, kind), 0) >= count for name, kind, count in _gres_items(asked))
+
+
+def _features_fit(expression: str, features: set[str]) -> bool:
+    """Simple feature expressions: ``a&b`` (all), ``a|b`` (any); other forms are left to sbatch."""
+    if any(c in expression for c in "[]()*:"):
+        return True
+    return any(all(f in features for f in conj.split("&")) for conj in expression.replace(",", "&").split("|"))
+
+
+def check_against_cluster(cluster: DictConfig) -> None:
+    """One-line ``PreflightError`` when the cluster says the profile cannot run; silent where Slurm
+    cannot be asked (a dry run on a laptop)."""
+    partition = str(cluster.partition)
+    shown = _ask(["scontrol", "show", "partition", "-o", partition])
+    if shown is None:
+        if _ask(["sinfo", "-h", "-o", "%P"]) is not None:  # Slurm answers, the partition is not there
+            known = sorted({p.rstrip("*") for p in _ask(["sinfo", "-h", "-o", "%P"]).split()})
+            raise PreflightError(f"cluster.partition={partition!r} does not exist on this cluster; "
+                                 f"use one of {', '.join(known)} ({_PROFILE})")
+        return
+    fields = dict(f.split("=", 1) for f in shown.split() if "=" in f)
+    if (t := _value(cluster, "time")) is not None and (limit := minutes(fields.get("MaxTime", "UNLIMITED"))) is not None \
+            and (asked := minutes(t)) is not None and asked > limit:
+        raise PreflightError(f"cluster.time={t} exceeds partition {partition}'s limit {fields['MaxTime']}; "
+                             f"ask for at most that ({_PROFILE})")
+    nodes = _nodes(partition) or []
+    if nodes:
+        checks = []
+        if (m := _value(cluster, "mem")) is not None and mem_mb(m) > 0:
+            checks.append(("mem", m, lambda n, m=m: n["mem_mb"] >= mem_mb(m), f"{max(n['mem_mb'] for n in nodes)}M"))
+        if (c := _value(cluster, "cpus_per_task")) is not None:
+            checks.append(("cpus_per_task", c, lambda n, c=c: n["cpus"] >= int(c), str(max(n["cpus"] for n in nodes))))
+        if (g := _value(cluster, "gres")) is not None:
+            offered = sorted({n["gres"] for n in nodes if n["gres"]}) or ["none"]
+            checks.append(("gres", g, lambda n, g=g: _gres_fits(str(g), n["gres"]), " or ".join(offered)))
+        if (f := _value(cluster, "constraint")) is not None:
+            offered = sorted({x for n in nodes for x in n["features"]}) or ["none"]
+            checks.append(("constraint", f, lambda n, f=f: _features_fit(str(f), n["features"]), ", ".join(offered)))
+        for key, value, fits, best in checks:
+            if not any(fits(n) for n in nodes):
+                raise PreflightError(f"cluster.{key}={value} fits no node of partition {partition} "
+                                     f"(largest/available there: {best}); change cluster.{key} or the partition")
+    _check_account_and_qos(cluster)
+
+
+def _check_account_and_qos(cluster: DictConfig) -> None:
+    account, qos = _value(cluster, "account"), _value(cluster, "qos")
+    if account is None and qos is None:
+        return
+    assoc = _ask(["sacctmgr", "-n", "-P", "show", "assoc", f"user={getpass.getuser()}", "format=account,qos"])
+    if not assoc or not assoc.strip():
+        return  # no accounting database here: nothing to check against
+    accounts = {line.split("|")[0] for line in assoc.splitlines() if line.strip()}
+    allowed_qos = {q for line in assoc.splitlines() for q in line.split("|")[1].split(",") if "|" in line and q}
+    if account is not None and str(account) not in accounts:
+        raise PreflightError(f"cluster.account={account!r} is not one of your Slurm accounts "
+                             f"({', '.join(sorted(accounts))}); set cluster.account to one of them or null")
+    if qos is not None and allowed_qos and str(qos) not in allowed_qos:
+        raise PreflightError(f"cluster.qos={qos!r} is not a QOS you may use ({', '.join(sorted(allowed_qos))}); "
+                             "set cluster.qos to one of them or null")
+
+
+# sbatch's refusal (a fragment of its error) -> the profile key to change.
+_REFUSALS = (
+    ("partition", "cluster.partition"), ("account", "cluster.account"), ("qos", "cluster.qos"),
+    ("gres", "cluster.gres"), ("generic resource", "cluster.gres"), ("memory", "cluster.mem"),
+    ("--time", "cluster.time"), ("time limit", "cluster.time"), ("feature", "cluster.constraint"),
+    ("processors", "cluster.cpus_per_task"), ("node configuration", "cluster.mem / cpus_per_task / gres / constraint"),
+    ("array", "cluster.array_parallelism or the grid size"),
+)
+
+
+def explain_refusal(stderr: str) -> str:
+    """sbatch's error output -> one line: what Slurm said, and which profile key to change."""
+    lines = [ln.strip() for ln in stderr.splitlines() if "error" in ln.lower()] or \
+            [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    said = "; ".join(dict.fromkeys(ln.removeprefix("sbatch: error: ") for ln in lines)) or "no reason given"
+    low = said.lower()
+    key = next((k for fragment, k in _REFUSALS if fragment in low), "the cluster profile")
+    return f"Slurm refused the submission: {said}; change {key} ({_PROFILE}); nothing was submitted"
+
+
+# Slurm's default MaxArraySize (array indices 0 .. MaxArraySize - 1).
+DEFAULT_MAX_ARRAY_SIZE = 1001
+
+
+def max_array_size(cluster: DictConfig) -> int:
+    """Tasks one array may hold: the cluster's ``MaxArraySize`` (``scontrol show config``, Slurm's
+    default where it cannot be asked), lowered by the profile's ``max_array_size`` if set."""
+    slurm = DEFAULT_MAX_ARRAY_SIZE
+    config = _ask(["scontrol", "show", "config"])
+    for line in (config or "").splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "MaxArraySize" and value.strip().isdigit():
+            slurm = int(value.strip())
+    asked = _positive_int(_value(cluster, "max_array_size")) if _value(cluster, "max_array_size") is not None else None
+    return min(slurm, asked) if asked else slurm

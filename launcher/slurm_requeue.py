@@ -1,0 +1,84 @@
+"""Inside a Slurm task: requeue after a checkpoint-and-stop, and the task's own attempt history.
+
+When Slurm warns a running task (submitit's ``USR2`` before the time limit, ``SIGTERM`` on
+preemption, ``scancel --signal=...``), the trainer checkpoints at its current step and stops; the
+runtime then asks ``scontrol requeue`` for the task unless the task is being cancelled (a plain
+``scancel`` also sends ``SIGTERM``). Every such event is appended to ``job.json``'s ``history``,
+which the evidence turns into incidents that stay in the bundle.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from launcher.records import read_job_record, update_job_record
+
+HISTORY_KEY = "history"
+# A task that keeps being stopped is given up after this many requeues of its own.
+MAX_SELF_REQUEUES = 10
+
+
+def slurm_job_state(job_id: str) -> str | None:
+    """The controller's state of ``job_id`` (``RUNNING``, ``CANCELLED``, ...), None if it cannot tell."""
+    try:
+        proc = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for field in proc.stdout.split():
+        if field.startswith("JobState="):
+            return field.partition("=")[2]
+    return None
+
+
+def requeue_refusal(job_id: str, restart_count: int) -> str | None:
+    """Why the stopped task must not be requeued, or None when it should be."""
+    state = slurm_job_state(job_id)
+    if state != "RUNNING":
+        return f"Slurm reports the task {state or 'unknown'} (cancelled or ended), so it is not requeued"
+    if restart_count >= MAX_SELF_REQUEUES:
+        return f"already requeued {restart_count} times"
+    return None
+
+
+def requeue(job_id: str) -> str | None:
+    """``scontrol requeue job_id``; returns the error line when Slurm refuses."""
+    try:
+        proc = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    return None if proc.returncode == 0 else (proc.stderr.strip() or f"exit {proc.returncode}")
+
+
+def signal_event(signum: int) -> str:
+    """What a stop signal means for the task (the incident's title)."""
+    if signum == signal.SIGUSR2:
+        return "time-limit or preemption warning (USR2)"
+    return f"stop signal ({signal.Signals(signum).name.removeprefix('SIG')})"
+
+
+def append_history(job_dir: Path, entry: dict) -> dict:
+    """Add one attempt event to ``job.json``'s history (never rewriting earlier ones)."""
+    history = list(read_job_record(job_dir).get(HISTORY_KEY) or [])
+    return update_job_record(job_dir, {HISTORY_KEY: [*history, {**entry, "time": round(time.time(), 3)}]})
+
+
+RUNTIME_LOG = "runtime.log"
+
+
+def keep_scheduler_output(job_dir: Path, job_id: str, restart_count: int) -> None:
+    """Append this run's Slurm output (submitit's stdout and stderr: the runtime's own messages, the
+    profile's setup lines) to ``runtime.log`` in the job directory, where the bundle keeps it."""
+    try:
+        import submitit
+
+        paths = submitit.JobEnvironment().paths
+    except Exception:  # noqa: BLE001 - not inside a submitit job
+        return
+    with open(Path(job_dir) / RUNTIME_LOG, "a", encoding="utf-8") as log:
+        for label, path in (("stdout", paths.stdout), ("stderr", paths.stderr)):
+            if Path(path).is_file():
+                log.write(f"==> Slurm {label} of job {job_id}, restart {restart_count} <==\n")
+                log.write(Path(path).read_text(encoding="utf-8", errors="replace"))

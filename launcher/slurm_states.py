@@ -1,0 +1,173 @@
+"""Scheduler states of array tasks as Slurm reports them, and the rules for when to believe them.
+
+Slurm names array tasks in two notations: one task per line (``88_3``) and, for tasks that never
+started, one aggregated line in array-range notation (``88_[1-3%4]``, ``88_[1,3-5]``); sacct keeps
+that aggregated form even after the array is cancelled. ``expand_job_ids`` turns both into task
+ids. A state is trusted only when Slurm confirms it: a state that ``--requeue`` or preemption can
+follow (``TRANSIENT_STATES``) is final only when ``squeue`` no longer holds the task on a second
+look, and a task that neither sacct nor squeue reports any more is ``VANISHED`` only on a second
+look too (never left PENDING forever).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from collections.abc import Callable
+
+from launcher.backend import SchedulerUnavailable
+
+# States after which a task never runs again (unless listed in TRANSIENT_STATES as well).
+TERMINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL",
+                             "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "VANISHED"})
+# States that a requeue (``--requeue``, preemption, ``scontrol requeue``) can follow within seconds.
+TRANSIENT_STATES = frozenset({"NODE_FAIL", "PREEMPTED", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD",
+                              "RESV_DEL_HOLD", "BOOT_FAIL"})
+# Recorded when Slurm, asked twice, reports nothing at all about a task we submitted.
+VANISHED = "VANISHED"
+# How long to wait before the confirming second look.
+CONFIRM_DELAY_S = 2.0
+
+_TASK_RANGE = re.compile(r"^(?P<array>\d+)_\[(?P<ranges>[0-9,\-]+)(?:%\d+)?\]$")
+
+
+def expand_job_ids(text: str) -> list[str]:
+    """Task ids of one sacct/squeue JobID field: ``88_[1-3%4]`` -> ``88_1 88_2 88_3``,
+    ``88_[1,3-5]`` -> ``88_1 88_3 88_4 88_5``; ``88_7`` and a plain ``88`` stay as they are.
+    (The ``%N`` suffix is the array's concurrency limit, not a task.)"""
+    text = text.strip()
+    match = _TASK_RANGE.match(text)
+    if match is None:
+        return [text] if text else []
+    ids = []
+    for part in match["ranges"].split(","):
+        first, _, last = part.partition("-")
+        ids += [f"{match['array']}_{i}" for i in range(int(first), int(last or first) + 1)]
+    return ids
+
+
+def base_state(text: str) -> str:
+    """``CANCELLED by 0`` -> ``CANCELLED``; an empty field -> ``UNKNOWN``."""
+    return text.split()[0].rstrip("+") if text.strip() else "UNKNOWN"
+
+
+def _elapsed_s(text: str) -> int:
+    return int(text) if text.strip().isdigit() else 0
+
+
+def parse_sacct(text: str) -> dict[str, dict]:
+    """``sacct -X -P -n --format=JobID,State,ExitCode,ElapsedRaw,NodeList`` -> per task id
+    ``{state, exit_code, signal, elapsed_s, node}``; aggregated range lines are expanded."""
+    states = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        job_id, state, exit_code, elapsed, node = (line.split("|") + [""] * 5)[:5]
+        code, _, sig = exit_code.partition(":")
+        info = {"state": base_state(state), "exit_code": int(code) if code.isdigit() else 0,
+                "signal": int(sig) if sig.isdigit() else 0, "elapsed_s": _elapsed_s(elapsed),
+                "node": node if node and node != "None assigned" else ""}
+        for task in expand_job_ids(job_id):
+            states[task] = dict(info)
+    return states
+
+
+def parse_squeue(text: str) -> dict[str, dict]:
+    """``squeue -h -r -o %i|%T|%r`` -> per task id ``{state, reason}`` (ranges expanded)."""
+    states = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        job_id, state, reason = (line.split("|") + ["", ""])[:3]
+        for task in expand_job_ids(job_id):
+            states[task] = {"state": base_state(state), "reason": reason.strip()}
+    return states
+
+
+def _ask(argv: list[str]) -> str:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SchedulerUnavailable(f"{argv[0]} failed: {exc}") from None
+    if proc.returncode != 0:
+        raise SchedulerUnavailable(f"{argv[0]} failed: {proc.stderr.strip() or proc.returncode}")
+    return proc.stdout
+
+
+def sacct_states(job_ids: list[str]) -> dict[str, dict]:
+    """What accounting says about the arrays of ``job_ids``, per task id."""
+    arrays = sorted({j.split("_")[0] for j in job_ids})
+    return parse_sacct(_ask(["sacct", "-X", "-P", "-n", "-j", ",".join(arrays),
+                             "--format=JobID,State,ExitCode,ElapsedRaw,NodeList"]))
+
+
+def squeue_states(job_ids: list[str]) -> dict[str, dict]:
+    """What the controller still holds (queued, running, requeued) of the arrays of ``job_ids``."""
+    arrays = {j.split("_")[0] for j in job_ids}
+    queued = parse_squeue(_ask(["squeue", "-h", "-r", "--me", "-o", "%i|%T|%r"]))
+    return {task: info for task, info in queued.items() if task.split("_")[0] in arrays}
+
+
+_NOTHING_YET = {"exit_code": None, "signal": 0, "elapsed_s": 0, "node": "", "reason": ""}
+
+
+def _looks(job_ids: list[str]) -> dict[str, dict]:
+    """One look: sacct's view per task, overridden by squeue's for tasks the controller still holds.
+
+    Until Slurm splits an array's not-yet-started tasks off its meta record, sacct shows them only
+    as the bare array id (``88|PENDING``, ``88|CANCELLED by 0``): that line stands for every task
+    of the array that has no line of its own.
+    """
+    accounted = sacct_states(job_ids)
+    queued = squeue_states(job_ids)
+    view = {}
+    for job_id in job_ids:
+        array = job_id.split("_")[0]
+        accounted_info = accounted.get(job_id) or (accounted.get(array) if "_" in job_id else None)
+        if job_id in queued:
+            view[job_id] = {**_NOTHING_YET, **(accounted_info or {}), **queued[job_id]}
+        elif accounted_info is not None:
+            view[job_id] = {**_NOTHING_YET, **accounted_info}
+    return view
+
+
+def _unconfirmed(view: dict[str, dict], job_ids: list[str]) -> list[str]:
+    return [j for j in job_ids if j not in view or view[j]["state"] in TRANSIENT_STATES]
+
+
+def confirmed_states(job_ids: list[str], confirm_delay_s: float = CONFIRM_DELAY_S,
+                     sleep: Callable[[float], None] = time.sleep) -> dict[str, dict]:
+    """Per task id the state Slurm confirms: ``{state, exit_code, signal, elapsed_s, node, reason}``.
+
+    A task in a transient state, or unknown to both sacct and squeue, gets a second look after
+    ``confirm_delay_s``: the squeue state wins if the task came back (requeued); a task that is
+    still transient and out of the queue is final; one still unknown to both is ``VANISHED``.
+    """
+    if not job_ids:
+        return {}
+    view = _looks(job_ids)
+    doubtful = _unconfirmed(view, job_ids)
+    if doubtful:
+        sleep(confirm_delay_s)
+        second = _looks(doubtful)
+        for job_id in doubtful:
+            if job_id in second:
+                view[job_id] = second[job_id]
+            else:
+                view[job_id] = {**_NOTHING_YET, "state": VANISHED,
+                                "reason": "neither sacct nor squeue reports this task (asked twice)"}
+    return view
+
+
+def recorded_exit_code(info: dict) -> int | None:
+    """The exit code job.json records for a finished task: sacct's code, except that a task ended
+    by a signal with code 0 (``CANCELLED`` shows ``0:15``) records ``128 + signal``, the shell's
+    convention; one that never started (no node, no elapsed time), or that Slurm ended with code
+    ``0:0``, records none."""
+    if info["state"] != "COMPLETED" and not info.get("node") and not info.get("elapsed_s"):
+        return None
+    if info["state"] != "COMPLETED" and info.get("exit_code") == 0:
+        # Slurm ended it (CANCELLED and TIMEOUT often read 0:0): never 0, the code of a success.
+        return 128 + int(info["signal"]) if info.get("signal") else None
+    return info.get("exit_code")
