@@ -48,6 +48,10 @@ from evidence.measures import POINTS_PER_UNIT, Measure, MeasureError, arm_values
 
 VERDICT_FILE = "verdict.json"
 TUNING_STAGE = "tuning"  # data/stages/tuning/: the tuning stage's data, when the experiment tuned
+# An experiment's stages before confirm, whose evidence the confirm stage's bundle carries.
+EARLIER_STAGES = ("probe", TUNING_STAGE)
+# Records the launcher writes at a stage's root (the probe's checks), carried beside its data.
+STAGE_RECORDS = {"probe": ("probe.json", "gradient_check.json")}
 # What of a stage's data/ the verdict recomputes from (its run logs stay in that stage's own bundle).
 STAGE_FILES = ("sweep.json", SETTINGS_FILE, "index.csv", "incidents.csv", "steps.csv", "eval.csv")
 VALIDATED, FAILED, INCONCLUSIVE = "VALIDATED", "FAILED", "INCONCLUSIVE"
@@ -543,20 +547,28 @@ def bundle_verdict(data: BundleData) -> dict | None:
 
 
 def add_experiment(sweep_dir: Path, data_dir: Path) -> None:
-    """Build hook, before the data is loaded: carry ``<sweep_dir>/experiment.yaml`` (the spec as run) and,
-    when it declares tuning, the tuning stage's evidence (``<experiment dir>/tuning/bundle/data``: stages
-    are sibling sweeps) into the bundle's ``data/``."""
+    """Build hook, before the data is loaded: carry ``<sweep_dir>/experiment.yaml`` (the spec as run) and
+    every earlier stage's evidence (``<experiment dir>/<stage>/bundle/data``: stages are sibling sweeps;
+    the probe's checks with it) into the bundle's ``data/stages/<stage>/``."""
     spec = Path(sweep_dir) / EXPERIMENT_FILE
     if not spec.is_file():
         return
     text = spec.read_text(encoding="utf-8")
     experiment = parse_experiment(text)
     write_text(Path(data_dir) / EXPERIMENT_FILE, text)
-    tuning = Path(sweep_dir).parent / "tuning" / "bundle" / "data"
-    if experiment.tuning is not None and (tuning / "index.csv").is_file():
+    for stage in EARLIER_STAGES:
+        if stage == TUNING_STAGE and experiment.tuning is None:
+            continue
+        root = Path(sweep_dir).parent / stage
+        built = root / "bundle" / "data"
+        if not (built / "index.csv").is_file():
+            continue
         for name in STAGE_FILES:
-            if (tuning / name).is_file():
-                write_text(Path(data_dir) / "stages" / TUNING_STAGE / name, (tuning / name).read_text(encoding="utf-8"))
+            if (built / name).is_file():
+                write_text(Path(data_dir) / "stages" / stage / name, (built / name).read_text(encoding="utf-8"))
+        for name in STAGE_RECORDS.get(stage, ()):
+            if (root / name).is_file():
+                write_text(Path(data_dir) / "stages" / stage / name, (root / name).read_text(encoding="utf-8"))
 
 
 def write_verdict(data_dir: Path, data: BundleData) -> None:
