@@ -140,8 +140,9 @@ def load_study(node: DictConfig, name: str) -> Study:
     return Study(name, text, experiment, settings, tuning_seeds=tuple(tuning_seeds), probe=probe, budget=budget)
 
 
-def check_arm_settings(study: Study) -> None:
-    """Every arm and shared setting names a real setting, and the criterion's metric is one every arm logs."""
+def check_arm_settings(study: Study, user: dict[str, str] | None = None) -> None:
+    """Every arm and shared setting names a real setting, and the criterion's metric is one every arm
+    logs (with the command line's ``user`` overrides)."""
     from launcher.cli import check_overrides
     from trainer.config import algo_config
     from trainer.metrics import metric_keys
@@ -155,7 +156,7 @@ def check_arm_settings(study: Study) -> None:
             raise ExperimentError(f"experiment {study.name}: {where}: {problem}")
     measure = study.experiment.criterion.measure
     for arm, overrides in study.experiment.arms.items():
-        cfg = compose([f"{k}={v}" for k, v in {**study.settings, **overrides}.items()])
+        cfg = compose([f"{k}={v}" for k, v in {**study.settings, **overrides, **(user or {})}.items()])
         if measure.is_eval:
             k = int(cfg.workload.eval.k)
             logged = {"eval/mean_reward", "eval/truncation", *(f"eval/pass@{j}" for j in range(1, k + 1))}
@@ -411,7 +412,11 @@ def run_experiment(cfg: DictConfig, overrides: list[str], exp_dir: Path, name: s
                                       f"edit the spec (a new experiment) instead")
         if "seed" in user:
             raise ExperimentError("the spec's seeds are pre-registered; drop the seed override")
-        check_arm_settings(study)
+        tuned = study.experiment.tuning.setting if study.experiment.tuning is not None else None
+        if tuned in user:
+            raise ExperimentError(f"the override {tuned}={user[tuned]} sets the tuned setting {tuned}; drop it "
+                                  f"(the tuning stage chooses it per arm)")
+        check_arm_settings(study, user)
         check_registration(exp_dir, study, sorted(overrides_for_record(overrides)))
         runner = Runner(study, exp_dir, user, [*launcher, *_wall_cap(study, cfg.cluster)], bool(cfg.dry_run))
         return dry_run(runner) if runner.dry_run else run_stages(runner, sorted(overrides_for_record(overrides)))
@@ -424,8 +429,9 @@ def run_experiment(cfg: DictConfig, overrides: list[str], exp_dir: Path, name: s
 
 
 def overrides_for_record(overrides: list[str]) -> list[str]:
-    """What defines the experiment's runs: every override but the launcher's own and Hydra's."""
-    return [o for o in overrides if o.split("=", 1)[0].lstrip("+~").split(".")[0] not in (*LAUNCHER_KEYS, "hydra")]
+    """What defines the runs besides the spec (whose SHA256 covers experiment.*): the trainer overrides."""
+    return [o for o in overrides
+            if o.split("=", 1)[0].lstrip("+~").split(".")[0] not in (*LAUNCHER_KEYS, "hydra", "experiment")]
 
 
 def _stage_header(stage: str, text: str) -> None:
