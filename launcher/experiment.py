@@ -306,16 +306,17 @@ def probe_checks(runner: Runner, data) -> dict:
     record: dict = {"arms": arms, "checks": {}}
     stale = probe.get("staleness_check")
     if stale:
-        base = {**study.settings, **study.experiment.arms[stale["arm"]]}
-        fresh = {**base, **_overrides(stale.get("settings"), "staleness_check.settings")}
+        own = study.experiment.arms[stale["arm"]]
+        fresh = {**own, **_overrides(stale.get("settings"), "staleness_check.settings")}
         metric = stale.get("metric", "train/sampler_logp_gap")
 
-        def level(wanted: dict[str, str]) -> float:
-            """The metric's mean over the probe steps of the one probe arm running ``wanted``."""
-            (label,) = [lb for lb, a in arms.items() if same_overrides(wanted, a["overrides"])]
+        def level(fresh_arm: bool) -> float:
+            """The metric's mean over the probe steps of the baseline's fresh (or stale) probe arm."""
+            (label,) = [lb for lb, a in arms.items() if same_overrides(own, a["overrides"])
+                        and same_overrides(fresh, a["overrides"]) == fresh_arm]
             return _mean([r[metric] for (arm, _), rows in data.steps.items() if arm == label for r in rows])
 
-        stale_value, fresh_value = level(base), level(fresh)
+        stale_value, fresh_value = level(False), level(True)
         ratio = float(stale.get("min_ratio", 2.0))
         passed = stale_value > 0 and stale_value >= ratio * fresh_value
         record["checks"]["staleness"] = {"metric": metric, "stale": stale_value, "fresh": fresh_value,
@@ -464,7 +465,13 @@ def dry_run(runner: Runner) -> int:
         print(f"   confirm runs at each arm's tuning winner; shown here at "
               f"{', '.join(f'{a}: {t.setting}={v[t.setting]}' for a, v in selected.items())}")
     _stage_header("confirm", f"every arm over seeds {', '.join(map(str, study.experiment.seeds))}")
-    run_sweep(runner.plan("confirm", runner.confirm_cells(selected)))
+    confirm = runner.plan("confirm", runner.confirm_cells(selected))
+    if selected:  # illustrative settings: print the commands, record no plan a real run would contradict
+        from launcher.plan import expanded_commands
+
+        print("\n".join(expanded_commands(confirm)))
+    else:
+        run_sweep(confirm)
     c = study.experiment.criterion
     _stage_header("verdict", f"{c.measure.label()}: {c.treatment} - {c.baseline} >= {c.threshold:g} {c.units}")
     return 0

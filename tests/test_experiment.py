@@ -209,3 +209,32 @@ def test_loss_norm_smoke_run_end_to_end_then_resumed(tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     assert "2 job(s) already accepted" in again.stdout and "6 job(s) already accepted" in again.stdout
     assert json.loads((exp / REGISTRATION).read_text()) == registration
+
+
+@pytest.mark.slow
+def test_an_edge_of_grid_winner_extends_its_grid_once_through_the_runner(tmp_path):
+    """A two-value grid always has its winner on an edge: with ``on_edge: extend`` each arm's grid grows by
+    the one value ``extend_grid`` gives in the winner's direction, once, and the verdict records the selection."""
+    from evidence.verdict import extend_grid
+
+    exp = tmp_path / "exp"
+    cmd = [sys.executable, "launch.py", "experiment=stale_score_centering", "experiment.tuning.values=[1e-4,3e-4]",
+           "experiment.seeds=[1]", "+experiment.exploratory=true", "~experiment.probe.gradient_check",
+           "~experiment.probe.staleness_check", "experiment.probe.steps=1", "workload.n_updates=2",
+           "workload.eval.n_prompts=2", f"hydra.run.dir={exp}"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
+    extended = [line for line in proc.stdout.splitlines() if line.startswith("tuning: ") and "extending" in line]
+    assert len(extended) == 2, proc.stdout[-3000:]  # both arms, once each
+    jobs = sorted(p.name for p in (exp / "tuning" / "jobs").iterdir())
+    assert len(jobs) == 6
+    for line in extended:
+        arm, side = line.split("tuning: ")[1].split("'s best")[0], line.split("on the ")[1].split(" edge")[0]
+        value = extend_grid(["1e-4", "3e-4"], side)
+        assert line.endswith(f"extending its grid once with {value}")
+        assert any(j.startswith(arm) and j.endswith("-101") for j in jobs)
+    verdict = json.loads((exp / "confirm" / "bundle" / "data" / "verdict.json").read_text())
+    assert set(verdict["selected"]) == {"is_pg", "score_centering"}
+    assert verdict["tuning"]["evidence"] == "tuning stage"
+    assert all(len(scores) == 3 for scores in verdict["tuning"]["scores"].values())
