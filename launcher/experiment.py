@@ -496,6 +496,7 @@ def run_stages(runner: Runner, recorded: list[str]) -> int:
     planned = [runner.plan("tuning", runner.tuning_cells(grids))] if grids else []
     planned.append(runner.plan("confirm", runner.confirm_cells(
         {a: {study.experiment.tuning.setting: v[0]} for a, v in first.items()} if grids else {})))
+    atomic_write_json(runner.stage_dir("probe") / PROBE_RECORD, record)  # kept when the budget refuses
     record["budget"] = check_budget(study, record, planned)
     atomic_write_json(runner.stage_dir("probe") / PROBE_RECORD, record)
     speeds = ", ".join(f"{arm} {v['step_s']:.2f} s/step" for arm, v in record["arms"].items())
@@ -540,6 +541,8 @@ def run_tuning(runner: Runner, grids: dict[str, list[str]]) -> dict[str, dict[st
                       f"extending its grid once with {value}")
             run_sweep(runner.plan("tuning", runner.tuning_cells(grids)))
             chosen = _select(runner, bundle)
+    print("tuning selected: " + "; ".join(
+        f"{arm} {s.setting}={s.value}" + (f" (on the {s.edge} edge)" if s.edge else "") for arm, s in chosen.items()))
     return {arm: {s.setting: s.value} for arm, s in chosen.items()}
 
 
