@@ -3,6 +3,7 @@
     python launch.py -m algo=grpo,rpp,rppb seed=42,1234,2026            # 9 local jobs
     python launch.py -m algo=grpo,rpp,rppb seed=42,1234,2026 cluster=slurm   # one Slurm job array
     python launch.py -m ... dry_run=true                                # expand and check only
+    python launch.py experiment=loss_norm [workload.n_updates=8 ...]    # a pre-registered study
 
 Without ``-m`` it runs the single job of the composed config the same way.
 """
@@ -25,6 +26,15 @@ def main(cfg: DictConfig) -> None:
     from launcher.grid import hydra_compose
 
     hc = HydraConfig.get()
+    if cfg.get("experiment") is not None:  # its stages are sweeps of their own (launcher/experiment.py)
+        from launcher.experiment import experiment_dir, run_experiment
+
+        name = hc.runtime.choices.get("experiment")
+        code = run_experiment(cfg, list(hc.overrides.task), experiment_dir(name, hc.run.dir, list(hc.overrides.hydra)),
+                              name)
+        if code:
+            sys.exit(code)
+        return
     code = launch_grid(cfg, [list(hc.overrides.task)], hc.run.dir, compose=hydra_compose(hc.job.config_name))
     if code:
         sys.exit(code)
@@ -33,6 +43,9 @@ def main(cfg: DictConfig) -> None:
 if __name__ == "__main__":
     from launcher.cli import check_overrides
 
+    if "-m" in sys.argv[1:] and any(a.startswith("experiment=") for a in sys.argv[1:]):
+        print("proofgrid: error: an experiment runs its own sweeps (probe, tuning, confirm); drop -m", file=sys.stderr)
+        sys.exit(2)
     if (problem := check_overrides(sys.argv[1:])) is not None:
         print(f"proofgrid: error: {problem}", file=sys.stderr)
         sys.exit(2)

@@ -48,6 +48,10 @@ from evidence.measures import POINTS_PER_UNIT, Measure, MeasureError, arm_values
 
 VERDICT_FILE = "verdict.json"
 TUNING_STAGE = "tuning"  # data/stages/tuning/: the tuning stage's whole data/, when the experiment tuned
+# An experiment's stages before confirm, whose evidence (their whole data/) the confirm stage's bundle carries.
+EARLIER_STAGES = ("probe", TUNING_STAGE)
+# Records the launcher writes at a stage's root (the probe's checks), carried beside its data.
+STAGE_RECORDS = {"probe": ("probe.json", "gradient_check.json")}
 VALIDATED, FAILED, INCONCLUSIVE = "VALIDATED", "FAILED", "INCONCLUSIVE"
 MIN_SEEDS = 3  # for a verdict that is not exploratory
 # A mean difference within this of the threshold reaches it: exact decimal inputs lose a few ulps.
@@ -543,21 +547,30 @@ def bundle_verdict(data: BundleData) -> dict | None:
 
 
 def add_experiment(sweep_dir: Path, data_dir: Path) -> None:
-    """Build hook, before the data is loaded: carry ``<sweep_dir>/experiment.yaml`` (the spec as run) and,
-    when it declares tuning, the tuning stage's sealed evidence (``<experiment dir>/tuning/bundle/data/``:
-    stages are sibling sweeps) into the bundle's ``data/`` (``data/stages/tuning/``, audited as well)."""
+    """Build hook, before the data is loaded: carry ``<sweep_dir>/experiment.yaml`` (the spec as run) and
+    every earlier stage's sealed evidence (``<experiment dir>/<stage>/bundle/data/``: stages are sibling
+    sweeps; the probe's checks with it) into the bundle's ``data/stages/<stage>/`` (audited as well)."""
     spec = Path(sweep_dir) / EXPERIMENT_FILE
     if not spec.is_file():
         return
     text = spec.read_text(encoding="utf-8")
     experiment = parse_experiment(text)
     write_text(Path(data_dir) / EXPERIMENT_FILE, text)
-    tuning = Path(sweep_dir).parent / "tuning" / "bundle" / "data"
-    if experiment.tuning is not None and (tuning / "index.csv").is_file():
-        for path in sorted(p for p in tuning.rglob("*") if p.is_file() and not p.is_symlink()):
-            target = Path(data_dir) / "stages" / TUNING_STAGE / path.relative_to(tuning)
+    for stage in EARLIER_STAGES:
+        if stage == TUNING_STAGE and experiment.tuning is None:
+            continue
+        root = Path(sweep_dir).parent / stage
+        built = root / "bundle" / "data"
+        if not (built / "index.csv").is_file():
+            continue
+        target_root = Path(data_dir) / "stages" / stage
+        for path in sorted(p for p in built.rglob("*") if p.is_file() and not p.is_symlink()):
+            target = target_root / path.relative_to(built)
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(path.read_bytes())
+        for name in STAGE_RECORDS.get(stage, ()):
+            if (root / name).is_file():
+                write_text(target_root / name, (root / name).read_text(encoding="utf-8"))
 
 
 def write_verdict(data_dir: Path, data: BundleData) -> None:

@@ -9,15 +9,16 @@ from pathlib import Path
 from launcher.preflight import PreflightError
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-GROUPS = ("algo", "workload", "cluster")
+GROUPS = ("algo", "workload", "cluster", "experiment")
 
 
-def check_overrides(argv: list[str]) -> str | None:
+def check_overrides(argv: list[str], compose=None) -> str | None:
     """A one-line error for a bad command-line override, else ``None``.
 
     Hydra validates the whole grid before any launcher runs and reports a bad group option or an
     unknown key over a dozen lines; these checks run first and keep the message to one line:
     unknown config-group options (``algo=bogus``) and unknown settings (``workload.lrr=3``).
+    ``compose`` composes the group choices (default: ``trainer.config.compose``, outside a Hydra app).
     """
     import difflib
 
@@ -53,7 +54,8 @@ def check_overrides(argv: list[str]) -> str | None:
             return (f"bad grid: unknown {group} {', '.join(repr(u) for u in unknown)}; "
                     f"choose from {', '.join(known)} (conf/{group}/)")
         choices.append(f"{group}={values[0]}")
-    from trainer.config import compose
+    if compose is None:
+        from trainer.config import compose
 
     cfg = compose(choices)
     missing = object()

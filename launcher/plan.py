@@ -50,6 +50,7 @@ class Sweep:
     n_updates: int
     eval_responses: int
     workload: str
+    experiment_sha256: str | None = None  # an experiment's stage: the pre-registered spec's digest
 
     @property
     def arms(self) -> dict[str, dict[str, str]]:
@@ -67,6 +68,7 @@ class Sweep:
             "workload": self.workload,
             "source_commit": self.source_commit,
             "cluster": OmegaConf.to_container(self.cluster, resolve=True),
+            **({"experiment_sha256": self.experiment_sha256} if self.experiment_sha256 else {}),
         }
 
 
@@ -176,14 +178,22 @@ def plan_grid(grid: Sequence[str], sweep_dir: Path, config_name: str = "config")
     ``launch.py -m`` (``["algo=grpo,rpp", "seed=1,2", "workload.lr=1e-4,3e-4", "dry_run=true"]``),
     composed with Hydra's compose API from ``conf/``. Run it with ``launcher.sweep.run_sweep``;
     its jobs are ``sweep.specs`` (each ``job_dir`` holds ``job.json``)."""
+    try:
+        cells = expand_grid(grid)
+    except GridError as exc:
+        raise PreflightError(f"bad grid: {exc}") from None
+    return plan_cells(cells, sweep_dir, config_name)
+
+
+def plan_cells(cells: Sequence[Sequence[str]], sweep_dir: Path, config_name: str = "config") -> Sweep:
+    """``plan_grid`` for cells listed one by one (arms that are not a cartesian product): each cell is
+    one job's full override list; launcher settings must be the same in every cell."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    cells = [list(c) for c in cells]
+
     def plan() -> Sweep:
-        try:
-            cells = expand_grid(grid)
-        except GridError as exc:
-            raise PreflightError(f"bad grid: {exc}") from None
         root = compose(config_name, overrides=[o for o in cells[0] if _override_key(o).split(".")[0] in LAUNCHER_KEYS])
         return plan_sweep(root, cells, sweep_dir, hydra_compose(config_name))
 

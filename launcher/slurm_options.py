@@ -11,6 +11,7 @@ into one line naming the profile key and the fix.
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import re
 import shutil
@@ -19,6 +20,7 @@ import subprocess
 from omegaconf import DictConfig
 
 from launcher.preflight import PreflightError
+from trainer.schema import ClusterSchema
 
 # Slurm's --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (or UNLIMITED / INFINITE).
 _TIME = re.compile(r"^(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2}|UNLIMITED|INFINITE)$")
@@ -44,9 +46,8 @@ def _positive_int(value) -> int | None:
 
 # The keys of a Slurm profile (conf/cluster/slurm.yaml documents each); any other key is a typo
 # or an sbatch option that belongs under ``sbatch:``, and would otherwise be dropped silently.
-PROFILE_KEYS = frozenset({"kind", "partition", "account", "qos", "gres", "gpu_model", "cpus_per_task", "mem", "time",
-                          "constraint", "array_parallelism", "max_array_size", "requeue", "signal_delay_s",
-                          "sbatch", "setup", "wait_timeout_s", "seal_job"})
+# They are the fields of the one settings schema, less the local back end's own.
+PROFILE_KEYS = frozenset(f.name for f in dataclasses.fields(ClusterSchema)) - {"max_parallel"}
 # sbatch options the profile sets through its own keys (or submitit sets): not allowed under ``sbatch:``.
 MANAGED_OPTIONS = {"array": "the grid", "partition": "partition", "account": "account", "qos": "qos", "gres": "gres",
                    "cpus-per-task": "cpus_per_task", "mem": "mem", "time": "time", "constraint": "constraint",

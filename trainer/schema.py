@@ -40,8 +40,8 @@ REQUIRED = "???"  # OmegaConf's MISSING: a setting without a default that the co
 
 def setting(default: Any = REQUIRED, **rules: Any):
     """A schema field with its allowed range: ``ge``, ``gt``, ``le``, ``lt``, ``choices``, ``pattern``."""
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata=rules)
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata=rules)
     return field(default=default, metadata=rules)
 
 
@@ -114,7 +114,13 @@ class ClusterSchema:
     time: Any = setting(None, slurm_time=True)  # minutes (int) or a Slurm time string
     constraint: Optional[str] = setting(None)  # noqa: UP045
     array_parallelism: Optional[int] = setting(None, ge=1)  # noqa: UP045
+    max_array_size: Optional[int] = setting(None, ge=1)  # noqa: UP045 - null: the cluster's MaxArraySize
     requeue: bool = setting(True)
+    signal_delay_s: int = setting(90, ge=0)  # USR2 this long before the time limit (checkpoint, requeue)
+    wait_timeout_s: Optional[float] = setting(None, gt=0.0)  # noqa: UP045
+    seal_job: bool = setting(False)  # wait=false: an afterany job seals the bundle when the array ends
+    sbatch: dict[str, Any] = setting({})  # extra sbatch long options (checked in launcher.slurm_options)
+    setup: list[str] = setting([])  # lines run in the batch script before the job (module load ...)
 
 
 @dataclass

@@ -1,0 +1,259 @@
+"""Experiments through ``launch.py experiment=<name>``: the staged dry run (golden), the bad-input
+refusals (one line each, before anything starts), pre-registration, the budget refusal, and one small
+run end to end (probe -> confirm -> verdict, then resumed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from omegaconf import OmegaConf
+
+from launcher.experiment import (
+    REGISTRATION,
+    ExperimentError,
+    check_arm_settings,
+    check_budget,
+    load_study,
+    register,
+    spec_changes,
+)
+from tests.launch_in_process import launch_in_process
+from tests.sweeps import REPO
+
+GOLDEN = REPO / "tests" / "golden" / "experiment_loss_norm_dry_run.txt"
+SPEC = {
+    "title": "t", "hypothesis": "h", "seeds": [1, 2, 3],
+    "arms": {"base": {"algo": "is_pg"}, "treat": {"algo": "score_centering"}},
+    "criterion": {"metric": "eval/pass@1", "at": "final", "baseline": "base", "treatment": "treat",
+                  "threshold_points": 4},
+}
+
+
+def _spec(**changes) -> dict:
+    spec = json.loads(json.dumps(SPEC))
+    spec.update(changes)
+    return spec
+
+
+def _study(spec: dict):
+    return load_study(OmegaConf.create(spec), "test")
+
+
+def _experiment(out: Path, *args: str):
+    return launch_in_process(out, *args, multirun=False)
+
+
+def _plan_lines(stdout: str) -> list[str]:
+    return [line for line in stdout.splitlines() if line.startswith(("[", "# sbatch", "==", "experiment ", "   "))]
+
+
+def test_experiment_dry_run_prints_every_stage_and_matches_the_golden_file(tmp_path):
+    a = _experiment(tmp_path / "a", "experiment=loss_norm", "dry_run=true")
+    b = _experiment(tmp_path / "b", "experiment=loss_norm", "dry_run=true")
+    assert a.returncode == 0, a.stderr
+    lines = _plan_lines(a.stdout)
+    assert lines == _plan_lines(b.stdout)
+    stages = [line for line in lines if line.startswith("==")]
+    assert [s.split(":")[0] for s in stages] == ["== probe", "== confirm", "== verdict"]
+    jobs = [line.split(":")[0] for line in lines if line.startswith("[")]
+    assert jobs == ["[0] dapo-loss_reduction_response_mean-1", "[1] dapo-loss_reduction_token_mean-1",
+                    *(f"[{i}] dapo-loss_reduction_{arm}-{s}" for i, (arm, s) in enumerate(
+                        (a, s) for a in ("response_mean", "token_mean") for s in (1, 2, 3)))]
+    probe_cmds = [line for line in lines if line.startswith("[") and "workload.n_updates=2" in line]
+    assert len(probe_cmds) == 2  # the probe's few steps; the confirm runs keep the workload's length
+    assert all(str(tmp_path) not in line for line in lines)
+    assert not (tmp_path / "a" / REGISTRATION).exists()  # a dry run pre-registers nothing
+    assert not any((tmp_path / "a" / stage / "jobs").exists() for stage in ("probe", "confirm"))
+    assert lines == GOLDEN.read_text().splitlines(), f"update {GOLDEN.name} if this change is intended"
+
+
+def test_any_other_override_applies_to_every_stage_and_slurm_gets_the_wall_cap(tmp_path):
+    proc = _experiment(tmp_path, "experiment=stale_score_centering", "workload.eval.n_prompts=16", "dry_run=true",
+                       "cluster=slurm", "cluster.partition=gpu")
+    assert proc.returncode == 0, proc.stderr
+    jobs = [line for line in proc.stdout.splitlines() if line.startswith("[")]
+    assert len(jobs) == 3 + 6 + 6  # probe (2 arms + the fresh baseline), tuning 2 arms x 3 lr x 1 seed, confirm
+    assert all("workload.eval.n_prompts=16" in j or "workload.eval.n_prompts=1 " in j for j in jobs)
+    tuning = [j.split(":")[0].split("] ")[1] for j in jobs[3:9]]
+    assert tuning == ["is_pg-lr1e-4-101", "is_pg-lr3e-4-101", "is_pg-lr3e-5-101", "score_centering-lr1e-4-101",
+                      "score_centering-lr3e-4-101", "score_centering-lr3e-5-101"]
+    assert "# sbatch | #SBATCH --time=10" in proc.stdout  # budget.wall_minutes_per_run -> Slurm --time
+
+
+def test_unknown_experiment_is_one_line(tmp_path):
+    proc = _experiment(tmp_path, "experiment=nope", "dry_run=true")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "proofgrid: error: bad grid: unknown experiment 'nope'; choose from loss_norm, stale_score_centering "
+        "(conf/experiment/)"]
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (("experiment.seeds=[1,2]",), "2 seed(s); a verdict needs at least 3 (or declare exploratory: true)"),
+    (("experiment.tuning.metric=eval/pass@1", "experiment.tuning.at=final", "~experiment.tuning.last_k"), "tuning: metric eval/pass@1 is the verdict metric"),
+    (("experiment.criterion.metric=train/entropy", "experiment.criterion.at=last_k",
+      "~experiment.criterion.threshold_points", "+experiment.criterion.threshold=0.1",
+      "~experiment.criterion.inconclusive_below_points", "~experiment.criterion.collapse"), "criterion metric train/entropy is logged by no run of arm"),
+    (("experiment.criterion.metric=eval/pass@4", "workload.eval.k=2"),
+     "criterion metric eval/pass@4 is logged by no run of arm is_pg"),
+    (("workload.lr=1e-3",), "sets the tuned setting workload.lr"),
+    (("workload.max_grad_norm=0.5",), None),  # a shared override is fine ...
+    (("algo=grpo",), "would change arm is_pg's own setting"),  # ... one that rewrites an arm is not
+    (("seed=5",), "the spec's seeds are pre-registered"),
+])
+def test_bad_experiment_input_is_refused_in_one_line_before_anything_starts(tmp_path, overrides, message):
+    proc = _experiment(tmp_path, "experiment=stale_score_centering", *overrides, "dry_run=true")
+    if message is None:
+        assert proc.returncode == 0, proc.stderr
+        return
+    assert proc.returncode == 2, proc.stdout
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("proofgrid: error: ") and message in line
+    assert not (tmp_path / "probe").exists()
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    (_spec(arms={"base": {"algo": "is_pg"}, "treat": {"algo": "is_pg"}}), "arms base and treat are identical"),
+    (_spec(arms={"base": {"algo": "is_pg", "workload.lrr": 1}, "treat": {"algo": "score_centering"}}),
+     "arm base: unknown setting 'workload.lrr'; did you mean workload.lr?"),
+    (_spec(arms={"base": {"algo": "is_pgg"}, "treat": {"algo": "score_centering"}}), "unknown algo 'is_pgg'"),
+    (_spec(settings={"workload.n_update": 3}), "settings: unknown setting 'workload.n_update'"),
+    (_spec(hypothesis=""), "'hypothesis' must state it in words"),
+    (_spec(colour="red"), "unknown key 'colour'"),
+    (_spec(probe={"gradient_check": {"baseline": "base", "treatment": "nobody"}}),
+     "probe.gradient_check.treatment 'nobody' is not an arm"),
+])
+def test_bad_spec_is_one_line_naming_the_problem(spec, message):
+    with pytest.raises(ExperimentError) as err:
+        check_arm_settings(_study(spec))
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_changed_spec_in_a_pre_registered_directory_is_refused_naming_the_change(tmp_path):
+    from launcher.experiment import compose
+
+    study = load_study(compose(["experiment=loss_norm"]).experiment, "loss_norm")
+    register(tmp_path, study, [])
+    same = _experiment(tmp_path, "experiment=loss_norm", "dry_run=true")
+    assert same.returncode == 0, same.stderr  # the registered spec resumes
+    proc = _experiment(tmp_path, "experiment=loss_norm", "experiment.criterion.threshold_points=2", "dry_run=true")
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert "pre-registered with another spec (criterion.threshold_points: 4 -> 2)" in line
+    other = _experiment(tmp_path, "experiment=loss_norm", "workload.n_updates=8", "dry_run=true")
+    assert other.returncode == 2 and "ran with overrides [], not [workload.n_updates=8]" in other.stderr
+
+
+def test_spec_changes_names_every_changed_and_added_key():
+    old = "a: 1\nb: {c: 2}\n"
+    assert spec_changes(old, "a: 1\nb: {c: 3}\nd: x\n") == ["b.c: 2 -> 3", "d: (absent) -> x"]
+
+
+def test_a_budget_the_probe_shows_cannot_be_met_is_refused():
+    study = _study(_spec(budget={"cpu_hours": 0.5, "wall_minutes_per_run": 30}))
+    record = {"arms": {"a": {"step_s": 2.0}, "b": {"step_s": 4.0}}}  # the slowest arm's step cost counts
+    runs = SimpleNamespace(specs=[SimpleNamespace(n_updates=100, cpus=2)] * 6)
+    # 6 runs x 100 steps x 4 s x 2 CPUs = 4800 CPU-s = 1.33 CPU-h > 0.5
+    with pytest.raises(ExperimentError, match=r"needs about 1.33 cpu-hours \(6 runs, 600 steps at the probe's 4.00 "
+                                              r"s/step\), over the budget of 0.5"):
+        check_budget(study, record, [runs])
+    fits = check_budget(_study(_spec(budget={"cpu_hours": 2})), record, [runs])
+    assert fits["cpu_hours"] == pytest.approx(4800 / 3600)
+    with pytest.raises(ExperimentError, match="a run needs about 6.7 min"):
+        check_budget(_study(_spec(budget={"wall_minutes_per_run": 5})), record, [runs])
+
+
+def test_experiment_with_dash_m_is_refused(tmp_path):
+    proc = launch_in_process(tmp_path, "experiment=loss_norm", "dry_run=true")
+    assert proc.returncode == 2 and "drop -m" in proc.stderr
+
+
+@pytest.mark.slow
+def test_loss_norm_smoke_run_end_to_end_then_resumed(tmp_path):
+    """probe -> confirm -> verdict through ``launch.py`` as users type it, on tiny runs; the bundle carries
+    the spec, the verdict, every stage's evidence, and passes the audit; the same command resumes."""
+    exp = tmp_path / "exp"
+    cmd = [sys.executable, "launch.py", "experiment=loss_norm", "workload.n_updates=3", "workload.eval.n_prompts=4",
+           f"hydra.run.dir={exp}"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    registration = json.loads((exp / REGISTRATION).read_text())
+    assert registration["overrides"] == ["workload.eval.n_prompts=4", "workload.n_updates=3"]
+    data = exp / "confirm" / "bundle" / "data"
+    verdict = json.loads((data / "verdict.json").read_text())
+    assert verdict["verdict"] in ("VALIDATED", "FAILED", "INCONCLUSIVE")
+    for key in ("rule", "metric", "arms", "seeds", "per_seed", "difference_mean", "difference_ci95", "threshold",
+                "edge_of_grid", "selected"):
+        assert key in verdict
+    assert verdict["seeds"] == [1, 2, 3] and verdict["arms"]["treatment"]["name"] == "token_mean"
+    assert (data / "experiment.yaml").read_text() == (exp / "experiment.yaml").read_text()
+    assert json.loads((exp / "confirm" / "sweep.json").read_text())["experiment_sha256"] == registration["spec_sha256"]
+    probe = json.loads((data / "stages" / "probe" / "probe.json").read_text())
+    assert set(probe["arms"]) == {"dapo-loss_reduction_response_mean", "dapo-loss_reduction_token_mean"}
+    assert all(a["step_s"] > 0 and a["peak_mem_gib"] > 0 for a in probe["arms"].values())
+    assert (data / "stages" / "probe" / "index.csv").is_file()
+    report = (data / "report.md").read_text()
+    assert report.index("## ") == report.index("## Verdict: " + verdict["verdict"])  # the report opens with it
+    assert f"verdict: {verdict['verdict']}" in proc.stdout
+    audit = subprocess.run([sys.executable, "-m", "evidence", "audit", str(exp / "confirm" / "bundle.tar.gz")],
+                           cwd=REPO, capture_output=True, text=True, env=env)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "2 job(s) already accepted" in again.stdout and "6 job(s) already accepted" in again.stdout
+    assert json.loads((exp / REGISTRATION).read_text()) == registration
+
+
+@pytest.mark.slow
+def test_an_edge_of_grid_winner_extends_its_grid_once_through_the_runner(tmp_path):
+    """A two-value grid always has its winner on an edge: with ``on_edge: extend`` each arm's grid grows by
+    the one value ``extend_grid`` gives in the winner's direction, once, and the verdict records the selection."""
+    from evidence.verdict import extend_grid
+
+    exp = tmp_path / "exp"
+    cmd = [sys.executable, "launch.py", "experiment=stale_score_centering", "experiment.tuning.values=[1e-4,3e-4]",
+           "experiment.seeds=[1]", "+experiment.exploratory=true", "~experiment.probe.gradient_check",
+           "~experiment.probe.staleness_check", "experiment.probe.steps=1", "workload.n_updates=2",
+           "workload.eval.n_prompts=2", f"hydra.run.dir={exp}"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
+    extended = [line for line in proc.stdout.splitlines() if line.startswith("tuning: ") and "extending" in line]
+    assert len(extended) == 2, proc.stdout[-3000:]  # both arms, once each
+    jobs = sorted(p.name for p in (exp / "tuning" / "jobs").iterdir())
+    assert len(jobs) == 6
+    for line in extended:
+        arm, side = line.split("tuning: ")[1].split("'s best")[0], line.split("on the ")[1].split(" edge")[0]
+        value = extend_grid(["1e-4", "3e-4"], side)
+        assert line.endswith(f"extending its grid once with {value}")
+        assert any(j.startswith(arm) and j.endswith("-101") for j in jobs)
+    verdict = json.loads((exp / "confirm" / "bundle" / "data" / "verdict.json").read_text())
+    assert set(verdict["selected"]) == {"is_pg", "score_centering"}
+    assert verdict["tuning"]["evidence"] == "tuning stage"
+    assert all(len(scores) == 3 for scores in verdict["tuning"]["scores"].values())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("override", "message"), [
+    ("experiment.probe.staleness_check.min_ratio=1e12", "proofgrid: experiment stopped: probe failed: staleness has no "
+                                                        "effect on train/sampler_logp_gap"),
+    ("experiment.budget.cpu_hours=1e-6", "proofgrid: error: budget: the plan needs about"),
+])
+def test_a_failed_probe_or_an_unaffordable_plan_stops_before_tuning(tmp_path, override, message):
+    cmd = [sys.executable, "launch.py", "experiment=stale_score_centering", override, "~experiment.probe.gradient_check",
+           "experiment.probe.steps=2", f"hydra.run.dir={tmp_path}"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode in (1, 2), proc.stdout[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    last = last[last.index(message):]  # after the local back end's live progress table, on its own line
+    assert last.endswith(("fix the sampler", "plan fewer runs")), last
+    assert (tmp_path / "probe" / "jobs").is_dir() and (tmp_path / REGISTRATION).is_file()
+    assert not (tmp_path / "tuning").exists() and not (tmp_path / "confirm").exists()  # nothing else ran
