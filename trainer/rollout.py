@@ -206,14 +206,8 @@ def draw_aux(log_probs: torch.Tensor, aux: AuxDraws, generators) -> torch.Tensor
     return picked if ids is None else ids.gather(-1, picked)
 
 
-# Engines by name (``workload.engine``). An SGLang engine registers here; the loop never changes.
-ENGINES = {"torch": TorchEngine}
-
-
 def make_engine(name: str, model: torch.nn.Module, eos_id: int, pad_id: int) -> RolloutEngine:
-    """Build the rollout engine ``name`` around a copy of ``model``'s weights."""
-    try:
-        engine_cls = ENGINES[name]
-    except KeyError:
-        raise ValueError(f"unknown rollout engine {name!r}; choose one of {', '.join(sorted(ENGINES))}") from None
-    return engine_cls(model, eos_id, pad_id)
+    """Build the rollout engine ``name`` (``trainer.engines``) around a copy of ``model``'s weights."""
+    from trainer.engines import engine_class
+
+    return engine_class(name)(model, eos_id, pad_id)
