@@ -31,6 +31,8 @@ REPO = Path(__file__).resolve().parent.parent
 SHIPPED = {
     "hydra-core": "", "omegaconf": "", "antlr4-python3-runtime": "", "submitit": "", "cloudpickle": "",
     "bagit": "", "transformers": "", "huggingface-hub": ">=1.31,<2", "click": "",
+    # the evidence's secret rule set and what it needs (pure Python)
+    "detect-secrets": "", "requests": "", "charset-normalizer": "", "idna": "", "urllib3": "", "certifi": "",
 }
 NOT_ON_THE_DEVICE = {"ray", "torch"}  # Ray: not on the GPU path; torch: the image's CUDA build stays
 MAX_TOTAL_BYTES = 32 << 20  # the whole tree sent to the device machine must stay under 64 MiB

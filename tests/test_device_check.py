@@ -35,7 +35,14 @@ WHEELS = [
     ("huggingface_hub", "1.33.0", ["click<9.0.0,>=8.4.2", "httpx<1,>=0.23.0", "tqdm>=4.42.1",
                                    'hf-xet<2.0.0,>=1.6.0; platform_machine == "x86_64"', 'tomli; python_version < "3.0"']),
     ("click", "8.5.1", []),
+    ("detect_secrets", "1.5.0", ["pyyaml", "requests"]),
+    ("requests", "2.32.5", ["charset_normalizer<4,>=2", "idna<4,>=2.5", "urllib3<3,>=1.21.1", "certifi>=2017.4.17"]),
+    ("charset_normalizer", "3.4.4", []),
+    ("idna", "3.11", []),
+    ("urllib3", "2.5.0", []),
+    ("certifi", "2025.11.12", []),
 ]
+SECRET_RULES = {"detect_secrets", "requests", "charset_normalizer", "idna", "urllib3", "certifi"}
 # The H200 image: torch with CUDA, transformers 5.17 and what it needs; no Hydra, submitit, bagit or Ray.
 H200_IMAGE = {"torch": "2.11.0", "transformers": "5.17.0", "huggingface-hub": "1.20.0", "tokenizers": "0.23.1",
               "safetensors": "0.8.0", "numpy": "2.3.0", "pyarrow": "21.0.0", "scipy": "1.16.0", "matplotlib": "3.10.0",
@@ -72,7 +79,7 @@ def test_the_h200_image_gets_the_missing_and_too_old_wheels_and_nothing_it_has(w
     # hydra & co. are missing; transformers 5.17 is below the floor; its hub 1.20 is below what
     # transformers 5.24 needs, and the image's click 8.1.8 below what that hub needs.
     assert names(chosen) == {"hydra_core", "omegaconf", "antlr4_python3_runtime", "submitit", "cloudpickle", "bagit",
-                             "transformers", "huggingface_hub", "click"}
+                             "transformers", "huggingface_hub", "click"} | SECRET_RULES
     assert problems == []
     # hf-xet (downloads only) is kept at the image's version, and the output says so.
     expected = ["huggingface_hub-1.33.0-py3-none-any.whl asks for hf-xet<2.0.0,>=1.6.0; platform_machine == "
@@ -84,7 +91,8 @@ def test_an_image_that_already_has_recent_enough_versions_gets_only_what_it_lack
     chosen, problems, _ = plan_installs(wheels, image(transformers="5.24.0", **{"huggingface-hub": "1.33.0",
                                                                              "hf-xet": "1.8.0"}),
                                      project_requirements())
-    assert names(chosen) == {"hydra_core", "omegaconf", "antlr4_python3_runtime", "submitit", "cloudpickle", "bagit"}
+    assert names(chosen) == {"hydra_core", "omegaconf", "antlr4_python3_runtime", "submitit", "cloudpickle",
+                             "bagit"} | SECRET_RULES
     assert problems == []
 
 

@@ -7,6 +7,7 @@ import inspect
 import json
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -55,9 +56,27 @@ def test_the_hydra_plugins_subclass_only_hydras_public_plugin_classes():
     assert "hydra._internal" not in source.split('"""', 2)[2]
 
 
-def test_planning_imports_no_scheduler_client_ray_or_plotting():
+def test_planning_imports_no_scheduler_client_ray_plotting_or_tensor_library():
     imported = _imported_after("import launcher.plan, launcher.grid, launcher.sweep")
-    assert not imported & {"ray", "matplotlib", "transformers", "submitit", "rich", "bagit"} - _evidence_package()
+    heavy = {"torch", "ray", "matplotlib", "transformers", "submitit", "rich", "bagit"} - _evidence_package()
+    assert not imported & heavy
+
+
+def test_a_dry_run_never_imports_the_tensor_library():
+    """The whole dry run as typed (compose, validate every job, check inputs, print) stays torch-free."""
+    code = "\n".join([
+        "import atexit, json, runpy, sys",
+        "sys.argv = ['launch.py', '-m', 'algo=grpo,rpp,score_centering', 'seed=1,2', 'workload.engine=torch',",
+        "            'dry_run=true', 'hydra.sweep.dir=' + sys.argv[1]]",
+        "atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.stderr))",
+        "runpy.run_path('launch.py', run_name='__main__')",
+    ])
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.run([sys.executable, "-c", code, f"{tmp}/sweep"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    imported = set(json.loads(proc.stderr.strip().splitlines()[-1]))
+    assert "launcher.plan" in imported and "trainer.algorithms.config" in imported
+    assert not imported & {"torch", "transformers", "trainer.algorithms.registry", "trainer.rollout"}
 
 
 def _evidence_package() -> set[str]:

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.parquet as pq
-import torch
 
 from trainer.reward import normalize_label
 
@@ -63,6 +62,8 @@ class PromptStream:
 
     def _epoch_order(self, epoch: int) -> list[int]:
         if epoch not in self._epoch_cache:
+            import torch  # here, not at module level: planning reads splits without the tensor library
+
             g = torch.Generator().manual_seed(mix_seed(self.seed, epoch, 0xDA7A))
             self._epoch_cache = {epoch: torch.randperm(len(self.examples), generator=g).tolist()}
         return self._epoch_cache[epoch]

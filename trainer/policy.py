@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from trainer.rollout import left_pad
+from trainer.rollout import distinct_prompts, left_pad
 
 
 def load_policy(path: str, device: str = "cpu"):
@@ -34,33 +34,54 @@ def compute_context(device: torch.device, dtype: str):
 
 @dataclass(frozen=True)
 class TokenBatch:
-    """Prompt (left-padded) followed by response (right-padded) for a teacher-forced forward."""
+    """Responses (right-padded) after their prompts; each distinct prompt is held once (left-padded),
+    so a teacher-forced forward runs a group's shared prompt once, not once per response."""
 
-    input_ids: torch.Tensor  # [B, Lp + T]
-    attention_mask: torch.Tensor  # [B, Lp + T]
-    position_ids: torch.Tensor  # [B, Lp + T]
+    prompt_ids: torch.Tensor  # [P, Lp] the distinct prompts
+    prompt_mask: torch.Tensor  # [P, Lp] long: 1 on prompt tokens, 0 on left padding
+    owner: torch.Tensor  # [B] long: the row of prompt_ids each response continues
     response_ids: torch.Tensor  # [B, T]
     response_mask: torch.Tensor  # [B, T] bool: valid response tokens (the end token included)
-    prompt_width: int
 
     def rows(self, rows: slice) -> TokenBatch:
         """The same batch restricted to a slice of its responses (a PPO mini-batch)."""
-        return TokenBatch(self.input_ids[rows], self.attention_mask[rows], self.position_ids[rows],
-                          self.response_ids[rows], self.response_mask[rows], self.prompt_width)
+        return TokenBatch(self.prompt_ids, self.prompt_mask, self.owner[rows], self.response_ids[rows],
+                          self.response_mask[rows])
 
 
 def build_token_batch(prompts: list[list[int]], responses: list[list[int]], pad_id: int, device) -> TokenBatch:
-    prompt_ids, prompt_attn = left_pad(prompts, pad_id, device)
+    distinct, owner = distinct_prompts(prompts)
+    prompt_ids, prompt_mask = left_pad(distinct, pad_id, device)
     width = max(1, max(len(r) for r in responses))
     resp = torch.full((len(responses), width), pad_id, dtype=torch.long)
     resp_mask = torch.zeros((len(responses), width), dtype=torch.bool)
     for i, r in enumerate(responses):
         resp[i, : len(r)] = torch.tensor(r, dtype=torch.long)
         resp_mask[i, : len(r)] = True
-    resp, resp_mask = resp.to(device), resp_mask.to(device)
-    attn = torch.cat([prompt_attn, resp_mask.long()], dim=1)
-    positions = (attn.cumsum(-1) - 1).clamp_min(0)
-    return TokenBatch(torch.cat([prompt_ids, resp], 1), attn, positions, resp, resp_mask, prompt_ids.shape[1])
+    return TokenBatch(prompt_ids, prompt_mask, torch.tensor(owner, device=device), resp.to(device), resp_mask.to(device))
+
+
+def response_logits(model, batch: TokenBatch) -> torch.Tensor:
+    """The logits that predict every response token, ``[B, T, V]``: one forward over the distinct
+    prompts (its KV cache then gathered per response), one over the responses on top of it.
+
+    The logit at the last prompt position predicts response token 0; the one at response token t
+    predicts token t + 1, so the response forward reads tokens ``0 .. T-2``.
+    """
+    prompt_pos = (batch.prompt_mask.cumsum(-1) - 1).clamp_min(0)
+    out = model(input_ids=batch.prompt_ids, attention_mask=batch.prompt_mask, position_ids=prompt_pos, use_cache=True)
+    first = out.logits[:, -1:, :][batch.owner]
+    width = batch.response_ids.shape[1]
+    if width == 1:
+        return first
+    cache = out.cache
+    cache.batch_select_indices(batch.owner)
+    attn = torch.cat([batch.prompt_mask[batch.owner], batch.response_mask[:, :-1].long()], dim=1)
+    steps = torch.arange(1, width, device=prompt_pos.device)
+    positions = prompt_pos[batch.owner, -1:] + steps
+    rest = model(input_ids=batch.response_ids[:, :-1], attention_mask=attn, position_ids=positions, cache=cache,
+                 use_cache=True).logits
+    return torch.cat([first, rest], dim=1)
 
 
 def response_logprobs(model, batch: TokenBatch, temperature: float = 1.0, aux_ids: torch.Tensor | None = None):
@@ -69,11 +90,8 @@ def response_logprobs(model, batch: TokenBatch, temperature: float = 1.0, aux_id
     With ``aux_ids`` ``[B, T, K]`` it returns ``(logp, logp_aux)``: the log-probs of the response
     tokens and of K auxiliary tokens per position, gathered from the SAME forward pass (one gather).
     """
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                   position_ids=batch.position_ids, use_cache=False).logits
-    # The logit at position p predicts token p + 1: response token t sits at prompt_width + t.
+    logits = response_logits(model, batch).float()
     width = batch.response_ids.shape[1]
-    logits = logits[:, batch.prompt_width - 1 : batch.prompt_width - 1 + width, :].float()
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
     logp = torch.log_softmax(logits, dim=-1)

@@ -114,6 +114,13 @@ def left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tenso
     return ids.to(device), attn.to(device)
 
 
+def distinct_prompts(prompts: list[list[int]]) -> tuple[list[list[int]], list[int]]:
+    """Each distinct prompt once (first-seen order), and for every entry the index of its prompt."""
+    index: dict[tuple[int, ...], int] = {}
+    owner = [index.setdefault(tuple(p), len(index)) for p in prompts]
+    return [list(p) for p in index], owner
+
+
 class TorchEngine:
     """KV-cache sampling with a HuggingFace causal LM (CPU reference engine)."""
 
@@ -140,11 +147,18 @@ class TorchEngine:
         generators = [torch.Generator(device="cpu").manual_seed(k) for k in keys]
         # Auxiliary draws use their own streams, so asking for them never changes the responses.
         aux_generators = [torch.Generator(device="cpu").manual_seed(aux_seed(k)) for k in keys] if aux else None
-        ids, attn = left_pad(prompts, self.pad_id, self.device)
+        # Prefill each distinct prompt once (a group's K responses share one prompt), then give every
+        # response its prompt's row of the cache.
+        distinct, owner = distinct_prompts(prompts)
+        ids, attn = left_pad(distinct, self.pad_id, self.device)
         positions = (attn.cumsum(-1) - 1).clamp_min(0)
         out = self.model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True)
         cache, logits = out.cache, out.logits[:, -1, :].float()
         n = len(prompts)
+        if len(distinct) < n:
+            rows = torch.tensor(owner, device=self.device)
+            cache.batch_select_indices(rows)
+            logits, attn, positions = logits[rows], attn[rows], positions[rows]
         done = torch.zeros(n, dtype=torch.bool, device=self.device)
         tokens: list[torch.Tensor] = []
         token_logp: list[torch.Tensor] = []
@@ -206,14 +220,8 @@ def draw_aux(log_probs: torch.Tensor, aux: AuxDraws, generators) -> torch.Tensor
     return picked if ids is None else ids.gather(-1, picked)
 
 
-# Engines by name (``workload.engine``). An SGLang engine registers here; the loop never changes.
-ENGINES = {"torch": TorchEngine}
-
-
 def make_engine(name: str, model: torch.nn.Module, eos_id: int, pad_id: int) -> RolloutEngine:
-    """Build the rollout engine ``name`` around a copy of ``model``'s weights."""
-    try:
-        engine_cls = ENGINES[name]
-    except KeyError:
-        raise ValueError(f"unknown rollout engine {name!r}; choose one of {', '.join(sorted(ENGINES))}") from None
-    return engine_cls(model, eos_id, pad_id)
+    """Build the rollout engine ``name`` (``trainer.engines``) around a copy of ``model``'s weights."""
+    from trainer.engines import engine_class
+
+    return engine_class(name)(model, eos_id, pad_id)

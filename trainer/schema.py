@@ -201,7 +201,7 @@ def _range_problem(value: Any, rules: dict[str, Any]) -> str | None:
     choices = rules.get("choices")
     if choices is not None:
         if choices == "rollout_engines":
-            from trainer.rollout import ENGINES
+            from trainer.engines import ENGINES
 
             choices = tuple(sorted(ENGINES))
         if value not in choices:

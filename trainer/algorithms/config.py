@@ -12,9 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from trainer.algorithms.kl import KL_ESTIMATORS
-from trainer.algorithms.policy_loss import LOSS_REDUCTIONS
-from trainer.algorithms.registry import KL_AS_LOSS, KL_IN_REWARD, get_estimator
+from trainer.algorithms.traits import KL_AS_LOSS, KL_IN_REWARD, KL_LOSS_TYPES, LOSS_REDUCTIONS, get_traits
 
 REINFORCE_PP_FAMILY = ("reinforce_plus_plus", "reinforce_plus_plus_baseline")
 
@@ -55,14 +53,14 @@ class AlgoConfig:
     overlong_penalty_factor: float = 1.0  # dapo: penalty at the response cap
 
     def __post_init__(self) -> None:
-        est = get_estimator(self.estimator)  # raises on an unknown name
+        est = get_traits(self.estimator)  # raises on an unknown name
         object.__setattr__(self, "estimator", est.name)  # canonical full name
         for rule, message in _violations(self):
             raise AlgoConfigError(f"algo config refused [{rule}]: {message}")
 
     @property
     def short_name(self) -> str:
-        return get_estimator(self.estimator).short
+        return get_traits(self.estimator).short
 
     @property
     def kl_loss_active(self) -> bool:
@@ -106,7 +104,7 @@ _SETTING_CHECKS = (
 
 def _violations(cfg: AlgoConfig):
     """Yield ``(rule, message)`` for every refused combination, most fundamental first."""
-    est = get_estimator(cfg.estimator)
+    est = get_traits(cfg.estimator)
     name = est.name
     defaults = {f.name: f.default for f in dataclasses.fields(AlgoConfig)}
     unused = [k for k in ALGORITHM_SETTINGS if k not in est.settings and getattr(cfg, k) != defaults[k]]
@@ -180,8 +178,8 @@ def _violations(cfg: AlgoConfig):
         )
     if name == "reinforce_plus_plus_baseline" and cfg.use_kl_loss and cfg.kl_loss_type != "k2":
         yield "kl-loss-type", f"{name} uses the k2 KL loss; got kl_loss_type={cfg.kl_loss_type!r}; set kl_loss_type=k2"
-    if cfg.kl_loss_type not in KL_ESTIMATORS:
-        yield "kl-loss-type", f"unknown kl_loss_type {cfg.kl_loss_type!r}; choose one of {', '.join(KL_ESTIMATORS)}"
+    if cfg.kl_loss_type not in KL_LOSS_TYPES:
+        yield "kl-loss-type", f"unknown kl_loss_type {cfg.kl_loss_type!r}; choose one of {', '.join(KL_LOSS_TYPES)}"
     if not 0.0 < cfg.gamma <= 1.0:
         yield "gamma", f"gamma={cfg.gamma} must lie in (0, 1]"
     if cfg.kl_coef < 0 or cfg.kl_loss_coef < 0:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from trainer.algorithms.masking import as_bool_mask
+from trainer.algorithms.traits import KL_LOSS_TYPES
 
 
 def _masked_diff(logp: torch.Tensor, logp_ref: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -31,4 +32,4 @@ def k2_kl(logp: torch.Tensor, logp_ref: torch.Tensor, mask: torch.Tensor) -> tor
     return 0.5 * diff * diff
 
 
-KL_ESTIMATORS = {"k1": k1_kl, "k2": k2_kl}
+KL_ESTIMATORS = dict(zip(KL_LOSS_TYPES, (k1_kl, k2_kl), strict=True))  # the names are traits.py's

@@ -28,8 +28,7 @@ import torch
 import torch.distributed as dist
 
 from trainer.algorithms.masking import as_bool_mask
-
-LOSS_REDUCTIONS = ("response_mean", "token_mean", "sum")
+from trainer.algorithms.traits import LOSS_REDUCTIONS
 
 
 def ppo_clip_token_loss(

@@ -34,20 +34,16 @@ import torch
 from trainer.algorithms.advantages import group_baseline_advantages, grpo_advantages, kl_shaped_returns
 from trainer.algorithms.normalization import masked_global_normalize
 from trainer.algorithms.policy_loss import (
-    LOSS_REDUCTIONS,
     gspo_token_loss,
     is_pg_token_loss,
     ppo_clip_token_loss,
     sapo_token_loss,
     score_centering_token_loss,
 )
+from trainer.algorithms.traits import ESTIMATOR_TRAITS, EstimatorTraits, get_traits, trait_values
 
 if TYPE_CHECKING:
     from trainer.algorithms.config import AlgoConfig
-
-KL_IN_REWARD = "k1_in_reward"
-KL_AS_LOSS = "k2_loss"
-
 
 @dataclass(frozen=True)
 class RolloutBatch:
@@ -114,20 +110,11 @@ def _score_centering_loss(x: LossInputs, cfg: AlgoConfig):
 
 
 @dataclass(frozen=True)
-class Estimator:
-    """One algorithm: its advantage path, its policy loss and the settings only it reads."""
+class Estimator(EstimatorTraits):
+    """One algorithm: its declarative record (``traits.py``), advantage path and policy loss."""
 
-    name: str
-    short: str
-    raw_advantage: Callable[[RolloutBatch, AlgoConfig], tuple[torch.Tensor, torch.Tensor | None]]
-    global_normalization: bool
-    kl_placement: str
-    allowed_reductions: tuple[str, ...]
-    min_group_size: int
-    description: str
+    raw_advantage: Callable[[RolloutBatch, AlgoConfig], tuple[torch.Tensor, torch.Tensor | None]] | None = None
     policy_loss: PolicyLoss = _ppo_loss
-    settings: tuple[str, ...] = ()  # algorithm-specific AlgoConfig fields (others must stay at their defaults)
-    aux_tokens: bool = False  # the rollout engine draws auxiliary tokens per position
 
 
 def _rpp_raw(batch: RolloutBatch, cfg: AlgoConfig):
@@ -144,74 +131,27 @@ def _grpo_raw(batch: RolloutBatch, cfg: AlgoConfig):
     return adv, None
 
 
+# Each record of traits.py with its (raw advantage, policy loss); a record without one fails at import.
+TENSOR_PATHS = {
+    "grpo": (_grpo_raw, _ppo_loss),
+    "reinforce_plus_plus": (_rpp_raw, _ppo_loss),
+    "reinforce_plus_plus_baseline": (_rppb_raw, _ppo_loss),
+    "gspo": (_grpo_raw, _gspo_loss),
+    "sapo": (_grpo_raw, _sapo_loss),
+    "dapo": (_grpo_raw, _ppo_loss),
+    "is_pg": (_grpo_raw, _is_pg_loss),
+    "score_centering": (_grpo_raw, _score_centering_loss),
+}
 ESTIMATORS: dict[str, Estimator] = {}
-
-
-def register(est: Estimator) -> Estimator:
-    for key in (est.name, est.short):
-        if key in ESTIMATORS:
-            raise ValueError(f"estimator name {key!r} is already registered")
-    ESTIMATORS[est.name] = est
-    ESTIMATORS[est.short] = est
-    return est
-
-
-register(Estimator(
-    name="grpo", short="grpo", raw_advantage=_grpo_raw, global_normalization=False,
-    kl_placement=KL_AS_LOSS, allowed_reductions=LOSS_REDUCTIONS, min_group_size=2,
-    description="GRPO: group centring and group sample-std scaling; separate k2 KL loss",
-))
-register(Estimator(
-    name="reinforce_plus_plus", short="rpp", raw_advantage=_rpp_raw, global_normalization=True,
-    kl_placement=KL_IN_REWARD, allowed_reductions=("response_mean",), min_group_size=1,
-    description="REINFORCE++: k1-shaped reward-to-go, global masked normalisation; no KL loss",
-))
-register(Estimator(
-    name="reinforce_plus_plus_baseline", short="rppb", raw_advantage=_rppb_raw, global_normalization=True,
-    kl_placement=KL_AS_LOSS, allowed_reductions=("response_mean",), min_group_size=2,
-    description="REINFORCE++-baseline: reward minus inclusive group mean, global masked normalisation; k2 loss",
-))
-
-register(Estimator(
-    name="gspo", short="gspo", raw_advantage=_grpo_raw, global_normalization=False,
-    kl_placement=KL_AS_LOSS, allowed_reductions=LOSS_REDUCTIONS, min_group_size=2,
-    description="GSPO: GRPO advantage, clipped surrogate on the length-normalised sequence ratio",
-    policy_loss=_gspo_loss,
-))
-register(Estimator(
-    name="sapo", short="sapo", raw_advantage=_grpo_raw, global_normalization=False,
-    kl_placement=KL_AS_LOSS, allowed_reductions=LOSS_REDUCTIONS, min_group_size=2,
-    description="SAPO: GRPO advantage, sigmoid-gated token ratio with separate temperatures for A > 0 and A <= 0",
-    policy_loss=_sapo_loss, settings=("tau_pos", "tau_neg"),
-))
-register(Estimator(
-    name="dapo", short="dapo", raw_advantage=_grpo_raw, global_normalization=False,
-    kl_placement=KL_AS_LOSS, allowed_reductions=LOSS_REDUCTIONS, min_group_size=2,
-    description="DAPO: clip-higher, global token mean, dynamic sampling of zero-variance groups, overlong penalty",
-    settings=("dynamic_sampling", "dynamic_sampling_max_attempts", "overlong_cache", "overlong_penalty_factor"),
-))
-register(Estimator(
-    name="is_pg", short="is_pg", raw_advantage=_grpo_raw, global_normalization=False,
-    kl_placement=KL_AS_LOSS, allowed_reductions=LOSS_REDUCTIONS, min_group_size=2,
-    description="IS-PG: importance-sampled policy gradient against the rollout engine's log-probs (Tinker)",
-    policy_loss=_is_pg_loss, settings=("is_cap",),
-))
-register(Estimator(
-    name="score_centering", short="score_centering", raw_advantage=_grpo_raw, global_normalization=False,
-    kl_placement=KL_AS_LOSS, allowed_reductions=LOSS_REDUCTIONS, min_group_size=2,
-    description="Score centering: -A logp + A (mean aux logp - stopgrad), K auxiliary sampler draws (seed 003)",
-    policy_loss=_score_centering_loss, settings=("aux_samples", "aux_top_k", "aux_source", "sc_kl_coeff"),
-    aux_tokens=True,
-))
+for _traits in dict.fromkeys(ESTIMATOR_TRAITS.values()):
+    _raw, _loss = TENSOR_PATHS[_traits.name]
+    _est = Estimator(**trait_values(_traits), raw_advantage=_raw, policy_loss=_loss)
+    ESTIMATORS[_est.name] = ESTIMATORS[_est.short] = _est
 
 
 def get_estimator(name: str) -> Estimator:
     """Look an estimator up by its full or short name."""
-    try:
-        return ESTIMATORS[name]
-    except KeyError:
-        known = ", ".join(sorted({e.name if e.name == e.short else f"{e.name} ({e.short})" for e in ESTIMATORS.values()}))
-        raise ValueError(f"unknown advantage estimator {name!r}; known: {known}") from None
+    return ESTIMATORS[get_traits(name).name]
 
 
 def compute_advantages(batch: RolloutBatch, cfg: AlgoConfig, group=None) -> Advantages:

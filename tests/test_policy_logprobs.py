@@ -1,0 +1,84 @@
+"""Teacher-forced log-probs and sampled rollouts that run each group's shared prompt once.
+
+References are computed here, in float64, one response at a time, unpadded and without a KV cache:
+a wrong cache row, position id or pad mask in the shared-prompt paths changes the numbers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from trainer.inputs import resolve
+from trainer.policy import build_token_batch, load_policy, response_logprobs
+from trainer.rollout import SamplingParams, make_engine
+
+
+@pytest.fixture(scope="module")
+def model_and_tokenizer():
+    torch.manual_seed(0)
+    model, tokenizer = load_policy(str(resolve("trainer/assets/toy/model")))
+    return model.double().eval(), tokenizer
+
+
+def groups(tokenizer, k: int = 3):
+    texts = ("Question: 2 + 3?\nAnswer:", "Question: what is 12 times 7 minus 4?\nAnswer:", "Question: 9?\nAnswer:")
+    prompts = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    gen = torch.Generator().manual_seed(3)
+    responses = [torch.randint(2, 99, (int(torch.randint(1, 12, (), generator=gen)),), generator=gen).tolist()
+                 for _ in range(len(prompts) * k)]
+    return [p for p in prompts for _ in range(k)], responses
+
+
+def reference_logprobs(model, prompt: list[int], response: list[int]) -> torch.Tensor:
+    """float64 log pi(response_t | prompt, response_<t) from one unpadded full forward."""
+    logits = model(input_ids=torch.tensor([prompt + response])).logits[0].double()
+    return torch.log_softmax(logits[len(prompt) - 1: len(prompt) - 1 + len(response)], -1).gather(
+        -1, torch.tensor(response)[:, None])[:, 0]
+
+
+def test_shared_prompt_log_probs_and_gradients_equal_an_unpadded_forward_per_response(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    prompts, responses = groups(tokenizer)
+    batch = build_token_batch(prompts, responses, tokenizer.pad_token_id, "cpu")
+    assert batch.prompt_ids.shape[0] == 3 and batch.response_ids.shape[0] == 9  # each prompt held once
+    params = list(model.parameters())
+    for rows in (slice(0, 9), slice(3, 6)):  # the whole batch and a PPO mini-batch
+        part = batch.rows(rows)
+        mask = part.response_mask
+        logp = response_logprobs(model, part).double()
+        ref = [reference_logprobs(model, p, r) for p, r in zip(prompts[rows], responses[rows])]
+        for i, expected in enumerate(ref):
+            torch.testing.assert_close(logp[i, : len(expected)], expected, rtol=0, atol=1e-6)
+        grads = torch.autograd.grad(logp[mask].sum(), params, allow_unused=True)
+        ref_grads = torch.autograd.grad(torch.cat(ref).sum(), params, allow_unused=True)
+        for g, r in zip(grads, ref_grads):
+            if r is None:
+                assert g is None or not g.any()
+            else:
+                torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-4)
+
+
+def test_tokens_in_masked_response_slots_change_no_valid_log_prob(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    prompts, responses = groups(tokenizer)
+    batch = build_token_batch(prompts, responses, tokenizer.pad_token_id, "cpu")
+    scrambled = torch.where(batch.response_mask, batch.response_ids, torch.full_like(batch.response_ids, 57))
+    other = type(batch)(batch.prompt_ids, batch.prompt_mask, batch.owner, scrambled, batch.response_mask)
+    with torch.no_grad():
+        a, b = response_logprobs(model, batch), response_logprobs(model, other)
+    assert torch.equal(a[batch.response_mask], b[batch.response_mask])
+
+
+def test_a_sampled_response_and_its_sampler_log_probs_do_not_depend_on_the_other_groups(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    prompts, _ = groups(tokenizer)
+    engine = make_engine("torch", model, tokenizer.eos_token_id, tokenizer.pad_token_id)
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=12)
+    keys = list(range(100, 100 + len(prompts)))
+    together = engine.generate(prompts, keys, sampling)
+    alone = engine.generate(prompts[3:6], keys[3:6], sampling)  # the long prompt's group by itself
+    for i in range(3):
+        assert together.generations[3 + i] == alone.generations[i]
+    for i, (prompt, gen) in enumerate(zip(prompts, together.generations)):
+        expected = reference_logprobs(model, prompt, gen.response_ids)
+        torch.testing.assert_close(together.sampler_logp[i, : len(expected)].double(), expected, rtol=0, atol=1e-5)
