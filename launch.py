@@ -27,11 +27,12 @@ def main(cfg: DictConfig) -> None:
 
     hc = HydraConfig.get()
     if cfg.get("experiment") is not None:  # its stages are sweeps of their own (launcher/experiment.py)
+        from launcher.cli import one_line_errors
         from launcher.experiment import experiment_dir, run_experiment
 
         name = hc.runtime.choices.get("experiment")
-        code = run_experiment(cfg, list(hc.overrides.task), experiment_dir(name, hc.run.dir, list(hc.overrides.hydra)),
-                              name)
+        where = experiment_dir(name, hc.run.dir, list(hc.overrides.hydra))
+        code = one_line_errors(where, lambda: run_experiment(cfg, list(hc.overrides.task), where, name))
         if code:
             sys.exit(code)
         return

@@ -99,7 +99,9 @@ EXTRA_SECRET_RULES = {
     "GitLab token": re.compile(r"(?<![\w-])gl(?:pat|dt|ft|soat|rt|cbt|imt|ptt|agent|oas)-[\w-]{20,}"),
 }
 # A JSON field or CSV column named like a credential.
-_SECRET_KEY_RE = re.compile(_SECRET_VAR, re.IGNORECASE)
+# A secret-named field ends with such a word ("HF_TOKEN", "db_password"); an arm named after a setting
+# ("dapo-loss_reduction_token_mean") merely contains one.
+_SECRET_KEY_RE = re.compile(_SECRET_VAR + r"$", re.IGNORECASE)
 # A tokenizer's special tokens ("pad_token": "<|endoftext|>") are configuration, not credentials.
 _TOKENIZER_FIELD = re.compile(r"(?i)(?:pad|eos|bos|unk|sep|cls|mask|start|end|stop|special|chat)_?tokens?(?![A-Za-z0-9])")
 # Assignments whose value is ordinary configuration, not a credential.

@@ -80,32 +80,42 @@ def _one_line(exc: BaseException) -> str:
 
 def launch_grid(root_cfg, cells: list[list[str]], sweep_dir: str, compose) -> int:
     """Compose each distinct grid cell once, check them all, then run (or dry-run) the sweep.
-    ``compose`` turns one cell's overrides into its config. Returns an exit code.
-
-    Every failure is one line on stderr: a bad grid or setting, an unusable sweep directory, a
-    launcher already running in it, a missing scheduler, a full disk, or a signal (Ctrl-C, SIGTERM,
-    SIGHUP: exit status 128 + the signal, and how to resume)."""
+    ``compose`` turns one cell's overrides into its config. Returns an exit code; every failure is
+    one line on stderr (``one_line_errors``)."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from evidence.bundle import LeakError
-    from evidence.incidents import IncidentsFileError
-    from evidence.sweep import SweepError
-    from launcher.interrupts import signals_interrupt, signum_of
-    from launcher.locks import LockHeld, sweep_lock
+    from launcher.locks import sweep_lock
     from launcher.plan import plan_sweep
     from launcher.preflight import check_launch_environment
     from launcher.sweep import run_sweep
 
+    def body() -> int:
+        try:
+            sweep = plan_sweep(root_cfg, cells, Path(sweep_dir), compose)
+            check_launch_environment(sweep.sweep_dir, sweep.cluster, sweep.dry_run)
+        except (HydraException, OmegaConfBaseException) as exc:
+            return _error(f"bad grid: {_one_line(exc)}")
+        with sweep_lock(sweep.sweep_dir):  # one launcher per sweep directory, refused at once
+            return run_sweep(sweep)
+
+    return one_line_errors(sweep_dir, body)
+
+
+def one_line_errors(sweep_dir: str | Path, body) -> int:
+    """Run ``body`` (a sweep, or an experiment's stages) and turn every failure into one line on
+    stderr and an exit code: a bad setting, an unusable sweep directory, a launcher already running
+    in it, a missing scheduler, a full disk, evidence that cannot be sealed, or a signal (Ctrl-C,
+    SIGTERM, SIGHUP: exit status 128 + the signal, and how to resume)."""
+    from evidence.bundle import LeakError
+    from evidence.incidents import IncidentsFileError
+    from evidence.sweep import SweepError
+    from launcher.interrupts import signals_interrupt, signum_of
+    from launcher.locks import LockHeld
+
     try:
         with signals_interrupt():
-            try:
-                sweep = plan_sweep(root_cfg, cells, Path(sweep_dir), compose)
-                check_launch_environment(sweep.sweep_dir, sweep.cluster, sweep.dry_run)
-            except (HydraException, OmegaConfBaseException) as exc:
-                return _error(f"bad grid: {_one_line(exc)}")
-            with sweep_lock(sweep.sweep_dir):  # one launcher per sweep directory, refused at once
-                return run_sweep(sweep)
+            return body()
     except (PreflightError, LockHeld) as exc:  # nothing submitted
         return _error(str(exc))
     except KeyboardInterrupt as exc:

@@ -133,3 +133,14 @@ def test_evidence_never_imports_trainer_or_launcher():
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             assert not any(n.split(".")[0] in ("trainer", "launcher") for n in names), path.name
+
+
+def test_a_field_that_only_contains_a_secret_word_is_not_a_secret_named_field():
+    # Arm labels and settings name things like loss_reduction=token_mean (seed 002's DAPO arms).
+    clean = Sanitizer()
+    csv_text = "setting,dapo-loss_reduction_token_mean,HF_TOKEN\nloss_reduction,token_mean,hf_abcdefghijklmnopqrstuvwxyz0123\n"
+    leaks = clean.scan_document("data/tables/algorithm_config.csv", csv_text)
+    assert [leak for leak in leaks if "token_mean" in str(leak)] == []
+    assert leaks  # the real token is still found
+    assert clean.clean_json({"loss_reduction_token_mean": "token_mean", "api_token": "abcdefgh12345678"}) == \
+        {"loss_reduction_token_mean": "token_mean", "api_token": "<SECRET>"}
