@@ -15,6 +15,7 @@ import socket
 from pathlib import Path
 
 from evidence.bundle import IN_FLIGHT_STATES
+from facts.failures import log_pointer
 from launcher.records import read_job_record, update_job_record
 
 TAIL_BYTES = 65536
@@ -84,7 +85,7 @@ def death_cause(job_dir: Path, how: str) -> str:
     """``how`` the runtime ended, plus the error its own log or the trainer's ends with."""
     for log in ("runtime.log", "trainer.log"):
         if line := last_error_line(Path(job_dir) / log):
-            return f"{how}: {line} (in {log})"
+            return f"{how}: {line} (see {log_pointer(Path(job_dir).name, log)})"
     return how
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from facts.failures import scheduler_reason
 from launcher.backend import SchedulerUnavailable
 from launcher.progress import progress_table
 from launcher.records import SWEEP_RECORD, read_job_record, update_job_record
@@ -165,6 +166,9 @@ def refresh_job_records(job_dirs: list[Path]) -> dict[str, str]:
             if info["state"] in TERMINAL_STATES:
                 changes["exit_code"] = info["exit_code"]
                 changes["exit_signal"] = info["signal"]
+                if (reason := scheduler_reason(info["state"])) and reason not in str(record.get("failure")):
+                    # the scheduler's reason first; what the runtime saw (a SIGTERM) stays after it
+                    changes["failure"] = "; ".join(filter(None, [reason, record.get("failure")]))
             if info["node"] and info["node"] != "None assigned":
                 changes["node"] = info["node"]
             record = update_job_record(job_dir, changes)
