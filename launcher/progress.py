@@ -116,8 +116,9 @@ class SweepProgress:
         counts = {s: sum(1 for j in self.jobs.values() if j.state == s) for s in ("QUEUED", "RUNNING", "DONE", "FAILED")}
         eta = self.eta_s()
         heading = (f"{title}: queued {counts['QUEUED']} | running {counts['RUNNING']} | done {counts['DONE']} | "
-                   f"failed {counts['FAILED']} | elapsed {_clock(time.monotonic() - self.started)} | "
-                   f"ETA {_clock(eta) if eta is not None else '—'}")
+                   f"failed {counts['FAILED']}")
+        clock = (f"elapsed {_clock(time.monotonic() - self.started)} | ETA {_clock(eta) if eta is not None else '—'}"
+                 f" | sweep {self.sweep_dir}")
         table = Table()
         for column in ("job", "state", "phase", "step", "reward", "elapsed"):
             table.add_column(column, justify="right" if column in ("step", "reward", "elapsed") else "left")
@@ -127,7 +128,7 @@ class SweepProgress:
                           f"{job.reward:.3f}" if job.reward is not None else "",
                           _clock(time.monotonic() - job.started) if job.started is not None else "")
         # Heading and path as lines of their own: a table title or caption wraps to the table's width.
-        return Group(Text(heading, no_wrap=True, overflow="ellipsis"), Text(f"sweep: {self.sweep_dir}"), table)
+        return Group(Text(heading), Text(clock), table)
 
     def events(self) -> list[str]:
         """Plain lines for what changed since the last call: a job started, reached a quarter of its
