@@ -59,14 +59,19 @@ class Table:
 
 # ---- formatting (display only; CSV keeps full precision) -------------------------------------
 
+def no_negative_zero(text: str) -> str:
+    """A number that rounds to zero is written without a sign: ``0.000``, never ``-0.000``."""
+    return text[1:] if text[:1] in ("-", "+") and not any(c in "123456789" for c in text) else text
+
+
 def fmt(value: float | None, digits: int, unit: str = "") -> str:
     if value is None:
         return "—"
-    return f"{value:.{digits}f}{unit}"
+    return f"{no_negative_zero(f'{value:.{digits}f}')}{unit}"
 
 
 def fmt_signed(value: float | None, digits: int = 4) -> str:
-    return "—" if value is None else f"{value:+.{digits}f}"
+    return "—" if value is None else no_negative_zero(f"{value:+.{digits}f}")
 
 
 def fmt_summary(summary: stats.Summary, digits: int, unit: str = "", signed: bool = False) -> str:
@@ -80,7 +85,7 @@ def fmt_summary(summary: stats.Summary, digits: int, unit: str = "", signed: boo
 
 
 def fmt_interval(interval: tuple[float, float] | None, digits: int = 4) -> str:
-    return "n<2" if interval is None else f"[{interval[0]:.{digits}f}, {interval[1]:.{digits}f}]"
+    return "n<2" if interval is None else f"[{fmt(interval[0], digits)}, {fmt(interval[1], digits)}]"
 
 
 # ---- selection ------------------------------------------------------------------------------

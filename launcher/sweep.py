@@ -71,6 +71,8 @@ def print_eval_summary(aggregate_csv: Path, jobs: list[dict], arms: dict[str, st
     from rich.console import Console
     from rich.table import Table
 
+    from evidence.tables import fmt
+
     rows = {}
     if aggregate_csv.is_file():
         with open(aggregate_csv, newline="") as f:
@@ -83,8 +85,8 @@ def print_eval_summary(aggregate_csv: Path, jobs: list[dict], arms: dict[str, st
     def cell(row):
         if row is None or not row.get("pass@1_mean"):
             return "n/a"
-        sd = f" ± {float(row['pass@1_sd']):.3f}" if row.get("pass@1_sd") else " (n<2)"
-        return f"{float(row['pass@1_mean']):.3f}{sd}"
+        sd = f" ± {fmt(float(row['pass@1_sd']), 3)}" if row.get("pass@1_sd") else " (n<2)"
+        return f"{fmt(float(row['pass@1_mean']), 3)}{sd}"
 
     accepted = {j["job"] for j in jobs if j["accepted"] == "yes"}
     for arm in dict.fromkeys(arms.values()):
