@@ -30,6 +30,7 @@ BUNDLE_FILES = (
     ("eval.csv", "one row per accepted run and checkpoint kind (initial control, final)"),
     ("artifacts.csv", "size and SHA256 of each retained primary artifact that stays with the sweep"),
     ("tables/*.csv", "every table of this report at full precision"),
+    ("tables/resolved_config.csv", "appendix: every resolved setting of every run, per arm"),
     ("figures/*.svg", "the figures below"),
     ("runs/<arm>-<seed>/", "metrics log, eval summary, run summary, path-free command and job record"),
 )

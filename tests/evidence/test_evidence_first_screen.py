@@ -56,3 +56,14 @@ def test_numbers_that_round_to_zero_carry_no_sign():
     assert fmt(-0.00001, 3) == "0.000" and fmt(-0.5, 1) == "-0.5" and fmt(0.0, 2) == "0.00"
     assert fmt_signed(-0.00001) == "0.0000" and fmt_signed(0.25, 2) == "+0.25" and fmt_signed(-0.25, 2) == "-0.25"
     assert fmt_interval((-0.00001, 0.5), 3) == "[0.000, 0.500]"
+
+
+def test_the_config_dump_is_an_appendix_and_the_report_lists_only_settings_that_change_numbers(clean_build):
+    _, result = clean_build
+    data = result.bundle_dir / "data"
+    report = (data / "report.md").read_text()
+    assert "| Config:" not in report and "tables/resolved_config.csv" in report
+    differ = (data / "tables" / "algorithm_config.csv").read_text().splitlines()
+    assert [line.split(",")[0] for line in differ[1:]] == ["algo.kl_coef", "algo.kl_loss_coef"]  # not algo.name
+    appendix = (data / "tables" / "resolved_config.csv").read_text().splitlines()
+    assert appendix[0] == "setting,arm,value" and "algo.name,rpp,rpp" in appendix
