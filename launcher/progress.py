@@ -113,7 +113,9 @@ class SweepProgress:
         """The terminal view: counts, elapsed and ETA in the heading, one row per job."""
         for job in self.jobs.values():
             job.poll()
-        counts = {s: sum(1 for j in self.jobs.values() if j.state == s) for s in ("QUEUED", "RUNNING", "DONE", "FAILED")}
+        counts = {s: sum(1 for j in self.jobs.values() if j.state == s) for s in ("QUEUED", "RUNNING", "DONE")}
+        # Every other state ended the job without success (FAILED, CANCELLED, TIMEOUT, NODE_FAIL, ...).
+        counts["FAILED"] = len(self.jobs) - sum(counts.values())
         eta = self.eta_s()
         heading = (f"{title}: queued {counts['QUEUED']} | running {counts['RUNNING']} | done {counts['DONE']} | "
                    f"failed {counts['FAILED']}")
