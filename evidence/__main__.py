@@ -90,7 +90,7 @@ def _audit(args) -> int:
         return _fail(str(exc))
     for finding in findings:
         print(finding)
-    print(f"{len(findings)} finding(s)" if findings else "clean", file=sys.stderr)
+    print(f"{len(findings)} finding(s)" if findings else "clean")  # with the findings: `audit > out.txt` has both
     return EXIT_FINDINGS if findings else EXIT_OK
 
 

@@ -64,13 +64,25 @@ class UsageError(Exception):
 def audit(path: str | Path) -> list[Finding]:
     """Audit a bundle directory or a ``.tar.gz`` of one; an empty list means clean."""
     path = Path(path)
+    if path.is_dir() and not (path / "bagit.txt").exists() and (path / "jobs").is_dir():
+        sealed = [p for p in (path / "bundle.tar.gz", path / "bundle") if p.exists()]
+        fix = f"python -m evidence audit {sealed[0]}" if sealed else f"seal it first: python -m evidence build {path}"
+        raise UsageError(f"{path} is a sweep directory, not a bundle; {fix}")
     if path.is_dir():
         return audit_bag(path)
+    if path.is_file() and not _is_gzip(path) and tarfile.is_tarfile(path):
+        raise UsageError(f"{path} is an uncompressed tar archive; the audit reads the bundle's .tar.gz "
+                         f"(gzip {path}, then audit {path}.gz; or audit the extracted bundle directory)")
     if path.is_file() and (path.name.endswith((".tar.gz", ".tgz"))):
         return audit_archive(path)
     if not path.exists():
         raise UsageError(f"{path}: no such file or directory")
     raise UsageError(f"{path}: not a bundle directory or .tar.gz archive")
+
+
+def _is_gzip(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == b"\x1f\x8b"
 
 
 # ---- archive ------------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
-"""SVG figures: training curves per arm (per-seed lines, across-seed mean ± SD band) and
-eval pass@k bars against the initial-checkpoint control.
+"""SVG figures: training curves with every arm on one axis (its across-seed mean, smoothed by a
+centred moving average, and a ±1 SD band across seeds) and eval pass@k bars against the
+initial-checkpoint control. Each arm has one colour in every figure; a series that is zero
+throughout is a one-line note, not an empty plot.
 
 matplotlib is used through ``Figure`` and the SVG canvas directly (no pyplot, no global backend
 switch, so a launcher that calls ``build_bundle`` keeps its own backend). The SVGs are
@@ -38,33 +40,69 @@ def _new_figure(width: float, height: float):
     return figure
 
 
-def _curve_figure(data: BundleData, algos: list[str], title: str, key: str):
-    panels = [a for a in algos if any(
-        all(r.get(key) is not None for r in data.steps[(a, s)]) for s in data.sweep["seeds"] if (a, s) in data.steps)]
-    figure = _new_figure(3.2 * max(len(panels), 1), 2.6)
-    figure.suptitle(title)
-    if not panels:
-        ax = figure.add_subplot()
-        ax.text(0.5, 0.5, "no accepted run logs this metric", ha="center", va="center")
-        ax.set_axis_off()
-        return figure
-    axes = figure.subplots(1, len(panels), sharey=True, squeeze=False)[0]
-    for ax, algo in zip(axes, panels):
-        runs = {s: data.steps[(algo, s)] for s in data.sweep["seeds"] if (algo, s) in data.steps}
-        for seed, records in runs.items():
-            ax.plot([r["step"] for r in records], [r[key] for r in records], lw=0.8, alpha=0.6, label=f"seed {seed}")
+# One colour per arm, in report order, in every figure (matplotlib's tab10, colour-blind tolerant).
+ARM_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+               "#bcbd22", "#17becf")
+CONTROL_COLOUR = "lightgrey"
+SMOOTHING_STEPS = 5  # centred moving average window of the drawn mean
+Y_LABELS = {
+    "rollout/raw_reward": "mean reward per response (0–1)",
+    "train/pg_loss": "policy-gradient loss (unitless)",
+    "train/kl_loss": "k2 KL loss, ½(Δ log p)² per token",
+    "train/grad_norm": "gradient L2 norm (before clipping)",
+    "rollout/response_len": "mean response length (tokens)",
+    "rollout/truncated": "fraction of responses truncated",
+}
+
+
+def arm_colour(index: int) -> str:
+    """The colour of the ``index``-th arm of the report, the same in every figure."""
+    return ARM_COLOURS[index % len(ARM_COLOURS)]
+
+
+def moving_average(values: list[float], window: int = SMOOTHING_STEPS) -> list[float]:
+    """Centred moving average: the mean of the up-to-``window`` values around each point (shorter at the ends)."""
+    half = window // 2
+    return [stats.mean(values[max(0, i - half): i + half + 1]) for i in range(len(values))]
+
+
+def _curve_figure(data: BundleData, arms: list[str], title: str, key: str):
+    """Every arm on one axis: its across-seed mean, smoothed, and a ±1 SD band across seeds (also smoothed)."""
+    figure = _new_figure(6.4, 3.2)
+    ax = figure.add_subplot()
+    ax.set_title(title)
+    notes, drawn = [], 0
+    for index, arm in enumerate(arms):
+        name = arm_name(arm, data.arm_algo(arm))
+        runs = {s: data.steps[(arm, s)] for s in data.sweep["seeds"] if (arm, s) in data.steps}
+        runs = {s: records for s, records in runs.items() if records and all(r.get(key) is not None for r in records)}
+        if not runs:
+            notes.append(f"{name}: not logged by its accepted runs")
+            continue
         steps = sorted({r["step"] for records in runs.values() for r in records})
-        by_step = {s: [r[key] for records in runs.values() for r in records if r["step"] == s] for s in steps}
-        means = [stats.mean(by_step[s]) for s in steps]
-        ax.plot(steps, means, color="black", lw=1.6, label="mean")
+        by_step = {st: [r[key] for records in runs.values() for r in records if r["step"] == st] for st in steps}
+        if all(v == 0 for values in by_step.values() for v in values):
+            notes.append(f"{name}: 0 at every step of every seed (n={len(runs)}), not drawn")
+            continue
+        means = moving_average([stats.mean(by_step[st]) for st in steps])
+        colour = arm_colour(index)
+        ax.plot(steps, means, color=colour, lw=1.6, label=f"{name} (n={len(runs)} seeds)")
         if len(runs) >= 2:
-            sds = [stats.sample_sd(by_step[s]) or 0.0 for s in steps]
+            sds = moving_average([stats.sample_sd(by_step[st]) or 0.0 for st in steps])
             ax.fill_between(steps, [m - d for m, d in zip(means, sds)], [m + d for m, d in zip(means, sds)],
-                            color="black", alpha=0.15, lw=0, label="mean ± SD")
-        ax.set_title(f"{arm_name(algo, data.arm_algo(algo))} (n={len(runs)})")
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=6, loc="best")
+                            color=colour, alpha=0.18, lw=0)
+        drawn += 1
+    ax.set_xlabel("training step (optimizer updates)")
+    ax.set_ylabel(Y_LABELS.get(key, key))
+    ax.grid(alpha=0.3)
+    if drawn:
+        ax.legend(fontsize=6, loc="best", title=f"mean over seeds, {SMOOTHING_STEPS}-step moving average; "
+                                                "band ±1 SD across seeds", title_fontsize=6)
+    if not drawn:
+        ax.text(0.5, 0.5, "\n".join(notes) or "no accepted run logs this metric", transform=ax.transAxes,
+                ha="center", va="center", fontsize=8)
+    elif notes:  # under the title: never over the curves or the legend
+        ax.set_title(f"{title}\n" + "; ".join(notes), fontsize=8)
     return figure
 
 
@@ -74,7 +112,9 @@ def _eval_figure(data: BundleData, algos: list[str]):
     ax = figure.add_subplot()
     runs = {a: [s for s in data.sweep["seeds"] if {"initial", "final"} <= set(data.evals.get((a, s), {}))] for a in algos}
     runs = {a: seeds for a, seeds in runs.items() if seeds}
-    groups = [("initial (control)", None)] + [(arm_name(a, data.arm_algo(a)), a) for a in runs]
+    colours = {a: arm_colour(i) for i, a in enumerate(algos)}
+    groups = [("initial checkpoint (control)", None)] + [(f"{arm_name(a, data.arm_algo(a))} final (n={len(runs[a])})", a)
+                                                         for a in runs]
     width = 0.8 / max(len(groups), 1)
     for g, (label, algo) in enumerate(groups):
         xs, heights, errors, dots = [], [], [], []
@@ -91,13 +131,15 @@ def _eval_figure(data: BundleData, algos: list[str]):
             heights.append(stats.mean(values))
             errors.append(stats.sample_sd(values) or 0.0)
             dots += [(x, v) for v in values]
-        bar_style = {"color": "lightgrey", "hatch": "//", "edgecolor": "grey"} if algo is None else {}
+        bar_style = ({"color": CONTROL_COLOUR, "hatch": "//", "edgecolor": "grey"} if algo is None
+                     else {"color": colours[algo]})
         ax.bar(xs, heights, width * 0.95, yerr=errors, capsize=2, label=label, **bar_style)
         if dots:
             ax.plot([d[0] for d in dots], [d[1] for d in dots], "k.", ms=3)
     ax.set_xticks(range(len(_PASS_KS)), _PASS_KS)
     ax.set_ylim(0, 1)
-    ax.set_ylabel("mean over seeds (dots: runs)")
+    ax.set_ylabel("pass@k (fraction of prompts, 0–1)")
+    ax.set_xlabel("k (samples per prompt; bars: mean over seeds ± SD, dots: runs)")
     ax.legend(fontsize=6, loc="upper left")
     ax.grid(axis="y", alpha=0.3)
     return figure
@@ -111,7 +153,7 @@ def render_figures(data: BundleData, out_dir: str | Path) -> list[Path]:
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    algos = ordered_arms(data)  # one panel / bar group per arm
+    algos = ordered_arms(data)  # one colour per arm, by report order
     written = []
     with matplotlib.rc_context(SVG_RC):
         for name, (title, key) in FIGURES.items():

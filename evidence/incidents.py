@@ -40,6 +40,7 @@ import yaml
 from evidence.artifacts import ALL_ZERO_EVAL
 from evidence.fileio import JSONError, read_json
 from evidence.index import JobEvidence
+from facts.failures import failure_cause
 
 INCIDENTS_FILE = "incidents.yaml"
 # Earlier attempts of a job, kept by the launcher when it re-runs a rejected job.
@@ -142,8 +143,7 @@ def _automatic(evidence: JobEvidence) -> list[tuple[str, str, str]]:
         found.append(("all-zero-eval-reward", title[:1].upper() + title[1:], EXCLUDED))
     if other:
         shown = "; ".join(str(f) for f in other[:3]) + (f"; (+{len(other) - 3} more)" if len(other) > 3 else "")
-        cause = evidence.job_record.get("failure")  # the root cause the job runtime or launcher recorded
-        if isinstance(cause, str) and cause:
+        if cause := failure_cause(evidence.job_record, evidence.job):  # what the runtime or scheduler recorded
             shown = f"job failed: {cause}; {shown}"
         found.append(("rejected", f"Rejected: {shown}", EXCLUDED))
     for anomaly in evidence.anomalies:

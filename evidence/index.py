@@ -26,6 +26,7 @@ from evidence.artifacts import (
 from evidence.fileio import JSONError, read_json
 from evidence.metrics_log import MetricsLog, validate_metrics
 from evidence.sweep import Sweep, algo_name, job_name
+from facts.failures import failure_cause
 
 # Shown in the index's reason column before it is cut short.
 MAX_REASONS = 3
@@ -72,6 +73,8 @@ class JobEvidence:
         if not self.present:
             return "job directory missing"
         reasons = [f"excluded by incidents.yaml: {self.exclusion}"] if self.exclusion else []
+        if self.failures and (cause := failure_cause(self.job_record, self.job)):
+            reasons.append(f"job failed: {cause}")  # the root cause first, then what it left missing
         reasons += [str(f) for f in self.failures]
         if not reasons:
             reasons = [f"accepted on evidence; {a.reason}" for a in self.anomalies]

@@ -59,14 +59,19 @@ class Table:
 
 # ---- formatting (display only; CSV keeps full precision) -------------------------------------
 
+def no_negative_zero(text: str) -> str:
+    """A number that rounds to zero is written without a sign: ``0.000``, never ``-0.000``."""
+    return text[1:] if text[:1] in ("-", "+") and not any(c in "123456789" for c in text) else text
+
+
 def fmt(value: float | None, digits: int, unit: str = "") -> str:
     if value is None:
         return "—"
-    return f"{value:.{digits}f}{unit}"
+    return f"{no_negative_zero(f'{value:.{digits}f}')}{unit}"
 
 
 def fmt_signed(value: float | None, digits: int = 4) -> str:
-    return "—" if value is None else f"{value:+.{digits}f}"
+    return "—" if value is None else no_negative_zero(f"{value:+.{digits}f}")
 
 
 def fmt_summary(summary: stats.Summary, digits: int, unit: str = "", signed: bool = False) -> str:
@@ -80,7 +85,7 @@ def fmt_summary(summary: stats.Summary, digits: int, unit: str = "", signed: boo
 
 
 def fmt_interval(interval: tuple[float, float] | None, digits: int = 4) -> str:
-    return "n<2" if interval is None else f"[{interval[0]:.{digits}f}, {interval[1]:.{digits}f}]"
+    return "n<2" if interval is None else f"[{fmt(interval[0], digits)}, {fmt(interval[1], digits)}]"
 
 
 # ---- selection ------------------------------------------------------------------------------
@@ -211,11 +216,21 @@ def _distinct(values) -> str:
     return " / ".join(sorted({str(v) for v in values if v is not None and v != ""})) or "—"
 
 
+# Settings that name or place a run without changing its numbers: never "a setting that differs".
+LABEL_SETTINGS = ("name", "short", "display_name", "output_dir", "dry_run", "wait", "formal", "resume")
+
+
+def changes_the_numbers(key: str) -> bool:
+    """Whether a resolved setting can change a run's numbers (not a name, a path, a launcher flag, debug)."""
+    return key.rsplit(".", 1)[-1] not in LABEL_SETTINGS and not key.startswith(("debug.", "hydra."))
+
+
 def algorithm_config_table(data: BundleData) -> Table:
-    """Configuration keys that differ between arms but not between seeds of one arm."""
+    """Configuration keys that differ between arms but not between seeds of one arm, and that can change
+    the numbers (names, paths and launcher flags are left to the resolved_config appendix)."""
     configs = _configs(data)
     present = [a for a in arms(data) if any(run[0] == a for run in configs)]
-    keys = sorted({k for c in configs.values() for k in c})
+    keys = sorted({k for c in configs.values() for k in c if changes_the_numbers(k)})
     rows = []
     for key in keys:
         per_algo = {}
@@ -256,13 +271,21 @@ def environment_table(data: BundleData) -> Table:
         rows.append(["Eval prompts x samples = responses per checkpoint",
                      _distinct(f"{e['n_prompts']} x {e['k']} = {e['n_responses']}" for e in finals)])
         rows.append(["Eval seed", _distinct(e["eval_seed"] for e in finals)])
-    configs = _configs(data)
-    if configs:
-        for key in sorted(set.intersection(*(set(c) for c in configs.values()))):
-            values = {c[key] for c in configs.values()}
-            if len(values) == 1:
-                rows.append([f"Config: {key}", values.pop()])
+    rows.append(["Resolved configuration", "every setting of every run: tables/resolved_config.csv (appendix)"])
     return Table("environment", ("item", "value"), rows, ("Item", "Frozen value"), rows)
+
+
+def resolved_config_table(data: BundleData) -> Table:
+    """The appendix: every resolved setting of every accepted run, one row per (setting, arm), with its
+    distinct values across seeds. The report shows only the settings that differ between arms."""
+    configs = _configs(data)
+    rows = []
+    for key in sorted({k for c in configs.values() for k in c}):
+        for a in arms(data):
+            values = [c.get(key) for run, c in configs.items() if run[0] == a]
+            if values:
+                rows.append([key, a, _distinct(values)])
+    return Table("resolved_config", ("setting", "arm", "value"), rows, ("Setting", "Arm", "Value"), rows)
 
 
 def stability_tables(data: BundleData) -> tuple[Table, Table]:
@@ -486,5 +509,5 @@ def compute_tables(data: BundleData) -> dict[str, Table]:
     tables = [jobs_table(data), algorithm_contract_table(data), algorithm_config_table(data),
               environment_table(data), *stability_tables(data), normalisation_table(data),
               *efficiency_tables(data), eval_per_run_table(data), eval_aggregate_table(data),
-              paired_table(data), k1_table(data), incidents_table(data)]
+              paired_table(data), k1_table(data), incidents_table(data), resolved_config_table(data)]
     return {t.name: t for t in tables}

@@ -64,10 +64,11 @@ def check_overrides(argv: list[str], compose=None) -> str | None:
         if key.split(".")[0] in GROUPS and "." not in key or key.startswith("hydra") or o.is_add() or o.is_force_add():
             continue
         if OmegaConf.select(cfg, key, default=missing) is missing:
-            parent, _, leaf = key.rpartition(".")
-            node = OmegaConf.select(cfg, parent) if parent else cfg
-            near = difflib.get_close_matches(leaf, list(node.keys()) if OmegaConf.is_dict(node) else [], n=1)
-            hint = f"did you mean {(parent + '.' if parent else '') + near[0]}? " if near else ""
+            parts, node, i = key.split("."), cfg, 0
+            while i < len(parts) - 1 and OmegaConf.is_dict(node) and parts[i] in node:
+                node, i = node[parts[i]], i + 1  # down to the first unknown part: worklaod in worklaod.lr
+            near = difflib.get_close_matches(parts[i], list(node.keys()) if OmegaConf.is_dict(node) else [], n=1)
+            hint = f"did you mean {'.'.join([*parts[:i], near[0], *parts[i + 1:]])}? " if near else ""
             return f"unknown setting {key!r}; {hint}(+{key}=... adds a new key)"
     return None
 
@@ -158,9 +159,10 @@ def status(sweep_dir: Path) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from facts.failures import failure_cause
     from launcher.backend import SchedulerUnavailable, refresh_job_records
     from launcher.liveness import mark_dead_local_jobs
-    from launcher.progress import completed_steps
+    from launcher.progress import completed_steps, natural_key
     from launcher.records import read_job_record
 
     jobs_root = sweep_dir / "jobs"
@@ -180,20 +182,30 @@ def status(sweep_dir: Path) -> int:
         spec = json.loads((d / "spec.json").read_text()) if (d / "spec.json").is_file() else {}
         arm = r.get("arm") or spec.get("arm") or r.get("algo") or spec.get("algo", "")
         rows.append((arm, d, r, spec.get("n_updates", "")))
+    rows.sort(key=lambda row: (natural_key(row[0]), natural_key(row[1].name)))
     table = Table(title=str(sweep_dir.name))
     for col in ("arm", "job", "scheduler id", "state", "step", "exit", "elapsed s"):
         table.add_column(col)
     previous = None
-    for arm, d, r, n_updates in sorted(rows, key=lambda row: (row[0], row[1].name)):
-        state = str(r.get("state", ""))
+    for arm, d, r, n_updates in rows:
+        state = _shown(r.get("state"), "QUEUED")
         if state == "PENDING" and r.get("scheduler_reason"):  # why Slurm has not started it yet
             state += f" ({r['scheduler_reason']})"
-        table.add_row(arm if arm != previous else "", d.name, str(r.get("job_id", "")), state,
+        table.add_row(arm if arm != previous else "", d.name, _shown(r.get("job_id"), "not submitted"), state,
                       f"{completed_steps(d)}{'/' + str(n_updates) if n_updates else ''}",
-                      str(r.get("exit_code", "")), str(r.get("elapsed_s", "")))
+                      _shown(r.get("exit_code")), _shown(r.get("elapsed_s")))
         previous = arm
-    Console().print(table)
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    console.print(table)
+    for _, d, r, _ in rows:  # the cause under the table: a table column would wrap it out of reading
+        if cause := failure_cause(r, d.name):
+            console.print(f"job {d.name} {r.get('state', 'FAILED')}: {cause}", soft_wrap=True, highlight=False)
     return 0
+
+
+def _shown(value, missing: str = "—") -> str:
+    """A record's field for a table cell: a value not recorded (yet) is ``missing``, never ``None``."""
+    return missing if value is None or value == "" else str(value)
 
 
 def main(argv: list[str] | None = None) -> int:

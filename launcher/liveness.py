@@ -13,6 +13,7 @@ import signal
 from pathlib import Path
 
 from evidence.bundle import IN_FLIGHT_STATES
+from facts.failures import log_pointer
 from facts.processes import local_runtime_alive
 from launcher.records import read_job_record, update_job_record
 
@@ -41,7 +42,7 @@ def death_cause(job_dir: Path, how: str) -> str:
     """``how`` the runtime ended, plus the error its own log or the trainer's ends with."""
     for log in ("runtime.log", "trainer.log"):
         if line := last_error_line(Path(job_dir) / log):
-            return f"{how}: {line} (in {log})"
+            return f"{how}: {line} (see {log_pointer(Path(job_dir).name, log)})"
     return how
 
 

@@ -3,6 +3,7 @@ at most as many at once as the machine's cores allow for the jobs' CPU needs."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -13,10 +14,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 
+from facts.failures import failure_cause
 from facts.processes import local_runtime_alive
 from launcher.interrupts import HANDLED, raise_interrupted
 from launcher.liveness import mark_dead_local_jobs
-from launcher.progress import progress_table
+from launcher.progress import SweepProgress, natural_key
 from launcher.records import read_job_record, update_job_record
 from trainer.inputs import REPO_ROOT
 
@@ -41,19 +43,21 @@ def submit(sweep, todo) -> bool:
         return True
     parallel = local_concurrency(max(s.cpus for s in todo), sweep.cluster.get("max_parallel"))
     index = {s.name: i for i, s in enumerate(sweep.specs)}
-    states = {s.name: "QUEUED" for s in todo}
     dirs = {s.name: s.job_dir for s in todo}
-    steps = {s.name: s.n_updates for s in todo}
-    queue = list(todo)
+    view = SweepProgress.of(sweep.sweep_dir, dirs, {s.name: s.n_updates for s in todo})
+    queue = sorted(todo, key=lambda s: natural_key(s.name))
     running: dict[str, subprocess.Popen] = {}
-    console = Console(stderr=True)
-    title = f"proofgrid sweep ({parallel} at a time)"
+    # A terminal gets a table redrawn in place; a pipe, tee or nohup log one plain line per change.
+    console = Console()
+    live = Live(view.table(f"proofgrid sweep ({parallel} at a time)"), console=console, refresh_per_second=2,
+                transient=False) if console.is_terminal else None
+    say = (lambda line: None) if live else (lambda line: print(line, flush=True))
+    say(f"sweep {sweep.sweep_dir}: {len(todo)} job(s), {parallel} at a time")
 
     # The jobs run in sessions of their own: a signal to the launcher must stop them, not orphan them.
     previous = {sig: signal.signal(sig, raise_interrupted) for sig in HANDLED}
     try:
-        with Live(progress_table(title, states, dirs, steps), console=console, refresh_per_second=2,
-                  transient=False) as live:
+        with live or contextlib.nullcontext():
             while queue or running:
                 while queue and len(running) < parallel:
                     spec = queue.pop(0)
@@ -63,17 +67,22 @@ def submit(sweep, todo) -> bool:
                         running[spec.name] = subprocess.Popen(
                             [sys.executable, "-m", "launcher.runtime", str(spec.job_dir)], cwd=REPO_ROOT, env=env,
                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-                    states[spec.name] = "RUNNING"
+                    view.set_state(spec.name, "RUNNING")
+                    say(f"{spec.name}: started")
+                for line in view.events():
+                    say(line)
                 for name, proc in list(running.items()):
                     code = proc.poll()
                     if code is None:
                         continue
                     del running[name]
-                    states[name] = "DONE" if code == 0 else "FAILED"
+                    view.set_state(name, "DONE" if code == 0 else "FAILED")
                     # A runtime that died without its final record (SIGKILL, disk full, a crash in
                     # the runtime) is FAILED with the cause its logs give, never left RUNNING.
                     mark_dead_local_jobs([dirs[name]], exit_code=code)
-                live.update(progress_table(title, states, dirs, steps))
+                    say(_finished_line(view.jobs[name], read_job_record(dirs[name])))
+                if live:
+                    live.update(view.table(f"proofgrid sweep ({parallel} at a time)"))
                 time.sleep(0.5)
     except KeyboardInterrupt:
         for sig in HANDLED:  # a second Ctrl-C must not cut the jobs' teardown short
@@ -90,10 +99,20 @@ def submit(sweep, todo) -> bool:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        if not console.is_terminal:
-            console.line()  # Rich ends a non-terminal live display without one: the next line starts clean
-    print_failures([dirs[n] for n, state in states.items() if state == "FAILED"])
+    print()  # the next output (the summary) starts after a blank line, never glued to the table
+    if live:  # off a terminal each failure was printed when it happened
+        print_failures([dirs[n] for n, job in view.jobs.items() if job.state == "FAILED"])
     return True
+
+
+def _finished_line(job, record: dict) -> str:
+    """The plain line for a job that ended: how, after how long, and a failure's cause."""
+    elapsed = record.get("elapsed_s")
+    after = f" after {elapsed:.0f} s" if isinstance(elapsed, (int, float)) else ""
+    if job.state == "DONE":
+        reward = f", last reward {job.reward:.3f}" if job.reward is not None else ""
+        return f"{job.name}: finished{after} ({job.step}/{job.n_updates} steps{reward})"
+    return f"{job.name}: FAILED{after}: {failure_cause(record, job.name) or 'no cause recorded'}"
 
 
 def in_flight(record: dict) -> bool:
@@ -111,5 +130,5 @@ def print_failures(job_dirs) -> None:
     an input digest mismatch, a dead runtime), as its ``job.json`` records it."""
     for job_dir in job_dirs:
         record = read_job_record(job_dir)
-        cause = record.get("failure") or f"exit code {record.get('exit_code')}; see {job_dir.name}/trainer.log"
+        cause = failure_cause(record, job_dir.name) or f"exit code {record.get('exit_code')}"
         print(f"job {job_dir.name} {record.get('state', 'FAILED')}: {cause}", file=sys.stderr)

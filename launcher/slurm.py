@@ -20,6 +20,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from facts.failures import scheduler_reason
 from launcher.backend import SchedulerUnavailable
 from launcher.preflight import PreflightError
 from launcher.progress import progress_table
@@ -244,6 +245,9 @@ def refresh_job_records(job_dirs: list[Path]) -> dict[str, str]:
             if info["state"] in TERMINAL_STATES:
                 changes["exit_code"] = recorded_exit_code(info)
                 changes["exit_signal"] = info["signal"]
+                if (reason := scheduler_reason(info["state"])) and reason not in str(record.get("failure")):
+                    # the scheduler's reason first; what the runtime saw (a SIGTERM) stays after it
+                    changes["failure"] = "; ".join(filter(None, [reason, record.get("failure")]))
             if info.get("node"):
                 changes["node"] = info["node"]
             changes["scheduler_reason"] = info.get("reason") or None

@@ -35,13 +35,16 @@ def seal(sweep_dir: Path) -> int:
     """Build, seal and audit the evidence bundle; 0 when every job was accepted and the audit is clean."""
     from evidence import audit, build_bundle
 
+    print(f"sealing the evidence of {sweep_dir} (validate, tables, figures, report, archive, audit)", flush=True)
     result = build_bundle(sweep_dir)
+    print()
     print_eval_summary(result.bundle_dir / "data" / "tables" / "eval_aggregate.csv", result.jobs, job_arms(sweep_dir))
     print(result.summary())
     findings = audit(result.archive)
     for finding in findings:
         print(f"audit: {finding}", file=sys.stderr)
     print(f"audit: {'clean' if not findings else f'{len(findings)} finding(s)'}")
+    print(f"training curves: tensorboard --logdir {sweep_dir / 'jobs'}")
     return 0 if not findings and result.accepted == len(result.jobs) else 1
 
 
@@ -68,19 +71,22 @@ def print_eval_summary(aggregate_csv: Path, jobs: list[dict], arms: dict[str, st
     from rich.console import Console
     from rich.table import Table
 
+    from evidence.tables import fmt
+
     rows = {}
     if aggregate_csv.is_file():
         with open(aggregate_csv, newline="") as f:
             rows = {(_arm(r), r["checkpoint"]): r for r in csv.DictReader(f)}
-    table = Table(title="final eval pass@1 (mean ± SD over seeds) vs the initial checkpoint", title_justify="left")
+    print("final eval pass@1 (mean ± SD over seeds) vs the initial checkpoint")  # a title would wrap to the table
+    table = Table()
     for col in ("arm", "final", "initial control", "gain", "accepted"):
         table.add_column(col)
 
     def cell(row):
         if row is None or not row.get("pass@1_mean"):
             return "n/a"
-        sd = f" ± {float(row['pass@1_sd']):.3f}" if row.get("pass@1_sd") else " (n<2)"
-        return f"{float(row['pass@1_mean']):.3f}{sd}"
+        sd = f" ± {fmt(float(row['pass@1_sd']), 3)}" if row.get("pass@1_sd") else " (n<2)"
+        return f"{fmt(float(row['pass@1_mean']), 3)}{sd}"
 
     accepted = {j["job"] for j in jobs if j["accepted"] == "yes"}
     for arm in dict.fromkeys(arms.values()):
@@ -89,4 +95,5 @@ def print_eval_summary(aggregate_csv: Path, jobs: list[dict], arms: dict[str, st
         members = [job for job, a in arms.items() if a == arm]
         table.add_row(name, cell(rows.get((arm, "final"))), cell(rows.get((arm, "initial"))),
                       cell(rows.get((arm, "gain"))), f"{len(accepted.intersection(members))}/{len(members)}")
-    Console().print(table)
+    Console(width=None if sys.stdout.isatty() else 200).print(table)  # off a terminal: never clipped at 80
+    print()

@@ -58,7 +58,13 @@ def verify_inputs(manifest_path: str | Path, required: list[str | Path] | None =
     ``required``: paths the workload will read (files or directories); each must be covered by
     the manifest, so an unpinned input cannot slip in.
     """
-    pins = load_manifest(manifest_path)
+    try:
+        pins = load_manifest(manifest_path)
+    except InputDigestError as exc:
+        if required and not resolve(manifest_path).is_file():  # the exact command that writes it
+            raise InputDigestError(f"manifest {manifest_path} not found; pin the workload's inputs first: "
+                                   f"{pin_command(manifest_path, required)}") from exc
+        raise
     for pin in pins:
         p = resolve(pin.path)
         if not p.is_file():
@@ -88,9 +94,15 @@ def verify_inputs(manifest_path: str | Path, required: list[str | Path] | None =
             raise InputDigestError(
                 f"input {unpinned[0]} is not pinned in {manifest_path}"
                 f"{f' (and {len(unpinned) - 1} more)' if len(unpinned) > 1 else ''}; "
-                "pin it with `python -m trainer.inputs pin`"
+                f"pin it with `{pin_command(manifest_path, required)}`"
             )
     return {pin.path: pin.sha256 for pin in pins}
+
+
+def pin_command(manifest_path: str | Path, inputs: list[str | Path]) -> str:
+    """The exact command that (re-)pins ``inputs`` into ``manifest_path`` (``manifests/<workload>.json``)."""
+    return " ".join([".venv/bin/python -m trainer.inputs pin", Path(manifest_path).stem,
+                     *(str(i).rstrip("/") for i in inputs)])
 
 
 def pin(workload: str, inputs: list[str], manifest_dir: Path = REPO_ROOT / "manifests") -> Path:

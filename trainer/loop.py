@@ -56,7 +56,7 @@ from trainer.config import RunConfigError, validate
 from trainer.data import Example, PromptStream, load_split, mix_seed
 from trainer.evaluate import evaluate
 from trainer.inputs import REPO_ROOT, resolve, verify_inputs
-from trainer.metrics import KL_LOSS_KEY, MetricsLog, metric_keys
+from trainer.metrics import KL_LOSS_KEY, MetricsLog, log_eval, metric_keys
 from trainer.policy import TokenBatch, build_token_batch, compute_context, load_policy, response_logprobs
 from trainer.preemption import EXIT_CHECKPOINTED, StopRequest, deliver_held_signals
 from trainer.reward_workers import make_scorer
@@ -654,6 +654,7 @@ def _run(rank: int, world: int, group, cfg: DictConfig, algo: AlgoConfig, stop: 
         initial = evaluate(control, tokenizer, examples, int(e.k), int(e.seed), eval_sampling, "initial",
                            out / "eval" / "initial.jsonl")
     atomic_write_json(out / "eval.json", {"initial": initial, "final": final})
+    log.info("%s", log_eval(out, n_updates, initial, final))
     result = {**summary, "status": "completed", "steps_completed": n_updates,
               "responses_generated": n_updates * int(w.global_batch_size)}
     atomic_write_json(out / RUN_RECORD, result)

@@ -69,3 +69,26 @@ class MetricsLog:
     def close(self) -> None:
         self._file.close()
         self._tb.close()
+
+
+def eval_scalars(initial: dict, final: dict) -> dict[str, dict[str, float]]:
+    """The pass@k values of ``eval.json``'s two entries as TensorBoard tags: ``eval/pass@k`` for the
+    final checkpoint, ``eval_initial/pass@k`` for the initial-checkpoint control."""
+    return {prefix: {f"{prefix}/{key}": float(value) for key, value in sorted(entry.items())
+                     if key.startswith("pass@") and isinstance(value, (int, float))}
+            for prefix, entry in (("eval", final), ("eval_initial", initial))}
+
+
+def log_eval(run_dir: Path, n_updates: int, initial: dict, final: dict) -> str:
+    """Write the eval's pass@k to the run's TensorBoard (final at step ``n_updates``, the initial
+    control at step 0) and return the one line the trainer logs."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    scalars = eval_scalars(initial, final)
+    with SummaryWriter(log_dir=str(run_dir / "tensorboard")) as writer:
+        for prefix, step in (("eval_initial", 0), ("eval", n_updates)):
+            for tag, value in scalars[prefix].items():
+                writer.add_scalar(tag, value, step)
+    shown = {prefix: " ".join(f"{tag.split('/', 1)[1]}={value:.4f}" for tag, value in values.items())
+             for prefix, values in scalars.items()}
+    return f"eval final ({final.get('checkpoint', 'final')}): {shown['eval']}; initial control: {shown['eval_initial']}"
