@@ -17,6 +17,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from facts.ordering import natural_key
 from launcher.grid import (
     LAUNCHER_KEYS,
     Cell,
@@ -169,7 +170,7 @@ def plan_sweep(root_cfg: DictConfig, cells: list[list[str]], sweep_dir: Path, co
     if len(set(names)) != len(names):  # only a label that ends like another's seed could do this
         dup = sorted({n for n in names if names.count(n) > 1})
         raise PreflightError(f"grid cells share the job name(s) {', '.join(dup)}; rename a setting's value")
-    return Sweep(sweep_dir, cluster, sorted(specs, key=lambda s: (s.arm, s.name)), bool(root_cfg.dry_run),
+    return Sweep(sweep_dir, cluster, sorted(specs, key=lambda s: (natural_key(s.arm), s.seed)), bool(root_cfg.dry_run),
                  bool(root_cfg.wait), formal, commit, n_updates, eval_responses, workload)
 
 
@@ -223,7 +224,7 @@ def sbatch_record(sweep: Sweep) -> list[str]:
     """The sbatch script(s) a Slurm sweep submits (submitit's own, path-free), one ``# sbatch |``
     line each: one script per array, each headed by a line saying so when the grid is larger than
     the cluster's MaxArraySize."""
-    from launcher.slurm import array_chunks, path_free_script, sbatch_script
+    from launcher.slurm import array_chunks, chunk_name, path_free_script, sbatch_script
     from launcher.slurm_options import max_array_size
 
     folder = sweep.sweep_dir / ".submitit" / "run-0"
@@ -234,7 +235,8 @@ def sbatch_record(sweep: Sweep) -> list[str]:
         if len(chunks) > 1:
             lines.append(f"# sbatch | # array {k + 1} of {len(chunks)} (MaxArraySize {limit}): "
                          f"jobs [{chunk.start}]-[{chunk.stop - 1}]")
-        script = path_free_script(sbatch_script(sweep.cluster, len(chunk), folder), folder)
+        name = chunk_name(sweep.sweep_dir, [sweep.specs[i] for i in chunk])
+        script = path_free_script(sbatch_script(sweep.cluster, len(chunk), folder, name), folder)
         lines += [f"# sbatch | {line}".rstrip() for line in script.splitlines()]
     return lines
 

@@ -5,7 +5,6 @@ pipe, ``tee``, ``nohup``, a Slurm log) one plain line per state change and step 
 from __future__ import annotations
 
 import json
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,15 +14,11 @@ from rich.table import Table
 from rich.text import Text
 
 from facts import METRICS_LOG
+from facts.ordering import natural_key
 
 REWARD_KEY = "rollout/raw_reward"
 MILESTONES = 4  # plain output reports steps at each quarter of the run
 TAIL_BYTES = 65536
-
-
-def natural_key(name: str) -> tuple:
-    """Sort key that orders the numbers inside a name by value: grpo-42 before grpo-1234."""
-    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name))
 
 
 def completed_steps(job_dir: Path) -> int:

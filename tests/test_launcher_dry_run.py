@@ -29,8 +29,8 @@ def test_dry_run_expands_the_grid_deterministically_and_matches_the_golden_file(
     lines = _commands(a)
     assert len(lines) == 9 and lines == _commands(b)  # no timestamps, random ports or paths
     assert [line.split(":")[0] for line in lines] == [
-        "[0] grpo-1234", "[1] grpo-2026", "[2] grpo-42", "[3] rpp-1234", "[4] rpp-2026", "[5] rpp-42",
-        "[6] rppb-1234", "[7] rppb-2026", "[8] rppb-42"]
+        "[0] grpo-42", "[1] grpo-1234", "[2] grpo-2026", "[3] rpp-42", "[4] rpp-1234", "[5] rpp-2026",
+        "[6] rppb-42", "[7] rppb-1234", "[8] rppb-2026"]  # natural order: seed 42 before 1234
     assert all("output_dir=<JOB_DIR>/run" in line and "<PORT:master_port>" in line for line in lines)
     assert all(str(tmp_path) not in line for line in lines)
     assert (tmp_path / "a" / "commands.txt").read_text().splitlines() == lines

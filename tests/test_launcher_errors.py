@@ -28,9 +28,9 @@ def _one_line_error(proc, needle: str) -> str:
     (("workload.device=cuda", "workload.gpus_per_job=1"), "GPU"),
     (("seed=1.5",), "seed=1.5"),
     (("seed=true",), "seed=true"),
-    (("seed=1e3",), "seed=1000.0"),
-    (("seed=01,1",), "seed='01'"),
-    (("seed=2**70",), "seed='2**70'"),
+    (("seed=1e3",), "seed=1e3"),
+    (("seed=01,1",), "seed=01"),
+    (("seed=2**70",), "seed=2**70"),
 ])
 def test_a_bad_setting_is_refused_by_the_dry_run_in_one_line(tmp_path, args, needle):
     if "cuda" in args[0] and __import__("torch").cuda.is_available():

@@ -103,11 +103,11 @@ def test_extra_sbatch_options_and_setup_lines_reach_the_dry_run_and_submitit(tmp
                                 "setup": ["module load cuda/12.4"]})
     check_formats(cluster)
     params = submitit_parameters(cluster, 3)
-    assert params["slurm_additional_parameters"] == {"requeue": True, "mail-type": "END", "exclusive": True,
-                                                     "exclude": "n[1-2]", "gpus-per-task": "1"}
-    assert params["slurm_setup"] == ["module load cuda/12.4"]
-    proc = launch(tmp_path / "s", "algo=grpo", "seed=1,2", "dry_run=true", "cluster=slurm", "cluster.partition=gpu",
-                  "+cluster.sbatch.mail-type=END", "+cluster.sbatch.exclusive=true")
+    assert params["additional_parameters"] == {"requeue": True, "mail-type": "END", "exclusive": True,
+                                               "exclude": "n[1-2]", "gpus-per-task": "1"}
+    assert params["setup"] == ["module load cuda/12.4"]
+    proc = launch_in_process(tmp_path / "s", "algo=grpo", "seed=1,2", "dry_run=true", "cluster=slurm",
+                             "cluster.partition=gpu", "+cluster.sbatch.mail-type=END", "+cluster.sbatch.exclusive=true")
     assert proc.returncode == 0, proc.stderr
-    (sbatch,) = [line for line in proc.stdout.splitlines() if line.startswith("# sbatch")]
-    assert "--mail-type=END" in sbatch and "--exclusive " in sbatch
+    sbatch = [line for line in proc.stdout.splitlines() if line.startswith("# sbatch")]
+    assert "# sbatch | #SBATCH --mail-type=END" in sbatch and "# sbatch | #SBATCH --exclusive" in sbatch, sbatch

@@ -401,4 +401,4 @@ def test_figures_drawn_by_another_matplotlib_are_not_redrawn_but_still_checked(b
     reseal(bundle_copy)
     assert main(["audit", str(bundle_copy)]) == 1
     assert capsys.readouterr().out.splitlines() == [
-        "data/figures/reward.svg: active content in an SVG figure ('<script')"]
+        "data/figures/reward.svg: active content in an SVG figure ('<script')", "1 finding(s)"]
