@@ -78,21 +78,26 @@ def test_different_seeds_differ(short_runs, tmp_path):
     assert without_perf(read_metrics(other)) != without_perf(read_metrics(short_runs["rppb"]))
 
 
+
+def sigkill_after_step_3(run_dir, overrides) -> None:
+    """Start the trainer and SIGKILL it once step 3 has been logged (a checkpoint at 2 exists)."""
+    proc = subprocess.Popen(trainer_cmd(run_dir, *overrides), cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONNOUSERSITE": "1"})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if (run_dir / "metrics.jsonl").exists() and len((run_dir / "metrics.jsonl").read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
 def test_killed_run_resumes_from_its_checkpoint_with_identical_metrics(tmp_path):
     overrides = ("algo=rpp", "seed=11", "workload.n_updates=6", "workload.checkpoint_every=2",
                  "workload.eval.n_prompts=4")
     full = tmp_path / "full"
     run_trainer(full, *overrides)
     killed = tmp_path / "killed"
-    proc = subprocess.Popen(trainer_cmd(killed, *overrides), cwd=REPO, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONNOUSERSITE": "1"})
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:  # kill after step 3 has been logged (checkpoint at 2 exists)
-        if (killed / "metrics.jsonl").exists() and len((killed / "metrics.jsonl").read_text().splitlines()) >= 3:
-            break
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    sigkill_after_step_3(killed, overrides)
     logged = len(read_metrics(killed))
     assert 3 <= logged < 6, "the kill must land mid-run"
     assert (killed / "checkpoints" / "latest").read_text().strip() in ("step_000002", "step_000004")
@@ -297,15 +302,7 @@ def test_a_run_with_a_stale_sampler_resumes_bit_identically(tmp_path):
     full = tmp_path / "full"
     run_trainer(full, *overrides)
     killed = tmp_path / "killed"
-    proc = subprocess.Popen(trainer_cmd(killed, *overrides), cwd=REPO, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONNOUSERSITE": "1"})
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:  # kill after step 3 has been logged (checkpoint at 2 exists)
-        if (killed / "metrics.jsonl").exists() and len((killed / "metrics.jsonl").read_text().splitlines()) >= 3:
-            break
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    sigkill_after_step_3(killed, overrides)
     latest = (killed / "checkpoints" / "latest").read_text().strip()
     assert latest in ("step_000002", "step_000004") and 3 <= len(read_metrics(killed)) < 6
     assert (killed / "checkpoints" / latest / "sampler.pt").is_file()  # the sampler lagged at both

