@@ -183,7 +183,10 @@ def test_cancelling_an_array_with_pending_tasks_ends_the_wait_and_unblocks_the_r
     assert len(never_started) >= 2 and all(r["exit_code"] is None for r in never_started)
     assert all(row["accepted"] == "no" for row in index_rows(sweep_dir).values())
     status = subprocess.run([os.sys.executable, "-m", "launcher", "status", str(sweep_dir)], capture_output=True, text=True)
-    assert "PENDING" not in status.stdout and status.stdout.count("CANCELLED") == 4
+    rows = [ln for ln in status.stdout.splitlines() if ln.startswith("│")]  # the table; causes follow it
+    assert len(rows) == 4 and all("CANCELLED" in row and "PENDING" not in row for row in rows), status.stdout
+    causes = [ln for ln in status.stdout.splitlines() if ln.startswith("job ")]
+    assert len(causes) == 4 and all("cancelled by the scheduler" in c for c in causes), status.stdout
 
     # The re-run is not refused ("still PENDING ... cancel it first"): it submits a new array. Ctrl-C
     # of the waiting launcher leaves it running and says how to cancel; `launcher cancel` does.
