@@ -142,6 +142,8 @@ def test_a_requeued_job_resumes_from_its_checkpoint_and_matches_an_uninterrupted
     def restarted_and_done():
         subprocess.run([os.sys.executable, "-m", "launcher", "status", str(sweep_dir)], capture_output=True)
         r = json.loads((job_dir / "job.json").read_text())
+        assert not (r["state"] == "COMPLETED" and r.get("restart_count", 0) == 0), \
+            f"the run ended before the warning reached it: {r.get('history')}"
         return r if r.get("restart_count", 0) >= 1 and r["state"] == "COMPLETED" else None
 
     record = _wait_for(restarted_and_done, 600, "the requeued job to complete")
@@ -247,7 +249,8 @@ def test_a_state_a_requeue_follows_is_not_final_while_squeue_still_holds_the_tas
 
 def test_usr2_checkpoints_at_the_current_step_requeues_and_resumes_bit_identically(tmp_path):
     # No periodic checkpoint before the end: every step kept across the requeue was saved on the signal.
-    overrides = ("algo=rpp", "seed=5", "workload.n_updates=8", "workload.checkpoint_every=100",
+    # Long enough (about 80 ms a step here) that the warning reliably lands mid-run.
+    overrides = ("algo=rpp", "seed=5", "workload.n_updates=80", "workload.checkpoint_every=100",
                  "workload.eval.n_prompts=4")
     sweep_dir = tmp_path / "usr2"
     proc = launch(sweep_dir, *overrides, "cluster=slurm", "cluster.signal_delay_s=75", "wait=false",
@@ -261,12 +264,14 @@ def test_usr2_checkpoints_at_the_current_step_requeues_and_resumes_bit_identical
     def restarted_and_done():
         subprocess.run([os.sys.executable, "-m", "launcher", "status", str(sweep_dir)], capture_output=True)
         r = json.loads((job_dir / "job.json").read_text())
+        assert not (r["state"] == "COMPLETED" and r.get("restart_count", 0) == 0), \
+            f"the run ended before the warning reached it: {r.get('history')}"
         return r if r.get("restart_count", 0) >= 1 and r["state"] == "COMPLETED" else None
 
     record = _wait_for(restarted_and_done, 600, "the requeued job to complete")
     (event,) = record["history"]
     assert "USR2" in event["event"] and event["action"] == "requeued" and event["checkpointed"] is True
-    assert 3 <= event["at_step"] < 8 and event["job_id"] == job_id
+    assert 3 <= event["at_step"] < 80 and event["job_id"] == job_id
     assert f"resumed from step_{event['at_step']:06d}" in (job_dir / "trainer.log").read_text()
     assert record["failure"] is None and record["exit_code"] == 0
     assert "--signal=USR2@75" in json.loads((job_dir / "command.json").read_text())["sbatch"]
