@@ -31,6 +31,20 @@ def _wait_for(predicate, timeout: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def _wait_until_requeued_and_completed(sweep_dir: Path, job_dir: Path) -> dict:
+    """The job's record once it has run again after a requeue and completed (``launcher status``
+    refreshes it); fails at once if the run ended before the requeue reached it."""
+
+    def restarted_and_done():
+        subprocess.run([os.sys.executable, "-m", "launcher", "status", str(sweep_dir)], capture_output=True)
+        r = json.loads((job_dir / "job.json").read_text())
+        assert not (r["state"] == "COMPLETED" and r.get("restart_count", 0) == 0), \
+            f"the run ended before the requeue reached it: {r.get('history')}"
+        return r if r.get("restart_count", 0) >= 1 and r["state"] == "COMPLETED" else None
+
+    return _wait_for(restarted_and_done, 600, "the requeued job to complete")
+
+
 def _steps(job_dir: Path) -> int:
     path = job_dir / "run" / "metrics.jsonl"
     return len(path.read_text().splitlines()) if path.exists() else 0
@@ -139,14 +153,7 @@ def test_a_requeued_job_resumes_from_its_checkpoint_and_matches_an_uninterrupted
     job_id = json.loads((job_dir / "job.json").read_text())["job_id"]
     subprocess.run(["scontrol", "requeue", job_id], check=True)
 
-    def restarted_and_done():
-        subprocess.run([os.sys.executable, "-m", "launcher", "status", str(sweep_dir)], capture_output=True)
-        r = json.loads((job_dir / "job.json").read_text())
-        assert not (r["state"] == "COMPLETED" and r.get("restart_count", 0) == 0), \
-            f"the run ended before the warning reached it: {r.get('history')}"
-        return r if r.get("restart_count", 0) >= 1 and r["state"] == "COMPLETED" else None
-
-    record = _wait_for(restarted_and_done, 600, "the requeued job to complete")
+    record = _wait_until_requeued_and_completed(sweep_dir, job_dir)
     assert record["cleanup"] == []
     reference = tmp_path / "uninterrupted"
     run_trainer(reference, *overrides)
@@ -261,14 +268,7 @@ def test_usr2_checkpoints_at_the_current_step_requeues_and_resumes_bit_identical
     job_id = json.loads((job_dir / "job.json").read_text())["job_id"]
     subprocess.run(["scancel", "--signal=USR2", job_id], check=True)
 
-    def restarted_and_done():
-        subprocess.run([os.sys.executable, "-m", "launcher", "status", str(sweep_dir)], capture_output=True)
-        r = json.loads((job_dir / "job.json").read_text())
-        assert not (r["state"] == "COMPLETED" and r.get("restart_count", 0) == 0), \
-            f"the run ended before the warning reached it: {r.get('history')}"
-        return r if r.get("restart_count", 0) >= 1 and r["state"] == "COMPLETED" else None
-
-    record = _wait_for(restarted_and_done, 600, "the requeued job to complete")
+    record = _wait_until_requeued_and_completed(sweep_dir, job_dir)
     (event,) = record["history"]
     assert "USR2" in event["event"] and event["action"] == "requeued" and event["checkpointed"] is True
     assert 3 <= event["at_step"] < 80 and event["job_id"] == job_id
