@@ -282,6 +282,20 @@ def _name_patterns(names: Iterable[str]) -> list[re.Pattern[str]]:
     return [re.compile(c, re.MULTILINE) for c in contexts]
 
 
+def _json_strings(node, field: str = "") -> Iterator[tuple[str, str, bool]]:
+    """Every key and string value of a JSON value in document order, as ``(text, field, is_key)``: the
+    field of a value is the key it sits under (a list's items inherit their list's key)."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield str(k), str(k), True
+            yield from _json_strings(v, str(k))
+    elif isinstance(node, list):
+        for v in node:
+            yield from _json_strings(v, field)
+    elif isinstance(node, str):
+        yield node, field, False
+
+
 @dataclass
 class Sanitizer:
     """Replaces machine paths, user and host names and secrets with placeholders; scans for leftovers.
@@ -418,20 +432,8 @@ class Sanitizer:
     def clean_json(self, value, key: str = ""):
         """A JSON value with every string sanitised: keys by the text rules only (a key is never a name),
         values also by their field (``_whole_value``)."""
-        texts: list[str] = []
-
-        def collect(node, field: str) -> None:
-            if isinstance(node, dict):
-                for k, v in node.items():
-                    texts.append(str(k))
-                    collect(v, str(k))
-            elif isinstance(node, list):
-                for v in node:
-                    collect(v, field)
-            elif isinstance(node, str) and self._whole_value(node, field) is None:
-                texts.append(node)
-
-        collect(value, key)
+        texts = [text for text, under, is_key in _json_strings(value, key)
+                 if is_key or self._whole_value(text, under) is None]
         cleaned = iter(self._clean_many(texts))
 
         def rebuild(node, field: str):
@@ -451,24 +453,13 @@ class Sanitizer:
         the joined strings, and the values that their field alone makes a leak."""
         texts: list[str] = []
         leaks: list[Leak] = []
-
-        def collect(node, field: str) -> None:
-            if isinstance(node, dict):
-                for k, v in node.items():
-                    texts.append(str(k))
-                    collect(v, str(k))
-            elif isinstance(node, list):
-                for v in node:
-                    collect(v, field)
-            elif isinstance(node, str):
-                if self._whole_value(node, field) is None:
-                    texts.append(node)
-                elif _SECRET_KEY_RE.search(field):
-                    leaks.append(Leak("secret-named field", f"{field}={_mask(node)}"))
-                else:
-                    leaks.append(Leak("host or user name", f"{field}={node}"))
-
-        collect(value, key)
+        for text, under, is_key in _json_strings(value, key):
+            if is_key or self._whole_value(text, under) is None:
+                texts.append(text)
+            elif _SECRET_KEY_RE.search(under):
+                leaks.append(Leak("secret-named field", f"{under}={_mask(text)}"))
+            else:
+                leaks.append(Leak("host or user name", f"{under}={text}"))
         return leaks + self.scan(_SEPARATOR.join(texts))
 
     def scan_document(self, name: str, text: str) -> list[Leak]:
