@@ -42,7 +42,7 @@ def cpu_best_of(fn, repeat: int = 3) -> float:
     return best
 
 
-def paired_ratios(production, reference, pairs: int, repeat: int = 3) -> tuple[list[float], list[float], list[float]]:
+def paired_ratios(production, reference, pairs: int, repeat: int = 5) -> tuple[list[float], list[float], list[float]]:
     """Per-pair CPU times of ``production`` and ``reference`` and their ratio (reference / production).
 
     The two sides alternate within each pair and swap order from pair to pair, so a change of load
@@ -101,7 +101,7 @@ def bench_numerics(pairs: int = 41) -> None:
     def copy():
         values.clone()
 
-    t_copy = cpu_best_of(copy, 5)
+    t_copy = cpu_best_of(copy, 50)
     rows = (("forward", lambda: production(case["logp"]), lambda: reference(case["logp"])),
             ("forward+backward", forward_and_backward(production), forward_and_backward(reference)))
     for label, prod, ref in rows:

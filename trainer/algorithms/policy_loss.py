@@ -62,7 +62,7 @@ class _PPOClip(torch.autograd.Function):
     ties included: both branches then have that slope), 0 where the clipped branch is active (its
     value does not depend on ``rho``) and 0 outside the mask. The forward works on fresh no-grad
     temporaries in place and keeps only that derivative for the backward, where autograd's graph
-    would keep five tensors and replay ``minimum``/``clamp``/``exp``/``where`` backwards.
+    would keep several batch-sized tensors and replay ``minimum``/``clamp``/``exp``/``where`` backwards.
     """
 
     @staticmethod
