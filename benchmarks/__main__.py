@@ -268,6 +268,7 @@ def main() -> int:
     ap.add_argument("names", nargs="*", help=f"benchmarks to run (default: all of {', '.join(BENCHMARKS)})")
     ap.add_argument("--trl-steps", type=int, default=60, help="training steps of each TRL/proofgrid run")
     ap.add_argument("--trl-pairs", type=int, default=3, help="interleaved TRL/proofgrid run pairs")
+    ap.add_argument("--numerics-pairs", type=int, default=41, help="interleaved production/reference pairs")
     args = ap.parse_args()
     unknown = [n for n in args.names if n not in BENCHMARKS]
     if unknown:
@@ -278,6 +279,8 @@ def main() -> int:
     for name in args.names or BENCHMARKS:
         if name == "trl":
             bench_trl(args.trl_steps, args.trl_pairs)
+        elif name == "numerics":
+            bench_numerics(args.numerics_pairs)
         else:
             BENCHMARKS[name]()
     return 0
