@@ -429,6 +429,19 @@ def test_reductions_weight_responses_as_seed_002_describes():
         assert grad[0, 100:].abs().sum().item() == 0.0
 
 
+def test_valid_count_counts_true_entries_per_row_and_in_total():
+    from trainer.algorithms.masking import valid_count
+
+    mask = torch.tensor(MASK + [[0] * 6], dtype=torch.bool)  # lengths 1, 3, 5, 4 (a hole) and an empty row
+    assert valid_count(mask).dtype == valid_count(mask, dim=-1).dtype == torch.int64
+    assert valid_count(mask).item() == 13
+    assert valid_count(mask, dim=-1).tolist() == [1, 3, 5, 4, 0]
+    assert valid_count(mask, dim=0).tolist() == [4, 3, 2, 2, 2, 0]
+    big = torch.zeros(3, 70_000, dtype=torch.bool)
+    big[1, ::2] = True
+    assert valid_count(big).item() == 35_000 and valid_count(torch.zeros(0, 5, dtype=torch.bool)).item() == 0
+
+
 def test_unknown_reduction_is_refused():
     with pytest.raises(ValueError, match="unknown loss reduction"):
         reduce_loss(torch.zeros(1, 1), torch.ones(1, 1), "seq_mean_token_sum")
