@@ -88,7 +88,7 @@ def masked_global_normalize(
     var = sum_sq[0] / safe_count
 
     # `wide` is exactly 0 outside the mask and the scale is finite (var >= floor), so the product
-    # is exactly 0 there too; the float64 product is rounded once, into the output's dtype.
-    normalized = torch.empty_like(x)
-    torch.mul(wide, torch.rsqrt(var.clamp_min(var_floor)).reshape(1), out=normalized)
-    return normalized, mean, var, count
+    # is exactly 0 there too; the float64 product is rounded once, into the output's dtype (an
+    # in-place product then a copy: about half the time of a multiply that casts into `out`).
+    wide.mul_(torch.rsqrt(var.clamp_min(var_floor)))
+    return wide.to(x.dtype), mean, var, count
