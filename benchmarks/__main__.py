@@ -42,46 +42,76 @@ def cpu_best_of(fn, repeat: int = 3) -> float:
     return best
 
 
-def bench_numerics() -> None:
-    """Normaliser + PPO loss + response-mean on 1M tokens vs the naive two-pass torch reference.
+def paired_ratios(production, reference, pairs: int, repeat: int = 5) -> tuple[list[float], list[float], list[float]]:
+    """Per-pair CPU times of ``production`` and ``reference`` and their ratio (reference / production).
+
+    The two sides alternate within each pair and swap order from pair to pair, so a change of load
+    on a shared machine hits both; each side of a pair is its best of ``repeat`` runs in this
+    thread's CPU time (a run that waited for a core does not count the wait)."""
+    t_prod, t_ref = [], []
+    for pair in range(pairs):
+        sides = ((production, t_prod), (reference, t_ref))
+        for fn, times in sides if pair % 2 == 0 else sides[::-1]:
+            times.append(cpu_best_of(fn, repeat))
+    return t_prod, t_ref, [r / p for p, r in zip(t_prod, t_ref)]
+
+
+def numerics_case(B: int = 1024, T: int = 1024, seed: int = 0) -> dict[str, torch.Tensor]:
+    """1M tokens: right-padded responses of uniform random length 1..T, float32 like a trainer's log-probs."""
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, T + 1, (B,), generator=gen)
+    return {"mask": torch.arange(T).expand(B, T) < lengths[:, None], "values": torch.randn(B, T, generator=gen),
+            "logp": -torch.rand(B, T, generator=gen), "logp_old": -torch.rand(B, T, generator=gen)}
+
+
+def bench_numerics(pairs: int = 41) -> None:
+    """Normaliser + PPO loss + response-mean on 1M tokens vs the naive two-pass torch reference,
+    forward alone and forward + backward (what a trainer runs; ``logp`` requires grad).
 
     Target (issue 14): production at least as fast as the reference (speed >= 1.0x), while keeping
-    NaN-safety, float64 moments and centring, and no host synchronisation. Interleaved rounds, each
-    side's best CPU time.
+    NaN-safety, float64 moments and centring, and no host synchronisation. ``pairs`` interleaved
+    production/reference pairs; prints the median and range of the per-pair speed ratio.
     """
     from trainer.algorithms import masked_global_normalize, ppo_clip_token_loss, reduce_loss
 
-    torch.manual_seed(0)
-    B, T = 1024, 1024
-    lengths = torch.randint(1, T + 1, (B,))
-    mask = torch.arange(T).expand(B, T) < lengths[:, None]
-    values, logp, logp_old = torch.randn(B, T), -torch.rand(B, T), -torch.rand(B, T)
+    case = numerics_case()
+    mask, values, logp_old = case["mask"], case["values"], case["logp_old"]
+    logp_leaf = case["logp"].clone().requires_grad_(True)
 
-    def production():
+    def production(logp):
         adv, *_ = masked_global_normalize(values, mask)
         loss, _ = ppo_clip_token_loss(logp, logp_old, adv, mask)
-        reduce_loss(loss, mask, "response_mean")
+        return reduce_loss(loss, mask, "response_mean")
 
-    def reference():  # the straightforward version: boolean indexing (host sync), no NaN guarding
+    def reference(logp):  # the straightforward version: boolean indexing (host sync), no NaN guarding
         sel = values[mask]
         mean = sel.mean()
         var = ((sel - mean) ** 2).mean()
         adv = (values - mean) * torch.rsqrt(torch.clamp(var, min=1e-8)) * mask
         ratio = torch.exp(logp - logp_old)
         loss = torch.maximum(-ratio * adv, -ratio.clamp(0.8, 1.2) * adv) * mask
-        (loss.sum(1) / mask.sum(1).clamp(min=1)).mean()
+        return (loss.sum(1) / mask.sum(1).clamp(min=1)).mean()
+
+    def forward_and_backward(fn):
+        def run():
+            logp_leaf.grad = None
+            fn(logp_leaf).backward()
+        return run
 
     def copy():
         values.clone()
 
-    t_prod = t_ref = t_copy = float("inf")
-    for _ in range(7):  # interleaved, so both sides see the same machine
-        t_prod = min(t_prod, cpu_best_of(production))
-        t_ref = min(t_ref, cpu_best_of(reference))
-        t_copy = min(t_copy, cpu_best_of(copy))
-    print(f"numerics  1M tokens (CPU time): production {t_prod * 1e3:.1f} ms | naive two-pass reference "
-          f"{t_ref * 1e3:.1f} ms | speed vs reference {t_ref / t_prod:.2f}x (target >= 1.0x) | "
-          f"tensor copy {t_copy * 1e3:.2f} ms ({t_prod / t_copy:.0f} copies)")
+    t_copy = cpu_best_of(copy, 50)
+    rows = (("forward", lambda: production(case["logp"]), lambda: reference(case["logp"])),
+            ("forward+backward", forward_and_backward(production), forward_and_backward(reference)))
+    for label, prod, ref in rows:
+        t_prod, t_ref, ratios = paired_ratios(prod, ref, pairs)
+        print(f"numerics  1M tokens, {label} (CPU time, {pairs} interleaved pairs): production median "
+              f"{median(t_prod) * 1e3:.2f} ms ({min(t_prod) * 1e3:.2f}-{max(t_prod) * 1e3:.2f}) | naive reference "
+              f"{median(t_ref) * 1e3:.2f} ms ({min(t_ref) * 1e3:.2f}-{max(t_ref) * 1e3:.2f}) | speed vs reference "
+              f"per pair: median {median(ratios):.2f}x, range {min(ratios):.2f}-{max(ratios):.2f}x, "
+              f"{sum(r >= 1.0 for r in ratios)}/{pairs} pairs >= 1.0x (target >= 1.0x) | "
+              f"{median(t_prod) / t_copy:.0f} tensor copies")
 
 
 def bench_hashing() -> None:
@@ -238,6 +268,7 @@ def main() -> int:
     ap.add_argument("names", nargs="*", help=f"benchmarks to run (default: all of {', '.join(BENCHMARKS)})")
     ap.add_argument("--trl-steps", type=int, default=60, help="training steps of each TRL/proofgrid run")
     ap.add_argument("--trl-pairs", type=int, default=3, help="interleaved TRL/proofgrid run pairs")
+    ap.add_argument("--numerics-pairs", type=int, default=41, help="interleaved production/reference pairs")
     args = ap.parse_args()
     unknown = [n for n in args.names if n not in BENCHMARKS]
     if unknown:
@@ -248,6 +279,8 @@ def main() -> int:
     for name in args.names or BENCHMARKS:
         if name == "trl":
             bench_trl(args.trl_steps, args.trl_pairs)
+        elif name == "numerics":
+            bench_numerics(args.numerics_pairs)
         else:
             BENCHMARKS[name]()
     return 0

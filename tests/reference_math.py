@@ -95,6 +95,25 @@ def ppo_token_loss(logp, logp_old, adv, mask, clip_low=0.2, clip_high=0.2):
     return out, (clipped_count / n if n else 0.0)
 
 
+def ppo_token_loss_grad(logp, logp_old, adv, mask, clip_low=0.2, clip_high=0.2):
+    """d loss[i,t] / d logp[i,t] of ``ppo_token_loss``: -rho A where the unclipped branch is the max
+    of the two negated surrogates (ties included: both then have that slope), 0 where the clipped
+    branch is strictly larger (its value does not depend on rho) and 0 outside the mask."""
+    grad = []
+    for lp, lo, a_row, mrow in zip(logp, logp_old, adv, mask):
+        row = []
+        for t, m in enumerate(mrow):
+            if not m:
+                row.append(0.0)
+                continue
+            rho = math.exp(float(lp[t]) - float(lo[t]))
+            a = float(a_row[t])
+            unclipped, clipped = -rho * a, -min(max(rho, 1 - clip_low), 1 + clip_high) * a
+            row.append(-rho * a if unclipped >= clipped else 0.0)
+        grad.append(row)
+    return grad
+
+
 def k2(logp, logp_ref, mask):
     return [[0.5 * (float(a) - float(b)) ** 2 if m else 0.0 for a, b, m in zip(r1, r2, mr)]
             for r1, r2, mr in zip(logp, logp_ref, mask)]

@@ -313,6 +313,61 @@ def test_ppo_clip_token_loss_matches_reference(sentinel):
     assert 0 < exp_frac < 1  # the case really exercises both branches
 
 
+@pytest.mark.parametrize("sentinel", [0.0, float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize(("clip_low", "clip_high"), [(0.2, 0.2), (0.2, 0.28), (0.05, 0.5)])
+def test_ppo_clip_gradient_matches_the_float64_reference_with_sentinels(sentinel, clip_low, clip_high):
+    logp, logp_old, adv = ppo_case()
+    adv[1][1] = 0.0  # a valid token with A = 0: both branches tie at 0, the slope is 0
+    exp_grad = ref.ppo_token_loss_grad(logp, logp_old, adv, MASK, clip_low, clip_high)
+    lp = with_sentinel(logp, sentinel).requires_grad_(True)
+    lo = with_sentinel(logp_old, sentinel).requires_grad_(True)
+    loss, _ = ppo_clip_token_loss(lp, lo, with_sentinel(adv, sentinel), mask_t(), clip_low, clip_high)
+    grad_lp, grad_lo = torch.autograd.grad(loss.sum(), (lp, lo))
+    for grad, sign in ((grad_lp, 1.0), (grad_lo, -1.0)):
+        assert torch.isfinite(grad).all(), grad
+        assert_exact_zero_outside_mask(grad)
+        torch.testing.assert_close(grad, sign * t64(exp_grad), atol=1e-12, rtol=1e-12)
+    assert any(g == 0.0 for row, mrow in zip(exp_grad, MASK) for g, m in zip(row, mrow) if m)  # clipped tokens
+    assert any(g != 0.0 for row in exp_grad for g in row)  # and unclipped ones
+
+
+@pytest.mark.parametrize("mode", ["response_mean", "token_mean", "sum"])
+def test_ppo_clip_then_reduction_gradient_matches_the_float64_reference(mode):
+    logp, logp_old, adv = ppo_case()
+    token_grad = ref.ppo_token_loss_grad(logp, logp_old, adv, MASK)
+    lengths = [sum(row) for row in MASK]
+    weight = {"response_mean": lambda i: 1.0 / (len(MASK) * lengths[i]),
+              "token_mean": lambda i: 1.0 / sum(lengths), "sum": lambda i: 1.0}[mode]
+    expected = [[g * weight(i) for g in row] for i, row in enumerate(token_grad)]
+    lp = with_sentinel(logp, float("nan")).requires_grad_(True)
+    loss, _ = ppo_clip_token_loss(lp, with_sentinel(logp_old, float("inf")), with_sentinel(adv, -float("inf")),
+                                  mask_t())
+    (grad,) = torch.autograd.grad(reduce_loss(loss, mask_t(), mode), lp)
+    assert_exact_zero_outside_mask(grad)
+    torch.testing.assert_close(grad, t64(expected), atol=1e-12, rtol=1e-12)
+
+
+def test_ppo_clip_float32_value_and_gradient_match_the_float64_reference():
+    gen = torch.Generator().manual_seed(5)
+    B, T = 16, 40
+    mask = torch.rand(B, T, generator=gen) < 0.6
+    logp = -torch.rand(B, T, generator=gen, dtype=F64)
+    logp_old = logp + 0.3 * torch.randn(B, T, generator=gen, dtype=F64)  # ratios on both sides of the clip
+    adv = torch.randn(B, T, generator=gen, dtype=F64)
+    for t in (logp, logp_old, adv):
+        t[~mask] = float("nan")
+    lists = [x.tolist() for x in (logp, logp_old, adv)]
+    exp_loss, exp_frac = ref.ppo_token_loss(*lists, mask.tolist())
+    exp_grad = ref.ppo_token_loss_grad(*lists, mask.tolist())
+    lp = logp.float().requires_grad_(True)
+    loss, frac = ppo_clip_token_loss(lp, logp_old.float(), adv.float(), mask)
+    (grad,) = torch.autograd.grad(loss.sum(), lp)
+    assert loss.dtype == grad.dtype == torch.float32
+    torch.testing.assert_close(loss.double(), t64(exp_loss), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(grad.double(), t64(exp_grad), atol=1e-5, rtol=1e-5)
+    assert 0.05 < exp_frac < 0.95 and abs(frac.item() - exp_frac) <= 2 / mask.sum().item()
+
+
 def test_ppo_clip_covers_upper_and_lower_clipping_for_both_signs():
     eps = 0.2
     cases = {  # (rho, A) -> expected token loss
@@ -372,6 +427,19 @@ def test_reductions_weight_responses_as_seed_002_describes():
         assert math.isclose(grad[0, 0].item(), wa, rel_tol=1e-12), mode
         assert math.isclose(grad[1, 0].item(), wb, rel_tol=1e-12), mode
         assert grad[0, 100:].abs().sum().item() == 0.0
+
+
+def test_valid_count_counts_true_entries_per_row_and_in_total():
+    from trainer.algorithms.masking import valid_count
+
+    mask = torch.tensor(MASK + [[0] * 6], dtype=torch.bool)  # lengths 1, 3, 5, 4 (a hole) and an empty row
+    assert valid_count(mask).dtype == valid_count(mask, dim=-1).dtype == torch.int64
+    assert valid_count(mask).item() == 13
+    assert valid_count(mask, dim=-1).tolist() == [1, 3, 5, 4, 0]
+    assert valid_count(mask, dim=0).tolist() == [4, 3, 2, 2, 2, 0]
+    big = torch.zeros(3, 70_000, dtype=torch.bool)
+    big[1, ::2] = True
+    assert valid_count(big).item() == 35_000 and valid_count(torch.zeros(0, 5, dtype=torch.bool)).item() == 0
 
 
 def test_unknown_reduction_is_refused():

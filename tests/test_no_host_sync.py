@@ -70,6 +70,16 @@ def test_hot_path_runs_under_the_host_sync_guard(monkeypatch):
     assert calls == []
 
 
+def test_policy_loss_backward_runs_under_the_host_sync_guard(monkeypatch):
+    b = _batch()
+    logp = b["logp"].clone().requires_grad_(True)
+    normalized, *_ = algorithms.masked_global_normalize(b["values"], b["mask"])
+    with forbid_host_sync(monkeypatch) as calls:
+        token_loss, _ = algorithms.ppo_clip_token_loss(logp, b["logp_old"], normalized, b["mask"])
+        algorithms.reduce_loss(token_loss, b["mask"], "response_mean").backward()
+    assert calls == [] and logp.grad is not None
+
+
 HOT_PATH_MODULES = (normalization, advantages, policy_loss, kl, masking)
 FORBIDDEN_CALLS = {"item", "tolist", "cpu", "numpy", "nonzero", "synchronize"}
 
@@ -111,9 +121,10 @@ def test_cuda_100_iterations_under_sync_debug_error_mode():
             normalized, *_ = algorithms.masked_global_normalize(raw, b["mask"])
             _, returns = algorithms.kl_shaped_returns(b["reward"], b["logp_old"], b["logp_ref"], b["mask"], 0.01)
             algorithms.masked_global_normalize(returns, b["mask"])
-            token_loss, _ = algorithms.ppo_clip_token_loss(b["logp"], b["logp_old"], normalized, b["mask"])
+            logp = b["logp"].clone().requires_grad_(True)
+            token_loss, _ = algorithms.ppo_clip_token_loss(logp, b["logp_old"], normalized, b["mask"])
             for mode in algorithms.LOSS_REDUCTIONS:
-                algorithms.reduce_loss(token_loss, b["mask"], mode)
+                algorithms.reduce_loss(token_loss, b["mask"], mode).backward(retain_graph=True)
             algorithms.reduce_loss(algorithms.k2_kl(b["logp"], b["logp_ref"], b["mask"]), b["mask"], "response_mean")
     finally:
         torch.cuda.set_sync_debug_mode("default")

@@ -11,9 +11,11 @@ synchronous global batch:
 `var_floor` is a floor on the *variance* (OpenRLHF's convention), not `sqrt(var) + eps`.
 
 Implementation rules, each load-bearing:
-- Masked positions are *selected away* with `torch.where`, never multiplied by zero, so a NaN or
-  Inf stored in padding cannot reach a valid token (0 * NaN = NaN).
-- Centring and scaling run in float64 and the result is cast once; moments are accumulated in float64 and reduced across ranks with `all_reduce(SUM)` of
+- Masked positions are *selected away* with `torch.where` before any arithmetic, never multiplied
+  by zero, so a NaN or Inf stored in padding cannot reach a valid token (0 * NaN = NaN). Only once
+  the values are finite may a pass multiply by the 0/1 mask.
+- Centring and scaling run in float64 and the result is cast once; moments are accumulated in
+  float64 and reduced across ranks with `all_reduce(SUM)` of
   `[sum, count]` then of `[sum of centred squares]`; a rank with no valid token contributes zeros
   and still joins both collectives, so no rank can deadlock the others.
 - There is no host synchronisation: no `.item()`, `.cpu()`, `.tolist()`, `bool(tensor)` and no
@@ -27,7 +29,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from trainer.algorithms.masking import as_bool_mask
+from trainer.algorithms.masking import as_bool_mask, valid_count
 
 EMPTY_MASK_MESSAGE = "masked_global_normalize: the response mask is empty on every rank (N = 0)"
 
@@ -64,32 +66,29 @@ def masked_global_normalize(
         gives finite zeros. A globally empty mask raises through ``torch._assert_async``.
     """
     valid = as_bool_mask(mask)
-    invalid = ~valid
     x = values.detach()  # advantages are constants: nothing here is differentiated
-    # One float64 buffer of the batch, reused by every pass (the casts happen inside the kernels).
-    buf = torch.empty(x.shape, dtype=torch.float64, device=x.device)
-
-    # Pass 1: global sum and count -> mean. (Integer count: exact, and cheaper than a float sum.)
-    buf.copy_(x).masked_fill_(invalid, 0.0)
-    sum_and_count = torch.stack([buf.sum(), torch.count_nonzero(valid).to(torch.float64)])
+    # Pass 1: select (NaN/Inf in padding become 0 before any arithmetic), widen once to float64,
+    # then the global sum and count -> mean. (Integer count: exact.)
+    wide = torch.where(valid, x, torch.zeros((), dtype=x.dtype, device=x.device)).to(torch.float64)
+    sum_and_count = torch.stack([wide.sum(), valid_count(valid).to(torch.float64)])
     _all_reduce_sum(sum_and_count, group)
     total, count = sum_and_count[0], sum_and_count[1]
     torch._assert_async(count > 0, EMPTY_MASK_MESSAGE)
     safe_count = count.clamp_min(1.0)
     mean = total / safe_count
 
-    # Pass 2: centred squares around the *global* mean (never E[x^2] - E[x]^2). Centring happens in
-    # float64 (the 1-element float64 mean makes the subtraction run in float64) and is rounded once
-    # at the end: a float32 mean subtracted in float32 loses up to 7.5e-4 of the centred value when
-    # sigma << |mu| (the audit's case). Selection after the subtraction: masked slots become 0.
-    torch.sub(x, mean.reshape(1), out=buf).masked_fill_(invalid, 0.0)
-    flat = buf.reshape(-1)
+    # Pass 2: centred squares around the *global* mean (never E[x^2] - E[x]^2), in float64: a float32
+    # mean subtracted in float32 loses up to 7.5e-4 of the centred value when sigma << |mu| (the
+    # audit's case). In place on the float64 copy, ``wide - m * mean``: x - mu on valid tokens and
+    # exactly 0 elsewhere (0 - 0 * mu), in one all-float64 pass (the 0/1 mask is finite here).
+    wide.addcmul_(valid.view(torch.uint8).to(torch.float64), mean.reshape(1), value=-1.0)
+    flat = wide.reshape(-1)
     sum_sq = torch.linalg.vecdot(flat, flat).reshape(1)
     _all_reduce_sum(sum_sq, group)
     var = sum_sq[0] / safe_count
 
-    # `buf` is exactly 0 outside the mask and the scale is finite (var >= floor), so the product
-    # is exactly 0 there too; the float64 product is rounded once, into the output's dtype.
-    normalized = torch.empty_like(x)
-    torch.mul(buf, torch.rsqrt(var.clamp_min(var_floor)).reshape(1), out=normalized)
-    return normalized, mean, var, count
+    # `wide` is exactly 0 outside the mask and the scale is finite (var >= floor), so the product
+    # is exactly 0 there too; the float64 product is rounded once, into the output's dtype (an
+    # in-place product then a copy: about half the time of a multiply that casts into `out`).
+    wide.mul_(torch.rsqrt(var.clamp_min(var_floor)))
+    return wide.to(x.dtype), mean, var, count

@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from trainer.algorithms.masking import as_bool_mask
+from trainer.algorithms.masking import as_bool_mask, valid_count
 from trainer.algorithms.traits import LOSS_REDUCTIONS
 
 
@@ -46,10 +46,53 @@ def ppo_clip_token_loss(
 
     Returns ``(token_loss, clip_frac)``; ``clip_frac`` is the fraction of this rank's valid tokens
     where the clipped branch is strictly larger (i.e. active), as a 0-dim tensor (0 if none valid).
+    Gradients flow into ``logp`` and ``logp_old``; ``advantages`` are constants (as everywhere in
+    the trainer), so none flows into them.
     """
     valid = as_bool_mask(mask)
-    return _clipped_surrogate(_token_ratio(logp, logp_old, valid), _selected(valid, advantages, logp), valid,
-                              clip_low, clip_high)
+    token_loss, n_clipped = _PPOClip.apply(logp, logp_old, advantages.detach(), valid, clip_low, clip_high)
+    clip_frac = n_clipped / valid_count(valid).to(torch.float64).clamp_min(1.0)
+    return token_loss, clip_frac
+
+
+class _PPOClip(torch.autograd.Function):
+    """``ppo_clip_token_loss``'s value and its derivative in one pass, with a one-multiply backward.
+
+    ``d loss / d logp = -rho A`` where the unclipped branch is the minimum (``rho A <= clip(rho) A``,
+    ties included: both branches then have that slope), 0 where the clipped branch is active (its
+    value does not depend on ``rho``) and 0 outside the mask. The forward works on fresh no-grad
+    temporaries in place and keeps only that derivative for the backward, where autograd's graph
+    would keep several batch-sized tensors and replay ``minimum``/``clamp``/``exp``/``where`` backwards.
+    """
+
+    @staticmethod
+    def forward(ctx, logp, logp_old, advantages, valid, clip_low, clip_high):
+        zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
+        # Selection before arithmetic: NaN/Inf stored in padding reach neither value nor derivative.
+        ratio = torch.sub(logp, logp_old.to(logp.dtype))
+        torch.where(valid, ratio, zero, out=ratio).exp_()
+        adv = torch.where(valid, advantages.to(logp.dtype), zero)
+        surrogate = ratio * adv
+        clipped_surrogate = ratio.clamp_(1.0 - clip_low, 1.0 + clip_high).mul_(adv)
+        surrogate_min = torch.minimum(surrogate, clipped_surrogate, out=adv)  # adv is not read again
+        # surrogate - min is 0 where the unclipped branch is the minimum (ties included) and > 0
+        # where the clipped one is strictly smaller, so its sign is the clipped indicator (0 or 1)
+        # without a bool tensor; outside the mask both are 0.
+        clipped = torch.sub(surrogate, surrogate_min, out=clipped_surrogate).sign_()
+        # Per-row float sums of 0/1 are exact (a row is far below 2**24 tokens); rows add in float64.
+        n_clipped = clipped.sum(dim=-1).sum(dtype=torch.float64)
+        # The slope of min(rho A, clip(rho) A) in logp: rho A where unclipped, exactly 0 where clipped.
+        slope = surrogate.addcmul_(surrogate, clipped, value=-1.0)
+        ctx.save_for_backward(slope)
+        ctx.mark_non_differentiable(n_clipped)
+        return surrogate_min.neg_(), n_clipped
+
+    @staticmethod
+    def backward(ctx, grad_loss, _grad_n_clipped):
+        (slope,) = ctx.saved_tensors
+        grad_logp = torch.mul(grad_loss, slope).neg_()
+        grad_logp_old = grad_logp.neg() if ctx.needs_input_grad[1] else None
+        return grad_logp, grad_logp_old, None, None, None, None
 
 
 def _token_ratio(logp: torch.Tensor, logp_other: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -205,7 +248,7 @@ def reduce_loss(token_values: torch.Tensor, mask: torch.Tensor, mode: str, group
         n_tokens = _global_sum(torch.count_nonzero(valid).to(token_values.dtype), group)
         return masked.sum() / n_tokens.clamp_min(1.0)
     if mode == "response_mean":
-        lengths = valid.sum(dim=-1).to(token_values.dtype)  # int64 counts: no float copy of the mask
+        lengths = valid_count(valid, dim=-1).to(token_values.dtype)
         per_response = torch.where(lengths > 0, masked.sum(dim=-1) / lengths.clamp_min(1.0), zero)
         # torch.full launches a fill kernel: no host-to-device copy of a Python scalar.
         n_responses = _global_sum(
