@@ -31,7 +31,8 @@ SMALL = ("workload.n_updates=2", "workload.checkpoint_every=2")
 
 
 def _initial_eval_lines(sweep_dir: Path, word: str) -> list[str]:
-    return [line for log in sorted(sweep_dir.glob("jobs/*/trainer.log"))
+    """The trainer's "initial eval: <word>" lines in every job's log, earlier attempts' included."""
+    return [line for log in sorted(sweep_dir.glob("jobs/**/trainer.log"))
             for line in log.read_text().splitlines() if f"initial eval: {word}" in line]
 
 
@@ -306,6 +307,7 @@ def test_a_rerun_reuses_the_shared_evaluation_and_a_missing_one_is_recomputed(tm
     second = launch(sweep_dir, *grid)
     assert second.returncode == 0 and "audit: clean" in second.stdout, second.stdout[-2000:] + second.stderr[-2000:]
     assert len(_initial_eval_lines(sweep_dir, "computed")) == 1  # the re-run job reused it
+    assert "initial eval: reused" in (sweep_dir / "jobs" / "grpo-2" / "trainer.log").read_text()
     assert sha256_file(directory / "eval.json") == digest
 
     shutil.rmtree(sweep_dir / "initial_eval")  # every job's reference now dangles: all are rejected
