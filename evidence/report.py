@@ -71,16 +71,22 @@ def _read_with_care(data: BundleData) -> list[str]:
     return notes
 
 
+def _initial_shared(data: BundleData) -> bool:
+    """Whether every accepted run's initial control is a sweep-level shared evaluation."""
+    groups = initial_evaluations(data)
+    return bool(groups) and all(name.startswith(f"{INITIAL_EVAL_DIR}/") for name in groups)
+
+
 def _initial_sentence(data: BundleData) -> str:
     """How the initial checkpoint (the control) was evaluated: once per evaluation identity, or per run."""
     groups = initial_evaluations(data)
-    shared = [name for name in groups if name.startswith(f"{INITIAL_EVAL_DIR}/")]
     runs = sum(len(v) for v in groups.values())
-    if shared and len(shared) == len(groups):
+    if _initial_shared(data):
         times = "once" if len(groups) == 1 else f"{len(groups)} times"
         return (f"The initial checkpoint (the control) was evaluated {times} for {runs} accepted run(s): once "
-                f"per evaluation identity, shared by every run with it (`{', '.join(shared)}`).\n")
-    return f"The initial checkpoint (the control), {len(groups)} evaluation(s) for {runs} accepted run(s):\n"
+                f"per evaluation identity, shared by every run with it (`{', '.join(groups)}`).\n")
+    return (f"The initial checkpoint (the control) was evaluated by each run itself ({len(groups)} evaluation(s) for "
+            f"{runs} accepted run(s); table `eval_initial` under the fixed-subset evaluation).\n")
 
 
 def _at_a_glance(data: BundleData, tables: dict[str, Table]) -> str:
@@ -95,7 +101,8 @@ def _at_a_glance(data: BundleData, tables: dict[str, Table]) -> str:
     lines.append("\nFinal eval against the initial checkpoint (mean ± sample SD across seeds):\n")
     lines.append(tables["eval_aggregate"].markdown())
     lines.append(_initial_sentence(data))
-    lines.append(tables["eval_initial"].markdown())
+    if _initial_shared(data):  # a few rows (one per evaluation identity); a per-run list goes below
+        lines.append(tables["eval_initial"].markdown())
     lines.append(_figure("eval_passk"))
     notes = _read_with_care(data)
     if notes:
@@ -200,7 +207,11 @@ def render_report(data: BundleData, tables: dict[str, Table] | None = None) -> s
             f"checkpoint, eval seed {first['eval_seed']}, subset SHA256 {first['subset_sha256']}. pass@k is the "
             f"unbiased estimator averaged over prompts.\n")
     add(tables["eval_per_run"].markdown())
-    add("The initial checkpoint's evaluation is reported once, under At a glance (table `eval_initial`).\n")
+    if _initial_shared(data):
+        add("The initial checkpoint's evaluation is reported once, under At a glance (table `eval_initial`).\n")
+    else:
+        add("The initial checkpoint, as each run evaluated it:\n")
+        add(tables["eval_initial"].markdown())
     add("Aggregate results (mean ± sample SD across seeds):\n")
     add(tables["eval_aggregate"].markdown())
     add(_figure("eval_passk"))
