@@ -218,6 +218,7 @@ def _race(sweep_dir: str, counter: str, barrier, results) -> None:
     results.put((shared.computed, shared.reference, shared.summary))
 
 
+@pytest.mark.slow  # three spawned interpreters importing torch: ~10 s on two busy cores
 def test_processes_racing_for_the_lock_compute_the_shared_evaluation_once(tmp_path):
     ctx = multiprocessing.get_context("spawn")
     barrier, results = ctx.Barrier(3), ctx.Queue()
