@@ -194,7 +194,22 @@ def test_a_shared_evaluation_whose_statistics_do_not_recompute_is_an_audit_findi
                and "does not recompute from its responses" in r for r in reasons), reasons
 
 
-# ---- underneath: the lock, the validation on read, the key ----------------------------------------
+# ---- underneath: the hand-over, the lock, the validation on read, the key ---------------------------
+
+@pytest.mark.parametrize(("seeds", "shared"), [("seed=1", False), ("seed=1,2", True)])
+def test_the_launcher_hands_the_sweep_dir_to_the_trainer_only_when_jobs_can_share(tmp_path, seeds, shared):
+    """A one-job sweep (``launch.py`` without -m is one) evaluates its initial checkpoint itself."""
+    from launcher.isolation import JobRoots
+    from launcher.plan import plan_grid
+    from launcher.runtime import trainer_argv
+
+    sweep = plan_grid(["algo=grpo", seeds, "dry_run=true"], tmp_path / "sweep")
+    for spec in sweep.specs:
+        argv = trainer_argv(spec, JobRoots(spec.job_dir))
+        assert (f"sweep_dir={tmp_path / 'sweep'}" in argv) is shared
+        assert spec.share_initial_eval is shared
+
+
 
 IDENTITY = {"model_files": {"model/weights": "ab" * 32}, "k": 2, "eval_seed": 3}
 
@@ -312,6 +327,10 @@ def test_a_rerun_reuses_the_shared_evaluation_and_a_missing_one_is_recomputed(tm
     assert sha256_file(directory / "eval.json") == digest
 
     shutil.rmtree(sweep_dir / "initial_eval")  # every job's reference now dangles: all are rejected
+    from evidence import evaluate_job
+
+    evidence = evaluate_job(sweep_dir / "jobs" / "grpo-1")
+    assert f"initial_eval/{directory.name}/eval.json: missing (the shared initial evaluation)" in evidence.reason()
     third = launch(sweep_dir, *grid)
     assert third.returncode == 0 and "audit: clean" in third.stdout, third.stdout[-2000:] + third.stderr[-2000:]
     assert len(_initial_eval_lines(sweep_dir, "computed")) == 2  # recomputed once for both jobs
