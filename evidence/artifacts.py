@@ -206,6 +206,24 @@ def check_shared_initial(root: Path, reference) -> tuple[dict | None, list[str]]
     return summary, problems
 
 
+def check_shared_sampling(root: Path, entry: dict, run_config) -> list[str]:
+    """The shared initial evaluation was sampled as the run's final one: its identity's temperature,
+    top_k, top_p and response cap equal the run's ``workload.eval`` (``run.json``'s config)."""
+    path = (entry.get("shared") or {}).get("path") if isinstance(entry, dict) else None
+    try:
+        if not isinstance(path, str) or ".." in Path(path).parts or Path(path).is_absolute():
+            return []  # check_shared_initial names a malformed reference
+        used = read_json(root / path)["identity"]["sampling"]
+        settings = run_config["workload"]["eval"]
+        wanted = {"temperature": settings["temperature"], "top_k": settings["top_k"], "top_p": settings["top_p"],
+                  "max_new_tokens": settings["max_response_len"]}
+    except (JSONError, KeyError, TypeError):
+        return []  # an unreadable record is check_shared_initial's finding; an older run.json has no config
+    differing = [name for name, value in wanted.items() if used.get(name) != value]
+    return [f"the shared initial evaluation was sampled with another {', '.join(differing)} than this run's "
+            "final one"] if differing else []
+
+
 def check_eval(run_dir: Path, final_checkpoint: str | None, expected_responses: int | None = None,
                sweep_dir: Path | None = None, shared_checks: dict | None = None
                ) -> tuple[dict | None, list[GateFailure]]:

@@ -33,6 +33,7 @@ from evidence.artifacts import (
     check_cleanup,
     check_run_summary,
     check_shared_initial,
+    check_shared_sampling,
     checkpoint_name,
     shared_initial_dir,
 )
@@ -420,6 +421,11 @@ def _check_shared_reference(data_dir: Path, job: str, entry: dict, checked: dict
         where = f"data/{shared_initial_dir(entry)}/{EVAL_RECORD}"
         findings = [Finding(where, problem) for problem in checked[token][1]]
     summary = checked[token][0]
+    try:
+        config = read_json(data_dir / "runs" / job / "run.json").get("config")
+    except (JSONError, AttributeError):
+        config = None  # check_runs and the rejection checks report an unreadable run.json
+    findings += [Finding(f"data/runs/{job}/eval.json", problem) for problem in check_shared_sampling(data_dir, entry, config)]
     if summary is not None and {k: v for k, v in entry.items() if k != "shared"} != summary:
         findings.append(Finding(f"data/runs/{job}/eval.json", "initial differs from the shared initial evaluation it references"))
     return findings

@@ -173,6 +173,20 @@ def test_a_tampered_shared_evaluation_in_the_bundle_is_an_audit_finding(sweep, t
     assert f"data/initial_eval/{directory.name}/eval.json: {expected}" in reasons, reasons
 
 
+def test_a_shared_evaluation_sampled_unlike_the_runs_final_eval_is_an_audit_finding(sweep, tmp_path):
+    bag = tmp_path / "bundle"
+    shutil.copytree(sweep / "bundle", bag)
+    run_json = bag / "data" / "runs" / "rpp-2" / "run.json"
+    record = json.loads(run_json.read_text())
+    record["config"]["workload"]["eval"]["top_p"] = 0.5  # as if rpp-2's final eval had sampled otherwise
+    run_json.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    _reseal(bag)
+    reasons = [str(f) for f in audit(bag)]
+    assert ("data/runs/rpp-2/eval.json: the shared initial evaluation was sampled with another top_p than this "
+            "run's final one") in reasons, reasons
+    assert not any(r.startswith("data/runs/grpo-1/eval.json") for r in reasons)
+
+
 def test_a_shared_evaluation_whose_statistics_do_not_recompute_is_an_audit_finding(sweep, tmp_path):
     """A forgery that keeps every digest consistent (eval.json, the jobs' references) still fails:
     the audit recomputes pass@k, reward, length and truncation from the responses."""
