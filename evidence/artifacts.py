@@ -3,7 +3,8 @@
 A gate passes or fails on what is on disk. Gates: the final checkpoint is present and its
 ``model.safetensors`` has a well-formed safetensors header; TensorBoard events are non-empty;
 ``eval.json`` holds the initial-checkpoint control and the final checkpoint with the expected
-number of responses (and the response files hold that many lines); the job's cleanup list is
+number of responses (and the response files hold that many lines); a control shared by the sweep's
+jobs (``<sweep>/initial_eval/<key12>/``) is complete, untampered and recomputes from its responses; the job's cleanup list is
 empty; ``run.json`` says the run completed all updates; the path-free command exists.
 An all-zero eval reward is a failed gate of its own kind (seed 000's rationale-label incident).
 """
@@ -17,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evidence.fileio import JSONError, read_json, sha256_file
-from facts import checkpoint_name
+from facts import EVAL_RECORD, INITIAL_EVAL_DIR, INITIAL_EVAL_RESPONSES, SHARED_KEY_CHARS, checkpoint_name
+from facts.evaluation import pass_at_k
 
 EVAL_KINDS = ("initial", "final")
 EVAL_NUMBER_KEYS = ("pass@1", "truncation", "mean_length", "mean_reward")
@@ -143,9 +145,92 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def check_eval(run_dir: Path, final_checkpoint: str | None, expected_responses: int | None = None
+def shared_initial_dir(entry) -> str | None:
+    """The directory (relative to the sweep, and to a bundle's ``data/``) of the shared initial
+    evaluation that an ``eval.json`` "initial" entry references, or None for a run's own."""
+    shared = entry.get("shared") if isinstance(entry, dict) else None
+    path = shared.get("path") if isinstance(shared, dict) else None
+    return path.rpartition("/")[0] if isinstance(path, str) else None
+
+
+def recompute_eval(responses: list[dict], k: int) -> dict:
+    """An eval summary's statistics from its response records: pass@j per prompt (unbiased, c =
+    responses with reward > 0) averaged over prompts, mean reward, mean length, truncated share;
+    ``k`` is the samples per prompt (-1 when prompts differ)."""
+    correct: dict = {}
+    samples: dict = {}
+    for r in responses:
+        correct[r["index"]] = correct.get(r["index"], 0) + int(r["reward"] > 0)
+        samples[r["index"]] = samples.get(r["index"], 0) + 1
+    n = len(responses)
+    per_prompt = set(samples.values())
+    stats = {"n_responses": n, "n_prompts": len(correct), "k": per_prompt.pop() if len(per_prompt) == 1 else -1, "mean_reward": sum(r["reward"] for r in responses) / n,
+             "mean_length": sum(r["length"] for r in responses) / n,
+             "truncation": sum(not r["finished"] for r in responses) / n}
+    for j in PASS_AT:
+        if j <= k:
+            stats[f"pass@{j}"] = sum(pass_at_k(k, c, j) for c in correct.values()) / len(correct)
+    return stats
+
+
+def check_shared_initial(root: Path, reference) -> tuple[dict | None, list[str]]:
+    """A shared initial evaluation, as a job's eval.json references it (``{"path", "key", "sha256"}``;
+    ``root``: the sweep directory or a bundle's ``data/``): its ``eval.json`` is there with that
+    SHA256 and key, its responses are complete (the recorded SHA256, n_prompts x k lines) and its
+    statistics recompute from them. Returns the shared summary and the problems found."""
+    if not isinstance(reference, dict) or not all(isinstance(reference.get(f), str) for f in ("path", "key", "sha256")):
+        return None, ["initial.shared needs path, key and sha256"]
+    key, path = reference["key"], reference["path"]
+    if path != f"{INITIAL_EVAL_DIR}/{key[:SHARED_KEY_CHARS]}/{EVAL_RECORD}":
+        return None, [f"initial.shared.path {path!r} is not {INITIAL_EVAL_DIR}/<key12>/{EVAL_RECORD}"]
+    record_path = root / path
+    if not record_path.is_file():
+        return None, ["missing (the shared initial evaluation)"]
+    if sha256_file(record_path) != reference["sha256"]:
+        return None, ["SHA256 differs from the one the job recorded"]
+    try:
+        record = read_json(record_path)
+        summary = record["initial"]
+        if record["key"] != key or not isinstance(summary, dict):
+            return None, ["records another key"]
+        responses_path = record_path.parent / INITIAL_EVAL_RESPONSES
+        if sha256_file(responses_path) != record["responses_sha256"]:
+            return summary, [f"{INITIAL_EVAL_RESPONSES} differs from its recorded SHA256"]
+        responses = [json.loads(line) for line in responses_path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        recomputed = recompute_eval(responses, int(summary["k"]))
+    except (JSONError, OSError, ValueError, KeyError, TypeError, ZeroDivisionError) as exc:
+        return None, [f"unreadable shared evaluation ({type(exc).__name__})"]
+    problems = [f"{name} {summary.get(name)!r} does not recompute from its responses ({value!r})"
+                for name, value in recomputed.items()
+                if not (_is_number(summary.get(name)) and math.isclose(summary[name], value, rel_tol=1e-12, abs_tol=1e-12))]
+    return summary, problems
+
+
+def check_shared_sampling(root: Path, entry: dict, run_config) -> list[str]:
+    """The shared initial evaluation was sampled as the run's final one: its identity's temperature,
+    top_k, top_p and response cap equal the run's ``workload.eval`` (``run.json``'s config)."""
+    path = (entry.get("shared") or {}).get("path") if isinstance(entry, dict) else None
+    try:
+        if not isinstance(path, str) or ".." in Path(path).parts or Path(path).is_absolute():
+            return []  # check_shared_initial names a malformed reference
+        used = read_json(root / path)["identity"]["sampling"]
+        settings = run_config["workload"]["eval"]
+        wanted = {"temperature": settings["temperature"], "top_k": settings["top_k"], "top_p": settings["top_p"],
+                  "max_new_tokens": settings["max_response_len"]}
+    except (JSONError, KeyError, TypeError):
+        return []  # an unreadable record is check_shared_initial's finding; an older run.json has no config
+    differing = [name for name, value in wanted.items() if used.get(name) != value]
+    return [f"the shared initial evaluation was sampled with another {', '.join(differing)} than this run's "
+            "final one"] if differing else []
+
+
+def check_eval(run_dir: Path, final_checkpoint: str | None, expected_responses: int | None = None,
+               sweep_dir: Path | None = None, shared_checks: dict | None = None
                ) -> tuple[dict | None, list[GateFailure]]:
-    """``eval.json``: initial control and final checkpoint, complete, consistent, non-degenerate."""
+    """``eval.json``: initial control and final checkpoint, complete, consistent, non-degenerate.
+
+    A shared initial control is checked in ``sweep_dir`` (default: the run directory's sweep),
+    once per reference when ``shared_checks`` (a dict the caller keeps) is given."""
     try:
         summary = read_json(run_dir / "eval.json")
     except JSONError as exc:
@@ -177,6 +262,20 @@ def check_eval(run_dir: Path, final_checkpoint: str | None, expected_responses: 
             fail(f"{kind}.subset_sha256 missing")
         if not isinstance(entry.get("all_zero_reward"), bool):
             fail(f"{kind}.all_zero_reward is not a boolean")
+        shared_file = None
+        if kind == "initial" and "shared" in entry:
+            root = sweep_dir if sweep_dir is not None else run_dir.parent.parent.parent
+            cache = shared_checks if shared_checks is not None else {}
+            ref = entry["shared"]
+            token = json.dumps(ref, sort_keys=True)
+            if token not in cache:
+                cache[token] = check_shared_initial(root, ref)
+            shared_summary, problems = cache[token]
+            shared_file = f"{shared_initial_dir(entry) or INITIAL_EVAL_DIR}/{EVAL_RECORD}"
+            for problem in problems:
+                fail(problem, file=shared_file)
+            if shared_summary is not None and {k: v for k, v in entry.items() if k != "shared"} != shared_summary:
+                fail("initial differs from the shared initial evaluation it references")
         n, n_prompts, k = entry.get("n_responses"), entry.get("n_prompts"), entry.get("k")
         if all(isinstance(v, int) for v in (n, n_prompts, k)):
             if n <= 0:
@@ -185,6 +284,7 @@ def check_eval(run_dir: Path, final_checkpoint: str | None, expected_responses: 
                 fail(f"{kind}.n_responses {n} != n_prompts {n_prompts} x k {k}")
             if expected_responses is not None and n != expected_responses:
                 fail(f"{kind}.n_responses {n}, expected {expected_responses}")
+        if shared_file is None and all(isinstance(v, int) for v in (n, n_prompts, k)):
             counted = _count_json_lines(run_dir / "eval" / f"{kind}.jsonl")
             if isinstance(counted, str):
                 fail(counted, file=f"run/eval/{kind}.jsonl")

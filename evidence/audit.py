@@ -5,7 +5,8 @@ absolute names, links, devices, sparse or oversized members, alias spellings suc
 ``./bundle/x`` or ``bundle//x`` that duplicate a member; one top-level directory); BagIt validity by
 bagit-python's ``Bag.validate()`` plus proofgrid's rules (sha256 manifests only, nothing beside
 the payload, a Source-Commit); every accepted run's metrics log passes the validator again and
-matches ``steps.csv``/``eval.csv``; every table CSV and every line of ``report.md`` recomputes; a
+matches ``steps.csv``/``eval.csv``; the shared initial evaluation (``data/initial_eval/<key12>/``) is
+there once, with the SHA256 every run's eval.json records, and recomputes from its responses; every table CSV and every line of ``report.md`` recomputes; a
 rejected job whose bundled evidence passes every gate is cherry-picking; ``bag-info.txt``,
 ``sweep.json``, ``index.csv`` and ``commands.txt`` agree; SVG figures hold no script or external
 reference; the leak scan (the sanitiser's own rule set). Each problem is a ``Finding`` naming a
@@ -28,7 +29,14 @@ from pathlib import Path, PurePosixPath
 
 import bagit
 
-from evidence.artifacts import check_cleanup, check_run_summary, checkpoint_name
+from evidence.artifacts import (
+    check_cleanup,
+    check_run_summary,
+    check_shared_initial,
+    check_shared_sampling,
+    checkpoint_name,
+    shared_initial_dir,
+)
 from evidence.bundle import FIGURES_DRAWN_BY, TAG_FILES, figures_library_version, private_tool_dirs
 from evidence.dataset import EVAL_COLUMNS, EVAL_ID_COLUMNS, load_bundle_data, read_csv
 from evidence.fileio import JSONError, read_json, sha256_file
@@ -38,6 +46,7 @@ from evidence.report import render_report
 from evidence.sanitize import Sanitizer
 from evidence.tables import compute_tables
 from evidence.verdict import check_verdict
+from facts import EVAL_RECORD, INITIAL_EVAL_DIR
 
 PAYLOAD = "data"
 MANIFEST = "manifest-sha256.txt"
@@ -339,6 +348,8 @@ def check_runs(data_dir: Path, data) -> list[Finding]:
     findings: list[Finding] = []
     n_updates = data.n_updates
     accepted = set(data.accepted)
+    shared_checks: dict[str, tuple] = {}  # each shared initial evaluation, checked once
+    referenced: set[str] = set()
     for name in ("steps.csv", "eval.csv"):
         _, rows = read_csv(data_dir / name)
         strays = sorted({f"{r.get('arm') or r['algo']}-{r['seed']}" for r in rows
@@ -368,12 +379,23 @@ def check_runs(data_dir: Path, data) -> list[Finding]:
                 if row is None or not isinstance(entry, dict):
                     findings.append(Finding("data/eval.csv", f"{job} {kind}: missing row or eval.json entry"))
                     continue
+                shared = shared_initial_dir(entry)
+                if kind == "initial" and shared is not None:
+                    referenced.add(shared)
+                    findings += _check_shared_reference(data_dir, job, entry, shared_checks)
+                if (row.get("initial_eval") or None) != shared:
+                    findings.append(Finding("data/eval.csv", f"{job} {kind} initial_eval differs from data/runs/{job}/eval.json"))
                 for column in EVAL_COLUMNS[len(EVAL_ID_COLUMNS):]:
+                    if column == "initial_eval":
+                        continue
                     if str(entry.get(column)).lower() != str(row.get(column)).lower() and not (
                             isinstance(entry.get(column), (int, float)) and _close(entry.get(column), row.get(column))):
                         findings.append(Finding("data/eval.csv", f"{job} {kind} {column} differs from data/runs/{job}/eval.json"))
         except JSONError as exc:
             findings.append(Finding(f"data/runs/{job}/eval.json", str(exc)))
+    for stray in sorted(p for p in (data_dir / INITIAL_EVAL_DIR).glob("*") if p.is_dir()):
+        if f"{INITIAL_EVAL_DIR}/{stray.name}" not in referenced:
+            findings.append(Finding(f"data/{INITIAL_EVAL_DIR}/{stray.name}", "no accepted run references this initial evaluation"))
     recorded = {(r["job"], r["kind"], r["title"]) for r in data.incidents}
     for row in data.index:
         for kind, _, title, _ in history_incidents(data_dir / "runs" / row["job"]):
@@ -385,6 +407,27 @@ def check_runs(data_dir: Path, data) -> list[Finding]:
     for job in rejected:
         if job not in with_incident:
             findings.append(Finding("data/incidents.csv", f"rejected job {job} has no incident record"))
+    return findings
+
+
+def _check_shared_reference(data_dir: Path, job: str, entry: dict, checked: dict) -> list[Finding]:
+    """A run's shared initial control: the bundled evaluation passes ``check_shared_initial`` (once
+    per reference) and the run's "initial" entry is exactly its summary."""
+    reference = entry["shared"]
+    token = repr(sorted(reference.items())) if isinstance(reference, dict) else repr(reference)
+    findings = []
+    if token not in checked:
+        checked[token] = check_shared_initial(data_dir, reference)
+        where = f"data/{shared_initial_dir(entry)}/{EVAL_RECORD}"
+        findings = [Finding(where, problem) for problem in checked[token][1]]
+    summary = checked[token][0]
+    try:
+        config = read_json(data_dir / "runs" / job / "run.json").get("config")
+    except (JSONError, AttributeError):
+        config = None  # check_runs and the rejection checks report an unreadable run.json
+    findings += [Finding(f"data/runs/{job}/eval.json", problem) for problem in check_shared_sampling(data_dir, entry, config)]
+    if summary is not None and {k: v for k, v in entry.items() if k != "shared"} != summary:
+        findings.append(Finding(f"data/runs/{job}/eval.json", "initial differs from the shared initial evaluation it references"))
     return findings
 
 

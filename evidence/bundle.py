@@ -27,7 +27,7 @@ from pathlib import Path
 
 import bagit
 
-from evidence.artifacts import EVAL_KINDS
+from evidence.artifacts import EVAL_KINDS, shared_initial_dir
 from evidence.dataset import (
     ARTIFACT_COLUMNS,
     EVAL_COLUMNS,
@@ -52,6 +52,7 @@ from evidence.stats import CI_LEVEL, DEFAULT_LAST_K
 from evidence.sweep import SweepError, job_name, read_sweep
 from evidence.tables import compute_tables
 from evidence.verdict import add_experiment, write_verdict
+from facts import EVAL_RECORD, INITIAL_EVAL_RESPONSES
 from facts.processes import local_runtime_alive
 
 BUNDLE_DIR = "bundle"
@@ -165,14 +166,30 @@ def _write_payload(sweep, evidences: list[JobEvidence], incidents: list[Incident
     write_csv(stage / "steps.csv", columns,
               ({"arm": e.arm, "algo": e.algo, "seed": e.seed, **r} for e in accepted for r in sorted(e.metrics.records, key=lambda r: r["step"])))
     write_csv(stage / "eval.csv", EVAL_COLUMNS,
-              [_clean_row({"arm": e.arm, "algo": e.algo, "seed": e.seed, "kind": kind, **e.eval_summary[kind]}, clean)
+              [_clean_row({"arm": e.arm, "algo": e.algo, "seed": e.seed, "kind": kind, **e.eval_summary[kind],
+                           "initial_eval": shared_initial_dir(e.eval_summary[kind])}, clean)
                for e in accepted for kind in EVAL_KINDS])
+    _copy_shared_initial_evals(sweep.dir, evidences, stage)
     for name in (INCIDENTS_FILE, "commands.txt"):
         _copy_text(sweep.dir / name, stage / name, clean)
     for evidence in evidences:
         job_dir = sweep.dir / "jobs" / evidence.job
         if evidence.present and job_dir.is_dir():
             _write_run_files(evidence, job_dir, stage / "runs" / evidence.job, clean)
+
+
+def _copy_shared_initial_evals(sweep_dir: Path, evidences: list[JobEvidence], stage: Path) -> None:
+    """data/initial_eval/<key12>/: each shared initial evaluation a job references, once, byte for
+    byte (the jobs' eval.json record its SHA256; the leak scan still reads it before sealing)."""
+    referenced = {shared_initial_dir((e.eval_summary or {}).get("initial")) for e in evidences if e.present}
+    for relpath in sorted(r for r in referenced if r):
+        source = sweep_dir / relpath
+        if ".." in Path(relpath).parts or not source.is_dir():
+            continue  # the job's eval gate has already said what is wrong with it
+        for name in (EVAL_RECORD, INITIAL_EVAL_RESPONSES):
+            if (source / name).is_file():
+                (stage / relpath).mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source / name, stage / relpath / name)
 
 
 def _clean_row(row: dict, clean: Sanitizer) -> dict:

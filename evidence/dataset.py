@@ -23,6 +23,7 @@ EVAL_ID_COLUMNS = ("arm", "algo", "seed", "kind")
 EVAL_COLUMNS = EVAL_ID_COLUMNS + (
     "checkpoint", "n_prompts", "k", "n_responses", "eval_seed", "subset_sha256",
     "pass@1", "pass@2", "pass@4", "truncation", "mean_length", "mean_reward", "all_zero_reward",
+    "initial_eval",  # an initial row's shared evaluation (initial_eval/<key12>), empty for a run's own
 )
 EVAL_INT_COLUMNS = ("n_prompts", "k", "n_responses", "eval_seed")
 EVAL_FLOAT_COLUMNS = ("pass@1", "pass@2", "pass@4", "truncation", "mean_length", "mean_reward")
@@ -167,6 +168,7 @@ def load_bundle_data(data_dir: str | Path) -> BundleData:
             entry.update({k: int(row[k]) for k in EVAL_INT_COLUMNS})
             entry.update({k: _float(row[k]) for k in EVAL_FLOAT_COLUMNS})  # pass@j is empty when j > k
             entry["all_zero_reward"] = row["all_zero_reward"] == "true"
+            entry["initial_eval"] = row.get("initial_eval") or ""  # absent from bundles made before it
             data.evals.setdefault(run, {})[row["kind"]] = entry
 
     for arm, seed in accepted:

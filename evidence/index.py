@@ -20,8 +20,10 @@ from evidence.artifacts import (
     check_eval,
     check_public_command,
     check_run_summary,
+    check_shared_sampling,
     check_tensorboard,
     primary_artifacts,
+    shared_initial_dir,
 )
 from evidence.fileio import JSONError, read_json
 from evidence.metrics_log import MetricsLog, validate_metrics
@@ -128,14 +130,15 @@ def _declared_n_updates(job_dir: Path) -> int | None:
 
 def evaluate_job(job_dir: str | Path, algo: str | None = None, seed: int | None = None,
                  n_updates: int | None = None, eval_responses: int | None = None,
-                 digests: bool = False, arm: str | None = None) -> JobEvidence:
+                 digests: bool = False, arm: str | None = None, shared_checks: dict | None = None) -> JobEvidence:
     """Validate one job directory against the run-directory contract. Reads files only.
 
     ``algo``, ``seed`` and ``arm`` default to what ``job.json`` records (an older record without
     ``arm`` belongs to the algo's arm), ``n_updates`` to the enclosing
     sweep's ``sweep.json`` (else the trainer's ``run.json``), so ``evaluate_job(job_dir)`` works
     for a launcher deciding whether a job must run again. ``digests`` also hashes the retained
-    artifacts (checkpoints can be gigabytes: only the bundle build asks for it).
+    artifacts (checkpoints can be gigabytes: only the bundle build asks for it). ``shared_checks``:
+    a dict kept across a sweep's jobs, so their shared initial evaluation is validated once.
     """
     job_dir = Path(job_dir)
     algo = algo if algo is not None else _field(job_dir / "job.json", "algo")
@@ -164,7 +167,7 @@ def evaluate_job(job_dir: str | Path, algo: str | None = None, seed: int | None 
     except JSONError as exc:
         fail([GateFailure("job", "job.json", str(exc))])
 
-    check_run_dir(job_dir / "run", evidence, eval_responses)
+    check_run_dir(job_dir / "run", evidence, eval_responses, shared_checks)
     evidence.command, failures = check_public_command(job_dir)
     fail(failures)
     if digests:
@@ -173,7 +176,8 @@ def evaluate_job(job_dir: str | Path, algo: str | None = None, seed: int | None 
     return evidence
 
 
-def check_run_dir(run_dir: Path, evidence: JobEvidence, eval_responses: int | None = None) -> JobEvidence:
+def check_run_dir(run_dir: Path, evidence: JobEvidence, eval_responses: int | None = None,
+                  shared_checks: dict | None = None) -> JobEvidence:
     """The trainer's part of the evidence: metrics log, run summary, checkpoint, TensorBoard, eval."""
     fail = evidence.failures.extend
     evidence.metrics = validate_metrics(run_dir / "metrics.jsonl", evidence.algo, evidence.n_updates,
@@ -184,8 +188,13 @@ def check_run_dir(run_dir: Path, evidence: JobEvidence, eval_responses: int | No
     evidence.checkpoint, failures = check_checkpoint(run_dir, evidence.n_updates)
     fail(failures)
     fail(check_tensorboard(run_dir))
-    evidence.eval_summary, failures = check_eval(run_dir, evidence.checkpoint, eval_responses)
+    evidence.eval_summary, failures = check_eval(run_dir, evidence.checkpoint, eval_responses,
+                                                 shared_checks=shared_checks)
     fail(failures)
+    initial = (evidence.eval_summary or {}).get("initial")
+    if shared_initial_dir(initial) and isinstance(evidence.run_summary, dict):
+        fail(GateFailure("eval", "run/eval.json", problem)
+             for problem in check_shared_sampling(run_dir.parent.parent.parent, initial, evidence.run_summary.get("config")))
     return evidence
 
 
@@ -223,9 +232,10 @@ def evaluate_sweep(sweep: Sweep, exclusions: dict[str, str] | None = None) -> li
     """
     exclusions = exclusions or {}
     jobs_dir = sweep.dir / "jobs"
+    shared_checks: dict = {}  # each shared initial evaluation is validated once
     evidences = [
         evaluate_job(jobs_dir / job_name(arm, s), sweep.arm_algo(arm), s, sweep.n_updates, sweep.eval_responses,
-                     digests=True, arm=arm)
+                     digests=True, arm=arm, shared_checks=shared_checks)
         for arm, s in sweep.jobs
     ]
     grid = {e.job for e in evidences}

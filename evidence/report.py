@@ -19,9 +19,11 @@ from evidence.tables import (
     display,
     eval_runs,
     fmt,
+    initial_evaluations,
     window_label,
 )
 from evidence.verdict import EXPERIMENT_FILE, VERDICT_FILE, bundle_verdict, verdict_section
+from facts import INITIAL_EVAL_DIR
 
 BUNDLE_FILES = (
     ("index.csv", "the evidence index: one row per job with scheduler state, counts, decision and reason"),
@@ -33,6 +35,7 @@ BUNDLE_FILES = (
     ("tables/resolved_config.csv", "appendix: every resolved setting of every run, per arm"),
     ("figures/*.svg", "the figures below"),
     ("runs/<arm>-<seed>/", "metrics log, eval summary, run summary, path-free command and job record"),
+    ("initial_eval/<key12>/", "the initial checkpoint's evaluation (summary and responses), once for the runs sharing it"),
 )
 
 
@@ -68,6 +71,24 @@ def _read_with_care(data: BundleData) -> list[str]:
     return notes
 
 
+def _initial_shared(data: BundleData) -> bool:
+    """Whether every accepted run's initial control is a sweep-level shared evaluation."""
+    groups = initial_evaluations(data)
+    return bool(groups) and all(name.startswith(f"{INITIAL_EVAL_DIR}/") for name in groups)
+
+
+def _initial_sentence(data: BundleData) -> str:
+    """How the initial checkpoint (the control) was evaluated: once per evaluation identity, or per run."""
+    groups = initial_evaluations(data)
+    runs = sum(len(v) for v in groups.values())
+    if _initial_shared(data):
+        times = "once" if len(groups) == 1 else f"{len(groups)} times"
+        return (f"The initial checkpoint (the control) was evaluated {times} for {runs} accepted run(s): once "
+                f"per evaluation identity, shared by every run with it (`{', '.join(groups)}`).\n")
+    return (f"The initial checkpoint (the control) was evaluated by each run itself ({len(groups)} evaluation(s) for "
+            f"{runs} accepted run(s); table `eval_initial` under the fixed-subset evaluation).\n")
+
+
 def _at_a_glance(data: BundleData, tables: dict[str, Table]) -> str:
     """The first screen: the arms compared, the key result table and figure, and what not to read into it."""
     lines = ["## At a glance\n"]
@@ -79,6 +100,9 @@ def _at_a_glance(data: BundleData, tables: dict[str, Table]) -> str:
         lines.append(f"- {display(data, arm)}{setting}: {len(accepted_runs(data, arm))} accepted seed(s)")
     lines.append("\nFinal eval against the initial checkpoint (mean ± sample SD across seeds):\n")
     lines.append(tables["eval_aggregate"].markdown())
+    lines.append(_initial_sentence(data))
+    if _initial_shared(data):  # a few rows (one per evaluation identity); a per-run list goes below
+        lines.append(tables["eval_initial"].markdown())
     lines.append(_figure("eval_passk"))
     notes = _read_with_care(data)
     if notes:
@@ -183,6 +207,11 @@ def render_report(data: BundleData, tables: dict[str, Table] | None = None) -> s
             f"checkpoint, eval seed {first['eval_seed']}, subset SHA256 {first['subset_sha256']}. pass@k is the "
             f"unbiased estimator averaged over prompts.\n")
     add(tables["eval_per_run"].markdown())
+    if _initial_shared(data):
+        add("The initial checkpoint's evaluation is reported once, under At a glance (table `eval_initial`).\n")
+    else:
+        add("The initial checkpoint, as each run evaluated it:\n")
+        add(tables["eval_initial"].markdown())
     add("Aggregate results (mean ± sample SD across seeds):\n")
     add(tables["eval_aggregate"].markdown())
     add(_figure("eval_passk"))
@@ -217,8 +246,10 @@ def render_report(data: BundleData, tables: dict[str, Table] | None = None) -> s
         limits.append(f"Evaluation covers one frozen subset of {first['n_prompts']} prompts with {first['k']} "
                       f"samples each and one decoding seed; it is not a full benchmark.")
     n_control = sum(len(eval_runs(data, a)) for a in arms(data))
-    limits.append(f"The initial-checkpoint control was evaluated identically for {n_control} accepted runs; "
-                  f"improvement claims rest on final − initial on the same subset.")
+    n_initial = len(initial_evaluations(data))
+    limits.append(f"The initial-checkpoint control ({n_initial} evaluation(s), table `eval_initial`) was evaluated "
+                  f"identically to the final checkpoints of {n_control} accepted runs; improvement claims rest on "
+                  f"final − initial on the same subset.")
     limits.append("Rollout generation is seeded, but equal seeds fix inputs and random-source configuration, not "
                   "token-for-token identity across different policies.")
     train_trunc = [r["rollout/truncated"] for v in data.steps.values() for r in v if r.get("rollout/truncated") is not None]

@@ -185,11 +185,18 @@ def jobs_table(data: BundleData) -> Table:
     md = [[arm_name(r.get("arm") or r["algo"], r["algo"]), r["seed"], r["job_id"] or "—", r["scheduler_state"] or "—", r["exit_code"] or "—",
            fmt(float(r["elapsed_s"]) / 60, 1) if r["elapsed_s"] else "—",
            f"{r['steps_accepted']}/{r['steps_expected']}",
-           f"{r['eval_responses_initial'] or '—'} / {r['eval_responses_final'] or '—'}",
+           f"{_initial_responses(data, r)} / {r['eval_responses_final'] or '—'}",
            r["accepted"], r["reason"] or "—"] for r in data.index]
     return Table("jobs", cols, rows,
                  (arm_header(data), "Seed", "Job", "Scheduler state", "Exit", "Elapsed (min)", "Steps",
                   "Eval responses (initial / final)", "Accepted", "Reason"), md)
+
+
+def _initial_responses(data: BundleData, row: dict) -> str:
+    """A job's initial-control response count, or ``shared`` when the sweep evaluated it once for
+    every job (its count is in the ``eval_initial`` table, once)."""
+    initial = data.evals.get((row.get("arm") or row["algo"], int(row["seed"])), {}).get("initial", {})
+    return "shared" if initial.get("initial_eval") else (row["eval_responses_initial"] or "—")
 
 
 def algorithm_contract_table(data: BundleData) -> Table:
@@ -397,19 +404,19 @@ def eval_per_run_table(data: BundleData) -> Table:
             rows.append([a, data.arm_algo(a), s, job_id(data, a, s), final["checkpoint"]] + [final[m] for m, _ in EVAL_METRICS]
                         + [initial[m] for m, _ in EVAL_METRICS] + [gain])
             md.append([display(data, a), str(s)] + [fmt(final[m], d) for m, d in EVAL_METRICS]
-                      + [fmt(initial["pass@1"], 4), fmt_signed(gain)])  # fmt shows a missing pass@j as —
+                      + [fmt_signed(gain)])  # fmt shows a missing pass@j as —; the initial is in eval_initial
     cols = ("arm", "algo", "seed", "job_id", "final_checkpoint") + tuple(f"final_{m}" for m, _ in EVAL_METRICS) \
         + tuple(f"initial_{m}" for m, _ in EVAL_METRICS) + ("gain_pass@1",)
     return Table("eval_per_run", cols, rows,
                  (arm_header(data), "Seed", "Reward / pass@1", "pass@2", "pass@4", "Truncation", "Mean length",
-                  "Initial pass@1", "Δ pass@1 vs initial"), md)
+                  "Δ pass@1 vs initial"), md)
 
 
 def eval_aggregate_table(data: BundleData) -> Table:
     rows, md = [], []
     for a in arms(data):
         run_seeds = eval_runs(data, a)
-        for kind, label in (("final", "final"), ("initial", "initial (control)"), ("gain", "final − initial")):
+        for kind, label in (("final", "final"), ("gain", "final − initial")):  # the initial: eval_initial
             row = [a, data.arm_algo(a), algo_name(data.arm_algo(a)), kind, len(run_seeds)]
             cells = [display(data, a), label, str(len(run_seeds))]
             for metric, digits in EVAL_METRICS:
@@ -504,10 +511,34 @@ def incidents_table(data: BundleData) -> Table:
                  ("ID", "Job", "Incident", "Evidence boundary", "Action", "Resolution"), md)
 
 
+def initial_evaluations(data: BundleData) -> dict[str, list[tuple[str, int]]]:
+    """Each distinct initial-checkpoint evaluation -> the accepted runs that use it, in report order:
+    a shared one by its directory (``initial_eval/<key12>``), a run's own by the run's name."""
+    groups: dict[str, list[tuple[str, int]]] = {}
+    for a in arms(data):
+        for s in eval_runs(data, a):
+            name = data.evals[(a, s)]["initial"].get("initial_eval") or f"{a}-{s}"
+            groups.setdefault(name, []).append((a, s))
+    return groups
+
+
+def eval_initial_table(data: BundleData) -> Table:
+    rows, md = [], []
+    for name, runs in initial_evaluations(data).items():
+        entry = data.evals[runs[0]]["initial"]
+        rows.append([name, len(runs), entry["n_responses"]] + [entry[m] for m, _ in EVAL_METRICS])
+        md.append([name, str(len(runs)), str(entry["n_responses"])] + [fmt(entry[m], d) for m, d in EVAL_METRICS])
+    cols = ("initial_eval", "n_runs", "n_responses") + tuple(m for m, _ in EVAL_METRICS)
+    return Table("eval_initial", cols, rows,
+                 ("Initial evaluation", "Runs using it", "Responses", "pass@1", "pass@2", "pass@4", "Truncation",
+                  "Mean length"), md)
+
+
 def compute_tables(data: BundleData) -> dict[str, Table]:
     """Every table of the report, by name (the CSV file stem under tables/)."""
     tables = [jobs_table(data), algorithm_contract_table(data), algorithm_config_table(data),
               environment_table(data), *stability_tables(data), normalisation_table(data),
-              *efficiency_tables(data), eval_per_run_table(data), eval_aggregate_table(data),
+              *efficiency_tables(data), eval_per_run_table(data), eval_initial_table(data),
+              eval_aggregate_table(data),
               paired_table(data), k1_table(data), incidents_table(data), resolved_config_table(data)]
     return {t.name: t for t in tables}

@@ -8,10 +8,14 @@ from facts.algorithms import ALGO_ORDER, DISPLAY_NAMES, KL_LOSS_BY_ALGO, algo_so
 from facts.files import (
     CHECKPOINTS_DIR,
     EVAL_RECORD,
+    INITIAL_EVAL_DIR,
+    INITIAL_EVAL_RESPONSES,
     METRICS_LOG,
     RUN_RECORD,
+    SHARED_KEY_CHARS,
     atomic_write_json,
     checkpoint_name,
+    initial_eval_relpath,
     sha256_file,
 )
 from facts.metrics import (
@@ -23,7 +27,9 @@ from facts.metrics import (
 )
 
 __all__ = [
-    "ALGO_ORDER", "CHECKPOINTS_DIR", "DISPLAY_NAMES", "DYNAMIC_SAMPLING_KEYS", "EVAL_RECORD", "KL_LOSS_BY_ALGO",
+    "ALGO_ORDER", "CHECKPOINTS_DIR", "DISPLAY_NAMES", "DYNAMIC_SAMPLING_KEYS", "EVAL_RECORD", "INITIAL_EVAL_DIR",
+    "INITIAL_EVAL_RESPONSES", "KL_LOSS_BY_ALGO",
     "KL_LOSS_KEY", "METRICS_LOG", "METRIC_KEYS_FIELD", "OFF_POLICY_KEYS", "REQUIRED_KEYS", "RUN_RECORD",
-    "algo_sort_key", "atomic_write_json", "checkpoint_name", "display_name", "sha256_file",
+    "SHARED_KEY_CHARS", "algo_sort_key", "atomic_write_json", "checkpoint_name", "display_name", "initial_eval_relpath",
+    "sha256_file",
 ]

@@ -11,12 +11,22 @@ RUN_RECORD = "run.json"
 METRICS_LOG = "metrics.jsonl"
 EVAL_RECORD = "eval.json"
 CHECKPOINTS_DIR = "checkpoints"
+# The initial checkpoint's evaluation, shared by a sweep's jobs: <sweep>/initial_eval/<key[:12]>/
+# holds eval.json (the summary, its key and identity) and responses.jsonl; <key[:12]>.lock beside it.
+INITIAL_EVAL_DIR = "initial_eval"
+INITIAL_EVAL_RESPONSES = "responses.jsonl"
+SHARED_KEY_CHARS = 12  # the key's prefix that names its directory
 CHUNK = 1 << 20  # 1 MiB: large enough that hashing runs at sha256sum speed
 
 
 def checkpoint_name(step: int) -> str:
     """Name of the checkpoint written after ``step`` optimizer updates: ``step_000050``."""
     return f"step_{step:06d}"
+
+
+def initial_eval_relpath(key: str) -> str:
+    """Where the initial evaluation with identity ``key`` lives, relative to the sweep directory."""
+    return f"{INITIAL_EVAL_DIR}/{key[:SHARED_KEY_CHARS]}"
 
 
 def sha256_file(path: str | Path) -> str:

@@ -7,6 +7,7 @@ output; ``write_plan`` records it with ``sweep.json``. Nothing here starts, subm
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import re
@@ -166,6 +167,8 @@ def plan_sweep(root_cfg: DictConfig, cells: list[list[str]], sweep_dir: Path, co
             source_commit=commit, gpu_model=cluster.get("gpu_model") or None,
             arm=label, arm_overrides=dict(cell.arm),
         ))
+    if len(specs) > 1:  # a one-job sweep has nobody to share its initial evaluation with
+        specs = [dataclasses.replace(s, share_initial_eval=True) for s in specs]
     names = [s.name for s in specs]
     if len(set(names)) != len(names):  # only a label that ends like another's seed could do this
         dup = sorted({n for n in names if names.count(n) > 1})

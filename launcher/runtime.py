@@ -63,7 +63,9 @@ def hydra_value(text: str) -> str:
 
 
 def trainer_argv(spec: JobSpec, roots: JobRoots) -> list[str]:
-    return [sys.executable, "-m", "trainer", *spec.trainer_overrides, f"output_dir={hydra_value(str(roots.output))}"]
+    shared = [f"sweep_dir={hydra_value(spec.sweep_dir)}"] if spec.share_initial_eval else []
+    return [sys.executable, "-m", "trainer", *spec.trainer_overrides, f"output_dir={hydra_value(str(roots.output))}",
+            *shared]
 
 
 def scheduler_identity() -> dict:

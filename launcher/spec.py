@@ -24,6 +24,7 @@ class JobSpec:
     gpu_model: str | None = None  # e.g. "A40": checked against the visible device inside the job
     arm: str = ""  # the arm's label (launcher.grid); "" in records older than arms: the algo's short name
     arm_overrides: dict[str, str] = field(default_factory=dict)  # the arm's settings, as written
+    share_initial_eval: bool = False  # one of several jobs: the initial checkpoint is evaluated once per sweep
 
     @property
     def arm_label(self) -> str:

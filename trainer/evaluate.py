@@ -1,28 +1,29 @@
-"""Fixed-subset evaluation with the unbiased pass@k estimator.
+"""Fixed-subset evaluation with the unbiased pass@k estimator, and the sweep's shared initial eval.
 
 The same frozen subset (first ``n_prompts`` test rows), the same ``k`` and the same per-sample
 sampling keys (derived from the eval seed, the row index and the sample index) are used for every
 checkpoint, so the final checkpoint and the initial-checkpoint control are a paired comparison.
+
+Every job of a sweep starts from the same initial checkpoint, so its evaluation is computed once
+per distinct evaluation identity (``identity_key``) under ``<sweep>/initial_eval/<key[:12]>/`` by
+the first job that needs it, and read by the others (``shared_initial_eval``).
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
-from math import comb
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
+from facts import EVAL_RECORD, INITIAL_EVAL_RESPONSES, atomic_write_json, initial_eval_relpath, sha256_file
+from facts.evaluation import pass_at_k
 from trainer.data import Example, mix_seed, subset_digest
 from trainer.reward import math_reward
 from trainer.rollout import RolloutEngine, SamplingParams
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k for one prompt with n samples, c correct: ``1 - C(n-c, k) / C(n, k)``."""
-    if k > n:
-        raise ValueError(f"pass@{k} needs at least {k} samples per prompt, got {n}")
-    if n - c < k:
-        return 1.0
-    return 1.0 - comb(n - c, k) / comb(n, k)
 
 
 def evaluate(engine: RolloutEngine, tokenizer, examples: list[Example], k: int, eval_seed: int,
@@ -65,3 +66,68 @@ def evaluate(engine: RolloutEngine, tokenizer, examples: list[Example], k: int, 
         if kk <= k:
             summary[f"pass@{kk}"] = sum(pass_at_k(k, c, kk) for c in correct_per_prompt.values()) / len(examples)
     return summary
+
+
+def identity_key(identity: dict) -> str:
+    """SHA256 of the canonical JSON of everything that determines an evaluation's bits."""
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class SharedInitial:
+    """The sweep's initial-checkpoint evaluation as one job sees it."""
+
+    summary: dict  # what ``evaluate`` returned when it was computed
+    reference: dict  # what the job's eval.json records: path (relative to the sweep), key, sha256
+    computed: bool  # this job computed it (else it reused another job's)
+
+
+def read_shared_initial(directory: Path, key: str) -> dict | None:
+    """The shared evaluation's record if it is complete and intact, else None (never trust a
+    half-written one: a job killed while computing it leaves no valid ``eval.json``)."""
+    try:
+        record = json.loads((directory / EVAL_RECORD).read_text(encoding="utf-8"))
+        responses = directory / INITIAL_EVAL_RESPONSES
+        summary = record["initial"]
+        if (record["key"] != key or identity_key(record["identity"]) != key
+                or sha256_file(responses) != record["responses_sha256"]):
+            return None
+        with open(responses, encoding="utf-8") as handle:
+            lines = sum(1 for line in handle if line.strip())
+        return record if lines == summary["n_responses"] else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def shared_initial_eval(sweep_dir: Path, identity: dict, compute: Callable[[Path], dict]) -> SharedInitial | None:
+    """The initial evaluation with this ``identity``, computed at most once per sweep.
+
+    Holds an exclusive ``flock`` on ``<sweep>/initial_eval/<key12>.lock`` while it reads or
+    computes (Linux clients take it on NFS as a cluster-wide lock, so array tasks on several nodes
+    exclude each other); ``compute(responses_path)`` runs only when no valid evaluation is there.
+    The responses are renamed into place before ``eval.json`` is written atomically, so ``eval.json``
+    marks a complete evaluation. Returns None when the file system refuses the lock (the caller
+    then evaluates into its own run directory).
+    """
+    key = identity_key(identity)
+    relpath = initial_eval_relpath(key)
+    directory = sweep_dir / relpath
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with open(directory.parent / f"{directory.name}.lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        except OSError:
+            return None
+        record = read_shared_initial(directory, key)
+        computed = record is None
+        if computed:
+            directory.mkdir(exist_ok=True)
+            (directory / EVAL_RECORD).unlink(missing_ok=True)
+            partial = directory / f"{INITIAL_EVAL_RESPONSES}.tmp"
+            summary = compute(partial)
+            os.replace(partial, directory / INITIAL_EVAL_RESPONSES)
+            record = {"key": key, "identity": identity, "initial": summary,
+                      "responses_sha256": sha256_file(directory / INITIAL_EVAL_RESPONSES)}
+            atomic_write_json(directory / EVAL_RECORD, record)
+        reference = {"path": f"{relpath}/{EVAL_RECORD}", "key": key, "sha256": sha256_file(directory / EVAL_RECORD)}
+    return SharedInitial(record["initial"], reference, computed)

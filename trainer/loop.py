@@ -23,14 +23,14 @@ import random
 import resource
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
-from facts import METRIC_KEYS_FIELD, RUN_RECORD, atomic_write_json
+from facts import EVAL_RECORD, METRIC_KEYS_FIELD, RUN_RECORD, atomic_write_json
 from trainer.algorithms import (
     KL_ESTIMATORS,
     Advantages,
@@ -53,8 +53,8 @@ from trainer.checkpoint import (
     save_checkpoint,
 )
 from trainer.config import RunConfigError, validate
-from trainer.data import Example, PromptStream, load_split, mix_seed
-from trainer.evaluate import evaluate
+from trainer.data import Example, PromptStream, load_split, mix_seed, subset_digest
+from trainer.evaluate import evaluate, shared_initial_eval
 from trainer.inputs import REPO_ROOT, resolve, verify_inputs
 from trainer.metrics import KL_LOSS_KEY, MetricsLog, log_eval, metric_keys
 from trainer.policy import TokenBatch, build_token_batch, compute_context, load_policy, response_logprobs
@@ -598,7 +598,8 @@ def _run(rank: int, world: int, group, cfg: DictConfig, algo: AlgoConfig, stop: 
         "source_commit": source_commit(), "config": OmegaConf.to_container(cfg, resolve=True),
         METRIC_KEYS_FIELD: metric_keys(algo),
     }
-    summary["config"].pop("output_dir", None)  # a machine path; the run directory itself says where
+    for machine_path in ("output_dir", "sweep_dir"):  # the run directory itself says where
+        summary["config"].pop(machine_path, None)
     metrics_log = MetricsLog(out, start_step) if rank == 0 else None
     if rank == 0:
         atomic_write_json(out / RUN_RECORD, {**summary, "status": "running", "steps_completed": start_step,
@@ -644,21 +645,61 @@ def _run(rank: int, world: int, group, cfg: DictConfig, algo: AlgoConfig, stop: 
     if rank != 0:
         return None
     metrics_log.close()
-    e = w.eval
-    examples = eval_examples
-    eval_sampling = sampling_params(e, e.max_response_len)
-    with compute_context(device, str(w.dtype)):
-        final = evaluate(engine, tokenizer, examples, int(e.k), int(e.seed), eval_sampling,
-                         checkpoint_name(n_updates), out / "eval" / "final.jsonl")
-        control = make_engine(str(w.engine), reference, tokenizer.eos_token_id, tokenizer.pad_token_id)
-        initial = evaluate(control, tokenizer, examples, int(e.k), int(e.seed), eval_sampling, "initial",
-                           out / "eval" / "initial.jsonl")
-    atomic_write_json(out / "eval.json", {"initial": initial, "final": final})
+    final, initial = _evaluate_checkpoints(cfg, out, n_updates, engine, reference, tokenizer, eval_examples,
+                                           device, inputs)
+    atomic_write_json(out / EVAL_RECORD, {"initial": initial, "final": final})
     log.info("%s", log_eval(out, n_updates, initial, final))
     result = {**summary, "status": "completed", "steps_completed": n_updates,
               "responses_generated": n_updates * int(w.global_batch_size)}
     atomic_write_json(out / RUN_RECORD, result)
     return result
+
+
+def initial_eval_identity(cfg: DictConfig, examples: list[Example], device: torch.device, inputs: dict[str, str]) -> dict:
+    """Everything that determines the initial checkpoint's evaluation bit for bit: the model and
+    tokenizer files (their pinned SHA256s), the eval subset, k, seed and sampling, the engine, dtype,
+    device (GPU model), CPU thread count (it changes float reduction order) and the software."""
+    w, e = cfg.workload, cfg.workload.eval
+    model_dir = str(w.model_path).rstrip("/") + "/"
+    gpu = {"gpu": torch.cuda.get_device_name(device), "cuda": torch.version.cuda} if device.type == "cuda" else {}
+    return {
+        "model_files": {path: digest for path, digest in sorted(inputs.items()) if path.startswith(model_dir)},
+        "subset_sha256": subset_digest(examples), "n_prompts": len(examples), "k": int(e.k), "eval_seed": int(e.seed),
+        "sampling": asdict(sampling_params(e, e.max_response_len)),
+        "engine": str(w.engine), "dtype": str(w.dtype), "device": device.type, **gpu,
+        "num_threads": torch.get_num_threads(), "versions": _versions(), "source_commit": source_commit(),
+    }
+
+
+def _evaluate_checkpoints(cfg: DictConfig, out: Path, n_updates: int, engine: RolloutEngine, reference,
+                          tokenizer, examples: list[Example], device: torch.device, inputs: dict[str, str]
+                          ) -> tuple[dict, dict]:
+    """The final checkpoint's evaluation and the initial checkpoint's (the control): in a sweep the
+    latter is computed once and shared (``trainer.evaluate.shared_initial_eval``), else into ``out``."""
+    w, e = cfg.workload, cfg.workload.eval
+    eval_sampling = sampling_params(e, e.max_response_len)
+    with compute_context(device, str(w.dtype)):
+        final = evaluate(engine, tokenizer, examples, int(e.k), int(e.seed), eval_sampling,
+                         checkpoint_name(n_updates), out / "eval" / "final.jsonl")
+
+    def evaluate_initial(responses_path: Path) -> dict:
+        control = make_engine(str(w.engine), reference, tokenizer.eos_token_id, tokenizer.pad_token_id)
+        with compute_context(device, str(w.dtype)):
+            return evaluate(control, tokenizer, examples, int(e.k), int(e.seed), eval_sampling, "initial",
+                            responses_path)
+
+    shared = None
+    if cfg.get("sweep_dir"):
+        shared = shared_initial_eval(Path(cfg.sweep_dir), initial_eval_identity(cfg, examples, device, inputs),
+                                     evaluate_initial)
+        if shared is None:
+            log.warning("initial eval: the sweep directory's file system refuses flock; evaluating it in this run")
+    if shared is None:
+        return final, evaluate_initial(out / "eval" / "initial.jsonl")
+    log.info("initial eval: %s %s (key %s)", "computed" if shared.computed else "reused",
+             shared.reference["path"], shared.reference["key"][:12])
+    (out / "eval" / "initial.jsonl").unlink(missing_ok=True)  # a per-run one from an earlier attempt
+    return final, {**shared.summary, "shared": shared.reference}
 
 
 def train(cfg: DictConfig) -> dict:

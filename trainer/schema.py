@@ -138,6 +138,7 @@ class RunSchema:
     seed: int = setting(ge=0, le=SEED_MAX)
     dp_size: int = setting(ge=1)
     output_dir: str = setting()
+    sweep_dir: Optional[str] = setting(None)  # noqa: UP045 - set by the launcher: share the initial eval
     resume: bool = setting()
     debug: DebugSchema = field(default_factory=DebugSchema)
     dry_run: bool = setting(False)

@@ -1,0 +1,351 @@
+"""The initial checkpoint is evaluated once per sweep (per evaluation identity), not once per job.
+
+Through ``launch.py -m`` (a 2-arm x 2-seed sweep, 2 updates): one shared evaluation under
+``<sweep>/initial_eval/<key12>/``, computed by one job and reused by the others, referenced by every
+job's eval.json, carried once in the bundle, reported once, audited (and a tampered copy is a
+finding); bit-identical to what a job run alone computes into its own run directory. Underneath:
+real processes racing for the lock compute it once; a partial or corrupt one is recomputed; the
+key changes with what changes the bits and not with what the arms vary.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import multiprocessing
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import bagit
+import pytest
+
+from evidence import audit
+from facts import sha256_file
+from tests.sweeps import REPO, launch
+from trainer.evaluate import identity_key, read_shared_initial, shared_initial_eval
+
+SMALL = ("workload.n_updates=2", "workload.checkpoint_every=2")
+
+
+def _initial_eval_lines(sweep_dir: Path, word: str) -> list[str]:
+    """The trainer's "initial eval: <word>" lines in every job's log, earlier attempts' included."""
+    return [line for log in sorted(sweep_dir.glob("jobs/**/trainer.log"))
+            for line in log.read_text().splitlines() if f"initial eval: {word}" in line]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> Path:
+    sweep_dir = tmp_path_factory.mktemp("initial-once") / "sweep"
+    result = launch(sweep_dir, "algo=grpo,rpp", "seed=1,2", *SMALL)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "audit: clean" in result.stdout
+    return sweep_dir
+
+
+def _shared_dir(sweep_dir: Path) -> Path:
+    (directory,) = [p for p in (sweep_dir / "initial_eval").iterdir() if p.is_dir()]
+    return directory
+
+
+def test_a_two_by_two_sweep_evaluates_the_initial_checkpoint_once(sweep):
+    directory = _shared_dir(sweep)
+    assert sorted(p.name for p in directory.iterdir()) == ["eval.json", "responses.jsonl"]
+    assert [p.relative_to(sweep) for p in sweep.rglob("*.jsonl") if "initial" in p.name or p.parent == directory] \
+        == [directory.relative_to(sweep) / "responses.jsonl"]  # no run/eval/initial.jsonl anywhere
+    assert len(_initial_eval_lines(sweep, "computed")) == 1
+    assert len(_initial_eval_lines(sweep, "reused")) == 3
+    record = json.loads((directory / "eval.json").read_text())
+    assert directory.name == record["key"][:12] and identity_key(record["identity"]) == record["key"]
+    lines = (directory / "responses.jsonl").read_text().splitlines()
+    assert len(lines) == record["initial"]["n_responses"] == 64 * 4
+
+
+def test_every_job_references_the_shared_evaluation_by_path_key_and_sha256(sweep):
+    directory = _shared_dir(sweep)
+    record = json.loads((directory / "eval.json").read_text())
+    jobs = sorted((sweep / "jobs").iterdir())
+    assert [j.name for j in jobs] == ["grpo-1", "grpo-2", "rpp-1", "rpp-2"]
+    for job in jobs:
+        initial = json.loads((job / "run" / "eval.json").read_text())["initial"]
+        shared = initial.pop("shared")
+        assert shared == {"path": f"initial_eval/{directory.name}/eval.json", "key": record["key"],
+                          "sha256": sha256_file(directory / "eval.json")}
+        assert initial == record["initial"]  # the job stays self-describing: the numbers are in its eval.json
+        assert "sweep_dir" not in json.loads((job / "run" / "run.json").read_text())["config"]  # a machine path
+
+
+def test_the_trainer_log_and_tensorboard_of_every_job_carry_the_initial_pass_at_k(sweep):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    record = json.loads((_shared_dir(sweep) / "eval.json").read_text())["initial"]
+    for job in sorted((sweep / "jobs").iterdir()):
+        log = (job / "trainer.log").read_text()
+        assert f"initial control: pass@1={record['pass@1']:.4f}" in log
+        values = []
+        for events in sorted((job / "run" / "tensorboard").glob("events.out.tfevents.*")):
+            acc = EventAccumulator(str(events))
+            acc.Reload()
+            if "eval_initial/pass@1" in acc.Tags()["scalars"]:
+                values += [e.value for e in acc.Scalars("eval_initial/pass@1")]
+        assert values == [pytest.approx(record["pass@1"])]
+
+
+def test_the_shared_evaluation_is_bit_identical_to_one_a_job_computes_alone(sweep, tmp_path):
+    """``python -m trainer`` without a sweep evaluates the initial checkpoint into its own run dir; the
+    result is the shared one, byte for byte (the key leaves out nothing that changes the bits here)."""
+    out = tmp_path / "alone"
+    result = subprocess.run([sys.executable, "-m", "trainer", "algo=rppb", "seed=7", *SMALL, f"output_dir={out}"],
+                            cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    directory = _shared_dir(sweep)
+    alone = json.loads((out / "eval.json").read_text())["initial"]
+    assert "shared" not in alone and not (out.parent / "initial_eval").exists()
+    assert alone == json.loads((directory / "eval.json").read_text())["initial"]
+    assert (out / "eval" / "initial.jsonl").read_bytes() == (directory / "responses.jsonl").read_bytes()
+
+
+def test_the_bundle_holds_the_shared_evaluation_once_and_reports_it_once(sweep):
+    data = sweep / "bundle" / "data"
+    directory = _shared_dir(sweep)
+    bundled = sorted(p.relative_to(data).as_posix() for p in data.rglob("*") if p.is_file()
+                     and ("initial" in p.name or p.name == "responses.jsonl"))
+    assert bundled == [f"initial_eval/{directory.name}/responses.jsonl", "tables/eval_initial.csv"]
+    assert (data / "initial_eval" / directory.name / "eval.json").read_bytes() == (directory / "eval.json").read_bytes()
+    with open(data / "tables" / "eval_initial.csv", newline="") as f:
+        (row,) = list(csv.DictReader(f))
+    assert row["initial_eval"] == f"initial_eval/{directory.name}" and row["n_runs"] == "4" and row["n_responses"] == "256"
+    report = (data / "report.md").read_text()
+    assert report.count(f"| initial_eval/{directory.name} | 4 | 256 |") == 1
+    assert "was evaluated once for 4 accepted run(s)" in report
+    assert "| initial (control) |" not in report and "Initial pass@1" not in report
+    jobs_rows = [line for line in report.splitlines() if line.startswith("| GRPO | 1 |") and "shared / 256" in line]
+    assert len(jobs_rows) == 1  # the jobs table says "shared" rather than repeating the count per job
+    with open(data / "eval.csv", newline="") as f:
+        kinds = [(r["kind"], r["initial_eval"]) for r in csv.DictReader(f)]
+    assert kinds.count(("initial", f"initial_eval/{directory.name}")) == 4 and kinds.count(("final", "")) == 4
+
+
+def test_python_m_evidence_audit_of_the_bundle_is_clean(sweep):
+    result = subprocess.run([sys.executable, "-m", "evidence", "audit", str(sweep / "bundle.tar.gz")],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip() == "clean", result.stdout + result.stderr
+
+
+def _reseal(bag: Path) -> None:
+    bagit.Bag(str(bag)).save(manifests=True)  # so that only the shared-eval checks can notice the edit
+
+
+def _flip_first_reward(path: Path) -> None:
+    lines = path.read_text().splitlines()
+    first = json.loads(lines[0])
+    first["reward"] = 0.0 if first["reward"] > 0 else 1.0
+    path.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+
+
+@pytest.mark.parametrize("tamper", ["responses", "responses-and-their-digest", "summary", "removed"])
+def test_a_tampered_shared_evaluation_in_the_bundle_is_an_audit_finding(sweep, tmp_path, tamper):
+    bag = tmp_path / "bundle"
+    shutil.copytree(sweep / "bundle", bag)
+    directory = next((bag / "data" / "initial_eval").iterdir())
+    record_path = directory / "eval.json"
+    record = json.loads(record_path.read_text())
+    if tamper == "responses":
+        _flip_first_reward(directory / "responses.jsonl")
+        expected = "responses.jsonl differs from its recorded SHA256"
+    elif tamper == "responses-and-their-digest":  # a consistent forgery of the shared files themselves
+        _flip_first_reward(directory / "responses.jsonl")
+        record["responses_sha256"] = sha256_file(directory / "responses.jsonl")
+        record_path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+        expected = "SHA256 differs from the one the job recorded"
+    elif tamper == "summary":
+        record["initial"]["pass@1"] += 0.25
+        record_path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+        expected = "SHA256 differs from the one the job recorded"
+    else:
+        shutil.rmtree(directory)
+        expected = "missing (the shared initial evaluation)"
+    _reseal(bag)
+    reasons = [str(f) for f in audit(bag)]
+    assert not any("SHA256 differs from manifest" in r for r in reasons)
+    assert f"data/initial_eval/{directory.name}/eval.json: {expected}" in reasons, reasons
+
+
+def test_a_shared_evaluation_sampled_unlike_the_runs_final_eval_is_an_audit_finding(sweep, tmp_path):
+    bag = tmp_path / "bundle"
+    shutil.copytree(sweep / "bundle", bag)
+    run_json = bag / "data" / "runs" / "rpp-2" / "run.json"
+    record = json.loads(run_json.read_text())
+    record["config"]["workload"]["eval"]["top_p"] = 0.5  # as if rpp-2's final eval had sampled otherwise
+    run_json.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    _reseal(bag)
+    reasons = [str(f) for f in audit(bag)]
+    assert ("data/runs/rpp-2/eval.json: the shared initial evaluation was sampled with another top_p than this "
+            "run's final one") in reasons, reasons
+    assert not any(r.startswith("data/runs/grpo-1/eval.json") for r in reasons)
+
+
+def test_a_shared_evaluation_whose_statistics_do_not_recompute_is_an_audit_finding(sweep, tmp_path):
+    """A forgery that keeps every digest consistent (eval.json, the jobs' references) still fails:
+    the audit recomputes pass@k, reward, length and truncation from the responses."""
+    bag = tmp_path / "bundle"
+    shutil.copytree(sweep / "bundle", bag)
+    directory = next((bag / "data" / "initial_eval").iterdir())
+    _flip_first_reward(directory / "responses.jsonl")
+    record = json.loads((directory / "eval.json").read_text())
+    record["responses_sha256"] = sha256_file(directory / "responses.jsonl")
+    (directory / "eval.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    digest = sha256_file(directory / "eval.json")
+    for path in (bag / "data" / "runs").glob("*/eval.json"):
+        run_eval = json.loads(path.read_text())
+        run_eval["initial"]["shared"]["sha256"] = digest
+        path.write_text(json.dumps(run_eval, indent=1, sort_keys=True) + "\n")
+    _reseal(bag)
+    reasons = [str(f) for f in audit(bag)]
+    assert any(r.startswith(f"data/initial_eval/{directory.name}/eval.json: mean_reward ")
+               and "does not recompute from its responses" in r for r in reasons), reasons
+
+
+# ---- underneath: the hand-over, the lock, the validation on read, the key ---------------------------
+
+@pytest.mark.parametrize(("seeds", "shared"), [("seed=1", False), ("seed=1,2", True)])
+def test_the_launcher_hands_the_sweep_dir_to_the_trainer_only_when_jobs_can_share(tmp_path, seeds, shared):
+    """A one-job sweep (``launch.py`` without -m is one) evaluates its initial checkpoint itself."""
+    from launcher.isolation import JobRoots
+    from launcher.plan import plan_grid
+    from launcher.runtime import trainer_argv
+
+    sweep = plan_grid(["algo=grpo", seeds, "dry_run=true"], tmp_path / "sweep")
+    for spec in sweep.specs:
+        argv = trainer_argv(spec, JobRoots(spec.job_dir))
+        assert (f"sweep_dir={tmp_path / 'sweep'}" in argv) is shared
+        assert spec.share_initial_eval is shared
+
+
+
+IDENTITY = {"model_files": {"model/weights": "ab" * 32}, "k": 2, "eval_seed": 3}
+
+
+def _fake_eval(path: Path, n_prompts: int = 3, k: int = 2) -> dict:
+    rows = [{"index": i, "sample": j, "reward": float((i + j) % 2), "length": 5, "finished": True}
+            for i in range(n_prompts) for j in range(k)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return {"checkpoint": "initial", "n_prompts": n_prompts, "k": k, "n_responses": len(rows)}
+
+
+def _race(sweep_dir: str, counter: str, barrier, results) -> None:
+    def compute(path: Path) -> dict:
+        with open(counter, "a") as handle:
+            handle.write("computed\n")
+        time.sleep(0.5)  # long enough that the others are waiting on the lock meanwhile
+        return _fake_eval(path)
+
+    barrier.wait()
+    shared = shared_initial_eval(Path(sweep_dir), IDENTITY, compute)
+    results.put((shared.computed, shared.reference, shared.summary))
+
+
+@pytest.mark.slow  # three spawned interpreters importing torch: ~10 s on two busy cores
+def test_processes_racing_for_the_lock_compute_the_shared_evaluation_once(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(3), ctx.Queue()
+    counter = tmp_path / "computations.txt"
+    workers = [ctx.Process(target=_race, args=(str(tmp_path), str(counter), barrier, results)) for _ in range(3)]
+    for worker in workers:
+        worker.start()
+    outcomes = [results.get(timeout=120) for _ in workers]
+    for worker in workers:
+        worker.join(timeout=60)
+        assert worker.exitcode == 0
+    assert counter.read_text() == "computed\n"
+    assert sorted(computed for computed, _, _ in outcomes) == [False, False, True]
+    assert len({json.dumps(ref, sort_keys=True) for _, ref, _ in outcomes}) == 1
+    assert len({json.dumps(summary, sort_keys=True) for _, _, summary in outcomes}) == 1
+
+
+@pytest.mark.parametrize("damage", ["truncated-responses", "no-eval-json", "torn-eval-json", "other-key"])
+def test_a_partial_or_corrupt_shared_evaluation_is_recomputed_never_used(tmp_path, damage):
+    first = shared_initial_eval(tmp_path, IDENTITY, _fake_eval)
+    directory = tmp_path / first.reference["path"].rpartition("/")[0]
+    assert first.computed and read_shared_initial(directory, first.reference["key"]) is not None
+    if damage == "truncated-responses":  # a crash while the responses were being replaced
+        lines = (directory / "responses.jsonl").read_text().splitlines()
+        (directory / "responses.jsonl").write_text("\n".join(lines[:-2]) + "\n")
+    elif damage == "no-eval-json":  # a crash after the responses, before eval.json
+        (directory / "eval.json").unlink()
+    elif damage == "torn-eval-json":
+        text = (directory / "eval.json").read_text()
+        (directory / "eval.json").write_text(text[: len(text) // 2])
+    else:
+        record = json.loads((directory / "eval.json").read_text())
+        record["key"] = "0" * 64
+        (directory / "eval.json").write_text(json.dumps(record))
+    assert read_shared_initial(directory, first.reference["key"]) is None
+    again = shared_initial_eval(tmp_path, IDENTITY, _fake_eval)
+    assert again.computed and again.summary == first.summary
+    assert read_shared_initial(directory, first.reference["key"]) is not None
+    third = shared_initial_eval(tmp_path, IDENTITY, lambda path: pytest.fail("recomputed a valid evaluation"))
+    assert not third.computed and third.reference == again.reference
+
+
+def test_the_key_changes_with_what_changes_the_bits_and_not_with_what_the_arms_vary():
+    import torch
+    from omegaconf import OmegaConf
+
+    from trainer.config import compose
+    from trainer.data import load_split
+    from trainer.inputs import resolve, verify_inputs
+    from trainer.loop import initial_eval_identity
+
+    def key(*overrides: str, threads: int = 1) -> str:
+        cfg = compose(list(overrides))
+        w = cfg.workload
+        inputs = verify_inputs(w.manifest, required=[w.model_path, w.train_path, w.test_path])
+        examples = load_split(resolve(w.test_path))[: int(w.eval.n_prompts)]
+        saved = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            return identity_key(initial_eval_identity(cfg, examples, torch.device("cpu"), inputs))
+        finally:
+            torch.set_num_threads(saved)
+
+    base = key()
+    # What arms and seeds vary leaves the initial checkpoint's evaluation unchanged: shared.
+    for same in (("algo=rpp",), ("seed=5",), ("workload.lr=3e-4",), ("workload.n_updates=7",), ("dp_size=2",)):
+        assert key(*same) == base, same
+    # What changes its bits gives another key: evaluated separately.
+    for other in (("workload.eval.seed=30",), ("workload.eval.k=2",), ("workload.eval.n_prompts=32",),
+                  ("workload.eval.temperature=0.5",), ("workload.eval.top_k=5",), ("workload.eval.top_p=0.9",),
+                  ("workload.eval.max_response_len=40",), ("workload.dtype=bfloat16",)):
+        assert key(*other) != base, other
+    assert key(threads=2) != base
+    assert OmegaConf.select(compose([]), "sweep_dir") is None  # a run of its own shares nothing
+
+
+def test_a_rerun_reuses_the_shared_evaluation_and_a_missing_one_is_recomputed(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    grid = ("algo=grpo", "seed=1,2", "workload.n_updates=1", "workload.checkpoint_every=1")
+    first = launch(sweep_dir, *grid)
+    assert first.returncode == 0 and "audit: clean" in first.stdout, first.stdout[-2000:] + first.stderr[-2000:]
+    directory = _shared_dir(sweep_dir)
+    digest = sha256_file(directory / "eval.json")
+    assert len(_initial_eval_lines(sweep_dir, "computed")) == 1
+
+    (sweep_dir / "jobs" / "grpo-2" / "run" / "eval.json").unlink()  # grpo-2 is rejected: a rerun repeats it
+    second = launch(sweep_dir, *grid)
+    assert second.returncode == 0 and "audit: clean" in second.stdout, second.stdout[-2000:] + second.stderr[-2000:]
+    assert len(_initial_eval_lines(sweep_dir, "computed")) == 1  # the re-run job reused it
+    assert "initial eval: reused" in (sweep_dir / "jobs" / "grpo-2" / "trainer.log").read_text()
+    assert sha256_file(directory / "eval.json") == digest
+
+    shutil.rmtree(sweep_dir / "initial_eval")  # every job's reference now dangles: all are rejected
+    from evidence import evaluate_job
+
+    evidence = evaluate_job(sweep_dir / "jobs" / "grpo-1")
+    assert f"initial_eval/{directory.name}/eval.json: missing (the shared initial evaluation)" in evidence.reason()
+    third = launch(sweep_dir, *grid)
+    assert third.returncode == 0 and "audit: clean" in third.stdout, third.stdout[-2000:] + third.stderr[-2000:]
+    assert len(_initial_eval_lines(sweep_dir, "computed")) == 2  # recomputed once for both jobs
+    assert sha256_file(_shared_dir(sweep_dir) / "eval.json") == digest  # the same bits again
