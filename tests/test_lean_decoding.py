@@ -15,7 +15,7 @@ import torch
 from trainer.decoding import HFDecoder, LeanQwen3, make_decoder
 from trainer.inputs import resolve
 from trainer.policy import load_policy
-from trainer.rollout import SamplingParams, TorchEngine, left_pad, uniform_draws
+from trainer.rollout import SamplingParams, TorchEngine, gumbel_noise, left_pad, uniform_draws
 
 TEXTS = ("Question: 2 + 3?\nAnswer:", "Question: what is 12 times 7 minus 4?\nAnswer:", "Q: 9?",
          "Question: a train leaves at 3 and arrives at 5; how long?\nAnswer:")
@@ -106,7 +106,7 @@ def test_sampler_log_probs_equal_the_models_forward_and_reruns_are_bit_identical
     for i, (prompt, gen) in enumerate(zip(prompts, out.generations)):
         logits = hf_logits(model, prompt + gen.response_ids)[len(prompt) - 1: -1].double() / 0.7
         expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(gen.response_ids)[:, None])[:, 0]
-        torch.testing.assert_close(out.sampler_logp[i, : lengths[i]].double(), expected, rtol=0, atol=5e-6)
+        torch.testing.assert_close(out.sampler_logp[i, : lengths[i]].double(), expected, rtol=0, atol=1e-5)
         assert not out.sampler_logp[i, lengths[i]:].any()  # nothing after a response's end
 
 
@@ -122,14 +122,16 @@ def splitmix64_reference(x: int) -> int:
 def test_uniform_draws_equal_the_splitmix64_formula_and_depend_only_on_their_own_seed():
     seeds = [0, 1, 12345, (1 << 63) - 1]
     step, width = 5, 6
-    draws = uniform_draws(torch.tensor(seeds), step, width)
+    draws = uniform_draws(torch.tensor(seeds), step, width)[:, 0]
     golden = 0x9E3779B97F4A7C15
     for i, seed in enumerate(seeds):
         token_key = splitmix64_reference((seed + step * golden) % (1 << 64))
         for j in range(width):
             bits = splitmix64_reference((token_key + j * golden) % (1 << 64)) >> 41
             assert draws[i, j].item() == (bits + 0.5) / 2 ** 23
-    assert torch.equal(uniform_draws(torch.tensor(seeds[2:3]), step, width), draws[2:3])
+    assert torch.equal(uniform_draws(torch.tensor(seeds[2:3]), step, width)[:, 0], draws[2:3])
+    block = uniform_draws(torch.tensor(seeds), step - 2, width, steps=4)  # tokens 3..6 at once
+    assert torch.equal(block[:, 2], draws)
     assert float(draws.min()) > 0.0 and float(draws.max()) < 1.0
     extreme = uniform_draws(torch.arange(200), 0, 100_000)  # 2e7 draws: the largest still rounds below 1
     assert float(extreme.max()) == 1 - 2 ** -24 and float(extreme.min()) == 2 ** -24
@@ -141,7 +143,7 @@ def test_sampled_tokens_follow_the_softmax_of_the_scaled_logits():
     engine = TorchEngine.__new__(TorchEngine)
     rows = 20000
     sampling = SamplingParams(temperature=0.8)
-    picked = engine._sample(logits.expand(rows, -1), torch.arange(rows), 3, sampling)
+    picked = engine._sample(logits.expand(rows, -1), gumbel_noise(torch.arange(rows), 3, 5, 1)[:, 0], sampling)
     freq = torch.bincount(picked, minlength=5).double() / rows
     expected = torch.softmax(logits.double() / 0.8, -1)
     assert (freq - expected).abs().max() < 4 * math.sqrt(0.25 / rows)

@@ -54,8 +54,7 @@ class LayerWeights:
     input_norm: torch.Tensor
     qkv: torch.Tensor
     qkv_bias: torch.Tensor | None
-    q_norm: torch.Tensor
-    k_norm: torch.Tensor
+    qk_norm: torch.Tensor  # [heads + kv_heads, head_dim]: q_norm's weight per query head, then k_norm's
     o: torch.Tensor
     o_bias: torch.Tensor | None
     post_norm: torch.Tensor
@@ -103,7 +102,8 @@ class LeanQwen3:
                 input_norm=layer.input_layernorm.weight,
                 qkv=torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
                 qkv_bias=torch.cat(biases) if biases[0] is not None else None,
-                q_norm=attn.q_norm.weight, k_norm=attn.k_norm.weight,
+                qk_norm=torch.cat([attn.q_norm.weight.expand(self.heads, -1),
+                                   attn.k_norm.weight.expand(self.kv_heads, -1)]),
                 o=attn.o_proj.weight, o_bias=attn.o_proj.bias,
                 post_norm=layer.post_attention_layernorm.weight,
                 gate_up=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), down=mlp.down_proj.weight,
@@ -148,22 +148,36 @@ class LeanQwen3:
         for index, w in enumerate(self.layers):
             h = rms_norm(x, w.input_norm, self.eps)
             qkv = F.linear(h, w.qkv, w.qkv_bias).view(batch, width, self.heads + 2 * self.kv_heads, self.head_dim)
-            q, k, v = qkv.split([self.heads, self.kv_heads, self.kv_heads], dim=2)
-            q = rotate(rms_norm(q, w.q_norm, self.eps).transpose(1, 2), cos, sin)
-            k = rotate(rms_norm(k, w.k_norm, self.eps).transpose(1, 2), cos, sin)
+            qk, v = qkv.split([self.heads + self.kv_heads, self.kv_heads], dim=2)
+            # q and k heads normed and rotated together: the same per-head operations, half the calls.
+            q, k = rotate(rms_norm(qk, w.qk_norm, self.eps).transpose(1, 2), cos, sin).split(
+                [self.heads, self.kv_heads], dim=1)
             v = v.transpose(1, 2)
             if capacity:  # prefill: allocate this layer's cache in the dtypes the keys/values came out in
                 cache.keys.append(k.new_zeros((batch, self.kv_heads, capacity, self.head_dim)))
                 cache.values.append(v.new_zeros((batch, self.kv_heads, capacity, self.head_dim)))
             cache.keys[index][:, :, start:end] = k
             cache.values[index][:, :, start:end] = v
-            out = F.scaled_dot_product_attention(q, cache.keys[index][:, :, :end], cache.values[index][:, :, :end],
-                                                 attn_mask=mask, scale=self.scale, enable_gqa=True)
+            keys, values = cache.keys[index][:, :, :end], cache.values[index][:, :, :end]
+            if width == 1:
+                out = self._attend_one(q, keys, values, mask)
+            else:
+                out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scale, enable_gqa=True)
             x = x + F.linear(out.transpose(1, 2).reshape(batch, width, -1), w.o, w.o_bias)
             gate, up = F.linear(rms_norm(x, w.post_norm, self.eps), w.gate_up).chunk(2, dim=-1)
             x = x + F.linear(F.silu(gate) * up, w.down)
         cache.length = end
         return F.linear(rms_norm(x, self.final_norm, self.eps), self.head, self.head_bias)
+
+    def _attend_one(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """``softmax(q K^T * scale, masked) V`` for one new token, ``q`` ``[B, heads, 1, D]``, each group of
+        ``heads / kv_heads`` query heads against its key/value head: two batched products, no kernel set-up
+        (the fused attention kernel's fixed cost dominates at one query)."""
+        batch = q.shape[0]
+        grouped = q.reshape(batch, self.kv_heads, self.heads // self.kv_heads, self.head_dim)
+        scores = torch.matmul(grouped, keys.transpose(-1, -2)) * self.scale
+        weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+        return torch.matmul(weights, values).reshape(batch, self.heads, 1, self.head_dim)
 
 
 @dataclass

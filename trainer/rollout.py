@@ -175,10 +175,15 @@ class TorchEngine:
             if aux else None
         rows = torch.arange(n, device=self.device)
         done = torch.zeros(n, dtype=torch.bool, device=self.device)
+        noise, noise_from = None, 0  # Gumbel noise of the batch rows for tokens noise_from, noise_from + 1, ...
         steps = 0
         while steps < width:
             logits = logits.float()
-            nxt = torch.where(done, self.pad_id, self._sample(logits, seeds[rows], steps, sampling))
+            if not sampling.greedy and (noise is None or steps - noise_from == noise.shape[1]):
+                span = max(1, min(width - steps, NOISE_BLOCK_ELEMENTS // (len(rows) * logits.shape[-1])))
+                noise, noise_from = gumbel_noise(seeds[rows], steps, logits.shape[-1], span), steps
+            sampled = self._sample(logits, noise[:, steps - noise_from] if noise is not None else None, sampling)
+            nxt = torch.where(done, self.pad_id, sampled)
             scaled = logits / sampling.temperature if not sampling.greedy else logits
             log_probs = torch.log_softmax(scaled, dim=-1)
             tokens[rows, steps] = nxt
@@ -195,6 +200,7 @@ class TorchEngine:
                 keep = (~done).nonzero()[:, 0]
                 rows, state, positions, nxt = rows[keep], state.select(keep), positions[keep], nxt[keep]
                 done = done[keep]
+                noise = noise[keep] if noise is not None else None
             logits = self.decoder.step(nxt, positions, state)
             positions = positions + 1
         generated = tokens[:, :steps].cpu().tolist()
@@ -207,12 +213,11 @@ class TorchEngine:
         return GenerationBatch(results, time.perf_counter() - start, token_logp[:, :steps],
                                aux_tokens[:, :steps] if aux else None)
 
-    def _sample(self, logits: torch.Tensor, seeds: torch.Tensor, step: int, sampling: SamplingParams) -> torch.Tensor:
+    def _sample(self, logits: torch.Tensor, noise: torch.Tensor | None, sampling: SamplingParams) -> torch.Tensor:
+        """Gumbel-max: ``argmax(filter(logits / T) + noise)``; the argmax itself when greedy."""
         if sampling.greedy:
             return logits.argmax(-1)
-        scaled = filter_logits(logits / sampling.temperature, sampling.top_k, sampling.top_p)
-        uniform = uniform_draws(seeds, step, logits.shape[-1])
-        return (scaled - torch.log(-torch.log(uniform))).argmax(-1)
+        return (filter_logits(logits / sampling.temperature, sampling.top_k, sampling.top_p) + noise).argmax(-1)
 
 
 def key_tensor(keys: list[int], device) -> torch.Tensor:
@@ -247,17 +252,29 @@ def splitmix64(x: torch.Tensor) -> torch.Tensor:
     return z ^ _shift_right(z, 31)
 
 
-def uniform_draws(seeds: torch.Tensor, step: int, width: int) -> torch.Tensor:
-    """``U[i, j] = (top 23 bits of splitmix64(splitmix64(seed_i + step * g) + j * g) + 1/2) / 2^23``,
-    in (0, 1), float32, ``[len(seeds), width]``: draw ``j`` at token ``step`` of the stream ``seed_i``
-    (23 bits, so ``bits + 1/2`` is exact in float32 and U never rounds to 0 or 1).
+def uniform_draws(seeds: torch.Tensor, step: int, width: int, steps: int = 1) -> torch.Tensor:
+    """``U[i, s, j] = (top 23 bits of splitmix64(splitmix64(seed_i + (step + s) * g) + j * g) + 1/2) / 2^23``,
+    in (0, 1), float32, ``[len(seeds), steps, width]``: draw ``j`` at token ``step + s`` of the stream
+    ``seed_i`` (23 bits, so ``bits + 1/2`` is exact in float32 and U never rounds to 0 or 1).
 
     Counter-based, so every row's draws come from one vectorised computation on the device, and a
     row's numbers depend on its own seed and position only."""
-    token_key = splitmix64(seeds + _int64(step * GOLDEN % (1 << 64)))
+    tokens = torch.arange(step, step + steps, dtype=torch.long, device=seeds.device) * GOLDEN
+    token_key = splitmix64(seeds[:, None] + tokens)
     counters = torch.arange(width, dtype=torch.long, device=seeds.device) * GOLDEN
-    bits = _shift_right(splitmix64(token_key[:, None] + counters), 41)
+    bits = _shift_right(splitmix64(token_key[:, :, None] + counters), 41)
     return (bits.to(torch.float32) + 0.5) * 2.0 ** -23
+
+
+def gumbel_noise(seeds: torch.Tensor, step: int, width: int, steps: int) -> torch.Tensor:
+    """``G = -log(-log U)`` over ``uniform_draws``: the Gumbel noise of Gumbel-max sampling."""
+    return -torch.log(-torch.log(uniform_draws(seeds, step, width, steps)))
+
+
+# Gumbel noise is drawn for several tokens at once, up to this many elements (128 KiB of float32):
+# ~10 tokens of 32 rows of a 99-token vocabulary per call (the cheapest per token on one CPU core,
+# measured), one token at a time for a large vocabulary.
+NOISE_BLOCK_ELEMENTS = 1 << 15
 
 
 def aux_seed(key: int) -> int:
@@ -273,7 +290,7 @@ def draw_aux(log_probs: torch.Tensor, aux: AuxDraws, seeds: torch.Tensor, step: 
     else:
         top, ids = log_probs, None
     cdf = torch.softmax(top, dim=-1).cumsum(-1)
-    uniform = uniform_draws(seeds, step, aux.samples).to(cdf.dtype)
+    uniform = uniform_draws(seeds, step, aux.samples)[:, 0].to(cdf.dtype)
     picked = torch.searchsorted(cdf, uniform * cdf[:, -1:]).clamp_max(cdf.shape[-1] - 1)
     return picked if ids is None else ids.gather(-1, picked)
 
