@@ -145,6 +145,7 @@ class LeanQwen3:
         cos, sin = self.model.model.rotary_emb(x, positions)
         cos, sin = cos[:, None], sin[:, None]
         start, end = cache.length, cache.length + width
+        blocked = ~mask if width == 1 else None  # one inversion per token, not one per layer
         for index, w in enumerate(self.layers):
             h = rms_norm(x, w.input_norm, self.eps)
             qkv = F.linear(h, w.qkv, w.qkv_bias).view(batch, width, self.heads + 2 * self.kv_heads, self.head_dim)
@@ -160,7 +161,7 @@ class LeanQwen3:
             cache.values[index][:, :, start:end] = v
             keys, values = cache.keys[index][:, :, :end], cache.values[index][:, :, :end]
             if width == 1:
-                out = self._attend_one(q, keys, values, mask)
+                out = self._attend_one(q, keys, values, blocked)
             else:
                 out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scale, enable_gqa=True)
             x = x + F.linear(out.transpose(1, 2).reshape(batch, width, -1), w.o, w.o_bias)
@@ -169,14 +170,14 @@ class LeanQwen3:
         cache.length = end
         return F.linear(rms_norm(x, self.final_norm, self.eps), self.head, self.head_bias)
 
-    def _attend_one(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """``softmax(q K^T * scale, masked) V`` for one new token, ``q`` ``[B, heads, 1, D]``, each group of
+    def _attend_one(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, blocked: torch.Tensor) -> torch.Tensor:
+        """``softmax(q K^T * scale, -inf where blocked) V`` for one new token, ``q`` ``[B, heads, 1, D]``, each group of
         ``heads / kv_heads`` query heads against its key/value head: two batched products, no kernel set-up
         (the fused attention kernel's fixed cost dominates at one query)."""
         batch = q.shape[0]
         grouped = q.reshape(batch, self.kv_heads, self.heads // self.kv_heads, self.head_dim)
         scores = torch.matmul(grouped, keys.transpose(-1, -2)) * self.scale
-        weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+        weights = torch.softmax(scores.masked_fill(blocked, float("-inf")), dim=-1)
         return torch.matmul(weights, values).reshape(batch, self.heads, 1, self.head_dim)
 
 

@@ -126,7 +126,7 @@ def packed_response_logits(model, batch: TokenBatch) -> torch.Tensor:
                                       rows, 1, steps, steps)], dim=-1)
     embed = model.get_input_embeddings()
     xp = embed(batch.prompt_ids)
-    xr = embed(batch.response_ids[:, :steps].reshape(-1)[packed])
+    xr = embed(batch.response_ids[:, :steps].reshape(-1).index_select(0, packed))
     cos_p, sin_p = core.rotary_emb(xp, prompt_pos)
     cos_r, sin_r = core.rotary_emb(xr[None], response_pos[None])
     cos_p, sin_p, cos_r, sin_r = cos_p[:, None], sin_p[:, None], cos_r[0, :, None], sin_r[0, :, None]
@@ -153,7 +153,7 @@ def packed_response_logits(model, batch: TokenBatch) -> torch.Tensor:
         out_r = torch.nn.functional.scaled_dot_product_attention(padded(qr), keys, values, attn_mask=response_allowed,
                                                                  scale=attn.scaling, enable_gqa=True)
         xp = xp + attn.o_proj(out_p.transpose(1, 2).reshape(prompts, prompt_len, -1))
-        xr = xr + attn.o_proj(out_r.transpose(1, 2).reshape(rows * steps, -1)[packed])
+        xr = xr + attn.o_proj(out_r.transpose(1, 2).reshape(rows * steps, -1).index_select(0, packed))
         xp = xp + layer.mlp(layer.post_attention_layernorm(xp))
         xr = xr + layer.mlp(layer.post_attention_layernorm(xr))
     head = model.get_output_embeddings()
