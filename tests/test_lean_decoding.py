@@ -167,3 +167,17 @@ def test_a_model_that_is_not_qwen3_falls_back_to_the_hf_forward_and_says_why(toy
     assert "no lean path: model type 'llama' is not qwen3" in caplog.text
     out = engine.generate(prompts_of(tokenizer)[:2], [1, 2], SamplingParams(max_new_tokens=4))
     assert len(out.generations) == 2
+
+
+def test_first_tokens_of_many_responses_to_one_prompt_follow_the_models_softmax(toy):
+    """Engine-level: prefill, cache gather and per-row noise together draw from softmax(logits / T)."""
+    model, tokenizer = toy
+    prompt = prompts_of(tokenizer)[1]
+    rows, temperature = 6000, 1.3
+    engine = TorchEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id)
+    out = engine.generate([prompt] * rows, list(range(rows)), SamplingParams(temperature=temperature, max_new_tokens=1))
+    first = torch.tensor([g.response_ids[0] for g in out.generations])
+    freq = torch.bincount(first, minlength=model.config.vocab_size).double() / rows
+    expected = torch.softmax(hf_logits(model, prompt)[-1].double() / temperature, -1)
+    assert float(expected.max()) < 0.9  # a distribution worth testing, not one dominant token
+    assert (freq - expected).abs().max() < 4 * math.sqrt(0.25 / rows)
