@@ -33,6 +33,16 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
+def repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
+    """``[B, kv_heads, L, D]`` -> ``[B, kv_heads * groups, L, D]``: key/value head ``h`` serves the
+    ``groups`` consecutive query heads ``h * groups ...``. Done explicitly (as the model's own forward
+    does under a mask) so masked attention keeps the fused GPU kernels, which lack grouped heads."""
+    if groups == 1:
+        return x
+    batch, kv_heads, length, dim = x.shape
+    return x[:, :, None].expand(batch, kv_heads, groups, length, dim).reshape(batch, kv_heads * groups, length, dim)
+
+
 def unsupported_reason(model) -> str | None:
     """Why the lean decoder cannot run ``model`` (None when it can)."""
     config = getattr(model, "config", None)
@@ -163,7 +173,9 @@ class LeanQwen3:
             if width == 1:
                 out = self._attend_one(q, keys, values, blocked)
             else:
-                out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scale, enable_gqa=True)
+                groups = self.heads // self.kv_heads
+                out = F.scaled_dot_product_attention(q, repeat_kv(keys, groups), repeat_kv(values, groups),
+                                                     attn_mask=mask, scale=self.scale)
             x = x + F.linear(out.transpose(1, 2).reshape(batch, width, -1), w.o, w.o_bias)
             gate, up = F.linear(rms_norm(x, w.post_norm, self.eps), w.gate_up).chunk(2, dim=-1)
             x = x + F.linear(F.silu(gate) * up, w.down)

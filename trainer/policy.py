@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from trainer.decoding import rotate, unsupported_reason
+from trainer.decoding import repeat_kv, rotate, unsupported_reason
 from trainer.rollout import distinct_prompts, left_pad
 
 
@@ -108,6 +108,7 @@ def packed_response_logits(model, batch: TokenBatch) -> torch.Tensor:
     core, config = model.model, model.config
     heads, kv_heads = int(config.num_attention_heads), int(config.num_key_value_heads)
     head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
+    groups = heads // kv_heads
     prompts, prompt_len = batch.prompt_ids.shape
     rows, width = batch.response_ids.shape
     device = batch.prompt_ids.device
@@ -143,15 +144,15 @@ def packed_response_logits(model, batch: TokenBatch) -> torch.Tensor:
         kp = rotate(attn.k_norm(attn.k_proj(hp).view(prompts, prompt_len, kv_heads, head_dim)).transpose(1, 2),
                     cos_p, sin_p)
         vp = attn.v_proj(hp).view(prompts, prompt_len, kv_heads, head_dim).transpose(1, 2)
-        out_p = torch.nn.functional.scaled_dot_product_attention(qp, kp, vp, attn_mask=prompt_allowed,
-                                                                 scale=attn.scaling, enable_gqa=True)
+        out_p = torch.nn.functional.scaled_dot_product_attention(qp, repeat_kv(kp, groups), repeat_kv(vp, groups),
+                                                                 attn_mask=prompt_allowed, scale=attn.scaling)
         qr = rotate(attn.q_norm(attn.q_proj(hr).view(-1, heads, head_dim)), cos_r, sin_r)
         kr = rotate(attn.k_norm(attn.k_proj(hr).view(-1, kv_heads, head_dim)), cos_r, sin_r)
         vr = attn.v_proj(hr).view(-1, kv_heads, head_dim)
-        keys = torch.cat([kp[batch.owner], padded(kr)], dim=2)
-        values = torch.cat([vp[batch.owner], padded(vr)], dim=2)
+        keys = repeat_kv(torch.cat([kp[batch.owner], padded(kr)], dim=2), groups)
+        values = repeat_kv(torch.cat([vp[batch.owner], padded(vr)], dim=2), groups)
         out_r = torch.nn.functional.scaled_dot_product_attention(padded(qr), keys, values, attn_mask=response_allowed,
-                                                                 scale=attn.scaling, enable_gqa=True)
+                                                                 scale=attn.scaling)
         xp = xp + attn.o_proj(out_p.transpose(1, 2).reshape(prompts, prompt_len, -1))
         xr = xr + attn.o_proj(out_r.transpose(1, 2).reshape(rows * steps, -1).index_select(0, packed))
         xp = xp + layer.mlp(layer.post_attention_layernorm(xp))
