@@ -166,14 +166,14 @@ class TorchEngine:
         distinct, owner = distinct_prompts(prompts)
         ids, attn = left_pad(distinct, self.pad_id, self.device)
         logits, state, positions = self.decoder.prefill(ids, attn, width)
-        rows = torch.tensor(owner, device=self.device)  # the output row of each batch row
         if len(distinct) < n:
-            logits, state, positions = logits[rows], state.select(rows), positions[rows]
+            prompt_rows = torch.tensor(owner, device=self.device)
+            logits, state, positions = logits[prompt_rows], state.select(prompt_rows), positions[prompt_rows]
         tokens = torch.full((n, width), self.pad_id, dtype=torch.long, device=self.device)
         token_logp = torch.zeros((n, width), dtype=torch.float32, device=self.device)
         aux_tokens = torch.full((n, width, aux.samples), self.pad_id, dtype=torch.long, device=self.device) \
             if aux else None
-        rows = torch.arange(n, device=self.device)
+        rows = torch.arange(n, device=self.device)  # the response (output row) of each batch row
         done = torch.zeros(n, dtype=torch.bool, device=self.device)
         noise, noise_from = None, 0  # Gumbel noise of the batch rows for tokens noise_from, noise_from + 1, ...
         steps = 0
