@@ -15,7 +15,15 @@ import torch
 from trainer.decoding import HFDecoder, LeanQwen3, make_decoder
 from trainer.inputs import resolve
 from trainer.policy import load_policy
-from trainer.rollout import SamplingParams, TorchEngine, gumbel_noise, left_pad, uniform_draws
+from trainer.rollout import (
+    AuxDraws,
+    SamplingParams,
+    TorchEngine,
+    draw_aux,
+    gumbel_noise,
+    left_pad,
+    uniform_draws,
+)
 
 TEXTS = ("Question: 2 + 3?\nAnswer:", "Question: what is 12 times 7 minus 4?\nAnswer:", "Q: 9?",
          "Question: a train leaves at 3 and arrives at 5; how long?\nAnswer:")
@@ -181,3 +189,17 @@ def test_first_tokens_of_many_responses_to_one_prompt_follow_the_models_softmax(
     expected = torch.softmax(hf_logits(model, prompt)[-1].double() / temperature, -1)
     assert float(expected.max()) < 0.9  # a distribution worth testing, not one dominant token
     assert (freq - expected).abs().max() < 4 * math.sqrt(0.25 / rows)
+
+
+def test_auxiliary_draws_follow_the_top_k_renormalised_softmax_from_their_own_streams():
+    log_probs = torch.log_softmax(torch.tensor([1.5, 0.2, -0.3, 0.9, -2.0, 0.0], dtype=torch.float64), -1)
+    rows, aux = 4000, AuxDraws(samples=4, top_k=3)
+    seeds = torch.arange(rows)
+    drawn = draw_aux(log_probs.expand(rows, -1), aux, seeds, step=2)
+    assert drawn.shape == (rows, 4)
+    top = torch.topk(log_probs, 3)
+    expected = torch.zeros(6, dtype=torch.float64).index_copy(0, top.indices, torch.softmax(top.values, -1))
+    freq = torch.bincount(drawn.reshape(-1), minlength=6).double() / drawn.numel()
+    assert (freq - expected).abs().max() < 4 * math.sqrt(0.25 / drawn.numel())
+    assert torch.equal(draw_aux(log_probs.expand(2, -1), aux, seeds[7:9], step=2), drawn[7:9])  # own stream only
+    assert not torch.equal(draw_aux(log_probs.expand(rows, -1), aux, seeds, step=3), drawn)  # a new token, new draws
