@@ -6,7 +6,8 @@ model, training split and prompt template of ``workload=toy``, its geometry (pro
 responses per prompt, response cap), sampling, optimiser settings and thread count, and ``algo=grpo``'s
 loss (per-response mean, k2 KL loss with the same coefficient, the same clip range). Every setting is
 read from the composed proofgrid config, so the two sides cannot drift apart. It writes one record per
-step: wall seconds, response tokens, and the seconds spent inside ``generate``.
+step: wall seconds, this process's CPU seconds, response tokens, and the seconds spent inside
+``generate``.
 """
 
 from __future__ import annotations
@@ -45,20 +46,23 @@ def grpo_config_kwargs(cfg, steps: int, seed: int, output_dir: str) -> dict:
 
 
 class StepTimer(TrainerCallback):
-    """A trainer callback that records each step's wall time and TRL's logged completion length."""
+    """A trainer callback that records each step's wall and CPU time and TRL's logged completion length."""
 
     def __init__(self, batch: int):
         self.batch = batch
         self.records: list[dict] = []
         self._start = 0.0
+        self._start_cpu = 0.0
         self.generate_s = 0.0
 
     def on_step_begin(self, args, state, control, **kwargs):
         self.generate_s = 0.0
         self._start = time.perf_counter()
+        self._start_cpu = time.process_time()
 
     def on_step_end(self, args, state, control, **kwargs):
-        self.records.append({"step_s": time.perf_counter() - self._start, "generate_s": self.generate_s})
+        self.records.append({"step_s": time.perf_counter() - self._start, "cpu_s": time.process_time() - self._start_cpu,
+                             "generate_s": self.generate_s})
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "completions/mean_length" in logs and self.records:

@@ -1,7 +1,9 @@
 """Teacher-forced log-probs and sampled rollouts that run each group's shared prompt once.
 
 References are computed here, in float64, one response at a time, unpadded and without a KV cache:
-a wrong cache row, position id or pad mask in the shared-prompt paths changes the numbers."""
+a wrong cache row, position id or pad mask in the shared-prompt paths changes the numbers. The toy
+model is a Qwen3, so ``response_logprobs`` takes the packed path; it is also checked against the
+model's own two-call forward (values and gradients to 1e-10 in float64)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,13 @@ import pytest
 import torch
 
 from trainer.inputs import resolve
-from trainer.policy import build_token_batch, load_policy, response_logprobs
+from trainer.policy import (
+    build_token_batch,
+    forward_response_logits,
+    load_policy,
+    packed_response_logits,
+    response_logprobs,
+)
 from trainer.rollout import SamplingParams, make_engine
 
 
@@ -82,3 +90,35 @@ def test_a_sampled_response_and_its_sampler_log_probs_do_not_depend_on_the_other
     for i, (prompt, gen) in enumerate(zip(prompts, together.generations)):
         expected = reference_logprobs(model, prompt, gen.response_ids)
         torch.testing.assert_close(together.sampler_logp[i, : len(expected)].double(), expected, rtol=0, atol=1e-5)
+
+
+def test_packed_logits_and_gradients_equal_the_models_own_forward_in_float64(model_and_tokenizer):
+    """The packed Qwen3 path against the generic two-call forward, on ragged responses (lengths 1 to 11,
+    so some rows are mostly padding) and on a batch whose responses are all one token long."""
+    model, tokenizer = model_and_tokenizer
+    prompts, responses = groups(tokenizer)
+    assert min(map(len, responses)) < 3 < max(map(len, responses))
+    params = list(model.parameters())
+    for resp in (responses, [r[:1] for r in responses]):
+        batch = build_token_batch(prompts, resp, tokenizer.pad_token_id, "cpu")
+        mask = batch.response_mask
+        packed = packed_response_logits(model, batch)
+        generic = forward_response_logits(model, batch)
+        assert packed.dtype == torch.float64 and packed.shape == generic.shape
+        torch.testing.assert_close(packed[mask], generic[mask], rtol=0, atol=1e-10)
+        assert not packed[~mask].any()  # padding slots carry zeros, not another row's numbers
+        weights = torch.randn(packed.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+        grads = torch.autograd.grad((packed[mask] * weights[mask]).sum(), params, allow_unused=True)
+        expected = torch.autograd.grad((generic[mask] * weights[mask]).sum(), params, allow_unused=True)
+        for g, e in zip(grads, expected):
+            torch.testing.assert_close(g, e, rtol=0, atol=1e-10)
+
+
+def test_a_batch_built_without_host_lengths_gives_the_same_log_probs(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    prompts, responses = groups(tokenizer)
+    batch = build_token_batch(prompts, responses, tokenizer.pad_token_id, "cpu")
+    bare = type(batch)(batch.prompt_ids, batch.prompt_mask, batch.owner, batch.response_ids, batch.response_mask)
+    with torch.no_grad():
+        assert torch.equal(response_logprobs(model, batch)[batch.response_mask],
+                           response_logprobs(model, bare)[batch.response_mask])

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from trainer.decoding import repeat_kv, rotate, unsupported_reason
 from trainer.rollout import distinct_prompts, left_pad
 
 
@@ -42,11 +43,12 @@ class TokenBatch:
     owner: torch.Tensor  # [B] long: the row of prompt_ids each response continues
     response_ids: torch.Tensor  # [B, T]
     response_mask: torch.Tensor  # [B, T] bool: valid response tokens (the end token included)
+    lengths: tuple[int, ...] | None = None  # each response's length, on the host (None: read from the mask)
 
     def rows(self, rows: slice) -> TokenBatch:
         """The same batch restricted to a slice of its responses (a PPO mini-batch)."""
         return TokenBatch(self.prompt_ids, self.prompt_mask, self.owner[rows], self.response_ids[rows],
-                          self.response_mask[rows])
+                          self.response_mask[rows], self.lengths[rows] if self.lengths is not None else None)
 
 
 def build_token_batch(prompts: list[list[int]], responses: list[list[int]], pad_id: int, device) -> TokenBatch:
@@ -58,12 +60,23 @@ def build_token_batch(prompts: list[list[int]], responses: list[list[int]], pad_
     for i, r in enumerate(responses):
         resp[i, : len(r)] = torch.tensor(r, dtype=torch.long)
         resp_mask[i, : len(r)] = True
-    return TokenBatch(prompt_ids, prompt_mask, torch.tensor(owner, device=device), resp.to(device), resp_mask.to(device))
+    return TokenBatch(prompt_ids, prompt_mask, torch.tensor(owner, device=device), resp.to(device), resp_mask.to(device),
+                      tuple(len(r) for r in responses))
 
 
 def response_logits(model, batch: TokenBatch) -> torch.Tensor:
-    """The logits that predict every response token, ``[B, T, V]``: one forward over the distinct
-    prompts (its KV cache then gathered per response), one over the responses on top of it.
+    """The logits that predict every response token, ``[B, T, V]`` (0 where no token follows).
+
+    Qwen3 models take the packed path (``packed_response_logits``); any other model its own forward.
+    """
+    if unsupported_reason(model) is None:
+        return packed_response_logits(model, batch)
+    return forward_response_logits(model, batch)
+
+
+def forward_response_logits(model, batch: TokenBatch) -> torch.Tensor:
+    """``response_logits`` through the model's own forward: one call over the distinct prompts (its KV
+    cache then gathered per response), one over the responses on top of it.
 
     The logit at the last prompt position predicts response token 0; the one at response token t
     predicts token t + 1, so the response forward reads tokens ``0 .. T-2``.
@@ -82,6 +95,75 @@ def response_logits(model, batch: TokenBatch) -> torch.Tensor:
     rest = model(input_ids=batch.response_ids[:, :-1], attention_mask=attn, position_ids=positions, cache=cache,
                  use_cache=True).logits
     return torch.cat([first, rest], dim=1)
+
+
+def packed_response_logits(model, batch: TokenBatch) -> torch.Tensor:
+    """``response_logits`` of a Qwen3 model through its own modules, with the position-wise work
+    (projections, norms, MLP, output head) run on the response tokens that predict a valid token
+    only, not on the padding of the shorter responses; attention alone sees the padded layout.
+
+    Each distinct prompt runs once; its keys/values are gathered per response. Padding slots hold
+    zero queries/keys/values that no valid token attends to, and logits of 0.
+    """
+    core, config = model.model, model.config
+    heads, kv_heads = int(config.num_attention_heads), int(config.num_key_value_heads)
+    head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
+    groups = heads // kv_heads
+    prompts, prompt_len = batch.prompt_ids.shape
+    rows, width = batch.response_ids.shape
+    device = batch.prompt_ids.device
+    lengths = batch.lengths if batch.lengths is not None else tuple(batch.response_mask.sum(1).tolist())
+    # Input token t (< T - 1) of a response is needed when token t + 1 is valid: t < length - 1.
+    steps = max(width - 1, 1)
+    packed = torch.tensor([r * steps + t for r, n in enumerate(lengths) for t in range(n - 1)], dtype=torch.long,
+                          device=device)
+    prompt_pos = (batch.prompt_mask.cumsum(-1) - 1).clamp_min(0)
+    response_pos = (prompt_pos[batch.owner, -1:] + 1 + torch.arange(steps, device=device)).reshape(-1)[packed]
+    prompt_valid = batch.prompt_mask.bool()
+    eye = torch.eye(prompt_len, dtype=torch.bool, device=device)
+    prompt_allowed = (torch.ones_like(eye).tril() & prompt_valid[:, None, None, :]) | eye  # a pad query sees itself
+    response_allowed = torch.cat([prompt_valid[batch.owner][:, None, None, :].expand(rows, 1, steps, prompt_len),
+                                  torch.ones((steps, steps), dtype=torch.bool, device=device).tril().expand(
+                                      rows, 1, steps, steps)], dim=-1)
+    embed = model.get_input_embeddings()
+    xp = embed(batch.prompt_ids)
+    xr = embed(batch.response_ids[:, :steps].reshape(-1).index_select(0, packed))
+    cos_p, sin_p = core.rotary_emb(xp, prompt_pos)
+    cos_r, sin_r = core.rotary_emb(xr[None], response_pos[None])
+    cos_p, sin_p, cos_r, sin_r = cos_p[:, None], sin_p[:, None], cos_r[0, :, None], sin_r[0, :, None]
+
+    def padded(packed_heads: torch.Tensor) -> torch.Tensor:
+        """``[N, h, D]`` packed rows into ``[B, h, T-1, D]`` with zeros in the padding."""
+        full = packed_heads.new_zeros((rows * steps, *packed_heads.shape[1:])).index_copy(0, packed, packed_heads)
+        return full.view(rows, steps, *packed_heads.shape[1:]).transpose(1, 2)
+
+    for layer in core.layers:
+        attn = layer.self_attn
+        hp, hr = layer.input_layernorm(xp), layer.input_layernorm(xr)
+        qp = rotate(attn.q_norm(attn.q_proj(hp).view(prompts, prompt_len, heads, head_dim)).transpose(1, 2), cos_p, sin_p)
+        kp = rotate(attn.k_norm(attn.k_proj(hp).view(prompts, prompt_len, kv_heads, head_dim)).transpose(1, 2),
+                    cos_p, sin_p)
+        vp = attn.v_proj(hp).view(prompts, prompt_len, kv_heads, head_dim).transpose(1, 2)
+        out_p = torch.nn.functional.scaled_dot_product_attention(qp, repeat_kv(kp, groups), repeat_kv(vp, groups),
+                                                                 attn_mask=prompt_allowed, scale=attn.scaling)
+        qr = rotate(attn.q_norm(attn.q_proj(hr).view(-1, heads, head_dim)), cos_r, sin_r)
+        kr = rotate(attn.k_norm(attn.k_proj(hr).view(-1, kv_heads, head_dim)), cos_r, sin_r)
+        vr = attn.v_proj(hr).view(-1, kv_heads, head_dim)
+        keys = repeat_kv(torch.cat([kp[batch.owner], padded(kr)], dim=2), groups)
+        values = repeat_kv(torch.cat([vp[batch.owner], padded(vr)], dim=2), groups)
+        out_r = torch.nn.functional.scaled_dot_product_attention(padded(qr), keys, values, attn_mask=response_allowed,
+                                                                 scale=attn.scaling)
+        xp = xp + attn.o_proj(out_p.transpose(1, 2).reshape(prompts, prompt_len, -1))
+        xr = xr + attn.o_proj(out_r.transpose(1, 2).reshape(rows * steps, -1).index_select(0, packed))
+        xp = xp + layer.mlp(layer.post_attention_layernorm(xp))
+        xr = xr + layer.mlp(layer.post_attention_layernorm(xr))
+    head = model.get_output_embeddings()
+    first = head(core.norm(xp[:, -1]))[batch.owner]
+    if width == 1:
+        return first[:, None]
+    rest = head(core.norm(xr))
+    rest = rest.new_zeros((rows * steps, rest.shape[-1])).index_copy(0, packed, rest).view(rows, steps, -1)
+    return torch.cat([first[:, None], rest], dim=1)
 
 
 def response_logprobs(model, batch: TokenBatch, temperature: float = 1.0, aux_ids: torch.Tensor | None = None):

@@ -6,9 +6,14 @@ with a HuggingFace causal LM held as its own copy of the weights (like a real in
 it sees new weights only through ``load_weights``).
 
 Sampling is Gumbel-max: ``argmax(filter(logits / T) + G)`` with ``G = -log(-log U)`` is an exact
-sample from the softmax of the temperature-scaled, top-k/top-p filtered logits. ``U`` is drawn
-from a generator owned by each *sequence* and seeded by the caller, so a response depends only on
-its own key, never on which other sequences share the batch or the data-parallel rank.
+sample from the softmax of the temperature-scaled, top-k/top-p filtered logits. ``U`` is a
+counter-based draw (``uniform_draws``): a hash of the *sequence's* key, the token index and the
+vocabulary index, computed for every row at once on the model's device. A response depends only
+on its own key, never on which other sequences share the batch or the data-parallel rank.
+
+Decoding runs through ``trainer.decoding``: its lean Qwen3 path (preallocated KV cache) when the
+model is a Qwen3, the model's generic forward otherwise. Finished responses leave the batch once a
+quarter of it has finished, so the last long responses do not carry the short ones' rows.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
+
+from trainer.decoding import make_decoder
 
 log = logging.getLogger(__name__)
 
@@ -131,9 +138,15 @@ class TorchEngine:
         self.eos_id = eos_id
         self.pad_id = pad_id
         self.device = next(self.model.parameters()).device
+        self.decoder, why_not_lean = make_decoder(self.model)
+        if why_not_lean:
+            log.info("rollout engine: the model's generic forward decodes (no lean path: %s)", why_not_lean)
+        else:
+            log.info("rollout engine: lean Qwen3 decoding with a preallocated KV cache")
 
     def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         self.model.load_state_dict(state_dict)
+        self.decoder.refresh()
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return self.model.state_dict()
@@ -144,62 +157,124 @@ class TorchEngine:
         if len(prompts) != len(keys):
             raise ValueError("one key per prompt is required")
         start = time.perf_counter()
-        generators = [torch.Generator(device="cpu").manual_seed(k) for k in keys]
+        n, width = len(prompts), sampling.max_new_tokens
+        seeds = key_tensor(keys, self.device)
         # Auxiliary draws use their own streams, so asking for them never changes the responses.
-        aux_generators = [torch.Generator(device="cpu").manual_seed(aux_seed(k)) for k in keys] if aux else None
+        aux_seeds = key_tensor([aux_seed(k) for k in keys], self.device) if aux else None
         # Prefill each distinct prompt once (a group's K responses share one prompt), then give every
         # response its prompt's row of the cache.
         distinct, owner = distinct_prompts(prompts)
         ids, attn = left_pad(distinct, self.pad_id, self.device)
-        positions = (attn.cumsum(-1) - 1).clamp_min(0)
-        out = self.model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True)
-        cache, logits = out.cache, out.logits[:, -1, :].float()
-        n = len(prompts)
+        logits, state, positions = self.decoder.prefill(ids, attn, width)
         if len(distinct) < n:
-            rows = torch.tensor(owner, device=self.device)
-            cache.batch_select_indices(rows)
-            logits, attn, positions = logits[rows], attn[rows], positions[rows]
+            prompt_rows = torch.tensor(owner, device=self.device)
+            logits, state, positions = logits[prompt_rows], state.select(prompt_rows), positions[prompt_rows]
+        tokens = torch.full((n, width), self.pad_id, dtype=torch.long, device=self.device)
+        token_logp = torch.zeros((n, width), dtype=torch.float32, device=self.device)
+        aux_tokens = torch.full((n, width, aux.samples), self.pad_id, dtype=torch.long, device=self.device) \
+            if aux else None
+        rows = torch.arange(n, device=self.device)  # the response (output row) of each batch row
         done = torch.zeros(n, dtype=torch.bool, device=self.device)
-        tokens: list[torch.Tensor] = []
-        token_logp: list[torch.Tensor] = []
-        aux_tokens: list[torch.Tensor] = []
-        next_pos = positions[:, -1:] + 1
-        for _ in range(sampling.max_new_tokens):
-            nxt = self._sample(logits, generators, sampling)
-            nxt = torch.where(done, torch.full_like(nxt, self.pad_id), nxt)
-            tokens.append(nxt)
+        noise, noise_from = None, 0  # Gumbel noise of the batch rows for tokens noise_from, noise_from + 1, ...
+        steps = 0
+        while steps < width:
+            logits = logits.float()
+            if not sampling.greedy and (noise is None or steps - noise_from == noise.shape[1]):
+                span = max(1, min(width - steps, NOISE_BLOCK_ELEMENTS // (len(rows) * logits.shape[-1])))
+                noise, noise_from = gumbel_noise(seeds[rows], steps, logits.shape[-1], span), steps
+            sampled = self._sample(logits, noise[:, steps - noise_from] if noise is not None else None, sampling)
+            nxt = torch.where(done, self.pad_id, sampled)
             scaled = logits / sampling.temperature if not sampling.greedy else logits
             log_probs = torch.log_softmax(scaled, dim=-1)
-            token_logp.append(torch.where(done, 0.0, log_probs.gather(-1, nxt.unsqueeze(-1)).squeeze(-1)))
+            tokens[rows, steps] = nxt
+            token_logp[rows, steps] = torch.where(done, 0.0, log_probs.gather(-1, nxt[:, None])[:, 0])
             if aux is not None:
-                drawn = draw_aux(log_probs, aux, aux_generators)
-                aux_tokens.append(torch.where(done.unsqueeze(-1), self.pad_id, drawn))
+                drawn = draw_aux(log_probs, aux, aux_seeds[rows], steps)
+                aux_tokens[rows, steps] = torch.where(done[:, None], self.pad_id, drawn)
+            steps += 1
             done = done | (nxt == self.eos_id)
-            if bool(done.all()):
+            finished = int(done.sum())  # host read: one per token (when to stop, when to shrink the batch)
+            if finished == len(done) or steps == width:
                 break
-            attn = torch.cat([attn, torch.ones((n, 1), dtype=attn.dtype, device=self.device)], dim=1)
-            out = self.model(input_ids=nxt.unsqueeze(1), attention_mask=attn, position_ids=next_pos,
-                             cache=cache, use_cache=True)
-            cache, logits = out.cache, out.logits[:, -1, :].float()
-            next_pos = next_pos + 1
-        sampler_logp = torch.stack(token_logp, dim=1) if token_logp else torch.zeros((n, 0), device=self.device)
-        aux_ids = torch.stack(aux_tokens, dim=1) if aux_tokens else None
-        generated = torch.stack(tokens, dim=1).cpu().tolist() if tokens else [[] for _ in range(n)]
+            if 4 * finished >= len(done):  # drop the finished rows from the batch
+                keep = (~done).nonzero()[:, 0]
+                rows, state, positions, nxt = rows[keep], state.select(keep), positions[keep], nxt[keep]
+                done = done[keep]
+                noise = noise[keep] if noise is not None else None
+            logits = self.decoder.step(nxt, positions, state)
+            positions = positions + 1
+        generated = tokens[:, :steps].cpu().tolist()
         results = []
         for row in generated:
             if self.eos_id in row:
                 results.append(Generation(row[: row.index(self.eos_id) + 1], True))
             else:
                 results.append(Generation(row, False))
-        return GenerationBatch(results, time.perf_counter() - start, sampler_logp, aux_ids)
+        return GenerationBatch(results, time.perf_counter() - start, token_logp[:, :steps],
+                               aux_tokens[:, :steps] if aux else None)
 
-    def _sample(self, logits: torch.Tensor, generators, sampling: SamplingParams) -> torch.Tensor:
+    def _sample(self, logits: torch.Tensor, noise: torch.Tensor | None, sampling: SamplingParams) -> torch.Tensor:
+        """Gumbel-max: ``argmax(filter(logits / T) + noise)``; the argmax itself when greedy."""
         if sampling.greedy:
             return logits.argmax(-1)
-        scaled = filter_logits(logits / sampling.temperature, sampling.top_k, sampling.top_p)
-        uniform = torch.stack([torch.rand(logits.shape[-1], generator=g) for g in generators]).to(logits.device)
-        gumbel = -torch.log(-torch.log(uniform.clamp(1e-20, 1.0 - 1e-7)))
-        return (scaled + gumbel).argmax(-1)
+        return (filter_logits(logits / sampling.temperature, sampling.top_k, sampling.top_p) + noise).argmax(-1)
+
+
+def key_tensor(keys: list[int], device) -> torch.Tensor:
+    """Response keys as an int64 tensor; a key must fit in 63 bits (``trainer.data.mix_seed`` does)."""
+    bad = [k for k in keys if not 0 <= k < 1 << 63]
+    if bad:
+        raise ValueError(f"response key {bad[0]} is outside [0, 2**63); derive keys with trainer.data.mix_seed")
+    return torch.tensor(keys, dtype=torch.long, device=device)
+
+
+def _int64(value: int) -> int:
+    """A 64-bit constant as the signed int64 with the same bits."""
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+GOLDEN = _int64(0x9E3779B97F4A7C15)
+MIX_1 = _int64(0xBF58476D1CE4E5B9)
+MIX_2 = _int64(0x94D049BB133111EB)
+
+
+def _shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """Logical (zero-filling) right shift of int64 bit patterns; ``>>`` on int64 is arithmetic."""
+    return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def splitmix64(x: torch.Tensor) -> torch.Tensor:
+    """SplitMix64's output function on int64 tensors (arithmetic wraps modulo 2^64):
+    ``z = x + g; z = (z ^ z >> 30) * m1; z = (z ^ z >> 27) * m2; z ^ z >> 31`` (logical shifts)."""
+    z = x + GOLDEN
+    z = (z ^ _shift_right(z, 30)) * MIX_1
+    z = (z ^ _shift_right(z, 27)) * MIX_2
+    return z ^ _shift_right(z, 31)
+
+
+def uniform_draws(seeds: torch.Tensor, step: int, width: int, steps: int = 1) -> torch.Tensor:
+    """``U[i, s, j] = (top 23 bits of splitmix64(splitmix64(seed_i + (step + s) * g) + j * g) + 1/2) / 2^23``,
+    in (0, 1), float32, ``[len(seeds), steps, width]``: draw ``j`` at token ``step + s`` of the stream
+    ``seed_i`` (23 bits, so ``bits + 1/2`` is exact in float32 and U never rounds to 0 or 1).
+
+    Counter-based, so every row's draws come from one vectorised computation on the device, and a
+    row's numbers depend on its own seed and position only."""
+    tokens = torch.arange(step, step + steps, dtype=torch.long, device=seeds.device) * GOLDEN
+    token_key = splitmix64(seeds[:, None] + tokens)
+    counters = torch.arange(width, dtype=torch.long, device=seeds.device) * GOLDEN
+    bits = _shift_right(splitmix64(token_key[:, :, None] + counters), 41)
+    return (bits.to(torch.float32) + 0.5) * 2.0 ** -23
+
+
+def gumbel_noise(seeds: torch.Tensor, step: int, width: int, steps: int) -> torch.Tensor:
+    """``G = -log(-log U)`` over ``uniform_draws``: the Gumbel noise of Gumbel-max sampling."""
+    return -torch.log(-torch.log(uniform_draws(seeds, step, width, steps)))
+
+
+# Gumbel noise is drawn for several tokens at once, up to this many elements (128 KiB of float32):
+# ~10 tokens of 32 rows of a 99-token vocabulary per call (the cheapest per token on one CPU core,
+# measured), one token at a time for a large vocabulary.
+NOISE_BLOCK_ELEMENTS = 1 << 15
 
 
 def aux_seed(key: int) -> int:
@@ -207,15 +282,15 @@ def aux_seed(key: int) -> int:
     return (key * 0x9E3779B97F4A7C15 + 0x5C0E) % (1 << 63)
 
 
-def draw_aux(log_probs: torch.Tensor, aux: AuxDraws, generators) -> torch.Tensor:
+def draw_aux(log_probs: torch.Tensor, aux: AuxDraws, seeds: torch.Tensor, step: int) -> torch.Tensor:
     """``aux.samples`` draws per row from ``softmax(log_probs)`` renormalised over its top-k
-    (inverse CDF with one uniform per draw from each row's own generator), ``[n, K]`` token ids."""
+    (inverse CDF with one uniform per draw from each row's own stream ``seeds``), ``[n, K]`` token ids."""
     if aux.top_k and aux.top_k < log_probs.shape[-1]:
         top, ids = torch.topk(log_probs, aux.top_k, dim=-1)
     else:
         top, ids = log_probs, None
     cdf = torch.softmax(top, dim=-1).cumsum(-1)
-    uniform = torch.stack([torch.rand(aux.samples, generator=g, dtype=cdf.dtype) for g in generators]).to(cdf.device)
+    uniform = uniform_draws(seeds, step, aux.samples)[:, 0].to(cdf.dtype)
     picked = torch.searchsorted(cdf, uniform * cdf[:, -1:]).clamp_max(cdf.shape[-1] - 1)
     return picked if ids is None else ids.gather(-1, picked)
 
