@@ -50,6 +50,18 @@ def _steps(job_dir: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
+def _wait_for_steps(job_dir: Path, n: int) -> None:
+    """Until the job has logged ``n`` steps; fails at once if it ended first."""
+
+    def trained():
+        record = json.loads((job_dir / "job.json").read_text()) if (job_dir / "job.json").is_file() else {}
+        assert record.get("state") not in ("FAILED", "COMPLETED", "CANCELLED", "TERMINATED"), \
+            f"{job_dir.name} ended before training {n} steps: {record.get('failure')}"
+        return _steps(job_dir) >= n
+
+    _wait_for(trained, 300, f"{job_dir.name} to train {n} steps")
+
+
 def test_the_3x3_grid_is_one_job_array_and_every_task_is_accepted(tmp_path):
     sweep_dir = tmp_path / "grid"
     proc = launch(sweep_dir, *GRID, *SHORT, "cluster=slurm", env={"PROOFGRID_PORT_BASE": "25000"})
@@ -104,7 +116,7 @@ def test_a_cancelled_job_is_rejected_with_its_scheduler_state_and_the_rest_are_u
                   "cluster=slurm", "wait=false", env={"PROOFGRID_PORT_BASE": "27000"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     victim = sweep_dir / "jobs" / "grpo-2"
-    _wait_for(lambda: _steps(victim) >= 1, 300, "grpo-2 to start training")
+    _wait_for_steps(victim, 1)
     job_id = json.loads((victim / "job.json").read_text())["job_id"]
     subprocess.run(["scancel", job_id], check=True)
     status = subprocess.run([os.sys.executable, "-m", "launcher", "status", str(sweep_dir)], capture_output=True, text=True)
@@ -149,7 +161,7 @@ def test_a_requeued_job_resumes_from_its_checkpoint_and_matches_an_uninterrupted
     proc = launch(sweep_dir, *overrides, "cluster=slurm", "wait=false", env={"PROOFGRID_PORT_BASE": "28000"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     job_dir = sweep_dir / "jobs" / "rpp-3"
-    _wait_for(lambda: _steps(job_dir) >= 3, 300, "rpp-3 to pass its first checkpoint")
+    _wait_for_steps(job_dir, 3)  # past its first checkpoint
     job_id = json.loads((job_dir / "job.json").read_text())["job_id"]
     subprocess.run(["scontrol", "requeue", job_id], check=True)
 
@@ -264,7 +276,7 @@ def test_usr2_checkpoints_at_the_current_step_requeues_and_resumes_bit_identical
                   env={"PROOFGRID_PORT_BASE": "30000"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     job_dir = sweep_dir / "jobs" / "rpp-5"
-    _wait_for(lambda: _steps(job_dir) >= 3, 300, "rpp-5 to train 3 steps")
+    _wait_for_steps(job_dir, 3)
     job_id = json.loads((job_dir / "job.json").read_text())["job_id"]
     subprocess.run(["scancel", "--signal=USR2", job_id], check=True)
 
@@ -278,6 +290,40 @@ def test_usr2_checkpoints_at_the_current_step_requeues_and_resumes_bit_identical
     reference = tmp_path / "uninterrupted"
     run_trainer(reference, *overrides)
     assert without_perf(read_metrics(job_dir / "run")) == without_perf(read_metrics(reference))
+
+
+def test_a_dp2_job_warned_by_usr2_stops_both_ranks_at_one_step_requeues_and_resumes_bit_identically(tmp_path):
+    # Both ranks get the warning (the trainer forwards it), agree on one step, rank 0 saves it and
+    # the trainer exits 75, so the runtime requeues the task; no periodic checkpoint before the end.
+    overrides = ("algo=rpp", "seed=6", "dp_size=2", "workload.cpus_per_job=2", "workload.n_updates=40",
+                 "workload.checkpoint_every=100", "workload.eval.n_prompts=4")
+    sweep_dir = tmp_path / "usr2dp2"
+    proc = launch(sweep_dir, *overrides, "cluster=slurm", "wait=false", env={"PROOFGRID_PORT_BASE": "22000"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    job_dir = sweep_dir / "jobs" / "rpp-6"
+    _wait_for_steps(job_dir, 3)
+    job_id = json.loads((job_dir / "job.json").read_text())["job_id"]
+    subprocess.run(["scancel", "--signal=USR2", job_id], check=True)
+
+    record = _wait_until_requeued_and_completed(sweep_dir, job_dir)
+    (event,) = record["history"]
+    assert "USR2" in event["event"] and event["action"] == "requeued" and event["checkpointed"] is True
+    assert 3 <= event["at_step"] < 40 and event["job_id"] == job_id
+    log = (job_dir / "trainer.log").read_text()
+    assert f"rank0 INFO signal 12: checkpointed at step {event['at_step']};" in log
+    assert f"resumed from step_{event['at_step']:06d}" in log
+    assert record["failure"] is None and record["exit_code"] == 0 and record["cleanup"] == []
+    build = subprocess.run([os.sys.executable, "-m", "evidence", "build", str(sweep_dir)], capture_output=True,
+                           text=True)
+    assert build.returncode == 0, build.stdout[-2000:] + build.stderr[-2000:]
+    assert index_rows(sweep_dir)["rpp-6"]["accepted"] == "yes"
+    with open(sweep_dir / "bundle" / "data" / "incidents.csv", newline="") as f:
+        incidents = [(r["job"], r["job_id"], r["kind"]) for r in csv.DictReader(f)]
+    assert incidents == [("rpp-6", job_id, "requeue")]
+    reference = tmp_path / "uninterrupted"
+    run_trainer(reference, *overrides)
+    assert without_perf(read_metrics(job_dir / "run")) == without_perf(read_metrics(reference))
+    assert json.loads((job_dir / "run" / "eval.json").read_text()) == json.loads((reference / "eval.json").read_text())
 
 
 @pytest.mark.parametrize(("override", "key"), [
