@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -172,6 +173,18 @@ def test_a_requeued_job_resumes_from_its_checkpoint_and_matches_an_uninterrupted
     assert without_perf(read_metrics(job_dir / "run")) == without_perf(read_metrics(reference))
 
 
+def _status(sweep_dir: Path) -> tuple[dict[str, list[str]], list[str], str]:
+    """``python -m launcher status``: the table's cells by job (arm, job, scheduler id, state, step,
+    exit, elapsed), the cause lines under it, and the whole output."""
+    proc = subprocess.run([os.sys.executable, "-m", "launcher", "status", str(sweep_dir)], capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    cells = [[c.strip() for c in ln.strip("│").split("│")] for ln in lines if ln.startswith("│")]
+    rows = {c[1]: c for c in cells if c[1] != "job"}
+    return rows, [ln for ln in lines if ln.startswith("job ")], proc.stdout
+
+
 def _squeue_tasks(array_id: str) -> dict[str, str]:
     out = subprocess.run(["squeue", "-h", "-r", "--me", "-o", "%i|%T"], capture_output=True, text=True).stdout
     return dict(line.split("|") for line in out.splitlines() if line.split("_")[0] == array_id)
@@ -203,11 +216,9 @@ def test_cancelling_an_array_with_pending_tasks_ends_the_wait_and_unblocks_the_r
     never_started = [r for r in records.values() if r.get("node") in (None, "") or r.get("exit_code") is None]
     assert len(never_started) >= 2 and all(r["exit_code"] is None for r in never_started)
     assert all(row["accepted"] == "no" for row in index_rows(sweep_dir).values())
-    status = subprocess.run([os.sys.executable, "-m", "launcher", "status", str(sweep_dir)], capture_output=True, text=True)
-    rows = [ln for ln in status.stdout.splitlines() if ln.startswith("│")]  # the table; causes follow it
-    assert len(rows) == 4 and all("CANCELLED" in row and "PENDING" not in row for row in rows), status.stdout
-    causes = [ln for ln in status.stdout.splitlines() if ln.startswith("job ")]
-    assert len(causes) == 4 and all("cancelled by the scheduler" in c for c in causes), status.stdout
+    rows, causes, shown = _status(sweep_dir)
+    assert len(rows) == 4 and all(row[3] == "CANCELLED" for row in rows.values()), shown
+    assert len(causes) == 4 and all("cancelled by the scheduler" in c for c in causes), shown
 
     # The re-run is not refused ("still PENDING ... cancel it first"): it submits a new array. Ctrl-C
     # of the waiting launcher leaves it running and says how to cancel; `launcher cancel` does.
@@ -225,15 +236,28 @@ def test_cancelling_an_array_with_pending_tasks_ends_the_wait_and_unblocks_the_r
             rerun.kill()
     assert rerun.returncode == 130, out[-2000:] + err[-2000:]
     assert "keep running" in err and f"python -m launcher cancel {sweep_dir}" in err
-    assert len(_squeue_tasks(new_array)) == 4, "Ctrl-C must not cancel the jobs"
-    subprocess.run([os.sys.executable, "-m", "launcher", "status", str(sweep_dir)], capture_output=True)
-    pending = [r for r in job_records(sweep_dir).values() if r["state"] == "PENDING"]
-    assert pending and all(r["scheduler_reason"] for r in pending), "a pending job records why it waits"
+    queued = _squeue_tasks(new_array)
+    assert len(queued) == 4, "Ctrl-C must not cancel the jobs"
+    # `launcher status` on real queued tasks: each with its Slurm id and state, a pending one with
+    # Slurm's reason, and no field shown as None or left blank (the arm is named once per group).
+    rows, causes, shown = _status(sweep_dir)
+    assert "None" not in shown and len(rows) == 4, shown
+    assert all(all(row[1:]) for row in rows.values()), f"a blank field:\n{shown}"
+    assert {row[2].split("_")[0] for row in rows.values()} == {new_array}, shown
+    pending = [row for row in rows.values() if row[3].startswith("PENDING")]
+    assert len(pending) >= 2 and all(re.fullmatch(r"PENDING \(\w+\)", row[3]) for row in pending), shown
+    assert all(row[3] in ("RUNNING", "PENDING") or row in pending for row in rows.values()), shown
+    assert all(row[4].endswith("/60") for row in rows.values()) and not causes, shown
+    records = job_records(sweep_dir)
+    assert all(records[row[1]]["scheduler_reason"] == row[3][len("PENDING ("):-1] for row in pending)
     cancel = subprocess.run([os.sys.executable, "-m", "launcher", "cancel", str(sweep_dir)], capture_output=True,
                             text=True)
     assert cancel.returncode == 0 and "cancelled 4 job(s)" in cancel.stdout, cancel.stdout + cancel.stderr
     assert not _squeue_tasks(new_array)
     assert {r["state"] for r in job_records(sweep_dir).values()} == {"CANCELLED"}
+    rows, causes, shown = _status(sweep_dir)
+    assert all(row[3] == "CANCELLED" for row in rows.values()) and "None" not in shown, shown
+    assert sorted(c.split()[1] for c in causes) == sorted(rows) and all(" CANCELLED: " in c for c in causes), shown
 
 
 def test_a_task_slurm_no_longer_reports_is_vanished_after_a_second_look_never_left_pending():
