@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sweeps import GRID, index_rows, job_records, launch
+from tests.sweeps import index_rows, job_records, launch
 from tests.trainer_runs import read_metrics, run_trainer, without_perf
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("slurm_cluster")]
@@ -22,23 +22,22 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("slurm_cluster")]
 SHORT = ("workload.n_updates=4", "workload.eval.n_prompts=8", "workload.checkpoint_every=2")
 
 
-def _wait_for(predicate, timeout: float, what: str):
+def _wait_for(predicate, timeout: float, what: str, every_s: float = 0.5):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
-        time.sleep(0.5)
+        time.sleep(every_s)
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _wait_until_requeued_and_completed(sweep_dir: Path, job_dir: Path) -> dict:
-    """The job's record once it has run again after a requeue and completed (``launcher status``
-    refreshes it); fails at once if the run ended before the requeue reached it."""
+def _wait_until_requeued_and_completed(job_dir: Path) -> dict:
+    """The job's record once it has run again after a requeue and completed; fails at once if the
+    run ended before the requeue reached it."""
 
     def restarted_and_done():
-        subprocess.run([os.sys.executable, "-m", "launcher", "status", str(sweep_dir)], capture_output=True)
-        r = json.loads((job_dir / "job.json").read_text())
+        r = json.loads((job_dir / "job.json").read_text())  # the runtime writes it at each start and end
         assert not (r["state"] == "COMPLETED" and r.get("restart_count", 0) == 0), \
             f"the run ended before the requeue reached it: {r.get('history')}"
         return r if r.get("restart_count", 0) >= 1 and r["state"] == "COMPLETED" else None
@@ -51,30 +50,16 @@ def _steps(job_dir: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
+def _trained(job_dir: Path, n: int) -> bool:
+    """Whether the job has logged ``n`` steps; fails at once if it ended first."""
+    record = json.loads((job_dir / "job.json").read_text()) if (job_dir / "job.json").is_file() else {}
+    assert record.get("state") not in ("FAILED", "COMPLETED", "CANCELLED", "TERMINATED"), \
+        f"{job_dir.name} ended before training {n} steps: {record.get('failure')}"
+    return _steps(job_dir) >= n
+
+
 def _wait_for_steps(job_dir: Path, n: int) -> None:
-    """Until the job has logged ``n`` steps; fails at once if it ended first."""
-
-    def trained():
-        record = json.loads((job_dir / "job.json").read_text()) if (job_dir / "job.json").is_file() else {}
-        assert record.get("state") not in ("FAILED", "COMPLETED", "CANCELLED", "TERMINATED"), \
-            f"{job_dir.name} ended before training {n} steps: {record.get('failure')}"
-        return _steps(job_dir) >= n
-
-    _wait_for(trained, 300, f"{job_dir.name} to train {n} steps")
-
-
-def test_the_3x3_grid_is_one_job_array_and_every_task_is_accepted(tmp_path):
-    sweep_dir = tmp_path / "grid"
-    proc = launch(sweep_dir, *GRID, *SHORT, "cluster=slurm", env={"PROOFGRID_PORT_BASE": "25000"})
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    submissions = json.loads((sweep_dir / "sweep.json").read_text())["submissions"]
-    assert len(submissions) == 1 and len(submissions[0]["jobs"]) == 9
-    array_id = submissions[0]["array_job_id"]
-    records = job_records(sweep_dir)
-    assert sorted(r["array_index"] for r in records.values()) == list(range(9))
-    assert {r["job_id"].split("_")[0] for r in records.values()} == {array_id}
-    assert all(r["scheduler"] == "slurm" and r["state"] == "COMPLETED" for r in records.values())
-    assert all(row["accepted"] == "yes" for row in index_rows(sweep_dir).values())
+    _wait_for(lambda: _trained(job_dir, n), 300, f"{job_dir.name} to train {n} steps")
 
 
 def test_two_ray_jobs_on_one_node_get_disjoint_ports_and_roots_and_leave_nothing(tmp_path):
@@ -128,7 +113,8 @@ def test_a_cancelled_job_is_rejected_with_its_scheduler_state_and_the_rest_are_u
         states = {n: r["state"] for n, r in job_records(sweep_dir).items()}
         return states if all(s in ("COMPLETED", "CANCELLED", "FAILED") for s in states.values()) else None
 
-    states = _wait_for(all_ended, 600, "the sweep to end")
+    # Each look starts a launcher process: look every few seconds, not in a loop that competes with the jobs.
+    states = _wait_for(all_ended, 600, "the sweep to end", every_s=3)
     assert states == {"grpo-1": "COMPLETED", "grpo-2": "CANCELLED", "grpo-3": "COMPLETED"}
     build = subprocess.run([os.sys.executable, "-m", "evidence", "build", str(sweep_dir)], capture_output=True, text=True)
     assert build.returncode in (0, 1), build.stderr
@@ -166,7 +152,7 @@ def test_a_requeued_job_resumes_from_its_checkpoint_and_matches_an_uninterrupted
     job_id = json.loads((job_dir / "job.json").read_text())["job_id"]
     subprocess.run(["scontrol", "requeue", job_id], check=True)
 
-    record = _wait_until_requeued_and_completed(sweep_dir, job_dir)
+    record = _wait_until_requeued_and_completed(job_dir)
     assert record["cleanup"] == []
     reference = tmp_path / "uninterrupted"
     run_trainer(reference, *overrides)
@@ -202,7 +188,7 @@ def test_cancelling_an_array_with_pending_tasks_ends_the_wait_and_unblocks_the_r
                                stderr=subprocess.PIPE, text=True, env={**os.environ, "PROOFGRID_PORT_BASE": "29000"})
     try:
         submissions = _wait_for(lambda: (sweep_dir / "sweep.json").is_file() and json.loads(
-            (sweep_dir / "sweep.json").read_text()).get("submissions"), 120, "the submission")
+            (sweep_dir / "sweep.json").read_text()).get("submissions"), 300, "the submission")
         array_id = submissions[0]["array_job_id"]
         _wait_for(lambda: list(_squeue_tasks(array_id).values()).count("PENDING") >= 2, 60, "tasks to pend")
         subprocess.run(["scancel", array_id], check=True)
@@ -290,64 +276,51 @@ def test_a_state_a_requeue_follows_is_not_final_while_squeue_still_holds_the_tas
         subprocess.run(["scancel", array])
 
 
-def test_usr2_checkpoints_at_the_current_step_requeues_and_resumes_bit_identically(tmp_path):
-    # No periodic checkpoint before the end: every step kept across the requeue was saved on the signal.
-    # Long enough (about 80 ms a step here) that the warning reliably lands mid-run.
-    overrides = ("algo=rpp", "seed=5", "workload.n_updates=80", "workload.checkpoint_every=100",
-                 "workload.eval.n_prompts=4")
+def test_usr2_stops_a_dp1_and_a_dp2_task_at_their_current_step_requeues_and_both_resume_bit_identically(tmp_path):
+    # One array, two tasks warned at once: one process, and two ranks that agree on one step (the
+    # trainer forwards the warning to them). No periodic checkpoint before the end: every step kept
+    # across the requeue was saved on the signal. Long enough that the warning lands mid-run.
+    overrides = ("algo=rpp", "seed=5", "workload.cpus_per_job=2", "workload.n_updates=60",
+                 "workload.checkpoint_every=100", "workload.eval.n_prompts=4")
     sweep_dir = tmp_path / "usr2"
-    proc = launch(sweep_dir, *overrides, "cluster=slurm", "cluster.signal_delay_s=75", "wait=false",
+    proc = launch(sweep_dir, *overrides, "dp_size=1,2", "cluster=slurm", "cluster.signal_delay_s=75", "wait=false",
                   env={"PROOFGRID_PORT_BASE": "30000"})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    job_dir = sweep_dir / "jobs" / "rpp-5"
-    _wait_for_steps(job_dir, 3)
-    job_id = json.loads((job_dir / "job.json").read_text())["job_id"]
-    subprocess.run(["scancel", "--signal=USR2", job_id], check=True)
+    job_dirs = {dp: sweep_dir / "jobs" / f"rpp-dp_size{dp}-5" for dp in (1, 2)}
+    job_ids = {}
 
-    record = _wait_until_requeued_and_completed(sweep_dir, job_dir)
-    (event,) = record["history"]
-    assert "USR2" in event["event"] and event["action"] == "requeued" and event["checkpointed"] is True
-    assert 3 <= event["at_step"] < 80 and event["job_id"] == job_id
-    assert f"resumed from step_{event['at_step']:06d}" in (job_dir / "trainer.log").read_text()
-    assert record["failure"] is None and record["exit_code"] == 0
-    assert "--signal=USR2@75" in json.loads((job_dir / "command.json").read_text())["sbatch"]
-    reference = tmp_path / "uninterrupted"
-    run_trainer(reference, *overrides)
-    assert without_perf(read_metrics(job_dir / "run")) == without_perf(read_metrics(reference))
+    def warn_each_after_3_steps():  # the two tasks start at different times: warn each on its own
+        for dp, job_dir in job_dirs.items():
+            if dp not in job_ids and _trained(job_dir, 3):
+                job_ids[dp] = json.loads((job_dir / "job.json").read_text())["job_id"]
+                subprocess.run(["scancel", "--signal=USR2", job_ids[dp]], check=True)
+        return len(job_ids) == 2
 
+    _wait_for(warn_each_after_3_steps, 300, "both tasks to train 3 steps", every_s=0.2)
 
-def test_a_dp2_job_warned_by_usr2_stops_both_ranks_at_one_step_requeues_and_resumes_bit_identically(tmp_path):
-    # Both ranks get the warning (the trainer forwards it), agree on one step, rank 0 saves it and
-    # the trainer exits 75, so the runtime requeues the task; no periodic checkpoint before the end.
-    overrides = ("algo=rpp", "seed=6", "dp_size=2", "workload.cpus_per_job=2", "workload.n_updates=40",
-                 "workload.checkpoint_every=100", "workload.eval.n_prompts=4")
-    sweep_dir = tmp_path / "usr2dp2"
-    proc = launch(sweep_dir, *overrides, "cluster=slurm", "wait=false", env={"PROOFGRID_PORT_BASE": "22000"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    job_dir = sweep_dir / "jobs" / "rpp-6"
-    _wait_for_steps(job_dir, 3)
-    job_id = json.loads((job_dir / "job.json").read_text())["job_id"]
-    subprocess.run(["scancel", "--signal=USR2", job_id], check=True)
-
-    record = _wait_until_requeued_and_completed(sweep_dir, job_dir)
-    (event,) = record["history"]
-    assert "USR2" in event["event"] and event["action"] == "requeued" and event["checkpointed"] is True
-    assert 3 <= event["at_step"] < 40 and event["job_id"] == job_id
-    log = (job_dir / "trainer.log").read_text()
-    assert f"rank0 INFO signal 12: checkpointed at step {event['at_step']};" in log
-    assert f"resumed from step_{event['at_step']:06d}" in log
-    assert record["failure"] is None and record["exit_code"] == 0 and record["cleanup"] == []
+    records = {dp: _wait_until_requeued_and_completed(d) for dp, d in job_dirs.items()}
     build = subprocess.run([os.sys.executable, "-m", "evidence", "build", str(sweep_dir)], capture_output=True,
                            text=True)
     assert build.returncode == 0, build.stdout[-2000:] + build.stderr[-2000:]
-    assert index_rows(sweep_dir)["rpp-6"]["accepted"] == "yes"
+    assert all(row["accepted"] == "yes" for row in index_rows(sweep_dir).values())
     with open(sweep_dir / "bundle" / "data" / "incidents.csv", newline="") as f:
-        incidents = [(r["job"], r["job_id"], r["kind"]) for r in csv.DictReader(f)]
-    assert incidents == [("rpp-6", job_id, "requeue")]
-    reference = tmp_path / "uninterrupted"
-    run_trainer(reference, *overrides)
-    assert without_perf(read_metrics(job_dir / "run")) == without_perf(read_metrics(reference))
-    assert json.loads((job_dir / "run" / "eval.json").read_text()) == json.loads((reference / "eval.json").read_text())
+        incidents = sorted((r["job"], r["job_id"], r["kind"]) for r in csv.DictReader(f))
+    assert incidents == sorted((d.name, job_ids[dp], "requeue") for dp, d in job_dirs.items())
+    for dp, job_dir in job_dirs.items():
+        record = records[dp]
+        (event,) = record["history"]
+        assert "USR2" in event["event"] and event["action"] == "requeued" and event["checkpointed"] is True
+        assert 3 <= event["at_step"] < 60 and event["job_id"] == job_ids[dp]
+        log = (job_dir / "trainer.log").read_text()
+        stopped = f"{'rank0 ' if dp == 2 else ''}INFO signal 12: checkpointed at step {event['at_step']};"
+        assert stopped in log and f"resumed from step_{event['at_step']:06d}" in log
+        assert record["failure"] is None and record["exit_code"] == 0 and record["cleanup"] == []
+        assert "--signal=USR2@75" in json.loads((job_dir / "command.json").read_text())["sbatch"]
+        reference = tmp_path / f"uninterrupted-dp{dp}"
+        run_trainer(reference, *overrides, f"dp_size={dp}")
+        assert without_perf(read_metrics(job_dir / "run")) == without_perf(read_metrics(reference))
+        assert json.loads((job_dir / "run" / "eval.json").read_text()) == \
+            json.loads((reference / "eval.json").read_text())
 
 
 @pytest.mark.parametrize(("override", "key"), [

@@ -63,7 +63,6 @@ from trainer.preemption import (
     ForwardToRanks,
     StopRequest,
     deliver_held_signals,
-    hold_signals,
 )
 from trainer.reward_workers import make_scorer
 from trainer.rollout import AuxDraws, Generation, RolloutEngine, SamplingParams, make_engine, warn_if_greedy
@@ -535,11 +534,7 @@ def run_rank(rank: int, world: int, cfg_container: dict) -> dict | None:
     stop = StopRequest().install()
     if stop is None:
         deliver_held_signals()
-    try:
-        return _run_rank(rank, world, cfg, stop)
-    finally:
-        if stop is not None:
-            stop.uninstall()
+    return _run_rank(rank, world, cfg, stop)
 
 
 def _run_rank(rank: int, world: int, cfg: DictConfig, stop: StopRequest | None) -> dict | None:
@@ -704,12 +699,11 @@ def train(cfg: DictConfig) -> dict:
 
     Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
     (Path(cfg.output_dir) / ".dist-store").unlink(missing_ok=True)
-    # Spawned with the warning signals blocked (the runtime started us so; a direct run blocks them
-    # here): a rank holds one until its handler is set. From then on this process forwards each
-    # one to every rank.
-    hold_signals()
+    # This process forwards the scheduler's warning to every rank; the ranks are spawned with it
+    # blocked, so one holds it until its own handler is set.
+    forward = ForwardToRanks().install()
     ranks = mp.start_processes(run_rank, args=(world, container), nprocs=world, join=False, start_method="spawn")
-    forward = ForwardToRanks(ranks.pids()).install()
+    forward.ranks_started(ranks.pids())
     try:
         while not ranks.join(grace_period=RANK_EXIT_GRACE_S):
             pass
@@ -717,6 +711,4 @@ def train(cfg: DictConfig) -> dict:
         if exc.exit_code == EXIT_CHECKPOINTED:  # all ranks stopped at the same step: requeue the job
             raise SystemExit(EXIT_CHECKPOINTED) from None
         raise
-    finally:
-        forward.uninstall()
     return json.loads((Path(cfg.output_dir) / "run.json").read_text())

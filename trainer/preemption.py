@@ -18,6 +18,8 @@ import threading
 
 # The signals that ask for checkpoint-and-stop.
 CHECKPOINT_SIGNALS = (signal.SIGUSR2, signal.SIGTERM)
+# What the parent of spawned ranks sends them for any of CHECKPOINT_SIGNALS (see ForwardToRanks).
+FORWARDED_SIGNAL = signal.SIGUSR2
 # The trainer's exit code after a requested checkpoint-and-stop (EX_TEMPFAIL: "try again later").
 EXIT_CHECKPOINTED = 75
 
@@ -51,44 +53,54 @@ class StopRequest:
         self.signum = self.signum or signum
 
     def install(self) -> StopRequest | None:
-        """Handle ``CHECKPOINT_SIGNALS`` until ``uninstall``; None off the main thread (Python
-        delivers signals to the main thread only, so a trainer run from a thread keeps the defaults)."""
+        """Handle ``CHECKPOINT_SIGNALS`` for the rest of the process; None off the main thread
+        (Python delivers signals to the main thread only, so a trainer run from a thread keeps the
+        defaults). Never uninstalled: Slurm signals every process of the task, and a warning that
+        arrives after the last step has nothing left to stop, while the default action would kill
+        a trainer that has finished its run (the job would fail with -12 after completing)."""
         if threading.current_thread() is not threading.main_thread():
             return None
-        self._previous = {sig: signal.signal(sig, self._on_signal) for sig in CHECKPOINT_SIGNALS}
+        for sig in CHECKPOINT_SIGNALS:
+            signal.signal(sig, self._on_signal)
         deliver_held_signals()
         return self
-
-    def uninstall(self) -> None:
-        for sig, handler in getattr(self, "_previous", {}).items():
-            signal.signal(sig, handler)
 
 
 class ForwardToRanks:
     """In the parent of spawned ranks: pass each of ``CHECKPOINT_SIGNALS`` on to every rank.
 
     The runtime signals the trainer process only (signalling its process group would also hit
-    helpers such as multiprocessing's resource tracker, which a USR2 kills). The ranks are spawned
-    while the signals are still blocked, so they inherit the block and hold a forwarded warning
-    until their own ``StopRequest`` is installed; ``install`` unblocks here only after that, and a
-    warning held by the parent during start-up is forwarded then.
+    helpers such as multiprocessing's resource tracker). The handler is set before the ranks are
+    spawned: starting that resource tracker unblocks SIGTERM in this process, so the block alone
+    would not hold a warning here. A warning that arrives before the ranks exist is kept and
+    forwarded once they do. It is forwarded as ``FORWARDED_SIGNAL``: the ranks inherit it blocked
+    (``hold_signals``) and hold it until their ``StopRequest`` is installed, whereas SIGTERM may
+    reach them unblocked (the same resource tracker) and would kill a rank still starting.
     """
 
-    def __init__(self, pids: list[int]) -> None:
-        self.pids = list(pids)
+    def __init__(self) -> None:
+        self.pids: list[int] = []
+        self.early: int | None = None
 
     def _on_signal(self, signum, _frame) -> None:
+        if not self.pids:
+            self.early = signum
         for pid in self.pids:
             with contextlib.suppress(ProcessLookupError):  # that rank has already exited
-                os.kill(pid, signum)
+                os.kill(pid, FORWARDED_SIGNAL)
 
     def install(self) -> ForwardToRanks:
-        if threading.current_thread() is not threading.main_thread():
-            return self  # Python delivers signals to the main thread only: nothing to forward
-        self._previous = {sig: signal.signal(sig, self._on_signal) for sig in CHECKPOINT_SIGNALS}
-        deliver_held_signals()
+        """Before the ranks are spawned: forward from now on, for the rest of the process (like
+        ``StopRequest.install``), and block the signals so that the ranks inherit the block."""
+        if threading.current_thread() is threading.main_thread():  # else no signal reaches us
+            for sig in CHECKPOINT_SIGNALS:
+                signal.signal(sig, self._on_signal)
+        hold_signals()
         return self
 
-    def uninstall(self) -> None:
-        for sig, handler in getattr(self, "_previous", {}).items():
-            signal.signal(sig, handler)
+    def ranks_started(self, pids: list[int]) -> None:
+        """The ranks exist: deliver what this process held and forward a warning kept before."""
+        self.pids = list(pids)
+        deliver_held_signals()
+        if self.early is not None:
+            self._on_signal(self.early, None)
