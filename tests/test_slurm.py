@@ -72,8 +72,8 @@ def test_two_ray_jobs_on_one_node_get_disjoint_ports_and_roots_and_leave_nothing
     squatter.listen()
     try:
         sweep_dir = tmp_path / "ray"
-        proc = launch(sweep_dir, "algo=rppb", "seed=1,2", *SHORT, "workload.reward_workers=1",
-                      "workload.cpus_per_job=2", "cluster=slurm", env={"PROOFGRID_PORT_BASE": "26000"})
+        proc = launch(sweep_dir, "algo=rppb", "seed=1,2", "workload.n_updates=2", "workload.eval.n_prompts=4",
+                      "workload.reward_workers=1", "workload.cpus_per_job=2", "cluster=slurm", env={"PROOFGRID_PORT_BASE": "26000"})
     finally:
         squatter.close()
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
