@@ -641,8 +641,8 @@ def _run(rank: int, world: int, group, cfg: DictConfig, algo: AlgoConfig, stop: 
                 if step > start_step and step % every:
                     checkpoint(step)
                 metrics_log.close()
-                log.info("signal %s: checkpointed at step %d; stopping for a requeue",
-                         stop.signum if stop is not None else "(on another rank)", step)
+                signum = stop.signum if stop is not None else None  # None: another rank got it
+                log.info("signal %s: checkpointed at step %d; stopping for a requeue", signum or "to a rank", step)
             scorer.close()
             if group is not None:
                 dist.barrier(group=group)  # no rank exits while rank 0 still writes the checkpoint
