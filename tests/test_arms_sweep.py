@@ -1,5 +1,6 @@
 """An arbitrary-override sweep (lr x algo x seed) end to end through `launch.py`: the local
-launcher, and one job array on the real Slurm cluster whose submitted script is the dry run's."""
+launcher, and one job array on the real Slurm cluster whose submitted script is the dry run's and
+whose every task is accepted (the suite's one full grid on Slurm)."""
 
 from __future__ import annotations
 
@@ -105,6 +106,9 @@ def test_an_lr_x_algo_x_seed_sweep_is_one_slurm_array_submitting_the_dry_runs_sc
     assert sorted(submission["jobs"]) == JOBS
     assert {r["job_id"].split("_")[0] for r in records.values()} == {submission["array_job_id"]}
     assert sorted(r["array_index"] for r in records.values()) == list(range(8))
+    assert all(r["scheduler"] == "slurm" for r in records.values())
+    assert proc.returncode == 0 and all(row["accepted"] == "yes" for row in index_rows(sweep_dir).values()), \
+        proc.stdout[-2000:] + proc.stderr[-2000:]
     sbatch = json.loads((sweep_dir / "jobs" / JOBS[0] / "command.json").read_text())["sbatch"]
     folder = sweep_dir / ".submitit" / "run-0"
     assert path_free_script(sbatch, folder).rstrip("\n") == planned.rstrip("\n"), "the dry run printed another script"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sweeps import GRID, index_rows, job_records, launch
+from tests.sweeps import index_rows, job_records, launch
 from tests.trainer_runs import read_metrics, run_trainer, without_perf
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("slurm_cluster")]
@@ -21,23 +22,22 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("slurm_cluster")]
 SHORT = ("workload.n_updates=4", "workload.eval.n_prompts=8", "workload.checkpoint_every=2")
 
 
-def _wait_for(predicate, timeout: float, what: str):
+def _wait_for(predicate, timeout: float, what: str, every_s: float = 0.5):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
-        time.sleep(0.5)
+        time.sleep(every_s)
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _wait_until_requeued_and_completed(sweep_dir: Path, job_dir: Path) -> dict:
-    """The job's record once it has run again after a requeue and completed (``launcher status``
-    refreshes it); fails at once if the run ended before the requeue reached it."""
+def _wait_until_requeued_and_completed(job_dir: Path) -> dict:
+    """The job's record once it has run again after a requeue and completed; fails at once if the
+    run ended before the requeue reached it."""
 
     def restarted_and_done():
-        subprocess.run([os.sys.executable, "-m", "launcher", "status", str(sweep_dir)], capture_output=True)
-        r = json.loads((job_dir / "job.json").read_text())
+        r = json.loads((job_dir / "job.json").read_text())  # the runtime writes it at each start and end
         assert not (r["state"] == "COMPLETED" and r.get("restart_count", 0) == 0), \
             f"the run ended before the requeue reached it: {r.get('history')}"
         return r if r.get("restart_count", 0) >= 1 and r["state"] == "COMPLETED" else None
@@ -50,18 +50,16 @@ def _steps(job_dir: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
-def test_the_3x3_grid_is_one_job_array_and_every_task_is_accepted(tmp_path):
-    sweep_dir = tmp_path / "grid"
-    proc = launch(sweep_dir, *GRID, *SHORT, "cluster=slurm", env={"PROOFGRID_PORT_BASE": "25000"})
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    submissions = json.loads((sweep_dir / "sweep.json").read_text())["submissions"]
-    assert len(submissions) == 1 and len(submissions[0]["jobs"]) == 9
-    array_id = submissions[0]["array_job_id"]
-    records = job_records(sweep_dir)
-    assert sorted(r["array_index"] for r in records.values()) == list(range(9))
-    assert {r["job_id"].split("_")[0] for r in records.values()} == {array_id}
-    assert all(r["scheduler"] == "slurm" and r["state"] == "COMPLETED" for r in records.values())
-    assert all(row["accepted"] == "yes" for row in index_rows(sweep_dir).values())
+def _trained(job_dir: Path, n: int) -> bool:
+    """Whether the job has logged ``n`` steps; fails at once if it ended first."""
+    record = json.loads((job_dir / "job.json").read_text()) if (job_dir / "job.json").is_file() else {}
+    assert record.get("state") not in ("FAILED", "COMPLETED", "CANCELLED", "TERMINATED"), \
+        f"{job_dir.name} ended before training {n} steps: {record.get('failure')}"
+    return _steps(job_dir) >= n
+
+
+def _wait_for_steps(job_dir: Path, n: int) -> None:
+    _wait_for(lambda: _trained(job_dir, n), 300, f"{job_dir.name} to train {n} steps")
 
 
 def test_two_ray_jobs_on_one_node_get_disjoint_ports_and_roots_and_leave_nothing(tmp_path):
@@ -74,8 +72,8 @@ def test_two_ray_jobs_on_one_node_get_disjoint_ports_and_roots_and_leave_nothing
     squatter.listen()
     try:
         sweep_dir = tmp_path / "ray"
-        proc = launch(sweep_dir, "algo=rppb", "seed=1,2", *SHORT, "workload.reward_workers=1",
-                      "workload.cpus_per_job=2", "cluster=slurm", env={"PROOFGRID_PORT_BASE": "26000"})
+        proc = launch(sweep_dir, "algo=rppb", "seed=1,2", "workload.n_updates=2", "workload.eval.n_prompts=4",
+                      "workload.reward_workers=1", "workload.cpus_per_job=2", "cluster=slurm", env={"PROOFGRID_PORT_BASE": "26000"})
     finally:
         squatter.close()
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -100,11 +98,11 @@ def test_two_ray_jobs_on_one_node_get_disjoint_ports_and_roots_and_leave_nothing
 
 def test_a_cancelled_job_is_rejected_with_its_scheduler_state_and_the_rest_are_unaffected(tmp_path):
     sweep_dir = tmp_path / "cancel"
-    proc = launch(sweep_dir, "algo=grpo", "seed=1,2,3", "workload.n_updates=12", "workload.eval.n_prompts=8",
+    proc = launch(sweep_dir, "algo=grpo", "seed=1,2", "workload.n_updates=12", "workload.eval.n_prompts=4",
                   "cluster=slurm", "wait=false", env={"PROOFGRID_PORT_BASE": "27000"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     victim = sweep_dir / "jobs" / "grpo-2"
-    _wait_for(lambda: _steps(victim) >= 1, 300, "grpo-2 to start training")
+    _wait_for_steps(victim, 1)
     job_id = json.loads((victim / "job.json").read_text())["job_id"]
     subprocess.run(["scancel", job_id], check=True)
     status = subprocess.run([os.sys.executable, "-m", "launcher", "status", str(sweep_dir)], capture_output=True, text=True)
@@ -115,21 +113,22 @@ def test_a_cancelled_job_is_rejected_with_its_scheduler_state_and_the_rest_are_u
         states = {n: r["state"] for n, r in job_records(sweep_dir).items()}
         return states if all(s in ("COMPLETED", "CANCELLED", "FAILED") for s in states.values()) else None
 
-    states = _wait_for(all_ended, 600, "the sweep to end")
-    assert states == {"grpo-1": "COMPLETED", "grpo-2": "CANCELLED", "grpo-3": "COMPLETED"}
+    # Each look starts a launcher process: look every few seconds, not in a loop that competes with the jobs.
+    states = _wait_for(all_ended, 600, "the sweep to end", every_s=3)
+    assert states == {"grpo-1": "COMPLETED", "grpo-2": "CANCELLED"}
     build = subprocess.run([os.sys.executable, "-m", "evidence", "build", str(sweep_dir)], capture_output=True, text=True)
     assert build.returncode in (0, 1), build.stderr
     rows = index_rows(sweep_dir)
     assert rows["grpo-2"]["accepted"] == "no" and "CANCELLED" in rows["grpo-2"]["scheduler_state"]
-    assert rows["grpo-1"]["accepted"] == rows["grpo-3"]["accepted"] == "yes"
+    assert rows["grpo-1"]["accepted"] == "yes"
 
     # Re-running the same sweep re-submits only the rejected job; its first attempt's records stay.
-    accepted_before = {n: (sweep_dir / "jobs" / n / "job.json").read_text() for n in ("grpo-1", "grpo-3")}
-    rerun = launch(sweep_dir, "algo=grpo", "seed=1,2,3", "workload.n_updates=12", "workload.eval.n_prompts=8",
+    accepted_before = {n: (sweep_dir / "jobs" / n / "job.json").read_text() for n in ("grpo-1",)}
+    rerun = launch(sweep_dir, "algo=grpo", "seed=1,2", "workload.n_updates=12", "workload.eval.n_prompts=4",
                    "cluster=slurm", env={"PROOFGRID_PORT_BASE": "27000"})
     assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
-    assert "2 job(s) already accepted" in rerun.stdout
-    assert {n: (sweep_dir / "jobs" / n / "job.json").read_text() for n in ("grpo-1", "grpo-3")} == accepted_before
+    assert "1 job(s) already accepted" in rerun.stdout
+    assert {n: (sweep_dir / "jobs" / n / "job.json").read_text() for n in ("grpo-1",)} == accepted_before
     first = json.loads((victim / "attempts" / "0" / "job.json").read_text())
     assert first["state"] == "CANCELLED" and first["job_id"] == job_id
     assert all(row["accepted"] == "yes" for row in index_rows(sweep_dir).values())
@@ -149,15 +148,27 @@ def test_a_requeued_job_resumes_from_its_checkpoint_and_matches_an_uninterrupted
     proc = launch(sweep_dir, *overrides, "cluster=slurm", "wait=false", env={"PROOFGRID_PORT_BASE": "28000"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     job_dir = sweep_dir / "jobs" / "rpp-3"
-    _wait_for(lambda: _steps(job_dir) >= 3, 300, "rpp-3 to pass its first checkpoint")
+    _wait_for_steps(job_dir, 3)  # past its first checkpoint
     job_id = json.loads((job_dir / "job.json").read_text())["job_id"]
     subprocess.run(["scontrol", "requeue", job_id], check=True)
 
-    record = _wait_until_requeued_and_completed(sweep_dir, job_dir)
+    record = _wait_until_requeued_and_completed(job_dir)
     assert record["cleanup"] == []
     reference = tmp_path / "uninterrupted"
     run_trainer(reference, *overrides)
     assert without_perf(read_metrics(job_dir / "run")) == without_perf(read_metrics(reference))
+
+
+def _status(sweep_dir: Path) -> tuple[dict[str, list[str]], list[str], str]:
+    """``python -m launcher status``: the table's cells by job (arm, job, scheduler id, state, step,
+    exit, elapsed), the cause lines under it, and the whole output."""
+    proc = subprocess.run([os.sys.executable, "-m", "launcher", "status", str(sweep_dir)], capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    cells = [[c.strip() for c in ln.strip("│").split("│")] for ln in lines if ln.startswith("│")]
+    rows = {c[1]: c for c in cells if c[1] != "job"}
+    return rows, [ln for ln in lines if ln.startswith("job ")], proc.stdout
 
 
 def _squeue_tasks(array_id: str) -> dict[str, str]:
@@ -177,7 +188,7 @@ def test_cancelling_an_array_with_pending_tasks_ends_the_wait_and_unblocks_the_r
                                stderr=subprocess.PIPE, text=True, env={**os.environ, "PROOFGRID_PORT_BASE": "29000"})
     try:
         submissions = _wait_for(lambda: (sweep_dir / "sweep.json").is_file() and json.loads(
-            (sweep_dir / "sweep.json").read_text()).get("submissions"), 120, "the submission")
+            (sweep_dir / "sweep.json").read_text()).get("submissions"), 300, "the submission")
         array_id = submissions[0]["array_job_id"]
         _wait_for(lambda: list(_squeue_tasks(array_id).values()).count("PENDING") >= 2, 60, "tasks to pend")
         subprocess.run(["scancel", array_id], check=True)
@@ -191,11 +202,9 @@ def test_cancelling_an_array_with_pending_tasks_ends_the_wait_and_unblocks_the_r
     never_started = [r for r in records.values() if r.get("node") in (None, "") or r.get("exit_code") is None]
     assert len(never_started) >= 2 and all(r["exit_code"] is None for r in never_started)
     assert all(row["accepted"] == "no" for row in index_rows(sweep_dir).values())
-    status = subprocess.run([os.sys.executable, "-m", "launcher", "status", str(sweep_dir)], capture_output=True, text=True)
-    rows = [ln for ln in status.stdout.splitlines() if ln.startswith("│")]  # the table; causes follow it
-    assert len(rows) == 4 and all("CANCELLED" in row and "PENDING" not in row for row in rows), status.stdout
-    causes = [ln for ln in status.stdout.splitlines() if ln.startswith("job ")]
-    assert len(causes) == 4 and all("cancelled by the scheduler" in c for c in causes), status.stdout
+    rows, causes, shown = _status(sweep_dir)
+    assert len(rows) == 4 and all(row[3] == "CANCELLED" for row in rows.values()), shown
+    assert len(causes) == 4 and all("cancelled by the scheduler" in c for c in causes), shown
 
     # The re-run is not refused ("still PENDING ... cancel it first"): it submits a new array. Ctrl-C
     # of the waiting launcher leaves it running and says how to cancel; `launcher cancel` does.
@@ -213,15 +222,28 @@ def test_cancelling_an_array_with_pending_tasks_ends_the_wait_and_unblocks_the_r
             rerun.kill()
     assert rerun.returncode == 130, out[-2000:] + err[-2000:]
     assert "keep running" in err and f"python -m launcher cancel {sweep_dir}" in err
-    assert len(_squeue_tasks(new_array)) == 4, "Ctrl-C must not cancel the jobs"
-    subprocess.run([os.sys.executable, "-m", "launcher", "status", str(sweep_dir)], capture_output=True)
-    pending = [r for r in job_records(sweep_dir).values() if r["state"] == "PENDING"]
-    assert pending and all(r["scheduler_reason"] for r in pending), "a pending job records why it waits"
+    queued = _squeue_tasks(new_array)
+    assert len(queued) == 4, "Ctrl-C must not cancel the jobs"
+    # `launcher status` on real queued tasks: each with its Slurm id and state, a pending one with
+    # Slurm's reason, and no field shown as None or left blank (the arm is named once per group).
+    rows, causes, shown = _status(sweep_dir)
+    assert "None" not in shown and len(rows) == 4, shown
+    assert all(all(row[1:]) for row in rows.values()), f"a blank field:\n{shown}"
+    assert {row[2].split("_")[0] for row in rows.values()} == {new_array}, shown
+    pending = [row for row in rows.values() if row[3].startswith("PENDING")]
+    assert len(pending) >= 2 and all(re.fullmatch(r"PENDING \(\w+\)", row[3]) for row in pending), shown
+    assert all(row[3] in ("RUNNING", "PENDING") or row in pending for row in rows.values()), shown
+    assert all(row[4].endswith("/60") for row in rows.values()) and not causes, shown
+    records = job_records(sweep_dir)
+    assert all(records[row[1]]["scheduler_reason"] == row[3][len("PENDING ("):-1] for row in pending)
     cancel = subprocess.run([os.sys.executable, "-m", "launcher", "cancel", str(sweep_dir)], capture_output=True,
                             text=True)
     assert cancel.returncode == 0 and "cancelled 4 job(s)" in cancel.stdout, cancel.stdout + cancel.stderr
     assert not _squeue_tasks(new_array)
     assert {r["state"] for r in job_records(sweep_dir).values()} == {"CANCELLED"}
+    rows, causes, shown = _status(sweep_dir)
+    assert all(row[3] == "CANCELLED" for row in rows.values()) and "None" not in shown, shown
+    assert sorted(c.split()[1] for c in causes) == sorted(rows) and all(" CANCELLED: " in c for c in causes), shown
 
 
 def test_a_task_slurm_no_longer_reports_is_vanished_after_a_second_look_never_left_pending():
@@ -254,30 +276,51 @@ def test_a_state_a_requeue_follows_is_not_final_while_squeue_still_holds_the_tas
         subprocess.run(["scancel", array])
 
 
-def test_usr2_checkpoints_at_the_current_step_requeues_and_resumes_bit_identically(tmp_path):
-    # No periodic checkpoint before the end: every step kept across the requeue was saved on the signal.
-    # Long enough (about 80 ms a step here) that the warning reliably lands mid-run.
-    overrides = ("algo=rpp", "seed=5", "workload.n_updates=80", "workload.checkpoint_every=100",
-                 "workload.eval.n_prompts=4")
+def test_usr2_stops_a_dp1_and_a_dp2_task_at_their_current_step_requeues_and_both_resume_bit_identically(tmp_path):
+    # One array, two tasks warned at once: one process, and two ranks that agree on one step (the
+    # trainer forwards the warning to them). No periodic checkpoint before the end: every step kept
+    # across the requeue was saved on the signal. Long enough that the warning lands mid-run.
+    overrides = ("algo=rpp", "seed=5", "workload.cpus_per_job=2", "workload.n_updates=60",
+                 "workload.checkpoint_every=100", "workload.eval.n_prompts=4")
     sweep_dir = tmp_path / "usr2"
-    proc = launch(sweep_dir, *overrides, "cluster=slurm", "cluster.signal_delay_s=75", "wait=false",
+    proc = launch(sweep_dir, *overrides, "dp_size=1,2", "cluster=slurm", "cluster.signal_delay_s=75", "wait=false",
                   env={"PROOFGRID_PORT_BASE": "30000"})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    job_dir = sweep_dir / "jobs" / "rpp-5"
-    _wait_for(lambda: _steps(job_dir) >= 3, 300, "rpp-5 to train 3 steps")
-    job_id = json.loads((job_dir / "job.json").read_text())["job_id"]
-    subprocess.run(["scancel", "--signal=USR2", job_id], check=True)
+    job_dirs = {dp: sweep_dir / "jobs" / f"rpp-dp_size{dp}-5" for dp in (1, 2)}
+    job_ids = {}
 
-    record = _wait_until_requeued_and_completed(sweep_dir, job_dir)
-    (event,) = record["history"]
-    assert "USR2" in event["event"] and event["action"] == "requeued" and event["checkpointed"] is True
-    assert 3 <= event["at_step"] < 80 and event["job_id"] == job_id
-    assert f"resumed from step_{event['at_step']:06d}" in (job_dir / "trainer.log").read_text()
-    assert record["failure"] is None and record["exit_code"] == 0
-    assert "--signal=USR2@75" in json.loads((job_dir / "command.json").read_text())["sbatch"]
-    reference = tmp_path / "uninterrupted"
-    run_trainer(reference, *overrides)
-    assert without_perf(read_metrics(job_dir / "run")) == without_perf(read_metrics(reference))
+    def warn_each_after_3_steps():  # the two tasks start at different times: warn each on its own
+        for dp, job_dir in job_dirs.items():
+            if dp not in job_ids and _trained(job_dir, 3):
+                job_ids[dp] = json.loads((job_dir / "job.json").read_text())["job_id"]
+                subprocess.run(["scancel", "--signal=USR2", job_ids[dp]], check=True)
+        return len(job_ids) == 2
+
+    _wait_for(warn_each_after_3_steps, 300, "both tasks to train 3 steps", every_s=0.2)
+
+    records = {dp: _wait_until_requeued_and_completed(d) for dp, d in job_dirs.items()}
+    build = subprocess.run([os.sys.executable, "-m", "evidence", "build", str(sweep_dir)], capture_output=True,
+                           text=True)
+    assert build.returncode == 0, build.stdout[-2000:] + build.stderr[-2000:]
+    assert all(row["accepted"] == "yes" for row in index_rows(sweep_dir).values())
+    with open(sweep_dir / "bundle" / "data" / "incidents.csv", newline="") as f:
+        incidents = sorted((r["job"], r["job_id"], r["kind"]) for r in csv.DictReader(f))
+    assert incidents == sorted((d.name, job_ids[dp], "requeue") for dp, d in job_dirs.items())
+    for dp, job_dir in job_dirs.items():
+        record = records[dp]
+        (event,) = record["history"]
+        assert "USR2" in event["event"] and event["action"] == "requeued" and event["checkpointed"] is True
+        assert 3 <= event["at_step"] < 60 and event["job_id"] == job_ids[dp]
+        log = (job_dir / "trainer.log").read_text()
+        stopped = f"{'rank0 ' if dp == 2 else ''}INFO signal 12: checkpointed at step {event['at_step']};"
+        assert stopped in log and f"resumed from step_{event['at_step']:06d}" in log
+        assert record["failure"] is None and record["exit_code"] == 0 and record["cleanup"] == []
+        assert "--signal=USR2@75" in json.loads((job_dir / "command.json").read_text())["sbatch"]
+        reference = tmp_path / f"uninterrupted-dp{dp}"
+        run_trainer(reference, *overrides, f"dp_size={dp}")
+        assert without_perf(read_metrics(job_dir / "run")) == without_perf(read_metrics(reference))
+        assert json.loads((job_dir / "run" / "eval.json").read_text()) == \
+            json.loads((reference / "eval.json").read_text())
 
 
 @pytest.mark.parametrize(("override", "key"), [

@@ -58,12 +58,20 @@ from trainer.evaluate import evaluate, shared_initial_eval
 from trainer.inputs import REPO_ROOT, resolve, verify_inputs
 from trainer.metrics import KL_LOSS_KEY, MetricsLog, log_eval, metric_keys
 from trainer.policy import TokenBatch, build_token_batch, compute_context, load_policy, response_logprobs
-from trainer.preemption import EXIT_CHECKPOINTED, StopRequest, deliver_held_signals
+from trainer.preemption import (
+    EXIT_CHECKPOINTED,
+    ForwardToRanks,
+    StopRequest,
+    deliver_held_signals,
+)
 from trainer.reward_workers import make_scorer
 from trainer.rollout import AuxDraws, Generation, RolloutEngine, SamplingParams, make_engine, warn_if_greedy
 
 log = logging.getLogger("trainer")
 VAR_FLOOR = 1e-8
+# After one rank exits, how long the others get to exit on their own (they stop together after a
+# warning) before torch terminates them.
+RANK_EXIT_GRACE_S = 10.0
 
 
 def sampling_params(node: DictConfig, max_new_tokens: int) -> SamplingParams:
@@ -484,6 +492,21 @@ def train_step(s: RunState, step: int) -> dict[str, float]:
     return metrics
 
 
+def stop_agreed(stop: StopRequest | None, group, device: torch.device) -> bool:
+    """Whether any rank was asked to stop: ``max over ranks of [signal received]``.
+
+    One all_reduce of a single 0/1 value per step boundary (it also keeps the ranks in step, as
+    the barrier it replaces did), so every rank stops after the same step; a single process reads
+    its own flag without a collective.
+    """
+    local = stop is not None and stop.requested
+    if group is None:
+        return local
+    flag = torch.tensor([1.0 if local else 0.0], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
+    return bool(flag.item())  # host sync: one value per step, between steps
+
+
 def run_config_digest(cfg: DictConfig) -> str:
     """SHA256 of what defines the run's numbers (algo, workload, seed); a checkpoint only resumes
     a run with the same digest. Where it runs (output_dir, dp_size, launcher keys) is not part of it."""
@@ -504,15 +527,14 @@ def _versions() -> dict[str, str]:
 
 def run_rank(rank: int, world: int, cfg_container: dict) -> dict | None:
     cfg = OmegaConf.create(cfg_container)
-    # One process only: with several ranks a stop must be agreed collectively (not implemented).
-    stop = StopRequest().install() if world == 1 else None
+    if world > 1:  # a spawned rank starts with no logging set up: its lines would be lost
+        logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(name)s rank{rank} %(levelname)s %(message)s")
+    # Every rank watches for the warning (a spawned rank gets it forwarded by its parent); with
+    # several ranks they agree on the stop at a step boundary (``stop_agreed``).
+    stop = StopRequest().install()
     if stop is None:
         deliver_held_signals()
-    try:
-        return _run_rank(rank, world, cfg, stop)
-    finally:
-        if stop is not None:
-            stop.uninstall()
+    return _run_rank(rank, world, cfg, stop)
 
 
 def _run_rank(rank: int, world: int, cfg: DictConfig, stop: StopRequest | None) -> dict | None:
@@ -615,12 +637,16 @@ def _run(rank: int, world: int, group, cfg: DictConfig, algo: AlgoConfig, stop: 
                         sampler_state=engine.state_dict() if lagging else None)
 
     for step in range(start_step, n_updates):
-        if stop is not None and stop.requested:  # the scheduler's warning: save what is done, stop
-            if step > start_step and step % every:
-                checkpoint(step)
-            log.info("signal %d: checkpointed at step %d; stopping for a requeue", stop.signum, step)
-            metrics_log.close()
+        if stop_agreed(stop, group, device):  # the scheduler's warning: save what is done, stop
+            if rank == 0:
+                if step > start_step and step % every:
+                    checkpoint(step)
+                metrics_log.close()
+                signum = stop.signum if stop is not None else None  # None: another rank got it
+                log.info("signal %s: checkpointed at step %d; stopping for a requeue", signum or "to a rank", step)
             scorer.close()
+            if group is not None:
+                dist.barrier(group=group)  # no rank exits while rank 0 still writes the checkpoint
             raise SystemExit(EXIT_CHECKPOINTED)
         try:
             metrics = train_step(state, step)
@@ -639,8 +665,8 @@ def _run(rank: int, world: int, group, cfg: DictConfig, algo: AlgoConfig, stop: 
                      metrics["train/loss"])
             if done % every == 0 or done == n_updates:
                 checkpoint(done)
-        if group is not None:
-            dist.barrier(group=group)
+    if group is not None:
+        dist.barrier(group=group)  # the last step's checkpoint is written before any rank leaves
     scorer.close()
     if rank != 0:
         return None
@@ -712,9 +738,18 @@ def train(cfg: DictConfig) -> dict:
         return run_rank(0, 1, container)
     import torch.multiprocessing as mp
 
-    deliver_held_signals()  # the ranks must not inherit the runtime's held signals
-
     Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
     (Path(cfg.output_dir) / ".dist-store").unlink(missing_ok=True)
-    mp.start_processes(run_rank, args=(world, container), nprocs=world, join=True, start_method="spawn")
+    # This process forwards the scheduler's warning to every rank; the ranks are spawned with it
+    # blocked, so one holds it until its own handler is set.
+    forward = ForwardToRanks().install()
+    ranks = mp.start_processes(run_rank, args=(world, container), nprocs=world, join=False, start_method="spawn")
+    forward.ranks_started(ranks.pids())
+    try:
+        while not ranks.join(grace_period=RANK_EXIT_GRACE_S):
+            pass
+    except mp.ProcessExitedException as exc:
+        if exc.exit_code == EXIT_CHECKPOINTED:  # all ranks stopped at the same step: requeue the job
+            raise SystemExit(EXIT_CHECKPOINTED) from None
+        raise
     return json.loads((Path(cfg.output_dir) / "run.json").read_text())
