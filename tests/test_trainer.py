@@ -113,7 +113,7 @@ def test_dp2_produces_the_same_advantages_as_dp1(tmp_path, algo):
     # groups, the global token mean and the refill counters do not depend on the DP split.
     common = (f"algo={algo}", "seed=5", "workload.n_updates=2", "workload.eval.n_prompts=2", "debug.dump_advantages=true")
     train_in_process(tmp_path / "dp1", *common, "dp_size=1")
-    run_trainer(tmp_path / "dp2", *common, "dp_size=2")
+    train_in_process(tmp_path / "dp2", *common, "dp_size=2")  # its two ranks are processes of their own
     for step in range(2):
         one = torch.load(tmp_path / "dp1" / "debug" / f"step{step:06d}-rank0.pt")
         parts = [torch.load(tmp_path / "dp2" / "debug" / f"step{step:06d}-rank{r}.pt") for r in (0, 1)]
