@@ -45,8 +45,8 @@ def _study(spec: dict):
     return load_study(OmegaConf.create(spec), "test")
 
 
-def _experiment(out: Path, *args: str):
-    return launch_in_process(out, *args, multirun=False)
+def _experiment(out: Path, *args: str, env: dict[str, str] | None = None):
+    return launch_in_process(out, *args, multirun=False, env=env)
 
 
 def _plan_lines(stdout: str) -> list[str]:
@@ -205,7 +205,8 @@ def test_loss_norm_smoke_run_end_to_end_then_resumed(tmp_path):
     audit = subprocess.run([sys.executable, "-m", "evidence", "audit", str(exp / "confirm" / "bundle.tar.gz")],
                            cwd=REPO, capture_output=True, text=True, env=env)
     assert audit.returncode == 0, audit.stdout + audit.stderr
-    again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
+    # The same command again, in this process: it starts nothing (every stage's jobs are accepted).
+    again = _experiment(exp, *cmd[2:-1], env={"OMP_NUM_THREADS": "1"})
     assert again.returncode == 0, again.stderr[-3000:]
     assert "2 job(s) already accepted" in again.stdout and "6 job(s) already accepted" in again.stdout
     assert json.loads((exp / REGISTRATION).read_text()) == registration
