@@ -18,8 +18,9 @@ NEW_ALGOS = ("gspo", "sapo", "dapo", "is_pg", "score_centering")
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
     sweep_dir = tmp_path_factory.mktemp("algos") / "sweep"
+    # A small eval (8 prompts, not 64): these tests pin the training logs and the evidence, not pass@k.
     proc = launch(sweep_dir, f"algo={','.join(NEW_ALGOS)}", "seed=1", "workload.n_updates=8",
-                  "workload.sampler_refresh_every=4", env={"PROOFGRID_PORT_BASE": "24000"})
+                  "workload.sampler_refresh_every=4", "workload.eval.n_prompts=8", env={"PROOFGRID_PORT_BASE": "24000"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return sweep_dir, proc
 
