@@ -6,7 +6,7 @@ started, or one it starts (and stops) itself.
 Tiers: ``make test-fast`` runs ``-m "not slow"`` (unit, numerics, evidence on synthetic sweeps: no
 trainer or launcher processes, no Slurm); ``make test`` runs everything. A test is ``slow`` when it
 says so, or, found here so that a new test cannot slip into the fast tier by forgetting the marker,
-when it uses a real-service fixture (``slurm_cluster``) or starts the trainer or the launcher (through
+when it uses a real-service fixture (``slurm_cluster``) or runs the trainer or the launcher (through
 the helpers of tests/trainer_runs.py and tests/sweeps.py, or a command list it spells out), itself or
 through a fixture or helper function of its module or of a conftest.py above it.
 """
@@ -26,8 +26,9 @@ REPO = Path(__file__).resolve().parent.parent
 CLUSTER_SH = REPO / "scripts" / "slurm" / "cluster.sh"
 TESTS = Path(__file__).resolve().parent
 SLOW_FIXTURES = frozenset({"slurm_cluster"})
-# Helpers that start the trainer or the launcher as processes (tests/trainer_runs.py, tests/sweeps.py).
-PROCESS_HELPERS = frozenset({"run_trainer", "trainer_cmd", "launch"})
+# Helpers that run the trainer or the launcher (tests/trainer_runs.py, tests/sweeps.py): as processes,
+# or, for the trainer, in this process (seconds of training either way).
+PROCESS_HELPERS = frozenset({"run_trainer", "trainer_cmd", "train_in_process", "launch"})
 PROCESS_MODULES = frozenset({"trainer", "launcher.runtime", "benchmarks"})  # `python -m <these>` trains
 # A fast-tier test slower than this is named at the end of the run: it belongs in the slow tier.
 FAST_TIER_BUDGET_S = 5.0

@@ -18,18 +18,22 @@ from pathlib import Path
 from tests.sweeps import REPO
 
 
-def launch_in_process(out_dir: Path, *args: str, multirun: bool = True) -> subprocess.CompletedProcess:
+def launch_in_process(out_dir: Path, *args: str, multirun: bool = True,
+                      env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run ``launch.py [-m] *args`` here; returns its exit code and what it printed.
 
-    ``out_dir`` becomes ``hydra.sweep.dir`` (multirun) or ``hydra.run.dir`` (single run)."""
+    ``out_dir`` becomes ``hydra.sweep.dir`` (multirun) or ``hydra.run.dir`` (single run); ``env``
+    is added to ``os.environ`` for the call only (as ``tests.sweeps.launch`` adds it for its process)."""
     from hydra.core.global_hydra import GlobalHydra
 
     dir_key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     argv = ["launch.py", *(["-m"] if multirun else []), *args, f"{dir_key}={out_dir}"]
     stdout, stderr = io.StringIO(), io.StringIO()
     saved_argv, saved_cwd = sys.argv, os.getcwd()
+    saved_env = {key: os.environ.get(key) for key in env or {}}
     code = 0
     try:
+        os.environ.update(env or {})
         sys.argv = argv
         os.chdir(REPO)
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
@@ -39,5 +43,10 @@ def launch_in_process(out_dir: Path, *args: str, multirun: bool = True) -> subpr
     finally:
         sys.argv = saved_argv
         os.chdir(saved_cwd)
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         GlobalHydra.instance().clear()
     return subprocess.CompletedProcess(argv, code, stdout.getvalue(), stderr.getvalue())

@@ -1,5 +1,6 @@
 """Every new algorithm through the command users type (`launch.py -m algo=...`), with a stale
-sampler (k = 4), accepted by the evidence and audited clean."""
+sampler (k = 4), accepted by the evidence and audited clean. (A job whose gradient norm turns
+non-finite is rejected with that cause: tests/test_what_a_person_sees.py, on its diverging sweep.)"""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ NEW_ALGOS = ("gspo", "sapo", "dapo", "is_pg", "score_centering")
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
     sweep_dir = tmp_path_factory.mktemp("algos") / "sweep"
+    # A small eval (8 prompts, not 64): these tests pin the training logs and the evidence, not pass@k.
     proc = launch(sweep_dir, f"algo={','.join(NEW_ALGOS)}", "seed=1", "workload.n_updates=8",
-                  "workload.sampler_refresh_every=4", env={"PROOFGRID_PORT_BASE": "24000"})
+                  "workload.sampler_refresh_every=4", "workload.eval.n_prompts=8", env={"PROOFGRID_PORT_BASE": "24000"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return sweep_dir, proc
 
@@ -41,14 +43,3 @@ def test_a_stale_sampler_shows_in_every_algorithms_log(sweep, algo):
     declared = json.loads((run / "run.json").read_text())["metric_keys"]
     assert all(set(r) - {"step"} == set(declared) for r in records)
     assert ("rollout/dynamic_sampling_refilled" in declared) == (algo == "dapo")
-
-
-def test_a_non_finite_gradient_is_the_recorded_cause_of_the_rejection(tmp_path):
-    sweep_dir = tmp_path / "nan"
-    proc = launch(sweep_dir, "algo=grpo", "seed=1", "workload.n_updates=4", "workload.lr=1e30",
-                  env={"PROOFGRID_PORT_BASE": "24100"})
-    assert proc.returncode != 0
-    assert "non-finite gradient norm (nan) at step 1" in (sweep_dir / "jobs" / "grpo-1" / "trainer.log").read_text()
-    incidents = (sweep_dir / "bundle" / "data" / "incidents.csv").read_text()
-    assert "grpo-1" in incidents and "non-finite gradient norm" in incidents
-    assert index_rows(sweep_dir)["grpo-1"]["accepted"] == "no"

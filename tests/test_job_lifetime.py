@@ -19,6 +19,7 @@ from launcher.locks import RUN_LOCK, LockHeld, lock_job_run_dir, sweep_lock
 from launcher.runtime import JobFailed, run_job
 from launcher.spec import JobSpec
 from tests.sweeps import REPO
+from tests.trainer_runs import train_in_process
 
 HOLD = """
 import sys, time
@@ -75,8 +76,7 @@ def test_a_trainer_started_by_hand_into_a_run_dir_another_trainer_holds_is_refus
     out = tmp_path / "run"
     holder = _holder("lock_job_run_dir", f"fd = lock_job_run_dir(Path({str(tmp_path)!r}))")
     try:
-        proc = subprocess.run([sys.executable, "-m", "trainer", "algo=grpo", "seed=1", f"output_dir={out}"], cwd=REPO,
-                              capture_output=True, text=True, timeout=300)
+        proc = train_in_process(out, "algo=grpo", "seed=1", check=False)  # trainer.__main__.main, as typed
     finally:
         holder.kill()
         holder.wait()

@@ -1,11 +1,18 @@
 """What a user types that cannot work fails at once, in one line, through `launch.py`: bad settings
 and seeds, bad environment variables, unusable sweep directories, bad manifests, a missing Slurm,
-a full disk. Sweep directories with odd characters are quoted for the trainer."""
+a full disk. Sweep directories with odd characters are quoted for the trainer.
+
+Every case runs ``launch.py`` in this process (tests/launch_in_process.py: the same script and
+``__main__`` block; nothing is started, so no interpreter is needed); one golden test per kind of
+refusal runs it as a process, as users do."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from tests.launch_in_process import launch_in_process
 from tests.sweeps import launch
 
 
@@ -16,7 +23,7 @@ def _one_line_error(proc, needle: str) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize(("args", "needle"), [
+BAD_SETTINGS = [
     (("workload.max_grad_norm=-1",), "workload.max_grad_norm=-1"),
     (("workload.lr=-0.001",), "workload.lr"),
     (("workload.max_response_len=0",), "workload.max_response_len"),
@@ -31,12 +38,18 @@ def _one_line_error(proc, needle: str) -> str:
     (("seed=1e3",), "seed=1e3"),
     (("seed=01,1",), "seed=01"),
     (("seed=2**70",), "seed=2**70"),
-])
+]
+
+
+def _bad_setting_args(args: tuple[str, ...]) -> tuple[str, ...]:
+    return ("algo=grpo", *([] if args[0].startswith("seed=") else ["seed=1"]), *args, "dry_run=true")
+
+
+@pytest.mark.parametrize(("args", "needle"), BAD_SETTINGS)
 def test_a_bad_setting_is_refused_by_the_dry_run_in_one_line(tmp_path, args, needle):
     if "cuda" in args[0] and __import__("torch").cuda.is_available():
         pytest.skip("checks the no-GPU refusal")
-    proc = launch(tmp_path / "bad", "algo=grpo", *([] if args[0].startswith("seed=") else ["seed=1"]), *args,
-                  "dry_run=true")
+    proc = launch_in_process(tmp_path / "bad", *_bad_setting_args(args))
     assert proc.returncode == 2
     _one_line_error(proc, needle)
     assert not (tmp_path / "bad" / "jobs").exists()
@@ -44,52 +57,93 @@ def test_a_bad_setting_is_refused_by_the_dry_run_in_one_line(tmp_path, args, nee
 
 @pytest.mark.parametrize("value", ["abc", "70000", "80", "2e4"])
 def test_a_bad_port_base_is_refused_before_anything_starts(tmp_path, value):
-    proc = launch(tmp_path / "s", "algo=grpo", "seed=1", "dry_run=true", env={"PROOFGRID_PORT_BASE": value})
+    proc = launch_in_process(tmp_path / "s", "algo=grpo", "seed=1", "dry_run=true", env={"PROOFGRID_PORT_BASE": value})
     assert proc.returncode == 2
     _one_line_error(proc, "PROOFGRID_PORT_BASE")
 
 
+def _taken(tmp_path: Path, layout: str) -> Path:
+    (tmp_path / "taken").write_text("not a directory\n")
+    return tmp_path / "taken" if layout == "file" else tmp_path / "taken" / "sweep"
+
+
 @pytest.mark.parametrize("layout", ["file", "under a file"])
 def test_a_sweep_dir_that_is_a_file_is_one_line(tmp_path, layout):
-    (tmp_path / "taken").write_text("not a directory\n")
-    target = tmp_path / "taken" if layout == "file" else tmp_path / "taken" / "sweep"
-    proc = launch(target, "algo=grpo", "seed=1", "dry_run=true")
+    proc = launch_in_process(_taken(tmp_path, layout), "algo=grpo", "seed=1", "dry_run=true")
     assert proc.returncode == 2
     _one_line_error(proc, "is a file, not a directory")
     assert (tmp_path / "taken").read_text() == "not a directory\n"
 
 
 def test_an_unwritable_sweep_dir_is_one_line():
-    proc = launch("/proc/proofgrid-sweep", "algo=grpo", "seed=1", "dry_run=true")
+    proc = launch_in_process(Path("/proc/proofgrid-sweep"), "algo=grpo", "seed=1", "dry_run=true")
     assert proc.returncode == 2
     _one_line_error(proc, "not writable")
 
 
-def test_a_full_disk_is_named_in_one_line(tmp_path):
+def _full_disk(tmp_path: Path) -> Path:
     sweep = tmp_path / "full"
     sweep.mkdir()
     (sweep / "commands.txt").symlink_to("/dev/full")  # every write there fails with ENOSPC
-    proc = launch(sweep, "algo=grpo", "seed=1", "dry_run=true")
+    return sweep
+
+
+def test_a_full_disk_is_named_in_one_line(tmp_path):
+    proc = launch_in_process(_full_disk(tmp_path), "algo=grpo", "seed=1", "dry_run=true")
     assert proc.returncode == 1
     _one_line_error(proc, "disk full")
 
 
-@pytest.mark.parametrize("content", ['{"files": [', "[1, 2]", '{"files": [{"path": "x"}]}', "\xff\xfe"])
-def test_a_manifest_that_is_not_a_manifest_is_one_line(tmp_path, content):
+BAD_MANIFESTS = ['{"files": [', "[1, 2]", '{"files": [{"path": "x"}]}', "\xff\xfe"]
+
+
+def _bad_manifest(tmp_path: Path, content: str) -> Path:
     manifest = tmp_path / "bad.json"
     manifest.write_bytes(content.encode("latin-1"))
-    proc = launch(tmp_path / "s", "algo=grpo", "seed=1", "dry_run=true", f"workload.manifest={manifest}")
+    return manifest
+
+
+@pytest.mark.parametrize("content", BAD_MANIFESTS)
+def test_a_manifest_that_is_not_a_manifest_is_one_line(tmp_path, content):
+    manifest = _bad_manifest(tmp_path, content)
+    proc = launch_in_process(tmp_path / "s", "algo=grpo", "seed=1", "dry_run=true", f"workload.manifest={manifest}")
     assert proc.returncode == 2
     _one_line_error(proc, "manifest")
 
 
-def test_cluster_slurm_without_slurm_commands_is_one_line(tmp_path):
+def _empty_path(tmp_path: Path) -> dict[str, str]:
     empty = tmp_path / "bin"
     empty.mkdir()
-    proc = launch(tmp_path / "s", "algo=grpo", "seed=1", "cluster=slurm", env={"PATH": str(empty)})
+    return {"PATH": str(empty)}
+
+
+def test_cluster_slurm_without_slurm_commands_is_one_line(tmp_path):
+    proc = launch_in_process(tmp_path / "s", "algo=grpo", "seed=1", "cluster=slurm", env=_empty_path(tmp_path))
     assert proc.returncode == 2
     _one_line_error(proc, "sbatch")
     assert not (tmp_path / "s" / ".submitit").exists()
+
+
+@pytest.mark.parametrize("kind", ["setting", "seed", "port base", "sweep dir", "manifest", "slurm", "full disk"])
+def test_each_kind_of_refusal_is_one_line_from_launch_py_run_as_a_process(tmp_path, kind):
+    """The golden check of the in-process cases above: one case of each kind, as users run it."""
+    sweep, args, env, code, needle = {
+        "setting": lambda: (tmp_path / "s", _bad_setting_args(("workload.lr=-0.001",)), None, 2, "workload.lr"),
+        "seed": lambda: (tmp_path / "s", _bad_setting_args(("seed=01,1",)), None, 2, "seed=01"),
+        "port base": lambda: (tmp_path / "s", ("algo=grpo", "seed=1", "dry_run=true"),
+                              {"PROOFGRID_PORT_BASE": "abc"}, 2, "PROOFGRID_PORT_BASE"),
+        "sweep dir": lambda: (_taken(tmp_path, "under a file"), ("algo=grpo", "seed=1", "dry_run=true"), None, 2,
+                              "is a file, not a directory"),
+        "manifest": lambda: (tmp_path / "s", ("algo=grpo", "seed=1", "dry_run=true",
+                                              f"workload.manifest={_bad_manifest(tmp_path, '[1, 2]')}"),
+                             None, 2, "manifest"),
+        "slurm": lambda: (tmp_path / "s", ("algo=grpo", "seed=1", "cluster=slurm"), _empty_path(tmp_path), 2, "sbatch"),
+        "full disk": lambda: (_full_disk(tmp_path), ("algo=grpo", "seed=1", "dry_run=true"), None, 1, "disk full"),
+    }[kind]()
+    proc = launch(sweep, *args, env=env)
+    assert proc.returncode == code
+    _one_line_error(proc, needle)
+    assert not (sweep / "jobs").exists() and not (sweep / ".submitit").exists()
 
 
 @pytest.mark.parametrize("path", ["/tmp/a,b/run", "/tmp/it's/run", "/tmp/é ü/run", "/tmp/x\\y'/run", "/tmp/a\\",
@@ -101,4 +155,3 @@ def test_the_run_dir_reaches_the_trainer_exactly_whatever_its_characters(path):
 
     (parsed,) = OverridesParser.create().parse_overrides([f"output_dir={hydra_value(path)}"])
     assert not parsed.is_sweep_override() and parsed.value() == path
-

@@ -14,7 +14,7 @@ from launcher.jobs import check_arms, check_rerun
 from launcher.preflight import PreflightError
 from launcher.slurm import time_to_minutes
 from launcher.spec import JobSpec
-from tests.trainer_runs import run_trainer
+from tests.trainer_runs import train_in_process
 
 
 def _spec(tmp_path, overrides=("algo=grpo", "seed=1")) -> JobSpec:
@@ -94,7 +94,7 @@ def test_slurm_time_strings(text, minutes):
 
 def test_a_checkpoint_never_resumes_a_run_with_other_settings(tmp_path):
     common = ("algo=rpp", "seed=2", "workload.n_updates=2", "workload.checkpoint_every=1", "workload.eval.n_prompts=2")
-    run_trainer(tmp_path / "r", *common)
-    proc = run_trainer(tmp_path / "r", *common, "workload.lr=0.002", check=False)
+    train_in_process(tmp_path / "r", *common)
+    proc = train_in_process(tmp_path / "r", *common, "workload.lr=0.002", check=False)
     assert proc.returncode == 2 and "other settings" in proc.stderr and "Traceback" not in proc.stderr
-    run_trainer(tmp_path / "r", *common, "workload.lr=0.002", "resume=false")  # starting over is allowed
+    train_in_process(tmp_path / "r", *common, "workload.lr=0.002", "resume=false")  # starting over is allowed

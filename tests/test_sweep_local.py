@@ -10,6 +10,7 @@ import os
 
 import pytest
 
+from tests.launch_in_process import launch_in_process
 from tests.sweeps import GRID, index_rows, job_records, launch
 
 
@@ -108,7 +109,7 @@ def test_rerunning_the_sweep_resubmits_nothing_and_reseals_the_same_bundle(sweep
     sweep_dir, _ = sweep
     before = (sweep_dir / "bundle.tar.gz.sha256").read_text()
     mtimes = {n: (sweep_dir / "jobs" / n / "job.json").stat().st_mtime for n in job_records(sweep_dir)}
-    proc = launch(sweep_dir, *GRID)
+    proc = launch_in_process(sweep_dir, *GRID)  # it starts no process: launch.py's own code, in this one
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "9 job(s) already accepted" in proc.stdout
     assert {n: (sweep_dir / "jobs" / n / "job.json").stat().st_mtime for n in job_records(sweep_dir)} == mtimes

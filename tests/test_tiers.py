@@ -11,7 +11,7 @@ from tests.conftest import _process_starters
 SAMPLE = '''
 import subprocess, sys
 import pytest
-from tests.trainer_runs import run_trainer
+from tests.trainer_runs import run_trainer, train_in_process
 from tests.sweeps import launch
 
 
@@ -45,6 +45,10 @@ def test_through_two_helpers(tmp_path):
     _via_helper(tmp_path)
 
 
+def test_trains_in_process(tmp_path):
+    train_in_process(tmp_path, "algo=grpo")
+
+
 def test_pure_unit():
     assert sorted([3, 1]) == [1, 3]
 
@@ -58,7 +62,8 @@ def test_fixtures_helpers_and_spelled_out_commands_that_start_processes_are_foun
     path = tmp_path / "test_sample.py"
     path.write_text(textwrap.dedent(SAMPLE))
     assert _process_starters(path) == {"trained", "_sweep_twice", "_via_helper", "test_spells_out_the_trainer",
-                                       "test_spells_out_the_launcher", "test_through_two_helpers"}
+                                       "test_spells_out_the_launcher", "test_through_two_helpers",
+                                       "test_trains_in_process"}
 
 
 def test_the_trainer_runs_of_this_suite_are_slow_and_its_unit_tests_are_not(request):
@@ -68,3 +73,4 @@ def test_the_trainer_runs_of_this_suite_are_slow_and_its_unit_tests_are_not(requ
     assert collected["tests/test_trainer.py::test_same_algo_and_seed_give_bit_identical_metrics"]
     assert collected["tests/test_trainer.py::test_run_writes_the_contract_files[grpo]"]  # through its fixture
     assert not collected["tests/test_trainer.py::test_a_changed_input_file_is_refused"]
+    assert collected["tests/test_trainer.py::test_different_seeds_differ"]  # trains in this process

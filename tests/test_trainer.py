@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-from tests.trainer_runs import REPO, read_metrics, run_trainer, trainer_cmd, without_perf
+from tests.trainer_runs import REPO, read_metrics, run_trainer, train_in_process, trainer_cmd, without_perf
 from trainer.metrics import KL_LOSS_KEY, REQUIRED_KEYS
 
 SHORT = ("workload.n_updates=4", "workload.checkpoint_every=2", "workload.eval.n_prompts=8")
@@ -22,7 +22,7 @@ SHORT = ("workload.n_updates=4", "workload.checkpoint_every=2", "workload.eval.n
 @pytest.fixture(scope="module")
 def short_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
-    return {algo: (run_trainer(root / algo, f"algo={algo}", "seed=7", *SHORT), root / algo)[1]
+    return {algo: (train_in_process(root / algo, f"algo={algo}", "seed=7", *SHORT), root / algo)[1]
             for algo in ("grpo", "rpp", "rppb")}
 
 
@@ -66,7 +66,7 @@ def test_rpp_k1_shaping_reaches_the_return(short_runs):
 
 
 def test_same_algo_and_seed_give_bit_identical_metrics(short_runs, tmp_path):
-    again = tmp_path / "again"
+    again = tmp_path / "again"  # a process of its own: nothing of the test process leaks into the numbers
     run_trainer(again, "algo=rppb", "seed=7", *SHORT)
     assert without_perf(read_metrics(again)) == without_perf(read_metrics(short_runs["rppb"]))
     assert (again / "eval.json").read_text() == (short_runs["rppb"] / "eval.json").read_text()
@@ -74,7 +74,7 @@ def test_same_algo_and_seed_give_bit_identical_metrics(short_runs, tmp_path):
 
 def test_different_seeds_differ(short_runs, tmp_path):
     other = tmp_path / "other"
-    run_trainer(other, "algo=rppb", "seed=8", *SHORT)
+    train_in_process(other, "algo=rppb", "seed=8", *SHORT)
     assert without_perf(read_metrics(other)) != without_perf(read_metrics(short_runs["rppb"]))
 
 
@@ -95,13 +95,13 @@ def test_killed_run_resumes_from_its_checkpoint_with_identical_metrics(tmp_path)
     overrides = ("algo=rpp", "seed=11", "workload.n_updates=6", "workload.checkpoint_every=2",
                  "workload.eval.n_prompts=4")
     full = tmp_path / "full"
-    run_trainer(full, *overrides)
+    train_in_process(full, *overrides)
     killed = tmp_path / "killed"
     sigkill_after_step_3(killed, overrides)
     logged = len(read_metrics(killed))
     assert 3 <= logged < 6, "the kill must land mid-run"
     assert (killed / "checkpoints" / "latest").read_text().strip() in ("step_000002", "step_000004")
-    run_trainer(killed, *overrides)
+    train_in_process(killed, *overrides)
     assert without_perf(read_metrics(killed)) == without_perf(read_metrics(full))
     assert json.loads((killed / "eval.json").read_text()) == json.loads((full / "eval.json").read_text())
 
@@ -112,8 +112,8 @@ def test_dp2_produces_the_same_advantages_as_dp1(tmp_path, algo):
     # dapo: dynamic sampling refills each slot from its own deterministic candidates, so the kept
     # groups, the global token mean and the refill counters do not depend on the DP split.
     common = (f"algo={algo}", "seed=5", "workload.n_updates=2", "workload.eval.n_prompts=2", "debug.dump_advantages=true")
-    run_trainer(tmp_path / "dp1", *common, "dp_size=1")
-    run_trainer(tmp_path / "dp2", *common, "dp_size=2")
+    train_in_process(tmp_path / "dp1", *common, "dp_size=1")
+    train_in_process(tmp_path / "dp2", *common, "dp_size=2")  # its two ranks are processes of their own
     for step in range(2):
         one = torch.load(tmp_path / "dp1" / "debug" / f"step{step:06d}-rank0.pt")
         parts = [torch.load(tmp_path / "dp2" / "debug" / f"step{step:06d}-rank{r}.pt") for r in (0, 1)]
@@ -177,7 +177,7 @@ def test_a_changed_input_file_is_refused(tmp_path):
 
 
 def test_refused_algo_config_fails_before_any_compute(tmp_path):
-    proc = run_trainer(tmp_path / "r", "algo=rppb", "workload.n_samples_per_prompt=1",
+    proc = train_in_process(tmp_path / "r", "algo=rppb", "workload.n_samples_per_prompt=1",
                        "workload.global_batch_size=4", check=False)
     assert proc.returncode == 2 and "[group-size]" in proc.stderr
     assert not (tmp_path / "r").exists()
@@ -221,7 +221,7 @@ def test_greedy_kv_cache_rollout_picks_the_argmax_of_an_unpadded_full_forward():
 
 def test_greedy_training_rollouts_are_refused_before_training(tmp_path):
     """Temperature 0 is not a distribution the PPO ratio can use (issue 10): refused, not warned about."""
-    proc = run_trainer(tmp_path / "g", "algo=grpo", "workload.n_updates=1", "workload.sampling.temperature=0",
+    proc = train_in_process(tmp_path / "g", "algo=grpo", "workload.n_updates=1", "workload.sampling.temperature=0",
                        "workload.eval.n_prompts=1", "workload.eval.k=4", check=False)
     assert proc.returncode == 2 and "workload.sampling.temperature=0" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "g" / "metrics.jsonl").exists()
@@ -253,7 +253,7 @@ def test_every_file_of_a_directory_input_must_be_pinned(tmp_path):
 def test_a_non_finite_gradient_norm_stops_the_run_and_the_evidence_names_the_cause(tmp_path):
     # lr = 1e30: the first update blows every weight to ~1e30, so the next forward overflows to NaN.
     out = tmp_path / "nan"
-    proc = run_trainer(out, "algo=grpo", "workload.lr=1e30", "workload.n_updates=4", "workload.eval.n_prompts=1",
+    proc = train_in_process(out, "algo=grpo", "workload.lr=1e30", "workload.n_updates=4", "workload.eval.n_prompts=1",
                        check=False)
     assert proc.returncode == 3, proc.stderr[-2000:]
     error_lines = [line for line in proc.stderr.splitlines() if line.startswith("proofgrid trainer: error:")]
@@ -271,7 +271,7 @@ def test_a_non_finite_gradient_norm_stops_the_run_and_the_evidence_names_the_cau
 
 def test_a_stale_sampler_logs_staleness_up_to_k_minus_one_and_the_logp_gap_it_causes(tmp_path):
     out = tmp_path / "stale"
-    run_trainer(out, "algo=is_pg", "seed=3", "workload.n_updates=6", "workload.sampler_refresh_every=4",
+    train_in_process(out, "algo=is_pg", "seed=3", "workload.n_updates=6", "workload.sampler_refresh_every=4",
                 "workload.eval.n_prompts=1")
     records = read_metrics(out)
     assert [r["train/staleness"] for r in records] == [0, 1, 2, 3, 0, 1]
@@ -286,8 +286,8 @@ def test_a_stale_sampler_logs_staleness_up_to_k_minus_one_and_the_logp_gap_it_ca
 def test_several_updates_per_rollout_batch_make_the_ratio_and_clipping_act(tmp_path):
     one, many = tmp_path / "one", tmp_path / "many"
     common = ("algo=grpo", "seed=1", "workload.n_updates=2", "workload.eval.n_prompts=1")
-    run_trainer(one, *common)
-    run_trainer(many, *common, "workload.ppo_epochs=2", "workload.ppo_mini_batches=2")
+    train_in_process(one, *common)
+    train_in_process(many, *common, "workload.ppo_epochs=2", "workload.ppo_mini_batches=2")
     assert all(r["train/clip_frac"] == 0 and r["train/ppo_kl"] == 0 for r in read_metrics(one))
     assert all(r["train/clip_frac"] > 0 and r["train/ppo_kl"] != 0 for r in read_metrics(many))
     # Same rollouts at step 0 (the sampler is refreshed only after the updates).
@@ -300,11 +300,11 @@ def test_a_run_with_a_stale_sampler_resumes_bit_identically(tmp_path):
     overrides = ("algo=score_centering", "seed=2", "workload.n_updates=6", "workload.checkpoint_every=2",
                  "workload.sampler_refresh_every=4", "workload.eval.n_prompts=1")
     full = tmp_path / "full"
-    run_trainer(full, *overrides)
+    train_in_process(full, *overrides)
     killed = tmp_path / "killed"
     sigkill_after_step_3(killed, overrides)
     latest = (killed / "checkpoints" / "latest").read_text().strip()
     assert latest in ("step_000002", "step_000004") and 3 <= len(read_metrics(killed)) < 6
     assert (killed / "checkpoints" / latest / "sampler.pt").is_file()  # the sampler lagged at both
-    run_trainer(killed, *overrides)
+    train_in_process(killed, *overrides)
     assert without_perf(read_metrics(killed)) == without_perf(read_metrics(full))

@@ -16,7 +16,7 @@ import pytest
 
 from facts.failures import failure_cause
 from launcher.progress import SweepProgress, natural_key
-from tests.sweeps import REPO, launch
+from tests.sweeps import REPO, index_rows, launch
 
 ENV = {"OMP_NUM_THREADS": "1"}
 # lr=1e30 passes the schema but the first update blows the weights up: the trainer itself fails
@@ -74,6 +74,11 @@ def test_launcher_status_names_the_cause_of_each_failed_job(failed_sweep):
 
 def test_the_incident_table_names_the_trainer_exception(failed_sweep):
     sweep_dir, _ = failed_sweep
+    for job in ("grpo-42", "grpo-1234"):
+        assert "non-finite gradient norm (nan) at step 1" in (sweep_dir / "jobs" / job / "trainer.log").read_text()
+        assert index_rows(sweep_dir)[job]["accepted"] == "no"
+    incidents = (sweep_dir / "bundle" / "data" / "incidents.csv").read_text()
+    assert all(job in incidents for job in ("grpo-42", "grpo-1234")) and "non-finite gradient norm" in incidents
     with open(sweep_dir / "bundle" / "data" / "tables" / "incidents.csv", newline="") as f:
         incidents = list(csv.DictReader(f))
     rejected = [row for row in incidents if row.get("kind") == "rejected"]
