@@ -393,9 +393,18 @@ def check_runs(data_dir: Path, data) -> list[Finding]:
                         findings.append(Finding("data/eval.csv", f"{job} {kind} {column} differs from data/runs/{job}/eval.json"))
         except JSONError as exc:
             findings.append(Finding(f"data/runs/{job}/eval.json", str(exc)))
+    # A rejected run's evidence is bundled too, and its eval.json may be the only reference (a sweep
+    # whose every run was rejected); only a directory no bundled run names is a stray.
+    for eval_record in sorted((data_dir / "runs").glob(f"*/{EVAL_RECORD}")):
+        try:
+            entry = read_json(eval_record)
+        except JSONError:
+            continue  # an accepted run's unreadable eval.json is reported above; a rejected one's is its reason
+        if isinstance(entry, dict) and (shared := shared_initial_dir(entry.get("initial"))) is not None:
+            referenced.add(shared)
     for stray in sorted(p for p in (data_dir / INITIAL_EVAL_DIR).glob("*") if p.is_dir()):
         if f"{INITIAL_EVAL_DIR}/{stray.name}" not in referenced:
-            findings.append(Finding(f"data/{INITIAL_EVAL_DIR}/{stray.name}", "no accepted run references this initial evaluation"))
+            findings.append(Finding(f"data/{INITIAL_EVAL_DIR}/{stray.name}", "no bundled run references this initial evaluation"))
     recorded = {(r["job"], r["kind"], r["title"]) for r in data.incidents}
     for row in data.index:
         for kind, _, title, _ in history_incidents(data_dir / "runs" / row["job"]):

@@ -45,8 +45,10 @@ LAUNCHER_SPEC_KEYS = {"name", "title", "hypothesis", "settings", "tuning_seeds",
 VERDICT_SPEC_KEYS = {"arms", "seeds", "exploratory", "criterion", "tuning"}
 PROBE_KEYS = {"steps", "gradient_check", "staleness_check"}
 BUDGET_KEYS = {"wall_minutes_per_run", "cpu_hours", "gpu_hours"}
-# The probe's own run settings: a few steps and the smallest evaluation (its eval is not evidence).
-PROBE_SETTINGS = {"workload.eval.n_prompts": "1", "workload.eval.k": "1"}
+# The probe's own run settings: a few steps and a small evaluation (its eval is not evidence). Small,
+# not minimal: the evidence rejects a run whose eval reward is all zero, and one response of a model
+# that solves a third of the prompts is all zero two times in three; sixteen are, 0.3 % of the time.
+PROBE_SETTINGS = {"workload.eval.n_prompts": "16", "workload.eval.k": "1"}
 
 
 class ExperimentError(PreflightError):

@@ -269,9 +269,6 @@ class WaitTimeout(Exception):
 
 def wait_for_jobs(sweep_dir: Path, job_dirs: list[Path], n_updates: dict[str, int], poll_s: float = 2.0,
                   timeout_s: float | None = None) -> None:
-    from rich.console import Console
-    from rich.live import Live
-
     title = f"proofgrid sweep on Slurm ({sweep_dir.name})"
     dirs = {d.name: d for d in job_dirs}
 
@@ -294,7 +291,9 @@ def wait_for_jobs(sweep_dir: Path, job_dirs: list[Path], n_updates: dict[str, in
                              "showing the last known states, retrying")
         return table
 
-    states = refresh({d.name: "PENDING" for d in job_dirs})
+    # Until the first look, every job is as submitted; an interrupt from here on (even during that
+    # first look) leaves the submitted jobs running and says so.
+    states = {d.name: "PENDING" for d in job_dirs}
     deadline = time.monotonic() + timeout_s if timeout_s else None
 
     def sleep():
@@ -303,6 +302,10 @@ def wait_for_jobs(sweep_dir: Path, job_dirs: list[Path], n_updates: dict[str, in
         time.sleep(poll_s)
 
     try:
+        from rich.console import Console
+        from rich.live import Live
+
+        states = refresh(states)
         with Live(view(states), console=Console(stderr=True), refresh_per_second=1) as live:
             while True:
                 while not all(s in TERMINAL_STATES for s in states.values()):

@@ -79,7 +79,8 @@ def test_any_other_override_applies_to_every_stage_and_slurm_gets_the_wall_cap(t
     assert proc.returncode == 0, proc.stderr
     jobs = [line for line in proc.stdout.splitlines() if line.startswith("[")]
     assert len(jobs) == 3 + 6 + 6  # probe (2 arms + the fresh baseline), tuning 2 arms x 3 lr x 1 seed, confirm
-    assert all("workload.eval.n_prompts=16" in j or "workload.eval.n_prompts=1 " in j for j in jobs)
+    assert all("workload.eval.n_prompts=16" in j for j in jobs)
+    assert all("workload.eval.k=1 " in j for j in jobs[:3])  # the probe's small evaluation
     tuning = [j.split(":")[0].split("] ")[1] for j in jobs[3:9]]
     assert tuning == ["is_pg-lr1e-4-101", "is_pg-lr3e-4-101", "is_pg-lr3e-5-101", "score_centering-lr1e-4-101",
                       "score_centering-lr3e-4-101", "score_centering-lr3e-5-101"]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.sweeps import index_rows, job_records, launch
-from tests.trainer_runs import read_metrics, run_trainer, without_perf
+from tests.trainer_runs import read_eval, read_metrics, run_trainer, without_perf
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("slurm_cluster")]
 
@@ -319,8 +319,7 @@ def test_usr2_stops_a_dp1_and_a_dp2_task_at_their_current_step_requeues_and_both
         reference = tmp_path / f"uninterrupted-dp{dp}"
         run_trainer(reference, *overrides, f"dp_size={dp}")
         assert without_perf(read_metrics(job_dir / "run")) == without_perf(read_metrics(reference))
-        assert json.loads((job_dir / "run" / "eval.json").read_text()) == \
-            json.loads((reference / "eval.json").read_text())
+        assert read_eval(job_dir / "run") == read_eval(reference)
 
 
 @pytest.mark.parametrize(("override", "key"), [

@@ -81,3 +81,13 @@ def read_metrics(run_dir: Path) -> list[dict]:
 
 def without_perf(records: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.startswith(PERF_PREFIX)} for r in records]
+
+
+def read_eval(run_dir: Path) -> dict:
+    """``eval.json`` without the initial entry's ``shared`` reference: a job of a sweep reuses the
+    sweep's one initial evaluation and says where it lies; a run on its own computes the same values
+    itself, so the two compare equal on everything else."""
+    record = json.loads((run_dir / "eval.json").read_text())
+    record["initial"].pop("shared", None)
+    return record
+
