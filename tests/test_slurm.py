@@ -424,7 +424,10 @@ def test_a_node_failure_requeues_the_job_which_resumes_bit_identically_and_the_w
     partition, node = slurm_cluster.get("PROOFGRID_SLURM_FAIL_PARTITION"), slurm_cluster.get("PROOFGRID_SLURM_FAIL_NODE")
     if not (partition and node):
         pytest.skip("this throwaway cluster has no node to take down; restart it: scripts/slurm/cluster.sh stop, start")
-    overrides = ("algo=rpp", "seed=7", "workload.n_updates=8", "workload.checkpoint_every=2", "workload.eval.n_prompts=4")
+    # ~60 ms a step here: long enough that the node goes down mid-training, not in the job's teardown.
+    n_updates = 100
+    overrides = ("algo=rpp", "seed=7", f"workload.n_updates={n_updates}", "workload.checkpoint_every=2",
+                 "workload.eval.n_prompts=4")
     sweep_dir = tmp_path / "nodefail"
     cmd = [os.sys.executable, "launch.py", "-m", *overrides, "cluster=slurm", f"cluster.partition={partition}",
            f"hydra.sweep.dir={sweep_dir}"]
@@ -432,7 +435,7 @@ def test_a_node_failure_requeues_the_job_which_resumes_bit_identically_and_the_w
                                stderr=subprocess.PIPE, text=True, env={**os.environ, "PROOFGRID_PORT_BASE": "25000"})
     job_dir = sweep_dir / "jobs" / "rpp-7"
     try:
-        _wait_for_steps(job_dir, 3)  # past its first checkpoint
+        _wait_for(lambda: _trained(job_dir, 3), 300, "the job to pass its first checkpoint", every_s=0.1)
         job_id = json.loads((job_dir / "job.json").read_text())["job_id"]
         try:
             subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=proofgrid-test"],
@@ -456,7 +459,10 @@ def test_a_node_failure_requeues_the_job_which_resumes_bit_identically_and_the_w
     (event,) = record["history"]  # recorded by the next run: on a dead node nothing is left to record it
     assert (event["kind"], event["node"], event["restart_count"]) == ("node-failure", node, 0)
     assert index_rows(sweep_dir)["rpp-7"]["accepted"] == "yes"
-    assert re.search(r"resumed from step_\d+", (job_dir / "trainer.log").read_text())
+    log = (job_dir / "trainer.log").read_text()
+    resumed = re.search(r"resumed from step_(\d+)", log)
+    assert resumed and 2 <= int(resumed[1]) < n_updates and log.count("eval final") == 1 and \
+        log.index("resumed from") < log.index("eval final"), "the node must fail mid-training:\n" + log[-3000:]
     with open(sweep_dir / "bundle" / "data" / "incidents.csv", newline="") as f:
         incidents = [(r["job"], r["job_id"], r["kind"], r["title"]) for r in csv.DictReader(f)]
     assert [i[:3] for i in incidents] == [("rpp-7", job_id, "node-failure")], incidents
