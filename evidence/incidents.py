@@ -26,7 +26,8 @@ Automatic kinds: ``missing-job``, ``rejected``, ``all-zero-eval-reward``, ``manu
 A job's history is part of its evidence even after a successful re-run: every earlier attempt
 (``attempts/<n>/job.json``: cancelled, failed, timed out, node failure, ...) is an
 ``earlier-attempt`` incident, and every stop inside an attempt that the job runtime recorded in
-``job.json``'s ``history`` (time-limit or preemption warning, then requeue) a ``requeue`` incident.
+``job.json``'s ``history`` (time-limit or preemption warning, then requeue) a ``requeue`` incident,
+or the event's own ``kind`` (``node-failure``: Slurm requeued the task after its node failed).
 The bundle keeps those records (``runs/<job>/attempts/``), so the audit recomputes them.
 """
 
@@ -185,7 +186,7 @@ def history_incidents(run_dir: str | Path) -> list[tuple[str, str, str, str]]:
         job_id = str(record.get("job_id") or "")
         for event in record.get("history") or []:
             if isinstance(event, dict):
-                found.append(("requeue", str(event.get("job_id") or job_id), _event_title(event),
+                found.append((str(event.get("kind") or "requeue"), str(event.get("job_id") or job_id), _event_title(event),
                               f"job {event.get('job_id') or job_id}, restart {event.get('restart_count', 0)}"))
         if label is not None:
             failure = f": {record['failure']}" if record.get("failure") else ""

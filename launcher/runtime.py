@@ -31,6 +31,7 @@ from launcher.records import update_job_record, write_command_records
 from launcher.slurm_requeue import (
     append_history,
     keep_scheduler_output,
+    record_scheduler_requeues,
     requeue,
     requeue_refusal,
     signal_event,
@@ -153,6 +154,8 @@ def run_job(spec: JobSpec) -> dict:
     ended_by_slurm: list[int] = []
 
     identity = scheduler_identity()
+    if identity["scheduler"] == "slurm":  # Slurm requeued an earlier run (node failure, preemption)?
+        record_scheduler_requeues(roots.job_dir, identity["job_id"], identity["restart_count"])
     proc: subprocess.Popen | None = None  # bound before the handler can run: it reads it
 
     def on_signal(signum, _frame):

@@ -3,8 +3,10 @@
 When Slurm warns a running task (submitit's ``USR2`` before the time limit, ``SIGTERM`` on
 preemption, ``scancel --signal=...``), the trainer checkpoints at its current step and stops; the
 runtime then asks ``scontrol requeue`` for the task unless the task is being cancelled (a plain
-``scancel`` also sends ``SIGTERM``). Every such event is appended to ``job.json``'s ``history``,
-which the evidence turns into incidents that stay in the bundle.
+``scancel`` also sends ``SIGTERM``). When Slurm itself requeued the task (its node failed, it was
+preempted, an admin ran ``scontrol requeue``), the runtime of the next run finds the earlier run in
+accounting: on a dead node nothing of the task was left to record it. Every such event is appended
+to ``job.json``'s ``history``, which the evidence turns into incidents that stay in the bundle.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import subprocess
 import time
 from pathlib import Path
 
+from launcher.backend import SchedulerUnavailable
 from launcher.records import read_job_record, update_job_record
+from launcher.slurm_states import sacct_runs
 
 HISTORY_KEY = "history"
 # A task that keeps being stopped is given up after this many requeues of its own.
@@ -82,3 +86,37 @@ def keep_scheduler_output(job_dir: Path, job_id: str, restart_count: int) -> Non
             if Path(path).is_file():
                 log.write(f"==> Slurm {label} of job {job_id}, restart {restart_count} <==\n")
                 log.write(Path(path).read_text(encoding="utf-8", errors="replace"))
+
+
+# How a run that Slurm (not the task) ended and requeued is named in the history: (kind, event).
+SCHEDULER_REQUEUES = {
+    "NODE_FAIL": ("node-failure", "node failure"),
+    "BOOT_FAIL": ("node-failure", "node boot failure"),
+    "PREEMPTED": ("requeue", "preemption"),
+    "REQUEUED": ("requeue", "requeued by Slurm"),
+}
+
+
+def record_scheduler_requeues(job_dir: Path, job_id: str, restart_count: int) -> list[dict]:
+    """At the start of run ``restart_count`` of a task: append to the history each earlier run that
+    Slurm ended and requeued and that no event of the task's own records yet (a run the task
+    requeued itself after a warning already has one). Returns the events added."""
+    if restart_count < 1:
+        return []
+    try:
+        earlier = sacct_runs(job_id)[:restart_count]
+    except SchedulerUnavailable:
+        return []
+    recorded = {e.get("restart_count") for e in read_job_record(job_dir).get(HISTORY_KEY) or [] if isinstance(e, dict)}
+    added = []
+    for run_index, run in enumerate(earlier):
+        if run_index in recorded or run["state"] not in SCHEDULER_REQUEUES:
+            continue
+        kind, what = SCHEDULER_REQUEUES[run["state"]]
+        event = {"kind": kind, "event": f"{what} ({run['state']} on {run['node'] or 'an unknown node'})",
+                 "job_id": job_id, "restart_count": run_index, "node": run["node"], "at_step": None,
+                 "checkpointed": None, "action": "requeued by Slurm; resumed from the last checkpoint",
+                 "elapsed_s": run["elapsed_s"]}
+        append_history(job_dir, event)
+        added.append(event)
+    return added

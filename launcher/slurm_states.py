@@ -95,11 +95,20 @@ def _ask(argv: list[str]) -> str:
     return proc.stdout
 
 
+SACCT_FORMAT = "--format=JobID,State,ExitCode,ElapsedRaw,NodeList"  # what parse_sacct reads
+
+
 def sacct_states(job_ids: list[str]) -> dict[str, dict]:
     """What accounting says about the arrays of ``job_ids``, per task id."""
     arrays = sorted({j.split("_")[0] for j in job_ids})
-    return parse_sacct(_ask(["sacct", "-X", "-P", "-n", "-j", ",".join(arrays),
-                             "--format=JobID,State,ExitCode,ElapsedRaw,NodeList"]))
+    return parse_sacct(_ask(["sacct", "-X", "-P", "-n", "-j", ",".join(arrays), SACCT_FORMAT]))
+
+
+def sacct_runs(job_id: str) -> list[dict]:
+    """Every run of one task that accounting recorded, oldest first: a task that Slurm requeued
+    (node failure, preemption, ``scontrol requeue``) has one record per run with ``sacct -D``."""
+    lines = _ask(["sacct", "-D", "-X", "-P", "-n", "-j", job_id, SACCT_FORMAT]).splitlines()
+    return [run for line in lines for run in parse_sacct(line).values()]
 
 
 def squeue_states(job_ids: list[str]) -> dict[str, dict]:

@@ -410,3 +410,67 @@ def test_wait_false_with_a_seal_job_ends_with_a_sealed_audited_bundle(tmp_path):
     audit = subprocess.run([os.sys.executable, "-m", "evidence", "audit", str(archive)], capture_output=True, text=True)
     assert audit.returncode == 0, audit.stdout + audit.stderr
     assert index_rows(sweep_dir)["grpo-1"]["accepted"] == "yes"
+
+
+def test_a_node_failure_requeues_the_job_which_resumes_bit_identically_and_the_waiting_launcher_never_seals_it_rejected(
+        tmp_path, slurm_cluster):
+    # A real NODE_FAIL: the cluster's second node (alone in its own partition, so no other test's job
+    # is on it) is set DOWN under a running job. Slurm records the run as NODE_FAIL, requeues the task
+    # (--requeue) and starts it again once the node is back; the waiting launcher must not seal the
+    # terminal-looking NODE_FAIL as a rejection in the meantime.
+    from launcher.slurm_states import sacct_runs
+
+    partition, node = slurm_cluster.get("PROOFGRID_SLURM_FAIL_PARTITION"), slurm_cluster.get("PROOFGRID_SLURM_FAIL_NODE")
+    if not (partition and node):
+        pytest.skip("this throwaway cluster has no node to take down; restart it: scripts/slurm/cluster.sh stop, start")
+    # ~60 ms a step here: long enough that the node goes down mid-training, not in the job's teardown.
+    n_updates = 100
+    overrides = ("algo=rpp", "seed=7", f"workload.n_updates={n_updates}", "workload.checkpoint_every=2",
+                 "workload.eval.n_prompts=4")
+    sweep_dir = tmp_path / "nodefail"
+    cmd = [os.sys.executable, "launch.py", "-m", *overrides, "cluster=slurm", f"cluster.partition={partition}",
+           f"hydra.sweep.dir={sweep_dir}"]
+    waiting = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parent.parent, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env={**os.environ, "PROOFGRID_PORT_BASE": "25000"})
+    job_dir = sweep_dir / "jobs" / "rpp-7"
+    try:
+        _wait_for(lambda: _trained(job_dir, 3), 300, "the job to pass its first checkpoint", every_s=0.1)
+        job_id = json.loads((job_dir / "job.json").read_text())["job_id"]
+        try:
+            subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=proofgrid-test"],
+                           check=True)
+            first = _wait_for(lambda: (runs := sacct_runs(job_id)) and runs[0]["state"] == "NODE_FAIL" and runs[0],
+                              30, "sacct to record the NODE_FAIL")
+            rows, _, shown = _status(sweep_dir)  # a look in the window: the task is requeued, not ended
+            assert rows["rpp-7"][3].split()[0] in ("PENDING", "RUNNING"), shown
+        finally:  # always give the node back (ReturnToService=2 may already have: then Slurm refuses)
+            subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
+        record = _wait_until_requeued_and_completed(job_dir)
+        out, err = waiting.communicate(timeout=120)  # the waiting launcher seals once the run has ended
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+            subprocess.run([os.sys.executable, "-m", "launcher", "cancel", str(sweep_dir)], capture_output=True)
+    assert waiting.returncode == 0, out[-2000:] + err[-2000:]
+    assert first["node"] == node, f"the job ran on {first['node']}, not on the node taken down"
+    assert [r["state"] for r in sacct_runs(job_id)] == ["NODE_FAIL", "COMPLETED"]
+    assert record["restart_count"] == 1 and record["failure"] is None and record["cleanup"] == []
+    (event,) = record["history"]  # recorded by the next run: on a dead node nothing is left to record it
+    assert (event["kind"], event["node"], event["restart_count"]) == ("node-failure", node, 0)
+    assert index_rows(sweep_dir)["rpp-7"]["accepted"] == "yes"
+    log = (job_dir / "trainer.log").read_text()
+    resumed = re.search(r"resumed from step_(\d+)", log)
+    assert resumed and 2 <= int(resumed[1]) < n_updates and log.count("eval final") == 1 and \
+        log.index("resumed from") < log.index("eval final"), "the node must fail mid-training:\n" + log[-3000:]
+    with open(sweep_dir / "bundle" / "data" / "incidents.csv", newline="") as f:
+        incidents = [(r["job"], r["job_id"], r["kind"], r["title"]) for r in csv.DictReader(f)]
+    assert [i[:3] for i in incidents] == [("rpp-7", job_id, "node-failure")], incidents
+    # The node's name is a host name: the bundle names it <HOST>, like every host.
+    assert incidents[0][3].startswith("node failure (NODE_FAIL on <HOST>): requeued by Slurm")
+    audit = subprocess.run([os.sys.executable, "-m", "evidence", "audit", str(sweep_dir / "bundle.tar.gz")],
+                           capture_output=True, text=True)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    reference = tmp_path / "uninterrupted"
+    run_trainer(reference, *overrides)
+    assert without_perf(read_metrics(job_dir / "run")) == without_perf(read_metrics(reference))
+    assert json.loads((job_dir / "run" / "eval.json").read_text()) == json.loads((reference / "eval.json").read_text())
