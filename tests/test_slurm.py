@@ -473,4 +473,4 @@ def test_a_node_failure_requeues_the_job_which_resumes_bit_identically_and_the_w
     reference = tmp_path / "uninterrupted"
     run_trainer(reference, *overrides)
     assert without_perf(read_metrics(job_dir / "run")) == without_perf(read_metrics(reference))
-    assert json.loads((job_dir / "run" / "eval.json").read_text()) == json.loads((reference / "eval.json").read_text())
+    assert read_eval(job_dir / "run") == read_eval(reference)
