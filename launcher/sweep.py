@@ -38,7 +38,7 @@ def seal(sweep_dir: Path) -> int:
     print(f"sealing the evidence of {sweep_dir} (validate, tables, figures, report, archive, audit)", flush=True)
     result = build_bundle(sweep_dir)
     print()
-    print_eval_summary(result.bundle_dir / "data" / "tables" / "eval_aggregate.csv", result.jobs, job_arms(sweep_dir))
+    print_eval_summary(result.bundle_dir / "data" / "tables", result.jobs, job_arms(sweep_dir))
     print(result.summary())
     findings = audit(result.archive)
     for finding in findings:
@@ -63,9 +63,10 @@ def _arm(row: dict) -> str:
     return row.get("arm") or row["algo"]
 
 
-def print_eval_summary(aggregate_csv: Path, jobs: list[dict], arms: dict[str, str]) -> None:
+def print_eval_summary(tables_dir: Path, jobs: list[dict], arms: dict[str, str]) -> None:
     """Per arm of the sweep (``arms``: job name -> arm): final pass@1 against the
-    initial-checkpoint control, and its accepted jobs."""
+    initial-checkpoint control, and its accepted jobs. The control comes from the arm's own rows
+    when its runs evaluated it themselves, else from the sweep's one shared evaluation."""
     import csv
 
     from rich.console import Console
@@ -73,10 +74,14 @@ def print_eval_summary(aggregate_csv: Path, jobs: list[dict], arms: dict[str, st
 
     from evidence.tables import fmt
 
-    rows = {}
-    if aggregate_csv.is_file():
-        with open(aggregate_csv, newline="") as f:
-            rows = {(_arm(r), r["checkpoint"]): r for r in csv.DictReader(f)}
+    def read(name: str) -> list[dict]:
+        if not (tables_dir / name).is_file():
+            return []
+        with open(tables_dir / name, newline="") as f:
+            return list(csv.DictReader(f))
+
+    rows = {(_arm(r), r["checkpoint"]): r for r in read("eval_aggregate.csv")}
+    shared = read("eval_initial.csv")
     print("final eval pass@1 (mean ± SD over seeds) vs the initial checkpoint")  # a title would wrap to the table
     table = Table()
     for col in ("arm", "final", "initial control", "gain", "accepted"):
@@ -88,12 +93,19 @@ def print_eval_summary(aggregate_csv: Path, jobs: list[dict], arms: dict[str, st
         sd = f" ± {fmt(float(row['pass@1_sd']), 3)}" if row.get("pass@1_sd") else " (n<2)"
         return f"{fmt(float(row['pass@1_mean']), 3)}{sd}"
 
+    def initial_cell(arm: str) -> str:
+        if (arm, "initial") in rows:
+            return cell(rows[(arm, "initial")])
+        if len(shared) == 1 and shared[0].get("pass@1"):  # one evaluation, shared by every run
+            return f"{fmt(float(shared[0]['pass@1']), 3)} (shared)"
+        return "n/a" if not shared else "see report"
+
     accepted = {j["job"] for j in jobs if j["accepted"] == "yes"}
     for arm in dict.fromkeys(arms.values()):
         final = rows.get((arm, "final")) or {}
         name = final.get("algorithm", arm) if arm == final.get("algo") else arm  # GRPO, or rpp-lr3e-4
         members = [job for job, a in arms.items() if a == arm]
-        table.add_row(name, cell(rows.get((arm, "final"))), cell(rows.get((arm, "initial"))),
+        table.add_row(name, cell(rows.get((arm, "final"))), initial_cell(arm),
                       cell(rows.get((arm, "gain"))), f"{len(accepted.intersection(members))}/{len(members)}")
     Console(width=None if sys.stdout.isatty() else 200).print(table)  # off a terminal: never clipped at 80
     print()

@@ -42,6 +42,7 @@ def sweep(tmp_path_factory) -> Path:
     result = launch(sweep_dir, "algo=grpo,rpp", "seed=1,2", *SMALL)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "audit: clean" in result.stdout
+    (sweep_dir.parent / "launch.out").write_text(result.stdout)
     return sweep_dir
 
 
@@ -61,6 +62,14 @@ def test_a_two_by_two_sweep_evaluates_the_initial_checkpoint_once(sweep):
     assert directory.name == record["key"][:12] and identity_key(record["identity"]) == record["key"]
     lines = (directory / "responses.jsonl").read_text().splitlines()
     assert len(lines) == record["initial"]["n_responses"] == 64 * 4
+
+
+def test_the_summary_shows_the_shared_initial_control_beside_every_arm(sweep):
+    record = json.loads((_shared_dir(sweep) / "eval.json").read_text())
+    summary = (sweep.parent / "launch.out").read_text().split("vs the initial checkpoint")[1]
+    rows = [[c.strip() for c in line.strip("│").split("│")] for line in summary.splitlines() if line.startswith("│")]
+    assert [r[0] for r in rows] == ["GRPO", "REINFORCE++"]
+    assert all(r[2] == f"{record['initial']['pass@1']:.3f} (shared)" for r in rows), rows
 
 
 def test_every_job_references_the_shared_evaluation_by_path_key_and_sha256(sweep):
