@@ -2,7 +2,9 @@
 #   make run   - create .venv, install, run the main sweep on the embedded default
 #   make test  - create .venv, install, lint, run the whole suite
 #   make test-fast - lint, then the fast tier: unit, numerics, evidence on synthetic sweeps (no trainer
-#                    or launcher processes, no Slurm; tests/conftest.py says what counts as slow)
+#                    or launcher processes, no Slurm; tests/conftest.py says what counts as slow), on
+#                    FAST_WORKERS pytest-xdist workers (in-process tests only, so they parallelise cleanly;
+#                    `make test` stays one serial session: its Slurm and trainer tests time real processes)
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -10,6 +12,7 @@ PY     := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 PIP_FLAGS ?= --disable-pip-version-check -q
 STAMP  := $(VENV)/.installed
+FAST_WORKERS ?= 2
 
 .PHONY: venv run test test-fast lint bench device-wheels clean
 
@@ -29,7 +32,7 @@ test: venv lint
 	$(PY) -m pytest -q
 
 test-fast: venv lint
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" -n $(FAST_WORKERS)
 
 run: venv
 	$(PY) launch.py -m algo=grpo,rpp,rppb seed=42,1234,2026
