@@ -22,24 +22,20 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 
 
-def best_of(fn, repeat: int = 5) -> float:
+def best_of(fn, repeat: int = 5, clock=time.perf_counter) -> float:
+    """Best of ``repeat`` runs of ``fn`` by ``clock`` (wall time unless told)."""
     best = float("inf")
     for _ in range(repeat):
-        start = time.perf_counter()
+        start = clock()
         fn()
-        best = min(best, time.perf_counter() - start)
+        best = min(best, clock() - start)
     return best
 
 
 def cpu_best_of(fn, repeat: int = 3) -> float:
     """Best of ``repeat`` runs in this thread's CPU time: waiting for a core shared with other work
     does not count, so a ratio of two such figures holds on a loaded machine."""
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.thread_time()
-        fn()
-        best = min(best, time.thread_time() - start)
-    return best
+    return best_of(fn, repeat, clock=time.thread_time)
 
 
 def paired_ratios(production, reference, pairs: int, repeat: int = 5) -> tuple[list[float], list[float], list[float]]:

@@ -8,12 +8,13 @@ machine's load does not inflate) and the step's response tokens, one record per 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchmarks import step_run_args
 
 
 def run(steps: int, seed: int, output_dir: str) -> list[dict]:
@@ -44,11 +45,7 @@ def run(steps: int, seed: int, output_dir: str) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=60)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--out", type=Path, required=True, help="JSON file for the per-step records")
-    args = ap.parse_args(argv)
+    args = step_run_args(__doc__, argv)
     with tempfile.TemporaryDirectory() as tmp:
         records = run(args.steps, args.seed, str(Path(tmp) / "run"))
     args.out.write_text(json.dumps({"records": records}, indent=1) + "\n")

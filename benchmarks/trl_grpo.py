@@ -12,15 +12,15 @@ step: wall seconds, this process's CPU seconds, response tokens, and the seconds
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import torch
 from transformers import TrainerCallback
+
+from benchmarks import step_run_args
 
 
 def grpo_config_kwargs(cfg, steps: int, seed: int, output_dir: str) -> dict:
@@ -112,11 +112,7 @@ def run(steps: int, seed: int) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=60)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--out", type=Path, required=True, help="JSON file for the per-step records")
-    args = ap.parse_args(argv)
+    args = step_run_args(__doc__, argv)
     try:
         import trl
     except ImportError:

@@ -76,6 +76,13 @@ def grpo_advantages(reward, mask, k, std_normalize=True, eps=1e-6):
     return out
 
 
+def _ppo_branches(lp, lo, a, clip_low, clip_high):
+    """One token's ``(rho, -rho A, -clip(rho) A)``."""
+    rho = math.exp(float(lp) - float(lo))
+    a = float(a)
+    return rho, -rho * a, -min(max(rho, 1 - clip_low), 1 + clip_high) * a
+
+
 def ppo_token_loss(logp, logp_old, adv, mask, clip_low=0.2, clip_high=0.2):
     out, clipped_count, n = [], 0, 0
     for lp, lo, a_row, mrow in zip(logp, logp_old, adv, mask):
@@ -84,10 +91,7 @@ def ppo_token_loss(logp, logp_old, adv, mask, clip_low=0.2, clip_high=0.2):
             if not m:
                 row.append(0.0)
                 continue
-            rho = math.exp(float(lp[t]) - float(lo[t]))
-            a = float(a_row[t])
-            unclipped = -rho * a
-            clipped = -min(max(rho, 1 - clip_low), 1 + clip_high) * a
+            _, unclipped, clipped = _ppo_branches(lp[t], lo[t], a_row[t], clip_low, clip_high)
             row.append(max(unclipped, clipped))
             clipped_count += clipped > unclipped
             n += 1
@@ -106,10 +110,8 @@ def ppo_token_loss_grad(logp, logp_old, adv, mask, clip_low=0.2, clip_high=0.2):
             if not m:
                 row.append(0.0)
                 continue
-            rho = math.exp(float(lp[t]) - float(lo[t]))
-            a = float(a_row[t])
-            unclipped, clipped = -rho * a, -min(max(rho, 1 - clip_low), 1 + clip_high) * a
-            row.append(-rho * a if unclipped >= clipped else 0.0)
+            _, unclipped, clipped = _ppo_branches(lp[t], lo[t], a_row[t], clip_low, clip_high)
+            row.append(unclipped if unclipped >= clipped else 0.0)
         grad.append(row)
     return grad
 
