@@ -4,6 +4,7 @@ tests/test_slurm.py does the same through the cluster)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -28,6 +29,17 @@ def uninterrupted(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("dp2") / "uninterrupted"
     run_trainer(out, *DP2)
     return out
+
+
+@contextlib.contextmanager
+def _killed_at_exit(proc: subprocess.Popen):
+    """``proc``, and its whole process group killed if it is still running when the block ends."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def _start_like_the_runtime(out: Path) -> subprocess.Popen:
@@ -56,17 +68,12 @@ def _resume_and_compare(out: Path, reference: Path) -> str:
 def test_a_dp2_trainer_warned_mid_run_checkpoints_at_its_current_step_and_resumes_bit_identically(
         tmp_path, uninterrupted):
     out = tmp_path / "warned"
-    proc = _start_like_the_runtime(out)
-    try:
+    with _killed_at_exit(_start_like_the_runtime(out)) as proc:
         deadline = time.monotonic() + 300
         while _steps(out) < 3 and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         proc.send_signal(signal.SIGUSR2)  # submitit's time-limit warning
         log, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
     assert proc.returncode == EXIT_CHECKPOINTED, log[-3000:]
     at_step = _steps(out)
     assert 3 <= at_step < 40, f"the warning must land mid-run (stopped after {at_step} steps)"
@@ -81,14 +88,9 @@ def test_a_warning_held_while_the_dp2_trainer_starts_is_not_lost(tmp_path, unint
     # Sent before the ranks exist: the parent holds it, forwards it once they are spawned, and the
     # ranks hold it until their handler is set; they stop before the first step.
     out = tmp_path / "early"
-    proc = _start_like_the_runtime(out)
-    try:
+    with _killed_at_exit(_start_like_the_runtime(out)) as proc:
         proc.send_signal(signal.SIGTERM)  # what preemption sends
         log, _ = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
     assert proc.returncode == EXIT_CHECKPOINTED, log[-3000:]
     assert _steps(out) == 0 and "checkpointed at step 0; stopping for a requeue" in log
     _resume_and_compare(out, uninterrupted)

@@ -14,6 +14,7 @@ summed across ranks because each rank's loss is its share of the global loss.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import logging
 import math
@@ -84,6 +85,7 @@ def peak_memory_gib(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux reports KiB
 
 
+@functools.cache  # a process constant: the run record and the initial-eval identity both ask
 def source_commit() -> str | None:
     if commit := os.environ.get("PROOFGRID_SOURCE_COMMIT"):
         return commit
@@ -516,6 +518,7 @@ def run_config_digest(cfg: DictConfig) -> str:
     return hashlib.sha256(json.dumps(defining, sort_keys=True).encode()).hexdigest()
 
 
+@functools.cache
 def _versions() -> dict[str, str]:
     import transformers
 
