@@ -19,7 +19,7 @@ from pathlib import Path
 
 from evidence.fileio import JSONError, read_json, sha256_file
 from facts import EVAL_RECORD, INITIAL_EVAL_DIR, INITIAL_EVAL_RESPONSES, SHARED_KEY_CHARS, checkpoint_name
-from facts.evaluation import pass_at_k
+from facts.evaluation import identity_key, pass_at_k
 
 EVAL_KINDS = ("initial", "final")
 EVAL_NUMBER_KEYS = ("pass@1", "truncation", "mean_length", "mean_reward")
@@ -193,6 +193,8 @@ def check_shared_initial(root: Path, reference) -> tuple[dict | None, list[str]]
         summary = record["initial"]
         if record["key"] != key or not isinstance(summary, dict):
             return None, ["records another key"]
+        if identity_key(record["identity"]) != key:  # the key names what determined the bits
+            return None, ["its identity does not hash to its key"]
         responses_path = record_path.parent / INITIAL_EVAL_RESPONSES
         if sha256_file(responses_path) != record["responses_sha256"]:
             return summary, [f"{INITIAL_EVAL_RESPONSES} differs from its recorded SHA256"]

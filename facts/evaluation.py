@@ -1,8 +1,16 @@
-"""The eval's estimator, stated once: the trainer computes pass@k with it, the evidence recomputes it."""
+"""The eval's estimator and the shared initial evaluation's key, stated once: the trainer computes
+them, the evidence recomputes them."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from math import comb
+
+
+def identity_key(identity: dict) -> str:
+    """SHA256 of the canonical JSON of everything that determines an evaluation's bits."""
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -154,7 +154,7 @@ def _flip_first_reward(path: Path) -> None:
     path.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
 
 
-@pytest.mark.parametrize("tamper", ["responses", "responses-and-their-digest", "summary", "removed"])
+@pytest.mark.parametrize("tamper", ["responses", "responses-and-their-digest", "summary", "identity", "removed"])
 def test_a_tampered_shared_evaluation_in_the_bundle_is_an_audit_finding(sweep, tmp_path, tamper):
     bag = tmp_path / "bundle"
     shutil.copytree(sweep / "bundle", bag)
@@ -173,6 +173,14 @@ def test_a_tampered_shared_evaluation_in_the_bundle_is_an_audit_finding(sweep, t
         record["initial"]["pass@1"] += 0.25
         record_path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
         expected = "SHA256 differs from the one the job recorded"
+    elif tamper == "identity":  # a consistent forgery: the key no longer names what made the bits
+        record["identity"]["num_threads"] += 1
+        record_path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+        for run_eval in (bag / "data" / "runs").glob("*/eval.json"):
+            entry = json.loads(run_eval.read_text())
+            entry["initial"]["shared"]["sha256"] = sha256_file(record_path)
+            run_eval.write_text(json.dumps(entry, indent=1, sort_keys=True) + "\n")
+        expected = "its identity does not hash to its key"
     else:
         shutil.rmtree(directory)
         expected = "missing (the shared initial evaluation)"

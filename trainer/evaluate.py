@@ -12,7 +12,6 @@ the first job that needs it, and read by the others (``shared_initial_eval``).
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 from collections.abc import Callable
@@ -20,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from facts import EVAL_RECORD, INITIAL_EVAL_RESPONSES, atomic_write_json, initial_eval_relpath, sha256_file
-from facts.evaluation import pass_at_k
+from facts.evaluation import identity_key, pass_at_k
 from trainer.data import Example, mix_seed, subset_digest
 from trainer.reward import math_reward
 from trainer.rollout import RolloutEngine, SamplingParams
@@ -66,11 +65,6 @@ def evaluate(engine: RolloutEngine, tokenizer, examples: list[Example], k: int, 
         if kk <= k:
             summary[f"pass@{kk}"] = sum(pass_at_k(k, c, kk) for c in correct_per_prompt.values()) / len(examples)
     return summary
-
-
-def identity_key(identity: dict) -> str:
-    """SHA256 of the canonical JSON of everything that determines an evaluation's bits."""
-    return hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 @dataclass(frozen=True)
