@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from facts import INITIAL_EVAL_DIR
 from launcher.backend import backend
 from launcher.jobs import check_arms, prepare_job_dirs
 from launcher.plan import COMMANDS_FILE, Sweep, write_plan
@@ -65,8 +66,7 @@ def _arm(row: dict) -> str:
 
 def print_eval_summary(tables_dir: Path, jobs: list[dict], arms: dict[str, str]) -> None:
     """Per arm of the sweep (``arms``: job name -> arm): final pass@1 against the
-    initial-checkpoint control, and its accepted jobs. The control comes from the arm's own rows
-    when its runs evaluated it themselves, else from the sweep's one shared evaluation."""
+    initial-checkpoint control (the sweep's one initial evaluation), and its accepted jobs."""
     import csv
 
     from rich.console import Console
@@ -81,7 +81,7 @@ def print_eval_summary(tables_dir: Path, jobs: list[dict], arms: dict[str, str])
             return list(csv.DictReader(f))
 
     rows = {(_arm(r), r["checkpoint"]): r for r in read("eval_aggregate.csv")}
-    shared = read("eval_initial.csv")
+    initial = read("eval_initial.csv")
     print("final eval pass@1 (mean ± SD over seeds) vs the initial checkpoint")  # a title would wrap to the table
     table = Table()
     for col in ("arm", "final", "initial control", "gain", "accepted"):
@@ -93,19 +93,20 @@ def print_eval_summary(tables_dir: Path, jobs: list[dict], arms: dict[str, str])
         sd = f" ± {fmt(float(row['pass@1_sd']), 3)}" if row.get("pass@1_sd") else " (n<2)"
         return f"{fmt(float(row['pass@1_mean']), 3)}{sd}"
 
-    def initial_cell(arm: str) -> str:
-        if (arm, "initial") in rows:
-            return cell(rows[(arm, "initial")])
-        if len(shared) == 1 and shared[0].get("pass@1"):  # one evaluation, shared by every run
-            return f"{fmt(float(shared[0]['pass@1']), 3)} (shared)"
-        return "n/a" if not shared else "see report"
+    def initial_cell() -> str:
+        # eval_initial.csv has one row per distinct initial evaluation: the sweep's shared one
+        # (initial_eval/<key12>), or each run's own (named after the run) when runs did not share.
+        if len(initial) != 1 or not initial[0].get("pass@1"):
+            return "see report" if initial else "n/a"
+        shared = " (shared)" if initial[0]["initial_eval"].startswith(f"{INITIAL_EVAL_DIR}/") else ""
+        return f"{fmt(float(initial[0]['pass@1']), 3)}{shared}"
 
     accepted = {j["job"] for j in jobs if j["accepted"] == "yes"}
     for arm in dict.fromkeys(arms.values()):
         final = rows.get((arm, "final")) or {}
         name = final.get("algorithm", arm) if arm == final.get("algo") else arm  # GRPO, or rpp-lr3e-4
         members = [job for job, a in arms.items() if a == arm]
-        table.add_row(name, cell(rows.get((arm, "final"))), initial_cell(arm),
+        table.add_row(name, cell(rows.get((arm, "final"))), initial_cell(),
                       cell(rows.get((arm, "gain"))), f"{len(accepted.intersection(members))}/{len(members)}")
     Console(width=None if sys.stdout.isatty() else 200).print(table)  # off a terminal: never clipped at 80
     print()

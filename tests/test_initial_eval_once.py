@@ -72,6 +72,16 @@ def test_the_summary_shows_the_shared_initial_control_beside_every_arm(sweep):
     assert all(r[2] == f"{record['initial']['pass@1']:.3f} (shared)" for r in rows), rows
 
 
+def test_a_one_job_sweep_shows_its_own_initial_control_not_a_shared_one(tmp_path):
+    result = launch(tmp_path / "one", "algo=grpo", "seed=1", *SMALL)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    own = json.loads((tmp_path / "one" / "jobs" / "grpo-1" / "run" / "eval.json").read_text())["initial"]
+    assert "shared" not in own
+    summary = result.stdout.split("vs the initial checkpoint")[1]
+    (row,) = [[c.strip() for c in line.strip("│").split("│")] for line in summary.splitlines() if line.startswith("│")]
+    assert row[2] == f"{own['pass@1']:.3f}", row
+
+
 def test_every_job_references_the_shared_evaluation_by_path_key_and_sha256(sweep):
     directory = _shared_dir(sweep)
     record = json.loads((directory / "eval.json").read_text())
