@@ -7,6 +7,8 @@ model's own two-call forward (values and gradients to 1e-10 in float64)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -15,6 +17,7 @@ from trainer.policy import (
     build_token_batch,
     forward_response_logits,
     load_policy,
+    packed_input_index,
     packed_response_logits,
     response_logprobs,
 )
@@ -71,7 +74,7 @@ def test_tokens_in_masked_response_slots_change_no_valid_log_prob(model_and_toke
     prompts, responses = groups(tokenizer)
     batch = build_token_batch(prompts, responses, tokenizer.pad_token_id, "cpu")
     scrambled = torch.where(batch.response_mask, batch.response_ids, torch.full_like(batch.response_ids, 57))
-    other = type(batch)(batch.prompt_ids, batch.prompt_mask, batch.owner, scrambled, batch.response_mask)
+    other = dataclasses.replace(batch, response_ids=scrambled)
     with torch.no_grad():
         a, b = response_logprobs(model, batch), response_logprobs(model, other)
     assert torch.equal(a[batch.response_mask], b[batch.response_mask])
@@ -114,11 +117,15 @@ def test_packed_logits_and_gradients_equal_the_models_own_forward_in_float64(mod
             torch.testing.assert_close(g, e, rtol=0, atol=1e-10)
 
 
-def test_a_batch_built_without_host_lengths_gives_the_same_log_probs(model_and_tokenizer):
-    model, tokenizer = model_and_tokenizer
+def test_the_packed_index_lists_every_input_that_predicts_a_valid_token_in_order(model_and_tokenizer):
+    """Input t of response r (flat r * (T - 1) + t) is run when token t + 1 is valid: t < L_r - 1,
+    on ragged lengths including 1 (no input) and on a batch of one-token responses."""
+    _, tokenizer = model_and_tokenizer
     prompts, responses = groups(tokenizer)
-    batch = build_token_batch(prompts, responses, tokenizer.pad_token_id, "cpu")
-    bare = type(batch)(batch.prompt_ids, batch.prompt_mask, batch.owner, batch.response_ids, batch.response_mask)
-    with torch.no_grad():
-        assert torch.equal(response_logprobs(model, batch)[batch.response_mask],
-                           response_logprobs(model, bare)[batch.response_mask])
+    assert 1 in map(len, responses)
+    for resp in (responses, [r[:1] for r in responses]):
+        batch = build_token_batch(prompts, resp, tokenizer.pad_token_id, "cpu")
+        steps = max(batch.response_ids.shape[1] - 1, 1)
+        expected = [r * steps + t for r, tokens in enumerate(resp) for t in range(len(tokens) - 1)]
+        index = packed_input_index(batch)
+        assert index.dtype == torch.long and index.tolist() == expected

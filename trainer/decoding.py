@@ -43,6 +43,51 @@ def repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
     return x[:, :, None].expand(batch, kv_heads, groups, length, dim).reshape(batch, kv_heads * groups, length, dim)
 
 
+@dataclass(frozen=True)
+class AttentionShape:
+    """A Qwen3 model's attention geometry, read from its config once for every forward that runs its layers."""
+
+    heads: int  # query heads
+    kv_heads: int  # key/value heads; each serves ``groups`` consecutive query heads
+    head_dim: int
+
+    @classmethod
+    def of(cls, config) -> AttentionShape:
+        heads = int(config.num_attention_heads)
+        head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
+        return cls(heads, int(config.num_key_value_heads), head_dim)
+
+    @property
+    def groups(self) -> int:
+        return self.heads // self.kv_heads
+
+    @property
+    def scale(self) -> float:
+        """The attention logits' scale ``head_dim ** -0.5`` (the model's own ``self_attn.scaling``)."""
+        return self.head_dim ** -0.5
+
+
+def left_padded_positions(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids of left-padded rows (``mask`` 1 on tokens, 0 on padding): ``cumsum(mask) - 1``,
+    so each row's first token is at 0; 0 on the padding."""
+    return (mask.cumsum(-1) - 1).clamp_min(0)
+
+
+def positions_after(positions: torch.Tensor, count: int) -> torch.Tensor:
+    """The ``count`` position ids that follow each row's last one, ``[B, count]``: ``positions[:, -1] + 1 + t``."""
+    return positions[:, -1:] + 1 + torch.arange(count, device=positions.device)
+
+
+def prompt_attention_mask(valid: torch.Tensor) -> torch.Tensor:
+    """``[P, 1, L, L]`` bool: which keys each query of a left-padded prompt may attend to. Causal, padding
+    keys masked; a padding query still sees itself, so its (unused) row stays finite instead of a
+    softmax over nothing."""
+    width = valid.shape[-1]
+    causal = torch.ones((width, width), dtype=torch.bool, device=valid.device).tril()
+    eye = torch.eye(width, dtype=torch.bool, device=valid.device)
+    return (causal & valid[:, None, None, :]) | eye
+
+
 def unsupported_reason(model) -> str | None:
     """Why the lean decoder cannot run ``model`` (None when it can)."""
     config = getattr(model, "config", None)
@@ -93,12 +138,8 @@ class LeanQwen3:
 
     def __init__(self, model):
         self.model = model
-        config = model.config
-        self.eps = float(config.rms_norm_eps)
-        self.heads = int(config.num_attention_heads)
-        self.kv_heads = int(config.num_key_value_heads)
-        self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
-        self.scale = self.head_dim ** -0.5
+        self.eps = float(model.config.rms_norm_eps)
+        self.shape = AttentionShape.of(model.config)
         self.refresh()
 
     @torch.no_grad()
@@ -112,8 +153,8 @@ class LeanQwen3:
                 input_norm=layer.input_layernorm.weight,
                 qkv=torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
                 qkv_bias=torch.cat(biases) if biases[0] is not None else None,
-                qk_norm=torch.cat([attn.q_norm.weight.expand(self.heads, -1),
-                                   attn.k_norm.weight.expand(self.kv_heads, -1)]),
+                qk_norm=torch.cat([attn.q_norm.weight.expand(self.shape.heads, -1),
+                                   attn.k_norm.weight.expand(self.shape.kv_heads, -1)]),
                 o=attn.o_proj.weight, o_bias=attn.o_proj.bias,
                 post_norm=layer.post_attention_layernorm.weight,
                 gate_up=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), down=mlp.down_proj.weight,
@@ -128,18 +169,13 @@ class LeanQwen3:
         ``new_tokens`` more. Returns the last position's logits ``[B, V]``, the cache and each row's
         next position id ``[B]``."""
         batch, width = ids.shape
-        positions = (attn.cumsum(-1) - 1).clamp_min(0)
+        positions = left_padded_positions(attn)
         valid = attn.bool()
         keys_allowed = torch.ones((batch, 1, 1, width + new_tokens), dtype=torch.bool, device=ids.device)
         keys_allowed[:, 0, 0, :width] = valid
-        # Causal over the prompt, padding keys masked; a padding query still sees itself, so its
-        # (unused) row stays finite instead of a softmax over nothing.
-        causal = torch.ones((width, width), dtype=torch.bool, device=ids.device).tril()
-        eye = torch.eye(width, dtype=torch.bool, device=ids.device)
-        allowed = (causal & valid[:, None, None, :]) | eye
         cache = KVCache([], [], keys_allowed, 0)
-        logits = self._forward(ids, positions, allowed, cache, capacity=width + new_tokens)
-        return logits[:, -1], cache, positions[:, -1] + 1
+        logits = self._forward(ids, positions, prompt_attention_mask(valid), cache, capacity=width + new_tokens)
+        return logits[:, -1], cache, positions_after(positions, 1)[:, 0]
 
     def step(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """Append one token per row (``tokens`` and ``positions`` ``[B]``); the next logits ``[B, V]``."""
@@ -151,6 +187,7 @@ class LeanQwen3:
         """Logits ``[B, T, V]`` of ``T`` new tokens per row, their keys/values written into ``cache``
         at ``cache.length``; ``mask`` (boolean) says which cached keys each new token may attend to."""
         batch, width = ids.shape
+        shape = self.shape
         x = F.embedding(ids, self.embed)
         cos, sin = self.model.model.rotary_emb(x, positions)
         cos, sin = cos[:, None], sin[:, None]
@@ -158,24 +195,23 @@ class LeanQwen3:
         blocked = ~mask if width == 1 else None  # one inversion per token, not one per layer
         for index, w in enumerate(self.layers):
             h = rms_norm(x, w.input_norm, self.eps)
-            qkv = F.linear(h, w.qkv, w.qkv_bias).view(batch, width, self.heads + 2 * self.kv_heads, self.head_dim)
-            qk, v = qkv.split([self.heads + self.kv_heads, self.kv_heads], dim=2)
+            qkv = F.linear(h, w.qkv, w.qkv_bias).view(batch, width, shape.heads + 2 * shape.kv_heads, shape.head_dim)
+            qk, v = qkv.split([shape.heads + shape.kv_heads, shape.kv_heads], dim=2)
             # q and k heads normed and rotated together: the same per-head operations, half the calls.
             q, k = rotate(rms_norm(qk, w.qk_norm, self.eps).transpose(1, 2), cos, sin).split(
-                [self.heads, self.kv_heads], dim=1)
+                [shape.heads, shape.kv_heads], dim=1)
             v = v.transpose(1, 2)
             if capacity:  # prefill: allocate this layer's cache in the dtypes the keys/values came out in
-                cache.keys.append(k.new_zeros((batch, self.kv_heads, capacity, self.head_dim)))
-                cache.values.append(v.new_zeros((batch, self.kv_heads, capacity, self.head_dim)))
+                cache.keys.append(k.new_zeros((batch, shape.kv_heads, capacity, shape.head_dim)))
+                cache.values.append(v.new_zeros((batch, shape.kv_heads, capacity, shape.head_dim)))
             cache.keys[index][:, :, start:end] = k
             cache.values[index][:, :, start:end] = v
             keys, values = cache.keys[index][:, :, :end], cache.values[index][:, :, :end]
             if width == 1:
                 out = self._attend_one(q, keys, values, blocked)
             else:
-                groups = self.heads // self.kv_heads
-                out = F.scaled_dot_product_attention(q, repeat_kv(keys, groups), repeat_kv(values, groups),
-                                                     attn_mask=mask, scale=self.scale)
+                out = F.scaled_dot_product_attention(q, repeat_kv(keys, shape.groups), repeat_kv(values, shape.groups),
+                                                     attn_mask=mask, scale=shape.scale)
             x = x + F.linear(out.transpose(1, 2).reshape(batch, width, -1), w.o, w.o_bias)
             gate, up = F.linear(rms_norm(x, w.post_norm, self.eps), w.gate_up).chunk(2, dim=-1)
             x = x + F.linear(F.silu(gate) * up, w.down)
@@ -186,11 +222,11 @@ class LeanQwen3:
         """``softmax(q K^T * scale, -inf where blocked) V`` for one new token, ``q`` ``[B, heads, 1, D]``, each group of
         ``heads / kv_heads`` query heads against its key/value head: two batched products, no kernel set-up
         (the fused attention kernel's fixed cost dominates at one query)."""
-        batch = q.shape[0]
-        grouped = q.reshape(batch, self.kv_heads, self.heads // self.kv_heads, self.head_dim)
-        scores = torch.matmul(grouped, keys.transpose(-1, -2)) * self.scale
+        batch, shape = q.shape[0], self.shape
+        grouped = q.reshape(batch, shape.kv_heads, shape.groups, shape.head_dim)
+        scores = torch.matmul(grouped, keys.transpose(-1, -2)) * shape.scale
         weights = torch.softmax(scores.masked_fill(blocked, float("-inf")), dim=-1)
-        return torch.matmul(weights, values).reshape(batch, self.heads, 1, self.head_dim)
+        return torch.matmul(weights, values).reshape(batch, shape.heads, 1, shape.head_dim)
 
 
 @dataclass
@@ -215,9 +251,9 @@ class HFDecoder:
         """Nothing to rebuild: the forward reads the model's parameters."""
 
     def prefill(self, ids: torch.Tensor, attn: torch.Tensor, new_tokens: int) -> tuple[torch.Tensor, HFState, torch.Tensor]:
-        positions = (attn.cumsum(-1) - 1).clamp_min(0)
+        positions = left_padded_positions(attn)
         out = self.model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True)
-        return out.logits[:, -1], HFState(out.cache, attn), positions[:, -1] + 1
+        return out.logits[:, -1], HFState(out.cache, attn), positions_after(positions, 1)[:, 0]
 
     def step(self, tokens: torch.Tensor, positions: torch.Tensor, state: HFState) -> torch.Tensor:
         state.attn = torch.cat([state.attn, torch.ones_like(state.attn[:, :1])], dim=1)

@@ -8,7 +8,15 @@ from dataclasses import dataclass
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from trainer.decoding import repeat_kv, rotate, unsupported_reason
+from trainer.decoding import (
+    AttentionShape,
+    left_padded_positions,
+    positions_after,
+    prompt_attention_mask,
+    repeat_kv,
+    rotate,
+    unsupported_reason,
+)
 from trainer.rollout import distinct_prompts, left_pad
 
 
@@ -43,12 +51,13 @@ class TokenBatch:
     owner: torch.Tensor  # [B] long: the row of prompt_ids each response continues
     response_ids: torch.Tensor  # [B, T]
     response_mask: torch.Tensor  # [B, T] bool: valid response tokens (the end token included)
-    lengths: tuple[int, ...] | None = None  # each response's length, on the host (None: read from the mask)
+    # Each response's valid tokens, on the host: the packed forward's size, known without reading the mask back.
+    lengths: tuple[int, ...]
 
     def rows(self, rows: slice) -> TokenBatch:
         """The same batch restricted to a slice of its responses (a PPO mini-batch)."""
         return TokenBatch(self.prompt_ids, self.prompt_mask, self.owner[rows], self.response_ids[rows],
-                          self.response_mask[rows], self.lengths[rows] if self.lengths is not None else None)
+                          self.response_mask[rows], self.lengths[rows])
 
 
 def build_token_batch(prompts: list[list[int]], responses: list[list[int]], pad_id: int, device) -> TokenBatch:
@@ -81,7 +90,7 @@ def forward_response_logits(model, batch: TokenBatch) -> torch.Tensor:
     The logit at the last prompt position predicts response token 0; the one at response token t
     predicts token t + 1, so the response forward reads tokens ``0 .. T-2``.
     """
-    prompt_pos = (batch.prompt_mask.cumsum(-1) - 1).clamp_min(0)
+    prompt_pos = left_padded_positions(batch.prompt_mask)
     out = model(input_ids=batch.prompt_ids, attention_mask=batch.prompt_mask, position_ids=prompt_pos, use_cache=True)
     first = out.logits[:, -1:, :][batch.owner]
     width = batch.response_ids.shape[1]
@@ -90,8 +99,7 @@ def forward_response_logits(model, batch: TokenBatch) -> torch.Tensor:
     cache = out.cache
     cache.batch_select_indices(batch.owner)
     attn = torch.cat([batch.prompt_mask[batch.owner], batch.response_mask[:, :-1].long()], dim=1)
-    steps = torch.arange(1, width, device=prompt_pos.device)
-    positions = prompt_pos[batch.owner, -1:] + steps
+    positions = positions_after(prompt_pos, width - 1)[batch.owner]
     rest = model(input_ids=batch.response_ids[:, :-1], attention_mask=attn, position_ids=positions, cache=cache,
                  use_cache=True).logits
     return torch.cat([first, rest], dim=1)
@@ -103,25 +111,19 @@ def packed_response_logits(model, batch: TokenBatch) -> torch.Tensor:
     only, not on the padding of the shorter responses; attention alone sees the padded layout.
 
     Each distinct prompt runs once; its keys/values are gathered per response. Padding slots hold
-    zero queries/keys/values that no valid token attends to, and logits of 0.
+    zero queries/keys/values that no valid token attends to, and logits of 0. The attention geometry,
+    positions and prompt mask are ``trainer.decoding``'s, as in the rollout engine's decoder.
     """
-    core, config = model.model, model.config
-    heads, kv_heads = int(config.num_attention_heads), int(config.num_key_value_heads)
-    head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
-    groups = heads // kv_heads
+    core, shape = model.model, AttentionShape.of(model.config)
     prompts, prompt_len = batch.prompt_ids.shape
     rows, width = batch.response_ids.shape
     device = batch.prompt_ids.device
-    lengths = batch.lengths if batch.lengths is not None else tuple(batch.response_mask.sum(1).tolist())
-    # Input token t (< T - 1) of a response is needed when token t + 1 is valid: t < length - 1.
     steps = max(width - 1, 1)
-    packed = torch.tensor([r * steps + t for r, n in enumerate(lengths) for t in range(n - 1)], dtype=torch.long,
-                          device=device)
-    prompt_pos = (batch.prompt_mask.cumsum(-1) - 1).clamp_min(0)
-    response_pos = (prompt_pos[batch.owner, -1:] + 1 + torch.arange(steps, device=device)).reshape(-1)[packed]
+    packed = packed_input_index(batch)
+    prompt_pos = left_padded_positions(batch.prompt_mask)
+    response_pos = positions_after(prompt_pos, steps)[batch.owner].reshape(-1)[packed]
     prompt_valid = batch.prompt_mask.bool()
-    eye = torch.eye(prompt_len, dtype=torch.bool, device=device)
-    prompt_allowed = (torch.ones_like(eye).tril() & prompt_valid[:, None, None, :]) | eye  # a pad query sees itself
+    prompt_allowed = prompt_attention_mask(prompt_valid)
     response_allowed = torch.cat([prompt_valid[batch.owner][:, None, None, :].expand(rows, 1, steps, prompt_len),
                                   torch.ones((steps, steps), dtype=torch.bool, device=device).tril().expand(
                                       rows, 1, steps, steps)], dim=-1)
@@ -131,6 +133,7 @@ def packed_response_logits(model, batch: TokenBatch) -> torch.Tensor:
     cos_p, sin_p = core.rotary_emb(xp, prompt_pos)
     cos_r, sin_r = core.rotary_emb(xr[None], response_pos[None])
     cos_p, sin_p, cos_r, sin_r = cos_p[:, None], sin_p[:, None], cos_r[0, :, None], sin_r[0, :, None]
+    heads, kv_heads, head_dim, groups = shape.heads, shape.kv_heads, shape.head_dim, shape.groups
 
     def padded(packed_heads: torch.Tensor) -> torch.Tensor:
         """``[N, h, D]`` packed rows into ``[B, h, T-1, D]`` with zeros in the padding."""
@@ -145,14 +148,14 @@ def packed_response_logits(model, batch: TokenBatch) -> torch.Tensor:
                     cos_p, sin_p)
         vp = attn.v_proj(hp).view(prompts, prompt_len, kv_heads, head_dim).transpose(1, 2)
         out_p = torch.nn.functional.scaled_dot_product_attention(qp, repeat_kv(kp, groups), repeat_kv(vp, groups),
-                                                                 attn_mask=prompt_allowed, scale=attn.scaling)
+                                                                 attn_mask=prompt_allowed, scale=shape.scale)
         qr = rotate(attn.q_norm(attn.q_proj(hr).view(-1, heads, head_dim)), cos_r, sin_r)
         kr = rotate(attn.k_norm(attn.k_proj(hr).view(-1, kv_heads, head_dim)), cos_r, sin_r)
         vr = attn.v_proj(hr).view(-1, kv_heads, head_dim)
         keys = repeat_kv(torch.cat([kp[batch.owner], padded(kr)], dim=2), groups)
         values = repeat_kv(torch.cat([vp[batch.owner], padded(vr)], dim=2), groups)
         out_r = torch.nn.functional.scaled_dot_product_attention(padded(qr), keys, values, attn_mask=response_allowed,
-                                                                 scale=attn.scaling)
+                                                                 scale=shape.scale)
         xp = xp + attn.o_proj(out_p.transpose(1, 2).reshape(prompts, prompt_len, -1))
         xr = xr + attn.o_proj(out_r.transpose(1, 2).reshape(rows * steps, -1).index_select(0, packed))
         xp = xp + layer.mlp(layer.post_attention_layernorm(xp))
@@ -164,6 +167,18 @@ def packed_response_logits(model, batch: TokenBatch) -> torch.Tensor:
     rest = head(core.norm(xr))
     rest = rest.new_zeros((rows * steps, rest.shape[-1])).index_copy(0, packed, rest).view(rows, steps, -1)
     return torch.cat([first[:, None], rest], dim=1)
+
+
+def packed_input_index(batch: TokenBatch) -> torch.Tensor:
+    """The flat indices ``r * (T - 1) + t`` of the response inputs that predict a valid token, in order:
+    input ``t`` of response ``r`` predicts token ``t + 1``, so it is needed where ``response_mask[r, t + 1]``.
+
+    Built on the batch's device from the mask; ``nonzero_static`` takes the count from the host-side
+    lengths (``sum(max(L_r - 1, 0))``), so the data-dependent size needs no device-to-host read.
+    """
+    needed = batch.response_mask[:, 1:].reshape(-1)
+    count = sum(max(length - 1, 0) for length in batch.lengths)
+    return torch.nonzero_static(needed, size=count)[:, 0]
 
 
 def response_logprobs(model, batch: TokenBatch, temperature: float = 1.0, aux_ids: torch.Tensor | None = None):
