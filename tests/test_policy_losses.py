@@ -13,6 +13,7 @@ from trainer.algorithms import (
     gspo_token_loss,
     is_pg_token_loss,
     overlong_penalty,
+    ppo_clip_token_loss,
     reduce_loss,
     sapo_token_loss,
     score_centering_token_loss,
@@ -92,6 +93,21 @@ def test_gspo_with_one_token_responses_is_grpo_token_ratio_ppo():
     torch.testing.assert_close(loss.detach(), t64(exp_loss), **TOL)
     torch.testing.assert_close(grad, t64(exp_grad), **TOL)
     assert math.isclose(frac.item(), exp_frac) and 0 < exp_frac < 1
+
+
+def test_ppo_and_gspo_share_one_clip_fraction_convention_ties_unclipped():
+    """One-token responses make GSPO's sequence ratio the token ratio, so both losses must agree bit for
+    bit, ties included: a valid token with A = 0 (rho far outside the range) and one with rho inside the
+    range count as unclipped; the count is over valid tokens only (a NaN-padded second slot)."""
+    rho = [1.5, 0.5, 1.5, 1.1, 3.0]  # clipped (A > 0), clipped (A < 0), unclipped, inside, A = 0
+    adv = [1.0, -1.0, -1.0, 1.0, 0.0]
+    logp = t64([[math.log(r), float("nan")] for r in rho])
+    logp_old, advantages = t64([[0.0, float("nan")]] * 5), t64([[a, float("inf")] for a in adv])
+    mask = torch.tensor([[True, False]] * 5)
+    ppo_loss, ppo_frac = ppo_clip_token_loss(logp, logp_old, advantages, mask)
+    gspo_loss, gspo_frac = gspo_token_loss(logp, logp_old, advantages, mask)
+    assert torch.equal(ppo_loss, gspo_loss) and torch.isfinite(ppo_loss).all()
+    assert ppo_frac.dtype == gspo_frac.dtype == F64 and ppo_frac.item() == gspo_frac.item() == 2 / 5
 
 
 # --------------------------------------------------------------------------- SAPO

@@ -17,6 +17,12 @@ mode                 scalar                              weight of each token of
 Under AdamW a *constant* factor cancels out; what changes the optimisation is the relative weight
 between responses, which is exactly what these modes differ in.
 
+Clip fraction, for every clipped surrogate here (PPO's token ratio, GSPO's sequence ratio): the
+fraction of the rank's valid tokens at which the clipped branch is strictly the smaller surrogate,
+``clip(rho) A < rho A`` (where the loss passes no gradient); ties, such as ``rho`` inside the clip
+range or ``A = 0``, count as unclipped. GSPO counts each valid token of a clipped response. Valid
+tokens are counted by ``masking.valid_count`` throughout.
+
 Distributed convention: with a process ``group``, the denominators (B or N) are global, and each
 rank returns *its share* of the global value, so that summing over ranks gives the global
 reduction. Gradients must then be summed across ranks (all_reduce SUM), not averaged.
@@ -44,19 +50,23 @@ def ppo_clip_token_loss(
     ``rho = exp(logp - logp_old)``;
     ``loss[i,t] = max(-rho * A, -clip(rho, 1 - clip_low, 1 + clip_high) * A)`` on valid tokens, 0 elsewhere.
 
-    Returns ``(token_loss, clip_frac)``; ``clip_frac`` is the fraction of this rank's valid tokens
-    where the clipped branch is strictly larger (i.e. active), as a 0-dim tensor (0 if none valid).
-    Gradients flow into ``logp`` and ``logp_old``; ``advantages`` are constants (as everywhere in
-    the trainer), so none flows into them.
+    Returns ``(token_loss, clip_frac)``, ``clip_frac`` a 0-dim float64 tensor (the module's convention;
+    0 if no token is valid). Gradients flow into ``logp`` and ``logp_old``; ``advantages`` are
+    constants (as everywhere in the trainer), so none flows into them.
     """
-    valid = as_bool_mask(mask)
+    return _clipped_surrogate(logp, logp_old, advantages, as_bool_mask(mask), clip_low, clip_high)
+
+
+def _clipped_surrogate(logp, logp_old, advantages, valid, clip_low, clip_high) -> tuple[torch.Tensor, torch.Tensor]:
+    """``-min(rho A, clip(rho, 1 - clip_low, 1 + clip_high) A)`` with ``rho = exp(logp - logp_old)`` on
+    valid tokens, 0 elsewhere, and the clip fraction (the module's convention): the one clipped
+    surrogate of every loss here."""
     token_loss, n_clipped = _PPOClip.apply(logp, logp_old, advantages.detach(), valid, clip_low, clip_high)
-    clip_frac = n_clipped / valid_count(valid).to(torch.float64).clamp_min(1.0)
-    return token_loss, clip_frac
+    return token_loss, n_clipped / valid_count(valid).to(torch.float64).clamp_min(1.0)
 
 
 class _PPOClip(torch.autograd.Function):
-    """``ppo_clip_token_loss``'s value and its derivative in one pass, with a one-multiply backward.
+    """``_clipped_surrogate``'s value, clipped count and derivative in one pass, with a one-multiply backward.
 
     ``d loss / d logp = -rho A`` where the unclipped branch is the minimum (``rho A <= clip(rho) A``,
     ties included: both branches then have that slope), 0 where the clipped branch is active (its
@@ -110,24 +120,6 @@ def _selected(valid: torch.Tensor, x: torch.Tensor, like: torch.Tensor) -> torch
     return torch.where(valid, x.to(like.dtype), torch.zeros((), dtype=like.dtype, device=like.device))
 
 
-def _clipped_surrogate(ratio, adv, valid, clip_low, clip_high) -> tuple[torch.Tensor, torch.Tensor]:
-    """``-min(rho A, clip(rho, 1 - clip_low, 1 + clip_high) A)`` per token, and the clipped fraction.
-
-    ``adv`` must already be 0 outside the mask (and ``ratio`` finite there): the loss is then exactly
-    0 there without another selection, and the clipped branch (strictly smaller surrogate) is never
-    active there, so counting it needs no mask. Branch-free element-wise ops only (a ``where`` on
-    the sign of A mispredicts on random signs), and counts by ``count_nonzero`` (no bool -> int copy).
-    """
-    surrogate = ratio * adv
-    clipped_surrogate = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
-    # max(-rho*A, -clip(rho)*A) == -min(rho*A, clip(rho)*A): minimum's backward needs only its
-    # inputs, so the negation may happen in place.
-    token_loss = torch.minimum(surrogate, clipped_surrogate).neg_()
-    clipped = torch.count_nonzero(clipped_surrogate < surrogate)
-    clip_frac = clipped.to(torch.float64) / torch.count_nonzero(valid).to(torch.float64).clamp_min(1.0)
-    return token_loss, clip_frac
-
-
 def gspo_token_loss(
     logp: torch.Tensor,
     logp_old: torch.Tensor,
@@ -140,13 +132,15 @@ def gspo_token_loss(
 
     ``rho_i = exp((1/L_i) sum_t m[i,t] (logp - logp_old)[i,t])`` with ``L_i`` the valid tokens of
     response ``i``; ``loss[i,t] = -min(rho_i A, clip(rho_i, 1 - clip_low, 1 + clip_high) A)`` on valid
-    tokens, 0 elsewhere. Returns ``(token_loss, clip_frac)`` (fraction of valid tokens clipped).
+    tokens, 0 elsewhere. Returns ``(token_loss, clip_frac)`` (the module's clip-fraction convention).
     """
     valid = as_bool_mask(mask)
     log_ratio = _selected(valid, logp - logp_old.to(logp.dtype), logp)
-    lengths = valid.sum(dim=-1, keepdim=True).to(logp.dtype).clamp_min(1.0)
-    ratio = torch.exp(log_ratio.sum(dim=-1, keepdim=True) / lengths).expand_as(logp)
-    return _clipped_surrogate(ratio, _selected(valid, advantages, logp), valid, clip_low, clip_high)
+    lengths = valid_count(valid, dim=-1).to(logp.dtype).clamp_min(1.0)
+    sequence_log_ratio = (log_ratio.sum(dim=-1) / lengths)[:, None].expand_as(logp)
+    # The token surrogate with the response's mean log-ratio in every token's place (and 0 as the old one).
+    zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
+    return _clipped_surrogate(sequence_log_ratio, zero, advantages, valid, clip_low, clip_high)
 
 
 def sapo_token_loss(
@@ -245,7 +239,7 @@ def reduce_loss(token_values: torch.Tensor, mask: torch.Tensor, mode: str, group
     if mode == "sum":
         return masked.sum()
     if mode == "token_mean":
-        n_tokens = _global_sum(torch.count_nonzero(valid).to(token_values.dtype), group)
+        n_tokens = _global_sum(valid_count(valid).to(token_values.dtype), group)
         return masked.sum() / n_tokens.clamp_min(1.0)
     if mode == "response_mean":
         lengths = valid_count(valid, dim=-1).to(token_values.dtype)
