@@ -129,3 +129,20 @@ def test_the_packed_index_lists_every_input_that_predicts_a_valid_token_in_order
         expected = [r * steps + t for r, tokens in enumerate(resp) for t in range(len(tokens) - 1)]
         index = packed_input_index(batch)
         assert index.dtype == torch.long and index.tolist() == expected
+
+
+def test_a_mini_batch_s_log_probs_equal_the_whole_batch_s_rows_bit_for_bit():
+    """A PPO mini-batch's numbers must not depend on how the batch is cut (float32, the trainer's dtype),
+    on slices that start, end and straddle prompt groups. This is why a mini-batch keeps every prompt:
+    dropping the others changes the output head's row count (1-3 rows take another BLAS kernel) and the
+    backward's reductions over prompt tokens, so the last bits would move."""
+    model, tokenizer = load_policy(str(resolve("trainer/assets/toy/model")))
+    model.eval()
+    prompts, responses = groups(tokenizer)
+    batch = build_token_batch(prompts, responses, tokenizer.pad_token_id, "cpu")
+    with torch.no_grad():
+        whole = response_logprobs(model, batch)
+        for rows in (slice(0, 3), slice(3, 9), slice(2, 7), slice(8, 9)):
+            part = response_logprobs(model, batch.rows(rows))
+            mask = batch.response_mask[rows]
+            assert part.dtype == torch.float32 and torch.equal(part[mask], whole[rows][mask]), rows

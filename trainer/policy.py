@@ -55,7 +55,12 @@ class TokenBatch:
     lengths: tuple[int, ...]
 
     def rows(self, rows: slice) -> TokenBatch:
-        """The same batch restricted to a slice of its responses (a PPO mini-batch)."""
+        """The same batch restricted to a slice of its responses (a PPO mini-batch).
+
+        Every prompt is kept, though the slice continues only some: dropping the others changes the
+        matrix shapes of the prompt-side products (the output head's row count, the backward's
+        reductions over prompt tokens), and with them the last bits of the slice's numbers, which
+        must equal the whole batch's (``test_a_mini_batch_s_log_probs_equal_the_whole_batch_s_rows_bit_for_bit``)."""
         return TokenBatch(self.prompt_ids, self.prompt_mask, self.owner[rows], self.response_ids[rows],
                           self.response_mask[rows], self.lengths[rows])
 
