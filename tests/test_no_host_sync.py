@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import inspect
+import math
 
 import pytest
 import torch
@@ -129,3 +130,54 @@ def test_cuda_100_iterations_under_sync_debug_error_mode():
     finally:
         torch.cuda.set_sync_debug_mode("default")
     torch.cuda.synchronize()
+
+
+@contextlib.contextmanager
+def count_host_reads(monkeypatch):
+    """Count the device-to-host reads the decode loop makes (``int(tensor)``, ``nonzero``, ``tolist``)."""
+    calls = []
+
+    def counting(name):
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *args, **kwargs):
+            calls.append(name)
+            return original(self, *args, **kwargs)
+        return counted
+
+    with monkeypatch.context() as m:
+        for name in ("__int__", "nonzero", "tolist"):
+            m.setattr(torch.Tensor, name, counting(name))
+        yield calls
+
+
+def test_decoding_reads_the_finished_count_once_per_check_interval_with_the_same_responses(monkeypatch):
+    """On an accelerator the decode loop reads how many responses finished every ``DONE_CHECK_EVERY``
+    tokens (run here on the CPU by setting the engine's interval): about one read per 8 tokens instead of
+    one per token, the same responses and widths, and sampler log-probs equal to float32 rounding (rows
+    leave the batch at other tokens). The CPU default reads every token."""
+    from trainer.inputs import resolve
+    from trainer.policy import load_policy
+    from trainer.rollout import DONE_CHECK_EVERY, SamplingParams, TorchEngine, done_check_interval
+
+    assert done_check_interval(torch.device("cpu")) == 1 and done_check_interval(torch.device("cuda")) == DONE_CHECK_EVERY > 1
+    model, tokenizer = load_policy(str(resolve("trainer/assets/toy/model")))
+    texts = ("Question: 2 + 3?\nAnswer:", "Q: 9?", "Question: what is 12 times 7 minus 4?\nAnswer:")
+    prompts = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts for _ in range(4)]
+    keys = list(range(800, 800 + len(prompts)))  # lengths 6 to 33
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=120)  # every response finishes first
+    engine = TorchEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id)
+    outputs, reads = {}, {}
+    for every in (1, DONE_CHECK_EVERY):
+        engine.done_check_every = every
+        with count_host_reads(monkeypatch) as calls:
+            outputs[every] = engine.generate(prompts, keys, sampling)
+        reads[every] = calls.count("__int__")
+    per_token, sparse = outputs[1], outputs[DONE_CHECK_EVERY]
+    longest = max(len(g.response_ids) for g in per_token.generations)
+    assert all(g.finished for g in per_token.generations) and longest > 3 * DONE_CHECK_EVERY
+    assert reads[1] == longest  # one read per token until the last response ends
+    assert reads[DONE_CHECK_EVERY] == math.ceil(longest / DONE_CHECK_EVERY)
+    assert sparse.generations == per_token.generations
+    assert sparse.sampler_logp.shape == per_token.sampler_logp.shape == (len(prompts), longest)
+    torch.testing.assert_close(sparse.sampler_logp, per_token.sampler_logp, rtol=0, atol=1e-5)

@@ -13,7 +13,8 @@ on its own key, never on which other sequences share the batch or the data-paral
 
 Decoding runs through ``trainer.decoding``: its lean Qwen3 path (preallocated KV cache) when the
 model is a Qwen3, the model's generic forward otherwise. Finished responses leave the batch once a
-quarter of it has finished, so the last long responses do not carry the short ones' rows.
+quarter of it has finished, so the last long responses do not carry the short ones' rows; how often
+the loop reads that count from the device is ``done_check_interval``'s choice.
 """
 
 from __future__ import annotations
@@ -138,6 +139,7 @@ class TorchEngine:
         self.eos_id = eos_id
         self.pad_id = pad_id
         self.device = next(self.model.parameters()).device
+        self.done_check_every = done_check_interval(self.device)
         self.decoder, why_not_lean = make_decoder(self.model)
         if why_not_lean:
             log.info("rollout engine: the model's generic forward decodes (no lean path: %s)", why_not_lean)
@@ -193,14 +195,17 @@ class TorchEngine:
                 aux_tokens[rows, steps] = torch.where(done[:, None], self.pad_id, drawn)
             steps += 1
             done = done | (nxt == self.eos_id)
-            finished = int(done.sum())  # host read: one per token (when to stop, when to shrink the batch)
-            if finished == len(done) or steps == width:
+            if steps == width:
                 break
-            if 4 * finished >= len(done):  # drop the finished rows from the batch
-                keep = (~done).nonzero()[:, 0]
-                rows, state, positions, nxt = rows[keep], state.select(keep), positions[keep], nxt[keep]
-                done = done[keep]
-                noise = noise[keep] if noise is not None else None
+            if steps % self.done_check_every == 0:
+                finished = int(done.sum())  # the host read: when to stop, when to shrink the batch
+                if finished == len(done):
+                    break
+                if 4 * finished >= len(done):  # drop the finished rows from the batch
+                    keep = (~done).nonzero()[:, 0]
+                    rows, state, positions, nxt = rows[keep], state.select(keep), positions[keep], nxt[keep]
+                    done = done[keep]
+                    noise = noise[keep] if noise is not None else None
             logits = self.decoder.step(nxt, positions, state)
             positions = positions + 1
         generated = tokens[:, :steps].cpu().tolist()
@@ -210,6 +215,9 @@ class TorchEngine:
                 results.append(Generation(row[: row.index(self.eos_id) + 1], True))
             else:
                 results.append(Generation(row, False))
+        # The longest response's length: the tokens decoded when every finish is noticed at once
+        # (a finish read late adds only padding).
+        steps = max((len(g.response_ids) for g in results), default=steps)
         return GenerationBatch(results, time.perf_counter() - start, token_logp[:, :steps],
                                aux_tokens[:, :steps] if aux else None)
 
@@ -270,6 +278,18 @@ def gumbel_noise(seeds: torch.Tensor, step: int, width: int, steps: int) -> torc
     """``G = -log(-log U)`` over ``uniform_draws``: the Gumbel noise of Gumbel-max sampling."""
     return -torch.log(-torch.log(uniform_draws(seeds, step, width, steps)))
 
+
+# On an accelerator, decoding reads how many responses have finished (a device-to-host copy that waits
+# for every queued kernel, so the host cannot run ahead) once per this many tokens.
+DONE_CHECK_EVERY = 8
+
+
+def done_check_interval(device: torch.device) -> int:
+    """Tokens decoded between reads of how many responses have finished: ``DONE_CHECK_EVERY`` on an
+    accelerator; every token on a CPU, where the read waits for nothing. There finished rows leave the
+    batch at once, and runs keep their numbers bit for bit (when rows leave changes the batch's row
+    count, and with it which BLAS kernels compute the remaining rows' last bits)."""
+    return 1 if device.type == "cpu" else DONE_CHECK_EVERY
 
 # Gumbel noise is drawn for several tokens at once, up to this many elements (128 KiB of float32):
 # ~10 tokens of 32 rows of a 99-token vocabulary per call (the cheapest per token on one CPU core,
