@@ -13,7 +13,6 @@ import json
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,6 +25,7 @@ from launcher.preflight import PreflightError
 from launcher.progress import progress_table
 from launcher.records import SWEEP_RECORD, read_job_record, update_job_record
 from launcher.runtime import run_job
+from launcher.slurm_commands import run_slurm
 from launcher.slurm_options import explain_refusal, extra_sbatch_options, max_array_size, setup_lines
 from launcher.slurm_states import TERMINAL_STATES, confirmed_states, recorded_exit_code
 
@@ -151,15 +151,14 @@ def name_tasks(sweep_dir: Path, specs, job_ids: list[str]) -> None:
     if len(job_ids) > MAX_NAMED_TASKS:
         return
     for spec, job_id in zip(specs, job_ids):
-        subprocess.run(["scontrol", "update", f"JobId={job_id}", f"JobName={job_name(sweep_dir, spec.name)}"],
-                       capture_output=True)
+        run_slurm(["scontrol", "update", f"JobId={job_id}", f"JobName={job_name(sweep_dir, spec.name)}"])
 
 
 def _forget_submission(folder: Path, todo, arrays: list[str]) -> None:
     """A refused submission leaves nothing behind: earlier arrays of it cancelled, no pickles,
     no job directory that holds only its spec."""
     if arrays:
-        subprocess.run(["scancel", *arrays], capture_output=True)
+        run_slurm(["scancel", *arrays])
     shutil.rmtree(folder, ignore_errors=True)
     for spec in todo:
         if spec.job_dir.is_dir() and {p.name for p in spec.job_dir.iterdir()} <= {"spec.json"}:
@@ -228,11 +227,11 @@ def submit_seal_job(sweep, arrays: list[str]) -> str:
             *(f"--{k}={cluster.get(k)}" for k in ("account", "qos") if cluster.get(k)),
             f"--chdir={REPO_ROOT}", "--wrap",
             f"{shlex.quote(sys.executable)} -m launcher seal {shlex.quote(str(sweep.sweep_dir))}"]
-    proc = subprocess.run(argv, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise PreflightError(explain_refusal(proc.stderr).replace("nothing was submitted",
-                                                                  f"array(s) {', '.join(arrays)} were submitted"))
-    return proc.stdout.strip().split(";")[0]
+    reply = run_slurm(argv)
+    if not reply.ok:
+        raise PreflightError(explain_refusal(reply.stderr or reply.error).replace(
+            "nothing was submitted", f"array(s) {', '.join(arrays)} were submitted"))
+    return reply.stdout.strip().split(";")[0]
 
 
 def refresh_job_records(job_dirs: list[Path]) -> dict[str, str]:
@@ -331,15 +330,19 @@ def cancel_sweep(sweep_dir: Path) -> int:
     """``python -m launcher cancel <sweep_dir>``: scancel every task of the sweep that Slurm still
     holds (never a finished one), then record the states Slurm confirms. Returns an exit code."""
     job_dirs = sorted(p for p in (sweep_dir / "jobs").iterdir() if (p / "job.json").is_file())
-    states = refresh_job_records(job_dirs)
+    try:
+        states = refresh_job_records(job_dirs)
+    except SchedulerUnavailable as exc:  # which jobs still run is unknown: cancel none rather than guess
+        print(f"proofgrid: error: cannot ask Slurm which jobs are queued or running ({exc}); nothing was cancelled",
+              file=sys.stderr)
+        return 1
     live = {d.name: read_job_record(d)["job_id"] for d in job_dirs
             if states[d.name] not in TERMINAL_STATES and read_job_record(d).get("scheduler") == "slurm"}
     if not live:
         print(f"nothing to cancel in {sweep_dir}: no job is queued or running")
         return 0
-    proc = subprocess.run(["scancel", *live.values()], capture_output=True, text=True)
-    if proc.returncode != 0:
-        print(f"proofgrid: error: scancel failed: {proc.stderr.strip()}", file=sys.stderr)
+    if (refused := run_slurm(["scancel", *live.values()]).error) is not None:
+        print(f"proofgrid: error: {refused}", file=sys.stderr)
         return 1
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
