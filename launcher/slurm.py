@@ -268,6 +268,8 @@ class WaitTimeout(Exception):
 
 def wait_for_jobs(sweep_dir: Path, job_dirs: list[Path], n_updates: dict[str, int], poll_s: float = 2.0,
                   timeout_s: float | None = None) -> None:
+    """Show the live table until Slurm confirms every job ended (then the caller seals); at
+    ``timeout_s`` or on Ctrl-C, stop waiting, leave the jobs running and say how to go on."""
     title = f"proofgrid sweep on Slurm ({sweep_dir.name})"
     dirs = {d.name: d for d in job_dirs}
 
@@ -305,18 +307,13 @@ def wait_for_jobs(sweep_dir: Path, job_dirs: list[Path], n_updates: dict[str, in
         from rich.live import Live
 
         states = refresh(states)
+        # Terminal states are final when they arrive: ``confirmed_states`` gives the ones a requeue can
+        # follow a second look, and a requeued task is back in squeue at once (tests/test_slurm.py).
         with Live(view(states), console=Console(stderr=True), refresh_per_second=1) as live:
-            while True:
-                while not all(s in TERMINAL_STATES for s in states.values()):
-                    sleep()
-                    states = refresh(states)
-                    live.update(view(states))
-                # Re-check before the caller seals: a requeue can follow a terminal-looking state.
-                time.sleep(poll_s)
+            while not all(s in TERMINAL_STATES for s in states.values()):
+                sleep()
                 states = refresh(states)
                 live.update(view(states))
-                if all(s in TERMINAL_STATES for s in states.values()):
-                    return
     except (KeyboardInterrupt, WaitTimeout) as stop:
         running = sum(1 for s in states.values() if s not in TERMINAL_STATES)
         why = "interrupted" if isinstance(stop, KeyboardInterrupt) else f"cluster.wait_timeout_s={timeout_s:g} passed"
