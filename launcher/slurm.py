@@ -4,7 +4,8 @@
 The cluster profile (``conf/cluster/*.yaml``) maps one to one onto sbatch options; it is checked
 in ``slurm_options``. Scheduler states come from ``sacct`` and ``squeue`` as ``slurm_states``
 confirms them (accounting is required: without it a cancelled job's state is unknowable); what
-runs inside a task when Slurm warns it is in ``slurm_requeue``.
+runs inside a task when Slurm warns it is in ``slurm_requeue``. Every Slurm command runs through
+``slurm_commands.run_slurm``.
 """
 
 from __future__ import annotations
