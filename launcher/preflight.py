@@ -13,6 +13,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from launcher.ports import PortLockError, port_base
+from launcher.slurm_commands import not_on_path
 from trainer.algorithms import AlgoConfigError
 from trainer.config import RunConfigError, validate
 from trainer.inputs import REPO_ROOT, InputDigestError, resolve, verify_inputs
@@ -151,10 +152,7 @@ def check_scheduler_commands(cluster: DictConfig, dry_run: bool) -> None:
         return
     missing = [c for c in SLURM_COMMANDS if shutil.which(c) is None]
     if missing:
-        raise PreflightError(
-            f"cluster=slurm needs Slurm's {', '.join(missing)} on PATH, which are missing here; "
-            "run from a Slurm login node (or load its module), or use cluster=local"
-        )
+        raise PreflightError(f"cluster=slurm needs {not_on_path(missing)}, or use cluster=local")
 
 
 def check_port_base() -> int:

@@ -4,7 +4,8 @@
 The cluster profile (``conf/cluster/*.yaml``) maps one to one onto sbatch options; it is checked
 in ``slurm_options``. Scheduler states come from ``sacct`` and ``squeue`` as ``slurm_states``
 confirms them (accounting is required: without it a cancelled job's state is unknowable); what
-runs inside a task when Slurm warns it is in ``slurm_requeue``.
+runs inside a task when Slurm warns it is in ``slurm_requeue``. Every Slurm command runs through
+``slurm_commands.run_slurm``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import json
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,6 +26,7 @@ from launcher.preflight import PreflightError
 from launcher.progress import progress_table
 from launcher.records import SWEEP_RECORD, read_job_record, update_job_record
 from launcher.runtime import run_job
+from launcher.slurm_commands import run_slurm
 from launcher.slurm_options import explain_refusal, extra_sbatch_options, max_array_size, setup_lines
 from launcher.slurm_states import TERMINAL_STATES, confirmed_states, recorded_exit_code
 
@@ -151,15 +152,14 @@ def name_tasks(sweep_dir: Path, specs, job_ids: list[str]) -> None:
     if len(job_ids) > MAX_NAMED_TASKS:
         return
     for spec, job_id in zip(specs, job_ids):
-        subprocess.run(["scontrol", "update", f"JobId={job_id}", f"JobName={job_name(sweep_dir, spec.name)}"],
-                       capture_output=True)
+        run_slurm(["scontrol", "update", f"JobId={job_id}", f"JobName={job_name(sweep_dir, spec.name)}"])
 
 
 def _forget_submission(folder: Path, todo, arrays: list[str]) -> None:
     """A refused submission leaves nothing behind: earlier arrays of it cancelled, no pickles,
     no job directory that holds only its spec."""
     if arrays:
-        subprocess.run(["scancel", *arrays], capture_output=True)
+        run_slurm(["scancel", *arrays])
     shutil.rmtree(folder, ignore_errors=True)
     for spec in todo:
         if spec.job_dir.is_dir() and {p.name for p in spec.job_dir.iterdir()} <= {"spec.json"}:
@@ -228,11 +228,11 @@ def submit_seal_job(sweep, arrays: list[str]) -> str:
             *(f"--{k}={cluster.get(k)}" for k in ("account", "qos") if cluster.get(k)),
             f"--chdir={REPO_ROOT}", "--wrap",
             f"{shlex.quote(sys.executable)} -m launcher seal {shlex.quote(str(sweep.sweep_dir))}"]
-    proc = subprocess.run(argv, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise PreflightError(explain_refusal(proc.stderr).replace("nothing was submitted",
-                                                                  f"array(s) {', '.join(arrays)} were submitted"))
-    return proc.stdout.strip().split(";")[0]
+    reply = run_slurm(argv)
+    if not reply.ok:
+        raise PreflightError(explain_refusal(reply.stderr or reply.error).replace(
+            "nothing was submitted", f"array(s) {', '.join(arrays)} were submitted"))
+    return reply.stdout.strip().split(";")[0]
 
 
 def refresh_job_records(job_dirs: list[Path]) -> dict[str, str]:
@@ -269,6 +269,8 @@ class WaitTimeout(Exception):
 
 def wait_for_jobs(sweep_dir: Path, job_dirs: list[Path], n_updates: dict[str, int], poll_s: float = 2.0,
                   timeout_s: float | None = None) -> None:
+    """Show the live table until Slurm confirms every job ended (then the caller seals); at
+    ``timeout_s`` or on Ctrl-C, stop waiting, leave the jobs running and say how to go on."""
     title = f"proofgrid sweep on Slurm ({sweep_dir.name})"
     dirs = {d.name: d for d in job_dirs}
 
@@ -306,18 +308,13 @@ def wait_for_jobs(sweep_dir: Path, job_dirs: list[Path], n_updates: dict[str, in
         from rich.live import Live
 
         states = refresh(states)
+        # Terminal states are final when they arrive: ``confirmed_states`` gives the ones a requeue can
+        # follow a second look, and a requeued task is back in squeue at once (tests/test_slurm.py).
         with Live(view(states), console=Console(stderr=True), refresh_per_second=1) as live:
-            while True:
-                while not all(s in TERMINAL_STATES for s in states.values()):
-                    sleep()
-                    states = refresh(states)
-                    live.update(view(states))
-                # Re-check before the caller seals: a requeue can follow a terminal-looking state.
-                time.sleep(poll_s)
+            while not all(s in TERMINAL_STATES for s in states.values()):
+                sleep()
                 states = refresh(states)
                 live.update(view(states))
-                if all(s in TERMINAL_STATES for s in states.values()):
-                    return
     except (KeyboardInterrupt, WaitTimeout) as stop:
         running = sum(1 for s in states.values() if s not in TERMINAL_STATES)
         why = "interrupted" if isinstance(stop, KeyboardInterrupt) else f"cluster.wait_timeout_s={timeout_s:g} passed"
@@ -331,15 +328,19 @@ def cancel_sweep(sweep_dir: Path) -> int:
     """``python -m launcher cancel <sweep_dir>``: scancel every task of the sweep that Slurm still
     holds (never a finished one), then record the states Slurm confirms. Returns an exit code."""
     job_dirs = sorted(p for p in (sweep_dir / "jobs").iterdir() if (p / "job.json").is_file())
-    states = refresh_job_records(job_dirs)
+    try:
+        states = refresh_job_records(job_dirs)
+    except SchedulerUnavailable as exc:  # which jobs still run is unknown: cancel none rather than guess
+        print(f"proofgrid: error: cannot ask Slurm which jobs are queued or running ({exc}); nothing was cancelled",
+              file=sys.stderr)
+        return 1
     live = {d.name: read_job_record(d)["job_id"] for d in job_dirs
             if states[d.name] not in TERMINAL_STATES and read_job_record(d).get("scheduler") == "slurm"}
     if not live:
         print(f"nothing to cancel in {sweep_dir}: no job is queued or running")
         return 0
-    proc = subprocess.run(["scancel", *live.values()], capture_output=True, text=True)
-    if proc.returncode != 0:
-        print(f"proofgrid: error: scancel failed: {proc.stderr.strip()}", file=sys.stderr)
+    if (refused := run_slurm(["scancel", *live.values()]).error) is not None:
+        print(f"proofgrid: error: {refused}", file=sys.stderr)
         return 1
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

@@ -14,12 +14,11 @@ from __future__ import annotations
 import dataclasses
 import getpass
 import re
-import shutil
-import subprocess
 
 from omegaconf import DictConfig
 
 from launcher.preflight import PreflightError
+from launcher.slurm_commands import pipe_records, run_slurm
 from trainer.schema import ClusterSchema
 
 # Slurm's --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (or UNLIMITED / INFINITE).
@@ -118,15 +117,8 @@ def check_formats(cluster: DictConfig) -> None:
         bad("signal_delay_s", d, "whole seconds between 1 and 65535")
 
 
-def _ask(argv: list[str]) -> str | None:
-    """stdout of a Slurm query, or None when Slurm cannot answer here."""
-    if shutil.which(argv[0]) is None:
-        return None
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return proc.stdout if proc.returncode == 0 else None
+# The profile checks ask quick questions; one Slurm cannot answer in this long is left unchecked.
+_QUERY_TIMEOUT_S = 30
 
 
 def mem_mb(text: str) -> int:
@@ -145,17 +137,19 @@ def minutes(text: str) -> int | None:
     return time_to_minutes(text)
 
 
+# sinfo's format letters for what a node offers, and the names ``_nodes`` reads them by.
+_NODE_FIELDS = {"name": "%N", "cpus": "%c", "mem": "%m", "gres": "%G", "features": "%f"}
+
+
 def _nodes(partition: str) -> list[dict] | None:
-    out = _ask(["sinfo", "-h", "-N", "-p", partition, "-o", "%N|%c|%m|%G|%f"])
+    out = run_slurm(["sinfo", "-h", "-N", "-p", partition, "-o", "|".join(_NODE_FIELDS.values())],
+                    _QUERY_TIMEOUT_S).answer()
     if out is None:
         return None
-    nodes = []
-    for line in out.splitlines():
-        name, cpus, mem, gres, features = (line.split("|") + [""] * 5)[:5]
-        nodes.append({"name": name, "cpus": int(cpus.rstrip("+") or 0), "mem_mb": int(mem.rstrip("+") or 0),
-                      "gres": "" if gres == "(null)" else gres,
-                      "features": set() if features == "(null)" else set(features.split(","))})
-    return nodes
+    return [{"name": node["name"], "cpus": int(node["cpus"].rstrip("+") or 0),
+             "mem_mb": int(node["mem"].rstrip("+") or 0), "gres": "" if node["gres"] == "(null)" else node["gres"],
+             "features": set() if node["features"] == "(null)" else set(node["features"].split(","))}
+            for node in pipe_records(out, tuple(_NODE_FIELDS))]
 
 
 def _gres_items(text: str) -> list[tuple[str, str | None, int]]:
@@ -191,10 +185,11 @@ def check_against_cluster(cluster: DictConfig) -> None:
     """One-line ``PreflightError`` when the cluster says the profile cannot run; silent where Slurm
     cannot be asked (a dry run on a laptop)."""
     partition = str(cluster.partition)
-    shown = _ask(["scontrol", "show", "partition", "-o", partition])
+    shown = run_slurm(["scontrol", "show", "partition", "-o", partition], _QUERY_TIMEOUT_S).answer()
     if shown is None:
-        if _ask(["sinfo", "-h", "-o", "%P"]) is not None:  # Slurm answers, the partition is not there
-            known = sorted({p.rstrip("*") for p in _ask(["sinfo", "-h", "-o", "%P"]).split()})
+        partitions = run_slurm(["sinfo", "-h", "-o", "%P"], _QUERY_TIMEOUT_S).answer()
+        if partitions is not None:  # Slurm answers, the partition is not there
+            known = sorted({p.rstrip("*") for p in partitions.split()})
             raise PreflightError(f"cluster.partition={partition!r} does not exist on this cluster; "
                                  f"use one of {', '.join(known)} ({_PROFILE})")
         return
@@ -227,11 +222,14 @@ def _check_account_and_qos(cluster: DictConfig) -> None:
     account, qos = _value(cluster, "account"), _value(cluster, "qos")
     if account is None and qos is None:
         return
-    assoc = _ask(["sacctmgr", "-n", "-P", "show", "assoc", f"user={getpass.getuser()}", "format=account,qos"])
+    fields = ("account", "qos")
+    assoc = run_slurm(["sacctmgr", "-n", "-P", "show", "assoc", f"user={getpass.getuser()}", "format=" + ",".join(fields)],
+                      _QUERY_TIMEOUT_S).answer()
     if not assoc or not assoc.strip():
         return  # no accounting database here: nothing to check against
-    accounts = {line.split("|")[0] for line in assoc.splitlines() if line.strip()}
-    allowed_qos = {q for line in assoc.splitlines() for q in line.split("|")[1].split(",") if "|" in line and q}
+    rows = list(pipe_records(assoc, fields))
+    accounts = {row["account"] for row in rows}
+    allowed_qos = {q for row in rows for q in row["qos"].split(",") if q}
     if account is not None and str(account) not in accounts:
         raise PreflightError(f"cluster.account={account!r} is not one of your Slurm accounts "
                              f"({', '.join(sorted(accounts))}); set cluster.account to one of them or null")
@@ -268,7 +266,7 @@ def max_array_size(cluster: DictConfig) -> int:
     """Tasks one array may hold: the cluster's ``MaxArraySize`` (``scontrol show config``, Slurm's
     default where it cannot be asked), lowered by the profile's ``max_array_size`` if set."""
     slurm = DEFAULT_MAX_ARRAY_SIZE
-    config = _ask(["scontrol", "show", "config"])
+    config = run_slurm(["scontrol", "show", "config"], _QUERY_TIMEOUT_S).answer()
     for line in (config or "").splitlines():
         key, _, value = line.partition("=")
         if key.strip() == "MaxArraySize" and value.strip().isdigit():

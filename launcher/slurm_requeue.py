@@ -12,12 +12,12 @@ to ``job.json``'s ``history``, which the evidence turns into incidents that stay
 from __future__ import annotations
 
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 from launcher.backend import SchedulerUnavailable
 from launcher.records import read_job_record, update_job_record
+from launcher.slurm_commands import run_slurm
 from launcher.slurm_states import sacct_runs
 
 HISTORY_KEY = "history"
@@ -27,11 +27,7 @@ MAX_SELF_REQUEUES = 10
 
 def slurm_job_state(job_id: str) -> str | None:
     """The controller's state of ``job_id`` (``RUNNING``, ``CANCELLED``, ...), None if it cannot tell."""
-    try:
-        proc = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    for field in proc.stdout.split():
+    for field in (run_slurm(["scontrol", "show", "job", "-o", job_id], timeout_s=30).answer() or "").split():
         if field.startswith("JobState="):
             return field.partition("=")[2]
     return None
@@ -49,11 +45,7 @@ def requeue_refusal(job_id: str, restart_count: int) -> str | None:
 
 def requeue(job_id: str) -> str | None:
     """``scontrol requeue job_id``; returns the error line when Slurm refuses."""
-    try:
-        proc = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return str(exc)
-    return None if proc.returncode == 0 else (proc.stderr.strip() or f"exit {proc.returncode}")
+    return run_slurm(["scontrol", "requeue", job_id]).error
 
 
 def signal_event(signum: int) -> str:

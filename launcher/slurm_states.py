@@ -12,11 +12,10 @@ look too (never left PENDING forever).
 from __future__ import annotations
 
 import re
-import subprocess
 import time
 from collections.abc import Callable
 
-from launcher.backend import SchedulerUnavailable
+from launcher.slurm_commands import pipe_records, run_slurm
 
 # States after which a task never runs again (unless listed in TRANSIENT_STATES as well).
 TERMINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL",
@@ -56,65 +55,57 @@ def _elapsed_s(text: str) -> int:
     return int(text) if text.strip().isdigit() else 0
 
 
-def parse_sacct(text: str) -> dict[str, dict]:
-    """``sacct -X -P -n --format=JobID,State,ExitCode,ElapsedRaw,NodeList`` -> per task id
-    ``{state, exit_code, signal, elapsed_s, node}``; aggregated range lines are expanded."""
-    states = {}
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        job_id, state, exit_code, elapsed, node = (line.split("|") + [""] * 5)[:5]
-        code, _, sig = exit_code.partition(":")
-        info = {"state": base_state(state), "exit_code": int(code) if code.isdigit() else 0,
-                "signal": int(sig) if sig.isdigit() else 0, "elapsed_s": _elapsed_s(elapsed),
+# What proofgrid asks sacct for, and what ``sacct_records`` reads back, field by field.
+SACCT_FIELDS = ("JobID", "State", "ExitCode", "ElapsedRaw", "NodeList")
+SACCT_FORMAT = "--format=" + ",".join(SACCT_FIELDS)
+# squeue's format letters for the same idea: task id, state, and why a pending task waits.
+SQUEUE_FIELDS = {"JobID": "%i", "State": "%T", "Reason": "%r"}
+SQUEUE_FORMAT = "|".join(SQUEUE_FIELDS.values())
+
+
+def sacct_records(text: str) -> list[tuple[str, dict]]:
+    """``sacct -P -n SACCT_FORMAT`` -> ``(task id, {state, exit_code, signal, elapsed_s, node})`` per
+    record line and task, in sacct's order (an aggregated range line gives one pair per task)."""
+    records = []
+    for fields in pipe_records(text, SACCT_FIELDS):
+        code, _, sig = fields["ExitCode"].partition(":")
+        node = fields["NodeList"]
+        info = {"state": base_state(fields["State"]), "exit_code": int(code) if code.isdigit() else 0,
+                "signal": int(sig) if sig.isdigit() else 0, "elapsed_s": _elapsed_s(fields["ElapsedRaw"]),
                 "node": node if node and node != "None assigned" else ""}
-        for task in expand_job_ids(job_id):
-            states[task] = dict(info)
-    return states
+        records += [(task, dict(info)) for task in expand_job_ids(fields["JobID"])]
+    return records
+
+
+def parse_sacct(text: str) -> dict[str, dict]:
+    """``sacct -X -P -n SACCT_FORMAT`` -> per task id ``{state, exit_code, signal, elapsed_s, node}``
+    (a task's last record wins); aggregated range lines are expanded."""
+    return dict(sacct_records(text))
 
 
 def parse_squeue(text: str) -> dict[str, dict]:
-    """``squeue -h -r -o %i|%T|%r`` -> per task id ``{state, reason}`` (ranges expanded)."""
-    states = {}
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        job_id, state, reason = (line.split("|") + ["", ""])[:3]
-        for task in expand_job_ids(job_id):
-            states[task] = {"state": base_state(state), "reason": reason.strip()}
-    return states
-
-
-def _ask(argv: list[str]) -> str:
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SchedulerUnavailable(f"{argv[0]} failed: {exc}") from None
-    if proc.returncode != 0:
-        raise SchedulerUnavailable(f"{argv[0]} failed: {proc.stderr.strip() or proc.returncode}")
-    return proc.stdout
-
-
-SACCT_FORMAT = "--format=JobID,State,ExitCode,ElapsedRaw,NodeList"  # what parse_sacct reads
+    """``squeue -h -r -o SQUEUE_FORMAT`` -> per task id ``{state, reason}`` (ranges expanded)."""
+    return {task: {"state": base_state(fields["State"]), "reason": fields["Reason"].strip()}
+            for fields in pipe_records(text, tuple(SQUEUE_FIELDS)) for task in expand_job_ids(fields["JobID"])}
 
 
 def sacct_states(job_ids: list[str]) -> dict[str, dict]:
     """What accounting says about the arrays of ``job_ids``, per task id."""
     arrays = sorted({j.split("_")[0] for j in job_ids})
-    return parse_sacct(_ask(["sacct", "-X", "-P", "-n", "-j", ",".join(arrays), SACCT_FORMAT]))
+    return parse_sacct(run_slurm(["sacct", "-X", "-P", "-n", "-j", ",".join(arrays), SACCT_FORMAT]).output())
 
 
 def sacct_runs(job_id: str) -> list[dict]:
     """Every run of one task that accounting recorded, oldest first: a task that Slurm requeued
     (node failure, preemption, ``scontrol requeue``) has one record per run with ``sacct -D``."""
-    lines = _ask(["sacct", "-D", "-X", "-P", "-n", "-j", job_id, SACCT_FORMAT]).splitlines()
-    return [run for line in lines for run in parse_sacct(line).values()]
+    text = run_slurm(["sacct", "-D", "-X", "-P", "-n", "-j", job_id, SACCT_FORMAT]).output()
+    return [info for _task, info in sacct_records(text)]
 
 
 def squeue_states(job_ids: list[str]) -> dict[str, dict]:
     """What the controller still holds (queued, running, requeued) of the arrays of ``job_ids``."""
     arrays = {j.split("_")[0] for j in job_ids}
-    queued = parse_squeue(_ask(["squeue", "-h", "-r", "--me", "-o", "%i|%T|%r"]))
+    queued = parse_squeue(run_slurm(["squeue", "-h", "-r", "--me", "-o", SQUEUE_FORMAT]).output())
     return {task: info for task, info in queued.items() if task.split("_")[0] in arrays}
 
 

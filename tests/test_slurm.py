@@ -276,6 +276,37 @@ def test_a_state_a_requeue_follows_is_not_final_while_squeue_still_holds_the_tas
         subprocess.run(["scancel", array])
 
 
+def test_the_waiting_launcher_returns_only_after_the_last_run_of_a_task_that_requeued_itself(tmp_path):
+    # The wait seals on its first all-terminal look: from the moment a warned task asks `scontrol
+    # requeue` for itself (as launcher.runtime does), squeue holds it again, so no state between its
+    # runs is confirmed final. A plain script keeps this to Slurm's own timing (no trainer).
+    from launcher.records import update_job_record
+    from launcher.slurm import wait_for_jobs
+    from launcher.slurm_states import sacct_runs, squeue_states
+
+    script = tmp_path / "task.sh"
+    script.write_text("#!/bin/bash\n"
+                      'if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then\n'
+                      "  trap 'scontrol requeue $SLURM_JOB_ID; exit 143' USR2\n"
+                      "  sleep 120 & wait; exit 1\n"
+                      "fi\n"
+                      "sleep 2\n")
+    job_id = subprocess.run(["sbatch", "--parsable", "--requeue", "--mem=100M", "-o", "/dev/null",
+                             "--job-name=proofgrid-test-self-requeue", str(script)],
+                            capture_output=True, text=True, check=True, cwd=tmp_path).stdout.strip()
+    job_dir = tmp_path / "sweep" / "jobs" / "task"
+    job_dir.mkdir(parents=True)
+    update_job_record(job_dir, {"scheduler": "slurm", "job_id": job_id, "state": "PENDING"})
+    try:
+        _wait_for(lambda: squeue_states([job_id]).get(job_id, {}).get("state") == "RUNNING", 60, "the task to run")
+        subprocess.run(["scancel", "--batch", "--signal=USR2", job_id], check=True)
+        wait_for_jobs(tmp_path / "sweep", [job_dir], {"task": 1}, poll_s=0.2, timeout_s=120)
+        assert [run["state"] for run in sacct_runs(job_id)] == ["REQUEUED", "COMPLETED"]
+        assert json.loads((job_dir / "job.json").read_text())["state"] == "COMPLETED"
+    finally:
+        subprocess.run(["scancel", job_id])
+
+
 def test_usr2_stops_a_dp1_and_a_dp2_task_at_their_current_step_requeues_and_both_resume_bit_identically(tmp_path):
     # One array, two tasks warned at once: one process, and two ranks that agree on one step (the
     # trainer forwards the warning to them). No periodic checkpoint before the end: every step kept
