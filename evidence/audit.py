@@ -32,8 +32,7 @@ import bagit
 from evidence.artifacts import (
     check_cleanup,
     check_run_summary,
-    check_shared_initial,
-    check_shared_sampling,
+    check_shared_reference,
     checkpoint_name,
     shared_initial_dir,
 )
@@ -348,7 +347,8 @@ def check_runs(data_dir: Path, data) -> list[Finding]:
     findings: list[Finding] = []
     n_updates = data.n_updates
     accepted = set(data.accepted)
-    shared_checks: dict[str, tuple] = {}  # each shared initial evaluation, checked once
+    shared_checks: dict = {}  # each shared initial evaluation, read and validated once
+    shared_reported: set[Finding] = set()  # and each of its problems reported once
     referenced: set[str] = set()
     for name in ("steps.csv", "eval.csv"):
         _, rows = read_csv(data_dir / name)
@@ -382,7 +382,7 @@ def check_runs(data_dir: Path, data) -> list[Finding]:
                 shared = shared_initial_dir(entry)
                 if kind == "initial" and shared is not None:
                     referenced.add(shared)
-                    findings += _check_shared_reference(data_dir, job, entry, shared_checks)
+                    findings += _check_shared_reference(data_dir, job, entry, shared_checks, shared_reported)
                 if (row.get("initial_eval") or None) != shared:
                     findings.append(Finding("data/eval.csv", f"{job} {kind} initial_eval differs from data/runs/{job}/eval.json"))
                 for column in EVAL_COLUMNS[len(EVAL_ID_COLUMNS):]:
@@ -419,25 +419,18 @@ def check_runs(data_dir: Path, data) -> list[Finding]:
     return findings
 
 
-def _check_shared_reference(data_dir: Path, job: str, entry: dict, checked: dict) -> list[Finding]:
-    """A run's shared initial control: the bundled evaluation passes ``check_shared_initial`` (once
-    per reference) and the run's "initial" entry is exactly its summary."""
-    reference = entry["shared"]
-    token = repr(sorted(reference.items())) if isinstance(reference, dict) else repr(reference)
-    findings = []
-    if token not in checked:
-        checked[token] = check_shared_initial(data_dir, reference)
-        where = f"data/{shared_initial_dir(entry)}/{EVAL_RECORD}"
-        findings = [Finding(where, problem) for problem in checked[token][1]]
-    summary = checked[token][0]
+def _check_shared_reference(data_dir: Path, job: str, entry: dict, checked: dict, reported: set) -> list[Finding]:
+    """A run's shared initial control by ``check_shared_reference``, as findings: the shared
+    evaluation's own problems once per bundle (``reported``), the run's under its eval.json."""
     try:
         config = read_json(data_dir / "runs" / job / "run.json").get("config")
     except (JSONError, AttributeError):
         config = None  # check_runs and the rejection checks report an unreadable run.json
-    findings += [Finding(f"data/runs/{job}/eval.json", problem) for problem in check_shared_sampling(data_dir, entry, config)]
-    if summary is not None and {k: v for k, v in entry.items() if k != "shared"} != summary:
-        findings.append(Finding(f"data/runs/{job}/eval.json", "initial differs from the shared initial evaluation it references"))
-    return findings
+    found = check_shared_reference(data_dir, entry, config, checked)
+    findings = [Finding(f"{PAYLOAD}/{found.shared_file}", problem) for problem in found.of_shared]
+    findings = [f for f in findings if f not in reported]
+    reported.update(findings)
+    return findings + [Finding(f"{PAYLOAD}/runs/{job}/eval.json", problem) for problem in found.of_run]
 
 
 def _still_rejected(data_dir: Path, data, row: dict, majority: tuple | None, artifacts: set[tuple[str, str]]) -> list[str]:

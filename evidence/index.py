@@ -20,10 +20,8 @@ from evidence.artifacts import (
     check_eval,
     check_public_command,
     check_run_summary,
-    check_shared_sampling,
     check_tensorboard,
     primary_artifacts,
-    shared_initial_dir,
 )
 from evidence.fileio import JSONError, read_json
 from evidence.metrics_log import MetricsLog, validate_metrics
@@ -188,13 +186,10 @@ def check_run_dir(run_dir: Path, evidence: JobEvidence, eval_responses: int | No
     evidence.checkpoint, failures = check_checkpoint(run_dir, evidence.n_updates)
     fail(failures)
     fail(check_tensorboard(run_dir))
+    run_config = evidence.run_summary.get("config") if isinstance(evidence.run_summary, dict) else None
     evidence.eval_summary, failures = check_eval(run_dir, evidence.checkpoint, eval_responses,
-                                                 shared_checks=shared_checks)
+                                                 shared_checks=shared_checks, run_config=run_config)
     fail(failures)
-    initial = (evidence.eval_summary or {}).get("initial")
-    if shared_initial_dir(initial) and isinstance(evidence.run_summary, dict):
-        fail(GateFailure("eval", "run/eval.json", problem)
-             for problem in check_shared_sampling(run_dir.parent.parent.parent, initial, evidence.run_summary.get("config")))
     return evidence
 
 
