@@ -433,14 +433,17 @@ def _check_shared_reference(data_dir: Path, job: str, entry: dict, checked: dict
     return findings + [Finding(f"{PAYLOAD}/runs/{job}/eval.json", problem) for problem in found.of_run]
 
 
-def _still_rejected(data_dir: Path, data, row: dict, majority: tuple | None, artifacts: set[tuple[str, str]]) -> list[str]:
+def _still_rejected(data_dir: Path, data, row: dict, majority: tuple | None, artifacts: set[tuple[str, str]],
+                    shared_checks: dict) -> list[str]:
     """The gates that still reject ``row``'s job on the evidence the bundle carries (the bundled
-    metrics log, run.json, eval.json, job.json, command.public.json, and artifacts.csv's listing)."""
+    metrics log, run.json, eval.json and the shared initial evaluation it references, job.json,
+    command.public.json, and artifacts.csv's listing)."""
     job, algo, seed, n = row["job"], row["algo"], int(row["seed"]), data.n_updates
     run = data_dir / "runs" / job
     log = validate_metrics(run / "metrics.jsonl", algo, n)
     failures = ["metrics"] if log.violations or log.valid_steps != n else []
-    failures += ["run"] if check_run_summary(run, algo, seed, n)[1] else []
+    run_summary, run_failures = check_run_summary(run, algo, seed, n)
+    failures += ["run"] if run_failures else []
     try:
         record, summary, command = (read_json(run / name) for name in ("job.json", "eval.json", "command.public.json"))
     except JSONError:
@@ -454,6 +457,11 @@ def _still_rejected(data_dir: Path, data, row: dict, majority: tuple | None, art
         failures.append("eval")
     elif majority is not None and _identity(entries[1]) != majority:
         failures.append("eval-subset")
+    if isinstance(entries[0], dict) and "shared" in entries[0]:
+        config = run_summary.get("config") if isinstance(run_summary, dict) else None
+        found = check_shared_reference(data_dir, entries[0], config, shared_checks)
+        if found.of_shared or found.of_run:
+            failures.append("eval-shared")
     if (job, f"run/checkpoints/{checkpoint_name(n)}/model.safetensors") not in artifacts:
         failures.append("checkpoint")
     if not any(j == job and p.startswith("run/tensorboard/events.out.tfevents.") for j, p in artifacts):
@@ -473,11 +481,12 @@ def check_rejections(data_dir: Path, data) -> list[Finding]:
     artifacts = {(r["job"], r["path"]) for r in artifact_rows if r.get("bytes", "0") not in ("", "0")}
     identities = [_identity(data.evals[run]["final"]) for run in data.accepted if "final" in data.evals.get(run, {})]
     majority = max(set(identities), key=identities.count) if identities else None
+    shared_checks: dict = {}  # each shared initial evaluation, read and validated once
     for row in data.index:
         excluded = row["reason"].startswith("excluded by incidents.yaml")
         if row["accepted"] == "yes" or excluded or not (data_dir / "runs" / row["job"]).is_dir():
             continue
-        if not _still_rejected(data_dir, data, row, majority, artifacts):
+        if not _still_rejected(data_dir, data, row, majority, artifacts, shared_checks):
             findings.append(Finding("data/index.csv", f"{row['job']} is rejected ({row['reason'][:80]}) but its "
                                                       "bundled evidence passes every gate: a valid run left out"))
     return findings

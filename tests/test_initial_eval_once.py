@@ -567,3 +567,39 @@ def test_the_reference_a_job_records_is_the_sha256_of_the_record_it_read(tmp_pat
     assert digest == on_disk and record == json.loads(record_path.read_text())
 
 
+
+def test_a_reference_to_a_path_outside_the_sweep_rejects_the_job_and_the_bundle_still_seals(synthetic, tmp_path):
+    """``python -m evidence build`` used to stop with SameFileError when a job's reference named an
+    absolute directory: it copied that directory's eval.json onto itself. Now only
+    ``initial_eval/<name>`` is ever copied, the job is rejected with the reason, and the audit is clean."""
+    sweep_dir = Path(shutil.copytree(synthetic[0], tmp_path / "sweep", ignore=shutil.ignore_patterns("bundle*")))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "eval.json").write_text("{}\n")
+    run_eval = sweep_dir / "jobs" / SYNTHETIC_JOBS[0] / "run" / "eval.json"
+    _point_runs_at([run_eval], path=str(elsewhere / "eval.json"))
+    result = subprocess.run([sys.executable, "-m", "evidence", "build", "--no-figures", str(sweep_dir)],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "accepted 1/2 jobs" in result.stdout
+    with open(sweep_dir / "bundle" / "data" / "index.csv", newline="") as f:
+        rows = {row["job"]: row for row in csv.DictReader(f)}
+    assert rows[SYNTHETIC_JOBS[0]]["accepted"] == "no" and "initial.shared.path" in rows[SYNTHETIC_JOBS[0]]["reason"]
+    assert (elsewhere / "eval.json").read_text() == "{}\n"
+    assert audit(sweep_dir / "bundle.tar.gz") == []
+
+
+@pytest.mark.parametrize("case", SHARED_TAMPERS)
+def test_a_job_rejected_for_its_shared_reference_stays_rejected_in_the_audit(synthetic, tmp_path, case):
+    """Damage found before the build rejects the job; the bundle carries the same damage, so the audit
+    re-checks the reference and does not call the rejection cherry-picking (it used to, as the
+    rejection re-check looked only at the run's own files)."""
+    from evidence.bundle import build_bundle
+
+    sweep_dir = Path(shutil.copytree(synthetic[0], tmp_path / "sweep", ignore=shutil.ignore_patterns("bundle*")))
+    runs = [sweep_dir / "jobs" / job / "run" for job in SYNTHETIC_JOBS]
+    _tamper(case, _shared_dir(sweep_dir), [run / "eval.json" for run in runs], runs[0] / "run.json")
+    result = build_bundle(sweep_dir, figures=False)
+    rejected = {row["job"] for row in result.jobs if row["accepted"] != "yes"}
+    assert SYNTHETIC_JOBS[0] in rejected
+    assert not [f for f in audit(result.archive) if "a valid run left out" in f.reason]
