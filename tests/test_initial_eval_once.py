@@ -292,7 +292,8 @@ def test_processes_racing_for_the_lock_compute_the_shared_evaluation_once(tmp_pa
     assert len({json.dumps(summary, sort_keys=True) for _, _, summary in outcomes}) == 1
 
 
-@pytest.mark.parametrize("damage", ["truncated-responses", "no-eval-json", "torn-eval-json", "other-key"])
+@pytest.mark.parametrize("damage", ["truncated-responses", "no-eval-json", "torn-eval-json", "other-key", "edited-responses",
+                                    "truncated-responses-with-their-digest", "another-identity"])
 def test_a_partial_or_corrupt_shared_evaluation_is_recomputed_never_used(tmp_path, damage):
     first = shared_initial_eval(tmp_path, IDENTITY, _fake_eval)
     directory = tmp_path / first.reference["path"].rpartition("/")[0]
@@ -305,9 +306,22 @@ def test_a_partial_or_corrupt_shared_evaluation_is_recomputed_never_used(tmp_pat
     elif damage == "torn-eval-json":
         text = (directory / "eval.json").read_text()
         (directory / "eval.json").write_text(text[: len(text) // 2])
-    else:
+    elif damage == "other-key":
         record = json.loads((directory / "eval.json").read_text())
         record["key"] = "0" * 64
+        (directory / "eval.json").write_text(json.dumps(record))
+    elif damage == "edited-responses":  # as many lines as the summary says, not the bytes recorded
+        _flip_first_reward(directory / "responses.jsonl")
+    elif damage == "truncated-responses-with-their-digest":  # fewer lines than the summary's n_responses
+        lines = (directory / "responses.jsonl").read_text().splitlines()
+        (directory / "responses.jsonl").write_text("\n".join(lines[:-2]) + "\n")
+        record = json.loads((directory / "eval.json").read_text())
+        record["responses_sha256"] = sha256_file(directory / "responses.jsonl")
+        (directory / "eval.json").write_text(json.dumps(record))
+    else:  # a sound evaluation of another identity whose key shares the directory's 12 characters
+        record = json.loads((directory / "eval.json").read_text())
+        record["identity"] = {**record["identity"], "eval_seed": 4}
+        record["key"] = identity_key(record["identity"])
         (directory / "eval.json").write_text(json.dumps(record))
     assert read_shared_initial(directory, first.reference["key"]) is None
     again = shared_initial_eval(tmp_path, IDENTITY, _fake_eval)
