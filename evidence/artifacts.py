@@ -24,6 +24,8 @@ from facts import (
     EVAL_RECORD,
     INITIAL_EVAL_DIR,
     INITIAL_EVAL_RESPONSES,
+    JOB_RUN_DIR,
+    JOBS_DIR,
     checkpoint_name,
     initial_eval_relpath,
     sweep_dir_of_run,
@@ -228,7 +230,8 @@ def read_shared_evaluation(record_path: Path) -> SharedEvaluation:
     return SharedEvaluation(digest, record, summary, problems)
 
 
-def check_shared_initial(root: Path, reference, checked: dict) -> tuple[SharedEvaluation | None, list[str]]:
+def check_shared_initial(root: Path, reference, checked: dict[Path, SharedEvaluation]
+                         ) -> tuple[SharedEvaluation | None, list[str]]:
     """A shared initial evaluation, as a job's eval.json references it (``{"path", "key", "sha256"}``;
     ``root``: the sweep directory or a bundle's ``data/``): its ``eval.json`` is there with that
     SHA256 and key, and passes ``read_shared_evaluation`` (read once per path: ``checked`` is the
@@ -277,7 +280,8 @@ class SharedReferenceProblems(NamedTuple):
     of_run: list[str]  # this run's eval.json: its control sampled otherwise, or numbers not the shared ones
 
 
-def check_shared_reference(root: Path, entry: dict, run_config, checked: dict) -> SharedReferenceProblems:
+def check_shared_reference(root: Path, entry: dict, run_config, checked: dict[Path, SharedEvaluation]
+                           ) -> SharedReferenceProblems:
     """A run's shared initial control (its eval.json "initial" entry, with ``shared``): the shared
     evaluation in ``root`` passes ``check_shared_initial`` (read once per path: ``checked``), it was
     sampled as the run's final eval (``run_config``: run.json's config, None if unknown), and the
@@ -333,11 +337,15 @@ def check_eval(run_dir: Path, final_checkpoint: str | None, expected_responses: 
         shared = kind == "initial" and "shared" in entry  # its responses are the shared evaluation's
         if shared:
             root = sweep_dir if sweep_dir is not None else sweep_dir_of_run(run_dir)
-            found = check_shared_reference(root, entry, run_config, shared_checks if shared_checks is not None else {})
-            for problem in found.of_shared:
-                fail(problem, file=found.shared_file)
-            for problem in found.of_run:
-                fail(problem)
+            if root is None:
+                fail(f"initial.shared: the run directory is not in a sweep (<sweep>/{JOBS_DIR}/<job>/{JOB_RUN_DIR}), "
+                     "where its shared initial evaluation lives; validate the job inside its sweep")
+            else:
+                found = check_shared_reference(root, entry, run_config, {} if shared_checks is None else shared_checks)
+                for problem in found.of_shared:
+                    fail(problem, file=found.shared_file)
+                for problem in found.of_run:
+                    fail(problem)
         n, n_prompts, k = entry.get("n_responses"), entry.get("n_prompts"), entry.get("k")
         if all(isinstance(v, int) for v in (n, n_prompts, k)):
             if n <= 0:

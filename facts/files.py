@@ -32,10 +32,14 @@ def initial_eval_relpath(key: str) -> str:
     return f"{INITIAL_EVAL_DIR}/{key[:SHARED_KEY_CHARS]}"
 
 
-def sweep_dir_of_run(run_dir: str | Path) -> Path:
-    """The sweep directory of a job's run directory: ``<sweep>/jobs/<job>/run`` -> ``<sweep>``
-    (``JOBS_DIR``, ``JOB_RUN_DIR``)."""
-    return Path(run_dir).parent.parent.parent
+def sweep_dir_of_run(run_dir: str | Path) -> Path | None:
+    """The sweep directory of a job's run directory, ``<sweep>/jobs/<job>/run`` -> ``<sweep>``
+    (``JOBS_DIR``, ``JOB_RUN_DIR``), or None when ``run_dir`` is not laid out so (a run of its own,
+    or a copy taken out of its sweep)."""
+    run_dir = Path(run_dir).absolute()
+    if run_dir.name != JOB_RUN_DIR or run_dir.parent.parent.name != JOBS_DIR:
+        return None
+    return run_dir.parent.parent.parent
 
 
 def read_with_sha256(path: str | Path) -> tuple[bytes, str]:

@@ -617,3 +617,18 @@ def test_a_job_rejected_for_its_shared_reference_stays_rejected_in_the_audit(syn
     rejected = {row["job"] for row in result.jobs if row["accepted"] != "yes"}
     assert SYNTHETIC_JOBS[0] in rejected
     assert not [f for f in audit(result.archive) if "a valid run left out" in f.reason]
+
+
+def test_a_run_directory_copied_out_of_its_sweep_says_where_its_shared_evaluation_must_be(synthetic, tmp_path):
+    """``python -m evidence validate`` on a run directory that is not ``<sweep>/jobs/<job>/run`` cannot
+    find the shared evaluation: one line says so and how to validate it, rather than "missing"."""
+    copy = Path(shutil.copytree(synthetic[0] / "jobs" / SYNTHETIC_JOBS[0] / "run", tmp_path / "grpo-run"))
+    result = subprocess.run([sys.executable, "-m", "evidence", "validate", str(copy)],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stdout.splitlines() == [
+        "run/eval.json: initial.shared: the run directory is not in a sweep (<sweep>/jobs/<job>/run), where its "
+        "shared initial evaluation lives; validate the job inside its sweep"]
+    inside = subprocess.run([sys.executable, "-m", "evidence", "validate", str(synthetic[0] / "jobs" / SYNTHETIC_JOBS[0] / "run")],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert inside.returncode == 0 and inside.stdout == "", inside.stdout + inside.stderr
