@@ -25,6 +25,7 @@ import tempfile
 import unicodedata
 import zlib
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path, PurePosixPath
 
 import bagit
@@ -342,12 +343,13 @@ def _close(a, b) -> bool:
         return a == b
 
 
-def check_runs(data_dir: Path, data) -> list[Finding]:
-    """Every accepted run re-validates, and steps.csv / eval.csv carry exactly its records."""
+def check_runs(data_dir: Path, data, shared_checks: dict | None = None) -> list[Finding]:
+    """Every accepted run re-validates, and steps.csv / eval.csv carry exactly its records.
+    ``shared_checks``: the audit's cache, so each shared initial evaluation is read once."""
     findings: list[Finding] = []
     n_updates = data.n_updates
     accepted = set(data.accepted)
-    shared_checks: dict = {}  # each shared initial evaluation, read and validated once
+    shared_checks = {} if shared_checks is None else shared_checks
     shared_reported: set[Finding] = set()  # and each of its problems reported once
     referenced: set[str] = set()
     for name in ("steps.csv", "eval.csv"):
@@ -473,15 +475,16 @@ def _identity(entry: dict) -> tuple:
     return tuple(entry.get(k) for k in ("subset_sha256", "eval_seed", "n_prompts", "k"))
 
 
-def check_rejections(data_dir: Path, data) -> list[Finding]:
+def check_rejections(data_dir: Path, data, shared_checks: dict | None = None) -> list[Finding]:
     """A job the index rejects (other than by incidents.yaml) whose bundled evidence passes every gate
-    the bundle can re-check was left out of the comparison although valid: cherry-picking."""
+    the bundle can re-check was left out of the comparison although valid: cherry-picking.
+    ``shared_checks``: the audit's cache, so each shared initial evaluation is read once."""
     findings: list[Finding] = []
     _, artifact_rows = read_csv(data_dir / "artifacts.csv")
     artifacts = {(r["job"], r["path"]) for r in artifact_rows if r.get("bytes", "0") not in ("", "0")}
     identities = [_identity(data.evals[run]["final"]) for run in data.accepted if "final" in data.evals.get(run, {})]
     majority = max(set(identities), key=identities.count) if identities else None
-    shared_checks: dict = {}  # each shared initial evaluation, read and validated once
+    shared_checks = {} if shared_checks is None else shared_checks
     for row in data.index:
         excluded = row["reason"].startswith("excluded by incidents.yaml")
         if row["accepted"] == "yes" or excluded or not (data_dir / "runs" / row["job"]).is_dir():
@@ -678,7 +681,9 @@ def audit_bag(bag: Path) -> list[Finding]:
             findings.append(Finding(PAYLOAD, f"cannot load the bundle's data ({exc.__class__.__name__}: {exc})"))
             data = None
         if data is not None:
-            for check in (check_runs, check_recomputation, check_rejections, _check_verdict):
+            shared_checks: dict = {}  # each shared initial evaluation, read and validated once per audit
+            for check in (partial(check_runs, shared_checks=shared_checks), check_recomputation,
+                          partial(check_rejections, shared_checks=shared_checks), _check_verdict):
                 try:
                     findings += check(data_dir, data)
                 except (KeyError, ValueError, TypeError, ZeroDivisionError, StopIteration, OverflowError) as exc:
