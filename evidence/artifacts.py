@@ -13,12 +13,23 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NamedTuple
 
-from evidence.fileio import JSONError, read_json, sha256_file
-from facts import EVAL_RECORD, INITIAL_EVAL_DIR, INITIAL_EVAL_RESPONSES, SHARED_KEY_CHARS, checkpoint_name
+from evidence.fileio import JSONError, parse_json, read_json, read_with_sha256, sha256_file
+from facts import (
+    EVAL_RECORD,
+    INITIAL_EVAL_DIR,
+    INITIAL_EVAL_RESPONSES,
+    JOB_RUN_DIR,
+    JOBS_DIR,
+    checkpoint_name,
+    initial_eval_relpath,
+    sweep_dir_of_run,
+)
 from facts.evaluation import identity_key, pass_at_k
 
 EVAL_KINDS = ("initial", "final")
@@ -27,6 +38,7 @@ EVAL_NUMBER_KEYS = ("pass@1", "truncation", "mean_length", "mean_reward")
 PASS_AT = (1, 2, 4)
 EVAL_INT_KEYS = ("n_prompts", "k", "n_responses", "eval_seed")
 EVAL_FRACTION_KEYS = ("pass@1", "pass@2", "pass@4", "truncation")
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 # Kinds of failed gate; incidents group by these.
 ALL_ZERO_EVAL = "all-zero-eval-reward"
 
@@ -173,66 +185,124 @@ def recompute_eval(responses: list[dict], k: int) -> dict:
     return stats
 
 
-def check_shared_initial(root: Path, reference) -> tuple[dict | None, list[str]]:
+@dataclass(frozen=True)
+class SharedEvaluation:
+    """A shared initial evaluation's ``eval.json`` as read once: the SHA256 of the bytes read (None
+    when there is no file), the record parsed from those same bytes (None when unreadable), its
+    summary when the record is sound enough to compare with, and the problems of the shared files
+    themselves, the same whichever job references them."""
+
+    sha256: str | None
+    record: object
+    summary: dict | None
+    problems: tuple[str, ...]
+
+
+def read_shared_evaluation(record_path: Path) -> SharedEvaluation:
+    """Read, hash and validate a shared initial evaluation's ``eval.json`` and responses, each file
+    read once (the bytes hashed are the bytes parsed): its identity hashes to its key, the responses
+    carry the recorded SHA256, and the summary's statistics recompute from them."""
+    try:
+        data, digest = read_with_sha256(record_path)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return SharedEvaluation(None, None, None, ("missing (the shared initial evaluation)",))
+    except OSError as exc:
+        return SharedEvaluation(None, None, None, (f"unreadable shared evaluation ({type(exc).__name__})",))
+    record = summary = None
+    try:
+        record = parse_json(data)
+        summary = record["initial"]
+        if not isinstance(summary, dict) or not isinstance(record["key"], str):
+            raise TypeError("an initial summary and a key")
+        if identity_key(record["identity"]) != record["key"]:  # the key names what determined the bits
+            return SharedEvaluation(digest, record, None, ("its identity does not hash to its key",))
+        responses, responses_digest = read_with_sha256(record_path.parent / INITIAL_EVAL_RESPONSES)
+        if responses_digest != record["responses_sha256"]:
+            return SharedEvaluation(digest, record, summary, (f"{INITIAL_EVAL_RESPONSES} differs from its recorded SHA256",))
+        recomputed = recompute_eval([json.loads(line) for line in responses.splitlines() if line.strip()],
+                                    int(summary["k"]))
+    except (JSONError, OSError, ValueError, KeyError, TypeError, ZeroDivisionError) as exc:
+        return SharedEvaluation(digest, record, None, (f"unreadable shared evaluation ({type(exc).__name__})",))
+    problems = tuple(f"{name} {summary.get(name)!r} does not recompute from its responses ({value!r})"
+                     for name, value in recomputed.items()
+                     if not (_is_number(summary.get(name))
+                             and math.isclose(summary[name], value, rel_tol=1e-12, abs_tol=1e-12)))
+    return SharedEvaluation(digest, record, summary, problems)
+
+
+def check_shared_initial(root: Path, reference, checked: dict[Path, SharedEvaluation]
+                         ) -> tuple[SharedEvaluation | None, list[str]]:
     """A shared initial evaluation, as a job's eval.json references it (``{"path", "key", "sha256"}``;
     ``root``: the sweep directory or a bundle's ``data/``): its ``eval.json`` is there with that
-    SHA256 and key, its responses are complete (the recorded SHA256, n_prompts x k lines) and its
-    statistics recompute from them. Returns the shared summary and the problems found."""
+    SHA256 and key, and passes ``read_shared_evaluation`` (read once per path: ``checked`` is the
+    caller's cache). Returns the shared evaluation (None when the reference is malformed) and the
+    problems found; its summary is None when there is nothing sound to compare a job's entry with."""
     if not isinstance(reference, dict) or not all(isinstance(reference.get(f), str) for f in ("path", "key", "sha256")):
         return None, ["initial.shared needs path, key and sha256"]
     key, path = reference["key"], reference["path"]
-    if path != f"{INITIAL_EVAL_DIR}/{key[:SHARED_KEY_CHARS]}/{EVAL_RECORD}":
+    if not SHA256_HEX.fullmatch(key):  # identity_key's form; a key like ../../x would name a path outside
+        return None, ["initial.shared.key is not a SHA256 hex digest"]
+    if path != f"{initial_eval_relpath(key)}/{EVAL_RECORD}":
         return None, [f"initial.shared.path {path!r} is not {INITIAL_EVAL_DIR}/<key12>/{EVAL_RECORD}"]
     record_path = root / path
-    if not record_path.is_file():
-        return None, ["missing (the shared initial evaluation)"]
-    if sha256_file(record_path) != reference["sha256"]:
-        return None, ["SHA256 differs from the one the job recorded"]
-    try:
-        record = read_json(record_path)
-        summary = record["initial"]
-        if record["key"] != key or not isinstance(summary, dict):
-            return None, ["records another key"]
-        if identity_key(record["identity"]) != key:  # the key names what determined the bits
-            return None, ["its identity does not hash to its key"]
-        responses_path = record_path.parent / INITIAL_EVAL_RESPONSES
-        if sha256_file(responses_path) != record["responses_sha256"]:
-            return summary, [f"{INITIAL_EVAL_RESPONSES} differs from its recorded SHA256"]
-        responses = [json.loads(line) for line in responses_path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        recomputed = recompute_eval(responses, int(summary["k"]))
-    except (JSONError, OSError, ValueError, KeyError, TypeError, ZeroDivisionError) as exc:
-        return None, [f"unreadable shared evaluation ({type(exc).__name__})"]
-    problems = [f"{name} {summary.get(name)!r} does not recompute from its responses ({value!r})"
-                for name, value in recomputed.items()
-                if not (_is_number(summary.get(name)) and math.isclose(summary[name], value, rel_tol=1e-12, abs_tol=1e-12))]
-    return summary, problems
+    if record_path not in checked:
+        checked[record_path] = read_shared_evaluation(record_path)
+    shared: SharedEvaluation = checked[record_path]
+    if shared.sha256 is None:
+        return shared, list(shared.problems)
+    if shared.sha256 != reference["sha256"]:
+        return replace(shared, summary=None), ["SHA256 differs from the one the job recorded"]
+    if isinstance(shared.record, dict) and shared.record.get("key") != key:
+        return replace(shared, summary=None), ["records another key"]
+    return shared, list(shared.problems)
 
 
-def check_shared_sampling(root: Path, entry: dict, run_config) -> list[str]:
+def shared_sampling_problems(record, run_config) -> list[str]:
     """The shared initial evaluation was sampled as the run's final one: its identity's temperature,
     top_k, top_p and response cap equal the run's ``workload.eval`` (``run.json``'s config)."""
-    path = (entry.get("shared") or {}).get("path") if isinstance(entry, dict) else None
     try:
-        if not isinstance(path, str) or ".." in Path(path).parts or Path(path).is_absolute():
-            return []  # check_shared_initial names a malformed reference
-        used = read_json(root / path)["identity"]["sampling"]
+        used = record["identity"]["sampling"]
         settings = run_config["workload"]["eval"]
         wanted = {"temperature": settings["temperature"], "top_k": settings["top_k"], "top_p": settings["top_p"],
                   "max_new_tokens": settings["max_response_len"]}
-    except (JSONError, KeyError, TypeError):
-        return []  # an unreadable record is check_shared_initial's finding; an older run.json has no config
-    differing = [name for name, value in wanted.items() if used.get(name) != value]
+        differing = [name for name, value in wanted.items() if used.get(name) != value]
+    except (KeyError, TypeError, AttributeError):
+        return []  # an unreadable record is read_shared_evaluation's finding; an older run.json has no config
     return [f"the shared initial evaluation was sampled with another {', '.join(differing)} than this run's "
             "final one"] if differing else []
 
 
+class SharedReferenceProblems(NamedTuple):
+    """What ``check_shared_reference`` found, by the file each problem belongs to."""
+
+    shared_file: str | None  # the shared evaluation's eval.json, relative to the sweep (or a bundle's data/)
+    of_shared: list[str]  # the shared evaluation's own problems: the same for every run referencing it
+    of_run: list[str]  # this run's eval.json: its control sampled otherwise, or numbers not the shared ones
+
+
+def check_shared_reference(root: Path, entry: dict, run_config, checked: dict[Path, SharedEvaluation]
+                           ) -> SharedReferenceProblems:
+    """A run's shared initial control (its eval.json "initial" entry, with ``shared``): the shared
+    evaluation in ``root`` passes ``check_shared_initial`` (read once per path: ``checked``), it was
+    sampled as the run's final eval (``run_config``: run.json's config, None if unknown), and the
+    entry's numbers are exactly its summary. Job validation and the bundle audit both call this."""
+    shared, of_shared = check_shared_initial(root, entry.get("shared"), checked)
+    if shared is None:  # a malformed reference names no shared file: the problem is the run's eval.json
+        return SharedReferenceProblems(None, [], of_shared)
+    of_run = shared_sampling_problems(shared.record, run_config)
+    if shared.summary is not None and {k: v for k, v in entry.items() if k != "shared"} != shared.summary:
+        of_run.append("initial differs from the shared initial evaluation it references")
+    return SharedReferenceProblems(f"{shared_initial_dir(entry)}/{EVAL_RECORD}", of_shared, of_run)
+
+
 def check_eval(run_dir: Path, final_checkpoint: str | None, expected_responses: int | None = None,
-               sweep_dir: Path | None = None, shared_checks: dict | None = None
+               sweep_dir: Path | None = None, shared_checks: dict | None = None, run_config=None
                ) -> tuple[dict | None, list[GateFailure]]:
     """``eval.json``: initial control and final checkpoint, complete, consistent, non-degenerate.
 
-    A shared initial control is checked in ``sweep_dir`` (default: the run directory's sweep),
-    once per reference when ``shared_checks`` (a dict the caller keeps) is given."""
+    A shared initial control is checked by ``check_shared_reference`` in ``sweep_dir`` (default:
+    the run directory's sweep) against ``run_config`` (run.json's config), each shared evaluation
+    read once when ``shared_checks`` (a dict the caller keeps across a sweep's jobs) is given."""
     try:
         summary = read_json(run_dir / "eval.json")
     except JSONError as exc:
@@ -264,20 +334,18 @@ def check_eval(run_dir: Path, final_checkpoint: str | None, expected_responses: 
             fail(f"{kind}.subset_sha256 missing")
         if not isinstance(entry.get("all_zero_reward"), bool):
             fail(f"{kind}.all_zero_reward is not a boolean")
-        shared_file = None
-        if kind == "initial" and "shared" in entry:
-            root = sweep_dir if sweep_dir is not None else run_dir.parent.parent.parent
-            cache = shared_checks if shared_checks is not None else {}
-            ref = entry["shared"]
-            token = json.dumps(ref, sort_keys=True)
-            if token not in cache:
-                cache[token] = check_shared_initial(root, ref)
-            shared_summary, problems = cache[token]
-            shared_file = f"{shared_initial_dir(entry) or INITIAL_EVAL_DIR}/{EVAL_RECORD}"
-            for problem in problems:
-                fail(problem, file=shared_file)
-            if shared_summary is not None and {k: v for k, v in entry.items() if k != "shared"} != shared_summary:
-                fail("initial differs from the shared initial evaluation it references")
+        shared = kind == "initial" and "shared" in entry  # its responses are the shared evaluation's
+        if shared:
+            root = sweep_dir if sweep_dir is not None else sweep_dir_of_run(run_dir)
+            if root is None:
+                fail(f"initial.shared: the run directory is not in a sweep (<sweep>/{JOBS_DIR}/<job>/{JOB_RUN_DIR}), "
+                     "where its shared initial evaluation lives; validate the job inside its sweep")
+            else:
+                found = check_shared_reference(root, entry, run_config, {} if shared_checks is None else shared_checks)
+                for problem in found.of_shared:
+                    fail(problem, file=found.shared_file)
+                for problem in found.of_run:
+                    fail(problem)
         n, n_prompts, k = entry.get("n_responses"), entry.get("n_prompts"), entry.get("k")
         if all(isinstance(v, int) for v in (n, n_prompts, k)):
             if n <= 0:
@@ -286,7 +354,7 @@ def check_eval(run_dir: Path, final_checkpoint: str | None, expected_responses: 
                 fail(f"{kind}.n_responses {n} != n_prompts {n_prompts} x k {k}")
             if expected_responses is not None and n != expected_responses:
                 fail(f"{kind}.n_responses {n}, expected {expected_responses}")
-        if shared_file is None and all(isinstance(v, int) for v in (n, n_prompts, k)):
+        if not shared and all(isinstance(v, int) for v in (n, n_prompts, k)):
             counted = _count_json_lines(run_dir / "eval" / f"{kind}.jsonl")
             if isinstance(counted, str):
                 fail(counted, file=f"run/eval/{kind}.jsonl")

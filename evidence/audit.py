@@ -25,6 +25,7 @@ import tempfile
 import unicodedata
 import zlib
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path, PurePosixPath
 
 import bagit
@@ -32,8 +33,7 @@ import bagit
 from evidence.artifacts import (
     check_cleanup,
     check_run_summary,
-    check_shared_initial,
-    check_shared_sampling,
+    check_shared_reference,
     checkpoint_name,
     shared_initial_dir,
 )
@@ -343,12 +343,14 @@ def _close(a, b) -> bool:
         return a == b
 
 
-def check_runs(data_dir: Path, data) -> list[Finding]:
-    """Every accepted run re-validates, and steps.csv / eval.csv carry exactly its records."""
+def check_runs(data_dir: Path, data, shared_checks: dict | None = None) -> list[Finding]:
+    """Every accepted run re-validates, and steps.csv / eval.csv carry exactly its records.
+    ``shared_checks``: the audit's cache, so each shared initial evaluation is read once."""
     findings: list[Finding] = []
     n_updates = data.n_updates
     accepted = set(data.accepted)
-    shared_checks: dict[str, tuple] = {}  # each shared initial evaluation, checked once
+    shared_checks = {} if shared_checks is None else shared_checks
+    shared_reported: set[Finding] = set()  # and each of its problems reported once
     referenced: set[str] = set()
     for name in ("steps.csv", "eval.csv"):
         _, rows = read_csv(data_dir / name)
@@ -382,7 +384,7 @@ def check_runs(data_dir: Path, data) -> list[Finding]:
                 shared = shared_initial_dir(entry)
                 if kind == "initial" and shared is not None:
                     referenced.add(shared)
-                    findings += _check_shared_reference(data_dir, job, entry, shared_checks)
+                    findings += _check_shared_reference(data_dir, job, entry, shared_checks, shared_reported)
                 if (row.get("initial_eval") or None) != shared:
                     findings.append(Finding("data/eval.csv", f"{job} {kind} initial_eval differs from data/runs/{job}/eval.json"))
                 for column in EVAL_COLUMNS[len(EVAL_ID_COLUMNS):]:
@@ -419,35 +421,31 @@ def check_runs(data_dir: Path, data) -> list[Finding]:
     return findings
 
 
-def _check_shared_reference(data_dir: Path, job: str, entry: dict, checked: dict) -> list[Finding]:
-    """A run's shared initial control: the bundled evaluation passes ``check_shared_initial`` (once
-    per reference) and the run's "initial" entry is exactly its summary."""
-    reference = entry["shared"]
-    token = repr(sorted(reference.items())) if isinstance(reference, dict) else repr(reference)
-    findings = []
-    if token not in checked:
-        checked[token] = check_shared_initial(data_dir, reference)
-        where = f"data/{shared_initial_dir(entry)}/{EVAL_RECORD}"
-        findings = [Finding(where, problem) for problem in checked[token][1]]
-    summary = checked[token][0]
+def _check_shared_reference(data_dir: Path, job: str, entry: dict, checked: dict, reported: set) -> list[Finding]:
+    """A run's shared initial control by ``check_shared_reference``, as findings: the shared
+    evaluation's own problems once per bundle (``reported``), the run's under its eval.json."""
     try:
         config = read_json(data_dir / "runs" / job / "run.json").get("config")
     except (JSONError, AttributeError):
         config = None  # check_runs and the rejection checks report an unreadable run.json
-    findings += [Finding(f"data/runs/{job}/eval.json", problem) for problem in check_shared_sampling(data_dir, entry, config)]
-    if summary is not None and {k: v for k, v in entry.items() if k != "shared"} != summary:
-        findings.append(Finding(f"data/runs/{job}/eval.json", "initial differs from the shared initial evaluation it references"))
-    return findings
+    found = check_shared_reference(data_dir, entry, config, checked)
+    findings = [Finding(f"{PAYLOAD}/{found.shared_file}", problem) for problem in found.of_shared]
+    findings = [f for f in findings if f not in reported]
+    reported.update(findings)
+    return findings + [Finding(f"{PAYLOAD}/runs/{job}/eval.json", problem) for problem in found.of_run]
 
 
-def _still_rejected(data_dir: Path, data, row: dict, majority: tuple | None, artifacts: set[tuple[str, str]]) -> list[str]:
+def _still_rejected(data_dir: Path, data, row: dict, majority: tuple | None, artifacts: set[tuple[str, str]],
+                    shared_checks: dict) -> list[str]:
     """The gates that still reject ``row``'s job on the evidence the bundle carries (the bundled
-    metrics log, run.json, eval.json, job.json, command.public.json, and artifacts.csv's listing)."""
+    metrics log, run.json, eval.json and the shared initial evaluation it references, job.json,
+    command.public.json, and artifacts.csv's listing)."""
     job, algo, seed, n = row["job"], row["algo"], int(row["seed"]), data.n_updates
     run = data_dir / "runs" / job
     log = validate_metrics(run / "metrics.jsonl", algo, n)
     failures = ["metrics"] if log.violations or log.valid_steps != n else []
-    failures += ["run"] if check_run_summary(run, algo, seed, n)[1] else []
+    run_summary, run_failures = check_run_summary(run, algo, seed, n)
+    failures += ["run"] if run_failures else []
     try:
         record, summary, command = (read_json(run / name) for name in ("job.json", "eval.json", "command.public.json"))
     except JSONError:
@@ -461,6 +459,11 @@ def _still_rejected(data_dir: Path, data, row: dict, majority: tuple | None, art
         failures.append("eval")
     elif majority is not None and _identity(entries[1]) != majority:
         failures.append("eval-subset")
+    if isinstance(entries[0], dict) and "shared" in entries[0]:
+        config = run_summary.get("config") if isinstance(run_summary, dict) else None
+        found = check_shared_reference(data_dir, entries[0], config, shared_checks)
+        if found.of_shared or found.of_run:
+            failures.append("eval-shared")
     if (job, f"run/checkpoints/{checkpoint_name(n)}/model.safetensors") not in artifacts:
         failures.append("checkpoint")
     if not any(j == job and p.startswith("run/tensorboard/events.out.tfevents.") for j, p in artifacts):
@@ -472,19 +475,21 @@ def _identity(entry: dict) -> tuple:
     return tuple(entry.get(k) for k in ("subset_sha256", "eval_seed", "n_prompts", "k"))
 
 
-def check_rejections(data_dir: Path, data) -> list[Finding]:
+def check_rejections(data_dir: Path, data, shared_checks: dict | None = None) -> list[Finding]:
     """A job the index rejects (other than by incidents.yaml) whose bundled evidence passes every gate
-    the bundle can re-check was left out of the comparison although valid: cherry-picking."""
+    the bundle can re-check was left out of the comparison although valid: cherry-picking.
+    ``shared_checks``: the audit's cache, so each shared initial evaluation is read once."""
     findings: list[Finding] = []
     _, artifact_rows = read_csv(data_dir / "artifacts.csv")
     artifacts = {(r["job"], r["path"]) for r in artifact_rows if r.get("bytes", "0") not in ("", "0")}
     identities = [_identity(data.evals[run]["final"]) for run in data.accepted if "final" in data.evals.get(run, {})]
     majority = max(set(identities), key=identities.count) if identities else None
+    shared_checks = {} if shared_checks is None else shared_checks
     for row in data.index:
         excluded = row["reason"].startswith("excluded by incidents.yaml")
         if row["accepted"] == "yes" or excluded or not (data_dir / "runs" / row["job"]).is_dir():
             continue
-        if not _still_rejected(data_dir, data, row, majority, artifacts):
+        if not _still_rejected(data_dir, data, row, majority, artifacts, shared_checks):
             findings.append(Finding("data/index.csv", f"{row['job']} is rejected ({row['reason'][:80]}) but its "
                                                       "bundled evidence passes every gate: a valid run left out"))
     return findings
@@ -676,7 +681,9 @@ def audit_bag(bag: Path) -> list[Finding]:
             findings.append(Finding(PAYLOAD, f"cannot load the bundle's data ({exc.__class__.__name__}: {exc})"))
             data = None
         if data is not None:
-            for check in (check_runs, check_recomputation, check_rejections, _check_verdict):
+            shared_checks: dict = {}  # each shared initial evaluation, read and validated once per audit
+            for check in (partial(check_runs, shared_checks=shared_checks), check_recomputation,
+                          partial(check_rejections, shared_checks=shared_checks), _check_verdict):
                 try:
                     findings += check(data_dir, data)
                 except (KeyError, ValueError, TypeError, ZeroDivisionError, StopIteration, OverflowError) as exc:

@@ -52,7 +52,7 @@ from evidence.stats import CI_LEVEL, DEFAULT_LAST_K
 from evidence.sweep import SweepError, job_name, read_sweep
 from evidence.tables import compute_tables
 from evidence.verdict import add_experiment, write_verdict
-from facts import EVAL_RECORD, INITIAL_EVAL_RESPONSES
+from facts import EVAL_RECORD, INITIAL_EVAL_DIR, INITIAL_EVAL_RESPONSES
 from facts.processes import local_runtime_alive
 
 BUNDLE_DIR = "bundle"
@@ -183,8 +183,9 @@ def _copy_shared_initial_evals(sweep_dir: Path, evidences: list[JobEvidence], st
     byte (the jobs' eval.json record its SHA256; the leak scan still reads it before sealing)."""
     referenced = {shared_initial_dir((e.eval_summary or {}).get("initial")) for e in evidences if e.present}
     for relpath in sorted(r for r in referenced if r):
-        source = sweep_dir / relpath
-        if ".." in Path(relpath).parts or not source.is_dir():
+        source, parts = sweep_dir / relpath, Path(relpath).parts
+        # Only initial_eval/<name>: an absolute or escaping path is a failed eval gate, never copied.
+        if len(parts) != 2 or parts[0] != INITIAL_EVAL_DIR or parts[1] == ".." or not source.is_dir():
             continue  # the job's eval gate has already said what is wrong with it
         for name in (EVAL_RECORD, INITIAL_EVAL_RESPONSES):
             if (source / name).is_file():

@@ -1,15 +1,12 @@
-"""Small file helpers shared by build and audit: streaming SHA256, strict JSON, deterministic writes."""
+"""Small file helpers shared by build and audit: streaming SHA256, hash-then-parse reads, strict JSON,
+deterministic writes."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from facts import sha256_file  # noqa: F401 - re-exported for evidence modules
-
-CHUNK = 1 << 20  # 1 MiB: large enough that hashing runs at sha256sum speed
-
-
+from facts import read_with_sha256, sha256_file  # noqa: F401 - re-exported for evidence modules
 
 
 class JSONError(ValueError):
@@ -23,10 +20,19 @@ def _reject_constant(spelling: str):
 def read_json(path: str | Path):
     """Parse a JSON file strictly: NaN/Infinity spellings are errors, not floats."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = Path(path).read_bytes()
     except FileNotFoundError:
         raise JSONError("missing") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
+        raise JSONError(f"unreadable ({exc.__class__.__name__})") from None
+    return parse_json(data)
+
+
+def parse_json(data: bytes):
+    """Parse UTF-8 JSON bytes (a file's, as read once) strictly: NaN/Infinity spellings are errors."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise JSONError(f"unreadable ({exc.__class__.__name__})") from None
     try:
         return json.loads(text, parse_constant=_reject_constant)

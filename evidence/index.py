@@ -20,14 +20,13 @@ from evidence.artifacts import (
     check_eval,
     check_public_command,
     check_run_summary,
-    check_shared_sampling,
     check_tensorboard,
     primary_artifacts,
-    shared_initial_dir,
 )
 from evidence.fileio import JSONError, read_json
 from evidence.metrics_log import MetricsLog, validate_metrics
 from evidence.sweep import Sweep, algo_name, job_name
+from facts import JOB_RUN_DIR, JOBS_DIR, RUN_RECORD
 from facts.failures import failure_cause
 
 # Shown in the index's reason column before it is cut short.
@@ -120,7 +119,7 @@ def _field(path: Path, name: str):
 
 def _declared_n_updates(job_dir: Path) -> int | None:
     """The grid's run length: the enclosing sweep's ``sweep.json``, else the trainer's ``run.json``."""
-    for value in (_field(job_dir.parent.parent / "sweep.json", "n_updates"), _field(job_dir / "run" / "run.json", "n_updates")):
+    for value in (_field(job_dir.parent.parent / "sweep.json", "n_updates"), _field(job_dir / JOB_RUN_DIR / RUN_RECORD, "n_updates")):
         if isinstance(value, list) and len(value) == 1:
             value = value[0]
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
@@ -167,7 +166,7 @@ def evaluate_job(job_dir: str | Path, algo: str | None = None, seed: int | None 
     except JSONError as exc:
         fail([GateFailure("job", "job.json", str(exc))])
 
-    check_run_dir(job_dir / "run", evidence, eval_responses, shared_checks)
+    check_run_dir(job_dir / JOB_RUN_DIR, evidence, eval_responses, shared_checks)
     evidence.command, failures = check_public_command(job_dir)
     fail(failures)
     if digests:
@@ -188,13 +187,10 @@ def check_run_dir(run_dir: Path, evidence: JobEvidence, eval_responses: int | No
     evidence.checkpoint, failures = check_checkpoint(run_dir, evidence.n_updates)
     fail(failures)
     fail(check_tensorboard(run_dir))
+    run_config = evidence.run_summary.get("config") if isinstance(evidence.run_summary, dict) else None
     evidence.eval_summary, failures = check_eval(run_dir, evidence.checkpoint, eval_responses,
-                                                 shared_checks=shared_checks)
+                                                 shared_checks=shared_checks, run_config=run_config)
     fail(failures)
-    initial = (evidence.eval_summary or {}).get("initial")
-    if shared_initial_dir(initial) and isinstance(evidence.run_summary, dict):
-        fail(GateFailure("eval", "run/eval.json", problem)
-             for problem in check_shared_sampling(run_dir.parent.parent.parent, initial, evidence.run_summary.get("config")))
     return evidence
 
 
@@ -231,7 +227,7 @@ def evaluate_sweep(sweep: Sweep, exclusions: dict[str, str] | None = None) -> li
     ``exclusions`` maps job names to manual exclusion reasons (incidents.yaml).
     """
     exclusions = exclusions or {}
-    jobs_dir = sweep.dir / "jobs"
+    jobs_dir = sweep.dir / JOBS_DIR
     shared_checks: dict = {}  # each shared initial evaluation is validated once
     evidences = [
         evaluate_job(jobs_dir / job_name(arm, s), sweep.arm_algo(arm), s, sweep.n_updates, sweep.eval_responses,

@@ -1,5 +1,5 @@
 """Facts shared by trainer, launcher and evidence, stated once: metric keys, algorithm traits,
-run-directory file names, checkpoint naming, file hashing and atomic JSON writes.
+run-directory file names, checkpoint naming, file hashing (and hash-then-parse reads) and atomic JSON writes.
 
 Dependency-free (standard library only), so every package may import it and none imports upward.
 """
@@ -10,13 +10,17 @@ from facts.files import (
     EVAL_RECORD,
     INITIAL_EVAL_DIR,
     INITIAL_EVAL_RESPONSES,
+    JOB_RUN_DIR,
+    JOBS_DIR,
     METRICS_LOG,
     RUN_RECORD,
     SHARED_KEY_CHARS,
     atomic_write_json,
     checkpoint_name,
     initial_eval_relpath,
+    read_with_sha256,
     sha256_file,
+    sweep_dir_of_run,
 )
 from facts.metrics import (
     DYNAMIC_SAMPLING_KEYS,
@@ -28,8 +32,8 @@ from facts.metrics import (
 
 __all__ = [
     "ALGO_ORDER", "CHECKPOINTS_DIR", "DISPLAY_NAMES", "DYNAMIC_SAMPLING_KEYS", "EVAL_RECORD", "INITIAL_EVAL_DIR",
-    "INITIAL_EVAL_RESPONSES", "KL_LOSS_BY_ALGO",
+    "INITIAL_EVAL_RESPONSES", "JOBS_DIR", "JOB_RUN_DIR", "KL_LOSS_BY_ALGO",
     "KL_LOSS_KEY", "METRICS_LOG", "METRIC_KEYS_FIELD", "OFF_POLICY_KEYS", "REQUIRED_KEYS", "RUN_RECORD",
     "SHARED_KEY_CHARS", "algo_sort_key", "atomic_write_json", "checkpoint_name", "display_name", "initial_eval_relpath",
-    "sha256_file",
+    "read_with_sha256", "sha256_file", "sweep_dir_of_run",
 ]

@@ -1,4 +1,4 @@
-"""Run-directory file names, checkpoint naming, streaming SHA256 and atomic JSON writes."""
+"""Run-directory file names, checkpoint naming, streaming SHA256, hash-then-parse reads and atomic JSON writes."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ import json
 import os
 from pathlib import Path
 
+# A sweep's jobs live in <sweep>/jobs/<job>/, each job's trainer output in its run/ directory.
+JOBS_DIR = "jobs"
+JOB_RUN_DIR = "run"
 RUN_RECORD = "run.json"
 METRICS_LOG = "metrics.jsonl"
 EVAL_RECORD = "eval.json"
@@ -29,6 +32,23 @@ def initial_eval_relpath(key: str) -> str:
     return f"{INITIAL_EVAL_DIR}/{key[:SHARED_KEY_CHARS]}"
 
 
+def sweep_dir_of_run(run_dir: str | Path) -> Path | None:
+    """The sweep directory of a job's run directory, ``<sweep>/jobs/<job>/run`` -> ``<sweep>``
+    (``JOBS_DIR``, ``JOB_RUN_DIR``), or None when ``run_dir`` is not laid out so (a run of its own,
+    or a copy taken out of its sweep)."""
+    run_dir = Path(run_dir).absolute()
+    if run_dir.name != JOB_RUN_DIR or run_dir.parent.parent.name != JOBS_DIR:
+        return None
+    return run_dir.parent.parent.parent
+
+
+def read_with_sha256(path: str | Path) -> tuple[bytes, str]:
+    """A file's bytes and the SHA256 hex digest of exactly those bytes. One read: whoever parses the
+    bytes parses the file that was hashed, even if the file is replaced in between."""
+    data = Path(path).read_bytes()
+    return data, hashlib.sha256(data).hexdigest()
+
+
 def sha256_file(path: str | Path) -> str:
     """SHA256 hex digest of a file, streamed in 1 MiB chunks into one reused buffer."""
     digest = hashlib.sha256()
@@ -43,10 +63,12 @@ def sha256_file(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def atomic_write_json(path: str | Path, data) -> None:
+def atomic_write_json(path: str | Path, data) -> str:
     """Write ``data`` as sorted, indented JSON to a temporary file, then rename it into place:
-    a reader sees the old or the new file, never a torn one."""
+    a reader sees the old or the new file, never a torn one. Returns the SHA256 of the bytes written."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    encoded = (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
+    tmp.write_bytes(encoded)
     os.replace(tmp, path)
+    return hashlib.sha256(encoded).hexdigest()

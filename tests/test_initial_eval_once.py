@@ -292,7 +292,8 @@ def test_processes_racing_for_the_lock_compute_the_shared_evaluation_once(tmp_pa
     assert len({json.dumps(summary, sort_keys=True) for _, _, summary in outcomes}) == 1
 
 
-@pytest.mark.parametrize("damage", ["truncated-responses", "no-eval-json", "torn-eval-json", "other-key"])
+@pytest.mark.parametrize("damage", ["truncated-responses", "no-eval-json", "torn-eval-json", "other-key", "edited-responses",
+                                    "truncated-responses-with-their-digest", "another-identity"])
 def test_a_partial_or_corrupt_shared_evaluation_is_recomputed_never_used(tmp_path, damage):
     first = shared_initial_eval(tmp_path, IDENTITY, _fake_eval)
     directory = tmp_path / first.reference["path"].rpartition("/")[0]
@@ -305,9 +306,22 @@ def test_a_partial_or_corrupt_shared_evaluation_is_recomputed_never_used(tmp_pat
     elif damage == "torn-eval-json":
         text = (directory / "eval.json").read_text()
         (directory / "eval.json").write_text(text[: len(text) // 2])
-    else:
+    elif damage == "other-key":
         record = json.loads((directory / "eval.json").read_text())
         record["key"] = "0" * 64
+        (directory / "eval.json").write_text(json.dumps(record))
+    elif damage == "edited-responses":  # as many lines as the summary says, not the bytes recorded
+        _flip_first_reward(directory / "responses.jsonl")
+    elif damage == "truncated-responses-with-their-digest":  # fewer lines than the summary's n_responses
+        lines = (directory / "responses.jsonl").read_text().splitlines()
+        (directory / "responses.jsonl").write_text("\n".join(lines[:-2]) + "\n")
+        record = json.loads((directory / "eval.json").read_text())
+        record["responses_sha256"] = sha256_file(directory / "responses.jsonl")
+        (directory / "eval.json").write_text(json.dumps(record))
+    else:  # a sound evaluation of another identity whose key shares the directory's 12 characters
+        record = json.loads((directory / "eval.json").read_text())
+        record["identity"] = {**record["identity"], "eval_seed": 4}
+        record["key"] = identity_key(record["identity"])
         (directory / "eval.json").write_text(json.dumps(record))
     assert read_shared_initial(directory, first.reference["key"]) is None
     again = shared_initial_eval(tmp_path, IDENTITY, _fake_eval)
@@ -376,3 +390,245 @@ def test_a_rerun_reuses_the_shared_evaluation_and_a_missing_one_is_recomputed(tm
     assert third.returncode == 0 and "audit: clean" in third.stdout, third.stdout[-2000:] + third.stderr[-2000:]
     assert len(_initial_eval_lines(sweep_dir, "computed")) == 2  # recomputed once for both jobs
     assert sha256_file(_shared_dir(sweep_dir) / "eval.json") == digest  # the same bits again
+
+
+# ---- the shared-reference checks on a synthetic sweep: job validation and the bundle audit alike ------
+
+SAMPLING = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_new_tokens": 48}
+SYNTHETIC_IDENTITY = {"model_files": {"model/weights": "cd" * 32}, "k": 4, "eval_seed": 29, "sampling": SAMPLING}
+SYNTHETIC_JOBS = ("grpo-42", "rpp-42")
+
+
+def _synthetic_responses(path: Path) -> dict:
+    """Four prompts x four samples, prompt i answered correctly i times; the summary from the
+    formulas: pass@j = mean over prompts of 1 - C(4-c, j) / C(4, j), reward, length and truncation means."""
+    from math import comb
+
+    from tests.evidence.sweep_factory import SUBSET_SHA
+
+    rows = [{"index": i, "sample": j, "response": "#### 7", "reward": float(j < i), "length": 10 + j,
+             "finished": j != 3} for i in range(4) for j in range(4)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    correct = [sum(j < i for j in range(4)) for i in range(4)]
+    summary = {"checkpoint": "initial", "n_prompts": 4, "k": 4, "n_responses": 16, "eval_seed": 29,
+               "subset_sha256": SUBSET_SHA, "truncation": 4 / 16, "mean_length": sum(10 + j for j in range(4)) / 4,
+               "mean_reward": sum(correct) / 16, "all_zero_reward": False}
+    for j in (1, 2, 4):
+        summary[f"pass@{j}"] = sum(1 - comb(4 - c, j) / comb(4, j) for c in correct) / 4
+    return summary
+
+
+def _synthetic_shared_sweep(root: Path) -> Path:
+    """A synthetic two-job sweep whose jobs reference one shared initial evaluation, written by the
+    trainer's own ``shared_initial_eval``, as a sweep of ``launch.py -m`` does."""
+    from tests.evidence.sweep_factory import make_sweep
+
+    sweep_dir = make_sweep(root, algos=("grpo", "rpp"), seeds=(42,), n_steps=3)
+    shared = shared_initial_eval(sweep_dir, SYNTHETIC_IDENTITY, _synthetic_responses)
+    for job in SYNTHETIC_JOBS:
+        run = sweep_dir / "jobs" / job / "run"
+        record = json.loads((run / "eval.json").read_text())
+        record["initial"] = {**shared.summary, "shared": shared.reference}
+        (run / "eval.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+        (run / "eval" / "initial.jsonl").unlink()
+        summary = json.loads((run / "run.json").read_text())
+        summary["config"]["workload"] = {"eval": {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_response_len": 48}}
+        (run / "run.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    return sweep_dir
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory) -> tuple[Path, Path]:
+    """The synthetic sharing sweep and its bundle directory, built once (no figures)."""
+    from evidence.bundle import build_bundle
+
+    sweep_dir = _synthetic_shared_sweep(tmp_path_factory.mktemp("synthetic-shared"))
+    result = build_bundle(sweep_dir, figures=False)
+    assert result.accepted == 2, result
+    return sweep_dir, result.bundle_dir
+
+
+def _rewrite_json(path: Path, change) -> None:
+    record = json.loads(path.read_text())
+    change(record)
+    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+
+
+def _point_runs_at(run_evals: list[Path], **fields) -> None:
+    """Set the shared reference of every run's eval.json: a forgery that keeps them consistent."""
+    for path in run_evals:
+        _rewrite_json(path, lambda record: record["initial"]["shared"].update(fields))
+
+
+def _tamper(case: str, shared_dir: Path, run_evals: list[Path], run_json: Path) -> tuple[str, str]:
+    """Damage a sweep's (or a bag payload's) shared evaluation or the first run's reference to it, the
+    way ``case`` names; returns the file the problem belongs to and the reason: "shared" (the shared
+    evaluation's eval.json) or "run" (the first run's eval.json: its reference, numbers or sampling)."""
+    record_path, responses = shared_dir / "eval.json", shared_dir / "responses.jsonl"
+    if case == "missing":
+        shutil.rmtree(shared_dir)
+        return "shared", "missing (the shared initial evaluation)"
+    if case == "record-edited":
+        _rewrite_json(record_path, lambda record: record["initial"].update({"pass@1": 0.5}))
+        return "shared", "SHA256 differs from the one the job recorded"
+    if case == "responses-edited":
+        _flip_first_reward(responses)
+        return "shared", "responses.jsonl differs from its recorded SHA256"
+    if case == "statistics":  # every digest kept consistent: only the recomputation notices
+        _flip_first_reward(responses)
+        _rewrite_json(record_path, lambda record: record.update({"responses_sha256": sha256_file(responses)}))
+        _point_runs_at(run_evals, sha256=sha256_file(record_path))
+        return "shared", "mean_reward 0.375 does not recompute from its responses (0.4375)"
+    if case == "identity":
+        _rewrite_json(record_path, lambda record: record["identity"].update({"eval_seed": 30}))
+        _point_runs_at(run_evals, sha256=sha256_file(record_path))
+        return "shared", "its identity does not hash to its key"
+    if case == "other-key":
+        _rewrite_json(record_path, lambda record: record.update({"key": "0" * 64}))
+        _point_runs_at(run_evals, sha256=sha256_file(record_path))
+        return "shared", "records another key"
+    if case == "torn-record":
+        record_path.write_text(record_path.read_text()[:40])
+        _point_runs_at(run_evals, sha256=sha256_file(record_path))
+        return "shared", "unreadable shared evaluation (JSONError)"
+    if case == "no-digest":
+        _rewrite_json(run_evals[0], lambda record: record["initial"]["shared"].pop("sha256"))
+        return "run", "initial.shared needs path, key and sha256"
+    if case == "key-escapes":
+        _point_runs_at(run_evals[:1], key="../../../etc", path="initial_eval/../../../etc/eval.json")
+        return "run", "initial.shared.key is not a SHA256 hex digest"
+    if case == "other-path":
+        _point_runs_at(run_evals[:1], path=f"{shared_dir.name}/eval.json")
+        return "run", f"initial.shared.path '{shared_dir.name}/eval.json' is not initial_eval/<key12>/eval.json"
+    if case == "numbers-differ":
+        _rewrite_json(run_evals[0], lambda record: record["initial"].update({"pass@1": 0.5}))
+        return "run", "initial differs from the shared initial evaluation it references"
+    assert case == "sampled-otherwise"
+    _rewrite_json(run_json, lambda record: record["config"]["workload"]["eval"].update({"top_p": 0.5}))
+    return "run", "the shared initial evaluation was sampled with another top_p than this run's final one"
+
+
+SHARED_TAMPERS = ("missing", "record-edited", "responses-edited", "statistics", "identity", "other-key", "torn-record",
+                  "no-digest", "key-escapes", "other-path", "numbers-differ", "sampled-otherwise")
+
+
+def test_a_synthetic_sweep_sharing_its_initial_evaluation_validates_and_audits_clean(synthetic):
+    sweep_dir, bag = synthetic
+    from evidence import evaluate_job
+
+    for job in SYNTHETIC_JOBS:
+        assert evaluate_job(sweep_dir / "jobs" / job).failures == []
+    assert audit(bag) == []
+
+
+@pytest.mark.parametrize("case", SHARED_TAMPERS)
+def test_python_m_evidence_validate_names_every_kind_of_broken_shared_reference(synthetic, tmp_path, case):
+    """Job validation (what the launcher and ``evidence build`` decide acceptance by) through the
+    command a person types: the job is invalid and the line names the file and the problem."""
+    sweep_dir = Path(shutil.copytree(synthetic[0], tmp_path / "sweep", ignore=shutil.ignore_patterns("bundle*")))
+    shared_dir = _shared_dir(sweep_dir)
+    runs = [sweep_dir / "jobs" / job / "run" for job in SYNTHETIC_JOBS]
+    where, reason = _tamper(case, shared_dir, [run / "eval.json" for run in runs], runs[0] / "run.json")
+    result = subprocess.run([sys.executable, "-m", "evidence", "validate", str(runs[0].parent)],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    file = f"initial_eval/{shared_dir.name}/eval.json" if where == "shared" else "run/eval.json"
+    assert result.returncode == 1 and f"{file}: {reason}" in result.stdout.splitlines(), result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("case", SHARED_TAMPERS)
+def test_the_audit_names_every_kind_of_broken_shared_reference_in_a_bundle(synthetic, tmp_path, case):
+    bag = Path(shutil.copytree(synthetic[1], tmp_path / "bundle"))
+    data = bag / "data"
+    shared_dir = _shared_dir(data)
+    runs = [data / "runs" / job for job in SYNTHETIC_JOBS]
+    where, reason = _tamper(case, shared_dir, [run / "eval.json" for run in runs], runs[0] / "run.json")
+    _reseal(bag)
+    reasons = [str(f) for f in audit(bag)]
+    file = f"data/initial_eval/{shared_dir.name}/eval.json" if where == "shared" else f"data/runs/{SYNTHETIC_JOBS[0]}/eval.json"
+    assert f"{file}: {reason}" in reasons, reasons
+    assert not any("SHA256 differs from manifest" in r for r in reasons)
+    if where == "shared":
+        assert reasons.count(f"{file}: {reason}") == 1  # once per bundle, not once per run referencing it
+
+
+def test_a_sweeps_jobs_read_and_validate_their_shared_evaluation_once(synthetic, tmp_path):
+    """The cache a sweep's validation keeps is keyed by the shared file: once the first job has read
+    and validated it, the second job's check reads nothing (here: it no longer exists)."""
+    from evidence.index import evaluate_job
+
+    sweep_dir = Path(shutil.copytree(synthetic[0], tmp_path / "sweep", ignore=shutil.ignore_patterns("bundle*")))
+    checked: dict = {}
+    first = evaluate_job(sweep_dir / "jobs" / SYNTHETIC_JOBS[0], shared_checks=checked)
+    assert first.failures == [] and list(checked) == [_shared_dir(sweep_dir) / "eval.json"]
+    shutil.rmtree(sweep_dir / "initial_eval")
+    assert evaluate_job(sweep_dir / "jobs" / SYNTHETIC_JOBS[1], shared_checks=checked).failures == []
+    alone = evaluate_job(sweep_dir / "jobs" / SYNTHETIC_JOBS[1])  # a fresh validation reads the disk again
+    assert any("missing (the shared initial evaluation)" in str(f) for f in alone.failures)
+
+
+def test_the_reference_a_job_records_is_the_sha256_of_the_record_it_read(tmp_path):
+    """Computed or reused, the reference's SHA256 is that of the eval.json bytes the job holds, and
+    ``read_shared_initial`` hands back the digest of exactly the bytes it parsed."""
+    import hashlib
+
+    computed = shared_initial_eval(tmp_path, SYNTHETIC_IDENTITY, _synthetic_responses)
+    reused = shared_initial_eval(tmp_path, SYNTHETIC_IDENTITY, lambda path: pytest.fail("recomputed"))
+    record_path = tmp_path / computed.reference["path"]
+    on_disk = hashlib.sha256(record_path.read_bytes()).hexdigest()
+    assert computed.computed and not reused.computed
+    assert computed.reference["sha256"] == reused.reference["sha256"] == on_disk
+    record, digest = read_shared_initial(record_path.parent, computed.reference["key"])
+    assert digest == on_disk and record == json.loads(record_path.read_text())
+
+
+
+def test_a_reference_to_a_path_outside_the_sweep_rejects_the_job_and_the_bundle_still_seals(synthetic, tmp_path):
+    """``python -m evidence build`` used to stop with SameFileError when a job's reference named an
+    absolute directory: it copied that directory's eval.json onto itself. Now only
+    ``initial_eval/<name>`` is ever copied, the job is rejected with the reason, and the audit is clean."""
+    sweep_dir = Path(shutil.copytree(synthetic[0], tmp_path / "sweep", ignore=shutil.ignore_patterns("bundle*")))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "eval.json").write_text("{}\n")
+    run_eval = sweep_dir / "jobs" / SYNTHETIC_JOBS[0] / "run" / "eval.json"
+    _point_runs_at([run_eval], path=str(elsewhere / "eval.json"))
+    result = subprocess.run([sys.executable, "-m", "evidence", "build", "--no-figures", str(sweep_dir)],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "accepted 1/2 jobs" in result.stdout
+    with open(sweep_dir / "bundle" / "data" / "index.csv", newline="") as f:
+        rows = {row["job"]: row for row in csv.DictReader(f)}
+    assert rows[SYNTHETIC_JOBS[0]]["accepted"] == "no" and "initial.shared.path" in rows[SYNTHETIC_JOBS[0]]["reason"]
+    assert (elsewhere / "eval.json").read_text() == "{}\n"
+    assert audit(sweep_dir / "bundle.tar.gz") == []
+
+
+@pytest.mark.parametrize("case", SHARED_TAMPERS)
+def test_a_job_rejected_for_its_shared_reference_stays_rejected_in_the_audit(synthetic, tmp_path, case):
+    """Damage found before the build rejects the job; the bundle carries the same damage, so the audit
+    re-checks the reference and does not call the rejection cherry-picking (it used to, as the
+    rejection re-check looked only at the run's own files)."""
+    from evidence.bundle import build_bundle
+
+    sweep_dir = Path(shutil.copytree(synthetic[0], tmp_path / "sweep", ignore=shutil.ignore_patterns("bundle*")))
+    runs = [sweep_dir / "jobs" / job / "run" for job in SYNTHETIC_JOBS]
+    _tamper(case, _shared_dir(sweep_dir), [run / "eval.json" for run in runs], runs[0] / "run.json")
+    result = build_bundle(sweep_dir, figures=False)
+    rejected = {row["job"] for row in result.jobs if row["accepted"] != "yes"}
+    assert SYNTHETIC_JOBS[0] in rejected
+    assert not [f for f in audit(result.archive) if "a valid run left out" in f.reason]
+
+
+def test_a_run_directory_copied_out_of_its_sweep_says_where_its_shared_evaluation_must_be(synthetic, tmp_path):
+    """``python -m evidence validate`` on a run directory that is not ``<sweep>/jobs/<job>/run`` cannot
+    find the shared evaluation: one line says so and how to validate it, rather than "missing"."""
+    copy = Path(shutil.copytree(synthetic[0] / "jobs" / SYNTHETIC_JOBS[0] / "run", tmp_path / "grpo-run"))
+    result = subprocess.run([sys.executable, "-m", "evidence", "validate", str(copy)],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stdout.splitlines() == [
+        "run/eval.json: initial.shared: the run directory is not in a sweep (<sweep>/jobs/<job>/run), where its "
+        "shared initial evaluation lives; validate the job inside its sweep"]
+    inside = subprocess.run([sys.executable, "-m", "evidence", "validate", str(synthetic[0] / "jobs" / SYNTHETIC_JOBS[0] / "run")],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert inside.returncode == 0 and inside.stdout == "", inside.stdout + inside.stderr

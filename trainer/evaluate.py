@@ -18,7 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from facts import EVAL_RECORD, INITIAL_EVAL_RESPONSES, atomic_write_json, initial_eval_relpath, sha256_file
+from facts import (
+    EVAL_RECORD,
+    INITIAL_EVAL_RESPONSES,
+    atomic_write_json,
+    initial_eval_relpath,
+    read_with_sha256,
+    sha256_file,
+)
 from facts.evaluation import identity_key, pass_at_k
 from trainer.data import Example, mix_seed, subset_digest
 from trainer.reward import math_reward
@@ -76,19 +83,21 @@ class SharedInitial:
     computed: bool  # this job computed it (else it reused another job's)
 
 
-def read_shared_initial(directory: Path, key: str) -> dict | None:
-    """The shared evaluation's record if it is complete and intact, else None (never trust a
-    half-written one: a job killed while computing it leaves no valid ``eval.json``)."""
+def read_shared_initial(directory: Path, key: str) -> tuple[dict, str] | None:
+    """The shared evaluation's record and the SHA256 of the ``eval.json`` bytes it was parsed from,
+    if it is complete and intact, else None (never trust a half-written one: a job killed while
+    computing it leaves no valid ``eval.json``). Each file is read once and its digest taken from
+    the bytes that are checked, so the reference a job records names the file it used."""
     try:
-        record = json.loads((directory / EVAL_RECORD).read_text(encoding="utf-8"))
-        responses = directory / INITIAL_EVAL_RESPONSES
+        data, digest = read_with_sha256(directory / EVAL_RECORD)
+        record = json.loads(data)
+        responses, responses_digest = read_with_sha256(directory / INITIAL_EVAL_RESPONSES)
         summary = record["initial"]
         if (record["key"] != key or identity_key(record["identity"]) != key
-                or sha256_file(responses) != record["responses_sha256"]):
+                or responses_digest != record["responses_sha256"]):
             return None
-        with open(responses, encoding="utf-8") as handle:
-            lines = sum(1 for line in handle if line.strip())
-        return record if lines == summary["n_responses"] else None
+        lines = sum(1 for line in responses.splitlines() if line.strip())
+        return (record, digest) if lines == summary["n_responses"] else None
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -112,8 +121,8 @@ def shared_initial_eval(sweep_dir: Path, identity: dict, compute: Callable[[Path
             fcntl.flock(lock, fcntl.LOCK_EX)
         except OSError:
             return None
-        record = read_shared_initial(directory, key)
-        computed = record is None
+        found = read_shared_initial(directory, key)
+        computed = found is None
         if computed:
             directory.mkdir(exist_ok=True)
             (directory / EVAL_RECORD).unlink(missing_ok=True)
@@ -122,6 +131,8 @@ def shared_initial_eval(sweep_dir: Path, identity: dict, compute: Callable[[Path
             os.replace(partial, directory / INITIAL_EVAL_RESPONSES)
             record = {"key": key, "identity": identity, "initial": summary,
                       "responses_sha256": sha256_file(directory / INITIAL_EVAL_RESPONSES)}
-            atomic_write_json(directory / EVAL_RECORD, record)
-        reference = {"path": f"{relpath}/{EVAL_RECORD}", "key": key, "sha256": sha256_file(directory / EVAL_RECORD)}
+            digest = atomic_write_json(directory / EVAL_RECORD, record)
+        else:
+            record, digest = found
+        reference = {"path": f"{relpath}/{EVAL_RECORD}", "key": key, "sha256": digest}
     return SharedInitial(record["initial"], reference, computed)
