@@ -113,14 +113,19 @@ _NOTHING_YET = {"exit_code": None, "signal": 0, "elapsed_s": 0, "node": "", "rea
 
 
 def _looks(job_ids: list[str]) -> dict[str, dict]:
-    """One look: sacct's view per task, overridden by squeue's for tasks the controller still holds.
+    """One look: what sacct and squeue say now, combined by ``combine_looks``."""
+    return combine_looks(sacct_states(job_ids), squeue_states(job_ids), job_ids)
+
+
+def combine_looks(accounted: dict[str, dict], queued: dict[str, dict], job_ids: list[str]) -> dict[str, dict]:
+    """sacct's view per task, overridden by squeue's for tasks the controller still holds: a
+    requeued task's last sacct record (REQUEUED, NODE_FAIL, PREEMPTED) is not its state while it is
+    queued again.
 
     Until Slurm splits an array's not-yet-started tasks off its meta record, sacct shows them only
     as the bare array id (``88|PENDING``, ``88|CANCELLED by 0``): that line stands for every task
     of the array that has no line of its own.
     """
-    accounted = sacct_states(job_ids)
-    queued = squeue_states(job_ids)
     view = {}
     for job_id in job_ids:
         array = job_id.split("_")[0]

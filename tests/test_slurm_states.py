@@ -19,6 +19,7 @@ from launcher.slurm_states import (
     SQUEUE_FORMAT,
     VANISHED,
     base_state,
+    combine_looks,
     expand_job_ids,
     parse_sacct,
     parse_squeue,
@@ -98,6 +99,19 @@ def test_every_run_of_a_requeued_task_is_one_record_in_order_and_the_last_is_its
         ("5", {"state": "COMPLETED", "exit_code": 0, "signal": 0, "elapsed_s": 30, "node": "nodefail1"})]
     assert parse_sacct(text) == {"5": {"state": "COMPLETED", "exit_code": 0, "signal": 0, "elapsed_s": 30,
                                        "node": "nodefail1"}}
+
+
+@pytest.mark.parametrize("record", ["REQUEUED", "NODE_FAIL", "PREEMPTED"])
+def test_the_record_a_requeue_follows_is_not_the_state_of_a_task_squeue_holds_again(record):
+    # sacct's last record of a task for the moment after `scontrol requeue` (or a node failure, a
+    # preemption), with squeue already holding it again: the queue wins. Out of the queue, sacct's
+    # record stands (confirmed_states gives it its second look).
+    accounted = parse_sacct(f"88_0|{record}|0:0|30|vm\n88_1|RUNNING|0:0|30|vm\n88_2|COMPLETED|0:0|31|vm\n")
+    queued = parse_squeue("88_0|PENDING|BeginTime\n88_1|RUNNING|None\n")
+    view = combine_looks(accounted, queued, ["88_0", "88_1", "88_2"])
+    assert view["88_0"]["state"] == "PENDING" and view["88_0"]["reason"] == "BeginTime"
+    assert view["88_1"]["state"] == "RUNNING" and view["88_2"]["state"] == "COMPLETED"
+    assert combine_looks(accounted, {}, ["88_0"])["88_0"]["state"] == record
 
 
 def test_a_short_sacct_line_reads_as_unknown_not_as_an_error():
