@@ -1,10 +1,11 @@
 # proofgrid: two commands do all set-up on a fresh machine.
 #   make run   - create .venv, install, run the main sweep on the embedded default
-#   make test  - create .venv, install, lint, run the whole suite
+#   make test  - create .venv, install, lint, run the whole suite on TEST_WORKERS pytest-xdist workers:
+#                the Slurm tests share one worker (one cluster), so their waits on the scheduler overlap
+#                the CPU-bound tests on the others; tests/conftest.py says which tests must share a worker
 #   make test-fast - lint, then the fast tier: unit, numerics, evidence on synthetic sweeps (no trainer
 #                    or launcher processes, no Slurm; tests/conftest.py says what counts as slow), on
-#                    FAST_WORKERS pytest-xdist workers (in-process tests only, so they parallelise cleanly;
-#                    `make test` stays one serial session: its Slurm and trainer tests time real processes)
+#                    FAST_WORKERS pytest-xdist workers
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -13,6 +14,8 @@ TORCH_SPEC ?= torch==2.13.0
 PIP_FLAGS ?= --disable-pip-version-check -q
 STAMP  := $(VENV)/.installed
 FAST_WORKERS ?= 2
+# Two cores: two workers for the CPU-bound tests, and the Slurm tests' worker, which mostly waits.
+TEST_WORKERS ?= 3
 
 .PHONY: venv run test test-fast lint bench device-wheels clean
 
@@ -29,7 +32,7 @@ lint: venv
 	$(VENV)/bin/ruff check .
 
 test: venv lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 test-fast: venv lint
 	$(PY) -m pytest -q -m "not slow" -n $(FAST_WORKERS)

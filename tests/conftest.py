@@ -115,11 +115,48 @@ def _starts_processes(item: pytest.Item) -> bool:
     return any(names & _process_starters(f) for f in files if f.is_file())
 
 
+@functools.cache
+def _module_fixtures(path: Path) -> frozenset[str]:
+    """Names of the module-scoped fixtures defined in ``path``."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return frozenset(
+        fn.name for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef)
+        for deco in fn.decorator_list if isinstance(deco, ast.Call)
+        and any(k.arg == "scope" and getattr(k.value, "value", None) == "module" for k in deco.keywords))
+
+
+def _xdist_group(item: pytest.Item) -> str | None:
+    """Which tests must share one pytest-xdist worker (``make test`` runs ``--dist loadgroup``): every
+    test of the one throwaway Slurm cluster (one node: they would queue behind each other, and some
+    take a node down), and the tests reading one module-scoped run (it is made once per worker that
+    needs it). Every other test is scheduled on its own."""
+    if SLOW_FIXTURES & set(item.fixturenames):
+        return "slurm"
+    shared = sorted(_module_fixtures(Path(item.path).resolve()) & set(item.fixturenames))
+    return f"{Path(item.path).stem}:{','.join(shared)}" if shared else None
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("slow") is None and (
                 SLOW_FIXTURES & set(item.fixturenames) or _starts_processes(item)):
             item.add_marker(pytest.mark.slow)
+        group = _xdist_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_collection_finish(session):
+    """pytest-xdist groups a test by a suffix it adds to the test's id; pytest 9.2 drops that suffix
+    (pytest-xdist#1386) and the groups above would be split silently, the Slurm tests then running side
+    by side on the one-node cluster. Refuse instead."""
+    if getattr(session.config.option, "loadgroup", False):
+        split = [i.nodeid for i in session.items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid]
+        if split:
+            raise pytest.UsageError(
+                f"pytest {pytest.__version__} ignores pytest-xdist's xdist_group ({len(split)} grouped tests, "
+                "pytest-xdist#1386): install pyproject.toml's pytest pin (`make venv`) or run without -n")
 
 
 _DURATIONS: dict[str, float] = {}  # test id -> seconds, for the fast tier's summary

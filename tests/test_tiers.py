@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import _process_starters
+from tests.conftest import TESTS, _process_starters
 
 SAMPLE = '''
 import subprocess, sys
@@ -66,11 +67,39 @@ def test_fixtures_helpers_and_spelled_out_commands_that_start_processes_are_foun
                                        "test_trains_in_process"}
 
 
+def _by_test(request) -> dict[str, pytest.Item]:
+    """This session's tests by ``file::name`` (under ``--dist loadgroup`` pytest-xdist appends ``@group``
+    to the node id of a grouped test)."""
+    return {f"tests/{Path(item.path).relative_to(TESTS).as_posix()}::{item.name}": item
+            for item in request.session.items}
+
+
 def test_the_trainer_runs_of_this_suite_are_slow_and_its_unit_tests_are_not(request):
-    collected = {item.nodeid: item.get_closest_marker("slow") is not None for item in request.session.items}
+    collected = {name: item.get_closest_marker("slow") is not None for name, item in _by_test(request).items()}
     if "tests/test_trainer.py::test_same_algo_and_seed_give_bit_identical_metrics" not in collected:
         pytest.skip("needs tests/test_trainer.py collected in the same session")
     assert collected["tests/test_trainer.py::test_same_algo_and_seed_give_bit_identical_metrics"]
     assert collected["tests/test_trainer.py::test_run_writes_the_contract_files[grpo]"]  # through its fixture
     assert not collected["tests/test_trainer.py::test_a_changed_input_file_is_refused"]
     assert collected["tests/test_trainer.py::test_different_seeds_differ"]  # trains in this process
+
+
+def _group(item: pytest.Item) -> str | None:
+    marks = [m.args[0] for m in item.iter_markers("xdist_group")]
+    return marks[0] if marks else None
+
+
+def test_the_slurm_tests_share_one_worker_and_a_module_run_is_made_once(request):
+    # `make test` runs --dist loadgroup: the one-node cluster's tests on one worker, the tests that read
+    # one module-scoped sweep on one worker (else each worker would launch it again), the rest anywhere.
+    tests = _by_test(request)
+    name = "tests/test_sweep_local.py::test_every_job_ran_isolated_and_was_accepted"
+    if name not in tests or "tests/test_slurm.py::test_a_cancelled_job_is_rejected_with_its_scheduler_state_and_the_rest_are_unaffected" not in tests:
+        pytest.skip("needs tests/test_sweep_local.py and tests/test_slurm.py collected in the same session")
+    slurm = [item for item in tests.values() if "slurm_cluster" in item.fixturenames]
+    assert len(slurm) > 20 and {_group(item) for item in slurm} == {"slurm"}
+    assert {_group(item) for item in tests.values() if _group(item) == "slurm"} == {"slurm"}
+    assert _group(tests[name]) == _group(tests["tests/test_sweep_local.py::test_the_bundle_is_sealed_and_audits_clean"])
+    assert _group(tests[name]) == "test_sweep_local:sweep"
+    assert _group(tests["tests/test_sweep_local.py::test_two_cpu_jobs_on_two_pinned_cores_run_one_at_a_time"]) is None
+    assert _group(tests["tests/test_tiers.py::test_the_slurm_tests_share_one_worker_and_a_module_run_is_made_once"]) is None
