@@ -13,9 +13,11 @@ PY     := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 PIP_FLAGS ?= --disable-pip-version-check -q
 STAMP  := $(VENV)/.installed
-FAST_WORKERS ?= 2
-# Two cores: two workers for the CPU-bound tests, and the Slurm tests' worker, which mostly waits.
-TEST_WORKERS ?= 3
+NPROC  := $(shell nproc 2>/dev/null || echo 2)
+FAST_WORKERS ?= $(NPROC)
+# One worker per core for the CPU-bound tests, plus the Slurm tests' worker, which mostly waits (at most 8:
+# each worker collects the suite and builds its own module-scoped runs).
+TEST_WORKERS ?= $(shell n=$$(( $(NPROC) + 1 )); [ $$n -gt 8 ] && n=8; echo $$n)
 
 .PHONY: venv run test test-fast lint bench device-wheels clean
 
@@ -35,7 +37,7 @@ test: venv lint
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 test-fast: venv lint
-	$(PY) -m pytest -q -m "not slow" -n $(FAST_WORKERS)
+	$(PY) -m pytest -q -m "not slow" -n $(FAST_WORKERS) --dist loadgroup
 
 run: venv
 	$(PY) launch.py -m algo=grpo,rpp,rppb seed=42,1234,2026

@@ -127,13 +127,13 @@ def _module_fixtures(path: Path) -> frozenset[str]:
 
 def _xdist_group(item: pytest.Item) -> str | None:
     """Which tests must share one pytest-xdist worker (``make test`` runs ``--dist loadgroup``): every
-    test of the one throwaway Slurm cluster (one node: they would queue behind each other, and some
-    take a node down), and the tests reading one module-scoped run (it is made once per worker that
-    needs it). Every other test is scheduled on its own."""
+    test of the one throwaway Slurm cluster (its session fixture starts and stops the cluster, one
+    node that some tests take down), and the tests of a module that has a module-scoped run (made
+    once per worker that needs it). Every other test is scheduled on its own."""
     if SLOW_FIXTURES & set(item.fixturenames):
         return "slurm"
-    shared = sorted(_module_fixtures(Path(item.path).resolve()) & set(item.fixturenames))
-    return f"{Path(item.path).stem}:{','.join(shared)}" if shared else None
+    path = Path(item.path).resolve()
+    return path.stem if _module_fixtures(path) & set(item.fixturenames) else None
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
@@ -147,16 +147,37 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(group))
 
 
+def pytest_configure(config):
+    """A parallel run of this suite must schedule by the groups above."""
+    if config.getoption("numprocesses", None) and config.getoption("dist", "no") not in ("no", "loadgroup"):
+        raise pytest.UsageError("this suite runs on pytest-xdist workers only with --dist loadgroup (make test and "
+                                "make test-fast pass it): its Slurm tests and module-scoped runs must share a worker")
+
+
+_SPLIT = "a group of tests that must share one pytest-xdist worker was split"
+
+
 def pytest_collection_finish(session):
-    """pytest-xdist groups a test by a suffix it adds to the test's id; pytest 9.2 drops that suffix
-    (pytest-xdist#1386) and the groups above would be split silently, the Slurm tests then running side
-    by side on the one-node cluster. Refuse instead."""
-    if getattr(session.config.option, "loadgroup", False):
-        split = [i.nodeid for i in session.items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid]
-        if split:
-            raise pytest.UsageError(
-                f"pytest {pytest.__version__} ignores pytest-xdist's xdist_group ({len(split)} grouped tests, "
-                "pytest-xdist#1386): install pyproject.toml's pytest pin (`make venv`) or run without -n")
+    """On a worker of a parallel run, each group above must be the scheduler's: the ``@<group>`` suffix
+    pytest-xdist gives a test id under --dist loadgroup. A second group mark, or pytest 9.2 (which drops
+    the suffix, pytest-xdist#1386), would split them silently, and two workers would start and stop
+    the one Slurm cluster: such tests fail at set-up instead (a worker's own error would be lost)."""
+    workerinput = getattr(session.config, "workerinput", None)
+    if workerinput is not None and workerinput.get("workercount", 1) > 1:
+        for item in session.items:
+            group = _xdist_group(item)
+            if group is not None and not item.nodeid.endswith(f"@{group}"):
+                item.stash[_SPLIT_KEY] = group
+
+
+_SPLIT_KEY = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(tryfirst=True)  # before any fixture (the Slurm cluster's) is set up
+def pytest_runtest_setup(item):
+    if _SPLIT_KEY in item.stash:
+        pytest.fail(f"{_SPLIT} ({item.stash[_SPLIT_KEY]!r}): run it with pyproject.toml's pytest "
+                    "(< 9.2, pytest-xdist#1386) and one xdist_group mark per test", pytrace=False)
 
 
 _DURATIONS: dict[str, float] = {}  # test id -> seconds, for the fast tier's summary

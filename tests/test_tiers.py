@@ -85,21 +85,22 @@ def test_the_trainer_runs_of_this_suite_are_slow_and_its_unit_tests_are_not(requ
 
 
 def _group(item: pytest.Item) -> str | None:
-    marks = [m.args[0] for m in item.iter_markers("xdist_group")]
-    return marks[0] if marks else None
+    """The group pytest-xdist schedules ``item`` by: its xdist_group marks, sorted and joined with "_"."""
+    names = sorted({m.args[0] if m.args else m.kwargs.get("name", "default") for m in item.iter_markers("xdist_group")})
+    return "_".join(names) or None
 
 
 def test_the_slurm_tests_share_one_worker_and_a_module_run_is_made_once(request):
-    # `make test` runs --dist loadgroup: the one-node cluster's tests on one worker, the tests that read
-    # one module-scoped sweep on one worker (else each worker would launch it again), the rest anywhere.
+    # `make test` runs --dist loadgroup: the one cluster's tests on one worker, the tests of a module with a
+    # module-scoped sweep on one worker (else each worker would launch it again), every other test anywhere.
     tests = _by_test(request)
     name = "tests/test_sweep_local.py::test_every_job_ran_isolated_and_was_accepted"
     if name not in tests or "tests/test_slurm.py::test_a_cancelled_job_is_rejected_with_its_scheduler_state_and_the_rest_are_unaffected" not in tests:
         pytest.skip("needs tests/test_sweep_local.py and tests/test_slurm.py collected in the same session")
-    slurm = [item for item in tests.values() if "slurm_cluster" in item.fixturenames]
-    assert len(slurm) > 20 and {_group(item) for item in slurm} == {"slurm"}
-    assert {_group(item) for item in tests.values() if _group(item) == "slurm"} == {"slurm"}
-    assert _group(tests[name]) == _group(tests["tests/test_sweep_local.py::test_the_bundle_is_sealed_and_audits_clean"])
-    assert _group(tests[name]) == "test_sweep_local:sweep"
+    uses_cluster = {n for n, item in tests.items() if "slurm_cluster" in item.fixturenames}
+    in_slurm_group = {n for n, item in tests.items() if _group(item) == "slurm"}
+    assert len(uses_cluster) > 20 and in_slurm_group == uses_cluster
+    assert {_group(tests[n]) for n in tests if n.startswith("tests/test_sweep_local.py::test_every")} == {"test_sweep_local"}
+    assert _group(tests["tests/test_sweep_local.py::test_the_bundle_is_sealed_and_audits_clean"]) == "test_sweep_local"
     assert _group(tests["tests/test_sweep_local.py::test_two_cpu_jobs_on_two_pinned_cores_run_one_at_a_time"]) is None
     assert _group(tests["tests/test_tiers.py::test_the_slurm_tests_share_one_worker_and_a_module_run_is_made_once"]) is None
