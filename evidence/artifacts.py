@@ -216,6 +216,10 @@ def read_shared_evaluation(record_path: Path) -> SharedEvaluation:
             raise TypeError("an initial summary and a key")
         if identity_key(record["identity"]) != record["key"]:  # the key names what determined the bits
             return SharedEvaluation(digest, record, None, ("its identity does not hash to its key",))
+        differing = [name for name in ("subset_sha256", "n_prompts", "k", "eval_seed")
+                     if record["identity"].get(name) != summary.get(name)]
+        if differing:  # the key must name the evaluation the summary reports
+            return SharedEvaluation(digest, record, None, (f"its identity and its summary differ in {', '.join(differing)}",))
         responses, responses_digest = read_with_sha256(record_path.parent / INITIAL_EVAL_RESPONSES)
         if responses_digest != record["responses_sha256"]:
             return SharedEvaluation(digest, record, summary, (f"{INITIAL_EVAL_RESPONSES} differs from its recorded SHA256",))
@@ -231,45 +235,61 @@ def read_shared_evaluation(record_path: Path) -> SharedEvaluation:
 
 
 def check_shared_initial(root: Path, reference, checked: dict[Path, SharedEvaluation]
-                         ) -> tuple[SharedEvaluation | None, list[str]]:
+                         ) -> tuple[SharedEvaluation | None, list[str], list[str]]:
     """A shared initial evaluation, as a job's eval.json references it (``{"path", "key", "sha256"}``;
     ``root``: the sweep directory or a bundle's ``data/``): its ``eval.json`` is there with that
     SHA256 and key, and passes ``read_shared_evaluation`` (read once per path: ``checked`` is the
-    caller's cache). Returns the shared evaluation (None when the reference is malformed) and the
-    problems found; its summary is None when there is nothing sound to compare a job's entry with."""
+    caller's cache). Returns the shared evaluation (None when the reference is malformed), its own
+    problems and the reference's (the job's); its summary is None when there is nothing sound to
+    compare a job's entry with."""
     if not isinstance(reference, dict) or not all(isinstance(reference.get(f), str) for f in ("path", "key", "sha256")):
-        return None, ["initial.shared needs path, key and sha256"]
+        return None, [], ["initial.shared needs path, key and sha256"]
     key, path = reference["key"], reference["path"]
     if not SHA256_HEX.fullmatch(key):  # identity_key's form; a key like ../../x would name a path outside
-        return None, ["initial.shared.key is not a SHA256 hex digest"]
+        return None, [], ["initial.shared.key is not a SHA256 hex digest"]
     if path != f"{initial_eval_relpath(key)}/{EVAL_RECORD}":
-        return None, [f"initial.shared.path {path!r} is not {INITIAL_EVAL_DIR}/<key12>/{EVAL_RECORD}"]
+        return None, [], [f"initial.shared.path {path!r} is not {INITIAL_EVAL_DIR}/<key12>/{EVAL_RECORD}"]
     record_path = root / path
     if record_path not in checked:
         checked[record_path] = read_shared_evaluation(record_path)
     shared: SharedEvaluation = checked[record_path]
     if shared.sha256 is None:
-        return shared, list(shared.problems)
+        return shared, list(shared.problems), []
     if shared.sha256 != reference["sha256"]:
-        return replace(shared, summary=None), ["SHA256 differs from the one the job recorded"]
+        return replace(shared, summary=None), list(shared.problems), [
+            f"initial.shared.sha256 is not the SHA256 of {path}"]
     if isinstance(shared.record, dict) and shared.record.get("key") != key:
-        return replace(shared, summary=None), ["records another key"]
-    return shared, list(shared.problems)
+        return replace(shared, summary=None), list(shared.problems), [f"initial.shared.key is not the key {path} records"]
+    return shared, list(shared.problems), []
 
 
-def shared_sampling_problems(record, run_config) -> list[str]:
-    """The shared initial evaluation was sampled as the run's final one: its identity's temperature,
-    top_k, top_p and response cap equal the run's ``workload.eval`` (``run.json``'s config)."""
+def shared_control_problems(record, run_summary) -> list[str]:
+    """The shared initial evaluation is this run's control: its identity names the model files the
+    run pinned (run.json's ``inputs`` under ``workload.model_path``), the run's eval sampling, k and
+    seed, its engine, dtype and device type, and the library versions and source commit it recorded."""
+    config = run_summary.get("config") if isinstance(run_summary, dict) else None
     try:
-        used = record["identity"]["sampling"]
-        settings = run_config["workload"]["eval"]
-        wanted = {"temperature": settings["temperature"], "top_k": settings["top_k"], "top_p": settings["top_p"],
-                  "max_new_tokens": settings["max_response_len"]}
-        differing = [name for name, value in wanted.items() if used.get(name) != value]
+        identity, workload = record["identity"], config["workload"]
+        settings, model_dir = workload["eval"], str(workload["model_path"]).rstrip("/") + "/"
+        sampling = identity["sampling"]
+        pairs = {  # name: (the identity's, the run's)
+            "model files": (identity["model_files"],
+                            {path: digest for path, digest in run_summary["inputs"].items() if path.startswith(model_dir)}),
+            "temperature": (sampling.get("temperature"), settings["temperature"]),
+            "top_k": (sampling.get("top_k"), settings["top_k"]), "top_p": (sampling.get("top_p"), settings["top_p"]),
+            "response cap": (sampling.get("max_new_tokens"), settings["max_response_len"]),
+            "k": (identity["k"], settings["k"]), "eval seed": (identity["eval_seed"], settings["seed"]),
+            "engine": (identity["engine"], workload["engine"]), "dtype": (identity["dtype"], workload["dtype"]),
+            "device": (identity["device"], str(workload["device"]).split(":")[0]),
+            "library versions": (identity["versions"], run_summary["versions"]),
+            "source commit": (identity["source_commit"], run_summary["source_commit"])}
     except (KeyError, TypeError, AttributeError):
-        return []  # an unreadable record is read_shared_evaluation's finding; an older run.json has no config
-    return [f"the shared initial evaluation was sampled with another {', '.join(differing)} than this run's "
-            "final one"] if differing else []
+        if not isinstance(record, dict) or not isinstance(record.get("identity"), dict):
+            return []  # an unreadable record is read_shared_evaluation's finding
+        return ["run.json does not record how this run was set up (config.workload, inputs, versions, "
+                "source_commit), so its shared initial control cannot be checked against it"]
+    differing = [name for name, (used, wanted) in pairs.items() if used != wanted]
+    return [f"the shared initial evaluation was not made with this run's {', '.join(differing)}"] if differing else []
 
 
 class SharedReferenceProblems(NamedTuple):
@@ -280,28 +300,28 @@ class SharedReferenceProblems(NamedTuple):
     of_run: list[str]  # this run's eval.json: its control sampled otherwise, or numbers not the shared ones
 
 
-def check_shared_reference(root: Path, entry: dict, run_config, checked: dict[Path, SharedEvaluation]
+def check_shared_reference(root: Path, entry: dict, run_summary, checked: dict[Path, SharedEvaluation]
                            ) -> SharedReferenceProblems:
     """A run's shared initial control (its eval.json "initial" entry, with ``shared``): the shared
-    evaluation in ``root`` passes ``check_shared_initial`` (read once per path: ``checked``), it was
-    sampled as the run's final eval (``run_config``: run.json's config, None if unknown), and the
-    entry's numbers are exactly its summary. Job validation and the bundle audit both call this."""
-    shared, of_shared = check_shared_initial(root, entry.get("shared"), checked)
+    evaluation in ``root`` passes ``check_shared_initial`` (read once per path: ``checked``), it is
+    the run's control by ``shared_control_problems`` (``run_summary``: run.json, None if unreadable),
+    and the entry's numbers are exactly its summary. Job validation and the bundle audit both call this."""
+    shared, of_shared, of_run = check_shared_initial(root, entry.get("shared"), checked)
     if shared is None:  # a malformed reference names no shared file: the problem is the run's eval.json
-        return SharedReferenceProblems(None, [], of_shared)
-    of_run = shared_sampling_problems(shared.record, run_config)
+        return SharedReferenceProblems(None, [], of_run)
+    of_run += shared_control_problems(shared.record, run_summary)
     if shared.summary is not None and {k: v for k, v in entry.items() if k != "shared"} != shared.summary:
         of_run.append("initial differs from the shared initial evaluation it references")
     return SharedReferenceProblems(f"{shared_initial_dir(entry)}/{EVAL_RECORD}", of_shared, of_run)
 
 
 def check_eval(run_dir: Path, final_checkpoint: str | None, expected_responses: int | None = None,
-               sweep_dir: Path | None = None, shared_checks: dict | None = None, run_config=None
+               sweep_dir: Path | None = None, shared_checks: dict | None = None, run_summary=None
                ) -> tuple[dict | None, list[GateFailure]]:
     """``eval.json``: initial control and final checkpoint, complete, consistent, non-degenerate.
 
     A shared initial control is checked by ``check_shared_reference`` in ``sweep_dir`` (default:
-    the run directory's sweep) against ``run_config`` (run.json's config), each shared evaluation
+    the run directory's sweep) against ``run_summary`` (run.json), each shared evaluation
     read once when ``shared_checks`` (a dict the caller keeps across a sweep's jobs) is given."""
     try:
         summary = read_json(run_dir / "eval.json")
@@ -341,7 +361,7 @@ def check_eval(run_dir: Path, final_checkpoint: str | None, expected_responses: 
                 fail(f"initial.shared: the run directory is not in a sweep (<sweep>/{JOBS_DIR}/<job>/{JOB_RUN_DIR}), "
                      "where its shared initial evaluation lives; validate the job inside its sweep")
             else:
-                found = check_shared_reference(root, entry, run_config, {} if shared_checks is None else shared_checks)
+                found = check_shared_reference(root, entry, run_summary, {} if shared_checks is None else shared_checks)
                 for problem in found.of_shared:
                     fail(problem, file=found.shared_file)
                 for problem in found.of_run:

@@ -425,10 +425,10 @@ def _check_shared_reference(data_dir: Path, job: str, entry: dict, checked: dict
     """A run's shared initial control by ``check_shared_reference``, as findings: the shared
     evaluation's own problems once per bundle (``reported``), the run's under its eval.json."""
     try:
-        config = read_json(data_dir / "runs" / job / "run.json").get("config")
-    except (JSONError, AttributeError):
-        config = None  # check_runs and the rejection checks report an unreadable run.json
-    found = check_shared_reference(data_dir, entry, config, checked)
+        run_summary = read_json(data_dir / "runs" / job / "run.json")
+    except JSONError:
+        run_summary = None  # check_runs and the rejection checks report an unreadable run.json
+    found = check_shared_reference(data_dir, entry, run_summary, checked)
     findings = [Finding(f"{PAYLOAD}/{found.shared_file}", problem) for problem in found.of_shared]
     findings = [f for f in findings if f not in reported]
     reported.update(findings)
@@ -460,8 +460,7 @@ def _still_rejected(data_dir: Path, data, row: dict, majority: tuple | None, art
     elif majority is not None and _identity(entries[1]) != majority:
         failures.append("eval-subset")
     if isinstance(entries[0], dict) and "shared" in entries[0]:
-        config = run_summary.get("config") if isinstance(run_summary, dict) else None
-        found = check_shared_reference(data_dir, entries[0], config, shared_checks)
+        found = check_shared_reference(data_dir, entries[0], run_summary, shared_checks)
         if found.of_shared or found.of_run:
             failures.append("eval-shared")
     if (job, f"run/checkpoints/{checkpoint_name(n)}/model.safetensors") not in artifacts:

@@ -187,9 +187,8 @@ def check_run_dir(run_dir: Path, evidence: JobEvidence, eval_responses: int | No
     evidence.checkpoint, failures = check_checkpoint(run_dir, evidence.n_updates)
     fail(failures)
     fail(check_tensorboard(run_dir))
-    run_config = evidence.run_summary.get("config") if isinstance(evidence.run_summary, dict) else None
     evidence.eval_summary, failures = check_eval(run_dir, evidence.checkpoint, eval_responses,
-                                                 shared_checks=shared_checks, run_config=run_config)
+                                                 shared_checks=shared_checks, run_summary=evidence.run_summary)
     fail(failures)
     return evidence
 

@@ -24,6 +24,7 @@ import pytest
 
 from evidence import audit
 from facts import sha256_file
+from tests.evidence.sweep_factory import COMMIT, SUBSET_SHA
 from tests.sweeps import REPO, launch
 from trainer.evaluate import identity_key, read_shared_initial, shared_initial_eval
 
@@ -395,7 +396,14 @@ def test_a_rerun_reuses_the_shared_evaluation_and_a_missing_one_is_recomputed(tm
 # ---- the shared-reference checks on a synthetic sweep: job validation and the bundle audit alike ------
 
 SAMPLING = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_new_tokens": 48}
-SYNTHETIC_IDENTITY = {"model_files": {"model/weights": "cd" * 32}, "k": 4, "eval_seed": 29, "sampling": SAMPLING}
+# What the trainer's identity names (trainer.loop.initial_eval_identity), as the synthetic runs record it
+# (tests/evidence/sweep_factory.py: run.json's inputs, versions and source commit; the workload below).
+SYNTHETIC_IDENTITY = {"model_files": {"model/model.safetensors": "ab" * 32}, "subset_sha256": SUBSET_SHA,
+                      "n_prompts": 4, "k": 4, "eval_seed": 29, "sampling": SAMPLING, "engine": "torch",
+                      "dtype": "float32", "device": "cpu", "num_threads": 1,
+                      "versions": {"python": "3.11.7", "torch": "2.13.0"}, "source_commit": COMMIT}
+SYNTHETIC_WORKLOAD = {"model_path": "model", "engine": "torch", "dtype": "float32", "device": "cpu",
+                      "eval": {"k": 4, "seed": 29, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_response_len": 48}}
 SYNTHETIC_JOBS = ("grpo-42", "rpp-42")
 
 
@@ -403,8 +411,6 @@ def _synthetic_responses(path: Path) -> dict:
     """Four prompts x four samples, prompt i answered correctly i times; the summary from the
     formulas: pass@j = mean over prompts of 1 - C(4-c, j) / C(4, j), reward, length and truncation means."""
     from math import comb
-
-    from tests.evidence.sweep_factory import SUBSET_SHA
 
     rows = [{"index": i, "sample": j, "response": "#### 7", "reward": float(j < i), "length": 10 + j,
              "finished": j != 3} for i in range(4) for j in range(4)]
@@ -432,7 +438,8 @@ def _synthetic_shared_sweep(root: Path) -> Path:
         (run / "eval.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
         (run / "eval" / "initial.jsonl").unlink()
         summary = json.loads((run / "run.json").read_text())
-        summary["config"]["workload"] = {"eval": {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_response_len": 48}}
+        summary["config"]["workload"] = json.loads(json.dumps(SYNTHETIC_WORKLOAD))
+        summary["source_commit"] = COMMIT
         (run / "run.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
     return sweep_dir
 
@@ -470,7 +477,7 @@ def _tamper(case: str, shared_dir: Path, run_evals: list[Path], run_json: Path) 
         return "shared", "missing (the shared initial evaluation)"
     if case == "record-edited":
         _rewrite_json(record_path, lambda record: record["initial"].update({"pass@1": 0.5}))
-        return "shared", "SHA256 differs from the one the job recorded"
+        return "run", f"initial.shared.sha256 is not the SHA256 of initial_eval/{shared_dir.name}/eval.json"
     if case == "responses-edited":
         _flip_first_reward(responses)
         return "shared", "responses.jsonl differs from its recorded SHA256"
@@ -486,7 +493,7 @@ def _tamper(case: str, shared_dir: Path, run_evals: list[Path], run_json: Path) 
     if case == "other-key":
         _rewrite_json(record_path, lambda record: record.update({"key": "0" * 64}))
         _point_runs_at(run_evals, sha256=sha256_file(record_path))
-        return "shared", "records another key"
+        return "run", f"initial.shared.key is not the key initial_eval/{shared_dir.name}/eval.json records"
     if case == "torn-record":
         record_path.write_text(record_path.read_text()[:40])
         _point_runs_at(run_evals, sha256=sha256_file(record_path))
@@ -503,13 +510,35 @@ def _tamper(case: str, shared_dir: Path, run_evals: list[Path], run_json: Path) 
     if case == "numbers-differ":
         _rewrite_json(run_evals[0], lambda record: record["initial"].update({"pass@1": 0.5}))
         return "run", "initial differs from the shared initial evaluation it references"
+    if case in ("another-model", "identity-not-its-summary"):  # re-keyed, moved and re-pointed: consistent
+        def forge(identity):
+            if case == "another-model":  # a control evaluated on other weights (a weaker base model)
+                identity["model_files"] = {path: "ef" * 32 for path in identity["model_files"]}
+            else:
+                identity["eval_seed"] = 999
+        record = json.loads(record_path.read_text())
+        forge(record["identity"])
+        record["key"] = identity_key(record["identity"])
+        moved = shared_dir.parent / record["key"][:12]
+        shutil.move(shared_dir, moved)
+        (moved / "eval.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+        _point_runs_at(run_evals, key=record["key"], path=f"initial_eval/{moved.name}/eval.json",
+                       sha256=sha256_file(moved / "eval.json"))
+        if case == "another-model":
+            return "run", "the shared initial evaluation was not made with this run's model files"
+        return "shared", "its identity and its summary differ in eval_seed"
+    if case == "run-not-recorded":
+        _rewrite_json(run_json, lambda record: record.pop("config"))
+        return "run", ("run.json does not record how this run was set up (config.workload, inputs, versions, "
+                       "source_commit), so its shared initial control cannot be checked against it")
     assert case == "sampled-otherwise"
     _rewrite_json(run_json, lambda record: record["config"]["workload"]["eval"].update({"top_p": 0.5}))
-    return "run", "the shared initial evaluation was sampled with another top_p than this run's final one"
+    return "run", "the shared initial evaluation was not made with this run's top_p"
 
 
 SHARED_TAMPERS = ("missing", "record-edited", "responses-edited", "statistics", "identity", "other-key", "torn-record",
-                  "no-digest", "key-escapes", "other-path", "numbers-differ", "sampled-otherwise")
+                  "no-digest", "key-escapes", "other-path", "numbers-differ", "sampled-otherwise", "another-model",
+                  "identity-not-its-summary", "run-not-recorded")
 
 
 def test_a_synthetic_sweep_sharing_its_initial_evaluation_validates_and_audits_clean(synthetic):
@@ -519,6 +548,11 @@ def test_a_synthetic_sweep_sharing_its_initial_evaluation_validates_and_audits_c
     for job in SYNTHETIC_JOBS:
         assert evaluate_job(sweep_dir / "jobs" / job).failures == []
     assert audit(bag) == []
+
+
+def _shared_dir_after(root: Path, before: Path) -> Path:
+    """The shared evaluation's directory after a tamper (a re-keyed forgery moves it), else ``before``."""
+    return next((p for p in (root / "initial_eval").glob("*") if p.is_dir()), before)
 
 
 @pytest.mark.parametrize("case", SHARED_TAMPERS)
@@ -531,6 +565,7 @@ def test_python_m_evidence_validate_names_every_kind_of_broken_shared_reference(
     where, reason = _tamper(case, shared_dir, [run / "eval.json" for run in runs], runs[0] / "run.json")
     result = subprocess.run([sys.executable, "-m", "evidence", "validate", str(runs[0].parent)],
                             cwd=REPO, capture_output=True, text=True, timeout=120)
+    shared_dir = _shared_dir_after(sweep_dir, shared_dir)
     file = f"initial_eval/{shared_dir.name}/eval.json" if where == "shared" else "run/eval.json"
     assert result.returncode == 1 and f"{file}: {reason}" in result.stdout.splitlines(), result.stdout + result.stderr
 
@@ -544,6 +579,7 @@ def test_the_audit_names_every_kind_of_broken_shared_reference_in_a_bundle(synth
     where, reason = _tamper(case, shared_dir, [run / "eval.json" for run in runs], runs[0] / "run.json")
     _reseal(bag)
     reasons = [str(f) for f in audit(bag)]
+    shared_dir = _shared_dir_after(data, shared_dir)
     file = f"data/initial_eval/{shared_dir.name}/eval.json" if where == "shared" else f"data/runs/{SYNTHETIC_JOBS[0]}/eval.json"
     assert f"{file}: {reason}" in reasons, reasons
     assert not any("SHA256 differs from manifest" in r for r in reasons)
