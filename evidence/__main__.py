@@ -13,6 +13,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from facts import JOBS_DIR, run_dir_of_job, sweep_jobs_dir
+
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
 
@@ -58,8 +60,8 @@ def _build(args, console: Console) -> int:
 
     if args.last_k < 1:
         return _fail("--last-k must be at least 1")
-    if not any(Path(args.sweep_dir).glob("jobs/*/job.json")):  # 0/N sealed as if it were a result
-        return _fail(f"nothing ran in {args.sweep_dir}: no job under jobs/ has a job.json (a dry run only "
+    if not any(sweep_jobs_dir(args.sweep_dir).glob("*/job.json")):  # 0/N sealed as if it were a result
+        return _fail(f"nothing ran in {args.sweep_dir}: no job under {JOBS_DIR}/ has a job.json (a dry run only "
                      "plans); run the sweep (or wait for its jobs to start), then build")
     try:
         result = build_bundle(args.sweep_dir, last_k=args.last_k, figures=not args.no_figures)
@@ -101,8 +103,8 @@ def _validate(args) -> int:
     path: Path = args.run_dir
     if not path.is_dir():
         return _fail(f"{path}: not a directory")
-    is_job = (path / "job.json").is_file() and (path / "run").is_dir()
-    run_dir = path / "run" if is_job else path
+    is_job = (path / "job.json").is_file() and run_dir_of_job(path).is_dir()
+    run_dir = run_dir_of_job(path) if is_job else path
 
     def field(name: str, file: Path):
         try:

@@ -28,6 +28,7 @@ from facts import (
     JOBS_DIR,
     checkpoint_name,
     initial_eval_relpath,
+    run_dir_of_job,
     sweep_dir_of_run,
 )
 from facts.evaluation import identity_key, pass_at_k
@@ -441,7 +442,7 @@ def check_public_command(job_dir: Path) -> tuple[dict | None, list[GateFailure]]
 
 def primary_artifacts(job_dir: Path, checkpoint: str | None) -> list[ArtifactDigest]:
     """Digests of the retained primary artifacts that the bundle does not carry."""
-    run_dir = job_dir / "run"
+    run_dir = run_dir_of_job(job_dir)
     paths = sorted((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     paths += sorted((run_dir / "eval").glob("*.jsonl"))
     if checkpoint and "/" not in checkpoint and checkpoint not in ("", ".", ".."):

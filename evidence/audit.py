@@ -46,7 +46,7 @@ from evidence.report import render_report
 from evidence.sanitize import Sanitizer
 from evidence.tables import compute_tables
 from evidence.verdict import check_verdict
-from facts import EVAL_RECORD, INITIAL_EVAL_DIR
+from facts import EVAL_RECORD, INITIAL_EVAL_DIR, sweep_jobs_dir
 
 PAYLOAD = "data"
 MANIFEST = "manifest-sha256.txt"
@@ -73,7 +73,7 @@ class UsageError(Exception):
 def audit(path: str | Path) -> list[Finding]:
     """Audit a bundle directory or a ``.tar.gz`` of one; an empty list means clean."""
     path = Path(path)
-    if path.is_dir() and not (path / "bagit.txt").exists() and (path / "jobs").is_dir():
+    if path.is_dir() and not (path / "bagit.txt").exists() and sweep_jobs_dir(path).is_dir():
         sealed = [p for p in (path / "bundle.tar.gz", path / "bundle") if p.exists()]
         fix = f"python -m evidence audit {sealed[0]}" if sealed else f"seal it first: python -m evidence build {path}"
         raise UsageError(f"{path} is a sweep directory, not a bundle; {fix}")

@@ -52,7 +52,16 @@ from evidence.stats import CI_LEVEL, DEFAULT_LAST_K
 from evidence.sweep import SweepError, job_name, read_sweep
 from evidence.tables import compute_tables
 from evidence.verdict import add_experiment, write_verdict
-from facts import EVAL_RECORD, INITIAL_EVAL_DIR, INITIAL_EVAL_RESPONSES
+from facts import (
+    EVAL_RECORD,
+    INITIAL_EVAL_DIR,
+    INITIAL_EVAL_RESPONSES,
+    METRICS_LOG,
+    RUN_RECORD,
+    run_dir_of_job,
+    sweep_job_dir,
+    sweep_jobs_dir,
+)
 from facts.processes import local_runtime_alive
 
 BUNDLE_DIR = "bundle"
@@ -102,7 +111,7 @@ def _sanitizer(sweep_dir: Path, evidences: list[JobEvidence]) -> Sanitizer:
     for form in {str(sweep_dir.resolve()), os.path.abspath(sweep_dir)}:
         literals[form] = "<SWEEP_DIR>"
         for evidence in evidences:
-            literals[os.path.join(form, "jobs", evidence.job)] = "<JOB_DIR>"
+            literals[str(sweep_job_dir(form, evidence.job))] = "<JOB_DIR>"
     hosts = [str(e.job_record.get("node")) for e in evidences if e.job_record.get("node")]
     return Sanitizer.from_environment(literals=literals, hosts=hosts)
 
@@ -132,9 +141,10 @@ def _hide_node(record):
 
 def _write_run_files(evidence: JobEvidence, job_dir: Path, out: Path, clean: Sanitizer) -> None:
     """data/runs/<job>/: metrics log, eval and run summaries, path-free command, job record, logs."""
-    _copy_text(job_dir / "run" / "metrics.jsonl", out / "metrics.jsonl", clean)
-    _copy_json(job_dir / "run" / "eval.json", out / "eval.json", clean)
-    _copy_json(job_dir / "run" / "run.json", out / "run.json", clean)
+    run_dir = run_dir_of_job(job_dir)
+    _copy_text(run_dir / METRICS_LOG, out / METRICS_LOG, clean)
+    _copy_json(run_dir / EVAL_RECORD, out / EVAL_RECORD, clean)
+    _copy_json(run_dir / RUN_RECORD, out / RUN_RECORD, clean)
     _copy_json(job_dir / "command.public.json", out / "command.public.json", clean)
     _copy_json(job_dir / "job.json", out / "job.json", clean, edit=_hide_node)
     for attempt in sorted((job_dir / ATTEMPTS_DIR).glob("*/job.json")):  # the job's earlier attempts
@@ -173,7 +183,7 @@ def _write_payload(sweep, evidences: list[JobEvidence], incidents: list[Incident
     for name in (INCIDENTS_FILE, "commands.txt"):
         _copy_text(sweep.dir / name, stage / name, clean)
     for evidence in evidences:
-        job_dir = sweep.dir / "jobs" / evidence.job
+        job_dir = sweep_job_dir(sweep.dir, evidence.job)
         if evidence.present and job_dir.is_dir():
             _write_run_files(evidence, job_dir, stage / "runs" / evidence.job, clean)
 
@@ -286,7 +296,7 @@ def refuse_jobs_in_flight(sweep_dir: Path) -> None:
     would be sealed as rejected while it may yet complete. A local job whose runtime process is
     provably gone (pid, start time and boot id no longer match) will never complete: it is
     evaluated as it stands rather than waited for."""
-    for record_path in sorted((sweep_dir / "jobs").glob("*/job.json")):
+    for record_path in sorted(sweep_jobs_dir(sweep_dir).glob("*/job.json")):
         try:
             record = read_json(record_path)
         except JSONError:

@@ -41,6 +41,7 @@ import yaml
 from evidence.artifacts import ALL_ZERO_EVAL
 from evidence.fileio import JSONError, read_json
 from evidence.index import JobEvidence
+from facts import sweep_job_dir
 from facts.failures import failure_cause
 
 INCIDENTS_FILE = "incidents.yaml"
@@ -202,7 +203,7 @@ def derive_incidents(evidences: list[JobEvidence], user: UserIncidents, sweep_di
     rows: list[dict] = []
     for evidence in evidences:
         if sweep_dir is not None and evidence.present:
-            for kind, job_id, title, boundary in history_incidents(Path(sweep_dir) / "jobs" / evidence.job):
+            for kind, job_id, title, boundary in history_incidents(sweep_job_dir(sweep_dir, evidence.job)):
                 rows.append({
                     "job": evidence.job, "job_id": job_id, "kind": kind, "source": "automatic", "title": title,
                     "evidence_boundary": boundary, "action": "re-run; resumed from its last checkpoint",

@@ -1,5 +1,5 @@
 """Facts shared by trainer, launcher and evidence, stated once: metric keys, algorithm traits,
-run-directory file names, checkpoint naming, file hashing (and hash-then-parse reads) and atomic JSON writes.
+the sweep and job directory layout, run-directory file names, checkpoint naming, file hashing (and hash-then-parse reads) and atomic JSON writes.
 
 Dependency-free (standard library only), so every package may import it and none imports upward.
 """
@@ -19,8 +19,11 @@ from facts.files import (
     checkpoint_name,
     initial_eval_relpath,
     read_with_sha256,
+    run_dir_of_job,
     sha256_file,
     sweep_dir_of_run,
+    sweep_job_dir,
+    sweep_jobs_dir,
 )
 from facts.metrics import (
     DYNAMIC_SAMPLING_KEYS,
@@ -35,5 +38,5 @@ __all__ = [
     "INITIAL_EVAL_RESPONSES", "JOBS_DIR", "JOB_RUN_DIR", "KL_LOSS_BY_ALGO",
     "KL_LOSS_KEY", "METRICS_LOG", "METRIC_KEYS_FIELD", "OFF_POLICY_KEYS", "REQUIRED_KEYS", "RUN_RECORD",
     "SHARED_KEY_CHARS", "algo_sort_key", "atomic_write_json", "checkpoint_name", "display_name", "initial_eval_relpath",
-    "read_with_sha256", "sha256_file", "sweep_dir_of_run",
+    "read_with_sha256", "run_dir_of_job", "sha256_file", "sweep_dir_of_run", "sweep_job_dir", "sweep_jobs_dir",
 ]

@@ -8,6 +8,8 @@ state. A record without one falls back to its state and exit code.
 
 from __future__ import annotations
 
+from facts.files import JOBS_DIR
+
 TRAINER_LOG = "trainer.log"
 # Final scheduler states that are not success, as a person would say them, with the fix.
 SCHEDULER_REASONS = {
@@ -24,7 +26,7 @@ COMPLETED = "COMPLETED"
 
 def log_pointer(job: str, log: str = TRAINER_LOG) -> str:
     """Where a job's log lies, relative to the sweep directory."""
-    return f"jobs/{job}/{log}"
+    return f"{JOBS_DIR}/{job}/{log}"
 
 
 def scheduler_reason(state: str) -> str | None:

@@ -1,4 +1,4 @@
-"""Run-directory file names, checkpoint naming, streaming SHA256, hash-then-parse reads and atomic JSON writes."""
+"""The sweep and job directory layout, run-directory file names, checkpoint naming, streaming SHA256, hash-then-parse reads and atomic JSON writes."""
 
 from __future__ import annotations
 
@@ -32,9 +32,24 @@ def initial_eval_relpath(key: str) -> str:
     return f"{INITIAL_EVAL_DIR}/{key[:SHARED_KEY_CHARS]}"
 
 
+def sweep_jobs_dir(sweep_dir: str | Path) -> Path:
+    """Where a sweep's job directories live: ``<sweep>/jobs``."""
+    return Path(sweep_dir) / JOBS_DIR
+
+
+def sweep_job_dir(sweep_dir: str | Path, job: str) -> Path:
+    """The directory of the sweep's job named ``job``: ``<sweep>/jobs/<job>``."""
+    return sweep_jobs_dir(sweep_dir) / job
+
+
+def run_dir_of_job(job_dir: str | Path) -> Path:
+    """A job's trainer output directory, ``<job>/run`` (an attempt's archive ``<job>/attempts/<n>`` alike)."""
+    return Path(job_dir) / JOB_RUN_DIR
+
+
 def sweep_dir_of_run(run_dir: str | Path) -> Path | None:
     """The sweep directory of a job's run directory, ``<sweep>/jobs/<job>/run`` -> ``<sweep>``
-    (``JOBS_DIR``, ``JOB_RUN_DIR``), or None when ``run_dir`` is not laid out so (a run of its own,
+    (the inverse of ``run_dir_of_job(sweep_job_dir(...))``), or None when ``run_dir`` is not laid out so (a run of its own,
     or a copy taken out of its sweep)."""
     run_dir = Path(run_dir).absolute()
     if run_dir.name != JOB_RUN_DIR or run_dir.parent.parent.name != JOBS_DIR:

@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+from facts import JOBS_DIR, sweep_jobs_dir
 from launcher.preflight import PreflightError
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -165,9 +166,9 @@ def status(sweep_dir: Path) -> int:
     from launcher.progress import completed_steps, natural_key
     from launcher.records import read_job_record
 
-    jobs_root = sweep_dir / "jobs"
+    jobs_root = sweep_jobs_dir(sweep_dir)
     if not jobs_root.is_dir():
-        print(f"proofgrid: error: {sweep_dir} has no jobs/ directory; is it a sweep directory?", file=sys.stderr)
+        print(f"proofgrid: error: {sweep_dir} has no {JOBS_DIR}/ directory; is it a sweep directory?", file=sys.stderr)
         return 2
     job_dirs = sorted(p for p in jobs_root.iterdir() if p.is_dir())
     try:
@@ -215,15 +216,15 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) == 2 and args[0] == "cancel":
         from launcher.slurm import cancel_sweep
 
-        if not (Path(args[1]) / "jobs").is_dir():
-            print(f"proofgrid: error: {args[1]} has no jobs/ directory; is it a sweep directory?", file=sys.stderr)
+        if not sweep_jobs_dir(args[1]).is_dir():
+            print(f"proofgrid: error: {args[1]} has no {JOBS_DIR}/ directory; is it a sweep directory?", file=sys.stderr)
             return 2
         return cancel_sweep(Path(args[1]))
     if len(args) == 2 and args[0] == "seal":  # what the wait=false seal job runs once the array has ended
         from launcher.slurm import SchedulerUnavailable, refresh_job_records
         from launcher.sweep import seal
 
-        job_dirs = sorted(p for p in (Path(args[1]) / "jobs").glob("*") if (p / "job.json").is_file())
+        job_dirs = sorted(p for p in sweep_jobs_dir(args[1]).glob("*") if (p / "job.json").is_file())
         try:
             refresh_job_records(job_dirs)
         except (OSError, SchedulerUnavailable) as exc:

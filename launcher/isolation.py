@@ -11,6 +11,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from facts import run_dir_of_job
+
 # Unix socket paths are limited to 107 bytes, and Ray puts its sockets several levels below its
 # temp dir; a job directory deep in a sweep tree would overflow that. Ray therefore gets a short
 # node-local alias (a symlink in the system temp dir) that points into the job directory, removed
@@ -36,7 +38,7 @@ class JobRoots:
 
     @property
     def output(self) -> Path:
-        return self.job_dir / "run"
+        return run_dir_of_job(self.job_dir)
 
     @property
     def ray_alias(self) -> Path:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evidence.bundle import IN_FLIGHT_STATES
+from facts import run_dir_of_job
 from launcher.backend import BACKENDS, SchedulerUnavailable, backend, refresh_job_records
 from launcher.liveness import mark_dead_local_jobs
 from launcher.preflight import PreflightError
@@ -94,13 +95,13 @@ def prepare_job_dirs(sweep: Sweep) -> list[JobSpec]:
                 continue
             attempts = job_dir / "attempts"
             attempt = attempts / str(len(list(attempts.iterdir())) if attempts.is_dir() else 0)
-            (attempt / "run").mkdir(parents=True)
+            run_dir_of_job(attempt).mkdir(parents=True)
             for name in ATTEMPT_RECORDS:
                 if (job_dir / name).exists():
                     shutil.move(str(job_dir / name), str(attempt / name))
             for name in ATTEMPT_RUN_FILES:  # the resumed run rewrites these: keep the rejected ones
-                if (job_dir / "run" / name).exists():
-                    shutil.copy2(job_dir / "run" / name, attempt / "run" / name)
+                if (run_dir_of_job(job_dir) / name).exists():
+                    shutil.copy2(run_dir_of_job(job_dir) / name, run_dir_of_job(attempt) / name)
             if note := discard_checkpoint_past_bad_metrics(job_dir, spec.algo, spec.n_updates, attempt):
                 print(f"job {spec.name}: {note}")
         job_dir.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from facts import run_dir_of_job
 from trainer.run_lock import (
     INHERITED_FD_ENV,
     RUN_LOCK,
@@ -49,4 +50,4 @@ def sweep_lock(sweep_dir: Path) -> Iterator[None]:
 
 def lock_job_run_dir(job_dir: Path) -> int:
     """Take the job's run-directory lock; the descriptor is passed on to the trainer."""
-    return lock_run_dir(Path(job_dir) / "run")
+    return lock_run_dir(run_dir_of_job(job_dir))

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from facts import sweep_jobs_dir
 from facts.ordering import natural_key
 from launcher.grid import (
     LAUNCHER_KEYS,
@@ -251,7 +252,7 @@ class _JobCleaner:
 
     def __init__(self, sweep: Sweep) -> None:
         self.clean_once = functools.lru_cache(maxsize=None)(sweep_sanitizer(sweep.sweep_dir, REPO_ROOT).clean)
-        jobs_root = re.escape(str(sweep.sweep_dir / "jobs"))
+        jobs_root = re.escape(str(sweep_jobs_dir(sweep.sweep_dir)))
         self.job_dirs = re.compile(r"(?<![\w.-])" + jobs_root + r"/([\w.-]+)(?![\w.-])")
         self.name = ""
 

@@ -13,7 +13,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from facts import METRICS_LOG
+from facts import METRICS_LOG, run_dir_of_job
 from facts.ordering import natural_key
 
 REWARD_KEY = "rollout/raw_reward"
@@ -23,7 +23,7 @@ TAIL_BYTES = 65536
 
 def completed_steps(job_dir: Path) -> int:
     """Finished training steps: complete lines of the run's metrics.jsonl."""
-    path = job_dir / "run" / METRICS_LOG
+    path = run_dir_of_job(job_dir) / METRICS_LOG
     try:
         with open(path, "rb") as f:
             return f.read().count(b"\n")
@@ -34,7 +34,7 @@ def completed_steps(job_dir: Path) -> int:
 def latest_reward(job_dir: Path) -> float | None:
     """The mean training reward of the run's last complete metrics line, if any."""
     try:
-        with open(job_dir / "run" / METRICS_LOG, "rb") as f:
+        with open(run_dir_of_job(job_dir) / METRICS_LOG, "rb") as f:
             f.seek(0, 2)
             f.seek(max(0, f.tell() - TAIL_BYTES))
             lines = f.read().split(b"\n")[:-1]  # the text after the last newline may be half written

@@ -14,16 +14,16 @@ import shutil
 from pathlib import Path
 
 from evidence.metrics_log import validate_metrics
+from facts import CHECKPOINTS_DIR, JOB_RUN_DIR, METRICS_LOG, run_dir_of_job
 
-CHECKPOINTS = "checkpoints"
-RUN_STATE_DIRS = (CHECKPOINTS, "tensorboard")  # what a resume reads or appends to
+RUN_STATE_DIRS = (CHECKPOINTS_DIR, "tensorboard")  # what a resume reads or appends to
 
 
 def checkpoint_step(run_dir: Path) -> int | None:
     """The step of the checkpoint a resume would load, or None."""
     from trainer.checkpoint import latest_checkpoint
 
-    ckpt = latest_checkpoint(run_dir / CHECKPOINTS)
+    ckpt = latest_checkpoint(run_dir / CHECKPOINTS_DIR)
     if ckpt is None:
         return None
     try:
@@ -35,16 +35,16 @@ def checkpoint_step(run_dir: Path) -> int | None:
 def discard_checkpoint_past_bad_metrics(job_dir: Path, algo: str, n_updates: int, attempt_dir: Path) -> str | None:
     """Move the run's checkpoints (and TensorBoard events) to ``attempt_dir/run/`` when the metrics
     log is not clean up to the checkpoint's step; returns what was done, or None."""
-    run_dir = Path(job_dir) / "run"
+    run_dir = run_dir_of_job(job_dir)
     step = checkpoint_step(run_dir)
     if step is None:
         return None
-    clean = validate_metrics(run_dir / "metrics.jsonl", algo, n_updates).valid_steps
+    clean = validate_metrics(run_dir / METRICS_LOG, algo, n_updates).valid_steps
     if clean >= step:
         return None  # the resume drops the lines from the checkpoint on: what stays is clean
-    (attempt_dir / "run").mkdir(parents=True, exist_ok=True)
+    run_dir_of_job(attempt_dir).mkdir(parents=True, exist_ok=True)
     for name in RUN_STATE_DIRS:
         if (run_dir / name).exists():
-            shutil.move(str(run_dir / name), str(attempt_dir / "run" / name))
+            shutil.move(str(run_dir / name), str(run_dir_of_job(attempt_dir) / name))
     return (f"the metrics log is valid only up to step {clean}, before the checkpoint of step {step}; "
-            f"that checkpoint moved to {attempt_dir.relative_to(job_dir)}/run/ and the job restarts from step 0")
+            f"that checkpoint moved to {attempt_dir.relative_to(job_dir)}/{JOB_RUN_DIR}/ and the job restarts from step 0")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from facts import sweep_job_dir, sweep_jobs_dir
 from facts.failures import scheduler_reason
 from launcher.backend import SchedulerUnavailable
 from launcher.preflight import PreflightError
@@ -327,7 +328,7 @@ def wait_for_jobs(sweep_dir: Path, job_dirs: list[Path], n_updates: dict[str, in
 def cancel_sweep(sweep_dir: Path) -> int:
     """``python -m launcher cancel <sweep_dir>``: scancel every task of the sweep that Slurm still
     holds (never a finished one), then record the states Slurm confirms. Returns an exit code."""
-    job_dirs = sorted(p for p in (sweep_dir / "jobs").iterdir() if (p / "job.json").is_file())
+    job_dirs = sorted(p for p in sweep_jobs_dir(sweep_dir).iterdir() if (p / "job.json").is_file())
     try:
         states = refresh_job_records(job_dirs)
     except SchedulerUnavailable as exc:  # which jobs still run is unknown: cancel none rather than guess
@@ -344,7 +345,7 @@ def cancel_sweep(sweep_dir: Path) -> int:
         return 1
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        states = refresh_job_records([sweep_dir / "jobs" / n for n in live])
+        states = refresh_job_records([sweep_job_dir(sweep_dir, n) for n in live])
         if all(s in TERMINAL_STATES for s in states.values()):
             break
         time.sleep(1)

@@ -9,6 +9,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from facts import sweep_job_dir
+
 
 @dataclass(frozen=True)
 class JobSpec:
@@ -36,7 +38,7 @@ class JobSpec:
 
     @property
     def job_dir(self) -> Path:
-        return Path(self.sweep_dir) / "jobs" / self.name
+        return sweep_job_dir(self.sweep_dir, self.name)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from facts import INITIAL_EVAL_DIR
+from facts import INITIAL_EVAL_DIR, sweep_job_dir, sweep_jobs_dir
 from launcher.backend import backend
 from launcher.jobs import check_arms, prepare_job_dirs
 from launcher.plan import COMMANDS_FILE, Sweep, write_plan
@@ -45,7 +45,7 @@ def seal(sweep_dir: Path) -> int:
     for finding in findings:
         print(f"audit: {finding}", file=sys.stderr)
     print(f"audit: {'clean' if not findings else f'{len(findings)} finding(s)'}")
-    print(f"training curves: tensorboard --logdir {sweep_dir / 'jobs'}")
+    print(f"training curves: tensorboard --logdir {sweep_jobs_dir(sweep_dir)}")
     return 0 if not findings and result.accepted == len(result.jobs) else 1
 
 
@@ -55,7 +55,7 @@ def job_arms(sweep_dir: Path) -> dict[str, str]:
     from launcher.spec import JobSpec
 
     jobs = json.loads((sweep_dir / SWEEP_RECORD).read_text())["jobs"]
-    specs = [sweep_dir / "jobs" / name / "spec.json" for name in jobs]
+    specs = [sweep_job_dir(sweep_dir, name) / "spec.json" for name in jobs]
     return {path.parent.name: JobSpec.from_json(path.read_text()).arm_label for path in specs if path.is_file()}
 
 
