@@ -4,8 +4,8 @@
 The cluster profile (``conf/cluster/*.yaml``) maps one to one onto sbatch options; it is checked
 in ``slurm_options``. Scheduler states come from ``sacct`` and ``squeue`` as ``slurm_states``
 confirms them (accounting is required: without it a cancelled job's state is unknowable); what
-runs inside a task when Slurm warns it is in ``slurm_requeue``. Every Slurm command runs through
-``slurm_commands.run_slurm``.
+runs inside a task when Slurm warns it is in ``slurm_requeue``. Every Slurm command proofgrid runs
+itself goes through ``slurm_commands.run_slurm``; the array's submission is submitit's.
 """
 
 from __future__ import annotations
@@ -230,9 +230,13 @@ def submit_seal_job(sweep, arrays: list[str]) -> str:
             f"--chdir={REPO_ROOT}", "--wrap",
             f"{shlex.quote(sys.executable)} -m launcher seal {shlex.quote(str(sweep.sweep_dir))}"]
     reply = run_slurm(argv)
-    if not reply.ok:
-        raise PreflightError(explain_refusal(reply.stderr or reply.error).replace(
+    if not reply.ok and reply.stderr:  # sbatch answered: a refusal, explained with its fix
+        raise PreflightError(explain_refusal(reply.stderr).replace(
             "nothing was submitted", f"array(s) {', '.join(arrays)} were submitted"))
+    if not reply.ok:  # no answer (or no sbatch): the seal job may or may not exist, the arrays do
+        raise PreflightError(f"could not submit the seal job ({reply.error}); array(s) {', '.join(arrays)} were "
+                             f"submitted: seal their evidence once they end with "
+                             f"`python -m launcher seal {shlex.quote(str(sweep.sweep_dir))}`")
     return reply.stdout.strip().split(";")[0]
 
 

@@ -1,7 +1,8 @@
 """How proofgrid runs Slurm's commands and reads their pipe-separated answers.
 
-Every Slurm command (``sacct``, ``squeue``, ``scontrol``, ``scancel``, ``sbatch``, ``sinfo``,
-``sacctmgr``) goes through ``run_slurm``, which never raises: a command that is not installed
+Every Slurm command proofgrid runs itself (``sacct``, ``squeue``, ``scontrol``, ``scancel``, the seal
+job's ``sbatch``, ``sinfo``, ``sacctmgr``; the job array's own ``sbatch`` is submitit's) goes through
+``run_slurm``, which never raises: a command that is not installed
 here, one that does not answer within its timeout and one that exits non-zero all come back as a
 ``SlurmReply`` whose ``error`` is one line saying so. Each caller decides what that means for it
 (a state query raises ``SchedulerUnavailable``, a profile check stays silent, a rename is best
@@ -24,7 +25,8 @@ TIMEOUT_S = 60.0
 
 def not_on_path(commands: Sequence[str]) -> str:
     """The words for Slurm commands missing here (the launch's preflight says them too)."""
-    return (f"Slurm's {', '.join(commands)} on PATH, which are missing here; "
+    are = "are" if len(commands) > 1 else "is"
+    return (f"Slurm's {', '.join(commands)} on PATH, which {are} missing here; "
             "run from a Slurm login node (or load its module)")
 
 

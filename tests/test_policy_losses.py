@@ -107,6 +107,9 @@ def test_ppo_and_gspo_share_one_clip_fraction_convention_ties_unclipped():
     ppo_loss, ppo_frac = ppo_clip_token_loss(logp, logp_old, advantages, mask)
     gspo_loss, gspo_frac = gspo_token_loss(logp, logp_old, advantages, mask)
     assert torch.equal(ppo_loss, gspo_loss) and torch.isfinite(ppo_loss).all()
+    # By hand: -min(rho A, clip(rho, 0.8, 1.2) A) = -1.2, 0.8 * 1 = 0.8 (clipped), 1.5, -1.1, -0.0.
+    expected = [-1.2, 0.8, 1.5, -1.1, 0.0]
+    assert all(math.isclose(ppo_loss[i, 0].item(), e, rel_tol=1e-12, abs_tol=1e-15) for i, e in enumerate(expected))
     assert ppo_frac.dtype == gspo_frac.dtype == F64 and ppo_frac.item() == gspo_frac.item() == 2 / 5
 
 

@@ -127,7 +127,7 @@ def no_slurm_on_path(tmp_path, monkeypatch):
     return {**os.environ, "PATH": str(empty)}
 
 
-MISSING_SACCT = ("proofgrid needs Slurm's sacct on PATH, which are missing here; "
+MISSING_SACCT = ("proofgrid needs Slurm's sacct on PATH, which is missing here; "
                  "run from a Slurm login node (or load its module)")
 
 

@@ -179,11 +179,13 @@ def packed_input_index(batch: TokenBatch) -> torch.Tensor:
     input ``t`` of response ``r`` predicts token ``t + 1``, so it is needed where ``response_mask[r, t + 1]``.
 
     Built on the batch's device from the mask; ``nonzero_static`` takes the count from the host-side
-    lengths (``sum(max(L_r - 1, 0))``), so the data-dependent size needs no device-to-host read.
+    lengths (``sum(max(L_r - 1, 0))``), so the data-dependent size needs no device-to-host read. Should
+    the lengths count more tokens than the mask holds, the missing slots are ``needed.numel()``, an
+    index past the end that fails where it is used instead of wrapping to the last slot as -1 would.
     """
     needed = batch.response_mask[:, 1:].reshape(-1)
     count = sum(max(length - 1, 0) for length in batch.lengths)
-    return torch.nonzero_static(needed, size=count)[:, 0]
+    return torch.nonzero_static(needed, size=count, fill_value=needed.numel())[:, 0]
 
 
 def response_logprobs(model, batch: TokenBatch, temperature: float = 1.0, aux_ids: torch.Tensor | None = None):
