@@ -172,6 +172,8 @@ def test_a_tampered_shared_evaluation_in_the_bundle_is_an_audit_finding(sweep, t
     directory = next((bag / "data" / "initial_eval").iterdir())
     record_path = directory / "eval.json"
     record = json.loads(record_path.read_text())
+    file = f"data/initial_eval/{directory.name}/eval.json"  # whose problem it is
+    changed = f"initial.shared.sha256 is not the SHA256 of initial_eval/{directory.name}/eval.json"
     if tamper == "responses":
         _flip_first_reward(directory / "responses.jsonl")
         expected = "responses.jsonl differs from its recorded SHA256"
@@ -179,11 +181,11 @@ def test_a_tampered_shared_evaluation_in_the_bundle_is_an_audit_finding(sweep, t
         _flip_first_reward(directory / "responses.jsonl")
         record["responses_sha256"] = sha256_file(directory / "responses.jsonl")
         record_path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-        expected = "SHA256 differs from the one the job recorded"
+        file, expected = "data/runs/grpo-1/eval.json", changed  # every run's reference names other bytes
     elif tamper == "summary":
         record["initial"]["pass@1"] += 0.25
         record_path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-        expected = "SHA256 differs from the one the job recorded"
+        file, expected = "data/runs/grpo-1/eval.json", changed
     elif tamper == "identity":  # a consistent forgery: the key no longer names what made the bits
         record["identity"]["num_threads"] += 1
         record_path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
@@ -198,7 +200,7 @@ def test_a_tampered_shared_evaluation_in_the_bundle_is_an_audit_finding(sweep, t
     _reseal(bag)
     reasons = [str(f) for f in audit(bag)]
     assert not any("SHA256 differs from manifest" in r for r in reasons)
-    assert f"data/initial_eval/{directory.name}/eval.json: {expected}" in reasons, reasons
+    assert f"{file}: {expected}" in reasons, reasons
 
 
 def test_a_shared_evaluation_sampled_unlike_the_runs_final_eval_is_an_audit_finding(sweep, tmp_path):
@@ -210,8 +212,7 @@ def test_a_shared_evaluation_sampled_unlike_the_runs_final_eval_is_an_audit_find
     run_json.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     _reseal(bag)
     reasons = [str(f) for f in audit(bag)]
-    assert ("data/runs/rpp-2/eval.json: the shared initial evaluation was sampled with another top_p than this "
-            "run's final one") in reasons, reasons
+    assert "data/runs/rpp-2/eval.json: the shared initial evaluation was not made with this run's top_p" in reasons, reasons
     assert not any(r.startswith("data/runs/grpo-1/eval.json") for r in reasons)
 
 
