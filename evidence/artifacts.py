@@ -31,12 +31,10 @@ from facts import (
     run_dir_of_job,
     sweep_dir_of_run,
 )
-from facts.evaluation import identity_key, pass_at_k
+from facts.evaluation import PASS_AT, shared_evaluation_problems
 
 EVAL_KINDS = ("initial", "final")
 EVAL_NUMBER_KEYS = ("pass@1", "truncation", "mean_length", "mean_reward")
-# pass@j exists only when j <= k samples were drawn per prompt.
-PASS_AT = (1, 2, 4)
 EVAL_INT_KEYS = ("n_prompts", "k", "n_responses", "eval_seed")
 EVAL_FRACTION_KEYS = ("pass@1", "pass@2", "pass@4", "truncation")
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
@@ -166,26 +164,6 @@ def shared_initial_dir(entry) -> str | None:
     return path.rpartition("/")[0] if isinstance(path, str) else None
 
 
-def recompute_eval(responses: list[dict], k: int) -> dict:
-    """An eval summary's statistics from its response records: pass@j per prompt (unbiased, c =
-    responses with reward > 0) averaged over prompts, mean reward, mean length, truncated share;
-    ``k`` is the samples per prompt (-1 when prompts differ)."""
-    correct: dict = {}
-    samples: dict = {}
-    for r in responses:
-        correct[r["index"]] = correct.get(r["index"], 0) + int(r["reward"] > 0)
-        samples[r["index"]] = samples.get(r["index"], 0) + 1
-    n = len(responses)
-    per_prompt = set(samples.values())
-    stats = {"n_responses": n, "n_prompts": len(correct), "k": per_prompt.pop() if len(per_prompt) == 1 else -1, "mean_reward": sum(r["reward"] for r in responses) / n,
-             "mean_length": sum(r["length"] for r in responses) / n,
-             "truncation": sum(not r["finished"] for r in responses) / n}
-    for j in PASS_AT:
-        if j <= k:
-            stats[f"pass@{j}"] = sum(pass_at_k(k, c, j) for c in correct.values()) / len(correct)
-    return stats
-
-
 @dataclass(frozen=True)
 class SharedEvaluation:
     """A shared initial evaluation's ``eval.json`` as read once: the SHA256 of the bytes read (None
@@ -201,37 +179,20 @@ class SharedEvaluation:
 
 def read_shared_evaluation(record_path: Path) -> SharedEvaluation:
     """Read, hash and validate a shared initial evaluation's ``eval.json`` and responses, each file
-    read once (the bytes hashed are the bytes parsed): its identity hashes to its key, the responses
-    carry the recorded SHA256, and the summary's statistics recompute from them."""
+    read once (the bytes hashed are the bytes parsed), by ``facts.evaluation.shared_evaluation_problems``:
+    the same rules the trainer applies before it reuses one."""
     try:
         data, digest = read_with_sha256(record_path)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         return SharedEvaluation(None, None, None, ("missing (the shared initial evaluation)",))
     except OSError as exc:
         return SharedEvaluation(None, None, None, (f"unreadable shared evaluation ({type(exc).__name__})",))
-    record = summary = None
     try:
         record = parse_json(data)
-        summary = record["initial"]
-        if not isinstance(summary, dict) or not isinstance(record["key"], str):
-            raise TypeError("an initial summary and a key")
-        if identity_key(record["identity"]) != record["key"]:  # the key names what determined the bits
-            return SharedEvaluation(digest, record, None, ("its identity does not hash to its key",))
-        differing = [name for name in ("subset_sha256", "n_prompts", "k", "eval_seed")
-                     if record["identity"].get(name) != summary.get(name)]
-        if differing:  # the key must name the evaluation the summary reports
-            return SharedEvaluation(digest, record, None, (f"its identity and its summary differ in {', '.join(differing)}",))
-        responses, responses_digest = read_with_sha256(record_path.parent / INITIAL_EVAL_RESPONSES)
-        if responses_digest != record["responses_sha256"]:
-            return SharedEvaluation(digest, record, summary, (f"{INITIAL_EVAL_RESPONSES} differs from its recorded SHA256",))
-        recomputed = recompute_eval([json.loads(line) for line in responses.splitlines() if line.strip()],
-                                    int(summary["k"]))
-    except (JSONError, OSError, ValueError, KeyError, TypeError, ZeroDivisionError) as exc:
-        return SharedEvaluation(digest, record, None, (f"unreadable shared evaluation ({type(exc).__name__})",))
-    problems = tuple(f"{name} {summary.get(name)!r} does not recompute from its responses ({value!r})"
-                     for name, value in recomputed.items()
-                     if not (_is_number(summary.get(name))
-                             and math.isclose(summary[name], value, rel_tol=1e-12, abs_tol=1e-12)))
+        responses = (record_path.parent / INITIAL_EVAL_RESPONSES).read_bytes()
+    except (JSONError, OSError) as exc:
+        return SharedEvaluation(digest, None, None, (f"unreadable shared evaluation ({type(exc).__name__})",))
+    summary, problems = shared_evaluation_problems(record, responses)
     return SharedEvaluation(digest, record, summary, problems)
 
 

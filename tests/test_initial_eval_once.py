@@ -254,14 +254,33 @@ def test_the_launcher_hands_the_sweep_dir_to_the_trainer_only_when_jobs_can_shar
 
 
 
-IDENTITY = {"model_files": {"model/weights": "ab" * 32}, "k": 2, "eval_seed": 3}
+SAMPLING = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_new_tokens": 48}
+# What the trainer's identity names (trainer.loop.initial_eval_identity), as the synthetic runs record it
+# (tests/evidence/sweep_factory.py: run.json's inputs, versions and source commit; the workload below).
+SYNTHETIC_IDENTITY = {"model_files": {"model/model.safetensors": "ab" * 32}, "subset_sha256": SUBSET_SHA,
+                      "n_prompts": 4, "k": 4, "eval_seed": 29, "sampling": SAMPLING, "engine": "torch",
+                      "dtype": "float32", "device": "cpu", "num_threads": 1,
+                      "versions": {"python": "3.11.7", "torch": "2.13.0"}, "source_commit": COMMIT}
+SYNTHETIC_WORKLOAD = {"model_path": "model", "engine": "torch", "dtype": "float32", "device": "cpu",
+                      "eval": {"k": 4, "seed": 29, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_response_len": 48}}
+SYNTHETIC_JOBS = ("grpo-42", "rpp-42")
 
 
-def _fake_eval(path: Path, n_prompts: int = 3, k: int = 2) -> dict:
-    rows = [{"index": i, "sample": j, "reward": float((i + j) % 2), "length": 5, "finished": True}
-            for i in range(n_prompts) for j in range(k)]
+def _synthetic_responses(path: Path) -> dict:
+    """Four prompts x four samples, prompt i answered correctly i times; the summary from the
+    formulas: pass@j = mean over prompts of 1 - C(4-c, j) / C(4, j), reward, length and truncation means."""
+    from math import comb
+
+    rows = [{"index": i, "sample": j, "response": "#### 7", "reward": float(j < i), "length": 10 + j,
+             "finished": j != 3} for i in range(4) for j in range(4)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return {"checkpoint": "initial", "n_prompts": n_prompts, "k": k, "n_responses": len(rows)}
+    correct = [sum(j < i for j in range(4)) for i in range(4)]
+    summary = {"checkpoint": "initial", "n_prompts": 4, "k": 4, "n_responses": 16, "eval_seed": 29,
+               "subset_sha256": SUBSET_SHA, "truncation": 4 / 16, "mean_length": sum(10 + j for j in range(4)) / 4,
+               "mean_reward": sum(correct) / 16, "all_zero_reward": False}
+    for j in (1, 2, 4):
+        summary[f"pass@{j}"] = sum(1 - comb(4 - c, j) / comb(4, j) for c in correct) / 4
+    return summary
 
 
 def _race(sweep_dir: str, counter: str, barrier, results) -> None:
@@ -269,10 +288,10 @@ def _race(sweep_dir: str, counter: str, barrier, results) -> None:
         with open(counter, "a") as handle:
             handle.write("computed\n")
         time.sleep(0.5)  # long enough that the others are waiting on the lock meanwhile
-        return _fake_eval(path)
+        return _synthetic_responses(path)
 
     barrier.wait()
-    shared = shared_initial_eval(Path(sweep_dir), IDENTITY, compute)
+    shared = shared_initial_eval(Path(sweep_dir), SYNTHETIC_IDENTITY, compute)
     results.put((shared.computed, shared.reference, shared.summary))
 
 
@@ -295,9 +314,10 @@ def test_processes_racing_for_the_lock_compute_the_shared_evaluation_once(tmp_pa
 
 
 @pytest.mark.parametrize("damage", ["truncated-responses", "no-eval-json", "torn-eval-json", "other-key", "edited-responses",
-                                    "truncated-responses-with-their-digest", "another-identity"])
+                                    "truncated-responses-with-their-digest", "another-identity",
+                                    "statistics-not-its-responses", "not-strict-json"])
 def test_a_partial_or_corrupt_shared_evaluation_is_recomputed_never_used(tmp_path, damage):
-    first = shared_initial_eval(tmp_path, IDENTITY, _fake_eval)
+    first = shared_initial_eval(tmp_path, SYNTHETIC_IDENTITY, _synthetic_responses)
     directory = tmp_path / first.reference["path"].rpartition("/")[0]
     assert first.computed and read_shared_initial(directory, first.reference["key"]) is not None
     if damage == "truncated-responses":  # a crash while the responses were being replaced
@@ -320,16 +340,24 @@ def test_a_partial_or_corrupt_shared_evaluation_is_recomputed_never_used(tmp_pat
         record = json.loads((directory / "eval.json").read_text())
         record["responses_sha256"] = sha256_file(directory / "responses.jsonl")
         (directory / "eval.json").write_text(json.dumps(record))
+    elif damage == "statistics-not-its-responses":  # what the evidence would reject: computed again instead
+        record = json.loads((directory / "eval.json").read_text())
+        record["initial"]["pass@1"] += 0.25
+        (directory / "eval.json").write_text(json.dumps(record))
+    elif damage == "not-strict-json":
+        record = json.loads((directory / "eval.json").read_text())
+        record["initial"]["mean_length"] = float("nan")
+        (directory / "eval.json").write_text(json.dumps(record))  # NaN: Python writes it, strict JSON has none
     else:  # a sound evaluation of another identity whose key shares the directory's 12 characters
         record = json.loads((directory / "eval.json").read_text())
         record["identity"] = {**record["identity"], "eval_seed": 4}
         record["key"] = identity_key(record["identity"])
         (directory / "eval.json").write_text(json.dumps(record))
     assert read_shared_initial(directory, first.reference["key"]) is None
-    again = shared_initial_eval(tmp_path, IDENTITY, _fake_eval)
+    again = shared_initial_eval(tmp_path, SYNTHETIC_IDENTITY, _synthetic_responses)
     assert again.computed and again.summary == first.summary
     assert read_shared_initial(directory, first.reference["key"]) is not None
-    third = shared_initial_eval(tmp_path, IDENTITY, lambda path: pytest.fail("recomputed a valid evaluation"))
+    third = shared_initial_eval(tmp_path, SYNTHETIC_IDENTITY, lambda path: pytest.fail("recomputed a valid evaluation"))
     assert not third.computed and third.reference == again.reference
 
 
@@ -395,35 +423,6 @@ def test_a_rerun_reuses_the_shared_evaluation_and_a_missing_one_is_recomputed(tm
 
 
 # ---- the shared-reference checks on a synthetic sweep: job validation and the bundle audit alike ------
-
-SAMPLING = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_new_tokens": 48}
-# What the trainer's identity names (trainer.loop.initial_eval_identity), as the synthetic runs record it
-# (tests/evidence/sweep_factory.py: run.json's inputs, versions and source commit; the workload below).
-SYNTHETIC_IDENTITY = {"model_files": {"model/model.safetensors": "ab" * 32}, "subset_sha256": SUBSET_SHA,
-                      "n_prompts": 4, "k": 4, "eval_seed": 29, "sampling": SAMPLING, "engine": "torch",
-                      "dtype": "float32", "device": "cpu", "num_threads": 1,
-                      "versions": {"python": "3.11.7", "torch": "2.13.0"}, "source_commit": COMMIT}
-SYNTHETIC_WORKLOAD = {"model_path": "model", "engine": "torch", "dtype": "float32", "device": "cpu",
-                      "eval": {"k": 4, "seed": 29, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_response_len": 48}}
-SYNTHETIC_JOBS = ("grpo-42", "rpp-42")
-
-
-def _synthetic_responses(path: Path) -> dict:
-    """Four prompts x four samples, prompt i answered correctly i times; the summary from the
-    formulas: pass@j = mean over prompts of 1 - C(4-c, j) / C(4, j), reward, length and truncation means."""
-    from math import comb
-
-    rows = [{"index": i, "sample": j, "response": "#### 7", "reward": float(j < i), "length": 10 + j,
-             "finished": j != 3} for i in range(4) for j in range(4)]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    correct = [sum(j < i for j in range(4)) for i in range(4)]
-    summary = {"checkpoint": "initial", "n_prompts": 4, "k": 4, "n_responses": 16, "eval_seed": 29,
-               "subset_sha256": SUBSET_SHA, "truncation": 4 / 16, "mean_length": sum(10 + j for j in range(4)) / 4,
-               "mean_reward": sum(correct) / 16, "all_zero_reward": False}
-    for j in (1, 2, 4):
-        summary[f"pass@{j}"] = sum(1 - comb(4 - c, j) / comb(4, j) for c in correct) / 4
-    return summary
-
 
 def _synthetic_shared_sweep(root: Path) -> Path:
     """A synthetic two-job sweep whose jobs reference one shared initial evaluation, written by the

@@ -26,7 +26,7 @@ from facts import (
     read_with_sha256,
     sha256_file,
 )
-from facts.evaluation import identity_key, pass_at_k
+from facts.evaluation import PASS_AT, identity_key, pass_at_k, shared_evaluation_problems
 from trainer.data import Example, mix_seed, subset_digest
 from trainer.reward import math_reward
 from trainer.rollout import RolloutEngine, SamplingParams
@@ -68,7 +68,7 @@ def evaluate(engine: RolloutEngine, tokenizer, examples: list[Example], k: int, 
         "mean_reward": sum(rewards) / n,
         "all_zero_reward": not any(rewards),
     }
-    for kk in (1, 2, 4):
+    for kk in PASS_AT:
         if kk <= k:
             summary[f"pass@{kk}"] = sum(pass_at_k(k, c, kk) for c in correct_per_prompt.values()) / len(examples)
     return summary
@@ -85,21 +85,25 @@ class SharedInitial:
 
 def read_shared_initial(directory: Path, key: str) -> tuple[dict, str] | None:
     """The shared evaluation's record and the SHA256 of the ``eval.json`` bytes it was parsed from,
-    if it is complete and intact, else None (never trust a half-written one: a job killed while
-    computing it leaves no valid ``eval.json``). Each file is read once and its digest taken from
-    the bytes that are checked, so the reference a job records names the file it used."""
+    if it is this key's and sound by ``shared_evaluation_problems`` (the rules the evidence checks
+    it by), else None: never trust a half-written one (a job killed while computing it leaves no
+    valid ``eval.json``), nor one the evidence would reject (it is computed again instead). Each
+    file is read once and its digest taken from the bytes checked, so the reference a job records
+    names the file it used."""
     try:
         data, digest = read_with_sha256(directory / EVAL_RECORD)
-        record = json.loads(data)
-        responses, responses_digest = read_with_sha256(directory / INITIAL_EVAL_RESPONSES)
-        summary = record["initial"]
-        if (record["key"] != key or identity_key(record["identity"]) != key
-                or responses_digest != record["responses_sha256"]):
-            return None
-        lines = sum(1 for line in responses.splitlines() if line.strip())
-        return (record, digest) if lines == summary["n_responses"] else None
-    except (OSError, ValueError, KeyError, TypeError):
+        record = json.loads(data, parse_constant=_not_finite)
+        responses = (directory / INITIAL_EVAL_RESPONSES).read_bytes()
+    except (OSError, ValueError):
         return None
+    if not isinstance(record, dict) or record.get("key") != key:
+        return None
+    _, problems = shared_evaluation_problems(record, responses)
+    return None if problems else (record, digest)
+
+
+def _not_finite(spelling: str):
+    raise ValueError(f"non-finite number {spelling}")  # strict JSON, as the evidence reads it
 
 
 def shared_initial_eval(sweep_dir: Path, identity: dict, compute: Callable[[Path], dict]) -> SharedInitial | None:
