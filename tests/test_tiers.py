@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TESTS, _process_starters
+from tests.conftest import TESTS, _module_fixtures, _process_starters
 
 SAMPLE = '''
 import subprocess, sys
@@ -65,6 +65,21 @@ def test_fixtures_helpers_and_spelled_out_commands_that_start_processes_are_foun
     assert _process_starters(path) == {"trained", "_sweep_twice", "_via_helper", "test_spells_out_the_trainer",
                                        "test_spells_out_the_launcher", "test_through_two_helpers",
                                        "test_trains_in_process"}
+
+
+def test_the_module_scoped_runs_that_group_a_module_s_tests_are_found(tmp_path):
+    path = tmp_path / "test_sample.py"
+    path.write_text(textwrap.dedent(SAMPLE) + textwrap.dedent('''
+        @pytest.fixture(scope="session")
+        def everywhere():
+            return 1
+
+
+        @pytest.fixture()
+        def each_test():
+            return 1
+        '''))
+    assert _module_fixtures(path) == {"trained"}  # only module scope: a session fixture is per worker anyway
 
 
 def _by_test(request) -> dict[str, pytest.Item]:
