@@ -31,7 +31,7 @@ from facts import (
     run_dir_of_job,
     sweep_dir_of_run,
 )
-from facts.evaluation import PASS_AT, shared_evaluation_problems
+from facts.evaluation import PASS_AT, model_files, shared_evaluation_problems
 
 EVAL_KINDS = ("initial", "final")
 EVAL_NUMBER_KEYS = ("pass@1", "truncation", "mean_length", "mean_reward")
@@ -232,11 +232,9 @@ def shared_control_problems(record, run_summary) -> list[str]:
     config = run_summary.get("config") if isinstance(run_summary, dict) else None
     try:
         identity, workload = record["identity"], config["workload"]
-        settings, model_dir = workload["eval"], str(workload["model_path"]).rstrip("/") + "/"
-        sampling = identity["sampling"]
+        settings, sampling = workload["eval"], identity["sampling"]
         pairs = {  # name: (the identity's, the run's)
-            "model files": (identity["model_files"],
-                            {path: digest for path, digest in run_summary["inputs"].items() if path.startswith(model_dir)}),
+            "model files": (identity["model_files"], model_files(run_summary["inputs"], workload["model_path"])),
             "temperature": (sampling.get("temperature"), settings["temperature"]),
             "top_k": (sampling.get("top_k"), settings["top_k"]), "top_p": (sampling.get("top_p"), settings["top_p"]),
             "response cap": (sampling.get("max_new_tokens"), settings["max_response_len"]),

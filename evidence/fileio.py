@@ -6,15 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from facts import read_with_sha256, sha256_file  # noqa: F401 - re-exported for evidence modules
+from facts import loads_strict, read_with_sha256, sha256_file  # noqa: F401 - re-exported for evidence modules
 
 
 class JSONError(ValueError):
     """A JSON file that is missing, unreadable, or not strict JSON."""
-
-
-def _reject_constant(spelling: str):
-    raise ValueError(f"non-finite number {spelling}")
 
 
 def read_json(path: str | Path):
@@ -35,7 +31,7 @@ def parse_json(data: bytes):
     except UnicodeDecodeError as exc:
         raise JSONError(f"unreadable ({exc.__class__.__name__})") from None
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        return loads_strict(text)
     except ValueError as exc:
         reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
         raise JSONError(f"not valid JSON ({reason})") from None

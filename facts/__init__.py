@@ -18,6 +18,7 @@ from facts.files import (
     atomic_write_json,
     checkpoint_name,
     initial_eval_relpath,
+    loads_strict,
     read_with_sha256,
     run_dir_of_job,
     sha256_file,
@@ -37,6 +38,6 @@ __all__ = [
     "ALGO_ORDER", "CHECKPOINTS_DIR", "DISPLAY_NAMES", "DYNAMIC_SAMPLING_KEYS", "EVAL_RECORD", "INITIAL_EVAL_DIR",
     "INITIAL_EVAL_RESPONSES", "JOBS_DIR", "JOB_RUN_DIR", "KL_LOSS_BY_ALGO",
     "KL_LOSS_KEY", "METRICS_LOG", "METRIC_KEYS_FIELD", "OFF_POLICY_KEYS", "REQUIRED_KEYS", "RUN_RECORD",
-    "SHARED_KEY_CHARS", "algo_sort_key", "atomic_write_json", "checkpoint_name", "display_name", "initial_eval_relpath",
+    "SHARED_KEY_CHARS", "algo_sort_key", "atomic_write_json", "checkpoint_name", "display_name", "initial_eval_relpath", "loads_strict",
     "read_with_sha256", "run_dir_of_job", "sha256_file", "sweep_dir_of_run", "sweep_job_dir", "sweep_jobs_dir",
 ]

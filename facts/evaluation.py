@@ -28,6 +28,13 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - comb(n - c, k) / comb(n, k)
 
 
+def model_files(inputs: dict[str, str], model_path: str) -> dict[str, str]:
+    """The pinned inputs (``{path: sha256}``) that lie in the model directory ``model_path``: what an
+    evaluation's identity names as its model, and what the evidence holds it to."""
+    model_dir = str(model_path).rstrip("/") + "/"
+    return {path: digest for path, digest in sorted(inputs.items()) if path.startswith(model_dir)}
+
+
 def recompute_eval(responses: list[dict], k: int) -> dict:
     """An eval summary's statistics from its response records: pass@j per prompt (unbiased, c =
     responses with reward > 0) averaged over prompts, mean reward, mean length, truncated share;

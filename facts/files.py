@@ -57,6 +57,15 @@ def sweep_dir_of_run(run_dir: str | Path) -> Path | None:
     return run_dir.parent.parent.parent
 
 
+def _reject_constant(spelling: str):
+    raise ValueError(f"non-finite number {spelling}")
+
+
+def loads_strict(text: str | bytes):
+    """Parse JSON strictly: NaN/Infinity spellings are errors (``ValueError``), not floats."""
+    return json.loads(text, parse_constant=_reject_constant)
+
+
 def read_with_sha256(path: str | Path) -> tuple[bytes, str]:
     """A file's bytes and the SHA256 hex digest of exactly those bytes. One read: whoever parses the
     bytes parses the file that was hashed, even if the file is replaced in between."""

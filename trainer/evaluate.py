@@ -23,6 +23,7 @@ from facts import (
     INITIAL_EVAL_RESPONSES,
     atomic_write_json,
     initial_eval_relpath,
+    loads_strict,
     read_with_sha256,
     sha256_file,
 )
@@ -92,7 +93,7 @@ def read_shared_initial(directory: Path, key: str) -> tuple[dict, str] | None:
     names the file it used."""
     try:
         data, digest = read_with_sha256(directory / EVAL_RECORD)
-        record = json.loads(data, parse_constant=_not_finite)
+        record = loads_strict(data)  # as the evidence reads it
         responses = (directory / INITIAL_EVAL_RESPONSES).read_bytes()
     except (OSError, ValueError):
         return None
@@ -100,10 +101,6 @@ def read_shared_initial(directory: Path, key: str) -> tuple[dict, str] | None:
         return None
     _, problems = shared_evaluation_problems(record, responses)
     return None if problems else (record, digest)
-
-
-def _not_finite(spelling: str):
-    raise ValueError(f"non-finite number {spelling}")  # strict JSON, as the evidence reads it
 
 
 def shared_initial_eval(sweep_dir: Path, identity: dict, compute: Callable[[Path], dict]) -> SharedInitial | None:

@@ -32,6 +32,7 @@ import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
 from facts import EVAL_RECORD, METRIC_KEYS_FIELD, RUN_RECORD, atomic_write_json
+from facts.evaluation import model_files
 from trainer.algorithms import (
     KL_ESTIMATORS,
     Advantages,
@@ -689,10 +690,9 @@ def initial_eval_identity(cfg: DictConfig, examples: list[Example], device: torc
     tokenizer files (their pinned SHA256s), the eval subset, k, seed and sampling, the engine, dtype,
     device (GPU model), CPU thread count (it changes float reduction order) and the software."""
     w, e = cfg.workload, cfg.workload.eval
-    model_dir = str(w.model_path).rstrip("/") + "/"
     gpu = {"gpu": torch.cuda.get_device_name(device), "cuda": torch.version.cuda} if device.type == "cuda" else {}
     return {
-        "model_files": {path: digest for path, digest in sorted(inputs.items()) if path.startswith(model_dir)},
+        "model_files": model_files(inputs, w.model_path),
         "subset_sha256": subset_digest(examples), "n_prompts": len(examples), "k": int(e.k), "eval_seed": int(e.seed),
         "sampling": asdict(sampling_params(e, e.max_response_len)),
         "engine": str(w.engine), "dtype": str(w.dtype), "device": device.type, **gpu,
