@@ -91,10 +91,15 @@ def _spells_out_a_process(fn: ast.AST) -> bool:
 
 
 @functools.cache
+def _syntax_tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), filename=str(path))
+
+
+@functools.cache
 def _process_starters(path: Path) -> frozenset[str]:
     """Names of the functions in ``path`` that start a trainer or launcher process, directly or by
     calling another such function of the same file."""
-    tree = ast.parse(path.read_text(), filename=str(path))
+    tree = _syntax_tree(path)
     calls = {fn.name: _called_names(fn) for fn in ast.walk(tree)
              if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))}
     starters = {fn.name for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
@@ -115,12 +120,15 @@ def _starts_processes(item: pytest.Item) -> bool:
     return any(names & _process_starters(f) for f in files if f.is_file())
 
 
+_GROUP = pytest.StashKey[str]()  # a test's xdist group, as _xdist_group gave it
+_SPLIT = pytest.StashKey[bool]()  # the scheduler would not keep it with its group
+
+
 @functools.cache
 def _module_fixtures(path: Path) -> frozenset[str]:
     """Names of the module-scoped fixtures defined in ``path``."""
-    tree = ast.parse(path.read_text(), filename=str(path))
     return frozenset(
-        fn.name for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef)
+        fn.name for fn in ast.walk(_syntax_tree(path)) if isinstance(fn, ast.FunctionDef)
         for deco in fn.decorator_list if isinstance(deco, ast.Call)
         and any(k.arg == "scope" and getattr(k.value, "value", None) == "module" for k in deco.keywords))
 
@@ -145,6 +153,7 @@ def pytest_collection_modifyitems(config, items):
         group = _xdist_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+            item.stash[_GROUP] = group
 
 
 def pytest_configure(config):
@@ -152,9 +161,6 @@ def pytest_configure(config):
     if config.getoption("numprocesses", None) and config.getoption("dist", "no") not in ("no", "loadgroup"):
         raise pytest.UsageError("this suite runs on pytest-xdist workers only with --dist loadgroup (make test and "
                                 "make test-fast pass it): its Slurm tests and module-scoped runs must share a worker")
-
-
-_SPLIT = "a group of tests that must share one pytest-xdist worker was split"
 
 
 def pytest_collection_finish(session):
@@ -165,19 +171,16 @@ def pytest_collection_finish(session):
     workerinput = getattr(session.config, "workerinput", None)
     if workerinput is not None and workerinput.get("workercount", 1) > 1:
         for item in session.items:
-            group = _xdist_group(item)
-            if group is not None and not item.nodeid.endswith(f"@{group}"):
-                item.stash[_SPLIT_KEY] = group
-
-
-_SPLIT_KEY = pytest.StashKey[str]()
+            if _GROUP in item.stash and not item.nodeid.endswith(f"@{item.stash[_GROUP]}"):
+                item.stash[_SPLIT] = True
 
 
 @pytest.hookimpl(tryfirst=True)  # before any fixture (the Slurm cluster's) is set up
 def pytest_runtest_setup(item):
-    if _SPLIT_KEY in item.stash:
-        pytest.fail(f"{_SPLIT} ({item.stash[_SPLIT_KEY]!r}): run it with pyproject.toml's pytest "
-                    "(< 9.2, pytest-xdist#1386) and one xdist_group mark per test", pytrace=False)
+    if item.stash.get(_SPLIT, False):
+        pytest.fail(f"a group of tests that must share one pytest-xdist worker was split ({item.stash[_GROUP]!r}): "
+                    "run it with pyproject.toml's pytest (< 9.2, pytest-xdist#1386) and one xdist_group mark per test",
+                    pytrace=False)
 
 
 _DURATIONS: dict[str, float] = {}  # test id -> seconds, for the fast tier's summary
