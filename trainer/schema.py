@@ -25,6 +25,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from facts.slurm_formats import GRES_PATTERN, MEM_PATTERN, TIME_FORMS, time_ok
+
 SEED_MAX = 2**63 - 1  # torch.manual_seed and the run's derived seeds (trainer.data.mix_seed) are 63/64-bit
 DTYPES = ("float32", "bfloat16", "float16")
 ALGO_DESCRIPTIVE_KEYS = {"short": str, "display_name": str}
@@ -107,10 +109,10 @@ class ClusterSchema:
     partition: Optional[str] = setting(None)  # noqa: UP045
     account: Optional[str] = setting(None)  # noqa: UP045
     qos: Optional[str] = setting(None)  # noqa: UP045
-    gres: Optional[str] = setting(None, pattern=r"[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*(,[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*)*")  # noqa: UP045
+    gres: Optional[str] = setting(None, pattern=GRES_PATTERN)  # noqa: UP045
     gpu_model: Optional[str] = setting(None)  # noqa: UP045
     cpus_per_task: Optional[int] = setting(None, ge=1)  # noqa: UP045
-    mem: Optional[str] = setting(None, pattern=r"\d+[KMGT]?")  # noqa: UP045
+    mem: Optional[str] = setting(None, pattern=MEM_PATTERN)  # noqa: UP045
     time: Any = setting(None, slurm_time=True)  # minutes (int) or a Slurm time string
     constraint: Optional[str] = setting(None)  # noqa: UP045
     array_parallelism: Optional[int] = setting(None, ge=1)  # noqa: UP045
@@ -119,7 +121,7 @@ class ClusterSchema:
     signal_delay_s: int = setting(90, ge=0)  # USR2 this long before the time limit (checkpoint, requeue)
     wait_timeout_s: Optional[float] = setting(None, gt=0.0)  # noqa: UP045
     seal_job: bool = setting(False)  # wait=false: an afterany job seals the bundle when the array ends
-    sbatch: dict[str, Any] = setting({})  # extra sbatch long options (checked in launcher.slurm_options)
+    sbatch: dict[str, Any] = setting({})  # extra sbatch long options (checked in launcher.slurm.options)
     setup: list[str] = setting([])  # lines run in the batch script before the job (module load ...)
 
 
@@ -144,10 +146,6 @@ class RunSchema:
     dry_run: bool = setting(False)
     wait: bool = setting(True)
     formal: bool = setting(False)
-
-
-# Slurm's --time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
-_SLURM_TIME = re.compile(r"\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2}")
 
 
 def _shown(value: Any) -> str:
@@ -210,11 +208,8 @@ def _range_problem(value: Any, rules: dict[str, Any]) -> str | None:
     pattern = rules.get("pattern")
     if pattern is not None and not (isinstance(value, str) and re.fullmatch(pattern, value)):
         return f"a string matching {pattern}"
-    if rules.get("slurm_time"):
-        ok = (isinstance(value, int) and not isinstance(value, bool) and value > 0) or \
-            (isinstance(value, str) and _SLURM_TIME.fullmatch(value))
-        if not ok:
-            return "minutes > 0 or a Slurm time (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S)"
+    if rules.get("slurm_time") and not time_ok(value):
+        return f"minutes > 0 or a Slurm time ({TIME_FORMS})"
     return None
 
 
