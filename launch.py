@@ -42,7 +42,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    from launcher.cli import check_overrides
+    from launcher.overrides import check_overrides
 
     if "-m" in sys.argv[1:] and any(a.startswith("experiment=") for a in sys.argv[1:]):
         print("proofgrid: error: an experiment runs its own sweeps (probe, tuning, confirm); drop -m", file=sys.stderr)

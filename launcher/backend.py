@@ -1,28 +1,43 @@
-"""The back-end protocol: how a planned sweep's jobs reach a scheduler and how their states come back.
+"""The back-end protocol: what the launcher asks of a scheduler, from the checks before a sweep is
+planned to the states of its jobs after they ran.
 
-A back end is a module of ``launcher`` named in ``BACKENDS`` (``cluster.kind`` chooses it) that
-provides the three functions of ``Backend``; a new scheduler is a new file and one entry here.
+A back end is a module (or package) of ``launcher`` named in ``BACKENDS`` (``cluster.kind``
+chooses it) that provides the functions of ``Backend``: ``launcher.local`` runs jobs as processes
+of this machine, ``launcher.slurm`` as one Slurm job array. A new scheduler is a new package
+beside ``launcher/slurm/`` and one entry here; the planner, the job-state rules and the entry
+points ask only this protocol. Inside each job, the runtime takes the back end's hooks
+(``launcher.runtime.JobHooks``) from the back end's own task entry.
 """
 
 from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from launcher.plan import Sweep
-    from launcher.spec import JobSpec
+from omegaconf import DictConfig
+
+from launcher.spec import JobSpec, Sweep
 
 # cluster.kind -> the module implementing ``Backend``.
 BACKENDS = {"local": "launcher.local", "slurm": "launcher.slurm"}
 
 
-class SchedulerUnavailable(RuntimeError):
-    """The scheduler could not be asked (e.g. the Slurm controller or accounting is unreachable)."""
-
-
 class Backend(Protocol):
+    def check_profile(self, cluster: DictConfig, dry_run: bool, wait: bool) -> None:
+        """Refuse (``PreflightError``) a profile or launcher setting this back end cannot honour;
+        when not ``dry_run`` it may also ask the scheduler itself."""
+
+    def check_resources(self, workload: DictConfig, cluster: DictConfig) -> None:
+        """Refuse a job of ``workload`` whose CPUs or GPUs this back end cannot give it."""
+
+    def check_environment(self, cluster: DictConfig, dry_run: bool) -> None:
+        """Refuse a launch from a machine that lacks what this back end runs (its commands)."""
+
+    def describe(self, sweep: Sweep) -> list[str]:
+        """What the back end would hand its scheduler, as dry-run lines (path-free, deterministic);
+        printed before the jobs' own commands."""
+
     def submit(self, sweep: Sweep, todo: list[JobSpec]) -> bool:
         """Start ``todo`` (job directories prepared); True when every job has ended, False when
         they were left queued or running (``wait=false``)."""
@@ -36,7 +51,9 @@ class Backend(Protocol):
 
 
 def backend(kind: str) -> Backend:
-    """The back end of ``cluster.kind``; imported only when a sweep really runs on it."""
+    """The back end of ``cluster.kind``. Imported by name when first asked: planning imports no
+    scheduler's code it does not use (submitit, the Slurm watcher), and a back end may import the
+    planner's data types without a circle."""
     if kind not in BACKENDS:
         raise ValueError(f"unknown cluster.kind {kind!r}; choose one of {', '.join(sorted(BACKENDS))}")
     return importlib.import_module(BACKENDS[kind])

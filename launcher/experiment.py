@@ -145,7 +145,7 @@ def load_study(node: DictConfig, name: str) -> Study:
 def check_arm_settings(study: Study, user: dict[str, str] | None = None) -> None:
     """Every arm and shared setting names a real setting, and the criterion's metric is one every arm
     logs (with the command line's ``user`` overrides)."""
-    from launcher.cli import check_overrides
+    from launcher.overrides import check_overrides
     from trainer.config import algo_config
     from trainer.metrics import metric_keys
 

@@ -19,7 +19,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
-from omegaconf import DictConfig
+import hydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from launcher.errors import GridError
 
 # Settings of the launcher itself: never passed on to the trainer, never part of an arm.
 LAUNCHER_KEYS = ("dry_run", "wait", "formal", "cluster")
@@ -31,13 +35,7 @@ LABEL_MAX = 64  # characters; longer labels keep their start and end in a digest
 Composer = Callable[[list[str]], DictConfig]
 
 
-class GridError(ValueError):
-    """A grid that cannot be run as one sweep (one line: the problem and the fix)."""
-
-
-def _parser(config_loader=None):
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
+def _parser(config_loader=None) -> OverridesParser:
     return OverridesParser.create(config_loader=config_loader)
 
 
@@ -232,8 +230,6 @@ def compose_jobs(compose: Composer, job_overrides: list[list[str]]) -> list[Dict
     """Compose every grid cell. Hydra's full composition (~0.1 s) runs once per distinct set of
     structural overrides (config-group choices); the remaining ``key=value`` overrides (seed, lr,
     ...) are applied to a copy with OmegaConf, which refuses unknown keys exactly as Hydra does."""
-    from omegaconf import OmegaConf, open_dict
-
     parser = _parser()
     composed: dict[tuple[str, ...], DictConfig] = {}
     cfgs = []
@@ -255,6 +251,4 @@ def compose_jobs(compose: Composer, job_overrides: list[list[str]]) -> list[Dict
 
 def hydra_compose(config_name: str = "config") -> Composer:
     """Compose with Hydra's public compose API (inside ``launch.py`` or ``initialize_config_dir``)."""
-    from hydra import compose
-
-    return lambda overrides: compose(config_name=config_name, overrides=list(overrides))
+    return lambda overrides: hydra.compose(config_name=config_name, overrides=list(overrides))

@@ -11,19 +11,16 @@ import contextlib
 import json
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from evidence.bundle import IN_FLIGHT_STATES
+from evidence.index import evaluate_job
 from facts import run_dir_of_job
-from launcher.backend import BACKENDS, SchedulerUnavailable, backend, refresh_job_records
+from launcher.backend import BACKENDS, backend, refresh_job_records
+from launcher.errors import PreflightError, SchedulerUnavailable
 from launcher.liveness import mark_dead_local_jobs
-from launcher.preflight import PreflightError
 from launcher.records import SWEEP_RECORD, read_job_record
 from launcher.restart_point import discard_checkpoint_past_bad_metrics
-from launcher.spec import JobSpec
-
-if TYPE_CHECKING:
-    from launcher.plan import Sweep
+from launcher.spec import JobSpec, Sweep
 
 ATTEMPT_RUN_FILES = ("metrics.jsonl", "eval.json", "run.json")
 ATTEMPT_RECORDS = ("job.json", "command.json", "command.public.json", "trainer.log", "runtime.log", "ray-start.log")
@@ -31,8 +28,6 @@ ATTEMPT_RECORDS = ("job.json", "command.json", "command.public.json", "trainer.l
 
 def is_accepted(job_dir: Path) -> bool:
     """The evidence's verdict on an existing job directory (the scheduler state is not enough)."""
-    from evidence.index import evaluate_job
-
     return bool(job_dir.is_dir() and evaluate_job(job_dir).accepted)
 
 

@@ -1,5 +1,9 @@
 """The local back end (``launcher.backend``): each job is a separate process (``python -m launcher.runtime <job_dir>``),
-at most as many at once as the machine's cores allow for the jobs' CPU needs."""
+at most as many at once as the machine's cores allow for the jobs' CPU needs.
+
+One module, not a package like ``launcher/slurm/``: there is no scheduler to ask, script to write or
+requeue to handle; the runtime's default hooks (``launcher.runtime.JobHooks``) are this back end's,
+and whether a job's runtime still lives is read from its record (``launcher.liveness``)."""
 
 from __future__ import annotations
 
@@ -11,15 +15,18 @@ import sys
 import time
 from pathlib import Path
 
+from omegaconf import DictConfig
 from rich.console import Console
 from rich.live import Live
 
 from facts.failures import failure_cause
 from facts.processes import local_runtime_alive
+from launcher.errors import PreflightError
 from launcher.interrupts import HANDLED, raise_interrupted
 from launcher.liveness import mark_dead_local_jobs
 from launcher.progress import SweepProgress, natural_key
 from launcher.records import read_job_record, update_job_record
+from launcher.spec import JobSpec, Sweep
 from trainer.inputs import REPO_ROOT
 
 
@@ -37,7 +44,40 @@ def local_concurrency(cpus_per_job: int, max_parallel: int | None) -> int:
     return max(1, min(slots, max_parallel)) if max_parallel else slots
 
 
-def submit(sweep, todo) -> bool:
+def check_profile(cluster: DictConfig, dry_run: bool, wait: bool) -> None:
+    if not wait:
+        raise PreflightError("wait=false needs cluster=slurm: local jobs live only as long as the launcher")
+
+
+def check_resources(workload: DictConfig, cluster: DictConfig) -> None:
+    """A job's CPUs (and GPUs) must exist on this machine."""
+    cpus, available = int(workload.cpus_per_job), usable_cores()
+    if cpus > available:
+        raise PreflightError(
+            f"a job needs {cpus} CPUs (workload.cpus_per_job) but this machine has {available}; "
+            "lower workload.cpus_per_job or use cluster=slurm"
+        )
+    if int(workload.gpus_per_job) > 0:
+        # torch (seconds to import) only for a GPU workload: a CPU sweep's plan and dry run stay torch-free.
+        import torch
+
+        if torch.cuda.device_count() < int(workload.gpus_per_job):
+            raise PreflightError(
+                f"workload {workload.name} needs {workload.gpus_per_job} GPU(s) per job and "
+                f"{torch.cuda.device_count()} are visible; run on a GPU node or cluster=slurm"
+            )
+
+
+def check_environment(cluster: DictConfig, dry_run: bool) -> None:
+    """Nothing beyond this Python: the jobs are its own processes."""
+
+
+def describe(sweep: Sweep) -> list[str]:
+    """Nothing is handed to a scheduler: the jobs' own commands are the whole dry run."""
+    return []
+
+
+def submit(sweep: Sweep, todo: list[JobSpec]) -> bool:
     """Run ``todo`` (JobSpecs) to completion with live progress; returns True (it always waits)."""
     if not todo:
         return True

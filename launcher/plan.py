@@ -2,7 +2,8 @@
 
 ``plan_sweep`` turns the composed config of every grid cell into a ``JobSpec`` and runs every
 preflight check (nothing is started). ``expanded_commands`` is the deterministic, path-free dry-run
-output; ``write_plan`` records it with ``sweep.json``. Nothing here starts, submits or waits.
+output: what the back end would hand its scheduler (``Backend.describe``), then each job's command;
+``write_plan`` records it with ``sweep.json``. Nothing here starts, submits or waits.
 """
 
 from __future__ import annotations
@@ -12,19 +13,21 @@ import functools
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+import hydra
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig
 
 from facts import sweep_jobs_dir
 from facts.ordering import natural_key
+from launcher.backend import backend
+from launcher.errors import GridError, PreflightError
 from launcher.grid import (
     LAUNCHER_KEYS,
     Cell,
     Composer,
-    GridError,
     arm_labels,
     classify,
     compose_jobs,
@@ -33,46 +36,12 @@ from launcher.grid import (
 )
 from launcher.isolation import JobRoots, isolated_env
 from launcher.ports import NAMED_PORTS
-from launcher.preflight import PreflightError, check_inputs, check_job_config, check_resources, check_source
+from launcher.preflight import check_inputs, check_job_config, check_resources, check_source
 from launcher.records import SWEEP_RECORD, public_copy, sweep_sanitizer
-from launcher.spec import JobSpec
+from launcher.spec import JobSpec, Sweep
 from trainer.inputs import REPO_ROOT
 
 COMMANDS_FILE = "commands.txt"
-
-
-@dataclass
-class Sweep:
-    sweep_dir: Path
-    cluster: DictConfig
-    specs: list[JobSpec]
-    dry_run: bool
-    wait: bool
-    formal: bool
-    source_commit: str | None
-    n_updates: int
-    eval_responses: int
-    workload: str
-    experiment_sha256: str | None = None  # an experiment's stage: the pre-registered spec's digest
-
-    @property
-    def arms(self) -> dict[str, dict[str, str]]:
-        """Arm label -> its overrides (as written), in job order."""
-        return {s.arm: dict(s.arm_overrides) for s in self.specs}
-
-    def record(self) -> dict:
-        return {
-            "jobs": [s.name for s in self.specs],
-            "arms": self.arms,
-            "algos": sorted({s.algo for s in self.specs}),
-            "seeds": sorted({s.seed for s in self.specs}),
-            "n_updates": self.n_updates,
-            "eval_responses": self.eval_responses,
-            "workload": self.workload,
-            "source_commit": self.source_commit,
-            "cluster": OmegaConf.to_container(self.cluster, resolve=True),
-            **({"experiment_sha256": self.experiment_sha256} if self.experiment_sha256 else {}),
-        }
 
 
 def _override_key(override: str) -> str:
@@ -120,18 +89,8 @@ def plan_sweep(root_cfg: DictConfig, cells: list[list[str]], sweep_dir: Path, co
     formal = bool(root_cfg.formal)
     commit = check_source(formal)
     cluster = root_cfg.cluster
-    if cluster.kind == "slurm":  # formats always; the cluster itself only when submitting
-        from launcher.slurm_options import check_against_cluster, check_formats
-
-        check_formats(cluster)
-        if not bool(root_cfg.dry_run):
-            check_against_cluster(cluster)
-    if cluster.kind == "local" and not bool(root_cfg.wait):
-        raise PreflightError("wait=false needs cluster=slurm: local jobs live only as long as the launcher")
-    try:
-        parsed = classify(cells)
-    except GridError as exc:
-        raise PreflightError(str(exc)) from None
+    backend(cluster.kind).check_profile(cluster, dry_run=bool(root_cfg.dry_run), wait=bool(root_cfg.wait))
+    parsed = classify(cells)  # a GridError is a PreflightError: one line, nothing started
     _one_arm_per_setting(parsed)
     first: dict[tuple, Cell] = {}
     for cell in parsed:
@@ -193,25 +152,20 @@ def plan_grid(grid: Sequence[str], sweep_dir: Path, config_name: str = "config")
 def plan_cells(cells: Sequence[Sequence[str]], sweep_dir: Path, config_name: str = "config") -> Sweep:
     """``plan_grid`` for cells listed one by one (arms that are not a cartesian product): each cell is
     one job's full override list; launcher settings must be the same in every cell."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
     cells = [list(c) for c in cells]
 
     def plan() -> Sweep:
-        root = compose(config_name, overrides=[o for o in cells[0] if _override_key(o).split(".")[0] in LAUNCHER_KEYS])
+        root = hydra.compose(config_name, overrides=[o for o in cells[0] if _override_key(o).split(".")[0] in LAUNCHER_KEYS])
         return plan_sweep(root, cells, sweep_dir, hydra_compose(config_name))
 
     if GlobalHydra.instance().is_initialized():  # inside launch.py
         return plan()
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+    with hydra.initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
         return plan()
 
 
 def expanded_command(spec: JobSpec) -> dict:
     """The job's full command as it will run, with symbolic ports (claimed only at run time)."""
-    from launcher.runtime import trainer_argv
-
     roots = JobRoots(spec.job_dir)
     ports = {name: f"<PORT:{name}>" for name in NAMED_PORTS}
     # Only what the job itself sets (not a diff against this shell), so the output is the same
@@ -221,28 +175,7 @@ def expanded_command(spec: JobSpec) -> dict:
     if spec.ray_cpus:
         env["RAY_ADDRESS"] = "127.0.0.1:<PORT:ray_gcs>"
     env["RAY_TMPDIR"] = "<RAY_ALIAS>"
-    return {"argv": trainer_argv(spec, roots), "env": dict(sorted(env.items()))}
-
-
-def sbatch_record(sweep: Sweep) -> list[str]:
-    """The sbatch script(s) a Slurm sweep submits (submitit's own, path-free), one ``# sbatch |``
-    line each: one script per array, each headed by a line saying so when the grid is larger than
-    the cluster's MaxArraySize."""
-    from launcher.slurm import array_chunks, chunk_name, path_free_script, sbatch_script
-    from launcher.slurm_options import max_array_size
-
-    folder = sweep.sweep_dir / ".submitit" / "run-0"
-    limit = max_array_size(sweep.cluster)
-    chunks = array_chunks(len(sweep.specs), limit)
-    lines = []
-    for k, chunk in enumerate(chunks):
-        if len(chunks) > 1:
-            lines.append(f"# sbatch | # array {k + 1} of {len(chunks)} (MaxArraySize {limit}): "
-                         f"jobs [{chunk.start}]-[{chunk.stop - 1}]")
-        name = chunk_name(sweep.sweep_dir, [sweep.specs[i] for i in chunk])
-        script = path_free_script(sbatch_script(sweep.cluster, len(chunk), folder, name), folder)
-        lines += [f"# sbatch | {line}".rstrip() for line in script.splitlines()]
-    return lines
+    return {"argv": spec.trainer_argv(roots.output), "env": dict(sorted(env.items()))}
 
 
 class _JobCleaner:
@@ -267,7 +200,7 @@ class _JobCleaner:
 
 def expanded_commands(sweep: Sweep) -> list[str]:
     """One deterministic, path-free line per job (the dry-run output and ``commands.txt``)."""
-    lines = sbatch_record(sweep) if sweep.cluster.kind == "slurm" else []
+    lines = backend(sweep.cluster.kind).describe(sweep)
     cleaner = _JobCleaner(sweep)
     for i, spec in enumerate(sweep.specs):
         cmd = public_copy(expanded_command(spec), cleaner.for_job(spec))

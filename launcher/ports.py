@@ -27,6 +27,8 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from launcher.errors import PortLockError
+
 # Below Linux's default ephemeral range (32768-60999): an outgoing connection of any process on
 # the node may take an ephemeral port, so a block there could be occupied at any moment.
 DEFAULT_BASE = 20000
@@ -54,10 +56,6 @@ WORKER_PORTS = BLOCK_SIZE - len(NAMED_PORTS)
 # often give each job a private /tmp, which would make claims invisible to the other jobs of a node.
 LOCK_PARENTS = ("/dev/shm", "/tmp")
 MIN_BASE = 1024  # below: privileged ports
-
-
-class PortLockError(RuntimeError):
-    """The port-claim location or settings cannot be trusted or used (one line: what and the fix)."""
 
 
 def port_base(environ: dict[str, str] | None = None, max_blocks: int = DEFAULT_MAX_BLOCKS) -> int:

@@ -1,6 +1,8 @@
 """Checks that need no compute, run before anything is submitted (and in dry runs).
 
-Each failure is a ``PreflightError`` with a one-line message naming the problem and the fix.
+Each failure is a ``PreflightError`` with a one-line message naming the problem and the fix. What
+only one back end knows (a Slurm profile's formats, this machine's cores, the scheduler's
+commands) is that back end's own check, asked through ``launcher.backend``.
 """
 
 from __future__ import annotations
@@ -12,15 +14,12 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from launcher.ports import PortLockError, port_base
-from launcher.slurm_commands import not_on_path
+from launcher.backend import backend
+from launcher.errors import PortLockError, PreflightError
+from launcher.ports import port_base
 from trainer.algorithms import AlgoConfigError
 from trainer.config import RunConfigError, validate
 from trainer.inputs import REPO_ROOT, InputDigestError, resolve, verify_inputs
-
-
-class PreflightError(RuntimeError):
-    """A check failed before submission; nothing was started."""
 
 
 def source_state(repo: Path = REPO_ROOT) -> tuple[str | None, bool]:
@@ -53,6 +52,8 @@ def check_job_config(job_cfg: DictConfig, name: str) -> None:
 
 def check_inputs(workload: DictConfig) -> dict[str, str]:
     """The pinned inputs are the committed bytes, and the eval subset fits in the test split."""
+    # The split reader (pyarrow, ~0.3 s) only when inputs are checked: `python -m launcher status`,
+    # `cancel` and `seal` import this module and never read a split.
     from trainer.data import load_split
 
     try:
@@ -71,7 +72,7 @@ def check_inputs(workload: DictConfig) -> dict[str, str]:
 
 def check_resources(workload: DictConfig, cluster: DictConfig, dp_size: int = 1) -> None:
     """The CPUs given to a job must cover the trainer plus its reward workers (seed 000's smoke runs
-    that could not schedule their actors), and the cluster must be able to give them."""
+    that could not schedule their actors), and the back end must be able to give them."""
     ranks = int(dp_size)
     need = ranks * (1 + int(workload.reward_workers))  # every data-parallel rank has its own workers
     cpus = int(workload.cpus_per_job)
@@ -80,51 +81,7 @@ def check_resources(workload: DictConfig, cluster: DictConfig, dp_size: int = 1)
             f"workload.cpus_per_job={cpus} cannot hold {ranks} trainer rank(s) plus {workload.reward_workers} "
             f"reward worker(s) each ({need} CPUs); set workload.cpus_per_job>={need}"
         )
-    if cluster.kind == "local":
-        from launcher.local import usable_cores
-
-        available = usable_cores()
-        if cpus > available:
-            raise PreflightError(
-                f"a job needs {cpus} CPUs (workload.cpus_per_job) but this machine has {available}; "
-                "lower workload.cpus_per_job or use cluster=slurm"
-            )
-        if int(workload.gpus_per_job) > 0:
-            import torch
-
-            if torch.cuda.device_count() < int(workload.gpus_per_job):
-                raise PreflightError(
-                    f"workload {workload.name} needs {workload.gpus_per_job} GPU(s) per job and "
-                    f"{torch.cuda.device_count()} are visible; run on a GPU node or cluster=slurm"
-                )
-    else:
-        if int(cluster.cpus_per_task) < cpus:
-            raise PreflightError(
-                f"cluster.cpus_per_task={cluster.cpus_per_task} is less than the {cpus} CPUs a job of "
-                f"workload {workload.name} needs; set cluster.cpus_per_task>={cpus}"
-            )
-        if int(workload.gpus_per_job) > 0 and not cluster.get("gres"):
-            raise PreflightError(
-                f"workload {workload.name} needs a GPU per job but cluster.gres is empty; "
-                "set cluster.gres=gpu:<model>:1 (see conf/cluster/)"
-            )
-
-
-def check_visible_gpu(model: str | None) -> None:
-    """Inside the allocation: the GPU the profile asked for is the one we got."""
-    if not model:
-        return
-    try:
-        names = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                               text=True, check=True).stdout.splitlines()
-    except (OSError, subprocess.CalledProcessError):
-        raise PreflightError(f"the job asked for a {model} GPU but nvidia-smi sees no GPU") from None
-    if not any(model.lower() in n.lower() for n in names):
-        raise PreflightError(f"the job asked for a {model} GPU but the visible devices are: {', '.join(names)}")
-
-
-# What the Slurm back end runs: submission, accounting (states), cancellation.
-SLURM_COMMANDS = ("sbatch", "sacct", "scancel")
+    backend(cluster.kind).check_resources(workload, cluster)
 
 
 def check_sweep_dir(sweep_dir: Path, setting: str = "hydra.sweep.dir") -> None:
@@ -146,15 +103,6 @@ def check_sweep_dir(sweep_dir: Path, setting: str = "hydra.sweep.dir") -> None:
         ) from None
 
 
-def check_scheduler_commands(cluster: DictConfig, dry_run: bool) -> None:
-    """``cluster=slurm`` needs Slurm's commands here (a dry run submits nothing and needs none)."""
-    if cluster.kind != "slurm" or dry_run:
-        return
-    missing = [c for c in SLURM_COMMANDS if shutil.which(c) is None]
-    if missing:
-        raise PreflightError(f"cluster=slurm needs {not_on_path(missing)}, or use cluster=local")
-
-
 def check_port_base() -> int:
     try:
         return port_base()
@@ -165,5 +113,5 @@ def check_port_base() -> int:
 def check_launch_environment(sweep_dir: Path, cluster: DictConfig, dry_run: bool) -> None:
     """Everything outside the config the launch needs, checked before anything is submitted."""
     check_port_base()
-    check_scheduler_commands(cluster, dry_run)
+    backend(cluster.kind).check_environment(cluster, dry_run)
     check_sweep_dir(Path(sweep_dir))

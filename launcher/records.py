@@ -73,21 +73,10 @@ def public_copy(data, sanitizer: Sanitizer):
     return data
 
 
-def submission_script() -> str | None:
-    """The sbatch script of the running submitit job, if this process is one."""
-    try:
-        import submitit
-
-        paths = submitit.JobEnvironment().paths
-        return Path(paths.submission_file).read_text()
-    except Exception:  # noqa: BLE001 - not inside a submitit job
-        return None
-
-
 def write_command_records(spec: JobSpec, argv: list[str], env_changes: dict, repo_root: Path,
                           sbatch: str | None = None) -> dict:
-    full = {"argv": list(argv), "env": env_changes, "cwd": str(repo_root),
-            "sbatch": sbatch if sbatch is not None else submission_script()}
+    """``command.json`` and its path-free copy; ``sbatch``: the scheduler's script that ran the job."""
+    full = {"argv": list(argv), "env": env_changes, "cwd": str(repo_root), "sbatch": sbatch}
     _write_json(spec.job_dir / "command.json", full)
     public = public_copy(full, path_free_sanitizer(spec, repo_root))
     _write_json(spec.job_dir / "command.public.json", public)

@@ -21,6 +21,7 @@ RUN_STATE_DIRS = (CHECKPOINTS_DIR, "tensorboard")  # what a resume reads or appe
 
 def checkpoint_step(run_dir: Path) -> int | None:
     """The step of the checkpoint a resume would load, or None."""
+    # The trainer's checkpoint module imports torch: only a re-run of a rejected job pays for it.
     from trainer.checkpoint import latest_checkpoint
 
     ckpt = latest_checkpoint(run_dir / CHECKPOINTS_DIR)

@@ -1,15 +1,35 @@
-"""What one job is: a grid cell of the sweep, expanded into a trainer command and its resources.
+"""What a planned sweep is: its ``JobSpec``s (each a grid cell expanded into the command it runs and
+the resources it needs) and the ``Sweep`` that holds them with the launcher's settings.
 
 A ``JobSpec`` is plain data (picklable for submitit, JSON for the local runner and the records).
+The planner (``launcher.plan``) makes both; the back ends and the job runtime only read them.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from omegaconf import DictConfig, OmegaConf
+
 from facts import sweep_job_dir
+
+# Characters a Hydra override value may hold unquoted (a comma would make a sweep, a quote or a
+# non-ASCII character fails to parse).
+_HYDRA_PLAIN = re.compile(r"[A-Za-z0-9_/.\-+@%]*")
+
+
+def hydra_value(text: str) -> str:
+    """``text`` as a Hydra override value that parses back to exactly ``text``: as is when plain,
+    else single-quoted, with quotes (and the backslashes before a quote or the end) escaped."""
+    if _HYDRA_PLAIN.fullmatch(text):
+        return text
+    body = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", text)
+    body = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, body)
+    return f"'{body}'"
 
 
 @dataclass(frozen=True)
@@ -40,6 +60,17 @@ class JobSpec:
     def job_dir(self) -> Path:
         return sweep_job_dir(self.sweep_dir, self.name)
 
+    def trainer_argv(self, output_dir: Path) -> list[str]:
+        """The command this job runs, writing its run into ``output_dir``: proofgrid's trainer with
+        the cell's overrides (and the sweep directory when its jobs share one initial evaluation).
+
+        The one place that says what a job runs: the job runtime starts it and the dry run prints
+        it. Another kind of trainer (an external command whose placeholders the planner fills)
+        is another answer here, from data the spec carries; nothing else changes."""
+        shared = [f"sweep_dir={hydra_value(self.sweep_dir)}"] if self.share_initial_eval else []
+        return [sys.executable, "-m", "trainer", *self.trainer_overrides, f"output_dir={hydra_value(str(output_dir))}",
+                *shared]
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
 
@@ -48,3 +79,39 @@ class JobSpec:
         data = json.loads(text)
         data["trainer_overrides"] = tuple(data["trainer_overrides"])
         return cls(**data)
+
+
+@dataclass
+class Sweep:
+    """A planned, checked sweep: its jobs in order and the launcher's settings they run under."""
+
+    sweep_dir: Path
+    cluster: DictConfig
+    specs: list[JobSpec]
+    dry_run: bool
+    wait: bool
+    formal: bool
+    source_commit: str | None
+    n_updates: int
+    eval_responses: int
+    workload: str
+    experiment_sha256: str | None = None  # an experiment's stage: the pre-registered spec's digest
+
+    @property
+    def arms(self) -> dict[str, dict[str, str]]:
+        """Arm label -> its overrides (as written), in job order."""
+        return {s.arm: dict(s.arm_overrides) for s in self.specs}
+
+    def record(self) -> dict:
+        return {
+            "jobs": [s.name for s in self.specs],
+            "arms": self.arms,
+            "algos": sorted({s.algo for s in self.specs}),
+            "seeds": sorted({s.seed for s in self.specs}),
+            "n_updates": self.n_updates,
+            "eval_responses": self.eval_responses,
+            "workload": self.workload,
+            "source_commit": self.source_commit,
+            "cluster": OmegaConf.to_container(self.cluster, resolve=True),
+            **({"experiment_sha256": self.experiment_sha256} if self.experiment_sha256 else {}),
+        }

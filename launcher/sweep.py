@@ -3,14 +3,19 @@ then the sealed evidence bundle and the summary printed at the end."""
 
 from __future__ import annotations
 
+import csv
 import json
 import sys
 from pathlib import Path
 
+from evidence import audit, build_bundle
+from evidence.tables import fmt
 from facts import INITIAL_EVAL_DIR, sweep_job_dir, sweep_jobs_dir
 from launcher.backend import backend
 from launcher.jobs import check_arms, prepare_job_dirs
-from launcher.plan import COMMANDS_FILE, Sweep, write_plan
+from launcher.plan import COMMANDS_FILE, write_plan
+from launcher.records import SWEEP_RECORD
+from launcher.spec import JobSpec, Sweep
 
 
 def run_sweep(sweep: Sweep) -> int:
@@ -34,8 +39,6 @@ def run_sweep(sweep: Sweep) -> int:
 
 def seal(sweep_dir: Path) -> int:
     """Build, seal and audit the evidence bundle; 0 when every job was accepted and the audit is clean."""
-    from evidence import audit, build_bundle
-
     print(f"sealing the evidence of {sweep_dir} (validate, tables, figures, report, archive, audit)", flush=True)
     result = build_bundle(sweep_dir)
     print()
@@ -51,9 +54,6 @@ def seal(sweep_dir: Path) -> int:
 
 def job_arms(sweep_dir: Path) -> dict[str, str]:
     """Job name -> arm label of the planned sweep (``sweep.json``'s jobs, each job's ``spec.json``)."""
-    from launcher.records import SWEEP_RECORD
-    from launcher.spec import JobSpec
-
     jobs = json.loads((sweep_dir / SWEEP_RECORD).read_text())["jobs"]
     specs = [sweep_job_dir(sweep_dir, name) / "spec.json" for name in jobs]
     return {path.parent.name: JobSpec.from_json(path.read_text()).arm_label for path in specs if path.is_file()}
@@ -67,12 +67,9 @@ def _arm(row: dict) -> str:
 def print_eval_summary(tables_dir: Path, jobs: list[dict], arms: dict[str, str]) -> None:
     """Per arm of the sweep (``arms``: job name -> arm): final pass@1 against the
     initial-checkpoint control (the sweep's one initial evaluation), and its accepted jobs."""
-    import csv
-
+    # rich only to print the summary: planning and the dry run import no terminal library.
     from rich.console import Console
     from rich.table import Table
-
-    from evidence.tables import fmt
 
     def read(name: str) -> list[dict]:
         if not (tables_dir / name).is_file():

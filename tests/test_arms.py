@@ -9,8 +9,8 @@ import re
 
 import pytest
 
+from launcher.errors import PreflightError
 from launcher.grid import GridError, arm_labels, classify, expand_grid
-from launcher.preflight import PreflightError
 
 SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 

@@ -92,7 +92,7 @@ def test_the_evidence_accepts_every_job_of_every_arm(local_sweep):
 
 @pytest.mark.usefixtures("slurm_cluster")
 def test_an_lr_x_algo_x_seed_sweep_is_one_slurm_array_submitting_the_dry_runs_script(tmp_path):
-    from launcher.slurm import path_free_script
+    from launcher.slurm.script import path_free_script
 
     dry = launch(tmp_path / "dry", *GRID, *SHORT, "cluster=slurm", "dry_run=true")
     assert dry.returncode == 0, dry.stderr

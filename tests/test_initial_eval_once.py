@@ -244,11 +244,10 @@ def test_the_launcher_hands_the_sweep_dir_to_the_trainer_only_when_jobs_can_shar
     """A one-job sweep (``launch.py`` without -m is one) evaluates its initial checkpoint itself."""
     from launcher.isolation import JobRoots
     from launcher.plan import plan_grid
-    from launcher.runtime import trainer_argv
 
     sweep = plan_grid(["algo=grpo", seeds, "dry_run=true"], tmp_path / "sweep")
     for spec in sweep.specs:
-        argv = trainer_argv(spec, JobRoots(spec.job_dir))
+        argv = spec.trainer_argv(JobRoots(spec.job_dir).output)
         assert (f"sweep_dir={tmp_path / 'sweep'}" in argv) is shared
         assert spec.share_initial_eval is shared
 

@@ -10,7 +10,8 @@ import subprocess
 
 import pytest
 
-from launcher.preflight import PreflightError, check_source
+from launcher.errors import PreflightError
+from launcher.preflight import check_source
 from tests.launch_in_process import launch_in_process
 from tests.sweeps import GRID, REPO, launch
 

@@ -17,7 +17,7 @@ import pytest
 from facts.processes import process_start_ticks
 from launcher.locks import RUN_LOCK
 from launcher.ray_runtime import leftover_processes
-from launcher.runtime import hydra_value
+from launcher.spec import hydra_value
 from tests.sweeps import REPO, index_rows, job_records, launch
 
 pytestmark = pytest.mark.slow

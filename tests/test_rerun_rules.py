@@ -10,9 +10,9 @@ import subprocess
 
 import pytest
 
+from facts.slurm_formats import time_to_minutes
+from launcher.errors import PreflightError
 from launcher.jobs import check_arms, check_rerun
-from launcher.preflight import PreflightError
-from launcher.slurm import time_to_minutes
 from launcher.spec import JobSpec
 from tests.trainer_runs import train_in_process
 

@@ -7,8 +7,9 @@ import shutil
 
 import pytest
 
+from launcher.errors import JobFailed
 from launcher.isolation import JobRoots, env_diff, isolated_env
-from launcher.runtime import JobFailed, run_job
+from launcher.runtime import run_job
 from launcher.spec import JobSpec
 
 

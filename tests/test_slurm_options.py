@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 from omegaconf import OmegaConf
 
-from launcher.preflight import PreflightError
-from launcher.slurm_options import _gres_fits, check_formats, explain_refusal, mem_mb
+from facts.slurm_formats import mem_mb
+from launcher.errors import PreflightError
+from launcher.slurm.options import _gres_fits, check_formats, explain_refusal
 from tests.launch_in_process import launch_in_process
 from tests.sweeps import launch
 
@@ -96,7 +100,7 @@ def test_an_option_proofgrid_sets_cannot_be_overridden_under_sbatch(option, key)
 
 
 def test_extra_sbatch_options_and_setup_lines_reach_the_dry_run_and_submitit(tmp_path):
-    from launcher.slurm import submitit_parameters
+    from launcher.slurm.script import submitit_parameters
 
     cluster = OmegaConf.create({**BASE, "sbatch": {"mail-type": "END", "exclusive": True, "exclude": "n[1-2]",
                                                    "gpus_per_task": 1, "comment": None},
@@ -111,3 +115,25 @@ def test_extra_sbatch_options_and_setup_lines_reach_the_dry_run_and_submitit(tmp
     assert proc.returncode == 0, proc.stderr
     sbatch = [line for line in proc.stdout.splitlines() if line.startswith("# sbatch")]
     assert "# sbatch | #SBATCH --mail-type=END" in sbatch and "# sbatch | #SBATCH --exclusive" in sbatch, sbatch
+
+
+@pytest.mark.parametrize("n_jobs", [1, 3], ids=["a plain job", "an array"])
+def test_the_script_the_dry_run_renders_is_the_one_submitit_hands_sbatch(slurm_cluster, tmp_path, n_jobs):
+    """submitit renders its script with private code (launcher/slurm/script.py says why): what the
+    dry run prints must be what ``SlurmExecutor`` really submits, a one-task grid (a plain job) and
+    an array alike, with the profile's extra options and setup lines."""
+    import submitit
+
+    from launcher.slurm.script import sbatch_script, submitit_parameters
+
+    cluster = OmegaConf.create({**BASE, "time": "00:05:00", "sbatch": {"comment": "pinned"}, "setup": ["true"]})
+    folder = tmp_path / "sweep" / ".submitit" / "run-0"
+    executor = submitit.SlurmExecutor(folder=str(folder))
+    executor.update_parameters(**submitit_parameters(cluster, n_jobs, "pg-pin"))
+    jobs = executor.map_array(abs, [-1] * n_jobs)
+    try:
+        submitted = Path(jobs[0].paths.submission_file).read_text()
+    finally:
+        subprocess.run(["scancel", str(jobs[0].job_id).split("_")[0]], capture_output=True)
+    assert ("--array=0-2%3" in submitted) is (n_jobs > 1)
+    assert submitted == sbatch_script(cluster, n_jobs, folder, "pg-pin")

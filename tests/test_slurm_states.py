@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from launcher.backend import SchedulerUnavailable
-from launcher.preflight import PreflightError, check_scheduler_commands
-from launcher.slurm_commands import pipe_records, run_slurm
-from launcher.slurm_states import (
+from launcher.errors import PreflightError, SchedulerUnavailable
+from launcher.slurm.commands import pipe_records, run_slurm
+from launcher.slurm.options import check_environment
+from launcher.slurm.states import (
     SACCT_FORMAT,
     SQUEUE_FORMAT,
     VANISHED,
@@ -141,7 +141,7 @@ def test_a_slurm_command_missing_here_is_one_line_naming_it_and_the_fix(no_slurm
 
 def test_the_launch_refusal_for_missing_slurm_commands_keeps_its_words(no_slurm_on_path):
     with pytest.raises(PreflightError) as err:
-        check_scheduler_commands(OmegaConf.create({"kind": "slurm"}), dry_run=False)
+        check_environment(OmegaConf.create({"kind": "slurm"}), dry_run=False)
     assert str(err.value) == ("cluster=slurm needs Slurm's sbatch, sacct, scancel on PATH, which are missing here; "
                               "run from a Slurm login node (or load its module), or use cluster=local")
 

@@ -204,7 +204,7 @@ def test_audit_of_a_sweep_dir_names_the_bundle_and_a_plain_tar_is_named_as_such(
 @pytest.mark.parametrize("override, suggestion", [("worklaod.lr=1", "workload.lr"), ("workload.lrr=1", "workload.lr"),
                                                   ("workload.evl.k=2", "workload.eval.k")])
 def test_a_misspelt_group_or_key_gets_did_you_mean(override, suggestion):
-    from launcher.cli import check_overrides
+    from launcher.overrides import check_overrides
 
     assert f"did you mean {suggestion}?" in check_overrides([override])
 

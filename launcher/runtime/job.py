@@ -1,303 +1,229 @@
-"""The job runtime: what runs inside one allocation (a local process or one Slurm array task).
+"""One run of one job inside its allocation (a local process or one Slurm array task), in the order
+it happens: begin, start, watch, stop, record.
 
-It creates the job's roots, claims a port block, starts a job-scoped Ray when the workload uses
-one, runs the exact trainer command in the isolated environment, stops Ray, looks for anything the
-job left behind (processes, ports, the Ray socket alias) and writes ``job.json``. The same
-function runs locally (``python -m launcher.runtime <job_dir>``) and under submitit on Slurm.
+``start`` creates the job's roots, takes its run lock, claims a port block, starts a job-scoped Ray
+when the workload uses one, writes the exact command and starts the trainer in the isolated
+environment; ``watch`` waits for it; ``stop`` tears everything down whatever happened (the trainer's
+group, Ray, the Ray socket alias, the ports) and lists what the job left behind; ``record`` writes
+the terminal ``job.json``. What the scheduler adds at each phase is the back end's ``JobHooks``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
-import re
 import signal
 import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
+from collections.abc import Iterator
 
 from facts.processes import runtime_identity
+from launcher.errors import JobFailed, PreflightError
 from launcher.isolation import JobRoots, env_diff, isolated_env
 from launcher.liveness import death_cause
 from launcher.locks import INHERITED_FD_ENV, lock_job_run_dir, record_holder
-from launcher.ports import BLOCK_SIZE, PortBlock, claim_port_block, listening_ports
-from launcher.preflight import PreflightError, check_visible_gpu
-from launcher.progress import completed_steps
-from launcher.ray_runtime import JobRay, leftover_processes
+from launcher.ports import PortBlock, claim_port_block
+from launcher.ray_runtime import JobRay
 from launcher.records import update_job_record, write_command_records
-from launcher.slurm_requeue import (
-    append_history,
-    keep_scheduler_output,
-    record_scheduler_requeues,
-    requeue,
-    requeue_refusal,
-    signal_event,
-    slurm_job_state,
-)
+from launcher.runtime.hooks import JobHooks, Reaction, RunEnd
+from launcher.runtime.process import die_with_parent, leftovers, wait_for_group_exit
 from launcher.spec import JobSpec
 from trainer.inputs import REPO_ROOT
 from trainer.preemption import CHECKPOINT_SIGNALS, EXIT_CHECKPOINTED
 
-SPEC_FILE = "spec.json"
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR2)
+TRAINER_LOG = "trainer.log"
+TRAINER_STOP_GRACE_S = 20  # a trainer told to stop (SIGTERM to its group) is killed after this
 
 
-class JobFailed(RuntimeError):
-    """The trainer exited non-zero (the job record says how far it got)."""
-
-
-# Characters a Hydra override value may hold unquoted (a comma would make a sweep, a quote or a
-# non-ASCII character fails to parse).
-_HYDRA_PLAIN = re.compile(r"[A-Za-z0-9_/.\-+@%]*")
-
-
-def hydra_value(text: str) -> str:
-    """``text`` as a Hydra override value that parses back to exactly ``text``: as is when plain,
-    else single-quoted, with quotes (and the backslashes before a quote or the end) escaped."""
-    if _HYDRA_PLAIN.fullmatch(text):
-        return text
-    body = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", text)
-    body = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, body)
-    return f"'{body}'"
-
-
-def trainer_argv(spec: JobSpec, roots: JobRoots) -> list[str]:
-    shared = [f"sweep_dir={hydra_value(spec.sweep_dir)}"] if spec.share_initial_eval else []
-    return [sys.executable, "-m", "trainer", *spec.trainer_overrides, f"output_dir={hydra_value(str(roots.output))}",
-            *shared]
-
-
-def scheduler_identity() -> dict:
-    """Scheduler job id and array index as seen from inside the allocation."""
-    env = os.environ
-    if "SLURM_JOB_ID" in env:
-        array_job, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
-        return {
-            "scheduler": "slurm",
-            "job_id": f"{array_job}_{task}" if array_job and task else env["SLURM_JOB_ID"],
-            "array_index": int(task) if task else None,
-            "restart_count": int(env.get("SLURM_RESTART_COUNT", "0")),
-        }
-    return {"scheduler": "local", "job_id": env.get("PROOFGRID_LOCAL_JOB_ID", f"local-{os.getpid()}"),
-            "array_index": int(env["PROOFGRID_ARRAY_INDEX"]) if "PROOFGRID_ARRAY_INDEX" in env else None,
-            "restart_count": 0}
-
-
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
-GROUP_EXIT_GRACE_S = 15.0  # helpers of a finished trainer (torch's resource tracker) still exiting
-
-
-def _die_with_parent(parent: int):
-    """``preexec_fn`` of the trainer: the kernel SIGKILLs it when the runtime dies, even by SIGKILL
-    (torch's spawned ranks in turn get SIGINT from their parent's death), so no trainer outlives
-    its runtime. Checks the parent afterwards: it may have died before the prctl."""
-    def tie() -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:
-            os._exit(1)
-    return tie
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of process group ``pgid``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = text[text.rindex(")") + 2:].split()  # state, ppid, pgrp, ...
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            found.append(int(entry.name))
-    return found
-
-
-def wait_for_group_exit(pgid: int, grace_s: float = GROUP_EXIT_GRACE_S) -> None:
-    """Give what the trainer started (its ranks, torch's multiprocessing resource tracker) time to
-    finish exiting: a helper still on its way out is not a leftover."""
-    deadline = time.monotonic() + grace_s
-    while group_members(pgid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-
-
-def leftovers(roots: JobRoots, block: PortBlock) -> list[dict]:
-    """Everything the job left behind; must be empty, and a non-empty list is an incident."""
-    found = leftover_processes(roots.job_dir)
-    # Only listeners count: a port of the block that someone still *serves* on after the job.
-    found += [{"kind": "port", "port": p} for p in listening_ports(range(block.start, block.start + BLOCK_SIZE))]
-    if roots.ray_alias.is_symlink() or roots.ray_alias.exists():
-        found.append({"kind": "directory", "path": "<RAY_ALIAS>"})
-    return found
-
-
-def run_job(spec: JobSpec) -> dict:
+def run_job(spec: JobSpec, hooks: JobHooks | None = None) -> dict:
     """Run one job to completion inside its allocation; returns its ``job.json`` record.
 
     Whatever happens (trainer failure, Ray start failure, no port block, SIGTERM from scancel or a
-    requeue, submitit's timeout signal), the job ends with a terminal record, its Ray runtime
-    stopped, its alias removed and its cleanup list written.
+    requeue, Slurm's time-limit warning), the job ends with a terminal record, its Ray runtime
+    stopped, its alias removed and its cleanup list written. ``hooks``: what the job's scheduler
+    adds (default: none, a local job). Exits with 128 + the signal when a stop signal ended it;
+    raises ``JobFailed`` when it did not complete.
     """
-    started = time.time()
-    roots = JobRoots(spec.job_dir)
-    base_env = dict(os.environ)
-    update_job_record(roots.job_dir, {
-        **spec.identity(), **scheduler_identity(), "node": socket.gethostname(),
-        "state": "RUNNING", "exit_code": None, "source_commit": spec.source_commit, "roots": roots.as_record(),
-        "started_at": started, **runtime_identity(os.getpid()),
-    })
-    terminated: list[int] = []
-    ended_by_slurm: list[int] = []
+    run = JobRun(spec, hooks or JobHooks())
+    run.begin()
+    with run.stop_signals_handled():
+        try:
+            run.start()
+            run.watch()
+        except KeyboardInterrupt:  # a stop signal (see on_stop_signal), or Ctrl-C
+            run.failure = f"terminated by signal {run.signals[0]}" if run.signals else "interrupted"
+        except (RuntimeError, OSError) as exc:  # a refusal (PreflightError, PortLockError), Ray, the disk
+            run.failure = str(exc)
+        finally:
+            run.stop()
+    return run.record()
 
-    identity = scheduler_identity()
-    if identity["scheduler"] == "slurm":  # Slurm requeued an earlier run (node failure, preemption)?
-        record_scheduler_requeues(roots.job_dir, identity["job_id"], identity["restart_count"])
-    proc: subprocess.Popen | None = None  # bound before the handler can run: it reads it
 
-    def on_signal(signum, _frame):
-        first = not terminated
-        terminated.append(signum)
-        if first and identity["scheduler"] == "slurm" and proc is not None and proc.poll() is None:
-            if signum == signal.SIGTERM and slurm_job_state(identity["job_id"]) != "RUNNING":
-                # scancel, a hard time limit: Slurm kills the task within KillWait, so there is
-                # time for the cleanup only, not for a checkpoint (sacct tells how it ended).
-                ended_by_slurm.append(signum)
-                proc.kill()
-                raise KeyboardInterrupt
-            # Slurm's warning (time limit, preemption, scancel --signal): the trainer checkpoints at
-            # its current step and exits EXIT_CHECKPOINTED; proc.wait() below simply continues.
-            proc.send_signal(signal.SIGUSR2)
-            return
-        if first:  # later signals during teardown must not interrupt the cleanup
-            raise KeyboardInterrupt
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGUSR2)}
-    exit_code: int | None = None
-    failure: str | None = None
-    block: PortBlock | None = None
-    ray: JobRay | None = None
-    cleanup: list[dict] = []
-    run_lock: int | None = None
+def check_visible_gpu(model: str | None) -> None:
+    """Inside the allocation: the GPU the profile asked for is the one we got."""
+    if not model:
+        return
     try:
-        check_visible_gpu(spec.gpu_model)  # the profile asked for a GPU model: is it the one we got?
-        roots.create()
-        run_lock = lock_job_run_dir(roots.job_dir)  # no second trainer in this run directory, ever
-        block = claim_port_block()
-        env = isolated_env(roots, block.ports, base_env)
-        env["PROOFGRID_SOURCE_COMMIT"] = spec.source_commit or ""
-        if spec.ray_cpus > 0:
-            ray = JobRay(roots, block, spec.ray_cpus, env)
-            env["RAY_ADDRESS"] = ray.start()
-        argv = trainer_argv(spec, roots)
-        write_command_records(spec, argv, env_diff(base_env, env), REPO_ROOT)
-        env[INHERITED_FD_ENV] = str(run_lock)  # the trainer holds the lock it inherits (not a record)
-        with open(roots.job_dir / "trainer.log", "ab") as log:
+        names = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                               text=True, check=True).stdout.splitlines()
+    except (OSError, subprocess.CalledProcessError):
+        raise PreflightError(f"the job asked for a {model} GPU but nvidia-smi sees no GPU") from None
+    if not any(model.lower() in n.lower() for n in names):
+        raise PreflightError(f"the job asked for a {model} GPU but the visible devices are: {', '.join(names)}")
+
+
+class JobRun:
+    """The state of one run as its phases fill it in; ``run_job`` calls them in order."""
+
+    def __init__(self, spec: JobSpec, hooks: JobHooks) -> None:
+        self.spec, self.hooks = spec, hooks
+        self.roots = JobRoots(spec.job_dir)
+        self.base_env = dict(os.environ)
+        self.started_at = time.time()
+        self.identity = hooks.identity()
+        self.signals: list[int] = []  # stop signals received, in order
+        self.killed_by_scheduler = False
+        self.proc: subprocess.Popen | None = None  # bound before a stop signal can be handled: it reads it
+        self.run_lock: int | None = None
+        self.block: PortBlock | None = None
+        self.ray: JobRay | None = None
+        self.exit_code: int | None = None
+        self.failure: str | None = None
+        self.cleanup: list[dict] = []
+
+    def begin(self) -> None:
+        """The RUNNING record: which job, where, started when, by which runtime process."""
+        update_job_record(self.roots.job_dir, {
+            **self.spec.identity(), **self.identity, "node": socket.gethostname(), "state": "RUNNING",
+            "exit_code": None, "source_commit": self.spec.source_commit, "roots": self.roots.as_record(),
+            "started_at": self.started_at, **runtime_identity(os.getpid()),
+        })
+        self.hooks.begin(self.roots.job_dir)
+
+    @contextlib.contextmanager
+    def stop_signals_handled(self) -> Iterator[None]:
+        previous = {sig: signal.signal(sig, self._on_stop_signal) for sig in STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _on_stop_signal(self, signum, _frame) -> None:
+        first = not self.signals
+        self.signals.append(signum)
+        if not first:  # later signals during teardown must not interrupt the cleanup
+            return
+        if self.proc is not None and self.proc.poll() is None:
+            reaction = self.hooks.on_stop_signal(signum)
+            if reaction is Reaction.CHECKPOINT:  # the trainer exits EXIT_CHECKPOINTED; watch() goes on
+                self.proc.send_signal(signal.SIGUSR2)
+                return
+            if reaction is Reaction.KILL:
+                self.killed_by_scheduler = True
+                self.proc.kill()
+        raise KeyboardInterrupt
+
+    def start(self) -> None:
+        """Roots, run lock, ports, Ray and the command records, then the trainer."""
+        check_visible_gpu(self.spec.gpu_model)  # the profile asked for a GPU model: is it the one we got?
+        self.roots.create()
+        self.run_lock = lock_job_run_dir(self.roots.job_dir)  # no second trainer in this run directory, ever
+        self.block = claim_port_block()
+        env = isolated_env(self.roots, self.block.ports, self.base_env)
+        env["PROOFGRID_SOURCE_COMMIT"] = self.spec.source_commit or ""
+        if self.spec.ray_cpus > 0:
+            self.ray = JobRay(self.roots, self.block, self.spec.ray_cpus, env)
+            env["RAY_ADDRESS"] = self.ray.start()
+        argv = self.spec.trainer_argv(self.roots.output)
+        write_command_records(self.spec, argv, env_diff(self.base_env, env), REPO_ROOT,
+                              sbatch=self.hooks.submission_script())
+        env[INHERITED_FD_ENV] = str(self.run_lock)  # the trainer holds the lock it inherits (not a record)
+        with open(self.roots.job_dir / TRAINER_LOG, "ab") as log:
             # Own process group (torn down as one); the run lock is inherited, so it stays held
-            # while the trainer lives even if this runtime is killed. Started with Slurm's warning
-            # signals blocked (the mask survives exec): one arriving while the trainer imports torch
-            # is held until its handler is set, never fatal.
+            # while the trainer lives even if this runtime is killed. Started with the stop signals
+            # blocked (the mask survives exec): one arriving while the trainer imports torch is held
+            # until its handler is set, never fatal. ``self.proc`` is bound before the mask is
+            # restored, so a signal held meanwhile finds the trainer it must reach.
             held = signal.pthread_sigmask(signal.SIG_BLOCK, CHECKPOINT_SIGNALS)
             try:
-                proc = subprocess.Popen(argv, env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True, pass_fds=(run_lock,),
-                                        preexec_fn=_die_with_parent(os.getpid()))
+                self.proc = subprocess.Popen(argv, env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL, start_new_session=True,
+                                             pass_fds=(self.run_lock,), preexec_fn=die_with_parent(os.getpid()))
             finally:
                 signal.pthread_sigmask(signal.SIG_SETMASK, held)
-            record_holder(run_lock, proc.pid)
-            exit_code = proc.wait()
-        if exit_code != 0:
-            failure = death_cause(roots.job_dir, f"the trainer exited with {exit_code}")
-    except KeyboardInterrupt:
-        failure = f"terminated by signal {terminated[0]}" if terminated else "interrupted"
-    except (PreflightError, RuntimeError, OSError) as exc:
-        failure = str(exc)
-    finally:
+        record_holder(self.run_lock, self.proc.pid)
+
+    def watch(self) -> None:
+        """Wait for the trainer; a non-zero exit is a failure with the cause its logs end with."""
+        self.exit_code = self.proc.wait()
+        if self.exit_code != 0:
+            self.failure = death_cause(self.roots.job_dir, f"the trainer exited with {self.exit_code}")
+
+    def stop(self) -> None:
+        """Nothing of the job outlives it: the trainer's group, Ray, the alias, the ports, the lock."""
+        proc = self.proc
         if proc is not None and proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
             try:
-                exit_code = proc.wait(timeout=20)
+                self.exit_code = proc.wait(timeout=TRAINER_STOP_GRACE_S)
             except subprocess.TimeoutExpired:
                 proc.kill()
-                exit_code = proc.wait()
+                self.exit_code = proc.wait()
         if proc is not None:
             wait_for_group_exit(proc.pid)
-        if ray is not None:
-            ray.stop()
-        roots.remove_alias()
-        if block is not None:
-            cleanup = leftovers(roots, block)
-            block.release()
+        if self.ray is not None:
+            self.ray.stop()
+        self.roots.remove_alias()
+        if self.block is not None:
+            self.cleanup = leftovers(self.roots, self.block)
+            self.block.release()
         if proc is not None:  # recorded above; now make sure nothing of the trainer outlives the job
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-        if run_lock is not None:
-            os.close(run_lock)
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    # Slurm warned the task (time limit, preemption, scancel --signal): requeue it when the trainer
-    # stopped at a checkpoint (or had not started yet) and Slurm is not cancelling the task.
-    stopped_for_requeue = bool(terminated) and identity["scheduler"] == "slurm" and \
-        (exit_code == EXIT_CHECKPOINTED or proc is None)
-    requeue_refused = requeue_refusal(identity["job_id"], identity["restart_count"]) if stopped_for_requeue else None
-    will_requeue = stopped_for_requeue and requeue_refused is None
-    # Warned during the final evaluation, the trainer finishes its run: that is a completed job.
-    finished_anyway = bool(terminated) and exit_code == 0 and failure is None
-    if will_requeue:
-        failure = None
-    elif terminated and failure is None and not finished_anyway:
-        failure = f"terminated by signal {terminated[0]}"
-    if will_requeue:
-        state = "REQUEUED"
-    elif terminated and not finished_anyway:
-        state = "TERMINATED"
-    elif failure is None and exit_code == 0:
-        state = "COMPLETED"
-    else:
-        state = "FAILED"
-    record = update_job_record(roots.job_dir, {
-        "state": state, "runtime_state": state, "exit_code": exit_code, "elapsed_s": round(time.time() - started, 3),
-        "ports": block.as_record() if block is not None else None, "cleanup": cleanup,
-        "failure": failure,  # None on success: never a stale failure of an earlier attempt
-    })
-    if terminated and identity["scheduler"] == "slurm" and not ended_by_slurm:  # a warning, not a cancel
-        event = {"event": signal_event(terminated[0]), "job_id": identity["job_id"],
-                 "restart_count": identity["restart_count"], "node": socket.gethostname(),
-                 "at_step": completed_steps(roots.job_dir),
-                 "checkpointed": exit_code == EXIT_CHECKPOINTED,
-                 "action": "requeued" if will_requeue else "finished its run before stopping" if finished_anyway
-                 else (requeue_refused or "stopped")}
-        if will_requeue and (refused := requeue(identity["job_id"])):
-            event["action"] = f"requeue refused by Slurm: {refused}"
-            update_job_record(roots.job_dir, {"state": "TERMINATED", "runtime_state": "TERMINATED",
-                                              "failure": f"stopped by signal {terminated[0]}; {event['action']}"})
-        record = append_history(roots.job_dir, event)
-    if identity["scheduler"] == "slurm":
-        keep_scheduler_output(roots.job_dir, identity["job_id"], identity["restart_count"])
-    if terminated and not finished_anyway:
-        sys.exit(128 + terminated[0])
-    if state != "COMPLETED":
-        raise JobFailed(f"job {spec.name}: {failure or f'trainer exited with {exit_code}; see trainer.log'}")
-    return record
+        if self.run_lock is not None:
+            os.close(self.run_lock)
 
+    def end(self) -> RunEnd:
+        """How the run ended. A stop signal with the trainer stopped at a checkpoint (or not started
+        yet) is a requeue when the scheduler runs the job again; warned during its final evaluation,
+        the trainer finishes its run, which is a completed job."""
+        stop_signal = self.signals[0] if self.signals else None
+        at_checkpoint = stop_signal is not None and (self.exit_code == EXIT_CHECKPOINTED or self.proc is None)
+        refusal = self.hooks.requeue_refusal() if at_checkpoint else None
+        requeue = at_checkpoint and refusal is None
+        finished_anyway = stop_signal is not None and self.exit_code == 0 and self.failure is None
+        failure = self.failure
+        if requeue:
+            failure = None
+        elif stop_signal is not None and failure is None and not finished_anyway:
+            failure = f"terminated by signal {stop_signal}"
+        if requeue:
+            state = "REQUEUED"
+        elif stop_signal is not None and not finished_anyway:
+            state = "TERMINATED"
+        elif failure is None and self.exit_code == 0:
+            state = "COMPLETED"
+        else:
+            state = "FAILED"
+        return RunEnd(state, self.exit_code, failure, stop_signal, self.killed_by_scheduler, finished_anyway, refusal)
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m launcher.runtime <job_dir>", file=sys.stderr)
-        return 2
-    spec = JobSpec.from_json((Path(args[0]) / SPEC_FILE).read_text())
-    try:
-        run_job(spec)
-    except JobFailed as exc:
-        print(f"proofgrid job: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    def record(self) -> dict:
+        """The terminal ``job.json`` (and the scheduler's part); then the exit the run calls for."""
+        end = self.end()
+        record = update_job_record(self.roots.job_dir, {
+            "state": end.state, "runtime_state": end.state, "exit_code": end.exit_code,
+            "elapsed_s": round(time.time() - self.started_at, 3),
+            "ports": self.block.as_record() if self.block is not None else None, "cleanup": self.cleanup,
+            "failure": end.failure,  # None on success: never a stale failure of an earlier attempt
+        })
+        record = self.hooks.ended(self.roots.job_dir, end, record)
+        if end.stop_signal is not None and not end.finished_anyway:
+            sys.exit(128 + end.stop_signal)
+        if end.state != "COMPLETED":
+            raise JobFailed(f"job {self.spec.name}: {end.failure or f'trainer exited with {end.exit_code}; see trainer.log'}")
+        return record

@@ -1,153 +1,56 @@
 """The Slurm back end (``launcher.backend``), through submitit: the whole grid is ONE job array
 (several only above the cluster's MaxArraySize), not N sbatch calls.
 
-The cluster profile (``conf/cluster/*.yaml``) maps one to one onto sbatch options; it is checked
-in ``slurm_options``. Scheduler states come from ``sacct`` and ``squeue`` as ``slurm_states``
-confirms them (accounting is required: without it a cancelled job's state is unknowable); what
-runs inside a task when Slurm warns it is in ``slurm_requeue``. Every Slurm command proofgrid runs
-itself goes through ``slurm_commands.run_slurm``; the array's submission is submitit's.
+``submit`` hands the array to submitit (its script: ``launcher.slurm.script``; each task runs
+``launcher.slurm.task.run_task``), then waits with a live table until Slurm confirms every task
+ended, or leaves the tasks running (``wait=false``) with a seal job after them. Scheduler states
+come from ``sacct`` and ``squeue`` as ``launcher.slurm.states`` confirms them (accounting is
+required: without it a cancelled job's state is unknowable). Every Slurm command proofgrid runs
+itself goes through ``launcher.slurm.commands.run_slurm``; the array's submission is submitit's.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import shutil
 import sys
 import time
 from pathlib import Path
 
-from omegaconf import DictConfig
+from rich.console import Console
+from rich.live import Live
 
 from facts import sweep_job_dir, sweep_jobs_dir
 from facts.failures import scheduler_reason
-from launcher.backend import SchedulerUnavailable
-from launcher.preflight import PreflightError
+from launcher.errors import PreflightError, SchedulerUnavailable
 from launcher.progress import progress_table
 from launcher.records import SWEEP_RECORD, read_job_record, update_job_record
-from launcher.runtime import run_job
-from launcher.slurm_commands import run_slurm
-from launcher.slurm_options import explain_refusal, extra_sbatch_options, max_array_size, setup_lines
-from launcher.slurm_states import TERMINAL_STATES, confirmed_states, recorded_exit_code
-
-
-def time_to_minutes(value) -> int:
-    """Slurm ``--time`` -> whole minutes (seconds round up). Slurm's accepted forms: ``M``,
-    ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S``."""
-    text = str(value).strip()
-    days, sep, rest = text.partition("-")
-    if not sep:
-        days, rest = "0", text
-    parts = [int(p) for p in rest.split(":")]
-    if sep:  # D-H, D-H:M, D-H:M:S
-        h, m, sec = (parts + [0, 0])[:3]
-    elif len(parts) == 1:
-        h, m, sec = 0, parts[0], 0
-    elif len(parts) == 2:
-        h, m, sec = 0, parts[0], parts[1]
-    else:
-        h, m, sec = parts[:3]
-    return int(days) * 1440 + h * 60 + m + (1 if sec else 0)
-
-
-def sbatch_options(cluster: DictConfig, n_jobs: int) -> dict[str, str]:
-    """sbatch long options of the profile, in a fixed order (also what the dry run prints)."""
-    parallel = int(cluster.get("array_parallelism") or n_jobs)
-    # One task: submitit submits a plain job, not a one-task array.
-    opts = {"array": f"0-{n_jobs - 1}%{parallel}" if n_jobs > 1 else None, "partition": cluster.get("partition")}
-    for key, option in (("account", "account"), ("qos", "qos"), ("gres", "gres"),
-                        ("cpus_per_task", "cpus-per-task"), ("mem", "mem"), ("time", "time"),
-                        ("constraint", "constraint")):
-        if cluster.get(key) not in (None, ""):
-            opts[option] = str(cluster.get(key))
-    if cluster.get("requeue", True):
-        opts["requeue"] = ""
-    opts["signal"] = f"USR2@{signal_delay_s(cluster)}"
-    for option, value in extra_sbatch_options(cluster).items():
-        opts[option] = "" if value is True else value
-    return {k: v for k, v in opts.items() if v is not None}
-
-
-def signal_delay_s(cluster: DictConfig) -> int:
-    """Seconds before the time limit at which Slurm sends USR2 (checkpoint, then requeue)."""
-    return int(cluster.get("signal_delay_s") or 90)
-
-
-def submitit_parameters(cluster: DictConfig, n_jobs: int, name: str = "proofgrid") -> dict:
-    """The profile as ``submitit.SlurmExecutor`` parameters (sbatch's own names; ``time`` in minutes)."""
-    opts = sbatch_options(cluster, n_jobs)
-    params = {
-        "job_name": name,
-        "partition": opts.get("partition"),
-        "cpus_per_task": int(cluster.cpus_per_task),
-        "time": time_to_minutes(cluster.time),
-        "array_parallelism": int(cluster.get("array_parallelism") or n_jobs),
-        "signal_delay_s": signal_delay_s(cluster),
-        "additional_parameters": {},
-    }
-    for key in ("mem", "account", "qos", "gres", "constraint"):
-        if key in opts:
-            params[key] = opts[key]
-    if "requeue" in opts:
-        params["additional_parameters"]["requeue"] = True
-    params["additional_parameters"].update(extra_sbatch_options(cluster))
-    if setup_lines(cluster):
-        params["setup"] = setup_lines(cluster)
-    return params
-
-
-def sbatch_script(cluster: DictConfig, n_jobs: int, folder: Path, name: str = "proofgrid") -> str:
-    """The sbatch script ``submit`` hands to ``sbatch`` for an array of ``n_jobs`` in ``folder``,
-    generated by submitit's own code: ``SlurmExecutor`` writes its submission file with the
-    module-level ``submitit.slurm.slurm._make_sbatch_string`` from exactly these parameters and
-    its ``<python> -u -m submitit.core._submit <folder>`` command (tests/test_arms_sweep.py checks
-    the two are the same)."""
-    from submitit.slurm.slurm import _make_sbatch_string
-
-    command = " ".join([shlex.quote(sys.executable), "-u -m submitit.core._submit", shlex.quote(str(folder))])
-    # submitit submits a map of one job as a plain job, not as an array of one
-    return _make_sbatch_string(command=command, folder=folder, map_count=n_jobs if n_jobs > 1 else None,
-                               **submitit_parameters(cluster, n_jobs, name))
-
-
-def path_free_script(script: str, folder: Path) -> str:
-    """The script with the submission folder, the interpreter and the sweep's name (in the job name)
-    as placeholders (dry run, records). ``folder`` is ``<sweep>/.submitit/<run>``."""
-    script = script.replace(str(folder), "<SWEEP_DIR>/.submitit/<RUN>").replace(shlex.quote(sys.executable), "<PYTHON>")
-    return script.replace(f"--job-name={job_name(folder.parent.parent)}", "--job-name=pg-<SWEEP>")
+from launcher.slurm.commands import run_slurm
+from launcher.slurm.options import explain_refusal, max_array_size
+from launcher.slurm.script import (
+    MAX_NAMED_TASKS,
+    SUBMITIT_DIR,
+    array_chunks,
+    chunk_name,
+    job_name,
+    submitit_parameters,
+)
+from launcher.slurm.states import TERMINAL_STATES, confirmed_states, recorded_exit_code
+from launcher.slurm.task import run_task
+from launcher.spec import JobSpec, Sweep
+from trainer.inputs import REPO_ROOT
 
 
 def _fresh_folder(sweep_dir: Path) -> Path:
     # A Slurm state wipe restarts job ids at 1; a fresh submitit folder per submission never mixes them.
-    root = sweep_dir / ".submitit"
+    root = sweep_dir / SUBMITIT_DIR
     root.mkdir(parents=True, exist_ok=True)
     n = len([p for p in root.iterdir() if p.is_dir()])
     return root / f"run-{n}"
 
 
-def array_chunks(n_jobs: int, max_array_size: int) -> list[range]:
-    """Task positions of each array: Slurm refuses an array index >= MaxArraySize, so a grid
-    larger than that becomes several arrays of at most ``max_array_size`` tasks each."""
-    return [range(start, min(start + max_array_size, n_jobs)) for start in range(0, n_jobs, max_array_size)]
-
-
-# Tasks renamed one by one after submission (one scontrol call each); larger arrays keep the array's name.
-MAX_NAMED_TASKS = 256
-
-
-def job_name(sweep_dir: Path, job: str | None = None) -> str:
-    """Slurm job name: ``pg-<sweep>`` for an array, ``pg-<sweep>-<arm>-<seed>`` for one task."""
-    name = f"pg-{sweep_dir.name}" + (f"-{job}" if job else "")
-    return re.sub(r"[^\w.+-]", "_", name)
-
-
-def chunk_name(sweep_dir: Path, specs) -> str:
-    """The job name one submission (an array, or a single task) is given."""
-    return job_name(sweep_dir, specs[0].name if len(specs) == 1 else None)
-
-
-def name_tasks(sweep_dir: Path, specs, job_ids: list[str]) -> None:
+def name_tasks(sweep_dir: Path, specs: list[JobSpec], job_ids: list[str]) -> None:
     """Give every task its own name (sweep, arm and seed) so ``squeue`` tells them apart; an
     array's tasks share one name at submission. Best effort: a refused rename changes nothing else."""
     if len(job_ids) > MAX_NAMED_TASKS:
@@ -156,7 +59,7 @@ def name_tasks(sweep_dir: Path, specs, job_ids: list[str]) -> None:
         run_slurm(["scontrol", "update", f"JobId={job_id}", f"JobName={job_name(sweep_dir, spec.name)}"])
 
 
-def _forget_submission(folder: Path, todo, arrays: list[str]) -> None:
+def _forget_submission(folder: Path, todo: list[JobSpec], arrays: list[str]) -> None:
     """A refused submission leaves nothing behind: earlier arrays of it cancelled, no pickles,
     no job directory that holds only its spec."""
     if arrays:
@@ -167,9 +70,10 @@ def _forget_submission(folder: Path, todo, arrays: list[str]) -> None:
             shutil.rmtree(spec.job_dir, ignore_errors=True)
 
 
-def submit(sweep, todo) -> bool:
+def submit(sweep: Sweep, todo: list[JobSpec]) -> bool:
     """Submit ``todo`` as one array (several above MaxArraySize); wait if ``sweep.wait``.
     Returns True when all jobs ended."""
+    # submitit only when a sweep is submitted: planning, `launcher status` and `cancel` never load it.
     import submitit
     from submitit.core.utils import FailedJobError
 
@@ -185,7 +89,7 @@ def submit(sweep, todo) -> bool:
         params = submitit_parameters(sweep.cluster, len(specs), chunk_name(sweep.sweep_dir, specs))
         executor.update_parameters(**params)
         try:
-            jobs = executor.map_array(run_job, specs)
+            jobs = executor.map_array(run_task, specs)
         except FailedJobError as exc:  # sbatch refused: one line, and nothing left behind
             _forget_submission(folder, todo, arrays)
             raise PreflightError(explain_refusal(str(exc))) from None
@@ -217,11 +121,9 @@ def submit(sweep, todo) -> bool:
 SEAL_LOG = "seal.log"
 
 
-def submit_seal_job(sweep, arrays: list[str]) -> str:
+def submit_seal_job(sweep: Sweep, arrays: list[str]) -> str:
     """A one-CPU job that runs after every array has ended (``afterany``) and seals the bundle
     (``python -m launcher seal``), so ``wait=false`` still ends with a sealed, audited bundle."""
-    from trainer.inputs import REPO_ROOT
-
     cluster = sweep.cluster
     argv = ["sbatch", "--parsable", f"--dependency=afterany:{':'.join(arrays)}", "--kill-on-invalid-dep=no",
             f"--job-name={job_name(sweep.sweep_dir, 'seal')}", f"--partition={cluster.partition}",
@@ -309,9 +211,6 @@ def wait_for_jobs(sweep_dir: Path, job_dirs: list[Path], n_updates: dict[str, in
         time.sleep(poll_s)
 
     try:
-        from rich.console import Console
-        from rich.live import Live
-
         states = refresh(states)
         # Terminal states are final when they arrive: ``confirmed_states`` gives the ones a requeue can
         # follow a second look, and a requeued task is back in squeue at once (tests/test_slurm.py).

@@ -17,7 +17,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator, Sequence
 
-from launcher.backend import SchedulerUnavailable
+from launcher.errors import SchedulerUnavailable
 
 # A Slurm command that has not answered after this long is treated as a controller that cannot answer.
 TIMEOUT_S = 60.0

@@ -1,7 +1,9 @@
 """The Slurm cluster profile checked before anything is submitted, and sbatch's refusals in one line.
 
+``check_profile`` is the back end's answer to the planner (``launcher.backend``).
 ``check_formats`` runs always (the dry run too): every value the profile turns into an sbatch
-option must be in a form Slurm accepts. ``check_against_cluster`` asks the cluster itself where it
+option must be in a form Slurm accepts (the time, memory and gres forms are ``facts.slurm_formats``,
+which the settings schema uses too). ``check_against_cluster`` asks the cluster itself where it
 can answer (``scontrol show partition``, ``sinfo``, ``sacctmgr``): the partition exists, a node of
 it has the gres, memory, CPUs and features asked for, the time fits its limit, and the account and
 QOS are ones the user may use (Slurm without enforced accounting silently runs a job under another
@@ -14,17 +16,15 @@ from __future__ import annotations
 import dataclasses
 import getpass
 import re
+import shutil
 
 from omegaconf import DictConfig
 
-from launcher.preflight import PreflightError
-from launcher.slurm_commands import pipe_records, run_slurm
+from facts.slurm_formats import TIME_FORMS, gres_ok, limit_minutes, mem_mb, mem_ok, time_ok
+from launcher.errors import PreflightError
+from launcher.slurm.commands import not_on_path, pipe_records, run_slurm
 from trainer.schema import ClusterSchema
 
-# Slurm's --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (or UNLIMITED / INFINITE).
-_TIME = re.compile(r"^(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2}|UNLIMITED|INFINITE)$")
-_MEM = re.compile(r"^\d+[KMGT]?$", re.IGNORECASE)
-_GRES = re.compile(r"^[A-Za-z][\w.-]*(:[\w.-]+)?(:\d+)?(,[A-Za-z][\w.-]*(:[\w.-]+)?(:\d+)?)*$")
 _NAME = re.compile(r"^[\w.-]+$")
 _CONSTRAINT = re.compile(r"^[\w.\-&|,\[\]()*:]+$")
 _PROFILE = "conf/cluster/<profile>.yaml or cluster.<key>=... on the command line"
@@ -69,6 +69,41 @@ def setup_lines(cluster: DictConfig) -> list[str]:
     return [str(line) for line in (cluster.get("setup") or [])]
 
 
+def check_profile(cluster: DictConfig, dry_run: bool, wait: bool) -> None:
+    """The profile's formats always; the cluster itself only when submitting (a dry run asks nobody)."""
+    check_formats(cluster)
+    if not dry_run:
+        check_against_cluster(cluster)
+
+
+def check_resources(workload: DictConfig, cluster: DictConfig) -> None:
+    """A task of the profile holds a job of ``workload``: its CPUs, and a GPU when it needs one."""
+    cpus = int(workload.cpus_per_job)
+    if int(cluster.cpus_per_task) < cpus:
+        raise PreflightError(
+            f"cluster.cpus_per_task={cluster.cpus_per_task} is less than the {cpus} CPUs a job of "
+            f"workload {workload.name} needs; set cluster.cpus_per_task>={cpus}"
+        )
+    if int(workload.gpus_per_job) > 0 and not cluster.get("gres"):
+        raise PreflightError(
+            f"workload {workload.name} needs a GPU per job but cluster.gres is empty; "
+            "set cluster.gres=gpu:<model>:1 (see conf/cluster/)"
+        )
+
+
+# What the Slurm back end runs: submission, accounting (states), cancellation.
+SLURM_COMMANDS = ("sbatch", "sacct", "scancel")
+
+
+def check_environment(cluster: DictConfig, dry_run: bool) -> None:
+    """Submitting needs Slurm's commands here (a dry run submits nothing and needs none)."""
+    if dry_run:
+        return
+    missing = [c for c in SLURM_COMMANDS if shutil.which(c) is None]
+    if missing:
+        raise PreflightError(f"cluster=slurm needs {not_on_path(missing)}, or use cluster=local")
+
+
 def check_formats(cluster: DictConfig) -> None:
     """One-line ``PreflightError`` for the first profile value Slurm could not parse."""
     def bad(key: str, value, form: str):
@@ -97,11 +132,11 @@ def check_formats(cluster: DictConfig) -> None:
 
     if _value(cluster, "partition") is None or not _NAME.match(str(cluster.partition)):
         bad("partition", cluster.get("partition"), "a partition name (see `sinfo`)")
-    if (t := _value(cluster, "time")) is not None and not _TIME.match(str(t)):
-        bad("time", t, "M, M:S, H:M:S, D-H, D-H:M or D-H:M:S, e.g. 06:00:00")
-    if (m := _value(cluster, "mem")) is not None and not _MEM.match(str(m)):
+    if (t := _value(cluster, "time")) is not None and not time_ok(t if isinstance(t, int) else str(t)):
+        bad("time", t, f"{TIME_FORMS}, e.g. 06:00:00")
+    if (m := _value(cluster, "mem")) is not None and not mem_ok(str(m)):
         bad("mem", m, "a size such as 4G, 64000M or 0 (all of a node's memory)")
-    if (g := _value(cluster, "gres")) is not None and not _GRES.match(str(g)):
+    if (g := _value(cluster, "gres")) is not None and not gres_ok(str(g)):
         bad("gres", g, "name[:type][:count], e.g. gpu:1 or gpu:NVIDIAA40:1")
     for key in ("account", "qos"):
         if (v := _value(cluster, key)) is not None and not _NAME.match(str(v)):
@@ -119,22 +154,6 @@ def check_formats(cluster: DictConfig) -> None:
 
 # The profile checks ask quick questions; one Slurm cannot answer in this long is left unchecked.
 _QUERY_TIMEOUT_S = 30
-
-
-def mem_mb(text: str) -> int:
-    """Slurm size -> MB (Slurm's default unit is MB): ``4G`` -> 4096, ``512`` -> 512."""
-    text = str(text).strip().upper()
-    factor = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}.get(text[-1:])
-    return int(float(text[:-1]) * factor) if factor is not None else int(text)
-
-
-def minutes(text: str) -> int | None:
-    """Slurm time -> minutes; None for UNLIMITED/INFINITE."""
-    from launcher.slurm import time_to_minutes
-
-    if str(text).upper() in ("UNLIMITED", "INFINITE"):
-        return None
-    return time_to_minutes(text)
 
 
 # sinfo's format letters for what a node offers, and the names ``_nodes`` reads them by.
@@ -194,8 +213,8 @@ def check_against_cluster(cluster: DictConfig) -> None:
                                  f"use one of {', '.join(known)} ({_PROFILE})")
         return
     fields = dict(f.split("=", 1) for f in shown.split() if "=" in f)
-    if (t := _value(cluster, "time")) is not None and (limit := minutes(fields.get("MaxTime", "UNLIMITED"))) is not None \
-            and (asked := minutes(t)) is not None and asked > limit:
+    if (t := _value(cluster, "time")) is not None and (limit := limit_minutes(fields.get("MaxTime", "UNLIMITED"))) \
+            is not None and (asked := limit_minutes(t)) is not None and asked > limit:
         raise PreflightError(f"cluster.time={t} exceeds partition {partition}'s limit {fields['MaxTime']}; "
                              f"ask for at most that ({_PROFILE})")
     nodes = _nodes(partition) or []

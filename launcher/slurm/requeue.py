@@ -15,10 +15,10 @@ import signal
 import time
 from pathlib import Path
 
-from launcher.backend import SchedulerUnavailable
+from launcher.errors import SchedulerUnavailable
 from launcher.records import read_job_record, update_job_record
-from launcher.slurm_commands import run_slurm
-from launcher.slurm_states import sacct_runs
+from launcher.slurm.commands import run_slurm
+from launcher.slurm.states import sacct_runs
 
 HISTORY_KEY = "history"
 # A task that keeps being stopped is given up after this many requeues of its own.
@@ -64,15 +64,10 @@ def append_history(job_dir: Path, entry: dict) -> dict:
 RUNTIME_LOG = "runtime.log"
 
 
-def keep_scheduler_output(job_dir: Path, job_id: str, restart_count: int) -> None:
-    """Append this run's Slurm output (submitit's stdout and stderr: the runtime's own messages, the
-    profile's setup lines) to ``runtime.log`` in the job directory, where the bundle keeps it."""
-    try:
-        import submitit
-
-        paths = submitit.JobEnvironment().paths
-    except Exception:  # noqa: BLE001 - not inside a submitit job
-        return
+def keep_scheduler_output(job_dir: Path, job_id: str, restart_count: int, paths) -> None:
+    """Append this run's Slurm output (submitit's stdout and stderr, ``paths``: the runtime's own
+    messages, the profile's setup lines) to ``runtime.log`` in the job directory, where the bundle
+    keeps it."""
     with open(Path(job_dir) / RUNTIME_LOG, "a", encoding="utf-8") as log:
         for label, path in (("stdout", paths.stdout), ("stderr", paths.stderr)):
             if Path(path).is_file():

@@ -15,7 +15,7 @@ import re
 import time
 from collections.abc import Callable
 
-from launcher.slurm_commands import pipe_records, run_slurm
+from launcher.slurm.commands import pipe_records, run_slurm
 
 # States after which a task never runs again (unless listed in TRANSIENT_STATES as well).
 TERMINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL",

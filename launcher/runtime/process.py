@@ -1,0 +1,67 @@
+"""The trainer's processes: tied to the runtime's life, given time to exit, and what a job leaves behind.
+
+The trainer runs in a process group of its own; the kernel kills it when its runtime dies (even by
+SIGKILL), the runtime waits for the group's helpers on their way out, and ``leftovers`` lists
+anything of the job still alive or held afterwards, which the job record keeps as an incident.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+from pathlib import Path
+
+from launcher.isolation import JobRoots
+from launcher.ports import BLOCK_SIZE, PortBlock, listening_ports
+from launcher.ray_runtime import leftover_processes
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+GROUP_EXIT_GRACE_S = 15.0  # helpers of a finished trainer (torch's resource tracker) still exiting
+
+
+def die_with_parent(parent: int):
+    """``preexec_fn`` of the trainer: the kernel SIGKILLs it when the runtime dies, even by SIGKILL
+    (torch's spawned ranks in turn get SIGINT from their parent's death), so no trainer outlives
+    its runtime. Checks the parent afterwards: it may have died before the prctl."""
+    def tie() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+    return tie
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of process group ``pgid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2:].split()  # state, ppid, pgrp, ...
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            found.append(int(entry.name))
+    return found
+
+
+def wait_for_group_exit(pgid: int, grace_s: float = GROUP_EXIT_GRACE_S) -> None:
+    """Give what the trainer started (its ranks, torch's multiprocessing resource tracker) time to
+    finish exiting: a helper still on its way out is not a leftover."""
+    deadline = time.monotonic() + grace_s
+    while group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def leftovers(roots: JobRoots, block: PortBlock) -> list[dict]:
+    """Everything the job left behind; must be empty, and a non-empty list is an incident."""
+    found = leftover_processes(roots.job_dir)
+    # Only listeners count: a port of the block that someone still *serves* on after the job.
+    found += [{"kind": "port", "port": p} for p in listening_ports(range(block.start, block.start + BLOCK_SIZE))]
+    if roots.ray_alias.is_symlink() or roots.ray_alias.exists():
+        found.append({"kind": "directory", "path": "<RAY_ALIAS>"})
+    return found

@@ -1,0 +1,131 @@
+"""The sbatch script of a sweep: the profile as submitit's parameters, the script submitit writes
+from them, its path-free form (the dry run, the records), and how a grid becomes arrays and names.
+
+``sbatch_script`` is the one place proofgrid calls submitit's private code, and why: submitit has
+no public way to render the script it would submit without submitting it (``SlurmExecutor``
+refuses to exist without ``srun`` on PATH, so a dry run on a laptop could not even build one, and
+its ``_make_submission_file_text`` is private too). The dry run must print exactly what is
+submitted, so the script is rendered by submitit's own function from exactly the parameters
+``submit`` hands the executor; tests/test_slurm_options.py and tests/test_arms_sweep.py submit
+through ``SlurmExecutor`` on a real cluster and pin that the two scripts are the same.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from facts.slurm_formats import time_to_minutes
+from launcher.slurm.options import extra_sbatch_options, max_array_size, setup_lines
+from launcher.spec import JobSpec, Sweep
+
+# The submitit folder of the sweep's first submission, as the dry run shows it.
+SUBMITIT_DIR = ".submitit"
+# Tasks renamed one by one after submission (one scontrol call each); larger arrays keep the array's name.
+MAX_NAMED_TASKS = 256
+
+
+def sbatch_options(cluster: DictConfig, n_jobs: int) -> dict[str, str]:
+    """sbatch long options of the profile, in a fixed order (also what the dry run prints)."""
+    parallel = int(cluster.get("array_parallelism") or n_jobs)
+    # One task: submitit submits a plain job, not a one-task array.
+    opts = {"array": f"0-{n_jobs - 1}%{parallel}" if n_jobs > 1 else None, "partition": cluster.get("partition")}
+    for key, option in (("account", "account"), ("qos", "qos"), ("gres", "gres"),
+                        ("cpus_per_task", "cpus-per-task"), ("mem", "mem"), ("time", "time"),
+                        ("constraint", "constraint")):
+        if cluster.get(key) not in (None, ""):
+            opts[option] = str(cluster.get(key))
+    if cluster.get("requeue", True):
+        opts["requeue"] = ""
+    opts["signal"] = f"USR2@{signal_delay_s(cluster)}"
+    for option, value in extra_sbatch_options(cluster).items():
+        opts[option] = "" if value is True else value
+    return {k: v for k, v in opts.items() if v is not None}
+
+
+def signal_delay_s(cluster: DictConfig) -> int:
+    """Seconds before the time limit at which Slurm sends USR2 (checkpoint, then requeue)."""
+    return int(cluster.get("signal_delay_s") or 90)
+
+
+def submitit_parameters(cluster: DictConfig, n_jobs: int, name: str = "proofgrid") -> dict:
+    """The profile as ``submitit.SlurmExecutor`` parameters (sbatch's own names; ``time`` in minutes)."""
+    opts = sbatch_options(cluster, n_jobs)
+    params = {
+        "job_name": name,
+        "partition": opts.get("partition"),
+        "cpus_per_task": int(cluster.cpus_per_task),
+        "time": time_to_minutes(cluster.time),
+        "array_parallelism": int(cluster.get("array_parallelism") or n_jobs),
+        "signal_delay_s": signal_delay_s(cluster),
+        "additional_parameters": {},
+    }
+    for key in ("mem", "account", "qos", "gres", "constraint"):
+        if key in opts:
+            params[key] = opts[key]
+    if "requeue" in opts:
+        params["additional_parameters"]["requeue"] = True
+    params["additional_parameters"].update(extra_sbatch_options(cluster))
+    if setup_lines(cluster):
+        params["setup"] = setup_lines(cluster)
+    return params
+
+
+def sbatch_script(cluster: DictConfig, n_jobs: int, folder: Path, name: str = "proofgrid") -> str:
+    """The sbatch script ``submit`` hands to ``sbatch`` for an array of ``n_jobs`` in ``folder``:
+    what ``SlurmExecutor`` writes, by the same module-level function, from the same parameters and
+    with its ``<python> -u -m submitit.core._submit <folder>`` command (see the module docstring)."""
+    # submitit's private renderer, here alone (see the module docstring); imported only when a script
+    # is rendered, so that `launcher status` and `cancel` never load submitit.
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    command = " ".join([shlex.quote(sys.executable), "-u -m submitit.core._submit", shlex.quote(str(folder))])
+    # submitit submits a map of one job as a plain job, not as an array of one
+    return _make_sbatch_string(command=command, folder=folder, map_count=n_jobs if n_jobs > 1 else None,
+                               **submitit_parameters(cluster, n_jobs, name))
+
+
+def path_free_script(script: str, folder: Path) -> str:
+    """The script with the submission folder, the interpreter and the sweep's name (in the job name)
+    as placeholders (dry run, records). ``folder`` is ``<sweep>/.submitit/<run>``."""
+    script = script.replace(str(folder), "<SWEEP_DIR>/.submitit/<RUN>").replace(shlex.quote(sys.executable), "<PYTHON>")
+    return script.replace(f"--job-name={job_name(folder.parent.parent)}", "--job-name=pg-<SWEEP>")
+
+
+def array_chunks(n_jobs: int, max_array_size: int) -> list[range]:
+    """Task positions of each array: Slurm refuses an array index >= MaxArraySize, so a grid
+    larger than that becomes several arrays of at most ``max_array_size`` tasks each."""
+    return [range(start, min(start + max_array_size, n_jobs)) for start in range(0, n_jobs, max_array_size)]
+
+
+def job_name(sweep_dir: Path, job: str | None = None) -> str:
+    """Slurm job name: ``pg-<sweep>`` for an array, ``pg-<sweep>-<arm>-<seed>`` for one task."""
+    name = f"pg-{sweep_dir.name}" + (f"-{job}" if job else "")
+    return re.sub(r"[^\w.+-]", "_", name)
+
+
+def chunk_name(sweep_dir: Path, specs: list[JobSpec]) -> str:
+    """The job name one submission (an array, or a single task) is given."""
+    return job_name(sweep_dir, specs[0].name if len(specs) == 1 else None)
+
+
+def describe(sweep: Sweep) -> list[str]:
+    """The sbatch script(s) the sweep submits (submitit's own, path-free), one ``# sbatch |``
+    line each: one script per array, each headed by a line saying so when the grid is larger than
+    the cluster's MaxArraySize."""
+    folder = sweep.sweep_dir / SUBMITIT_DIR / "run-0"
+    limit = max_array_size(sweep.cluster)
+    chunks = array_chunks(len(sweep.specs), limit)
+    lines = []
+    for k, chunk in enumerate(chunks):
+        if len(chunks) > 1:
+            lines.append(f"# sbatch | # array {k + 1} of {len(chunks)} (MaxArraySize {limit}): "
+                         f"jobs [{chunk.start}]-[{chunk.stop - 1}]")
+        name = chunk_name(sweep.sweep_dir, [sweep.specs[i] for i in chunk])
+        script = path_free_script(sbatch_script(sweep.cluster, len(chunk), folder, name), folder)
+        lines += [f"# sbatch | {line}".rstrip() for line in script.splitlines()]
+    return lines
