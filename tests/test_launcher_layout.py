@@ -3,6 +3,7 @@ small protocol; no back end imports the planner; the Hydra plugins use Hydra's p
 
 from __future__ import annotations
 
+import ast
 import inspect
 import json
 import subprocess
@@ -77,8 +78,44 @@ def test_a_dry_run_never_imports_the_tensor_library():
     imported = set(json.loads(proc.stderr.strip().splitlines()[-1]))
     assert "launcher.plan" in imported and "trainer.algorithms.config" in imported
     assert not imported & {"torch", "transformers", "trainer.algorithms.registry", "trainer.rollout"}
+    # A local sweep's dry run asks its own back end what it would submit: no other back end, no job runtime.
+    assert "launcher.local" in imported and not imported & {"launcher.slurm", "launcher.runtime", "submitit"}
 
 
 def _evidence_package() -> set[str]:
     """``launcher.records`` uses ``evidence.sanitize``, whose package imports the bundle writer (bagit)."""
     return _imported_after("import evidence.sanitize") & {"bagit", "rich"}
+
+
+def _launcher_imports() -> dict[str, set[str]]:
+    """Module -> the ``launcher`` modules it imports, at its top or inside a function alike."""
+    modules = {".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"): p
+               for p in (REPO / "launcher").rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+            if isinstance(node, ast.ImportFrom) and node.module in modules:  # from launcher.slurm import script
+                targets += [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in modules]
+            found |= {t for t in targets if t in modules and t != name}
+        graph[name] = found
+    return graph
+
+
+def test_the_launchers_modules_import_each_other_without_a_circle():
+    graph = _launcher_imports()
+    assert {"launcher.slurm", "launcher.runtime", "launcher.errors"} <= set(graph)
+    done: set[str] = set()
+
+    def visit(module: str, path: tuple[str, ...]) -> None:
+        assert module not in path, "import circle: " + " -> ".join((*path[path.index(module):], module))
+        if module not in done:
+            for imported in sorted(graph[module]):
+                visit(imported, (*path, module))
+            done.add(module)
+
+    for module in sorted(graph):
+        visit(module, ())
+    assert not graph["launcher.errors"], "the errors every layer raises import nothing of the launcher"
