@@ -68,8 +68,8 @@ def _build(args, console: Console) -> int:
     except (SweepError, IncidentsFileError, FileExistsError, VerdictError) as exc:
         return _fail(str(exc))
     except LeakError as exc:
-        for rel, leak in exc.findings:
-            print(f"{rel}: leak: {leak}")
+        for leak in exc.problems:
+            print(leak)
         return _fail(str(exc), EXIT_FINDINGS)
     table = Table(title="Evidence index")
     for column in ("job", "job id", "scheduler", "exit", "steps", "accepted", "reason"):

@@ -9,7 +9,7 @@ matches ``steps.csv``/``eval.csv``; the shared initial evaluation (``data/initia
 there once, with the SHA256 every run's eval.json records, and recomputes from its responses; every table CSV and every line of ``report.md`` recomputes; a
 rejected job whose bundled evidence passes every gate is cherry-picking; ``bag-info.txt``,
 ``sweep.json``, ``index.csv`` and ``commands.txt`` agree; SVG figures hold no script or external
-reference; the leak scan (the sanitiser's own rule set). Each problem is a ``Finding`` naming a
+reference; the leak scan (the sanitiser's own rule set). Each problem is a ``Problem`` naming a
 file (relative to the bag) and a reason.
 """
 
@@ -24,7 +24,6 @@ import tarfile
 import tempfile
 import unicodedata
 import zlib
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path, PurePosixPath
 
@@ -42,6 +41,7 @@ from evidence.dataset import EVAL_COLUMNS, EVAL_ID_COLUMNS, load_bundle_data, re
 from evidence.fileio import JSONError, read_json, sha256_file
 from evidence.incidents import history_incidents
 from evidence.metrics_log import validate_metrics
+from evidence.problems import Problem, UsageError, capped
 from evidence.report import render_report
 from evidence.sanitize import Sanitizer
 from evidence.tables import compute_tables
@@ -51,26 +51,9 @@ from facts import EVAL_RECORD, INITIAL_EVAL_DIR, sweep_jobs_dir
 PAYLOAD = "data"
 MANIFEST = "manifest-sha256.txt"
 TAGMANIFEST = "tagmanifest-sha256.txt"
-# Reported per file before the rest are summarised, so one broken table does not bury the others.
-MAX_PER_FILE = 20
 
 
-@dataclass(frozen=True)
-class Finding:
-    """One audit problem: a file (relative to the bag, or the archive's name) and why."""
-
-    file: str
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.file}: {self.reason}"
-
-
-class UsageError(Exception):
-    """The path given to the audit is neither a bag directory nor a .tar.gz archive."""
-
-
-def audit(path: str | Path) -> list[Finding]:
+def audit(path: str | Path) -> list[Problem]:
     """Audit a bundle directory or a ``.tar.gz`` of one; an empty list means clean."""
     path = Path(path)
     if path.is_dir() and not (path / "bagit.txt").exists() and sweep_jobs_dir(path).is_dir():
@@ -132,27 +115,27 @@ def member_problem(member: tarfile.TarInfo) -> str | None:
     return None
 
 
-def _members(tar: tarfile.TarFile, archive: Path, findings: list[Finding]) -> list[tarfile.TarInfo] | None:
+def _members(tar: tarfile.TarFile, archive: Path, findings: list[Problem]) -> list[tarfile.TarInfo] | None:
     """Every member header, read one at a time; None (with a finding) past the count or size limits."""
     members, total = [], 0
     for member in tar:
         members.append(member)
         total += member.size
         if len(members) > MAX_MEMBERS or total > MAX_ARCHIVE_BYTES:
-            findings.append(Finding(archive.name, f"more than {MAX_MEMBERS} members or {MAX_ARCHIVE_BYTES} bytes: "
+            findings.append(Problem(archive.name, f"more than {MAX_MEMBERS} members or {MAX_ARCHIVE_BYTES} bytes: "
                                                   "not a bundle; nothing extracted"))
             return None
     return members
 
 
-def audit_archive(archive: Path) -> list[Finding]:
+def audit_archive(archive: Path) -> list[Problem]:
     """Check every member header first; extract (data filter) only when all are safe, then audit the bag."""
-    findings: list[Finding] = []
+    findings: list[Problem] = []
     sidecar = archive.with_name(archive.name + ".sha256")
     if sidecar.is_file():
         recorded = sidecar.read_text(encoding="utf-8", errors="replace").split()
         if not recorded or recorded[0].lower() != sha256_file(archive):
-            findings.append(Finding(archive.name, f"SHA256 differs from {sidecar.name}"))
+            findings.append(Problem(archive.name, f"SHA256 differs from {sidecar.name}"))
     try:
         with tarfile.open(archive, mode="r:gz") as tar:
             members = _members(tar, archive, findings)
@@ -167,17 +150,17 @@ def audit_archive(archive: Path) -> list[Finding]:
                     problem = "duplicate member"
                 seen.add(canonical.casefold())
                 if problem:
-                    findings.append(Finding(f"{archive.name}:{member.name}", problem))
+                    findings.append(Problem(f"{archive.name}:{member.name}", problem))
             roots = {canonical_name(m.name).split("/")[0] for m in members if canonical_name(m.name)}
             if len(roots) != 1:
-                findings.append(Finding(archive.name, f"expected one top-level directory, found {len(roots)}"))
+                findings.append(Problem(archive.name, f"expected one top-level directory, found {len(roots)}"))
             if any(f.file != archive.name or "top-level" in f.reason for f in findings):
                 return findings  # never extract an archive with an unsafe member
             with tempfile.TemporaryDirectory(prefix="evidence-audit-") as tmp:
                 tar.extractall(tmp, members=members, filter="data")
                 return findings + audit_bag(Path(tmp) / roots.pop())
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
-        return findings + [Finding(archive.name, f"not a readable gzip tar archive ({exc.__class__.__name__})")]
+        return findings + [Problem(archive.name, f"not a readable gzip tar archive ({exc.__class__.__name__})")]
 
 
 # ---- BagIt ----------------------------------------------------------------------------------------
@@ -190,17 +173,17 @@ def _manifest_of(rel: str) -> str:
     return MANIFEST if rel.startswith(PAYLOAD + "/") else TAGMANIFEST
 
 
-def _files(root: Path, findings: list[Finding], bag: Path) -> list[str]:
+def _files(root: Path, findings: list[Problem], bag: Path) -> list[str]:
     """Regular files under ``root`` (bag-relative); links and special files become findings."""
     files = []
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(bag).as_posix()
         if path.is_symlink():
-            findings.append(Finding(rel, "symbolic link inside the bag"))
+            findings.append(Problem(rel, "symbolic link inside the bag"))
         elif path.is_file():
             files.append(rel)
         elif not path.is_dir():
-            findings.append(Finding(rel, "not a regular file"))
+            findings.append(Problem(rel, "not a regular file"))
     return files
 
 
@@ -213,49 +196,49 @@ def _read_tags(path: Path) -> dict[str, str]:
     return tags
 
 
-def _bagit_findings(loaded: bagit.Bag, error: bagit.BagError, bag: Path) -> list[Finding]:
+def _bagit_findings(loaded: bagit.Bag, error: bagit.BagError, bag: Path) -> list[Problem]:
     """bagit's validation error as findings: one per structured detail, else its message."""
     findings = []
     for detail in getattr(error, "details", None) or []:
         rel = str(detail.path).replace(os.sep, "/")
         if isinstance(detail, bagit.ChecksumMismatch):
-            findings.append(Finding(rel, f"SHA256 differs from {_manifest_of(rel)}"))
+            findings.append(Problem(rel, f"SHA256 differs from {_manifest_of(rel)}"))
         elif isinstance(detail, bagit.FileMissing):
-            findings.append(Finding(rel, f"listed in {_manifest_of(rel)} but missing"))
+            findings.append(Problem(rel, f"listed in {_manifest_of(rel)} but missing"))
         elif isinstance(detail, bagit.UnexpectedFile):
-            findings.append(Finding(rel, f"not listed in {MANIFEST} (extra file)"))
+            findings.append(Problem(rel, f"not listed in {MANIFEST} (extra file)"))
         else:
-            findings.append(Finding(rel, str(detail)))
+            findings.append(Problem(rel, str(detail)))
     if findings:
         return findings
     message = str(getattr(error, "message", error)).replace(str(bag) + os.sep, "").replace(str(bag), "<bag>")
     if "Payload-Oxum" in message:
         # bagit stops at the Payload-Oxum: still name the files that differ, from its own manifest entries.
-        findings.append(Finding("bag-info.txt", message))
+        findings.append(Problem("bag-info.txt", message))
         only_in_manifest, only_on_fs = loaded.compare_manifests_with_fs()
-        findings += [Finding(rel, f"listed in {MANIFEST} but missing") for rel in sorted(only_in_manifest)]
-        findings += [Finding(rel, f"not listed in {MANIFEST} (extra file)") for rel in sorted(only_on_fs)]
+        findings += [Problem(rel, f"listed in {MANIFEST} but missing") for rel in sorted(only_in_manifest)]
+        findings += [Problem(rel, f"not listed in {MANIFEST} (extra file)") for rel in sorted(only_on_fs)]
         for rel, digests in sorted(loaded.entries.items()):
             path = bag / rel
             if "sha256" in digests and path.is_file() and not path.is_symlink() \
                     and sha256_file(path) != digests["sha256"].lower():
-                findings.append(Finding(rel, f"SHA256 differs from {_manifest_of(rel)}"))
+                findings.append(Problem(rel, f"SHA256 differs from {_manifest_of(rel)}"))
         return findings
-    return [Finding("bagit", message)]
+    return [Problem("bagit", message)]
 
 
-def check_bag(bag: Path) -> list[Finding]:
+def check_bag(bag: Path) -> list[Problem]:
     """BagIt validity by bagit-python's ``Bag.validate()``, plus proofgrid's rules on top."""
-    findings: list[Finding] = []
+    findings: list[Problem] = []
     for entry in sorted(bag.iterdir()):
         if entry.name == PAYLOAD and entry.is_dir() and not entry.is_symlink():
             continue
         if entry.name in TAG_FILES:
             continue
         if re.fullmatch(r"(tag)?manifest-\w+\.txt", entry.name):
-            findings.append(Finding(entry.name, "only sha256 manifests are allowed"))
+            findings.append(Problem(entry.name, "only sha256 manifests are allowed"))
         else:
-            findings.append(Finding(entry.name, "extra entry outside the payload"))
+            findings.append(Problem(entry.name, "extra entry outside the payload"))
     if (bag / PAYLOAD).is_dir():
         _files(bag / PAYLOAD, findings, bag)
     logging.getLogger("bagit").setLevel(logging.CRITICAL)  # its findings come back as exceptions
@@ -263,20 +246,20 @@ def check_bag(bag: Path) -> list[Finding]:
         loaded = bagit.Bag(str(bag))
     except bagit.BagError as exc:
         message = str(exc).replace(str(bag) + os.sep, "").replace(str(bag), "<bag>")
-        return findings + [Finding("bagit", f"not a loadable bag: {message}")]
+        return findings + [Problem("bagit", f"not a loadable bag: {message}")]
     try:
         loaded.validate(processes=1)
     except bagit.BagError as exc:
         findings += _bagit_findings(loaded, exc, bag)
     except (OSError, ValueError) as exc:
-        findings.append(Finding("bagit", f"validation failed ({exc.__class__.__name__}: {exc})"))
+        findings.append(Problem("bagit", f"validation failed ({exc.__class__.__name__}: {exc})"))
 
     tagged = {rel for rel in loaded.entries if "/" not in rel}
     for name in TAG_FILES:
         if name != TAGMANIFEST and (bag / name).is_file() and name not in tagged:
-            findings.append(Finding(name, f"not listed in {TAGMANIFEST}"))
+            findings.append(Problem(name, f"not listed in {TAGMANIFEST}"))
     if not loaded.info.get("Source-Commit"):
-        findings.append(Finding("bag-info.txt", "no Source-Commit"))
+        findings.append(Problem("bag-info.txt", "no Source-Commit"))
     return findings
 
 
@@ -293,45 +276,38 @@ def _same_cell(recorded: str, recomputed: str) -> bool:
     return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
 
 
-def _capped(findings: list[Finding]) -> list[Finding]:
-    if len(findings) <= MAX_PER_FILE:
-        return findings
-    rest = len(findings) - MAX_PER_FILE
-    return findings[:MAX_PER_FILE] + [Finding(findings[0].file, f"(+{rest} more differences)")]
-
-
-def _compare_csv(rel: str, recorded_path: Path, expected_text: str) -> list[Finding]:
+def _compare_csv(rel: str, recorded_path: Path, expected_text: str) -> list[Problem]:
     import csv
     import io
 
     if not recorded_path.is_file():
-        return [Finding(rel, "missing (the recomputation produces it)")]
+        return [Problem(rel, "missing (the recomputation produces it)")]
     header, rows = read_csv(recorded_path)
     expected = list(csv.reader(io.StringIO(expected_text)))
     exp_header, exp_rows = expected[0], expected[1:]
     if header != exp_header:
-        return [Finding(rel, "header differs from the recomputation")]
+        return [Problem(rel, "header differs from the recomputation")]
     if len(rows) != len(exp_rows):
-        return [Finding(rel, f"{len(rows)} rows, the recomputation gives {len(exp_rows)}")]
+        return [Problem(rel, f"{len(rows)} rows, the recomputation gives {len(exp_rows)}")]
     found = []
     for number, (row, exp) in enumerate(zip(rows, exp_rows), start=2):
         for column, want in zip(exp_header, exp):
             if not _same_cell(row.get(column, ""), want):
-                found.append(Finding(rel, f"line {number}, column {column}: {row.get(column)!r} does not "
+                found.append(Problem(rel, f"line {number}, column {column}: {row.get(column)!r} does not "
                                           f"recompute (recomputed {want!r})"))
-    return _capped(found)
+    return capped(found)
 
 
-def _compare_report(rel: str, recorded_path: Path, expected: str) -> list[Finding]:
+def _compare_report(rel: str, recorded_path: Path, expected: str) -> list[Problem]:
     if not recorded_path.is_file():
-        return [Finding(rel, "missing")]
+        return [Problem(rel, "missing")]
     have = recorded_path.read_text(encoding="utf-8", errors="replace").split("\n")
     want = expected.split("\n")
-    found = [Finding(rel, f"line {i}: does not recompute (recorded {a[:120]!r}, recomputed {b[:120]!r})")
+    found = [Problem(rel, f"line {i}: does not recompute (recorded {a[:120]!r}, recomputed {b[:120]!r})")
              for i, (a, b) in enumerate(zip(have, want), start=1) if a != b]
     if len(have) != len(want):
-        found.append(Finding(rel, f"{len(have)} lines, the recomputation gives {len(want)}"))
-    return _capped(found)
+        found.append(Problem(rel, f"{len(have)} lines, the recomputation gives {len(want)}"))
+    return capped(found)
 
 
 def _close(a, b) -> bool:
@@ -343,58 +319,58 @@ def _close(a, b) -> bool:
         return a == b
 
 
-def check_runs(data_dir: Path, data, shared_checks: dict | None = None) -> list[Finding]:
+def check_runs(data_dir: Path, data, shared_checks: dict | None = None) -> list[Problem]:
     """Every accepted run re-validates, and steps.csv / eval.csv carry exactly its records.
     ``shared_checks``: the audit's cache, so each shared initial evaluation is read once."""
-    findings: list[Finding] = []
+    findings: list[Problem] = []
     n_updates = data.n_updates
     accepted = set(data.accepted)
     shared_checks = {} if shared_checks is None else shared_checks
-    shared_reported: set[Finding] = set()  # and each of its problems reported once
+    shared_reported: set[Problem] = set()  # and each of its problems reported once
     referenced: set[str] = set()
     for name in ("steps.csv", "eval.csv"):
         _, rows = read_csv(data_dir / name)
         strays = sorted({f"{r.get('arm') or r['algo']}-{r['seed']}" for r in rows
                          if (r.get("arm") or r["algo"], int(r["seed"])) not in accepted})
         for job in strays:
-            findings.append(Finding(f"data/{name}", f"rows of {job}, which the index does not accept"))
+            findings.append(Problem(f"data/{name}", f"rows of {job}, which the index does not accept"))
     for arm, seed in data.accepted:
         job = f"{arm}-{seed}"
         rel = f"data/runs/{job}/metrics.jsonl"
         log = validate_metrics(data_dir / "runs" / job / "metrics.jsonl", data.arm_algo(arm), n_updates, name=rel)
-        findings += _capped([Finding(rel, v.detail()) for v in log.violations])
+        findings += capped([v.problem() for v in log.violations])
         csv_records = {r["step"]: r for r in data.steps.get((arm, seed), [])}
         mismatches = []
         if len(csv_records) != len(log.records):
-            mismatches.append(Finding("data/steps.csv", f"{len(csv_records)} rows of {job}, its metrics log has {len(log.records)}"))
+            mismatches.append(Problem("data/steps.csv", f"{len(csv_records)} rows of {job}, its metrics log has {len(log.records)}"))
         for record in log.records:
             row = csv_records.get(record["step"])
             keys = set(record) | {k for k, v in (row or {}).items() if v is not None}
             if row is None or any(not _close(record.get(k), row.get(k)) for k in keys - {"step"}):
-                mismatches.append(Finding("data/steps.csv", f"{job} step {record['step']} differs from {rel}"))
-        findings += _capped(mismatches)
+                mismatches.append(Problem("data/steps.csv", f"{job} step {record['step']} differs from {rel}"))
+        findings += capped(mismatches)
         try:
             summary = read_json(data_dir / "runs" / job / "eval.json")
             for kind in ("initial", "final"):
                 row = data.evals.get((arm, seed), {}).get(kind)
                 entry = summary.get(kind) if isinstance(summary, dict) else None
                 if row is None or not isinstance(entry, dict):
-                    findings.append(Finding("data/eval.csv", f"{job} {kind}: missing row or eval.json entry"))
+                    findings.append(Problem("data/eval.csv", f"{job} {kind}: missing row or eval.json entry"))
                     continue
                 shared = shared_initial_dir(entry)
                 if kind == "initial" and shared is not None:
                     referenced.add(shared)
                     findings += _check_shared_reference(data_dir, job, entry, shared_checks, shared_reported)
                 if (row.get("initial_eval") or None) != shared:
-                    findings.append(Finding("data/eval.csv", f"{job} {kind} initial_eval differs from data/runs/{job}/eval.json"))
+                    findings.append(Problem("data/eval.csv", f"{job} {kind} initial_eval differs from data/runs/{job}/eval.json"))
                 for column in EVAL_COLUMNS[len(EVAL_ID_COLUMNS):]:
                     if column == "initial_eval":
                         continue
                     if str(entry.get(column)).lower() != str(row.get(column)).lower() and not (
                             isinstance(entry.get(column), (int, float)) and _close(entry.get(column), row.get(column))):
-                        findings.append(Finding("data/eval.csv", f"{job} {kind} {column} differs from data/runs/{job}/eval.json"))
+                        findings.append(Problem("data/eval.csv", f"{job} {kind} {column} differs from data/runs/{job}/eval.json"))
         except JSONError as exc:
-            findings.append(Finding(f"data/runs/{job}/eval.json", str(exc)))
+            findings.append(Problem(f"data/runs/{job}/eval.json", str(exc)))
     # A rejected run's evidence is bundled too, and its eval.json may be the only reference (a sweep
     # whose every run was rejected); only a directory no bundled run names is a stray.
     for eval_record in sorted((data_dir / "runs").glob(f"*/{EVAL_RECORD}")):
@@ -406,22 +382,22 @@ def check_runs(data_dir: Path, data, shared_checks: dict | None = None) -> list[
             referenced.add(shared)
     for stray in sorted(p for p in (data_dir / INITIAL_EVAL_DIR).glob("*") if p.is_dir()):
         if f"{INITIAL_EVAL_DIR}/{stray.name}" not in referenced:
-            findings.append(Finding(f"data/{INITIAL_EVAL_DIR}/{stray.name}", "no bundled run references this initial evaluation"))
+            findings.append(Problem(f"data/{INITIAL_EVAL_DIR}/{stray.name}", "no bundled run references this initial evaluation"))
     recorded = {(r["job"], r["kind"], r["title"]) for r in data.incidents}
     for row in data.index:
         for kind, _, title, _ in history_incidents(data_dir / "runs" / row["job"]):
             if (row["job"], kind, title) not in recorded:
-                findings.append(Finding("data/incidents.csv", f"{row['job']}: {kind} incident {title!r} of its "
+                findings.append(Problem("data/incidents.csv", f"{row['job']}: {kind} incident {title!r} of its "
                                         "attempt history is missing"))
     rejected = [r["job"] for r in data.index if r["accepted"] != "yes"]
     with_incident = {r["job"] for r in data.incidents}
     for job in rejected:
         if job not in with_incident:
-            findings.append(Finding("data/incidents.csv", f"rejected job {job} has no incident record"))
+            findings.append(Problem("data/incidents.csv", f"rejected job {job} has no incident record"))
     return findings
 
 
-def _check_shared_reference(data_dir: Path, job: str, entry: dict, checked: dict, reported: set) -> list[Finding]:
+def _check_shared_reference(data_dir: Path, job: str, entry: dict, checked: dict, reported: set) -> list[Problem]:
     """A run's shared initial control by ``check_shared_reference``, as findings: the shared
     evaluation's own problems once per bundle (``reported``), the run's under its eval.json."""
     try:
@@ -429,10 +405,10 @@ def _check_shared_reference(data_dir: Path, job: str, entry: dict, checked: dict
     except JSONError:
         run_summary = None  # check_runs and the rejection checks report an unreadable run.json
     found = check_shared_reference(data_dir, entry, run_summary, checked)
-    findings = [Finding(f"{PAYLOAD}/{found.shared_file}", problem) for problem in found.of_shared]
+    findings = [Problem(f"{PAYLOAD}/{found.shared_file}", problem) for problem in found.of_shared]
     findings = [f for f in findings if f not in reported]
     reported.update(findings)
-    return findings + [Finding(f"{PAYLOAD}/runs/{job}/eval.json", problem) for problem in found.of_run]
+    return findings + [Problem(f"{PAYLOAD}/runs/{job}/eval.json", problem) for problem in found.of_run]
 
 
 def _still_rejected(data_dir: Path, data, row: dict, majority: tuple | None, artifacts: set[tuple[str, str]],
@@ -474,11 +450,11 @@ def _identity(entry: dict) -> tuple:
     return tuple(entry.get(k) for k in ("subset_sha256", "eval_seed", "n_prompts", "k"))
 
 
-def check_rejections(data_dir: Path, data, shared_checks: dict | None = None) -> list[Finding]:
+def check_rejections(data_dir: Path, data, shared_checks: dict | None = None) -> list[Problem]:
     """A job the index rejects (other than by incidents.yaml) whose bundled evidence passes every gate
     the bundle can re-check was left out of the comparison although valid: cherry-picking.
     ``shared_checks``: the audit's cache, so each shared initial evaluation is read once."""
-    findings: list[Finding] = []
+    findings: list[Problem] = []
     _, artifact_rows = read_csv(data_dir / "artifacts.csv")
     artifacts = {(r["job"], r["path"]) for r in artifact_rows if r.get("bytes", "0") not in ("", "0")}
     identities = [_identity(data.evals[run]["final"]) for run in data.accepted if "final" in data.evals.get(run, {})]
@@ -489,7 +465,7 @@ def check_rejections(data_dir: Path, data, shared_checks: dict | None = None) ->
         if row["accepted"] == "yes" or excluded or not (data_dir / "runs" / row["job"]).is_dir():
             continue
         if not _still_rejected(data_dir, data, row, majority, artifacts, shared_checks):
-            findings.append(Finding("data/index.csv", f"{row['job']} is rejected ({row['reason'][:80]}) but its "
+            findings.append(Problem("data/index.csv", f"{row['job']} is rejected ({row['reason'][:80]}) but its "
                                                       "bundled evidence passes every gate: a valid run left out"))
     return findings
 
@@ -500,39 +476,39 @@ def _grid_jobs(sweep: dict) -> set[str]:
     return {f"{arm}-{seed}" for arm in arms for seed in sweep.get("seeds") or []}
 
 
-def check_records(bag: Path, data) -> list[Finding]:
+def check_records(bag: Path, data) -> list[Problem]:
     """bag-info.txt, sweep.json, index.csv and commands.txt tell one story: the same grid, the same
     accepted count, the same commit."""
-    findings: list[Finding] = []
+    findings: list[Problem] = []
     sweep, index = data.sweep, data.index
     grid = _grid_jobs(sweep)
     in_grid = {r["job"] for r in index if "not in the sweep grid" not in r["reason"]}
     for job in sorted(grid - in_grid):
-        findings.append(Finding("data/index.csv", f"no row for {job} of the sweep.json grid"))
+        findings.append(Problem("data/index.csv", f"no row for {job} of the sweep.json grid"))
     for job in sorted(in_grid - grid):
-        findings.append(Finding("data/index.csv", f"{job} is not in the sweep.json grid and not marked as a stray"))
+        findings.append(Problem("data/index.csv", f"{job} is not in the sweep.json grid and not marked as a stray"))
     try:
         info = _read_tags(bag / "bag-info.txt")
     except (OSError, UnicodeDecodeError):
         info = {}
     accepted = sum(r["accepted"] == "yes" for r in index)
     if info.get("Proofgrid-Jobs-Accepted") != f"{accepted}/{len(index)}":
-        findings.append(Finding("bag-info.txt", f"Proofgrid-Jobs-Accepted {info.get('Proofgrid-Jobs-Accepted')} != "
+        findings.append(Problem("bag-info.txt", f"Proofgrid-Jobs-Accepted {info.get('Proofgrid-Jobs-Accepted')} != "
                                                 f"index.csv's {accepted}/{len(index)}"))
     if sweep.get("source_commit") and info.get("Source-Commit") != sweep.get("source_commit"):
-        findings.append(Finding("bag-info.txt", "Source-Commit differs from sweep.json's source_commit"))
+        findings.append(Problem("bag-info.txt", "Source-Commit differs from sweep.json's source_commit"))
     shape = (f"{len(sweep.get('algos') or [])} algorithms x {len(sweep.get('seeds') or [])} seeds, "
              f"{data.n_updates} updates")
     if not str(info.get("External-Description", "")).endswith(shape):
-        findings.append(Finding("bag-info.txt", f"External-Description does not end with sweep.json's {shape!r}"))
+        findings.append(Problem("bag-info.txt", f"External-Description does not end with sweep.json's {shape!r}"))
     findings += _check_commands(bag / PAYLOAD / "commands.txt", grid)
     return findings
 
 
-def _check_commands(path: Path, grid: set[str]) -> list[Finding]:
+def _check_commands(path: Path, grid: set[str]) -> list[Problem]:
     """commands.txt has one line per grid job (``[i] <job>: ...``, or ``... algo=A seed=S ...``)."""
     if not path.is_file():
-        return [Finding("data/commands.txt", "missing")]
+        return [Problem("data/commands.txt", "missing")]
     lines = [ln for ln in path.read_text(encoding="utf-8", errors="replace").splitlines()
              if ln.strip() and not ln.startswith("#")]
     named = []
@@ -543,35 +519,35 @@ def _check_commands(path: Path, grid: set[str]) -> list[Finding]:
         else:
             tokens = dict(t.split("=", 1) for t in line.split() if "=" in t)
             named.append(f"{tokens.get('algo')}-{tokens.get('seed')}")
-    findings = [Finding("data/commands.txt", f"{job}: not a job of the sweep.json grid") for job in named if job not in grid]
-    findings += [Finding("data/commands.txt", f"no command for {job}") for job in sorted(grid - set(named))]
+    findings = [Problem("data/commands.txt", f"{job}: not a job of the sweep.json grid") for job in named if job not in grid]
+    findings += [Problem("data/commands.txt", f"no command for {job}") for job in sorted(grid - set(named))]
     if len(named) != len(set(named)):
-        findings.append(Finding("data/commands.txt", "a job's command is listed twice"))
+        findings.append(Problem("data/commands.txt", "a job's command is listed twice"))
     return findings
 
 
-def check_recomputation(data_dir: Path, data) -> list[Finding]:
+def check_recomputation(data_dir: Path, data) -> list[Problem]:
     """Every table CSV and every line of report.md equals what steps.csv / eval.csv give."""
-    findings: list[Finding] = []
+    findings: list[Problem] = []
     tables = compute_tables(data)
     for name, table in tables.items():
         findings += _compare_csv(f"data/tables/{name}.csv", data_dir / "tables" / f"{name}.csv", table.csv())
     if (data_dir / "tables").is_dir():
         for extra in sorted((data_dir / "tables").glob("*.csv")):
             if extra.stem not in tables:
-                findings.append(Finding(f"data/tables/{extra.name}", "not a table of the recomputation"))
+                findings.append(Problem(f"data/tables/{extra.name}", "not a table of the recomputation"))
     findings += _compare_report("data/report.md", data_dir / "report.md", render_report(data, tables))
     return findings
 
 
-def _check_verdict(data_dir: Path, data) -> list[Finding]:
+def _check_verdict(data_dir: Path, data) -> list[Problem]:
     """An experiment's verdict.json recomputes from the CSVs and data/experiment.yaml (evidence.verdict),
     and each earlier stage carried under data/stages/<name>/ passes the run and recomputation checks."""
-    findings = [Finding(file, reason) for file, reason in check_verdict(data_dir, data)]
+    findings = check_verdict(data_dir, data)
     for name, stage in data.stages.items():
         inside = f"{PAYLOAD}/stages/{name}/"
         for check in (check_runs, check_recomputation):
-            findings += [Finding(f.file.replace(f"{PAYLOAD}/", inside, 1), f.reason.replace(f"{PAYLOAD}/", inside))
+            findings += [Problem(f.file.replace(f"{PAYLOAD}/", inside, 1), f.reason.replace(f"{PAYLOAD}/", inside))
                          for f in check(data_dir / "stages" / name, stage)]
     return findings
 
@@ -582,7 +558,7 @@ _SVG_ACTIVE = re.compile(r"(?i)<\s*script|<\s*foreignObject|<!ENTITY|@import|<\s
 _SVG_REFERENCE = re.compile(r"""(?i)\bhref\s*=\s*["']\s*([^"']*)["']|url\(\s*["']?\s*([^)"'\s]*)""")
 
 
-def check_figures(data_dir: Path, data=None) -> list[Finding]:
+def check_figures(data_dir: Path, data=None) -> list[Problem]:
     """Every figure is an SVG with no script, event handler, embedded document or external reference
     (only ``#id`` references inside the file). When this machine's matplotlib is the one that drew
     them (evidence.json says which), the figures are also redrawn from the CSVs and compared byte for
@@ -596,18 +572,18 @@ def check_figures(data_dir: Path, data=None) -> list[Finding]:
         if path.is_dir():
             continue
         if path.suffix != ".svg":
-            findings.append(Finding(rel, "not an SVG figure"))
+            findings.append(Problem(rel, "not an SVG figure"))
             continue
         if path.stat().st_size > MAX_MEMBER_BYTES:
             continue  # reported by the leak scan, never read
         text = path.read_bytes().decode("utf-8", errors="replace")
         active = _SVG_ACTIVE.search(text)
         if active:
-            findings.append(Finding(rel, f"active content in an SVG figure ({active.group(0).strip()!r})"))
+            findings.append(Problem(rel, f"active content in an SVG figure ({active.group(0).strip()!r})"))
         for match in _SVG_REFERENCE.finditer(text):
             target = match.group(1) if match.group(1) is not None else match.group(2)
             if not target.startswith("#"):
-                findings.append(Finding(rel, f"external reference in an SVG figure ({target[:80]!r})"))
+                findings.append(Problem(rel, f"external reference in an SVG figure ({target[:80]!r})"))
                 break
     if data is not None and data.settings.get(FIGURES_DRAWN_BY) == figures_library_version():
         findings += _compare_redrawn_figures(figures, data)
@@ -639,37 +615,37 @@ def _redrawn(data_dir: Path, data) -> dict[str, bytes]:
     return _REDRAWN[key]
 
 
-def _compare_redrawn_figures(figures: Path, data) -> list[Finding]:
+def _compare_redrawn_figures(figures: Path, data) -> list[Problem]:
     findings = []
     redrawn = _redrawn(figures.parent, data)
     held = {p.relative_to(figures).as_posix(): p for p in figures.rglob("*") if p.is_file()}
     for name in sorted(redrawn.keys() - held.keys()):
-        findings.append(Finding(f"{PAYLOAD}/figures/{name}", "missing (the redrawing produces it)"))
+        findings.append(Problem(f"{PAYLOAD}/figures/{name}", "missing (the redrawing produces it)"))
     for name in sorted(held.keys() - redrawn.keys()):
-        findings.append(Finding(f"{PAYLOAD}/figures/{name}", "not a figure of the redrawing"))
+        findings.append(Problem(f"{PAYLOAD}/figures/{name}", "not a figure of the redrawing"))
     for name in sorted(held.keys() & redrawn.keys()):
         if held[name].stat().st_size > MAX_MEMBER_BYTES or held[name].read_bytes() != redrawn[name]:
-            findings.append(Finding(f"{PAYLOAD}/figures/{name}",
+            findings.append(Problem(f"{PAYLOAD}/figures/{name}",
                                     "differs from the figure redrawn from steps.csv / eval.csv"))
     return findings
 
 
-def scan_leaks(bag: Path, clean: Sanitizer | None = None) -> list[Finding]:
+def scan_leaks(bag: Path, clean: Sanitizer | None = None) -> list[Problem]:
     """The leak scan over every file and file name in the bag."""
     clean = clean or Sanitizer.from_environment()
     findings = []
     for path in sorted(bag.rglob("*")):
         rel = path.relative_to(bag).as_posix()
-        leaks = clean.scan(rel)
+        leaks = clean.scan(rel, rel)
         if path.is_file() and not path.is_symlink() and path.stat().st_size > MAX_MEMBER_BYTES:
-            findings.append(Finding(rel, f"above the {MAX_MEMBER_BYTES}-byte limit of a bundle file; not read"))
+            findings.append(Problem(rel, f"above the {MAX_MEMBER_BYTES}-byte limit of a bundle file; not read"))
         elif path.is_file() and not path.is_symlink():
             leaks += clean.scan_document(rel, path.read_bytes().decode("utf-8", errors="replace"))
-        findings += [Finding(rel, f"leak: {leak}") for leak in dict.fromkeys(leaks)]
+        findings += dict.fromkeys(leaks)
     return findings
 
 
-def audit_bag(bag: Path) -> list[Finding]:
+def audit_bag(bag: Path) -> list[Problem]:
     """Audit an unpacked bag directory."""
     findings = check_bag(bag)
     data_dir = bag / PAYLOAD
@@ -677,7 +653,7 @@ def audit_bag(bag: Path) -> list[Finding]:
         try:
             data = load_bundle_data(data_dir)
         except (JSONError, OSError, KeyError, ValueError, TypeError, OverflowError) as exc:
-            findings.append(Finding(PAYLOAD, f"cannot load the bundle's data ({exc.__class__.__name__}: {exc})"))
+            findings.append(Problem(PAYLOAD, f"cannot load the bundle's data ({exc.__class__.__name__}: {exc})"))
             data = None
         if data is not None:
             shared_checks: dict = {}  # each shared initial evaluation, read and validated once per audit
@@ -686,14 +662,14 @@ def audit_bag(bag: Path) -> list[Finding]:
                 try:
                     findings += check(data_dir, data)
                 except (KeyError, ValueError, TypeError, ZeroDivisionError, StopIteration, OverflowError) as exc:
-                    findings.append(Finding(PAYLOAD, f"cannot recompute ({exc.__class__.__name__}: {exc})"))
+                    findings.append(Problem(PAYLOAD, f"cannot recompute ({exc.__class__.__name__}: {exc})"))
             try:
                 findings += check_records(bag, data)
             except (KeyError, ValueError, TypeError, OverflowError) as exc:
-                findings.append(Finding(PAYLOAD, f"cannot cross-check the records ({exc.__class__.__name__}: {exc})"))
+                findings.append(Problem(PAYLOAD, f"cannot cross-check the records ({exc.__class__.__name__}: {exc})"))
         try:
             findings += check_figures(data_dir, data)
         except (KeyError, ValueError, TypeError, ZeroDivisionError, StopIteration, OverflowError) as exc:
-            findings.append(Finding(f"{PAYLOAD}/figures", f"cannot redraw ({exc.__class__.__name__}: {exc})"))
+            findings.append(Problem(f"{PAYLOAD}/figures", f"cannot redraw ({exc.__class__.__name__}: {exc})"))
     findings += scan_leaks(bag)
     return findings

@@ -45,6 +45,7 @@ from evidence import stats
 from evidence.dataset import EXPERIMENT_FILE, BundleData, load_bundle_data
 from evidence.fileio import JSONError, dumps_json, read_json, sha256_file, write_text
 from evidence.measures import POINTS_PER_UNIT, Measure, MeasureError, arm_values, parse_measure, trajectory
+from evidence.problems import Problem, VerdictError
 
 VERDICT_FILE = "verdict.json"
 TUNING_STAGE = "tuning"  # data/stages/tuning/: the tuning stage's whole data/, when the experiment tuned
@@ -57,10 +58,6 @@ MIN_SEEDS = 3  # for a verdict that is not exploratory
 # A mean difference within this of the threshold reaches it: exact decimal inputs lose a few ulps.
 THRESHOLD_SLACK = 1e-9
 SCHEMA = 1
-
-
-class VerdictError(ValueError):
-    """An experiment spec or its evidence that cannot give a verdict (one-line message)."""
 
 
 # ---- the spec ---------------------------------------------------------------------------------
@@ -605,8 +602,8 @@ def _differences(recorded, recomputed, path: str = "") -> list[str]:
     return [f"{path}: recorded {recorded!r}, recomputed {recomputed!r}"]
 
 
-def check_verdict(data_dir: Path, data: BundleData) -> list[tuple[str, str]]:
-    """(file, reason) for every way ``verdict.json`` differs from what the bundle's CSVs and spec give.
+def check_verdict(data_dir: Path, data: BundleData) -> list[Problem]:
+    """A problem for every way ``verdict.json`` differs from what the bundle's CSVs and spec give.
 
     Also: a verdict without its spec or a spec without its verdict, and a spec whose SHA256 differs
     from the one ``sweep.json`` pre-registered (``experiment_sha256``), when it records one.
@@ -615,25 +612,25 @@ def check_verdict(data_dir: Path, data: BundleData) -> list[tuple[str, str]]:
     rel_verdict, rel_spec = f"data/{VERDICT_FILE}", f"data/{EXPERIMENT_FILE}"
     has_verdict = (data_dir / VERDICT_FILE).is_file()
     if data.experiment is None:
-        return [(rel_verdict, f"present without {rel_spec}: nothing to recompute it from")] if has_verdict else []
+        return [Problem(rel_verdict, f"present without {rel_spec}: nothing to recompute it from")] if has_verdict else []
     findings = []
     registered = data.sweep.get("experiment_sha256")
     if registered is not None and registered != sha256_file(data_dir / EXPERIMENT_FILE):
-        findings.append((rel_spec, "SHA256 differs from the pre-registered experiment_sha256 in sweep.json"))
+        findings.append(Problem(rel_spec, "SHA256 differs from the pre-registered experiment_sha256 in sweep.json"))
     if not has_verdict:
-        return findings + [(rel_verdict, "missing (the bundle carries an experiment spec)")]
+        return findings + [Problem(rel_verdict, "missing (the bundle carries an experiment spec)")]
     try:
         recorded = read_json(data_dir / VERDICT_FILE)
     except JSONError as exc:
-        return findings + [(rel_verdict, str(exc))]
+        return findings + [Problem(rel_verdict, str(exc))]
     try:
         recomputed = bundle_verdict(data)
     except (VerdictError, OSError, KeyError, ValueError) as exc:
-        return findings + [(rel_verdict, f"cannot recompute ({exc})")]
+        return findings + [Problem(rel_verdict, f"cannot recompute ({exc})")]
     differences = _differences(recorded, recomputed)
-    findings += [(rel_verdict, f"does not recompute: {d}") for d in differences[:10]]
+    findings += [Problem(rel_verdict, f"does not recompute: {d}") for d in differences[:10]]
     if len(differences) > 10:
-        findings.append((rel_verdict, f"(+{len(differences) - 10} more differences)"))
+        findings.append(Problem(rel_verdict, f"(+{len(differences) - 10} more differences)"))
     return findings
 
 
