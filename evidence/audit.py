@@ -45,7 +45,7 @@ from evidence.problems import Problem, UsageError, capped
 from evidence.report import render_report
 from evidence.sanitize import Sanitizer
 from evidence.tables import compute_tables
-from evidence.verdict import check_verdict
+from evidence.verdict.recompute import check_verdict
 from facts import EVAL_RECORD, INITIAL_EVAL_DIR, sweep_jobs_dir
 
 PAYLOAD = "data"

@@ -52,7 +52,8 @@ from evidence.sanitize import Sanitizer, strip_abs_keys
 from evidence.stats import CI_LEVEL, DEFAULT_LAST_K
 from evidence.sweep import job_name, read_sweep
 from evidence.tables import compute_tables
-from evidence.verdict import add_experiment, write_verdict
+from evidence.verdict.record import write_verdict
+from evidence.verdict.stages import add_experiment
 from facts import (
     EVAL_RECORD,
     INITIAL_EVAL_DIR,

@@ -6,7 +6,7 @@ audit calls it again on the bundle's own files and compares line by line.
 
 from __future__ import annotations
 
-from evidence.dataset import BundleData
+from evidence.dataset import EXPERIMENT_FILE, BundleData
 from evidence.figures import FIGURES
 from evidence.sweep import algo_name
 from evidence.tables import (
@@ -22,7 +22,8 @@ from evidence.tables import (
     initial_evaluations,
     window_label,
 )
-from evidence.verdict import EXPERIMENT_FILE, VERDICT_FILE, bundle_verdict, verdict_section
+from evidence.verdict.record import VERDICT_FILE, bundle_verdict
+from evidence.verdict.section import verdict_section
 from facts import INITIAL_EVAL_DIR
 
 BUNDLE_FILES = (
