@@ -264,6 +264,28 @@ def check_shared_reference(root: Path, entry: dict, run_summary, checked: dict[P
     return SharedReferenceProblems(f"{shared_initial_dir(entry)}/{EVAL_RECORD}", of_shared, of_run)
 
 
+def _field_problems(kind: str, entry: dict) -> list[str]:
+    """An eval.json entry's fields: integer counts, finite numbers, fractions in [0, 1], a subset digest
+    and the all-zero flag."""
+    reasons = []
+    for key in EVAL_INT_KEYS:
+        value = entry.get(key)
+        if not isinstance(value, int) or isinstance(value, bool):
+            reasons.append(f"{kind}.{key} is not an integer")
+    k_samples = entry.get("k") if isinstance(entry.get("k"), int) else 0
+    for key in EVAL_NUMBER_KEYS + tuple(f"pass@{j}" for j in PASS_AT if 1 < j <= k_samples):
+        if not _is_number(entry.get(key)):
+            reasons.append(f"{kind}.{key} is not a finite number")
+    for key in EVAL_FRACTION_KEYS:
+        if key in entry and _is_number(entry[key]) and not 0 <= entry[key] <= 1:
+            reasons.append(f"{kind}.{key} is outside [0, 1]")
+    if not isinstance(entry.get("subset_sha256"), str) or not entry.get("subset_sha256"):
+        reasons.append(f"{kind}.subset_sha256 missing")
+    if not isinstance(entry.get("all_zero_reward"), bool):
+        reasons.append(f"{kind}.all_zero_reward is not a boolean")
+    return reasons
+
+
 def check_eval(run_dir: Path, final_checkpoint: str | None, expected_responses: int | None = None,
                sweep_dir: Path | None = None, shared_checks: dict | None = None, run_summary=None
                ) -> tuple[dict | None, list[Problem]]:
@@ -288,21 +310,8 @@ def check_eval(run_dir: Path, final_checkpoint: str | None, expected_responses: 
         if not isinstance(entry, dict):
             fail(f"no {kind!r} checkpoint entry")
             continue
-        for key in EVAL_INT_KEYS:
-            value = entry.get(key)
-            if not isinstance(value, int) or isinstance(value, bool):
-                fail(f"{kind}.{key} is not an integer")
-        k_samples = entry.get("k") if isinstance(entry.get("k"), int) else 0
-        for key in EVAL_NUMBER_KEYS + tuple(f"pass@{j}" for j in PASS_AT if 1 < j <= k_samples):
-            if not _is_number(entry.get(key)):
-                fail(f"{kind}.{key} is not a finite number")
-        for key in EVAL_FRACTION_KEYS:
-            if key in entry and _is_number(entry[key]) and not 0 <= entry[key] <= 1:
-                fail(f"{kind}.{key} is outside [0, 1]")
-        if not isinstance(entry.get("subset_sha256"), str) or not entry.get("subset_sha256"):
-            fail(f"{kind}.subset_sha256 missing")
-        if not isinstance(entry.get("all_zero_reward"), bool):
-            fail(f"{kind}.all_zero_reward is not a boolean")
+        for reason in _field_problems(kind, entry):
+            fail(reason)
         shared = kind == "initial" and "shared" in entry  # its responses are the shared evaluation's
         if shared:
             root = sweep_dir if sweep_dir is not None else sweep_dir_of_run(run_dir)
