@@ -36,6 +36,7 @@ from evidence.dataset import (
     step_columns,
     write_csv,
 )
+from evidence.figures import render_figures
 from evidence.fileio import JSONError, dumps_json, read_json, sha256_file, write_text
 from evidence.incidents import (
     ATTEMPTS_DIR,
@@ -363,8 +364,6 @@ def build_bundle(sweep_dir: str | Path, last_k: int = DEFAULT_LAST_K, figures: b
         write_text(stage / "report.md", render_report(data, tables))
         if figures:
             with private_tool_dirs():
-                from evidence.figures import render_figures
-
                 render_figures(data, stage / "figures")
         seal(stage, _bag_info(sweep, evidences), clean)
 

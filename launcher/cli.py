@@ -109,9 +109,7 @@ def one_line_errors(sweep_dir: str | Path, body) -> int:
     stderr and an exit code: a bad setting, an unusable sweep directory, a launcher already running
     in it, a missing scheduler, a full disk, evidence that cannot be sealed, or a signal (Ctrl-C,
     SIGTERM, SIGHUP: exit status 128 + the signal, and how to resume)."""
-    from evidence.bundle import LeakError
-    from evidence.incidents import IncidentsFileError
-    from evidence.sweep import SweepError
+    from evidence.problems import IncidentsFileError, LeakError, SweepError
     from launcher.interrupts import signals_interrupt, signum_of
     from launcher.locks import LockHeld
 
