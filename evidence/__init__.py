@@ -5,7 +5,7 @@ statistics, and seal an auditable, path-free BagIt bundle. Reads files only; nev
 Public API::
 
     build_bundle(sweep_dir, last_k=10, figures=True) -> BuildResult
-    audit(path) -> list[Finding]
+    audit(path) -> list[Problem]                    (Finding is the same class; [] means clean)
     validate_metrics(path, algo, n_updates, name=None) -> MetricsLog
     evaluate_job(job_dir, algo=None, seed=None, n_updates=None, eval_responses=None, digests=False, arm=None) -> JobEvidence
     parse_experiment(spec) -> Experiment            (one-line VerdictError on a bad criterion or tuning block)
@@ -18,17 +18,24 @@ Public API::
 # The function ``audit`` shadows the submodule ``evidence.audit`` as a package attribute on
 # purpose: importing it here, after the submodule, makes ``from evidence import audit`` the
 # function whatever was imported first.
-from evidence.audit import Finding, UsageError, audit
-from evidence.bundle import BuildResult, LeakError, build_bundle
-from evidence.compare import CompareError, compare_paths
-from evidence.incidents import IncidentsFileError
+from evidence.audit import audit
+from evidence.bundle import BuildResult, build_bundle
+from evidence.compare import compare_paths
 from evidence.index import JobEvidence, evaluate_job
 from evidence.metrics_log import MetricsLog, Violation, validate_metrics
-from evidence.sweep import SweepError
+from evidence.problems import (
+    CompareError,
+    EvidenceError,
+    IncidentsFileError,
+    LeakError,
+    Problem,
+    SweepError,
+    UsageError,
+    VerdictError,
+)
 from evidence.verdict import (
     Experiment,
     Selection,
-    VerdictError,
     check_logged,
     experiment_verdict,
     extend_grid,
@@ -36,9 +43,12 @@ from evidence.verdict import (
     select_from_bundle,
 )
 
+# An audit finding is the one problem shape (the name the audit's API has always used).
+Finding = Problem
+
 __all__ = [
-    "BuildResult", "CompareError", "Experiment", "Finding", "IncidentsFileError", "JobEvidence", "LeakError",
-    "MetricsLog", "Selection", "SweepError", "UsageError", "VerdictError", "Violation", "audit", "build_bundle",
-    "check_logged", "compare_paths", "evaluate_job", "experiment_verdict", "extend_grid", "parse_experiment",
-    "select_from_bundle", "validate_metrics",
+    "BuildResult", "CompareError", "EvidenceError", "Experiment", "Finding", "IncidentsFileError",
+    "JobEvidence", "LeakError", "MetricsLog", "Problem", "Selection", "SweepError", "UsageError",
+    "VerdictError", "Violation", "audit", "build_bundle", "check_logged", "compare_paths", "evaluate_job",
+    "experiment_verdict", "extend_grid", "parse_experiment", "select_from_bundle", "validate_metrics",
 ]

@@ -53,10 +53,8 @@ def _fail(message: str, code: int = EXIT_USAGE) -> int:
 
 
 def _build(args, console: Console) -> int:
-    from evidence.bundle import LeakError, build_bundle
-    from evidence.incidents import IncidentsFileError
-    from evidence.sweep import SweepError
-    from evidence.verdict import VerdictError
+    from evidence.bundle import build_bundle
+    from evidence.problems import IncidentsFileError, LeakError, SweepError, VerdictError
 
     if args.last_k < 1:
         return _fail("--last-k must be at least 1")
@@ -68,8 +66,8 @@ def _build(args, console: Console) -> int:
     except (SweepError, IncidentsFileError, FileExistsError, VerdictError) as exc:
         return _fail(str(exc))
     except LeakError as exc:
-        for rel, leak in exc.findings:
-            print(f"{rel}: leak: {leak}")
+        for leak in exc.problems:
+            print(leak)
         return _fail(str(exc), EXIT_FINDINGS)
     table = Table(title="Evidence index")
     for column in ("job", "job id", "scheduler", "exit", "steps", "accepted", "reason"):
@@ -84,7 +82,8 @@ def _build(args, console: Console) -> int:
 
 
 def _audit(args) -> int:
-    from evidence.audit import UsageError, audit
+    from evidence.audit import audit
+    from evidence.problems import UsageError
 
     try:
         findings = audit(args.path)
@@ -132,7 +131,8 @@ def _validate(args) -> int:
 
 
 def _compare(args) -> int:
-    from evidence.compare import CompareError, compare_paths
+    from evidence.compare import compare_paths
+    from evidence.problems import CompareError
 
     if args.last_k < 1:
         return _fail("--last-k must be at least 1")

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from evidence.fileio import JSONError, parse_json, read_json, read_with_sha256, sha256_file
+from evidence.problems import Problem
 from facts import (
     EVAL_RECORD,
     INITIAL_EVAL_DIR,
@@ -40,18 +41,6 @@ EVAL_FRACTION_KEYS = ("pass@1", "pass@2", "pass@4", "truncation")
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 # Kinds of failed gate; incidents group by these.
 ALL_ZERO_EVAL = "all-zero-eval-reward"
-
-
-@dataclass(frozen=True)
-class GateFailure:
-    """A failed gate: which gate, which file (relative to the job directory), and why."""
-
-    gate: str
-    file: str
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.file}: {self.reason}"
 
 
 @dataclass(frozen=True)
@@ -97,38 +86,38 @@ def safetensors_problem(path: Path) -> str | None:
     return None
 
 
-def check_checkpoint(run_dir: Path, n_updates: int) -> tuple[str | None, list[GateFailure]]:
+def check_checkpoint(run_dir: Path, n_updates: int) -> tuple[str | None, list[Problem]]:
     """The final checkpoint: ``checkpoints/latest`` names ``step_<N>`` and its weights look loadable."""
     expected = checkpoint_name(n_updates)
     latest = run_dir / "checkpoints" / "latest"
     try:
         name = latest.read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError):
-        return None, [GateFailure("checkpoint", "run/checkpoints/latest", "missing: no complete checkpoint recorded")]
+        return None, [Problem("run/checkpoints/latest", "missing: no complete checkpoint recorded", kind="checkpoint")]
     failures = []
     if name != expected:
-        failures.append(GateFailure("checkpoint", "run/checkpoints/latest",
-                                    f"names {name!r}, expected the final checkpoint {expected}"))
+        failures.append(Problem("run/checkpoints/latest",
+                                f"names {name!r}, expected the final checkpoint {expected}", kind="checkpoint"))
     weights = run_dir / "checkpoints" / name / "model.safetensors"
     rel = f"run/checkpoints/{name}/model.safetensors"
     if "/" in name or name in ("", ".", ".."):
-        failures.append(GateFailure("checkpoint", "run/checkpoints/latest", "not a checkpoint directory name"))
+        failures.append(Problem("run/checkpoints/latest", "not a checkpoint directory name", kind="checkpoint"))
     elif not weights.is_file():
-        failures.append(GateFailure("checkpoint", rel, "missing"))
+        failures.append(Problem(rel, "missing", kind="checkpoint"))
     else:
         problem = safetensors_problem(weights)
         if problem:
-            failures.append(GateFailure("checkpoint", rel, problem))
+            failures.append(Problem(rel, problem, kind="checkpoint"))
     return name, failures
 
 
-def check_tensorboard(run_dir: Path) -> list[GateFailure]:
+def check_tensorboard(run_dir: Path) -> list[Problem]:
     """At least one non-empty TensorBoard event file."""
     events = sorted((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     if not events:
-        return [GateFailure("tensorboard", "run/tensorboard", "no events.out.tfevents.* file")]
+        return [Problem("run/tensorboard", "no events.out.tfevents.* file", kind="tensorboard")]
     if not any(e.is_file() and e.stat().st_size > 0 for e in events):
-        return [GateFailure("tensorboard", "run/tensorboard", "event files are empty")]
+        return [Problem("run/tensorboard", "event files are empty", kind="tensorboard")]
     return []
 
 
@@ -275,9 +264,31 @@ def check_shared_reference(root: Path, entry: dict, run_summary, checked: dict[P
     return SharedReferenceProblems(f"{shared_initial_dir(entry)}/{EVAL_RECORD}", of_shared, of_run)
 
 
+def _field_problems(kind: str, entry: dict) -> list[str]:
+    """An eval.json entry's fields: integer counts, finite numbers, fractions in [0, 1], a subset digest
+    and the all-zero flag."""
+    reasons = []
+    for key in EVAL_INT_KEYS:
+        value = entry.get(key)
+        if not isinstance(value, int) or isinstance(value, bool):
+            reasons.append(f"{kind}.{key} is not an integer")
+    k_samples = entry.get("k") if isinstance(entry.get("k"), int) else 0
+    for key in EVAL_NUMBER_KEYS + tuple(f"pass@{j}" for j in PASS_AT if 1 < j <= k_samples):
+        if not _is_number(entry.get(key)):
+            reasons.append(f"{kind}.{key} is not a finite number")
+    for key in EVAL_FRACTION_KEYS:
+        if key in entry and _is_number(entry[key]) and not 0 <= entry[key] <= 1:
+            reasons.append(f"{kind}.{key} is outside [0, 1]")
+    if not isinstance(entry.get("subset_sha256"), str) or not entry.get("subset_sha256"):
+        reasons.append(f"{kind}.subset_sha256 missing")
+    if not isinstance(entry.get("all_zero_reward"), bool):
+        reasons.append(f"{kind}.all_zero_reward is not a boolean")
+    return reasons
+
+
 def check_eval(run_dir: Path, final_checkpoint: str | None, expected_responses: int | None = None,
                sweep_dir: Path | None = None, shared_checks: dict | None = None, run_summary=None
-               ) -> tuple[dict | None, list[GateFailure]]:
+               ) -> tuple[dict | None, list[Problem]]:
     """``eval.json``: initial control and final checkpoint, complete, consistent, non-degenerate.
 
     A shared initial control is checked by ``check_shared_reference`` in ``sweep_dir`` (default:
@@ -286,34 +297,21 @@ def check_eval(run_dir: Path, final_checkpoint: str | None, expected_responses: 
     try:
         summary = read_json(run_dir / "eval.json")
     except JSONError as exc:
-        return None, [GateFailure("eval", "run/eval.json", str(exc))]
+        return None, [Problem("run/eval.json", str(exc), kind="eval")]
     if not isinstance(summary, dict):
-        return None, [GateFailure("eval", "run/eval.json", "not a JSON object")]
-    failures: list[GateFailure] = []
+        return None, [Problem("run/eval.json", "not a JSON object", kind="eval")]
+    failures: list[Problem] = []
 
-    def fail(reason: str, gate: str = "eval", file: str = "run/eval.json"):
-        failures.append(GateFailure(gate, file, reason))
+    def fail(reason: str, kind: str = "eval", file: str = "run/eval.json"):
+        failures.append(Problem(file, reason, kind=kind))
 
     for kind in EVAL_KINDS:
         entry = summary.get(kind)
         if not isinstance(entry, dict):
             fail(f"no {kind!r} checkpoint entry")
             continue
-        for key in EVAL_INT_KEYS:
-            value = entry.get(key)
-            if not isinstance(value, int) or isinstance(value, bool):
-                fail(f"{kind}.{key} is not an integer")
-        k_samples = entry.get("k") if isinstance(entry.get("k"), int) else 0
-        for key in EVAL_NUMBER_KEYS + tuple(f"pass@{j}" for j in PASS_AT if 1 < j <= k_samples):
-            if not _is_number(entry.get(key)):
-                fail(f"{kind}.{key} is not a finite number")
-        for key in EVAL_FRACTION_KEYS:
-            if key in entry and _is_number(entry[key]) and not 0 <= entry[key] <= 1:
-                fail(f"{kind}.{key} is outside [0, 1]")
-        if not isinstance(entry.get("subset_sha256"), str) or not entry.get("subset_sha256"):
-            fail(f"{kind}.subset_sha256 missing")
-        if not isinstance(entry.get("all_zero_reward"), bool):
-            fail(f"{kind}.all_zero_reward is not a boolean")
+        for reason in _field_problems(kind, entry):
+            fail(reason)
         shared = kind == "initial" and "shared" in entry  # its responses are the shared evaluation's
         if shared:
             root = sweep_dir if sweep_dir is not None else sweep_dir_of_run(run_dir)
@@ -346,7 +344,7 @@ def check_eval(run_dir: Path, final_checkpoint: str | None, expected_responses: 
         # A weak base model may honestly score 0 on the initial control (flagged, see index.py);
         # an all-zero *final* eval means the quality metrics are unusable (seed 000's label incident).
         if kind == "final" and (entry.get("all_zero_reward") is True or entry.get("mean_reward") == 0):
-            fail(f"all-zero eval reward on the {kind} checkpoint; quality metrics unusable", gate=ALL_ZERO_EVAL)
+            fail(f"all-zero eval reward on the {kind} checkpoint; quality metrics unusable", kind=ALL_ZERO_EVAL)
 
     initial, final = summary.get("initial"), summary.get("final")
     if isinstance(initial, dict) and isinstance(final, dict):
@@ -356,46 +354,46 @@ def check_eval(run_dir: Path, final_checkpoint: str | None, expected_responses: 
     return summary, failures
 
 
-def check_cleanup(job_record: dict) -> list[GateFailure]:
+def check_cleanup(job_record: dict) -> list[Problem]:
     """The job's cleanup list (leftover processes, ports, directories) must be recorded and empty."""
     cleanup = job_record.get("cleanup")
     if not isinstance(cleanup, list):
-        return [GateFailure("cleanup", "job.json", "cleanup list not recorded")]
+        return [Problem("job.json", "cleanup list not recorded", kind="cleanup")]
     if cleanup:
         shown = "; ".join(str(item) for item in cleanup[:3]) + ("; …" if len(cleanup) > 3 else "")
-        return [GateFailure("cleanup", "job.json", f"{len(cleanup)} leftover(s) after the job: {shown}")]
+        return [Problem("job.json", f"{len(cleanup)} leftover(s) after the job: {shown}", kind="cleanup")]
     return []
 
 
-def check_run_summary(run_dir: Path, algo: str, seed: int, n_updates: int) -> tuple[dict | None, list[GateFailure]]:
+def check_run_summary(run_dir: Path, algo: str, seed: int, n_updates: int) -> tuple[dict | None, list[Problem]]:
     """``run.json``: the trainer's own summary agrees that the run completed all updates."""
     try:
         summary = read_json(run_dir / "run.json")
     except JSONError as exc:
-        return None, [GateFailure("run", "run/run.json", str(exc))]
+        return None, [Problem("run/run.json", str(exc), kind="run")]
     if not isinstance(summary, dict):
-        return None, [GateFailure("run", "run/run.json", "not a JSON object")]
+        return None, [Problem("run/run.json", "not a JSON object", kind="run")]
     failures = []
     if summary.get("status") != "completed":
         cause = f": {summary['error']}" if isinstance(summary.get("error"), str) else ""
-        failures.append(GateFailure("run", "run/run.json", f"status is {summary.get('status')!r}, not 'completed'{cause}"))
+        failures.append(Problem("run/run.json", f"status is {summary.get('status')!r}, not 'completed'{cause}", kind="run"))
     if summary.get("steps_completed") != n_updates:
-        failures.append(GateFailure("run", "run/run.json",
-                                    f"steps_completed is {summary.get('steps_completed')!r}, expected {n_updates}"))
+        failures.append(Problem("run/run.json",
+                                f"steps_completed is {summary.get('steps_completed')!r}, expected {n_updates}", kind="run"))
     if summary.get("algo") != algo or summary.get("seed") != seed:
-        failures.append(GateFailure("run", "run/run.json",
-                                    f"records {summary.get('algo')}-{summary.get('seed')}, not {algo}-{seed}"))
+        failures.append(Problem("run/run.json",
+                                f"records {summary.get('algo')}-{summary.get('seed')}, not {algo}-{seed}", kind="run"))
     return summary, failures
 
 
-def check_public_command(job_dir: Path) -> tuple[dict | None, list[GateFailure]]:
+def check_public_command(job_dir: Path) -> tuple[dict | None, list[Problem]]:
     """``command.public.json``: the path-free expanded command that reproduces the job."""
     try:
         command = read_json(job_dir / "command.public.json")
     except JSONError as exc:
-        return None, [GateFailure("command", "command.public.json", str(exc))]
+        return None, [Problem("command.public.json", str(exc), kind="command")]
     if not isinstance(command, dict) or not isinstance(command.get("argv"), list):
-        return None, [GateFailure("command", "command.public.json", "no argv list")]
+        return None, [Problem("command.public.json", "no argv list", kind="command")]
     return command, []
 
 

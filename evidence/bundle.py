@@ -36,6 +36,7 @@ from evidence.dataset import (
     step_columns,
     write_csv,
 )
+from evidence.figures import render_figures
 from evidence.fileio import JSONError, dumps_json, read_json, sha256_file, write_text
 from evidence.incidents import (
     ATTEMPTS_DIR,
@@ -46,12 +47,14 @@ from evidence.incidents import (
     load_user_incidents,
 )
 from evidence.index import INDEX_COLUMNS, JobEvidence, evaluate_sweep, index_row
+from evidence.problems import LeakError, Problem, SweepError
 from evidence.report import render_report
-from evidence.sanitize import Leak, Sanitizer, strip_abs_keys
+from evidence.sanitize import Sanitizer, strip_abs_keys
 from evidence.stats import CI_LEVEL, DEFAULT_LAST_K
-from evidence.sweep import SweepError, job_name, read_sweep
+from evidence.sweep import job_name, read_sweep
 from evidence.tables import compute_tables
-from evidence.verdict import add_experiment, write_verdict
+from evidence.verdict.record import write_verdict
+from evidence.verdict.stages import add_experiment
 from facts import (
     EVAL_RECORD,
     INITIAL_EVAL_DIR,
@@ -71,15 +74,6 @@ TAG_FILES = ("bagit.txt", "bag-info.txt", "manifest-sha256.txt", "tagmanifest-sh
 SOFTWARE_AGENT = "proofgrid evidence (bagit.py)"
 SCHEMA = 1
 _STAGING = ".bundle.staging"
-
-
-class LeakError(Exception):
-    """The leak scan found something in the staged bag: the bundle is not sealed."""
-
-    def __init__(self, findings: list[tuple[str, Leak]]):
-        self.findings = findings
-        first = findings[0]
-        super().__init__(f"refusing to seal: {len(findings)} leak(s), first {first[0]}: {first[1]}")
 
 
 @dataclass
@@ -228,24 +222,23 @@ def make_bag(stage: Path, bag_info: dict[str, str]) -> None:
     _write_tagmanifest(stage)
 
 
-def leak_scan(root: Path, clean: Sanitizer) -> list[tuple[str, Leak]]:
-    """Every leak in every file under ``root`` (and in the file names), as (relative path, leak)."""
-    findings = []
+def leak_scan(root: Path, clean: Sanitizer) -> list[Problem]:
+    """Every leak in every file under ``root`` (and in the file names), named by its relative path."""
+    leaks = []
     for path in sorted(p for p in root.rglob("*")):
         rel = path.relative_to(root).as_posix()
-        findings += [(rel, leak) for leak in clean.scan(rel)]
+        leaks += clean.scan(rel, rel)
         if path.is_file():
-            text = path.read_bytes().decode("utf-8", errors="replace")
-            findings += [(rel, leak) for leak in clean.scan_document(rel, text)]
-    return findings
+            leaks += clean.scan_document(rel, path.read_bytes().decode("utf-8", errors="replace"))
+    return leaks
 
 
 def seal(stage: Path, bag_info: dict[str, str], clean: Sanitizer) -> None:
     """Bag ``stage``; refuse (LeakError) if anything path- or secret-like remains; validate the bag."""
     make_bag(stage, bag_info)
-    findings = leak_scan(stage, clean)
-    if findings:
-        raise LeakError(findings)
+    leaks = leak_scan(stage, clean)
+    if leaks:
+        raise LeakError(leaks)
     bagit.Bag(str(stage)).validate()
 
 
@@ -371,8 +364,6 @@ def build_bundle(sweep_dir: str | Path, last_k: int = DEFAULT_LAST_K, figures: b
         write_text(stage / "report.md", render_report(data, tables))
         if figures:
             with private_tool_dirs():
-                from evidence.figures import render_figures
-
                 render_figures(data, stage / "figures")
         seal(stage, _bag_info(sweep, evidences), clean)
 

@@ -17,10 +17,11 @@ from pathlib import Path, PurePosixPath
 
 from evidence import stats
 from evidence.dataset import SETTINGS_FILE, BundleData, cell, csv_text, load_bundle_data
-from evidence.incidents import IncidentsFileError, load_user_incidents
+from evidence.incidents import load_user_incidents
 from evidence.index import evaluate_sweep, index_row
 from evidence.measures import LAST_K, POINTS_PER_UNIT, Measure, arm_values, parse_measure
-from evidence.sweep import SweepError, job_name, read_sweep
+from evidence.problems import CompareError, IncidentsFileError, SweepError
+from evidence.sweep import job_name, read_sweep
 from evidence.tables import arms as arm_order
 from evidence.tables import fmt_interval
 
@@ -28,10 +29,6 @@ DEFAULT_METRICS = ("train/loss", "train/grad_norm", "rollout/raw_reward", "eval/
 COLUMNS = ("metric", "at", "last_k", "arm", "n_a", "n_b", "a_mean", "a_sd", "b_mean", "b_sd", "ratio_b_over_a",
            "change_pct", "change_points", "pairing", "n_pairs", "diff_mean", "diff_sd", "ci_low", "ci_high",
            "diff_units", "note")
-
-
-class CompareError(Exception):
-    """Inputs that cannot be compared (one-line message; exit 2)."""
 
 
 @dataclass

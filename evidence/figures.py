@@ -15,6 +15,7 @@ from pathlib import Path
 from evidence import stats
 from evidence.dataset import BundleData
 from evidence.sweep import arm_name
+from evidence.tables import arms as ordered_arms
 
 # name -> (title, metrics.jsonl key or None for the eval figure)
 FIGURES = {
@@ -32,6 +33,8 @@ _PASS_KS = ("pass@1", "pass@2", "pass@4")
 
 
 def _new_figure(width: float, height: float):
+    # matplotlib is imported when a figure is drawn: a build without figures, the report and most of
+    # the audit never load it (it is slow to import and writes its caches on first use).
     from matplotlib.backends.backend_svg import FigureCanvasSVG
     from matplotlib.figure import Figure
 
@@ -147,9 +150,7 @@ def _eval_figure(data: BundleData, algos: list[str]):
 
 def render_figures(data: BundleData, out_dir: str | Path) -> list[Path]:
     """Write every figure of ``FIGURES`` as ``<out_dir>/<name>.svg``; returns the paths."""
-    import matplotlib
-
-    from evidence.tables import arms as ordered_arms
+    import matplotlib  # on first use, as in _new_figure
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -41,6 +41,7 @@ import yaml
 from evidence.artifacts import ALL_ZERO_EVAL
 from evidence.fileio import JSONError, read_json
 from evidence.index import JobEvidence
+from evidence.problems import IncidentsFileError
 from facts import sweep_job_dir
 from facts.failures import failure_cause
 
@@ -56,10 +57,6 @@ _SCHEMA = {
     "exclusions": ({"job", "reason"}, set()),
     "incidents": ({"title", "evidence", "resolution"}, {"job"}),
 }
-
-
-class IncidentsFileError(Exception):
-    """``incidents.yaml`` does not follow the schema (one-line message)."""
 
 
 @dataclass(frozen=True)
@@ -138,8 +135,8 @@ def _automatic(evidence: JobEvidence) -> list[tuple[str, str, str]]:
         return [("missing-job", "Job directory missing", EXCLUDED)]
     if evidence.exclusion:
         found.append(("manual-exclusion", f"Manually excluded: {evidence.exclusion}", EXCLUDED))
-    zero = [f for f in evidence.failures if f.gate == ALL_ZERO_EVAL]
-    other = [f for f in evidence.failures if f.gate != ALL_ZERO_EVAL]
+    zero = [f for f in evidence.failures if f.kind == ALL_ZERO_EVAL]
+    other = [f for f in evidence.failures if f.kind != ALL_ZERO_EVAL]
     if zero:
         title = "; ".join(f.reason for f in zero)
         found.append(("all-zero-eval-reward", title[:1].upper() + title[1:], EXCLUDED))
@@ -150,14 +147,14 @@ def _automatic(evidence: JobEvidence) -> list[tuple[str, str, str]]:
         found.append(("rejected", f"Rejected: {shown}", EXCLUDED))
     for anomaly in evidence.anomalies:
         action = "accepted on evidence; reported" if evidence.accepted else EXCLUDED
-        if anomaly.gate == "scheduler-state":
+        if anomaly.kind == "scheduler-state":
             title = f"Job reported {anomaly.reason}"
             if evidence.accepted:
                 title += f" after all {evidence.n_updates} updates"
                 action = "accepted on evidence; scheduler state reported as is"
         else:
             title = anomaly.reason[:1].upper() + anomaly.reason[1:]
-        found.append((anomaly.gate, title, action))
+        found.append((anomaly.kind, title, action))
     return found
 
 

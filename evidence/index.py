@@ -14,7 +14,6 @@ from pathlib import Path
 
 from evidence.artifacts import (
     ArtifactDigest,
-    GateFailure,
     check_checkpoint,
     check_cleanup,
     check_eval,
@@ -25,6 +24,7 @@ from evidence.artifacts import (
 )
 from evidence.fileio import JSONError, read_json
 from evidence.metrics_log import MetricsLog, validate_metrics
+from evidence.problems import Problem
 from evidence.sweep import Sweep, algo_name, job_name
 from facts import JOB_RUN_DIR, JOBS_DIR, RUN_RECORD
 from facts.failures import failure_cause
@@ -48,8 +48,8 @@ class JobEvidence:
     eval_summary: dict | None = None
     command: dict | None = None
     checkpoint: str | None = None
-    failures: list[GateFailure] = field(default_factory=list)  # each one rejects the job
-    anomalies: list[GateFailure] = field(default_factory=list)  # reported, not rejecting
+    failures: list[Problem] = field(default_factory=list)  # each one rejects the job
+    anomalies: list[Problem] = field(default_factory=list)  # reported, not rejecting
     exclusion: str | None = None  # manual exclusion from incidents.yaml
     artifacts: list[ArtifactDigest] = field(default_factory=list)
 
@@ -93,7 +93,7 @@ class JobEvidence:
             parts.append("no metrics log")
         else:
             parts.append(f"{self.metrics.valid_steps}/{self.n_updates} steps valid")
-        failed_gates = {f.gate for f in self.failures}
+        failed_gates = {f.kind for f in self.failures}
         parts.append("final checkpoint present" if "checkpoint" not in failed_gates else "no usable final checkpoint")
         parts.append("TensorBoard non-empty" if "tensorboard" not in failed_gates else "no TensorBoard events")
         if self.eval_summary is not None:
@@ -150,7 +150,7 @@ def evaluate_job(job_dir: str | Path, algo: str | None = None, seed: int | None 
     if not evidence.present:
         return evidence
     if not isinstance(algo, str) or not isinstance(seed, int) or not n_updates:
-        evidence.failures.append(GateFailure("job", "job.json", "cannot tell algo, seed and n_updates of the job"))
+        evidence.failures.append(Problem("job.json", "cannot tell algo, seed and n_updates of the job", kind="job"))
         return evidence
     fail = evidence.failures.extend
     try:
@@ -159,12 +159,12 @@ def evaluate_job(job_dir: str | Path, algo: str | None = None, seed: int | None 
             raise JSONError("not a JSON object")
         evidence.job_record = record
         if record.get("algo") != algo or record.get("seed") != seed:
-            fail([GateFailure("job", "job.json", f"records {record.get('algo')}-{record.get('seed')}, not {algo}-{seed}")])
+            fail([Problem("job.json", f"records {record.get('algo')}-{record.get('seed')}, not {algo}-{seed}", kind="job")])
         elif record.get("arm", algo) != evidence.arm:
-            fail([GateFailure("job", "job.json", f"records arm {record.get('arm')}, not {evidence.arm}")])
+            fail([Problem("job.json", f"records arm {record.get('arm')}, not {evidence.arm}", kind="job")])
         fail(check_cleanup(record))
     except JSONError as exc:
-        fail([GateFailure("job", "job.json", str(exc))])
+        fail([Problem("job.json", str(exc), kind="job")])
 
     check_run_dir(job_dir / JOB_RUN_DIR, evidence, eval_responses, shared_checks)
     evidence.command, failures = check_public_command(job_dir)
@@ -181,7 +181,7 @@ def check_run_dir(run_dir: Path, evidence: JobEvidence, eval_responses: int | No
     fail = evidence.failures.extend
     evidence.metrics = validate_metrics(run_dir / "metrics.jsonl", evidence.algo, evidence.n_updates,
                                         name="run/metrics.jsonl")
-    fail(GateFailure("metrics", v.file, v.detail()) for v in evidence.metrics.violations)
+    fail(v.problem() for v in evidence.metrics.violations)
     evidence.run_summary, failures = check_run_summary(run_dir, evidence.algo, evidence.seed, evidence.n_updates)
     fail(failures)
     evidence.checkpoint, failures = check_checkpoint(run_dir, evidence.n_updates)
@@ -198,16 +198,16 @@ def _note_anomalies(evidence: JobEvidence) -> None:
     record = evidence.job_record
     state, exit_code = record.get("state"), record.get("exit_code")
     if record and (state != "COMPLETED" or exit_code != 0):
-        evidence.anomalies.append(GateFailure(
-            "scheduler-state", "job.json", f"scheduler state {state}, exit code {exit_code}"))
+        evidence.anomalies.append(Problem("job.json", f"scheduler state {state}, exit code {exit_code}",
+                                          kind="scheduler-state"))
     initial = (evidence.eval_summary or {}).get("initial")
     if isinstance(initial, dict) and (initial.get("all_zero_reward") is True or initial.get("mean_reward") == 0):
-        evidence.anomalies.append(GateFailure(
-            "all-zero-eval-reward", "run/eval.json", "all-zero eval reward on the initial checkpoint (control)"))
+        evidence.anomalies.append(Problem("run/eval.json", "all-zero eval reward on the initial checkpoint (control)",
+                                          kind="all-zero-eval-reward"))
     records = evidence.metrics.records if evidence.metrics else []
     if records and all(r.get("rollout/all_zero_reward") == 1 for r in records):
-        evidence.anomalies.append(GateFailure(
-            "all-zero-train-reward", "run/metrics.jsonl", "every training step had all-zero reward"))
+        evidence.anomalies.append(Problem("run/metrics.jsonl", "every training step had all-zero reward",
+                                          kind="all-zero-train-reward"))
 
 
 def _eval_identity(evidence: JobEvidence) -> tuple | None:
@@ -241,7 +241,7 @@ def evaluate_sweep(sweep: Sweep, exclusions: dict[str, str] | None = None) -> li
             evidence = JobEvidence(algo=record_algo if isinstance(record_algo, str) else arm or stray.name,
                                    seed=int(seed) if seed.isdigit() else -1,
                                    present=True, n_updates=sweep.n_updates, arm=arm or stray.name)
-            evidence.failures.append(GateFailure("grid", stray.name, "job directory not in the sweep grid"))
+            evidence.failures.append(Problem(stray.name, "job directory not in the sweep grid", kind="grid"))
             evidences.append(evidence)
 
     identities = Counter(_eval_identity(e) for e in evidences if not e.failures and _eval_identity(e))
@@ -250,15 +250,14 @@ def evaluate_sweep(sweep: Sweep, exclusions: dict[str, str] | None = None) -> li
         for evidence in evidences:
             identity = _eval_identity(evidence)
             if identity is not None and identity != majority and not evidence.failures:
-                evidence.failures.append(GateFailure(
-                    "eval-subset", "run/eval.json",
-                    f"evaluated on subset {str(identity[0])[:12]}… (seed {identity[1]}), "
-                    f"not the sweep's {str(majority[0])[:12]}… (seed {majority[1]})"))
+                evidence.failures.append(Problem(
+                    "run/eval.json", f"evaluated on subset {str(identity[0])[:12]}… (seed {identity[1]}), "
+                    f"not the sweep's {str(majority[0])[:12]}… (seed {majority[1]})", kind="eval-subset"))
     for evidence in evidences:
         commit = evidence.job_record.get("source_commit")
         if sweep.source_commit and commit is not None and commit != sweep.source_commit:
-            evidence.anomalies.append(GateFailure(
-                "commit-mismatch", "job.json", f"source commit {str(commit)[:12]} differs from the sweep's"))
+            evidence.anomalies.append(Problem("job.json", f"source commit {str(commit)[:12]} differs from the sweep's",
+                                              kind="commit-mismatch"))
         evidence.exclusion = exclusions.get(evidence.job)
     arm_order = list(sweep.arms)
     evidences.sort(key=lambda e: (arm_order.index(e.arm) if e.arm in arm_order else len(arm_order), e.arm,

@@ -22,6 +22,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from evidence.problems import Problem
 from facts import KL_LOSS_BY_ALGO, KL_LOSS_KEY, METRIC_KEYS_FIELD, RUN_RECORD
 
 # Required for every algorithm, in the contract's order (also the column order of steps.csv).
@@ -83,6 +84,10 @@ class Violation:
 
     def __str__(self) -> str:
         return f"{self.file}: {self.detail()}"
+
+    def problem(self) -> Problem:
+        """The violation as the evidence's one problem shape: its location is where in the file (the metrics gate's)."""
+        return Problem(self.file, self.reason, where=self.location(), kind="metrics")
 
 
 @dataclass

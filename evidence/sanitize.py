@@ -31,6 +31,8 @@ import socket
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
+from evidence.problems import Problem
+
 RULESET = "detect-secrets 1.5.0 regex plugins + proofgrid's EXTRA_SECRET_RULES"
 
 # detect-secrets' regex plugins (module.Class under detect_secrets.plugins). Left out: the high-entropy
@@ -149,15 +151,9 @@ _SEPARATOR = "\n\x00\n"
 PLACEHOLDERS = ("<SECRET>", "<SWEEP_DIR>", "<JOB_DIR>", "<HOME>", "<PATH>", "<USER>", "<HOST>")
 
 
-@dataclass(frozen=True)
-class Leak:
-    """One leak found in a text: what kind, and a masked excerpt safe to print."""
-
-    kind: str
-    excerpt: str
-
-    def __str__(self) -> str:
-        return f"{self.kind}: {self.excerpt}"
+def leak(file: str, kind: str, excerpt: str) -> Problem:
+    """One leak found in a file (or its name) as a problem: what kind, and a masked excerpt safe to print."""
+    return Problem(file, f"leak: {kind}: {excerpt}", kind=kind)
 
 
 @dataclass(frozen=True)
@@ -385,15 +381,15 @@ class Sanitizer:
             text = "".join(parts) + text[last:]
         return text
 
-    def scan(self, text: str) -> list[Leak]:
-        """Every leak in the text; excerpts of secrets are masked."""
+    def scan(self, text: str, file: str = "") -> list[Problem]:
+        """Every leak in the text (of ``file``, or its name); excerpts of secrets are masked."""
         leaks = []
         for hit in self._hits(text):
             value = text[hit.start:hit.end]
             if hit.kind.startswith("secret value $"):  # name the variable it came from
-                leaks.append(Leak("secret value", f"{hit.kind.split()[-1]} ({_mask(value)})"))
+                leaks.append(leak(file, "secret value", f"{hit.kind.split()[-1]} ({_mask(value)})"))
             else:
-                leaks.append(Leak(hit.kind, _mask(value) if hit.placeholder == "<SECRET>" else value))
+                leaks.append(leak(file, hit.kind, _mask(value) if hit.placeholder == "<SECRET>" else value))
         return list(dict.fromkeys(leaks))
 
     # ---- structured values: names are also matched as the whole value of a user/host field ----------
@@ -448,36 +444,36 @@ class Sanitizer:
 
         return rebuild(value, key)
 
-    def _scan_json(self, value, key: str = "") -> list[Leak]:
+    def _scan_json(self, value, file: str) -> list[Problem]:
         """The leaks that ``clean_json`` replaces: every key and value by the text rules, in one pass over
         the joined strings, and the values that their field alone makes a leak."""
         texts: list[str] = []
-        leaks: list[Leak] = []
-        for text, under, is_key in _json_strings(value, key):
+        leaks: list[Problem] = []
+        for text, under, is_key in _json_strings(value, ""):
             if is_key or self._whole_value(text, under) is None:
                 texts.append(text)
             elif _SECRET_KEY_RE.search(under):
-                leaks.append(Leak("secret-named field", f"{under}={_mask(text)}"))
+                leaks.append(leak(file, "secret-named field", f"{under}={_mask(text)}"))
             else:
-                leaks.append(Leak("host or user name", f"{under}={text}"))
-        return leaks + self.scan(_SEPARATOR.join(texts))
+                leaks.append(leak(file, "host or user name", f"{under}={text}"))
+        return leaks + self.scan(_SEPARATOR.join(texts), file)
 
-    def scan_document(self, name: str, text: str) -> list[Leak]:
+    def scan_document(self, name: str, text: str) -> list[Problem]:
         """Every leak in a file's text; a JSON file is scanned as ``clean_json`` cleans it (value by value,
         so that a user/host field's whole value counts), a CSV file also cell by cell under its header."""
         if name.endswith(".json"):
             try:
-                return list(dict.fromkeys(self._scan_json(json.loads(text))))
+                return list(dict.fromkeys(self._scan_json(json.loads(text), name)))
             except (ValueError, RecursionError):
                 pass
-        leaks = self.scan(text)
+        leaks = self.scan(text, name)
         if name.endswith(".csv"):
             rows = list(csv.reader(io.StringIO(text)))
             header = rows[0] if rows else []
             for row in rows[1:]:
                 for column, cell in zip(header, row):
                     if self._whole_value(cell, column) is not None:
-                        leaks.append(Leak("host or user name", f"{column}={cell}"))
+                        leaks.append(leak(name, "host or user name", f"{column}={cell}"))
         return list(dict.fromkeys(leaks))
 
 

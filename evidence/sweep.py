@@ -12,14 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evidence.fileio import JSONError, read_json
+from evidence.problems import SweepError
 from facts import ALGO_ORDER, DISPLAY_NAMES, algo_sort_key
 
 ALGO_NAMES = DISPLAY_NAMES
 __all__ = ["ALGO_NAMES", "ALGO_ORDER", "algo_name", "algo_sort_key", "job_name"]
-
-
-class SweepError(ValueError):
-    """A sweep directory (or a bundle's sweep.json) that cannot be read as one (one-line message)."""
 
 
 def algo_name(algo: str) -> str:

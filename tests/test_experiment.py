@@ -19,6 +19,7 @@ from launcher.experiment import (
     ExperimentError,
     check_arm_settings,
     check_budget,
+    compose,
     load_study,
     register,
     spec_changes,
@@ -137,8 +138,6 @@ def test_bad_spec_is_one_line_naming_the_problem(spec, message):
 
 
 def test_a_changed_spec_in_a_pre_registered_directory_is_refused_naming_the_change(tmp_path):
-    from launcher.experiment import compose
-
     study = load_study(compose(["experiment=loss_norm"]).experiment, "loss_norm")
     register(tmp_path, study, [])
     same = _experiment(tmp_path, "experiment=loss_norm", "dry_run=true")
@@ -149,6 +148,44 @@ def test_a_changed_spec_in_a_pre_registered_directory_is_refused_naming_the_chan
     assert "pre-registered with another spec (criterion.threshold_points: 4 -> 2)" in line
     other = _experiment(tmp_path, "experiment=loss_norm", "workload.n_updates=8", "dry_run=true")
     assert other.returncode == 2 and "ran with overrides [], not [workload.n_updates=8]" in other.stderr
+
+
+BETAS = "workload.adam_betas=[0.9,0.99]"  # a list-valued setting, as Hydra writes it on a command line
+LIST_ARM = "+experiment.arms.token_mean={algo:dapo,algo.loss_reduction:token_mean,workload.adam_betas:[0.9,0.99]}"
+
+
+def _jobs(stdout: str, *having: str) -> list[str]:
+    return [line for line in stdout.splitlines() if line.startswith("[") and all(h in line for h in having)]
+
+
+def test_a_list_valued_arm_setting_is_one_override_for_the_launcher_and_the_verdict(tmp_path):
+    """The spec is parsed in one place: an arm's list value is the same text in the commands the dry run
+    prints, in the arm the sweep records, and in the arms the verdict reads from the spec as run (the
+    bundle's experiment.yaml), so the verdict finds the arm that ran it."""
+    from evidence.verdict import parse_experiment, same_overrides
+
+    proc = _experiment(tmp_path, "experiment=loss_norm", "~experiment.arms.token_mean", LIST_ARM, "dry_run=true")
+    assert proc.returncode == 0, proc.stderr
+    assert len(_jobs(proc.stdout, "loss_reduction=token_mean")) == 1 + 3  # probe, then confirm over 3 seeds
+    assert _jobs(proc.stdout, "loss_reduction=token_mean") == _jobs(proc.stdout, "loss_reduction=token_mean",
+                                                                    f" {BETAS} ")
+    recorded = json.loads((tmp_path / "confirm" / "sweep.json").read_text())["arms"]
+    (ran,) = [overrides for overrides in recorded.values() if overrides["algo.loss_reduction"] == "token_mean"]
+    study = load_study(compose(["experiment=loss_norm", "~experiment.arms.token_mean", LIST_ARM]).experiment, "t")
+    verdict_arms = parse_experiment(study.text).arms  # what the verdict reads from data/experiment.yaml
+    assert ran["workload.adam_betas"] == verdict_arms["token_mean"]["workload.adam_betas"] == "[0.9,0.99]"
+    assert study.experiment.arms == verdict_arms and same_overrides(verdict_arms["token_mean"], ran)
+
+
+def test_a_list_valued_shared_setting_is_written_as_an_arm_setting_is(tmp_path):
+    """``settings:`` (every arm of every stage) gives a list value the same override text as an arm does."""
+    proc = _experiment(tmp_path, "experiment=loss_norm", "+experiment.settings={workload.adam_betas:[0.9,0.99]}",
+                       "dry_run=true")
+    assert proc.returncode == 0, proc.stderr
+    assert len(_jobs(proc.stdout)) == 2 + 6 and _jobs(proc.stdout) == _jobs(proc.stdout, f" {BETAS} ")
+    study = load_study(compose(["experiment=loss_norm", "+experiment.settings={workload.adam_betas:[0.9,0.99]}"])
+                       .experiment, "t")
+    assert study.settings == {"workload.adam_betas": "[0.9,0.99]"}
 
 
 def test_spec_changes_names_every_changed_and_added_key():

@@ -15,9 +15,8 @@ import pytest
 
 from evidence import audit
 from evidence.__main__ import main
+from evidence.audit import archive as archive_checks
 from evidence.bundle import write_archive
-
-audit_module = sys.modules["evidence.audit"]
 
 
 def reseal(bag: Path) -> None:
@@ -138,11 +137,11 @@ def test_unsafe_members_through_the_cli(bundle_copy, tmp_path):
 
 def test_a_member_bigger_than_any_bundle_file_is_refused_unread(tmp_path):
     member = _member("bundle/data/huge.bin")
-    member.size = audit_module.MAX_MEMBER_BYTES + 1
-    assert "above the" in audit_module.member_problem(member)
+    member.size = archive_checks.MAX_MEMBER_BYTES + 1
+    assert "above the" in archive_checks.member_problem(member)
     # A header claiming more than any bundle holds, with no data behind it: refused before reading on.
     header = _member("bundle/data/bomb.bin")
-    header.size = audit_module.MAX_ARCHIVE_BYTES + 1
+    header.size = archive_checks.MAX_ARCHIVE_BYTES + 1
     archive = tmp_path / "bomb.tar.gz"
     with gzip.open(archive, "wb") as raw:
         raw.write(header.tobuf(tarfile.GNU_FORMAT))

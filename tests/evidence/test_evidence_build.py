@@ -253,7 +253,7 @@ def test_seal_refuses_a_bag_that_still_leaks(tmp_path, monkeypatch):
     (stage / "log.txt").write_text("loaded /home/alice/model with hf_" + "k" * 30 + "\n")
     with pytest.raises(LeakError) as caught:
         seal(stage, {"Source-Commit": "abc"}, Sanitizer.from_environment())
-    reasons = " ".join(str(leak) for _, leak in caught.value.findings)
+    reasons = " ".join(str(leak) for leak in caught.value.problems)
     assert "absolute machine path" in reasons and "$HF_TOKEN" in reasons
     assert "k" * 30 not in reasons  # findings never print the secret
 

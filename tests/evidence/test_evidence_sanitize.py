@@ -128,7 +128,7 @@ def test_abs_keys_are_stripped():
 
 def test_evidence_never_imports_trainer_or_launcher():
     package = Path(evidence.__file__).parent
-    for path in package.glob("*.py"):
+    for path in package.rglob("*.py"):  # the verdict's and the audit's packages too
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])

@@ -1,0 +1,125 @@
+"""Audit a released bundle (a bag directory or its ``.tar.gz``) with no access to the sweep.
+
+``audit(path)`` is a short chain of named checks, in order, each returning ``Problem`` records (a file
+relative to the bag, or the archive's name, and a reason):
+
+    archive         member headers before anything is extracted; the sidecar's SHA256
+    bag             bagit-python's ``Bag.validate()`` plus proofgrid's rules
+    runs            every accepted run re-validates and matches ``steps.csv``/``eval.csv``; the shared
+                    initial evaluations (``data/initial_eval/<key12>/``) are the ones the runs reference
+    recomputation   every table CSV and every line of ``report.md``
+    rejections      a rejected job whose bundled evidence passes every gate (cherry-picking)
+    experiment      an experiment's ``verdict.json`` and its earlier stages
+    records         ``bag-info.txt``, ``sweep.json``, ``index.csv`` and ``commands.txt`` agree
+    figures         SVG figures hold no script or external reference, and redraw the same
+    leaks           the leak scan (the sanitiser's own rule set)
+
+A check that meets data no build writes reports it as a problem, never a crash.
+"""
+
+from __future__ import annotations
+
+import tarfile
+import zlib
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+from evidence.audit.archive import check_members, check_sidecar, extracted
+from evidence.audit.bag import PAYLOAD, check_bag
+from evidence.audit.experiment import check_experiment
+from evidence.audit.figures import check_figures
+from evidence.audit.leaks import scan_leaks
+from evidence.audit.recomputation import check_recomputation
+from evidence.audit.records import check_records
+from evidence.audit.rejections import check_rejections
+from evidence.audit.runs import check_runs
+from evidence.dataset import BundleData, load_bundle_data
+from evidence.fileio import JSONError
+from evidence.problems import Problem, UsageError
+from facts import sweep_jobs_dir
+
+# What a check of the content may raise on data no build writes: reported as a problem of the payload.
+RECOMPUTE_ERRORS = (KeyError, ValueError, TypeError, ZeroDivisionError, StopIteration, OverflowError)
+RECORDS_ERRORS = (KeyError, ValueError, TypeError, OverflowError)
+LOAD_ERRORS = (JSONError, OSError, KeyError, ValueError, TypeError, OverflowError)
+
+
+def audit(path: str | Path) -> list[Problem]:
+    """Audit a bundle directory or a ``.tar.gz`` of one; an empty list means clean."""
+    path = Path(path)
+    if path.is_dir() and not (path / "bagit.txt").exists() and sweep_jobs_dir(path).is_dir():
+        sealed = [p for p in (path / "bundle.tar.gz", path / "bundle") if p.exists()]
+        fix = f"python -m evidence audit {sealed[0]}" if sealed else f"seal it first: python -m evidence build {path}"
+        raise UsageError(f"{path} is a sweep directory, not a bundle; {fix}")
+    if path.is_dir():
+        return audit_bag(path)
+    if path.is_file() and not _is_gzip(path) and tarfile.is_tarfile(path):
+        raise UsageError(f"{path} is an uncompressed tar archive; the audit reads the bundle's .tar.gz "
+                         f"(gzip {path}, then audit {path}.gz; or audit the extracted bundle directory)")
+    if path.is_file() and (path.name.endswith((".tar.gz", ".tgz"))):
+        return audit_archive(path)
+    if not path.exists():
+        raise UsageError(f"{path}: no such file or directory")
+    raise UsageError(f"{path}: not a bundle directory or .tar.gz archive")
+
+
+def _is_gzip(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == b"\x1f\x8b"
+
+
+def audit_archive(archive: Path) -> list[Problem]:
+    """Check every member header first; extract (data filter) only when all are safe, then audit the bag."""
+    problems = check_sidecar(archive)
+    try:
+        with tarfile.open(archive, mode="r:gz") as tar:
+            members, root, refused = check_members(tar, archive)
+            if members is None:
+                return problems + refused
+            with extracted(tar, members, root) as bag:
+                return problems + audit_bag(bag)
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+        return problems + [Problem(archive.name, f"not a readable gzip tar archive ({exc.__class__.__name__})")]
+
+
+def _guarded(check: Callable[[], list[Problem]], file: str, what: str, errors=RECOMPUTE_ERRORS) -> list[Problem]:
+    """The check's problems; an error it raises on malformed data becomes one problem of ``file``."""
+    try:
+        return check()
+    except errors as exc:
+        return [Problem(file, f"{what} ({exc.__class__.__name__}: {exc})")]
+
+
+def _load(data_dir: Path) -> tuple[BundleData | None, list[Problem]]:
+    try:
+        return load_bundle_data(data_dir), []
+    except LOAD_ERRORS as exc:
+        return None, [Problem(PAYLOAD, f"cannot load the bundle's data ({exc.__class__.__name__}: {exc})")]
+
+
+def check_content(bag: Path, data: BundleData) -> list[Problem]:
+    """What the payload's files say, checked against each other: runs, recomputation, rejections, the
+    experiment, then the records (each shared initial evaluation read once for all of them)."""
+    data_dir, shared_checks = bag / PAYLOAD, {}
+    checks = (partial(check_runs, data_dir, data, shared_checks=shared_checks),
+              partial(check_recomputation, data_dir, data),
+              partial(check_rejections, data_dir, data, shared_checks=shared_checks),
+              partial(check_experiment, data_dir, data))
+    problems = [p for check in checks for p in _guarded(check, PAYLOAD, "cannot recompute")]
+    return problems + _guarded(partial(check_records, bag, data), PAYLOAD, "cannot cross-check the records",
+                               RECORDS_ERRORS)
+
+
+def audit_bag(bag: Path) -> list[Problem]:
+    """Audit an unpacked bag directory: the bag, its content, its figures, then the leak scan."""
+    problems = check_bag(bag)
+    data_dir = bag / PAYLOAD
+    if data_dir.is_dir():
+        data, unloadable = _load(data_dir)
+        problems += unloadable if data is None else check_content(bag, data)
+        problems += _guarded(partial(check_figures, data_dir, data), f"{PAYLOAD}/figures", "cannot redraw")
+    return problems + scan_leaks(bag)
+
+
+__all__ = ["UsageError", "audit", "audit_archive", "audit_bag"]

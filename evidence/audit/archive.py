@@ -1,0 +1,108 @@
+"""The archive before anything is extracted: every member header checked, then extraction (data filter) when all are safe.
+
+Refused, header by header: ``..`` or absolute names, links, devices, sparse or oversized members,
+alias spellings such as ``./bundle/x`` or ``bundle//x`` that duplicate a member, a member that
+case-folds onto another; and more than one top-level directory. A sidecar ``.sha256`` must match.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import tarfile
+import tempfile
+import unicodedata
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+
+from evidence.fileio import sha256_file
+from evidence.problems import Problem
+
+# What no bundle holds: a bigger member, archive or member count is refused before extraction, so a
+# decompression bomb is neither extracted nor read into memory.
+MAX_MEMBER_BYTES = 256 * 2**20
+MAX_ARCHIVE_BYTES = 2 * 2**30
+MAX_MEMBERS = 100_000
+
+
+def canonical_name(name: str) -> str:
+    """The one spelling of a member name: ``/`` separators, no empty or ``.`` components, Unicode NFC.
+    ``./bundle/x``, ``bundle//x``, ``bundle/./x`` and ``bundle/x/`` all have the canonical name ``bundle/x``."""
+    parts = [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
+    return unicodedata.normalize("NFC", "/".join(parts))
+
+
+def member_problem(member: tarfile.TarInfo) -> str | None:
+    """Why an archive member must not be extracted, or None."""
+    name = member.name
+    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
+        return "absolute member name"
+    if ".." in PurePosixPath(name.replace("\\", "/")).parts:
+        return "member name escapes the archive (..)"
+    if member.issym() or member.islnk():
+        return f"link member (to {member.linkname!r})"
+    if member.ischr() or member.isblk() or member.isfifo():
+        return "device or special-file member"
+    if not (member.isfile() or member.isdir()):
+        return "unsupported member type"
+    if member.issparse():
+        return "sparse member (no bundle holds one)"
+    if member.size > MAX_MEMBER_BYTES:
+        return f"member of {member.size} bytes, above the {MAX_MEMBER_BYTES}-byte limit of a bundle file"
+    if name != canonical_name(name):
+        return f"alias spelling of member {canonical_name(name)!r} (refused as a duplicate)"
+    return None
+
+
+def _members(tar: tarfile.TarFile, archive: Path) -> tuple[list[tarfile.TarInfo] | None, list[Problem]]:
+    """Every member header, read one at a time; None (with a problem) past the count or size limits."""
+    members, total = [], 0
+    for member in tar:
+        members.append(member)
+        total += member.size
+        if len(members) > MAX_MEMBERS or total > MAX_ARCHIVE_BYTES:
+            return None, [Problem(archive.name, f"more than {MAX_MEMBERS} members or {MAX_ARCHIVE_BYTES} bytes: "
+                                                "not a bundle; nothing extracted")]
+    return members, []
+
+
+def check_sidecar(archive: Path) -> list[Problem]:
+    """The archive's SHA256 is the one its ``.sha256`` sidecar records, when there is one."""
+    sidecar = archive.with_name(archive.name + ".sha256")
+    if sidecar.is_file():
+        recorded = sidecar.read_text(encoding="utf-8", errors="replace").split()
+        if not recorded or recorded[0].lower() != sha256_file(archive):
+            return [Problem(archive.name, f"SHA256 differs from {sidecar.name}")]
+    return []
+
+
+def check_members(tar: tarfile.TarFile, archive: Path) -> tuple[list[tarfile.TarInfo] | None, str, list[Problem]]:
+    """Every member header and the one top-level directory: the members and that directory when all are
+    safe to extract, else None (the problems say why)."""
+    members, problems = _members(tar, archive)
+    if members is None:
+        return None, "", problems
+    seen: set[str] = set()
+    for member in members:
+        problem = member_problem(member)
+        canonical = canonical_name(member.name)
+        # Case-folded too: on a case-insensitive file system "Data/x" overwrites "data/x".
+        if problem is None and canonical.casefold() in seen:
+            problem = "duplicate member"
+        seen.add(canonical.casefold())
+        if problem:
+            problems.append(Problem(f"{archive.name}:{member.name}", problem))
+    roots = {canonical_name(m.name).split("/")[0] for m in members if canonical_name(m.name)}
+    if len(roots) != 1:
+        problems.append(Problem(archive.name, f"expected one top-level directory, found {len(roots)}"))
+    if problems:
+        return None, "", problems  # never extract an archive with an unsafe member
+    return members, roots.pop(), problems
+
+
+@contextlib.contextmanager
+def extracted(tar: tarfile.TarFile, members: list[tarfile.TarInfo], root: str) -> Iterator[Path]:
+    """The checked members extracted (tarfile's data filter) into a temporary directory: the bag's path."""
+    with tempfile.TemporaryDirectory(prefix="evidence-audit-") as tmp:
+        tar.extractall(tmp, members=members, filter="data")
+        yield Path(tmp) / root

@@ -1,0 +1,91 @@
+"""Figures: self-contained SVG drawings (no script, event handler, embedded document or external
+reference), redrawn from the CSVs and compared byte for byte when this machine's matplotlib drew them."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+from evidence.audit.archive import MAX_MEMBER_BYTES
+from evidence.audit.bag import PAYLOAD
+from evidence.bundle import FIGURES_DRAWN_BY, figures_library_version, private_tool_dirs
+from evidence.dataset import BundleData
+from evidence.figures import render_figures
+from evidence.fileio import sha256_file
+from evidence.problems import Problem
+
+# Active content or a reference out of the file: a figure must be a self-contained drawing.
+_SVG_ACTIVE = re.compile(r"(?i)<\s*script|<\s*foreignObject|<!ENTITY|@import|<\s*(?:iframe|embed|object)\b"
+                         r"|\son[a-z]+\s*=|javascript:")
+_SVG_REFERENCE = re.compile(r"""(?i)\bhref\s*=\s*["']\s*([^"']*)["']|url\(\s*["']?\s*([^)"'\s]*)""")
+
+
+def check_figures(data_dir: Path, data: BundleData | None = None) -> list[Problem]:
+    """Every figure is an SVG with no script, event handler, embedded document or external reference
+    (only ``#id`` references inside the file). When this machine's matplotlib is the one that drew
+    them (evidence.json says which), the figures are also redrawn from the CSVs and compared byte for
+    byte (SVG bytes depend on the matplotlib version, so another version cannot compare)."""
+    findings = []
+    figures = data_dir / "figures"
+    if not figures.is_dir():
+        return findings
+    for path in sorted(figures.rglob("*")):
+        rel = f"{PAYLOAD}/{path.relative_to(data_dir).as_posix()}"
+        if path.is_dir():
+            continue
+        if path.suffix != ".svg":
+            findings.append(Problem(rel, "not an SVG figure"))
+            continue
+        if path.stat().st_size > MAX_MEMBER_BYTES:
+            continue  # reported by the leak scan, never read
+        text = path.read_bytes().decode("utf-8", errors="replace")
+        active = _SVG_ACTIVE.search(text)
+        if active:
+            findings.append(Problem(rel, f"active content in an SVG figure ({active.group(0).strip()!r})"))
+        for match in _SVG_REFERENCE.finditer(text):
+            target = match.group(1) if match.group(1) is not None else match.group(2)
+            if not target.startswith("#"):
+                findings.append(Problem(rel, f"external reference in an SVG figure ({target[:80]!r})"))
+                break
+    if data is not None and data.settings.get(FIGURES_DRAWN_BY) == figures_library_version():
+        findings += _compare_redrawn_figures(figures, data)
+    return findings
+
+
+# Redrawn figures by a digest of the files they are drawn from: auditing copies of one bundle
+# (or an archive and its directory) redraws once.
+_REDRAWN: dict[str, dict[str, bytes]] = {}
+
+
+def _inputs_digest(data_dir: Path) -> str:
+    """SHA256 over the files ``load_bundle_data`` reads (the figures' only input)."""
+    names = ["sweep.json", "evidence.json", "index.csv", "incidents.csv", "steps.csv", "eval.csv"]
+    names += sorted(p.relative_to(data_dir).as_posix() for p in data_dir.glob("runs/*/run.json"))
+    lines = [f"{name} {sha256_file(data_dir / name) if (data_dir / name).is_file() else '-'}" for name in names]
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+def _redrawn(data_dir: Path, data: BundleData) -> dict[str, bytes]:
+    key = _inputs_digest(data_dir)
+    if key not in _REDRAWN:
+        with private_tool_dirs() as tools:
+            out = tools / "figures"
+            _REDRAWN.clear()  # one bundle's figures at a time
+            _REDRAWN[key] = {p.relative_to(out).as_posix(): p.read_bytes() for p in render_figures(data, out)}
+    return _REDRAWN[key]
+
+
+def _compare_redrawn_figures(figures: Path, data: BundleData) -> list[Problem]:
+    findings = []
+    redrawn = _redrawn(figures.parent, data)
+    held = {p.relative_to(figures).as_posix(): p for p in figures.rglob("*") if p.is_file()}
+    for name in sorted(redrawn.keys() - held.keys()):
+        findings.append(Problem(f"{PAYLOAD}/figures/{name}", "missing (the redrawing produces it)"))
+    for name in sorted(held.keys() - redrawn.keys()):
+        findings.append(Problem(f"{PAYLOAD}/figures/{name}", "not a figure of the redrawing"))
+    for name in sorted(held.keys() & redrawn.keys()):
+        if held[name].stat().st_size > MAX_MEMBER_BYTES or held[name].read_bytes() != redrawn[name]:
+            findings.append(Problem(f"{PAYLOAD}/figures/{name}",
+                                    "differs from the figure redrawn from steps.csv / eval.csv"))
+    return findings

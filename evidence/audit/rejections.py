@@ -1,0 +1,70 @@
+"""Cherry-picking: a job the index rejects whose bundled evidence passes every gate the bundle can re-check."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from evidence.artifacts import check_cleanup, check_run_summary, check_shared_reference, checkpoint_name
+from evidence.dataset import BundleData, read_csv
+from evidence.fileio import JSONError, read_json
+from evidence.metrics_log import validate_metrics
+from evidence.problems import Problem
+
+
+def _still_rejected(data_dir: Path, data: BundleData, row: dict, majority: tuple | None, artifacts: set[tuple[str, str]],
+                    shared_checks: dict) -> list[str]:
+    """The gates that still reject ``row``'s job on the evidence the bundle carries (the bundled
+    metrics log, run.json, eval.json and the shared initial evaluation it references, job.json,
+    command.public.json, and artifacts.csv's listing)."""
+    job, algo, seed, n = row["job"], row["algo"], int(row["seed"]), data.n_updates
+    run = data_dir / "runs" / job
+    log = validate_metrics(run / "metrics.jsonl", algo, n)
+    failures = ["metrics"] if log.violations or log.valid_steps != n else []
+    run_summary, run_failures = check_run_summary(run, algo, seed, n)
+    failures += ["run"] if run_failures else []
+    try:
+        record, summary, command = (read_json(run / name) for name in ("job.json", "eval.json", "command.public.json"))
+    except JSONError:
+        return failures + ["unreadable record"]
+    if not isinstance(record, dict) or check_cleanup(record) or (record.get("algo"), record.get("seed")) != (algo, seed):
+        failures.append("job")
+    if not isinstance(command, dict) or not isinstance(command.get("argv"), list):
+        failures.append("command")
+    entries = [summary.get(kind) if isinstance(summary, dict) else None for kind in ("initial", "final")]
+    if not all(isinstance(e, dict) for e in entries) or entries[1].get("checkpoint") != checkpoint_name(n):
+        failures.append("eval")
+    elif majority is not None and _identity(entries[1]) != majority:
+        failures.append("eval-subset")
+    if isinstance(entries[0], dict) and "shared" in entries[0]:
+        found = check_shared_reference(data_dir, entries[0], run_summary, shared_checks)
+        if found.of_shared or found.of_run:
+            failures.append("eval-shared")
+    if (job, f"run/checkpoints/{checkpoint_name(n)}/model.safetensors") not in artifacts:
+        failures.append("checkpoint")
+    if not any(j == job and p.startswith("run/tensorboard/events.out.tfevents.") for j, p in artifacts):
+        failures.append("tensorboard")
+    return failures
+
+
+def _identity(entry: dict) -> tuple:
+    return tuple(entry.get(k) for k in ("subset_sha256", "eval_seed", "n_prompts", "k"))
+
+
+def check_rejections(data_dir: Path, data: BundleData, shared_checks: dict | None = None) -> list[Problem]:
+    """A job the index rejects (other than by incidents.yaml) whose bundled evidence passes every gate
+    the bundle can re-check was left out of the comparison although valid: cherry-picking.
+    ``shared_checks``: the audit's cache, so each shared initial evaluation is read once."""
+    findings: list[Problem] = []
+    _, artifact_rows = read_csv(data_dir / "artifacts.csv")
+    artifacts = {(r["job"], r["path"]) for r in artifact_rows if r.get("bytes", "0") not in ("", "0")}
+    identities = [_identity(data.evals[run]["final"]) for run in data.accepted if "final" in data.evals.get(run, {})]
+    majority = max(set(identities), key=identities.count) if identities else None
+    shared_checks = {} if shared_checks is None else shared_checks
+    for row in data.index:
+        excluded = row["reason"].startswith("excluded by incidents.yaml")
+        if row["accepted"] == "yes" or excluded or not (data_dir / "runs" / row["job"]).is_dir():
+            continue
+        if not _still_rejected(data_dir, data, row, majority, artifacts, shared_checks):
+            findings.append(Problem("data/index.csv", f"{row['job']} is rejected ({row['reason'][:80]}) but its "
+                                                      "bundled evidence passes every gate: a valid run left out"))
+    return findings

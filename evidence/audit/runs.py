@@ -1,0 +1,151 @@
+"""The runs: every accepted run's metrics log passes the validator again and ``steps.csv`` / ``eval.csv``
+carry exactly its records; the shared initial evaluations are the ones the runs reference; every
+incident of a run's attempt history and every rejection has its record in ``incidents.csv``."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from evidence.artifacts import check_shared_reference, shared_initial_dir
+from evidence.audit.bag import PAYLOAD
+from evidence.dataset import EVAL_COLUMNS, EVAL_ID_COLUMNS, BundleData, read_csv
+from evidence.fileio import JSONError, read_json
+from evidence.incidents import history_incidents
+from evidence.metrics_log import validate_metrics
+from evidence.problems import Problem, capped
+from facts import EVAL_RECORD, INITIAL_EVAL_DIR
+
+
+class _SharedChecks:
+    """The audit's reading of the shared initial evaluations: each read and validated once (``checked``),
+    each of its problems reported once (``reported``), and every one a bundled run references."""
+
+    def __init__(self, checked: dict | None):
+        self.checked = {} if checked is None else checked
+        self.reported: set[Problem] = set()
+        self.referenced: set[str] = set()
+
+
+def _close(a, b) -> bool:
+    if a is None or b is None:
+        return a is b
+    try:
+        return math.isclose(float(a), float(b), rel_tol=0, abs_tol=0)
+    except OverflowError:  # an integer no float holds: the metrics validator reports it
+        return a == b
+
+
+def _stray_rows(data_dir: Path, data: BundleData) -> list[Problem]:
+    """Rows of steps.csv / eval.csv that belong to no accepted run."""
+    problems, accepted = [], set(data.accepted)
+    for name in ("steps.csv", "eval.csv"):
+        _, rows = read_csv(data_dir / name)
+        strays = sorted({f"{r.get('arm') or r['algo']}-{r['seed']}" for r in rows
+                         if (r.get("arm") or r["algo"], int(r["seed"])) not in accepted})
+        problems += [Problem(f"data/{name}", f"rows of {job}, which the index does not accept") for job in strays]
+    return problems
+
+
+def _check_metrics(data_dir: Path, data: BundleData, arm: str, seed: int) -> list[Problem]:
+    """The run's metrics log re-validates, and steps.csv holds exactly its records."""
+    job = f"{arm}-{seed}"
+    rel = f"data/runs/{job}/metrics.jsonl"
+    log = validate_metrics(data_dir / "runs" / job / "metrics.jsonl", data.arm_algo(arm), data.n_updates, name=rel)
+    csv_records = {r["step"]: r for r in data.steps.get((arm, seed), [])}
+    mismatches = []
+    if len(csv_records) != len(log.records):
+        mismatches.append(Problem("data/steps.csv", f"{len(csv_records)} rows of {job}, its metrics log has {len(log.records)}"))
+    for record in log.records:
+        row = csv_records.get(record["step"])
+        keys = set(record) | {k for k, v in (row or {}).items() if v is not None}
+        if row is None or any(not _close(record.get(k), row.get(k)) for k in keys - {"step"}):
+            mismatches.append(Problem("data/steps.csv", f"{job} step {record['step']} differs from {rel}"))
+    return capped([v.problem() for v in log.violations]) + capped(mismatches)
+
+
+def _check_shared_reference(data_dir: Path, job: str, entry: dict, shared: _SharedChecks) -> list[Problem]:
+    """A run's shared initial control by ``check_shared_reference``, as problems: the shared
+    evaluation's own once per bundle, the run's under its eval.json."""
+    try:
+        run_summary = read_json(data_dir / "runs" / job / "run.json")
+    except JSONError:
+        run_summary = None  # check_runs and the rejection checks report an unreadable run.json
+    found = check_shared_reference(data_dir, entry, run_summary, shared.checked)
+    problems = [Problem(f"{PAYLOAD}/{found.shared_file}", problem) for problem in found.of_shared]
+    problems = [p for p in problems if p not in shared.reported]
+    shared.reported.update(problems)
+    return problems + [Problem(f"{PAYLOAD}/runs/{job}/eval.json", problem) for problem in found.of_run]
+
+
+def _check_eval(data_dir: Path, data: BundleData, arm: str, seed: int, shared: _SharedChecks) -> list[Problem]:
+    """eval.csv's rows of the run are its eval.json's entries (a shared initial control checked too)."""
+    job = f"{arm}-{seed}"
+    try:
+        summary = read_json(data_dir / "runs" / job / "eval.json")
+    except JSONError as exc:
+        return [Problem(f"data/runs/{job}/eval.json", str(exc))]
+    problems = []
+    for kind in ("initial", "final"):
+        row = data.evals.get((arm, seed), {}).get(kind)
+        entry = summary.get(kind) if isinstance(summary, dict) else None
+        if row is None or not isinstance(entry, dict):
+            problems.append(Problem("data/eval.csv", f"{job} {kind}: missing row or eval.json entry"))
+            continue
+        shared_dir = shared_initial_dir(entry)
+        if kind == "initial" and shared_dir is not None:
+            shared.referenced.add(shared_dir)
+            problems += _check_shared_reference(data_dir, job, entry, shared)
+        if (row.get("initial_eval") or None) != shared_dir:
+            problems.append(Problem("data/eval.csv", f"{job} {kind} initial_eval differs from data/runs/{job}/eval.json"))
+        for column in EVAL_COLUMNS[len(EVAL_ID_COLUMNS):]:
+            if column == "initial_eval":
+                continue
+            if str(entry.get(column)).lower() != str(row.get(column)).lower() and not (
+                    isinstance(entry.get(column), (int, float)) and _close(entry.get(column), row.get(column))):
+                problems.append(Problem("data/eval.csv", f"{job} {kind} {column} differs from data/runs/{job}/eval.json"))
+    return problems
+
+
+def _stray_initial_evals(data_dir: Path, shared: _SharedChecks) -> list[Problem]:
+    """A shared initial evaluation that no bundled run references.
+
+    A rejected run's evidence is bundled too, and its eval.json may be the only reference (a sweep
+    whose every run was rejected); only a directory no bundled run names is a stray."""
+    for eval_record in sorted((data_dir / "runs").glob(f"*/{EVAL_RECORD}")):
+        try:
+            entry = read_json(eval_record)
+        except JSONError:
+            continue  # an accepted run's unreadable eval.json is reported above; a rejected one's is its reason
+        if isinstance(entry, dict) and (shared_dir := shared_initial_dir(entry.get("initial"))) is not None:
+            shared.referenced.add(shared_dir)
+    return [Problem(f"data/{INITIAL_EVAL_DIR}/{stray.name}", "no bundled run references this initial evaluation")
+            for stray in sorted(p for p in (data_dir / INITIAL_EVAL_DIR).glob("*") if p.is_dir())
+            if f"{INITIAL_EVAL_DIR}/{stray.name}" not in shared.referenced]
+
+
+def _check_incidents(data_dir: Path, data: BundleData) -> list[Problem]:
+    """Every incident of a job's attempt history, and every rejected job, has its incidents.csv record."""
+    problems = []
+    recorded = {(r["job"], r["kind"], r["title"]) for r in data.incidents}
+    for row in data.index:
+        for kind, _, title, _ in history_incidents(data_dir / "runs" / row["job"]):
+            if (row["job"], kind, title) not in recorded:
+                problems.append(Problem("data/incidents.csv", f"{row['job']}: {kind} incident {title!r} of its "
+                                        "attempt history is missing"))
+    with_incident = {r["job"] for r in data.incidents}
+    problems += [Problem("data/incidents.csv", f"rejected job {r['job']} has no incident record")
+                 for r in data.index if r["accepted"] != "yes" and r["job"] not in with_incident]
+    return problems
+
+
+def check_runs(data_dir: Path, data: BundleData, shared_checks: dict | None = None) -> list[Problem]:
+    """Every accepted run re-validates, and steps.csv / eval.csv carry exactly its records.
+    ``shared_checks``: the audit's cache, so each shared initial evaluation is read once."""
+    shared = _SharedChecks(shared_checks)
+    problems = _stray_rows(data_dir, data)
+    for arm, seed in data.accepted:
+        problems += _check_metrics(data_dir, data, arm, seed)
+        problems += _check_eval(data_dir, data, arm, seed, shared)
+    problems += _stray_initial_evals(data_dir, shared)
+    return problems + _check_incidents(data_dir, data)

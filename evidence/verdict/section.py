@@ -1,0 +1,63 @@
+"""The report's verdict section: the verdict, the rule that decided it and every number it used, from ``verdict.json``."""
+
+from __future__ import annotations
+
+
+def _signed(value: float | None) -> str:
+    return "—" if value is None else f"{value:+.2f}"
+
+
+def _plain(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}"
+
+
+def verdict_section(record: dict) -> str:
+    """The report's opening section: the verdict, the rule that decided it and every number it used."""
+    arms, metric = record["arms"], record["metric"]
+    unit = " points" if metric["units"] == "points" else ""
+    base, treat = arms["baseline"], arms["treatment"]
+    where = "at the final checkpoint" if metric["at"] == "final" else f"as the last-{metric['last_k']} mean"
+    provisional = " (provisional: a tuning winner sits on the edge of its grid)" if record["provisional"] else ""
+    out = [f"## Verdict: {record['verdict']}{provisional}\n",
+           f"Pre-registered criterion (`data/experiment.yaml`): treatment `{treat['name']}` (arm {treat['arm']}) − "
+           f"baseline `{base['name']}` (arm {base['arm']}) on `{metric['name']}` {where}, paired by training seed, "
+           f"must reach {record['threshold']:g}{unit}"
+           + (f"; below {record['inconclusive_below']:g}{unit} it failed, in between it is inconclusive"
+              if record["inconclusive_below"] is not None else "")
+           + ("; the 95% t-interval must exclude 0" if record["ci_excludes_zero"] else "")
+           + (f"; also validated when the baseline drops more than {record['collapse']['drop']:g}{unit} from its "
+              f"own peak while the treatment does not" if record["collapse"] else "") + ".\n",
+           f"Decided by rule `{record['rule']}`: {record['reason']}.\n"]
+    if record.get("exploratory"):
+        out.append("The spec declares this experiment exploratory.\n")
+    if record["seeds_missing"]:
+        out.append("Pre-registered seeds without an accepted run in both arms: "
+                   + ", ".join(map(str, record["seeds_missing"])) + ".\n")
+    if record["tuning"] and record["tuning"]["evidence"] != "tuning stage":
+        out.append("The spec declares tuning, but this bundle carries no tuning-stage evidence (data/stages/tuning/): "
+                   "the selection is not checked here.\n")
+    out.append(f"| Seed | Baseline {base['name']} | Treatment {treat['name']} | Treatment − baseline |")
+    out.append("|---|---|---|---|")
+    out += [f"| {r['seed']} | {_plain(r['baseline'])} | {_plain(r['treatment'])} | {_signed(r['difference'])} |"
+            for r in record["per_seed"]]
+    sd = record["difference_sd"]
+    ci = record["difference_ci95"]
+    out.append(f"| mean ± SD | {_plain(record['baseline']['mean'])} | {_plain(record['treatment']['mean'])} | "
+               f"{_signed(record['difference_mean'])}" + (f" ± {sd:.2f}" if sd is not None else " (n<2)")
+               + (f", 95% t-interval [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else "") + " |\n")
+    collapse = record["collapse"]
+    if collapse and "baseline" in collapse:
+        out.append("Collapse check (mean curve over the paired seeds): " + "; ".join(
+            f"{role} peak {_plain(collapse[role]['peak'])}, final {_plain(collapse[role]['final'])}, drop "
+            f"{_plain(collapse[role]['drop'])}{unit}" + (" (collapsed)" if collapse[role]["collapsed"] else "")
+            for role in ("baseline", "treatment")) + ".\n")
+    if record["selected"]:
+        out.append("Tuning selected: " + "; ".join(
+            f"{name}: " + ", ".join(f"{k}={v}" for k, v in chosen.items()) for name, chosen in record["selected"].items())
+                   + f" (on {record['tuning']['metric']}, never the verdict metric).\n")
+    for edge in record["edge_of_grid"]:
+        out.append(f"- Edge of grid: {edge['arm']}'s best {edge['setting']}={edge['value']} is the {edge['side']} "
+                   f"end of its grid.")
+    if record["edge_of_grid"]:
+        out.append("")
+    return "\n".join(out)

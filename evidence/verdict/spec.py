@@ -1,0 +1,382 @@
+"""The experiment spec (``conf/experiment/<name>.yaml``): the one parser of every key, for the verdict and the launcher.
+
+The bundle keeps the spec as run as ``data/experiment.yaml``; the verdict reads its arms, seeds,
+criterion and tuning (``parse_experiment``), the launcher's experiment runner the whole of it
+(``parse_study``: also its title, hypothesis, shared settings, tuning seeds, budget and probe)::
+
+    title: ...                     # the launcher's: in words, as pre-registered
+    hypothesis: ...
+    arms:                          # name -> the overrides that make the arm
+      isp: {algo: is_pg}
+      sc:  {algo: score_centering}
+    settings: {workload.n_updates: 32}   # every arm of every stage
+    seeds: [1, 2, 3]               # a verdict needs >= 3 unless `exploratory: true`
+    tuning_seeds: [101]            # the tuning stage's seeds (default: seeds)
+    criterion:
+      metric: eval/pass@1          # eval/<name> at: final, or a training metric at: last_k (+ last_k: 10)
+      at: final
+      baseline: isp
+      treatment: sc
+      threshold_points: 4          # mean over seeds of (treatment - baseline) must reach this;
+                                   # `threshold:` instead states it in the metric's own units
+      inconclusive_below_points: 2 # below this the treatment failed; between the two: INCONCLUSIVE
+      collapse: {drop_points: 10}  # VALIDATED also when the baseline drops more than this from its own
+                                   # peak while the treatment does not
+      ci_excludes_zero: true       # default: reaching the threshold also needs the 95 % t-interval above 0
+    tuning:                        # optional: per arm, a grid over one setting, selected before confirm
+      setting: workload.lr
+      values: [1e-5, 4e-5, 1.6e-4] # or {isp: [...], sc: [...]} with the same number of values per arm
+      metric: rollout/raw_reward   # never the verdict metric and never an eval/ (test-split) metric
+      at: last_k
+      last_k: 5
+      goal: max                    # or min
+      on_edge: extend              # a winner on the edge of its grid: extend once, or mark provisional
+    budget: {wall_minutes_per_run: 10, cpu_hours: 1.0}   # checked against the probe's step cost
+    probe: {steps: 2, gradient_check: {...}, staleness_check: {...}}
+
+Every setting's value becomes override text the one way (``override_text``: ``true``/``false``,
+lists as ``[a,b]``), wherever in the spec it is written. Every problem is one ``VerdictError`` line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import yaml
+
+from evidence.dataset import BundleData
+from evidence.measures import POINTS_PER_UNIT, Measure, MeasureError, arm_values, parse_measure
+from evidence.problems import VerdictError
+
+MIN_SEEDS = 3  # for a verdict that is not exploratory
+# The spec's keys: the verdict's, and the ones only the launcher's stages read.
+VERDICT_KEYS = {"arms", "seeds", "exploratory", "criterion", "tuning"}
+LAUNCHER_KEYS = {"name", "title", "hypothesis", "settings", "tuning_seeds", "budget", "probe"}
+PROBE_KEYS = {"steps", "gradient_check", "staleness_check"}
+BUDGET_KEYS = {"wall_minutes_per_run", "cpu_hours", "gpu_hours"}
+DEFAULT_PROBE_STEPS = 2
+_CRITERION_KEYS = {"metric", "at", "last_k", "baseline", "treatment", "threshold", "threshold_points",
+                   "inconclusive_below", "inconclusive_below_points", "collapse", "ci_excludes_zero"}
+_TUNING_KEYS = {"setting", "values", "metric", "at", "last_k", "goal", "on_edge"}
+# The probe's declared checks and the spec arms each one names.
+_PROBE_CHECK_ROLES = (("gradient_check", ("baseline", "treatment")), ("staleness_check", ("arm",)))
+
+
+# ---- override values -----------------------------------------------------------------------------
+
+def override_text(value) -> str:
+    """A setting's value as override text: as the user wrote it (YAML may have parsed 1e-4 as a float),
+    booleans as ``true``/``false``, lists as Hydra writes them on a command line (``[0.9,0.99]``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(override_text(v) for v in value) + "]"
+    return str(value)
+
+
+def overrides_block(block, what: str) -> dict[str, str]:
+    """A mapping of settings to values (``settings:``, a probe check's ``settings:``) as override text."""
+    if block is None:
+        return {}
+    if not isinstance(block, Mapping):
+        raise VerdictError(f"{what} must be a mapping of settings to values, e.g. {{workload.lr: 1e-4}}")
+    return {str(k): override_text(v) for k, v in block.items()}
+
+
+def canonical(value: str):
+    """Values compare as numbers when both are numbers (``3e-4`` == ``0.0003``), else as text."""
+    try:
+        return float(value)
+    except ValueError:
+        return value
+
+
+def same_overrides(wanted: Mapping[str, str], have: Mapping[str, str]) -> bool:
+    """Whether ``have`` sets every override of ``wanted`` to the same value."""
+    return all(k in have and canonical(str(have[k])) == canonical(str(v)) for k, v in wanted.items())
+
+
+# ---- the verdict's part -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Criterion:
+    """The pre-registered success criterion; thresholds in ``units`` (points = 100 x a rate)."""
+
+    measure: Measure
+    baseline: str
+    treatment: str
+    threshold: float
+    inconclusive_below: float | None
+    collapse_drop: float | None
+    units: str  # "points" or "units"
+    ci_excludes_zero: bool = True
+
+    @property
+    def scale(self) -> float:
+        return POINTS_PER_UNIT if self.units == "points" else 1.0
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The tuning stage: per arm, a grid over ``setting``, selected on ``measure`` (``goal`` max or min)."""
+
+    setting: str
+    values: dict[str, tuple[str, ...]]  # arm name -> grid, as override text
+    measure: Measure
+    goal: str
+    on_edge: str
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """The parts of an experiment spec that the verdict reads."""
+
+    arms: dict[str, dict[str, str]]
+    seeds: tuple[int, ...]
+    criterion: Criterion
+    tuning: Tuning | None = None
+    exploratory: bool = False
+
+
+def _number(value, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise VerdictError(f"criterion: {what} must be a finite number, not {value!r}")
+    return float(value)
+
+
+def _one_of(block: Mapping, name: str, what: str, units: str) -> float | None:
+    """``<name>_points`` or ``<name>``, whichever the criterion uses (both: an error); in ``units``."""
+    points, plain = f"{name}_points", name
+    if points in block and plain in block:
+        raise VerdictError(f"criterion: give {points} or {plain}, not both")
+    key = points if points in block else plain if plain in block else None
+    if key is None:
+        return None
+    if (key == points) != (units == "points"):
+        raise VerdictError(f"criterion: {key} mixes units with the threshold; use *_points for every threshold "
+                           f"or for none")
+    return _number(block[key], what)
+
+
+def _measure(block: Mapping, what: str) -> Measure:
+    try:
+        return parse_measure(block.get("metric"), block.get("at"), block.get("last_k"))
+    except MeasureError as exc:
+        raise VerdictError(f"{what}: {exc}") from None
+
+
+def parse_criterion(block, arms: Mapping[str, Mapping]) -> Criterion:
+    """Check a spec's ``criterion`` mapping against its arms; every problem is one line."""
+    if not isinstance(block, Mapping):
+        raise VerdictError("experiment: 'criterion' must be a mapping (metric, baseline, treatment, threshold_points)")
+    unknown = sorted(set(block) - _CRITERION_KEYS)
+    if unknown:
+        raise VerdictError(f"criterion: unknown key {unknown[0]!r}; known: {', '.join(sorted(_CRITERION_KEYS))}")
+    measure = _measure(block, "criterion")
+    for role in ("baseline", "treatment"):
+        if block.get(role) not in arms:
+            raise VerdictError(f"criterion: {role} {block.get(role)!r} is not an arm of the spec "
+                               f"(arms: {', '.join(arms) or 'none'})")
+    if block["baseline"] == block["treatment"]:
+        raise VerdictError("criterion: baseline and treatment are the same arm")
+    units = "points" if "threshold_points" in block else "units"
+    if units == "points" and not measure.is_rate:
+        raise VerdictError(f"criterion: {measure.metric} is not a rate, so it has no points; state threshold "
+                           f"in its own units")
+    threshold = _one_of(block, "threshold", "threshold", units)
+    if threshold is None:
+        raise VerdictError("criterion: no threshold; add threshold_points (or threshold in the metric's units)")
+    below = _one_of(block, "inconclusive_below", "inconclusive_below", units)
+    if below is not None and below > threshold:
+        raise VerdictError(f"criterion: inconclusive_below ({below:g}) is above the threshold ({threshold:g})")
+    collapse = block.get("collapse")
+    drop = None
+    if collapse is not None:
+        if not isinstance(collapse, Mapping) or set(collapse) - {"drop", "drop_points"}:
+            raise VerdictError("criterion: collapse must be {drop_points: X} (or {drop: X} in the metric's units)")
+        drop = _one_of(collapse, "drop", "collapse drop", units)
+        if drop is None or drop <= 0:
+            raise VerdictError("criterion: collapse needs a positive drop_points (or drop)")
+    ci = block.get("ci_excludes_zero", True)
+    if not isinstance(ci, bool):
+        raise VerdictError("criterion: ci_excludes_zero must be true or false")
+    return Criterion(measure, block["baseline"], block["treatment"], threshold, below, drop, units, ci)
+
+
+def _tuning_grids(block: Mapping, arms: Mapping[str, Mapping], setting: str) -> dict[str, tuple[str, ...]]:
+    """Per arm, its grid of ``setting`` as override text: at least two distinct values, as many as every arm's."""
+    values = block.get("values")
+    grids = values if isinstance(values, Mapping) else {name: values for name in arms}
+    if set(grids) != set(arms):
+        raise VerdictError(f"tuning: values must name every arm ({', '.join(arms)}), not {', '.join(map(str, grids))}")
+    out = {}
+    for name in arms:
+        grid = grids[name]
+        if not isinstance(grid, (list, tuple)) or len(grid) < 2:
+            raise VerdictError(f"tuning: the grid of {setting} for {name} needs at least two values")
+        texts = tuple(override_text(v) for v in grid)
+        if len({canonical(t) for t in texts}) != len(texts):
+            raise VerdictError(f"tuning: the grid of {setting} for {name} repeats a value")
+        out[name] = texts
+    if len({len(g) for g in out.values()}) != 1:
+        raise VerdictError("tuning: every arm gets the same number of settings (equal tuning budget per arm)")
+    return out
+
+
+def parse_tuning(block, arms: Mapping[str, Mapping], criterion: Criterion) -> Tuning:
+    """Check a spec's ``tuning`` mapping: the grid, equal budget per arm, a selection metric that is not the test."""
+    if not isinstance(block, Mapping):
+        raise VerdictError("experiment: 'tuning' must be a mapping (setting, values, metric)")
+    unknown = sorted(set(block) - _TUNING_KEYS)
+    if unknown:
+        raise VerdictError(f"tuning: unknown key {unknown[0]!r}; known: {', '.join(sorted(_TUNING_KEYS))}")
+    setting = block.get("setting")
+    if not isinstance(setting, str) or not setting or setting == "seed":
+        raise VerdictError("tuning: 'setting' must name one override, e.g. workload.lr")
+    for name, overrides in arms.items():
+        if setting in overrides:
+            raise VerdictError(f"tuning: arm {name} fixes {setting}={overrides[setting]}; tuning cannot vary it")
+    grids = _tuning_grids(block, arms, setting)
+    measure = _measure(block, "tuning")
+    if measure.metric == criterion.measure.metric:
+        raise VerdictError(f"tuning: metric {measure.metric} is the verdict metric; select on a validation metric "
+                           f"or a training metric such as rollout/raw_reward")
+    if measure.is_eval:
+        raise VerdictError(f"tuning: {measure.metric} is measured on the test split; select on a training metric "
+                           f"such as rollout/raw_reward")
+    goal, on_edge = block.get("goal", "max"), block.get("on_edge", "provisional")
+    if goal not in ("max", "min"):
+        raise VerdictError(f"tuning: goal must be max or min, not {goal!r}")
+    if on_edge not in ("extend", "provisional"):
+        raise VerdictError(f"tuning: on_edge must be extend or provisional, not {on_edge!r}")
+    return Tuning(setting, grids, measure, goal, on_edge)
+
+
+def _arms(arms) -> dict[str, dict[str, str]]:
+    """The spec's arms, each a non-empty mapping of overrides (as override text, sorted), no two alike."""
+    if not isinstance(arms, Mapping) or len(arms) < 2:
+        raise VerdictError("experiment: 'arms' must map at least two arm names to their overrides")
+    clean: dict[str, dict[str, str]] = {}
+    for name, overrides in arms.items():
+        if not isinstance(overrides, Mapping) or not overrides:
+            raise VerdictError(f"experiment: arm {name} must be a non-empty mapping of overrides, e.g. {{algo: rpp}}")
+        clean[str(name)] = {str(k): override_text(v) for k, v in sorted(overrides.items())}
+    seen: dict[tuple, str] = {}
+    for name, overrides in clean.items():
+        key = tuple(sorted((k, canonical(v)) for k, v in overrides.items()))
+        if key in seen:
+            raise VerdictError(f"experiment: arms {seen[key]} and {name} are identical")
+        seen[key] = name
+    return clean
+
+
+def parse_experiment(spec) -> Experiment:
+    """An ``Experiment`` from a spec mapping (or YAML text); the launcher's own keys are left alone."""
+    if isinstance(spec, str):
+        try:
+            spec = yaml.safe_load(spec)
+        except yaml.YAMLError as exc:
+            raise VerdictError(f"experiment spec: not valid YAML ({exc.__class__.__name__})") from None
+    if isinstance(spec, Mapping) and "criterion" not in spec and isinstance(spec.get("experiment"), Mapping):
+        spec = spec["experiment"]  # the spec as Hydra composes it, under its group's package
+    if not isinstance(spec, Mapping):
+        raise VerdictError("experiment spec: not a mapping")
+    arms = _arms(spec.get("arms"))
+    seeds = spec.get("seeds")
+    if not isinstance(seeds, (list, tuple)) or not seeds or not all(
+            isinstance(s, int) and not isinstance(s, bool) for s in seeds) or len(set(seeds)) != len(seeds):
+        raise VerdictError("experiment: 'seeds' must be a list of distinct integers")
+    exploratory = spec.get("exploratory", False)
+    if not isinstance(exploratory, bool):
+        raise VerdictError("experiment: exploratory must be true or false")
+    if len(seeds) < MIN_SEEDS and not exploratory:
+        raise VerdictError(f"experiment: {len(seeds)} seed(s); a verdict needs at least {MIN_SEEDS} "
+                           f"(or declare exploratory: true)")
+    criterion = parse_criterion(spec.get("criterion"), arms)
+    tuning = parse_tuning(spec["tuning"], arms, criterion) if spec.get("tuning") is not None else None
+    return Experiment(arms, tuple(seeds), criterion, tuning, exploratory)
+
+
+def check_logged(experiment: Experiment, data: BundleData) -> None:
+    """Refuse (one line) a criterion or tuning metric that no accepted run of ``data`` (e.g. the probe) logs."""
+    measures = [("criterion", experiment.criterion.measure)]
+    if experiment.tuning is not None:
+        measures.append(("tuning", experiment.tuning.measure))
+    for role, measure in measures:
+        if not any(arm_values(data, measure, arm) for arm in data.arms):
+            logged = sorted(data.step_keys)
+            raise VerdictError(f"{role} metric {measure.metric} is logged by no accepted run"
+                               + ("" if measure.is_eval else f"; logged: {', '.join(logged) or 'nothing'}"))
+
+
+# ---- the whole spec, for the launcher's stages -----------------------------------------------
+
+@dataclass(frozen=True)
+class Study:
+    """An experiment spec, checked: the verdict's part (``experiment``) and the stages' (the rest)."""
+
+    name: str
+    text: str  # the spec as run (YAML), whose SHA256 is pre-registered
+    experiment: Experiment
+    settings: dict[str, str]  # overrides every arm of every stage shares
+    tuning_seeds: tuple[int, ...]
+    probe: dict  # steps, and each declared check with its settings as override text
+    budget: dict
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+
+def spec_text(spec: Mapping) -> str:
+    """The spec as run: YAML with sorted keys, the text whose SHA256 is the pre-registration."""
+    return yaml.safe_dump(dict(spec), sort_keys=True)
+
+
+def _probe_checks(probe: Mapping, arms: Mapping[str, Mapping]) -> dict:
+    """The probe block with each declared check naming spec arms, its settings as override text."""
+    out = dict(probe)
+    for check, roles in _PROBE_CHECK_ROLES:
+        block = probe.get(check)
+        if block is None:
+            continue
+        for role in roles:
+            if block.get(role) not in arms:
+                raise VerdictError(f"probe.{check}.{role} {block.get(role)!r} is not an arm ({', '.join(arms)})")
+        out[check] = {**block, "settings": overrides_block(block.get("settings"), f"probe.{check}.settings")}
+    return out
+
+
+def parse_study(spec: Mapping, name: str) -> Study:
+    """A ``Study`` from a composed spec mapping: every key checked, in one place (one ``VerdictError`` line)."""
+    unknown = sorted(set(spec) - LAUNCHER_KEYS - VERDICT_KEYS)
+    if unknown:
+        raise VerdictError(f"unknown key {unknown[0]!r}; known: {', '.join(sorted(LAUNCHER_KEYS | VERDICT_KEYS))}")
+    for key in ("title", "hypothesis"):
+        if not isinstance(spec.get(key), str) or not spec[key].strip():
+            raise VerdictError(f"'{key}' must state it in words (a pre-registration needs one)")
+    experiment = parse_experiment(spec)
+    settings = overrides_block(spec.get("settings"), "settings")
+    for arm, overrides in experiment.arms.items():
+        shared = sorted(set(overrides) & set(settings))
+        if shared:
+            raise VerdictError(f"arm {arm} and settings both set {shared[0]}; set it in one place")
+    tuning_seeds = spec.get("tuning_seeds", list(experiment.seeds))
+    if not isinstance(tuning_seeds, list) or not tuning_seeds or not all(
+            isinstance(s, int) and not isinstance(s, bool) for s in tuning_seeds):
+        raise VerdictError("tuning_seeds must be a list of integers")
+    probe, budget = spec.get("probe") or {}, spec.get("budget") or {}
+    for block, keys, what in ((probe, PROBE_KEYS, "probe"), (budget, BUDGET_KEYS, "budget")):
+        if not isinstance(block, Mapping) or set(block) - keys:
+            raise VerdictError(f"{what} takes {', '.join(sorted(keys))}")
+    steps = probe.get("steps", DEFAULT_PROBE_STEPS)
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise VerdictError("probe.steps must be an integer >= 1")
+    for key, value in budget.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise VerdictError(f"budget.{key} must be a positive number")
+    probe = _probe_checks(probe, experiment.arms)
+    return Study(name, spec_text(spec), experiment, settings, tuple(tuning_seeds), probe, dict(budget))

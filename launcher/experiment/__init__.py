@@ -1,0 +1,65 @@
+"""Experiments: a pre-registered spec (``conf/experiment/<name>.yaml``) run as staged sweeps.
+
+``python launch.py experiment=<name> [overrides]`` runs, in ``<experiment dir>/``::
+
+    experiment.yaml     the spec as run; its SHA256 is the pre-registration
+    registration.json   that SHA256 and the overrides, written when the first job starts
+    probe/              a few steps of every arm: finite loss and gradients, seconds per step, peak
+                        memory, the spec's gradient and staleness checks (probe/probe.json)
+    tuning/             per arm, a grid over the declared setting (when the spec tunes)
+    confirm/            every arm at its selected setting over the spec's seeds; its bundle is the
+                        experiment's: the verdict, the spec and every earlier stage's data
+
+Each stage is an ordinary sweep (its own jobs, evidence and bundle), so re-running the same command
+resumes: accepted jobs are never re-run. The spec is parsed and the verdict decided by
+``evidence.verdict``; this package checks, plans and sequences: ``study`` (the spec against the config
+and the command line), ``registration``, ``runner`` (each stage's jobs), ``probe`` (its checks),
+``budget``, ``dry_run`` and ``stages`` (the real run). Every refusal is one line, before the stage it
+concerns starts.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from evidence.verdict.spec import Study
+from launcher.errors import PreflightError
+from launcher.experiment.budget import check_budget, wall_cap
+from launcher.experiment.dry_run import dry_run
+from launcher.experiment.errors import ExperimentError, ExperimentFailed
+from launcher.experiment.registration import (
+    REGISTRATION,
+    check_registration,
+    overrides_for_record,
+    register,
+    spec_changes,
+)
+from launcher.experiment.runner import Runner, experiment_dir, split_overrides
+from launcher.experiment.stages import run_stages
+from launcher.experiment.study import check_arm_settings, check_user_overrides, compose, load_study
+
+
+def run_experiment(cfg: DictConfig, overrides: list[str], exp_dir: Path, name: str) -> int:
+    """Check the spec and the directory, then run (or dry-run) every stage in order; an exit code."""
+    try:
+        study = load_study(cfg.experiment, name)
+        user, launcher = split_overrides(overrides)
+        check_user_overrides(study, user)
+        check_arm_settings(study, user)
+        recorded = overrides_for_record(overrides)
+        check_registration(exp_dir, study, recorded)
+        runner = Runner(study, exp_dir, user, [*launcher, *wall_cap(study, cfg.cluster)], bool(cfg.dry_run))
+        return dry_run(runner) if runner.dry_run else run_stages(runner, recorded)
+    except PreflightError as exc:
+        print(f"proofgrid: error: {exc}", file=sys.stderr)
+        return 2
+    except ExperimentFailed as exc:
+        print(f"proofgrid: experiment stopped: {exc}", file=sys.stderr)
+        return 1
+
+
+__all__ = ["REGISTRATION", "ExperimentError", "ExperimentFailed", "Study", "check_arm_settings", "check_budget",
+           "compose", "experiment_dir", "load_study", "register", "run_experiment", "spec_changes"]

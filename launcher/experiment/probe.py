@@ -1,0 +1,107 @@
+"""The probe stage's checks on its few steps: finite loss and gradients, the step cost and peak memory of
+every arm, and the spec's declared checks (staleness has an effect; both losses agree at staleness 0)."""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import subprocess
+import sys
+
+from evidence.dataset import BundleData
+from evidence.verdict.spec import same_overrides
+from evidence.verdict.stages import GRADIENT_RECORD, PROBE_STAGE
+from launcher.experiment.errors import ExperimentFailed
+from launcher.experiment.runner import Runner
+from trainer.inputs import REPO_ROOT
+
+DEFAULT_MIN_COSINE = 0.9
+DEFAULT_MIN_RATIO = 2.0
+DEFAULT_STALENESS_METRIC = "train/sampler_logp_gap"
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
+def _arm_steps(data: BundleData, label: str) -> list[dict]:
+    return [row for (arm, _), rows in data.steps.items() if arm == label for row in rows]
+
+
+def measure_arms(runner: Runner, data: BundleData) -> dict[str, dict]:
+    """Per probe arm: its overrides, mean seconds per step (after the first, which also warms up) and
+    peak memory; refused when an arm has no accepted probe run or logged a non-finite loss or gradient."""
+    arms: dict[str, dict] = {}
+    for label, (_, overrides) in data.arms.items():
+        steps = _arm_steps(data, label)
+        if (label, runner.study.experiment.seeds[0]) not in data.accepted or not steps:
+            raise ExperimentFailed(f"probe failed: arm {label} has no accepted probe run (see "
+                                   f"{runner.stage_dir(PROBE_STAGE).name}/bundle/report.md)")
+        for key in ("train/loss", "train/grad_norm"):
+            if not all(isinstance(r.get(key), float) and math.isfinite(r[key]) for r in steps):
+                raise ExperimentFailed(f"probe failed: arm {label} logged a non-finite {key}")
+        timed = [r["perf/step_s"] for r in steps[1:] or steps]  # the first step also warms up
+        arms[label] = {"overrides": overrides, "step_s": _mean(timed),
+                       "peak_mem_gib": max(r.get("perf/peak_mem_gib") or 0.0 for r in steps)}
+    return arms
+
+
+def staleness_check(runner: Runner, data: BundleData, arms: dict[str, dict], stale: dict) -> dict:
+    """The baseline's stale probe arm against its fresh one (``stale.settings``): the metric's mean over the
+    probe steps must be positive and at least ``min_ratio`` times the fresh one's."""
+    own = runner.study.experiment.arms[stale["arm"]]
+    fresh = {**own, **stale["settings"]}
+    metric = stale.get("metric", DEFAULT_STALENESS_METRIC)
+
+    def level(fresh_arm: bool) -> float:
+        """The metric's mean over the probe steps of the baseline's fresh (or stale) probe arm."""
+        (label,) = [lb for lb, a in arms.items() if same_overrides(own, a["overrides"])
+                    and same_overrides(fresh, a["overrides"]) == fresh_arm]
+        return _mean([r[metric] for r in _arm_steps(data, label)])
+
+    stale_value, fresh_value = level(False), level(True)
+    ratio = float(stale.get("min_ratio", DEFAULT_MIN_RATIO))
+    passed = stale_value > 0 and stale_value >= ratio * fresh_value
+    if not passed:
+        raise ExperimentFailed(f"probe failed: staleness has no effect on {metric} (stale {stale_value:.4g} vs "
+                               f"fresh {fresh_value:.4g}, needs {ratio:g}x); raise the staleness or fix the sampler")
+    return {"metric": metric, "stale": stale_value, "fresh": fresh_value, "min_ratio": ratio, "passed": passed}
+
+
+def gradient_check(runner: Runner, grad: dict) -> dict:
+    """Both arms' gradients on one staleness-0 batch, by ``python -m trainer.probe`` (a process of its own)."""
+    study = runner.study
+    shared = {**study.settings, **runner.user, **grad["settings"]}
+    out = runner.stage_dir(PROBE_STAGE) / GRADIENT_RECORD
+    argv = [sys.executable, "-m", "trainer.probe", "--out", str(out)]
+    for role in ("baseline", "treatment"):
+        argv += [f"--{role}", " ".join(shlex.quote(f"{k}={v}") for k, v in study.experiment.arms[grad[role]].items())]
+    argv += [*(f"{k}={v}" for k, v in shared.items()), f"seed={study.experiment.seeds[0]}"]
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO_ROOT)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ExperimentFailed(f"probe failed: the gradient check did not run ({last})")
+    return json.loads(out.read_text())
+
+
+def gradient_agreement(runner: Runner, grad: dict) -> dict:
+    """The gradient check's record: finite gradients whose cosine reaches ``min_cosine``, else refused."""
+    out = gradient_check(runner, grad)
+    floor = float(grad.get("min_cosine", DEFAULT_MIN_COSINE))
+    passed = out["finite"] and out["cosine"] >= floor
+    if not passed:
+        raise ExperimentFailed(f"probe failed: {grad['treatment']} and {grad['baseline']} gradients disagree at "
+                               f"staleness 0 (cosine {out['cosine']:.4f} < {floor:g}); check the treatment's loss")
+    return {**out, "min_cosine": floor, "passed": passed}
+
+
+def probe_checks(runner: Runner, data: BundleData) -> dict:
+    """Finite loss and gradients, seconds per step and peak memory per arm, and the declared checks."""
+    probe = runner.study.probe
+    record: dict = {"arms": measure_arms(runner, data), "checks": {}}
+    if probe.get("staleness_check"):
+        record["checks"]["staleness"] = staleness_check(runner, data, record["arms"], probe["staleness_check"])
+    if probe.get("gradient_check"):
+        record["checks"]["gradient"] = gradient_agreement(runner, probe["gradient_check"])
+    return record

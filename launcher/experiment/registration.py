@@ -1,0 +1,68 @@
+"""Pre-registration: the spec's SHA256 and the run's overrides, recorded as the first job starts and
+never rewritten; a changed spec (or other overrides) in a directory that already ran is refused."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import yaml
+
+from evidence.dataset import EXPERIMENT_FILE
+from evidence.verdict.spec import Study
+from facts import atomic_write_json, sha256_file
+from launcher.experiment.errors import ExperimentError
+from launcher.grid import LAUNCHER_KEYS
+
+REGISTRATION = "registration.json"
+
+
+def _flat(node, prefix: str = "") -> dict[str, object]:
+    if isinstance(node, dict):
+        out: dict[str, object] = {}
+        for k, v in node.items():
+            out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: node}
+
+
+def spec_changes(old_text: str, new_text: str) -> list[str]:
+    """``key: old -> new`` for every setting of the spec that differs."""
+    old, new = _flat(yaml.safe_load(old_text) or {}), _flat(yaml.safe_load(new_text) or {})
+    return [f"{k}: {old.get(k, '(absent)')} -> {new.get(k, '(absent)')}"
+            for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+
+
+def overrides_for_record(overrides: list[str]) -> list[str]:
+    """What defines the runs besides the spec (whose SHA256 covers experiment.*): the trainer overrides, sorted."""
+    return sorted(o for o in overrides
+                  if o.split("=", 1)[0].lstrip("+~").split(".")[0] not in (*LAUNCHER_KEYS, "hydra", "experiment"))
+
+
+def check_registration(exp_dir: Path, study: Study, overrides: list[str]) -> None:
+    """Refuse a changed spec (or other run settings) in an experiment directory that already ran."""
+    path = exp_dir / REGISTRATION
+    if not path.is_file():
+        return
+    record = json.loads(path.read_text())
+    if record["spec_sha256"] != study.sha256:
+        old = (exp_dir / EXPERIMENT_FILE).read_text() if (exp_dir / EXPERIMENT_FILE).is_file() else ""
+        changed = spec_changes(old, study.text) or ["the text"]
+        more = f" (+{len(changed) - 2} more)" if len(changed) > 2 else ""
+        raise ExperimentError(f"{exp_dir.name} was pre-registered with another spec ({'; '.join(changed[:2])}{more}); "
+                              f"a pre-registered spec cannot change: restore it, or run it in a new hydra.run.dir")
+    if record["overrides"] != overrides:
+        raise ExperimentError(f"{exp_dir.name} ran with overrides [{' '.join(record['overrides'])}], not "
+                              f"[{' '.join(overrides)}]; repeat them to resume, or use a new hydra.run.dir")
+
+
+def register(exp_dir: Path, study: Study, overrides: list[str]) -> None:
+    """Record the spec's SHA256 as the first job starts (never rewritten once there)."""
+    if (exp_dir / REGISTRATION).is_file():
+        return
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    (exp_dir / EXPERIMENT_FILE).write_text(study.text)
+    atomic_write_json(exp_dir / REGISTRATION, {
+        "experiment": study.name, "spec_sha256": sha256_file(exp_dir / EXPERIMENT_FILE), "overrides": overrides,
+        "registered": datetime.now(timezone.utc).isoformat(timespec="seconds")})

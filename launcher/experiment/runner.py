@@ -1,0 +1,100 @@
+"""One run of ``launch.py experiment=<name>``: the study, the user's overrides, where it runs, and each stage's jobs.
+
+A stage's job is a cell of overrides, later layers winning: the spec's shared settings, the arm's own,
+the stage's (the probe's few steps, a tuning value, a selected value), the command line's; then the
+seed and the launcher's settings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from evidence.verdict.spec import DEFAULT_PROBE_STEPS, Study
+from launcher.grid import LAUNCHER_KEYS
+from launcher.plan import plan_cells
+
+DEFAULT_DIR = "outputs/experiments"
+# The probe's own run settings: a few steps and a small evaluation (its eval is not evidence). Small,
+# not minimal: the evidence rejects a run whose eval reward is all zero, and one response of a model
+# that solves a third of the prompts is all zero two times in three; sixteen are, 0.3 % of the time.
+PROBE_SETTINGS = {"workload.eval.n_prompts": "16", "workload.eval.k": "1"}
+
+
+def _cell(*layers: dict[str, str], seed: int, launcher: list[str]) -> list[str]:
+    """One job's overrides: later layers win, then the seed and the launcher settings."""
+    merged: dict[str, str] = {}
+    for layer in layers:
+        merged.update(layer)
+    return [*(f"{k}={v}" for k, v in merged.items()), f"seed={seed}", *launcher]
+
+
+@dataclass
+class Runner:
+    """One run of ``launch.py experiment=<name>``: the spec, the user's overrides and where it runs."""
+
+    study: Study
+    exp_dir: Path
+    user: dict[str, str]  # trainer overrides from the command line: every stage, every arm
+    launcher: list[str]  # launcher overrides (dry_run, cluster, ...) and the budget's wall cap
+    dry_run: bool
+
+    def stage_dir(self, stage: str) -> Path:
+        return self.exp_dir / stage
+
+    def plan(self, stage: str, cells: list[list[str]]):
+        return plan_cells(cells, self.stage_dir(stage))
+
+    def probe_steps(self) -> int:
+        return self.study.probe.get("steps", DEFAULT_PROBE_STEPS)
+
+    def probe_cells(self) -> list[list[str]]:
+        s, probe = self.study, self.study.probe
+        seed = s.experiment.seeds[0]
+        run = {**self.user, "workload.n_updates": str(self.probe_steps()), **PROBE_SETTINGS}
+        cells = [_cell(s.settings, arm, run, seed=seed, launcher=self.launcher) for arm in s.experiment.arms.values()]
+        stale = probe.get("staleness_check")
+        if stale:
+            fresh = {**s.experiment.arms[stale["arm"]], **stale["settings"]}
+            cells.append(_cell(s.settings, fresh, run, seed=seed, launcher=self.launcher))
+        return cells
+
+    def tuning_grids(self) -> dict[str, list[str]]:
+        t = self.study.experiment.tuning
+        return {arm: list(values) for arm, values in t.values.items()}
+
+    def tuning_cells(self, grids: dict[str, list[str]]) -> list[list[str]]:
+        s, setting = self.study, self.study.experiment.tuning.setting
+        return [_cell(s.settings, s.experiment.arms[arm], {setting: value}, self.user, seed=seed, launcher=self.launcher)
+                for arm, values in grids.items() for value in values for seed in s.tuning_seeds]
+
+    def confirm_cells(self, selected: dict[str, dict[str, str]]) -> list[list[str]]:
+        s = self.study
+        return [_cell(s.settings, overrides, selected.get(arm, {}), self.user, seed=seed, launcher=self.launcher)
+                for arm, overrides in s.experiment.arms.items() for seed in s.experiment.seeds]
+
+
+def stage_header(stage: str, text: str) -> None:
+    print(f"== {stage}: {text}")
+
+
+def split_overrides(overrides: list[str]) -> tuple[dict[str, str], list[str]]:
+    """Command-line overrides -> (trainer settings for every stage, launcher settings); drops experiment=."""
+    trainer, launcher = {}, []
+    for o in overrides:
+        key = o.split("=", 1)[0].lstrip("+~")
+        if key == "experiment" or key.startswith("experiment.") or key.startswith("hydra"):
+            continue
+        if key.split(".")[0] in LAUNCHER_KEYS:
+            launcher.append(o)
+        else:
+            trainer[o.split("=", 1)[0]] = o.split("=", 1)[1] if "=" in o else ""
+    return trainer, launcher
+
+
+def experiment_dir(name: str, run_dir: str, hydra_overrides: list[str]) -> Path:
+    """``hydra.run.dir`` when given on the command line, else ``outputs/experiments/<name>`` (so the
+    same command resumes the same experiment)."""
+    if any(o.split("=", 1)[0] == "hydra.run.dir" for o in hydra_overrides):
+        return Path(run_dir).resolve()
+    return (Path.cwd() / DEFAULT_DIR / name).resolve()
