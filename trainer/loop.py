@@ -432,7 +432,7 @@ def update_stage(s: RunState, lp: LogProbs, adv: Advantages, step: int, m: StepM
                 logp, logp_aux = policy_logprobs(s, lp.batch.rows(rows),
                                                  lp.aux_ids[rows] if lp.aux_ids is not None else None)
             inputs = LossInputs(logp, lp.logp_old[rows], lp.logp_sampler[rows], adv.normalized[rows], mask, logp_aux)
-            token_pg, clip_frac = est.policy_loss(inputs, algo)
+            token_pg, clip_frac = est.policy_loss_fn(inputs, algo)
             pg_loss = reduce_loss(token_pg, mask, algo.loss_reduction, group=s.group)
             loss, kl_loss = pg_loss, None
             if algo.use_kl_loss:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from facts.algorithms import KL_LOSS_TYPES
 from trainer.algorithms.masking import as_bool_mask
-from trainer.algorithms.traits import KL_LOSS_TYPES
 
 
 def _masked_diff(logp: torch.Tensor, logp_ref: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -32,4 +32,4 @@ def k2_kl(logp: torch.Tensor, logp_ref: torch.Tensor, mask: torch.Tensor) -> tor
     return 0.5 * diff * diff
 
 
-KL_ESTIMATORS = dict(zip(KL_LOSS_TYPES, (k1_kl, k2_kl), strict=True))  # the names are traits.py's
+KL_ESTIMATORS = dict(zip(KL_LOSS_TYPES, (k1_kl, k2_kl), strict=True))  # the names are facts.algorithms's
