@@ -4,9 +4,9 @@ Shapes: responses are ``[B, T]`` right-padded; ``mask`` is a ``[B, T]`` bool (or
 mask; ``reward`` is ``[B]``; the K responses of one prompt are contiguous (B = P * K).
 
 An algorithm is one declarative record in ``facts/algorithms.py`` naming its formulas, which are
-registered beside their functions (``named.py``'s decorators); ``registry.py`` resolves them. Names load on first use (PEP 562), so
-config-time code (``AlgoConfig``, the records) imports no torch: the launcher's planning and dry run
-never pay for the tensor modules.
+registered beside their functions (``named.py``'s decorators); ``registry.py`` resolves them. Names
+load on first use (PEP 562), so config-time code (``AlgoConfig``, the records) imports no torch: the
+launcher's planning and dry run never pay for the tensor modules.
 """
 
 from __future__ import annotations

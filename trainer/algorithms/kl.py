@@ -1,6 +1,6 @@
 """Per-token estimators of the KL divergence to the reference policy.
 
-Where each one goes is part of the algorithm contract (see ``registry.py``): REINFORCE++ puts
+Where each one goes is part of the algorithm record (``facts/algorithms.py``): REINFORCE++ puts
 ``k1`` inside the shaped token reward; REINFORCE++-baseline and GRPO add a separate ``k2`` loss.
 Both take the response mask and select before any arithmetic, so a NaN/Inf stored outside the mask
 reaches neither the value nor the gradient (``d(0.5 x^2)/dx`` at ``x = NaN`` is NaN even when the
