@@ -9,8 +9,9 @@ to be a finite number (bool, null and strings are not numbers, whatever they spe
 Rules (docs/run-directory.md): one JSON object per line; ``step`` runs 0..N-1 with no gap or
 repeat; N equals the configured number of updates; every key the run declares in its own
 ``run.json`` (``metric_keys``) is present, and ``train/kl_loss`` is absent when not declared; for an
-older run without that list, ``train/kl_loss`` is required for grpo and rppb and must be absent for
-rpp (its KL is k1 inside the reward); a truncated last line is reported as such. Every violation names the file, line,
+older run without that list, ``train/kl_loss`` is required when the algorithm's shipped config logs a
+KL loss and must be absent when it does not (``facts.KL_LOSS_BY_ALGO``, from the records; e.g. k1
+inside the reward); a truncated last line is reported as such. Every violation names the file, line,
 step and key.
 """
 
@@ -37,7 +38,7 @@ COMMON_KEYS = (
 
 def required_keys(algo: str, declared: tuple[str, ...] | None = None) -> tuple[str, ...]:
     """The metric keys every step of ``algo`` must carry (``step`` excluded): those the run
-    declares when it does, else the fixed table of the first three algorithms."""
+    declares when it does, else what the algorithm's shipped config logs."""
     if declared is not None:
         return declared
     if KL_LOSS_BY_ALGO.get(algo, False):

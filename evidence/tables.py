@@ -15,20 +15,11 @@ from itertools import combinations
 from evidence import stats
 from evidence.dataset import BundleData, csv_text
 from evidence.sweep import algo_name, algo_sort_key, arm_name
+from facts import ALGORITHM_FIELD, ALGORITHMS, KL_IN_REWARD
 
 # |adv_norm_std - 1| below this counts as "exactly 1" in the normalisation diagnostics.
 NORM_STD_TOL = 1e-6
-# Seed 000's comparison order (arms that are just their algorithm); any other pair follows in grid order.
-PREFERRED_PAIRS = (("rpp", "grpo"), ("rppb", "grpo"), ("rpp", "rppb"))
-ALGO_CONTRACT = {
-    "grpo": ("same-prompt group centering and group-std scaling", "per-group normalization",
-             "separate k2 KL loss"),
-    "rpp": ("terminal reward plus token k1 KL shaping, followed by the reverse return",
-            "global population moments over all valid response tokens and data-parallel ranks",
-            "k1 inside the shaped reward; no independent KL loss"),
-    "rppb": ("reward minus the inclusive same-prompt group mean; no group-std division",
-             "the same global valid-token population normalization", "separate k2 KL loss"),
-}
+CONTRACT_COLUMNS = ("advantage", "normalization", "kl_regularization")
 
 
 @dataclass
@@ -109,6 +100,23 @@ def arm_header(data: BundleData) -> str:
     return "Algorithm" if all(a == data.arm_algo(a) for a in arms(data)) else "Arm"
 
 
+def declared_algorithm(data: BundleData, arm: str) -> dict:
+    """What an arm's runs declare they ran (``run.json``'s ``algorithm``: contract, KL placement,
+    normalisation): the first accepted run that declares it, else the algorithm's own record (a run
+    written before runs declared it, or an arm without an accepted run), else nothing."""
+    for s in seeds(data):
+        declared = data.runs.get((arm, s), {}).get(ALGORITHM_FIELD)
+        if isinstance(declared, dict):
+            return declared
+    record = ALGORITHMS.get(data.arm_algo(arm))
+    return record.declaration() if record is not None else {}
+
+
+def kl_in_reward(data: BundleData, arm: str) -> bool:
+    """Whether the arm's algorithm puts its reference KL inside the shaped reward (k1), not in a loss."""
+    return declared_algorithm(data, arm).get("kl_placement") == KL_IN_REWARD
+
+
 def seeds(data: BundleData) -> list[int]:
     return list(data.sweep["seeds"])
 
@@ -172,8 +180,9 @@ def _summarise(values: list[float | None]) -> stats.Summary:
     return stats.across_seeds([v for v in values if v is not None])
 
 
-def kl_not_applicable(algo: str) -> str:
-    return "N/A (k1 reward shaping)" if algo == "rpp" else "N/A (no KL-loss term)"
+def kl_not_applicable(data: BundleData, arm: str) -> str:
+    """The KL-loss cell of an arm that logs no KL loss: its KL is k1 reward shaping, or it has none."""
+    return "N/A (k1 reward shaping)" if kl_in_reward(data, arm) else "N/A (no KL-loss term)"
 
 
 # ---- tables -------------------------------------------------------------------------------------
@@ -199,8 +208,16 @@ def _initial_responses(data: BundleData, row: dict) -> str:
     return "shared" if initial.get("initial_eval") else (row["eval_responses_initial"] or "—")
 
 
+def _contract_row(data: BundleData, algo: str) -> list[str]:
+    """An algorithm's contract cells as its runs declare them (the first arm running it)."""
+    contract = next((declared_algorithm(data, a).get("contract") for a in arms(data) if data.arm_algo(a) == algo), None)
+    if not isinstance(contract, dict):
+        return ["see configuration"] * len(CONTRACT_COLUMNS)
+    return [str(contract.get(column, "see configuration")) for column in CONTRACT_COLUMNS]
+
+
 def algorithm_contract_table(data: BundleData) -> Table:
-    rows = [[a, algo_name(a), *ALGO_CONTRACT.get(a, ("see configuration",) * 3)] for a in algos(data)]
+    rows = [[a, algo_name(a), *_contract_row(data, a)] for a in algos(data)]
     return Table("algorithm_contract", ("algo", "algorithm", "advantage", "normalization", "kl_regularization"),
                  rows, ("Algorithm", "Advantage", "Normalization", "KL regularization"), [r[1:] for r in rows])
 
@@ -307,14 +324,14 @@ def stability_tables(data: BundleData) -> tuple[Table, Table]:
         for key, _, _, digits in STABILITY:
             summary = _summarise(per_metric[key])
             row += [summary.mean, summary.sd]
-            md.append(kl_not_applicable(algo) if key == "train/kl_loss" and summary.n == 0 and run_seeds
+            md.append(kl_not_applicable(data, a) if key == "train/kl_loss" and summary.n == 0 and run_seeds
                       else fmt_summary(summary, digits))
         agg_rows.append(row)
         agg_md.append(md)
         for i, s in enumerate(run_seeds):
             run_rows.append([a, algo, s, job_id(data, a, s)] + [per_metric[key][i] for key, *_ in STABILITY])
             run_md.append([display(data, a), str(s), job_id(data, a, s) or "—"] + [
-                kl_not_applicable(algo) if per_metric[key][i] is None else fmt(per_metric[key][i], d)
+                kl_not_applicable(data, a) if per_metric[key][i] is None else fmt(per_metric[key][i], d)
                 for key, _, _, d in STABILITY])
     cols = ("arm", "algo", "algorithm", "n_runs", "last_k")
     for _, stem, _, _ in STABILITY:
@@ -435,10 +452,21 @@ def eval_aggregate_table(data: BundleData) -> Table:
                  (arm_header(data), "Checkpoint", "n", "Reward / pass@1", "pass@2", "pass@4", "Truncation", "Mean length"), md)
 
 
+def _contract_rank(data: BundleData, arm: str) -> tuple[bool, bool]:
+    """How far an arm's contract is from the conventional one, lowest first: a separate KL loss before
+    KL in the reward, per-group before global normalisation."""
+    return kl_in_reward(data, arm), bool(declared_algorithm(data, arm).get("global_normalization"))
+
+
 def arm_pairs(data: BundleData) -> list[tuple[str, str]]:
-    """(a, b) arm pairs compared as a − b: seed 000's three first, then the rest in grid order."""
+    """(a, b) arm pairs compared as a − b. Between arms that are just their algorithm and differ in
+    contract, b is the more conventional one (``_contract_rank``), ordered by b, then a: seed 000's
+    REINFORCE++ − GRPO, REINFORCE++-baseline − GRPO, REINFORCE++ − REINFORCE++-baseline. Every other
+    pair follows in grid order, the later arm minus the earlier."""
     present = arms(data)
-    pairs = [p for p in PREFERRED_PAIRS if p[0] in present and p[1] in present]
+    rank = {a: (_contract_rank(data, a), i) for i, a in enumerate(present) if a == data.arm_algo(a)}
+    pairs = sorted(((a, b) for a in rank for b in rank if rank[a][0] > rank[b][0]),
+                   key=lambda p: (rank[p[1]], rank[p[0]][1]))
     for first, second in combinations(present, 2):
         if (first, second) not in pairs and (second, first) not in pairs:
             pairs.append((second, first))
@@ -484,17 +512,18 @@ def paired_table(data: BundleData) -> Table:
 
 
 def k1_table(data: BundleData) -> Table:
-    """Seed 000's k1 check for every REINFORCE++ arm, one row per accepted run."""
+    """Seed 000's k1 check for every arm whose KL is k1 inside the reward (REINFORCE++), one row per accepted run."""
     rows, md = [], []
-    rpp_arms = [a for a in arms(data) if data.arm_algo(a) == "rpp"]
-    for a in rpp_arms:
+    k1_arms = [a for a in arms(data) if kl_in_reward(data, a)]
+    only_plain_arm = len(k1_arms) == 1 and k1_arms[0] == data.arm_algo(k1_arms[0])
+    for a in k1_arms:
         for s in accepted_runs(data, a):
             returns, raw = series(data, a, s, "rollout/returns"), series(data, a, s, "rollout/raw_reward")
             if returns is None or raw is None:
                 continue
             check = stats.k1_activation(returns, raw, data.last_k)
             rows.append([a, s, job_id(data, a, s), check.all_steps, check.last_k, check.final_step])
-            shown = f"{s} / {job_id(data, a, s) or '—'}" if rpp_arms == ["rpp"] else f"{a} {s} / {job_id(data, a, s) or '—'}"
+            shown = f"{s} / {job_id(data, a, s) or '—'}" if only_plain_arm else f"{a} {s} / {job_id(data, a, s) or '—'}"
             md.append([shown, fmt(check.all_steps, 6), fmt(check.last_k, 6), fmt(check.final_step, 6)])
     n = data.n_updates
     return Table("k1_activation", ("arm", "seed", "job_id", "all_steps_mean_diff", "last_k_mean_diff", "final_step_diff"),

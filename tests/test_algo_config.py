@@ -127,28 +127,3 @@ def test_ppo_mini_batches_must_split_each_rank_batch_evenly():
     assert update_schedule(compose(["workload.ppo_mini_batches=4"])).updates_per_step == 4
     with pytest.raises(RunConfigError, match="ppo_mini_batches=5 must divide the 32 responses"):
         update_schedule(compose(["workload.ppo_mini_batches=5"]))
-
-
-def test_display_names_in_facts_match_the_shipped_algo_configs():
-    import yaml
-
-    from facts import DISPLAY_NAMES
-    from trainer.config import CONF_DIR
-
-    for path in sorted((CONF_DIR / "algo").glob("*.yaml")):
-        node = yaml.safe_load(path.read_text())
-        assert DISPLAY_NAMES.get(node["short"]) == node["display_name"], path.name
-
-
-def test_every_declarative_estimator_record_has_its_tensor_path_and_the_same_traits():
-    """``traits.py`` (torch-free, read at plan time) and the registry describe the same algorithms."""
-    from dataclasses import fields
-
-    from trainer.algorithms import ESTIMATOR_TRAITS, KL_ESTIMATORS, KL_LOSS_TYPES, EstimatorTraits
-
-    assert set(ESTIMATOR_TRAITS) == set(ESTIMATORS)
-    for key, traits in ESTIMATOR_TRAITS.items():
-        est = ESTIMATORS[key]
-        assert est.raw_advantage is not None and est.policy_loss is not None
-        assert all(getattr(est, f.name) == getattr(traits, f.name) for f in fields(EstimatorTraits))
-    assert tuple(KL_ESTIMATORS) == KL_LOSS_TYPES

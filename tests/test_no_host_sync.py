@@ -81,6 +81,31 @@ def test_policy_loss_backward_runs_under_the_host_sync_guard(monkeypatch):
     assert calls == [] and logp.grad is not None
 
 
+def test_an_empty_global_mask_fails_with_its_message_and_no_host_read(monkeypatch):
+    """``fail_on_device`` (the one private-API call, torch._assert_async) raises on the CPU, with the
+    normaliser's message, while nothing is read on the host; a non-empty mask passes."""
+    empty = torch.zeros(2, 3, dtype=torch.bool)
+    with forbid_host_sync(monkeypatch) as calls:
+        with pytest.raises(RuntimeError, match=r"the response mask is empty on every rank \(N = 0\)"):
+            algorithms.masked_global_normalize(torch.randn(2, 3, dtype=torch.float64), empty)
+        normalization.fail_on_device(torch.tensor(True), "never raised")
+    assert calls == []
+    with pytest.raises(RuntimeError, match="^a message$"):
+        normalization.fail_on_device(torch.tensor(False), "a message")
+
+
+def test_the_private_device_assert_is_called_in_exactly_one_place():
+    from tests.sweeps import REPO
+
+    callers = [f"{path.relative_to(REPO)}:{node.lineno}"
+               for package in ("trainer", "evidence", "launcher", "facts", "benchmarks")
+               for path in sorted((REPO / package).rglob("*.py"))
+               for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+               if isinstance(node, ast.Attribute) and node.attr == "_assert_async"]
+    where = inspect.getsourcelines(normalization.fail_on_device)
+    assert callers == [f"trainer/algorithms/normalization.py:{where[1] + len(where[0]) - 1}"]
+
+
 HOT_PATH_MODULES = (normalization, advantages, policy_loss, kl, masking)
 FORBIDDEN_CALLS = {"item", "tolist", "cpu", "numpy", "nonzero", "synchronize"}
 

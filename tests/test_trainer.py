@@ -39,6 +39,12 @@ def test_run_writes_the_contract_files(short_runs, algo):
     assert summary["status"] == "completed" and summary["steps_completed"] == 4
     assert summary["responses_generated"] == 4 * 32 and summary["algo"] == algo
     assert all(len(d) == 64 for d in summary["inputs"].values())
+    # The run declares what it ran, for the evidence to read: its record's contract and its reduction.
+    declared = summary["algorithm"]
+    assert (declared["short"], declared["loss_reduction"]) == (algo, "response_mean")
+    assert declared["kl_placement"] == ("k1_in_reward" if algo == "rpp" else "k2_loss")
+    assert declared["global_normalization"] is (algo != "grpo")
+    assert set(declared["contract"]) == {"advantage", "normalization", "kl_regularization", "loss"}
     ev = json.loads((run / "eval.json").read_text())
     assert ev["final"]["checkpoint"] == "step_000004" and ev["initial"]["checkpoint"] == "initial"
     assert ev["final"]["subset_sha256"] == ev["initial"]["subset_sha256"]

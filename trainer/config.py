@@ -1,6 +1,7 @@
 """Composing and validating a training run's configuration (Hydra config groups under ``conf/``).
 
-``conf/config.yaml`` selects one option of each group: ``algo`` (grpo | rpp | rppb), ``workload``
+``conf/config.yaml`` selects one option of each group: ``algo`` (one per record of
+``facts/algorithms.py``, its file written from the record), ``workload``
 (toy | gsm8k_qwen3_0p6b), ``cluster``. Everything that can be refused without compute is refused
 here, before a run starts, with a one-line message naming the setting and the fix.
 """

@@ -2,6 +2,11 @@
 mini-batches) -> metrics, then the fixed-subset evaluation of the final checkpoint and of the
 initial-checkpoint control.
 
+A run reads top to bottom: ``plan_run`` (every config-time check, once, before any rank starts),
+then on each rank ``set_up`` (inputs, models, ``resume_point``, rollout engine), ``train_steps``
+(``train_step`` per step, checkpoints, the requeue stop) and ``finish`` (evaluation); rank 0's
+``RunRecord`` writes ``run.json`` in each of its states.
+
 Off-policy control: the rollout engine holds its own copy of the weights, refreshed every
 ``workload.sampler_refresh_every`` optimizer steps, and returns its own per-token log-probs.
 
@@ -31,7 +36,15 @@ import torch
 import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
-from facts import EVAL_RECORD, METRIC_KEYS_FIELD, RUN_RECORD, atomic_write_json
+from facts import (
+    ALGORITHM_FIELD,
+    CHECKPOINTS_DIR,
+    EVAL_RECORD,
+    METRIC_KEYS_FIELD,
+    RUN_RECORD,
+    algorithm,
+    atomic_write_json,
+)
 from facts.evaluation import model_files
 from trainer.algorithms import (
     KL_ESTIMATORS,
@@ -432,7 +445,7 @@ def update_stage(s: RunState, lp: LogProbs, adv: Advantages, step: int, m: StepM
                 logp, logp_aux = policy_logprobs(s, lp.batch.rows(rows),
                                                  lp.aux_ids[rows] if lp.aux_ids is not None else None)
             inputs = LossInputs(logp, lp.logp_old[rows], lp.logp_sampler[rows], adv.normalized[rows], mask, logp_aux)
-            token_pg, clip_frac = est.policy_loss(inputs, algo)
+            token_pg, clip_frac = est.policy_loss_fn(inputs, algo)
             pg_loss = reduce_loss(token_pg, mask, algo.loss_reduction, group=s.group)
             loss, kl_loss = pg_loss, None
             if algo.use_kl_loss:
@@ -529,7 +542,20 @@ def _versions() -> dict[str, str]:
             "transformers": transformers.__version__, "proofgrid": getattr(trainer, "__version__", "0.1.0")}
 
 
-def run_rank(rank: int, world: int, cfg_container: dict) -> dict | None:
+@dataclass(frozen=True)
+class RunPlan:
+    """What the config-time checks of one run produce, computed once before any rank starts."""
+
+    algo: AlgoConfig
+    schedule: UpdateSchedule
+
+
+def plan_run(cfg: DictConfig) -> RunPlan:
+    """Every config-time check of one run (``trainer.config.validate``, the update schedule)."""
+    return RunPlan(validate(cfg), update_schedule(cfg))
+
+
+def run_rank(rank: int, world: int, cfg_container: dict, plan: RunPlan) -> dict | None:
     cfg = OmegaConf.create(cfg_container)
     if world > 1:  # a spawned rank starts with no logging set up: its lines would be lost
         logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(name)s rank{rank} %(levelname)s %(message)s")
@@ -538,12 +564,10 @@ def run_rank(rank: int, world: int, cfg_container: dict) -> dict | None:
     stop = StopRequest().install()
     if stop is None:
         deliver_held_signals()
-    return _run_rank(rank, world, cfg, stop)
+    return _run_rank(rank, world, cfg, plan, stop)
 
 
-def _run_rank(rank: int, world: int, cfg: DictConfig, stop: StopRequest | None) -> dict | None:
-    algo = validate(cfg)
-    update_schedule(cfg)
+def _run_rank(rank: int, world: int, cfg: DictConfig, plan: RunPlan, stop: StopRequest | None) -> dict | None:
     w = cfg.workload
     torch.set_num_threads(int(w.num_threads))
     if str(w.device).startswith("cuda"):
@@ -556,7 +580,7 @@ def _run_rank(rank: int, world: int, cfg: DictConfig, stop: StopRequest | None) 
     random.seed(int(cfg.seed))
     group = _init_process_group(rank, world, cfg) if world > 1 else None
     try:
-        return _run(rank, world, group, cfg, algo, stop)
+        return _run(rank, world, group, cfg, plan, stop)
     finally:
         if group is not None:
             dist.destroy_process_group()
@@ -572,7 +596,99 @@ def _init_process_group(rank: int, world: int, cfg: DictConfig):
     return dist.group.WORLD
 
 
-def _run(rank: int, world: int, group, cfg: DictConfig, algo: AlgoConfig, stop: StopRequest | None = None) -> dict | None:
+def _run(rank: int, world: int, group, cfg: DictConfig, plan: RunPlan, stop: StopRequest | None = None) -> dict | None:
+    """One rank's run: set up (and resume), the training steps, then the finish (rank 0 evaluates)."""
+    run = set_up(rank, world, group, cfg, plan)
+    if run.record is not None:
+        run.record.write("running", run.start_step)
+    train_steps(run, stop)
+    return finish(run)
+
+
+@dataclass
+class RunRecord:
+    """``run.json``, the run's own summary: one writer for its states (running, failed, completed)."""
+
+    path: Path
+    summary: dict  # what stays the same across the states: identity, inputs, config, declared keys
+    responses_per_step: int
+
+    def write(self, status: str, steps_completed: int, **details) -> dict:
+        record = {**self.summary, "status": status, "steps_completed": steps_completed,
+                  "responses_generated": steps_completed * self.responses_per_step, **details}
+        atomic_write_json(self.path, record)
+        return record
+
+
+def run_summary(cfg: DictConfig, algo: AlgoConfig, world: int, inputs: dict[str, str]) -> dict:
+    """The part of ``run.json`` every state shares. ``algorithm``: the contract the run declares it
+    ran (its record's, with the loss reduction it used); the evidence reads it from here."""
+    config = OmegaConf.to_container(cfg, resolve=True)
+    for machine_path in ("output_dir", "sweep_dir"):  # the run directory itself says where
+        config.pop(machine_path, None)
+    return {
+        "algo": algo.short_name, "algo_name": algo.estimator, "seed": int(cfg.seed), "workload": str(cfg.workload.name),
+        "n_updates": int(cfg.workload.n_updates), "dp_size": world, "versions": _versions(), "inputs": inputs,
+        "source_commit": source_commit(), "config": config, METRIC_KEYS_FIELD: metric_keys(algo),
+        ALGORITHM_FIELD: {**algorithm(algo.estimator).declaration(), "loss_reduction": algo.loss_reduction},
+    }
+
+
+@dataclass
+class Run:
+    """One rank's run around its step state: where it writes, what it resumed from, what it records."""
+
+    state: RunState
+    out: Path
+    start_step: int
+    digest: str  # run_config_digest: a checkpoint resumes only a run with the same one
+    inputs: dict[str, str]
+    eval_examples: list[Example]
+    record: RunRecord | None  # rank 0's run.json
+    metrics_log: MetricsLog | None  # rank 0's metrics.jsonl and TensorBoard events
+
+    @property
+    def ckpt_root(self) -> Path:
+        return self.out / CHECKPOINTS_DIR
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where a run continues: step 0, or its newest checkpoint (loaded into the policy and optimizer)."""
+
+    step: int = 0
+    sampler_weights: dict | None = None  # a lagging sampler's weights, saved with the checkpoint
+    sampler_step: int | None = None
+
+
+def resume_point(cfg: DictConfig, out: Path, policy, optimizer, digest: str) -> ResumePoint:
+    """Load the newest checkpoint of ``out`` when resuming; refuse one written with other settings."""
+    if not cfg.resume or (ckpt := latest_checkpoint(out / CHECKPOINTS_DIR)) is None:
+        return ResumePoint()
+    state = load_checkpoint(ckpt, policy, optimizer)
+    sampler_weights = load_sampler_weights(ckpt)
+    if state.get("config_digest") != digest:
+        raise RunConfigError(
+            f"{out} holds a checkpoint ({ckpt.name}) of a run with other settings; resuming would mix "
+            "two configurations: use a new output_dir, or resume=false to start over"
+        )
+    log.info("resumed from %s at step %d", ckpt.name, int(state["step"]))
+    return ResumePoint(int(state["step"]), sampler_weights, state.get("sampler_step"))
+
+
+def _load_models(w: DictConfig, device: torch.device):
+    """The policy, a frozen copy of it as the reference, the tokenizer and the policy's AdamW."""
+    policy, tokenizer = load_policy(str(resolve(w.model_path)), str(device))
+    reference = copy.deepcopy(policy).eval()
+    for p in reference.parameters():
+        p.requires_grad_(False)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=float(w.lr), betas=tuple(w.adam_betas),
+                                  eps=float(w.adam_eps), weight_decay=float(w.weight_decay))
+    return policy, reference, tokenizer, optimizer
+
+
+def set_up(rank: int, world: int, group, cfg: DictConfig, plan: RunPlan) -> Run:
+    """Check the inputs, load the models, resume from the newest checkpoint, start the rollout engine."""
     w = cfg.workload
     inputs = verify_inputs(w.manifest, required=[w.model_path, w.train_path, w.test_path])
     eval_examples = load_split(resolve(w.test_path))[: int(w.eval.n_prompts)]
@@ -585,104 +701,89 @@ def _run(rank: int, world: int, group, cfg: DictConfig, algo: AlgoConfig, stop: 
     out.mkdir(parents=True, exist_ok=True)
     device = torch.device(f"cuda:{torch.cuda.current_device()}") if str(w.device).startswith("cuda") \
         else torch.device(str(w.device))
-    policy, tokenizer = load_policy(str(resolve(w.model_path)), str(device))
-    reference = copy.deepcopy(policy).eval()
-    for p in reference.parameters():
-        p.requires_grad_(False)
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=float(w.lr), betas=tuple(w.adam_betas),
-                                  eps=float(w.adam_eps), weight_decay=float(w.weight_decay))
-    ckpt_root = out / "checkpoints"
-    start_step = 0
+    policy, reference, tokenizer, optimizer = _load_models(w, device)
     digest = run_config_digest(cfg)
-    schedule = update_schedule(cfg)
-    sampler_weights, sampler_step = None, None
-    if cfg.resume and (ckpt := latest_checkpoint(ckpt_root)) is not None:
-        state = load_checkpoint(ckpt, policy, optimizer)
-        sampler_weights = load_sampler_weights(ckpt)
-        sampler_step = state.get("sampler_step")
-        if state.get("config_digest") != digest:
-            raise RunConfigError(
-                f"{out} holds a checkpoint ({ckpt.name}) of a run with other settings; resuming would mix "
-                "two configurations: use a new output_dir, or resume=false to start over"
-            )
-        start_step = int(state["step"])
-        log.info("resumed from %s at step %d", ckpt.name, start_step)
+    resumed = resume_point(cfg, out, policy, optimizer, digest)
     warn_if_greedy(sampling_params(w.sampling, w.max_response_len), "training rollout")
-    engine = make_engine(str(w.engine), policy, tokenizer.eos_token_id, tokenizer.pad_token_id)
+    engine = make_engine(str(w.engine), policy, tokenizer.eos_token_id, tokenizer.pad_token_id)  # after the resume
     scorer = make_scorer(int(w.reward_workers), int(w.reward_max_concurrency))
-    state = RunState(cfg, algo, rank, world, group, policy, reference, tokenizer, optimizer, engine,
-                     PromptStream(load_split(resolve(w.train_path)), int(cfg.seed)), device, scorer, schedule)
-    state.optimizer_steps = start_step * schedule.updates_per_step
-    state.sampler_step = state.optimizer_steps
-    if sampler_weights is not None:  # the sampler lagged the policy when the checkpoint was written
-        engine.load_weights(sampler_weights)
-        state.sampler_step = int(sampler_step)
-    n_updates = int(w.n_updates)
-    summary = {
-        "algo": algo.short_name, "algo_name": algo.estimator, "seed": int(cfg.seed), "workload": str(w.name),
-        "n_updates": n_updates, "dp_size": world, "versions": _versions(), "inputs": inputs,
-        "source_commit": source_commit(), "config": OmegaConf.to_container(cfg, resolve=True),
-        METRIC_KEYS_FIELD: metric_keys(algo),
-    }
-    for machine_path in ("output_dir", "sweep_dir"):  # the run directory itself says where
-        summary["config"].pop(machine_path, None)
-    metrics_log = MetricsLog(out, start_step) if rank == 0 else None
-    if rank == 0:
-        atomic_write_json(out / RUN_RECORD, {**summary, "status": "running", "steps_completed": start_step,
-                                       "responses_generated": start_step * int(w.global_batch_size)})
-    every = int(w.checkpoint_every)
+    state = RunState(cfg, plan.algo, rank, world, group, policy, reference, tokenizer, optimizer, engine,
+                     PromptStream(load_split(resolve(w.train_path)), int(cfg.seed)), device, scorer, plan.schedule)
+    state.optimizer_steps = state.sampler_step = resumed.step * plan.schedule.updates_per_step
+    if resumed.sampler_weights is not None:  # the sampler lagged the policy when the checkpoint was written
+        engine.load_weights(resumed.sampler_weights)
+        state.sampler_step = int(resumed.sampler_step)
+    record = RunRecord(out / RUN_RECORD, run_summary(cfg, plan.algo, world, inputs), int(w.global_batch_size)) \
+        if rank == 0 else None
+    metrics_log = MetricsLog(out, resumed.step) if rank == 0 else None
+    return Run(state, out, resumed.step, digest, inputs, eval_examples, record, metrics_log)
 
-    def checkpoint(done: int) -> None:
-        """Save after ``done`` updates; a sampler that lags the policy is saved too (bit-identical resume)."""
-        lagging = state.sampler_step != state.optimizer_steps
-        save_checkpoint(ckpt_root, done, policy, optimizer,
-                        {"prompts_consumed": done * int(w.prompts_per_step), "config_digest": digest,
-                         "sampler_step": state.sampler_step},
-                        sampler_state=engine.state_dict() if lagging else None)
 
-    for step in range(start_step, n_updates):
-        if stop_agreed(stop, group, device):  # the scheduler's warning: save what is done, stop
-            if rank == 0:
-                if step > start_step and step % every:
-                    checkpoint(step)
-                metrics_log.close()
-                signum = stop.signum if stop is not None else None  # None: another rank got it
-                log.info("signal %s: checkpointed at step %d; stopping for a requeue", signum or "to a rank", step)
-            scorer.close()
-            if group is not None:
-                dist.barrier(group=group)  # no rank exits while rank 0 still writes the checkpoint
-            raise SystemExit(EXIT_CHECKPOINTED)
+def save_at(run: Run, done: int) -> None:
+    """Checkpoint after ``done`` updates; a sampler that lags the policy is saved too (bit-identical resume)."""
+    s = run.state
+    lagging = s.sampler_step != s.optimizer_steps
+    save_checkpoint(run.ckpt_root, done, s.policy, s.optimizer,
+                    {"prompts_consumed": done * int(s.cfg.workload.prompts_per_step), "config_digest": run.digest,
+                     "sampler_step": s.sampler_step},
+                    sampler_state=s.engine.state_dict() if lagging else None)
+
+
+def stop_for_requeue(run: Run, step: int, stop: StopRequest | None) -> None:
+    """The scheduler's warning reached a rank: save what is done and exit for a requeue, every rank together."""
+    s = run.state
+    if s.rank == 0:
+        if step > run.start_step and step % int(s.cfg.workload.checkpoint_every):
+            save_at(run, step)
+        run.metrics_log.close()
+        signum = stop.signum if stop is not None else None  # None: another rank got it
+        log.info("signal %s: checkpointed at step %d; stopping for a requeue", signum or "to a rank", step)
+    s.scorer.close()
+    if s.group is not None:
+        dist.barrier(group=s.group)  # no rank exits while rank 0 still writes the checkpoint
+    raise SystemExit(EXIT_CHECKPOINTED)
+
+
+def train_steps(run: Run, stop: StopRequest | None) -> None:
+    """Steps ``start_step .. n_updates - 1``; rank 0 logs each and checkpoints every ``checkpoint_every``."""
+    s = run.state
+    n_updates, every = int(s.cfg.workload.n_updates), int(s.cfg.workload.checkpoint_every)
+    for step in range(run.start_step, n_updates):
+        if stop_agreed(stop, s.group, s.device):
+            stop_for_requeue(run, step, stop)
         try:
-            metrics = train_step(state, step)
+            metrics = train_step(s, step)
         except NonFiniteGradientError as exc:
             log.error("%s", exc)
-            if rank == 0:
-                metrics_log.close()
-                atomic_write_json(out / RUN_RECORD, {**summary, "status": "failed", "error": str(exc), "failed_step": step,
-                                               "steps_completed": step,
-                                               "responses_generated": step * int(w.global_batch_size)})
+            if run.record is not None:
+                run.metrics_log.close()
+                run.record.write("failed", step, error=str(exc), failed_step=step)
             raise
         done = step + 1
-        if rank == 0:
-            metrics_log.write(step, metrics)
+        if s.rank == 0:
+            run.metrics_log.write(step, metrics)
             log.info("step %d/%d reward=%.3f loss=%.4f", done, n_updates, metrics["rollout/raw_reward"],
                      metrics["train/loss"])
             if done % every == 0 or done == n_updates:
-                checkpoint(done)
-    if group is not None:
-        dist.barrier(group=group)  # the last step's checkpoint is written before any rank leaves
-    scorer.close()
-    if rank != 0:
+                save_at(run, done)
+
+
+def finish(run: Run) -> dict | None:
+    """After the last step: every rank waits for the last checkpoint; rank 0 evaluates the final and
+    the initial checkpoint and records the run as completed (its ``run.json`` is returned)."""
+    s = run.state
+    if s.group is not None:
+        dist.barrier(group=s.group)  # the last step's checkpoint is written before any rank leaves
+    s.scorer.close()
+    if s.rank != 0:
         return None
-    metrics_log.close()
-    final, initial = _evaluate_checkpoints(cfg, out, n_updates, engine, reference, tokenizer, eval_examples,
-                                           device, inputs)
-    atomic_write_json(out / EVAL_RECORD, {"initial": initial, "final": final})
-    log.info("%s", log_eval(out, n_updates, initial, final))
-    result = {**summary, "status": "completed", "steps_completed": n_updates,
-              "responses_generated": n_updates * int(w.global_batch_size)}
-    atomic_write_json(out / RUN_RECORD, result)
-    return result
+    run.metrics_log.close()
+    n_updates = int(s.cfg.workload.n_updates)
+    final, initial = _evaluate_checkpoints(s.cfg, run.out, n_updates, s.engine, s.reference, s.tokenizer,
+                                           run.eval_examples, s.device, run.inputs)
+    atomic_write_json(run.out / EVAL_RECORD, {"initial": initial, "final": final})
+    log.info("%s", log_eval(run.out, n_updates, initial, final))
+    return run.record.write("completed", n_updates)
 
 
 def initial_eval_identity(cfg: DictConfig, examples: list[Example], device: torch.device, inputs: dict[str, str]) -> dict:
@@ -733,12 +834,11 @@ def _evaluate_checkpoints(cfg: DictConfig, out: Path, n_updates: int, engine: Ro
 
 def train(cfg: DictConfig) -> dict:
     """Train one (algo, seed) run into ``cfg.output_dir``; returns the ``run.json`` summary."""
-    validate(cfg)  # refuse before spawning anything
-    update_schedule(cfg)
+    plan = plan_run(cfg)  # refuse before spawning anything; every rank uses this plan
     container = OmegaConf.to_container(cfg, resolve=True)
     world = int(cfg.dp_size)
     if world == 1:
-        return run_rank(0, 1, container)
+        return run_rank(0, 1, container, plan)
     import torch.multiprocessing as mp
 
     Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
@@ -746,7 +846,8 @@ def train(cfg: DictConfig) -> dict:
     # This process forwards the scheduler's warning to every rank; the ranks are spawned with it
     # blocked, so one holds it until its own handler is set.
     forward = ForwardToRanks().install()
-    ranks = mp.start_processes(run_rank, args=(world, container), nprocs=world, join=False, start_method="spawn")
+    ranks = mp.start_processes(run_rank, args=(world, container, plan), nprocs=world, join=False,
+                               start_method="spawn")
     forward.ranks_started(ranks.pids())
     try:
         while not ranks.join(grace_period=RANK_EXIT_GRACE_S):
@@ -755,4 +856,4 @@ def train(cfg: DictConfig) -> dict:
         if exc.exit_code == EXIT_CHECKPOINTED:  # all ranks stopped at the same step: requeue the job
             raise SystemExit(EXIT_CHECKPOINTED) from None
         raise
-    return json.loads((Path(cfg.output_dir) / "run.json").read_text())
+    return json.loads((Path(cfg.output_dir) / RUN_RECORD).read_text())

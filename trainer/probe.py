@@ -68,7 +68,7 @@ def arm_gradient(s, algo, rollout, lp) -> torch.Tensor:
     adv = advantage_stage(arm, rollout, lp, 0, StepMetrics(None, s.device))
     mask = lp.batch.response_mask
     inputs = LossInputs(lp.logp, lp.logp_old, lp.logp_sampler, adv.normalized, mask, lp.logp_aux)
-    token_loss, _ = arm.estimator.policy_loss(inputs, algo)
+    token_loss, _ = arm.estimator.policy_loss_fn(inputs, algo)
     loss = reduce_loss(token_loss, mask, algo.loss_reduction)
     params = [p for p in s.policy.parameters() if p.requires_grad]
     grads = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)

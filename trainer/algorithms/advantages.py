@@ -1,15 +1,23 @@
-"""Returns and raw advantages of the three estimators (seed 001).
+"""Returns and raw advantages (seed 001), each registered by name beside its formula.
 
 All outputs are ``[B, T]`` and exactly zero outside the response mask. Responses of one prompt are
-contiguous: ``B = P * K`` with ``K = group_size`` responses per prompt.
+contiguous: ``B = P * K`` with ``K = group_size`` responses per prompt. The registered functions
+(``@register_raw_advantage``) read a ``RolloutBatch`` and the ``AlgoConfig`` and return
+``(raw, returns or None)``; an algorithm record names one of them.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import torch
 
 from trainer.algorithms.kl import k1_kl
 from trainer.algorithms.masking import as_bool_mask, last_valid_index
+from trainer.algorithms.named import RolloutBatch, register_raw_advantage
+
+if TYPE_CHECKING:
+    from trainer.algorithms.config import AlgoConfig
 
 
 def _check_groups(batch_size: int, group_size: int, min_group_size: int, who: str) -> None:
@@ -67,6 +75,13 @@ def kl_shaped_returns(
     return token_rewards, returns
 
 
+@register_raw_advantage("kl_shaped_return")
+def _kl_shaped_return(batch: RolloutBatch, cfg: AlgoConfig):
+    """REINFORCE++: the raw advantage is the k1-shaped return ``G`` (``kl_shaped_returns``), also logged."""
+    _, returns = kl_shaped_returns(batch.reward, batch.logp_old, batch.logp_ref, batch.mask, cfg.kl_coef, cfg.gamma)
+    return returns, returns
+
+
 def group_baseline_advantages(reward: torch.Tensor, mask: torch.Tensor, group_size: int) -> torch.Tensor:
     """REINFORCE++-baseline raw advantage: ``A[i,t] = m[i,t] * (R_i - mean_{j in g(i)} R_j)``.
 
@@ -79,6 +94,12 @@ def group_baseline_advantages(reward: torch.Tensor, mask: torch.Tensor, group_si
     centred = (grouped - grouped.mean(dim=1, keepdim=True)).reshape(-1)
     valid = as_bool_mask(mask)
     return torch.where(valid, centred.unsqueeze(-1).to(reward.dtype), reward.new_zeros(()))
+
+
+@register_raw_advantage("group_baseline")
+def _group_baseline(batch: RolloutBatch, cfg: AlgoConfig):
+    """REINFORCE++-baseline: ``R_i - mean_g R`` (``group_baseline_advantages``); no token return."""
+    return group_baseline_advantages(batch.reward, batch.mask, batch.group_size), None
 
 
 def grpo_advantages(
@@ -101,3 +122,9 @@ def grpo_advantages(
         centred = centred / (grouped.std(dim=1, unbiased=True, keepdim=True) + eps)
     valid = as_bool_mask(mask)
     return torch.where(valid, centred.reshape(-1, 1), reward.new_zeros(()))
+
+
+@register_raw_advantage("group_relative")
+def _group_relative(batch: RolloutBatch, cfg: AlgoConfig):
+    """GRPO's group advantage (``grpo_advantages``), std-scaled when ``cfg.grpo_std_normalize``; no token return."""
+    return grpo_advantages(batch.reward, batch.mask, batch.group_size, std_normalize=cfg.grpo_std_normalize), None

@@ -12,9 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from trainer.algorithms.traits import KL_AS_LOSS, KL_IN_REWARD, KL_LOSS_TYPES, LOSS_REDUCTIONS, get_traits
-
-REINFORCE_PP_FAMILY = ("reinforce_plus_plus", "reinforce_plus_plus_baseline")
+from facts.algorithms import KL_AS_LOSS, KL_IN_REWARD, KL_LOSS_TYPES, LOSS_REDUCTIONS, RECORDS, algorithm
 
 
 class AlgoConfigError(ValueError):
@@ -39,7 +37,7 @@ class AlgoConfig:
     fully_async: bool = False
     hybrid: bool = False
     context_parallel_size: int = 1
-    # Algorithm-specific settings (an Estimator lists the ones it reads; others must keep these defaults).
+    # Algorithm-specific settings (a record lists the ones it reads; others must keep these defaults).
     tau_pos: float = 1.0  # sapo: gate temperature where A > 0
     tau_neg: float = 1.05  # sapo: gate temperature where A <= 0
     is_cap: float | None = None  # is_pg: truncate the importance ratio at this value (None: no cap)
@@ -53,14 +51,14 @@ class AlgoConfig:
     overlong_penalty_factor: float = 1.0  # dapo: penalty at the response cap
 
     def __post_init__(self) -> None:
-        est = get_traits(self.estimator)  # raises on an unknown name
+        est = algorithm(self.estimator)  # raises on an unknown name
         object.__setattr__(self, "estimator", est.name)  # canonical full name
         for rule, message in _violations(self):
             raise AlgoConfigError(f"algo config refused [{rule}]: {message}")
 
     @property
     def short_name(self) -> str:
-        return get_traits(self.estimator).short
+        return algorithm(self.estimator).short
 
     @property
     def kl_loss_active(self) -> bool:
@@ -80,8 +78,8 @@ class AlgoConfig:
 
 
 AUX_SOURCES = ("top_k", "full")
-ALGORITHM_SETTINGS = ("tau_pos", "tau_neg", "is_cap", "aux_samples", "aux_top_k", "aux_source", "sc_kl_coeff",
-                      "dynamic_sampling", "dynamic_sampling_max_attempts", "overlong_cache", "overlong_penalty_factor")
+# Every algorithm-specific setting: the union of what the records read.
+ALGORITHM_SETTINGS = tuple(dict.fromkeys(key for record in RECORDS for key in record.settings))
 # Each check: (rule, predicate that is True when the config is refused, message).
 _SETTING_CHECKS = (
     ("sapo-tau", lambda c: c.tau_pos <= 0 or c.tau_neg <= 0,
@@ -104,7 +102,7 @@ _SETTING_CHECKS = (
 
 def _violations(cfg: AlgoConfig):
     """Yield ``(rule, message)`` for every refused combination, most fundamental first."""
-    est = get_traits(cfg.estimator)
+    est = algorithm(cfg.estimator)
     name = est.name
     defaults = {f.name: f.default for f in dataclasses.fields(AlgoConfig)}
     unused = [k for k in ALGORITHM_SETTINGS if k not in est.settings and getattr(cfg, k) != defaults[k]]
@@ -118,14 +116,9 @@ def _violations(cfg: AlgoConfig):
         if refused(cfg):
             yield rule, message(cfg)
     if cfg.n_samples_per_prompt < est.min_group_size:
-        why = (
-            "the inclusive group mean makes every advantage exactly zero"
-            if name == "reinforce_plus_plus_baseline"
-            else "a group of one has no sample standard deviation"
-        )
         yield (
             "group-size",
-            f"{name} with n_samples_per_prompt={cfg.n_samples_per_prompt}: {why}; "
+            f"{name} with n_samples_per_prompt={cfg.n_samples_per_prompt}: {est.min_group_reason}; "
             f"set n_samples_per_prompt >= {est.min_group_size}",
         )
     if cfg.n_samples_per_prompt < 1:
@@ -139,7 +132,10 @@ def _violations(cfg: AlgoConfig):
             "would silently change the objective's denominator (per-token global reduction is refused); "
             "set loss_reduction=response_mean",
         )
-    if name in REINFORCE_PP_FAMILY:
+    # Global normalisation (seed 001's REINFORCE++ family) takes its moments over the closed
+    # synchronous global batch: hooks, asynchronous or hybrid batches and context parallelism would
+    # each change that population.
+    if est.global_normalization:
         if cfg.reward_postprocess is not None:
             yield (
                 "custom-reward-hook",
@@ -176,8 +172,12 @@ def _violations(cfg: AlgoConfig):
             f"{name} uses a separate KL loss; KL in the reward (kl_coef={cfg.kl_coef}) is refused; "
             "set kl_coef=0 and use kl_loss_coef",
         )
-    if name == "reinforce_plus_plus_baseline" and cfg.use_kl_loss and cfg.kl_loss_type != "k2":
-        yield "kl-loss-type", f"{name} uses the k2 KL loss; got kl_loss_type={cfg.kl_loss_type!r}; set kl_loss_type=k2"
+    if cfg.use_kl_loss and est.kl_loss_types != KL_LOSS_TYPES and cfg.kl_loss_type not in est.kl_loss_types:
+        yield (
+            "kl-loss-type",
+            f"{name} uses the {' or '.join(est.kl_loss_types)} KL loss; got kl_loss_type={cfg.kl_loss_type!r}; "
+            f"set kl_loss_type={est.kl_loss_types[0]}",
+        )
     if cfg.kl_loss_type not in KL_LOSS_TYPES:
         yield "kl-loss-type", f"unknown kl_loss_type {cfg.kl_loss_type!r}; choose one of {', '.join(KL_LOSS_TYPES)}"
     if not 0.0 < cfg.gamma <= 1.0:

@@ -1,6 +1,6 @@
 """Per-token estimators of the KL divergence to the reference policy.
 
-Where each one goes is part of the algorithm contract (see ``registry.py``): REINFORCE++ puts
+Where each one goes is part of the algorithm record (``facts/algorithms.py``): REINFORCE++ puts
 ``k1`` inside the shaped token reward; REINFORCE++-baseline and GRPO add a separate ``k2`` loss.
 Both take the response mask and select before any arithmetic, so a NaN/Inf stored outside the mask
 reaches neither the value nor the gradient (``d(0.5 x^2)/dx`` at ``x = NaN`` is NaN even when the
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from facts.algorithms import KL_LOSS_TYPES
 from trainer.algorithms.masking import as_bool_mask
-from trainer.algorithms.traits import KL_LOSS_TYPES
 
 
 def _masked_diff(logp: torch.Tensor, logp_ref: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -32,4 +32,4 @@ def k2_kl(logp: torch.Tensor, logp_ref: torch.Tensor, mask: torch.Tensor) -> tor
     return 0.5 * diff * diff
 
 
-KL_ESTIMATORS = dict(zip(KL_LOSS_TYPES, (k1_kl, k2_kl), strict=True))  # the names are traits.py's
+KL_ESTIMATORS = dict(zip(KL_LOSS_TYPES, (k1_kl, k2_kl), strict=True))  # the names are facts.algorithms's

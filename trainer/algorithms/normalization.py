@@ -20,7 +20,7 @@ Implementation rules, each load-bearing:
   and still joins both collectives, so no rank can deadlock the others.
 - There is no host synchronisation: no `.item()`, `.cpu()`, `.tolist()`, `bool(tensor)` and no
   Python branch on a tensor value. An empty global population is reported by a device-side
-  assertion (`torch._assert_async`), which fires on every rank because every rank holds the same
+  assertion (`fail_on_device`), which fires on every rank because every rank holds the same
   reduced count; the denominator is clamped to 1 so the arithmetic stays finite either way.
 """
 
@@ -32,6 +32,21 @@ import torch.distributed as dist
 from trainer.algorithms.masking import as_bool_mask, valid_count
 
 EMPTY_MASK_MESSAGE = "masked_global_normalize: the response mask is empty on every rank (N = 0)"
+
+
+def fail_on_device(condition: torch.Tensor, message: str) -> None:
+    """Raise ``RuntimeError`` when the 0-dim bool ``condition`` is False, without reading it on the host.
+
+    On a CPU the error is raised here; on a GPU the kernel fails and the error surfaces at the next
+    synchronisation (the step's metrics read), so the hot path never waits for the device.
+
+    The one call of a private torch API in the project, on purpose: torch has no public
+    device-side assert (``torch._assert_async`` awaits a public name, pytorch/pytorch#53284), and
+    every public way to fail on a tensor's value (``if bool(t)``, ``.item()``, ``assert``) reads it
+    on the host first. ``tests/test_no_host_sync.py`` pins both halves: it raises with the
+    message, and the normaliser reads nothing on the host.
+    """
+    torch._assert_async(condition, message)
 
 
 def _all_reduce_sum(t: torch.Tensor, group) -> torch.Tensor:
@@ -63,7 +78,7 @@ def masked_global_normalize(
         ``(normalized, mean, var, count)``: ``normalized`` has the shape and dtype of ``values`` and
         is exactly zero outside the mask; ``mean`` and ``var`` are float64 scalars of the global
         population, ``count`` its size N (float64 scalar). Zero variance or a single valid token
-        gives finite zeros. A globally empty mask raises through ``torch._assert_async``.
+        gives finite zeros. A globally empty mask raises ``RuntimeError`` (``fail_on_device``).
     """
     valid = as_bool_mask(mask)
     x = values.detach()  # advantages are constants: nothing here is differentiated
@@ -73,7 +88,7 @@ def masked_global_normalize(
     sum_and_count = torch.stack([wide.sum(), valid_count(valid).to(torch.float64)])
     _all_reduce_sum(sum_and_count, group)
     total, count = sum_and_count[0], sum_and_count[1]
-    torch._assert_async(count > 0, EMPTY_MASK_MESSAGE)
+    fail_on_device(count > 0, EMPTY_MASK_MESSAGE)
     safe_count = count.clamp_min(1.0)
     mean = total / safe_count
 

@@ -26,15 +26,25 @@ tokens are counted by ``masking.valid_count`` throughout.
 Distributed convention: with a process ``group``, the denominators (B or N) are global, and each
 rank returns *its share* of the global value, so that summing over ranks gives the global
 reduction. Gradients must then be summed across ranks (all_reduce SUM), not averaged.
+
+Each loss is registered by name beside its formula (``@register_policy_loss``): the registered
+function reads a ``LossInputs`` and the ``AlgoConfig`` and returns ``(token_loss, clip_frac or
+None)``; an algorithm record names one of them.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.distributed as dist
 
+from facts.algorithms import LOSS_REDUCTIONS
 from trainer.algorithms.masking import as_bool_mask, valid_count
-from trainer.algorithms.traits import LOSS_REDUCTIONS
+from trainer.algorithms.named import LossInputs, register_policy_loss
+
+if TYPE_CHECKING:
+    from trainer.algorithms.config import AlgoConfig
 
 
 def ppo_clip_token_loss(
@@ -55,6 +65,12 @@ def ppo_clip_token_loss(
     constants (as everywhere in the trainer), so none flows into them.
     """
     return _clipped_surrogate(logp, logp_old, advantages, as_bool_mask(mask), clip_low, clip_high)
+
+
+@register_policy_loss("ppo_clip")
+def _ppo_clip(x: LossInputs, cfg: AlgoConfig):
+    """``ppo_clip_token_loss`` against ``logp_old`` with ``cfg.clip_low`` / ``cfg.clip_high`` (DAPO's clip-higher)."""
+    return ppo_clip_token_loss(x.logp, x.logp_old, x.advantages, x.mask, cfg.clip_low, cfg.clip_high)
 
 
 def _clipped_surrogate(logp, logp_old, advantages, valid, clip_low, clip_high) -> tuple[torch.Tensor, torch.Tensor]:
@@ -143,6 +159,12 @@ def gspo_token_loss(
     return _clipped_surrogate(sequence_log_ratio, zero, advantages, valid, clip_low, clip_high)
 
 
+@register_policy_loss("sequence_ratio_clip")
+def _gspo(x: LossInputs, cfg: AlgoConfig):
+    """``gspo_token_loss`` against ``logp_old`` with ``cfg.clip_low`` / ``cfg.clip_high``."""
+    return gspo_token_loss(x.logp, x.logp_old, x.advantages, x.mask, cfg.clip_low, cfg.clip_high)
+
+
 def sapo_token_loss(
     logp: torch.Tensor,
     logp_old: torch.Tensor,
@@ -165,6 +187,12 @@ def sapo_token_loss(
     return _selected(valid, -gate * adv, logp)
 
 
+@register_policy_loss("sigmoid_gate")
+def _sapo(x: LossInputs, cfg: AlgoConfig):
+    """``sapo_token_loss`` against ``logp_old`` with ``cfg.tau_pos`` / ``cfg.tau_neg``; nothing is clipped."""
+    return sapo_token_loss(x.logp, x.logp_old, x.advantages, x.mask, cfg.tau_pos, cfg.tau_neg), None
+
+
 def is_pg_token_loss(
     logp: torch.Tensor,
     logp_sampler: torch.Tensor,
@@ -183,6 +211,12 @@ def is_pg_token_loss(
     if cap is not None:
         ratio = torch.clamp(ratio, max=cap)
     return _selected(valid, -ratio * _selected(valid, advantages, logp), logp)
+
+
+@register_policy_loss("importance_sampled")
+def _is_pg(x: LossInputs, cfg: AlgoConfig):
+    """``is_pg_token_loss`` against the rollout engine's ``logp_sampler``, truncated at ``cfg.is_cap``."""
+    return is_pg_token_loss(x.logp, x.logp_sampler, x.advantages, x.mask, cfg.is_cap), None
 
 
 def score_centering_token_loss(
@@ -216,6 +250,14 @@ def score_centering_token_loss(
             raise ValueError("score_centering_token_loss: kl_coeff != 0 needs logp_sampler")
         token_loss = token_loss + kl_coeff * (_selected(valid, logp_sampler, logp_target) - target)
     return _selected(valid, token_loss, logp_target)
+
+
+@register_policy_loss("centred_score")
+def _score_centering(x: LossInputs, cfg: AlgoConfig):
+    """``score_centering_token_loss`` on the auxiliary draws' ``logp_aux``, analytic KL ``cfg.sc_kl_coeff``."""
+    loss = score_centering_token_loss(x.logp, x.logp_aux, x.advantages, x.mask,
+                                      logp_sampler=x.logp_sampler, kl_coeff=cfg.sc_kl_coeff)
+    return loss, None
 
 
 def _global_sum(t: torch.Tensor, group) -> torch.Tensor:

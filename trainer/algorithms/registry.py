@@ -1,59 +1,47 @@
-"""The algorithm registry: each name maps to its advantage path, policy loss, KL placement and reductions.
+"""The algorithm registry: every record of ``facts.algorithms`` with its formulas resolved by name.
 
-==============================  ====================================  =====================  ==================  ===============
-estimator (short)               raw advantage                         normalisation          reference KL        loss reduction
-==============================  ====================================  =====================  ==================  ===============
-``grpo`` (grpo)                 (R - mean_g R) / (std_g R + 1e-6)     per group (ddof=1)     separate k2 loss    any
-``reinforce_plus_plus`` (rpp)   k1-shaped reward-to-go G[i,t]          global masked, ddof=0  k1 in the reward    response_mean
-``reinforce_plus_plus_baseline``  R - inclusive group mean            global masked, ddof=0  separate k2 loss    response_mean
-(rppb)
-``gspo`` (gspo)                 GRPO group advantage                  per group (ddof=1)     separate k2 loss    any
-``sapo`` (sapo)                 GRPO group advantage                  per group (ddof=1)     separate k2 loss    any
-``dapo`` (dapo)                 GRPO group advantage + overlong       per group (ddof=1)     none by default     any (token_mean)
-                                penalty, zero-variance groups refilled
-``is_pg`` (is_pg)               R - mean_g R (group mean)             none                   none by default     any (sum)
-``score_centering``             R - mean_g R (group mean)             none                   optional analytic   any (sum)
-==============================  ====================================  =====================  ==================  ===============
+An algorithm is one declarative record (``facts/algorithms.py``: names, contract, normalisation,
+KL placement, reductions, settings, shipped defaults) that names a raw advantage and a policy loss;
+each formula is registered beside its function, in the style of verl's ``core_algos.py``:
 
-Policy losses: rpp/rppb/grpo/dapo use ``ppo_clip_token_loss`` (dapo with clip-higher), gspo
-``gspo_token_loss``, sapo ``sapo_token_loss``, is_pg ``is_pg_token_loss`` against the rollout
-engine's log-probs, score_centering ``score_centering_token_loss`` on auxiliary sampler draws.
+- ``@register_raw_advantage("group_relative" | "kl_shaped_return" | "group_baseline")`` in
+  ``advantages.py``;
+- ``@register_policy_loss("ppo_clip" | "sequence_ratio_clip" | "sigmoid_gate" | "importance_sampled"
+  | "centred_score")`` in ``policy_loss.py``.
 
-Adding an algorithm = its loss (or raw-advantage) function, one ``Estimator`` registered here, one
-``conf/algo/<name>.yaml`` and its float64 reference tests.
+``Estimator`` is a record with those two names resolved; a record naming a function nobody
+registered fails here, at import. Adding an algorithm = its formula function(s) with the decorator,
+one record in ``facts/algorithms.py``, its float64 reference tests, and its regenerated
+``conf/algo/<short>.yaml`` (``python -m trainer.algorithms.config_group``); nothing else names it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 import torch
 
-from trainer.algorithms.advantages import group_baseline_advantages, grpo_advantages, kl_shaped_returns
-from trainer.algorithms.normalization import masked_global_normalize
-from trainer.algorithms.policy_loss import (
-    gspo_token_loss,
-    is_pg_token_loss,
-    ppo_clip_token_loss,
-    sapo_token_loss,
-    score_centering_token_loss,
+from facts.algorithms import RECORDS, Algorithm, algorithm
+
+# Importing the formula modules registers their functions.
+from trainer.algorithms import advantages as _advantages  # noqa: F401
+from trainer.algorithms import policy_loss as _policy_loss  # noqa: F401
+from trainer.algorithms.named import (
+    POLICY_LOSSES,
+    RAW_ADVANTAGES,
+    LossInputs,
+    PolicyLoss,
+    RawAdvantage,
+    RolloutBatch,
 )
-from trainer.algorithms.traits import ESTIMATOR_TRAITS, EstimatorTraits, get_traits, trait_values
+from trainer.algorithms.normalization import masked_global_normalize
 
 if TYPE_CHECKING:
     from trainer.algorithms.config import AlgoConfig
 
-@dataclass(frozen=True)
-class RolloutBatch:
-    """What an advantage path may read; all ``[B, T]`` except ``reward`` ``[B]``."""
-
-    reward: torch.Tensor
-    mask: torch.Tensor
-    logp_old: torch.Tensor
-    logp_ref: torch.Tensor
-    group_size: int
+__all__ = ["ESTIMATORS", "Advantages", "Estimator", "LossInputs", "RolloutBatch", "compute_advantages",
+           "get_estimator"]
 
 
 @dataclass(frozen=True)
@@ -69,89 +57,33 @@ class Advantages:
 
 
 @dataclass(frozen=True)
-class LossInputs:
-    """What a policy loss may read; all ``[B, T]`` except ``logp_aux`` ``[B, T, K]``.
+class Estimator(Algorithm):
+    """One algorithm: its record, with the two registered formulas the record names resolved."""
 
-    ``logp`` carries the gradient; ``logp_old`` is the policy before this batch's first update,
-    ``logp_sampler`` the rollout engine's own log-probs (both detached).
-    """
-
-    logp: torch.Tensor
-    logp_old: torch.Tensor
-    logp_sampler: torch.Tensor
-    advantages: torch.Tensor
-    mask: torch.Tensor
-    logp_aux: torch.Tensor | None = None
+    raw_advantage_fn: RawAdvantage | None = None
+    policy_loss_fn: PolicyLoss | None = None
 
 
-PolicyLoss = Callable[[LossInputs, "AlgoConfig"], tuple[torch.Tensor, torch.Tensor | None]]
+def _resolve(record: Algorithm) -> Estimator:
+    missing = [f"{kind} {name!r}" for kind, name, table in (("raw advantage", record.raw_advantage, RAW_ADVANTAGES),
+                                                           ("policy loss", record.policy_loss, POLICY_LOSSES))
+               if name not in table]
+    if missing:
+        raise LookupError(f"algorithm {record.name}: {' and '.join(missing)} is not registered; register it beside "
+                          "its formula (@register_raw_advantage / @register_policy_loss in trainer/algorithms/)")
+    return Estimator(**{f.name: getattr(record, f.name) for f in fields(Algorithm)},
+                     raw_advantage_fn=RAW_ADVANTAGES[record.raw_advantage],
+                     policy_loss_fn=POLICY_LOSSES[record.policy_loss])
 
 
-def _ppo_loss(x: LossInputs, cfg: AlgoConfig):
-    return ppo_clip_token_loss(x.logp, x.logp_old, x.advantages, x.mask, cfg.clip_low, cfg.clip_high)
-
-
-def _gspo_loss(x: LossInputs, cfg: AlgoConfig):
-    return gspo_token_loss(x.logp, x.logp_old, x.advantages, x.mask, cfg.clip_low, cfg.clip_high)
-
-
-def _sapo_loss(x: LossInputs, cfg: AlgoConfig):
-    return sapo_token_loss(x.logp, x.logp_old, x.advantages, x.mask, cfg.tau_pos, cfg.tau_neg), None
-
-
-def _is_pg_loss(x: LossInputs, cfg: AlgoConfig):
-    return is_pg_token_loss(x.logp, x.logp_sampler, x.advantages, x.mask, cfg.is_cap), None
-
-
-def _score_centering_loss(x: LossInputs, cfg: AlgoConfig):
-    loss = score_centering_token_loss(x.logp, x.logp_aux, x.advantages, x.mask,
-                                      logp_sampler=x.logp_sampler, kl_coeff=cfg.sc_kl_coeff)
-    return loss, None
-
-
-@dataclass(frozen=True)
-class Estimator(EstimatorTraits):
-    """One algorithm: its declarative record (``traits.py``), advantage path and policy loss."""
-
-    raw_advantage: Callable[[RolloutBatch, AlgoConfig], tuple[torch.Tensor, torch.Tensor | None]] | None = None
-    policy_loss: PolicyLoss = _ppo_loss
-
-
-def _rpp_raw(batch: RolloutBatch, cfg: AlgoConfig):
-    _, returns = kl_shaped_returns(batch.reward, batch.logp_old, batch.logp_ref, batch.mask, cfg.kl_coef, cfg.gamma)
-    return returns, returns
-
-
-def _rppb_raw(batch: RolloutBatch, cfg: AlgoConfig):
-    return group_baseline_advantages(batch.reward, batch.mask, batch.group_size), None
-
-
-def _grpo_raw(batch: RolloutBatch, cfg: AlgoConfig):
-    adv = grpo_advantages(batch.reward, batch.mask, batch.group_size, std_normalize=cfg.grpo_std_normalize)
-    return adv, None
-
-
-# Each record of traits.py with its (raw advantage, policy loss); a record without one fails at import.
-TENSOR_PATHS = {
-    "grpo": (_grpo_raw, _ppo_loss),
-    "reinforce_plus_plus": (_rpp_raw, _ppo_loss),
-    "reinforce_plus_plus_baseline": (_rppb_raw, _ppo_loss),
-    "gspo": (_grpo_raw, _gspo_loss),
-    "sapo": (_grpo_raw, _sapo_loss),
-    "dapo": (_grpo_raw, _ppo_loss),
-    "is_pg": (_grpo_raw, _is_pg_loss),
-    "score_centering": (_grpo_raw, _score_centering_loss),
-}
-ESTIMATORS: dict[str, Estimator] = {}
-for _traits in dict.fromkeys(ESTIMATOR_TRAITS.values()):
-    _raw, _loss = TENSOR_PATHS[_traits.name]
-    _est = Estimator(**trait_values(_traits), raw_advantage=_raw, policy_loss=_loss)
-    ESTIMATORS[_est.name] = ESTIMATORS[_est.short] = _est
+ESTIMATORS: dict[str, Estimator] = {}  # by full and by short name
+for _record in RECORDS:
+    ESTIMATORS[_record.name] = ESTIMATORS[_record.short] = _resolve(_record)
 
 
 def get_estimator(name: str) -> Estimator:
-    """Look an estimator up by its full or short name."""
-    return ESTIMATORS[get_traits(name).name]
+    """Look an estimator up by its full or short name (an unknown name raises ``ValueError``)."""
+    return ESTIMATORS[algorithm(name).name]
 
 
 def compute_advantages(batch: RolloutBatch, cfg: AlgoConfig, group=None) -> Advantages:
@@ -161,7 +93,7 @@ def compute_advantages(batch: RolloutBatch, cfg: AlgoConfig, group=None) -> Adva
     GRPO's per-group scaling is its own normalisation, and its moments are reported locally.
     """
     est = get_estimator(cfg.estimator)
-    raw, returns = est.raw_advantage(batch, cfg)
+    raw, returns = est.raw_advantage_fn(batch, cfg)
     if est.global_normalization:
         normalized, mean, var, count = masked_global_normalize(raw, batch.mask, group=group)
     else:
