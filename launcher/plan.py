@@ -20,7 +20,7 @@ import hydra
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
-from facts import sweep_jobs_dir
+from facts import atomic_write_json, sweep_jobs_dir
 from facts.ordering import natural_key
 from launcher.backend import backend
 from launcher.errors import GridError, PreflightError
@@ -222,5 +222,5 @@ def write_plan(sweep: Sweep) -> list[str]:
     record = {**sweep.record(), "created": previous.get("created", date.today().isoformat())}
     if "submissions" in previous:
         record["submissions"] = previous["submissions"]
-    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    atomic_write_json(path, record)  # read concurrently (launcher status, the submitting back end)
     return commands

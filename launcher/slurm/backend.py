@@ -21,7 +21,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 
-from facts import sweep_job_dir, sweep_jobs_dir
+from facts import atomic_write_json, sweep_job_dir, sweep_jobs_dir
 from facts.failures import scheduler_reason
 from launcher.errors import PreflightError, SchedulerUnavailable
 from launcher.progress import progress_table
@@ -101,7 +101,7 @@ def submit(sweep: Sweep, todo: list[JobSpec]) -> bool:
                               defaults={**spec.identity(), "state": "PENDING", "exit_code": None,
                                         "source_commit": spec.source_commit})
         record.setdefault("submissions", []).append({"array_job_id": array_id, "jobs": [s.name for s in specs]})
-    record_path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    atomic_write_json(record_path, record)  # `launcher status` and tests read it while the array runs
     what = f"array job {arrays[0]}" if len(arrays) == 1 else f"{len(arrays)} array jobs ({', '.join(arrays)})"
     print(f"submitted Slurm {what} with {len(todo)} task(s); sweep directory: {sweep.sweep_dir}")
     if not sweep.wait:
