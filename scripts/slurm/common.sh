@@ -156,7 +156,7 @@ reset_state_dir() {
         if [[ -n "$(ls -A "$STATE_DIR")" && ! -e "$STATE_DIR/$marker" ]]; then
             die "$STATE_DIR exists, is not empty and was not created by this script; refusing to wipe it"
         fi
-        "$stop_fn" "$STATE_DIR" >/dev/null
+        ("$stop_fn" "$STATE_DIR") >/dev/null   # a subshell: what it reads back from the dir stays there
         rm -rf "$STATE_DIR"
     fi
     mkdir -p "$ETC" "$LOG" "$RUN" "$STATE_DIR/ctld" "$STATE_DIR/slurmd"
