@@ -43,6 +43,10 @@ CRED_EXPIRE="${PROOFGRID_MULTINODE_CRED_EXPIRE:-10}"
 # A node that does not answer slurmctld's pings for this long is DOWN and its jobs end NODE_FAIL
 # (Slurm default 300 s).  slurmctld pings every SlurmdTimeout/3 s.
 SLURMD_TIMEOUT="${PROOFGRID_MULTINODE_SLURMD_TIMEOUT:-10}"
+# How long an RPC waits for an answer (Slurm default 10 s).  slurmctld's ping of a dead node waits this
+# long (refused connections are retried as long) before the node counts as not responding: a crashed
+# node's job ends NODE_FAIL about 18 s after the crash with 10/5, 27 s with 10/10 (measured).
+MESSAGE_TIMEOUT="${PROOFGRID_MULTINODE_MESSAGE_TIMEOUT:-5}"
 
 PACKAGES=(munge slurm-wlm slurm-client slurmd slurmctld slurmdbd mariadb-server mariadb-client iproute2 util-linux)
 MARKER_FILE=".proofgrid-multinode"   # marks a directory as ours (safe to wipe); not cluster.sh's marker
@@ -205,6 +209,7 @@ MpiDefault=none
 # A node that registers again (restart-node) is back in service, whatever downed it.
 ReturnToService=2
 SlurmdTimeout=$SLURMD_TIMEOUT
+MessageTimeout=$MESSAGE_TIMEOUT
 # Scheduling: start jobs at once and run the full scheduler every second (a requeued job starts within
 # about 1 s of cred_expire); reject impossible requests at submission.
 SchedulerType=sched/backfill
