@@ -204,7 +204,9 @@ MailProg=/bin/true
 # No cgroups: the nodes share the machine's cgroup tree.
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/linux
+# No usage sampling in each slurmstepd: a fifth less CPU per tiny task (29 ms against 35.5 ms, measured);
+# proofgrid reads no usage field from sacct (JobID, State, ExitCode, ElapsedRaw, NodeList).
+JobAcctGatherType=jobacct_gather/none
 MpiDefault=none
 # A node that registers again (restart-node) is back in service, whatever downed it.
 ReturnToService=2
