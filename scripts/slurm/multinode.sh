@@ -110,7 +110,7 @@ known_node() { node_addr "$1" >/dev/null || die "no node '$1' in this cluster (n
 # script did not make.
 check_network_free() {
     local node routes
-    routes="$(ip -4 route show match "$SUBNET.0/24" | grep -v '^default ' || true)$(ip -4 route show root "$SUBNET.0/24")"
+    routes="$({ ip -4 route show match "$SUBNET.0/24"; ip -4 route show root "$SUBNET.0/24"; } | grep -v '^default ' | sort -u | paste -sd ';' || true)"
     [[ -z "$routes" ]] || die "$SUBNET.0/24 is in use on this machine ($routes); set PROOFGRID_MULTINODE_SUBNET"
     ! ip link show "$BRIDGE" >/dev/null 2>&1 || die "device $BRIDGE exists and is not this cluster's; set PROOFGRID_MULTINODE_NET_NAME"
     for node in "${NODE_NAMES[@]}"; do
