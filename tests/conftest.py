@@ -1,12 +1,14 @@
 """Shared fixtures and the test tiers.
 
-The Slurm fixture uses a real throwaway cluster (scripts/slurm/cluster.sh): the one CI's .ci/run
-started, or one it starts (and stops) itself.
+The Slurm fixtures use real throwaway clusters: ``slurm_cluster`` the single-node one of
+scripts/slurm/cluster.sh (the one CI's .ci/run started, or one it starts and stops itself),
+``slurm_multinode_cluster`` the multi-node one of scripts/slurm/multinode.sh (which .ci/run starts too;
+a test without one fails and says how to start it).
 
 Tiers: ``make test-fast`` runs ``-m "not slow"`` (unit, numerics, evidence on synthetic sweeps: no
 trainer or launcher processes, no Slurm); ``make test`` runs everything. A test is ``slow`` when it
 says so, or, found here so that a new test cannot slip into the fast tier by forgetting the marker,
-when it uses a real-service fixture (``slurm_cluster``) or runs the trainer or the launcher (through
+when it uses a real-service fixture (``SLOW_FIXTURES``) or runs the trainer or the launcher (through
 the helpers of tests/trainer_runs.py and tests/sweeps.py, or a command list it spells out), itself or
 through a fixture or helper function of its module or of a conftest.py above it.
 """
@@ -24,8 +26,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 CLUSTER_SH = REPO / "scripts" / "slurm" / "cluster.sh"
+MULTINODE_SH = REPO / "scripts" / "slurm" / "multinode.sh"
 TESTS = Path(__file__).resolve().parent
-SLOW_FIXTURES = frozenset({"slurm_cluster"})
+# The real-service fixtures, each with the pytest-xdist group its tests share (see _xdist_group).
+CLUSTER_GROUPS = {"slurm_cluster": "slurm", "slurm_multinode_cluster": "slurm-mn"}
+SLOW_FIXTURES = frozenset(CLUSTER_GROUPS)
 # Helpers that run the trainer or the launcher (tests/trainer_runs.py, tests/sweeps.py): as processes,
 # or, for the trainer, in this process (seconds of training either way).
 PROCESS_HELPERS = frozenset({"run_trainer", "trainer_cmd", "train_in_process", "launch"})
@@ -73,6 +78,28 @@ def slurm_cluster():
             os.environ[key] = value
     if started_here:
         subprocess.run(["bash", str(CLUSTER_SH), "stop", str(state_dir)], capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def slurm_multinode_cluster() -> dict[str, str]:
+    """A running multi-node Slurm cluster (one network namespace per node, each with its own address,
+    hostname and slurmd); returns the variables of its env.sh: ``SLURM_CONF``,
+    ``PROOFGRID_MULTINODE_PARTITION``, ``PROOFGRID_MULTINODE_NODES`` and ``PROOFGRID_MULTINODE_ADDRS``
+    (node names and their addresses, comma-separated, in the same order), ``PROOFGRID_MULTINODE_DIR``.
+
+    Not started here: it needs network namespaces, and .ci/run starts it. Unlike ``slurm_cluster`` it
+    leaves os.environ alone (both may serve one worker, each with its own SLURM_CONF): give the
+    variables to the commands, ``env={**os.environ, **slurm_multinode_cluster}``."""
+    state_dir = Path(os.environ.get("PROOFGRID_MULTINODE_DIR", "/tmp/proofgrid-multinode"))
+    start = f"sudo bash scripts/slurm/multinode.sh start {state_dir}"
+    if not (state_dir / "env.sh").is_file():
+        pytest.fail(f"no multi-node Slurm cluster at {state_dir} (PROOFGRID_MULTINODE_DIR): start one with `{start}`",
+                    pytrace=False)
+    status = subprocess.run(["bash", str(MULTINODE_SH), "status", str(state_dir)], capture_output=True, text=True)
+    if status.returncode != 0:
+        pytest.fail(f"the multi-node Slurm cluster at {state_dir} is not up:\n{status.stdout}{status.stderr[-2000:]}"
+                    f"start it again with `{start}`", pytrace=False)
+    return _cluster_env(state_dir)
 
 
 def _called_names(fn: ast.AST) -> set[str]:
@@ -135,11 +162,16 @@ def _module_fixtures(path: Path) -> frozenset[str]:
 
 def _xdist_group(item: pytest.Item) -> str | None:
     """Which tests must share one pytest-xdist worker (``make test`` runs ``--dist loadgroup``): every
-    test of the one throwaway Slurm cluster (its session fixture starts and stops the cluster, one
-    node that some tests take down), and the tests of a module that has a module-scoped run (made
-    once per worker that needs it). Every other test is scheduled on its own."""
-    if SLOW_FIXTURES & set(item.fixturenames):
-        return "slurm"
+    test of one throwaway Slurm cluster (the single-node one's session fixture starts and stops it;
+    each cluster has a node that some of its tests take down), and the tests of a module that has a
+    module-scoped run (made once per worker that needs it). Every other test is scheduled on its own.
+    The two clusters' groups run side by side; a test of both would belong to two groups."""
+    clusters = {CLUSTER_GROUPS[name] for name in CLUSTER_GROUPS if name in item.fixturenames}
+    if len(clusters) > 1:
+        raise pytest.UsageError(f"{item.nodeid} uses both throwaway Slurm clusters (groups {sorted(clusters)}): "
+                                "a test uses one, so that its cluster's node-failure tests never run beside it")
+    if clusters:
+        return clusters.pop()
     path = Path(item.path).resolve()
     return path.stem if _module_fixtures(path) & set(item.fixturenames) else None
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import TESTS, _module_fixtures, _process_starters
+from tests.conftest import TESTS, _module_fixtures, _process_starters, _xdist_group
 
 SAMPLE = '''
 import subprocess, sys
@@ -119,3 +120,27 @@ def test_the_slurm_tests_share_one_worker_and_a_module_run_is_made_once(request)
     assert _group(tests["tests/test_sweep_local.py::test_the_bundle_is_sealed_and_audits_clean"]) == "test_sweep_local"
     assert _group(tests["tests/test_sweep_local.py::test_two_cpu_jobs_on_two_pinned_cores_run_one_at_a_time"]) is None
     assert _group(tests["tests/test_tiers.py::test_the_slurm_tests_share_one_worker_and_a_module_run_is_made_once"]) is None
+
+
+def test_the_multinode_cluster_s_tests_share_a_worker_of_their_own_beside_the_single_node_cluster_s(request):
+    # Each throwaway cluster has a node that its tests take down, so its tests run one at a time on one
+    # worker. The two clusters share nothing (own daemons, ports, SLURM_CONF given per command), so their
+    # groups run side by side: the single-node group is the suite's longest.
+    tests = _by_test(request)
+    if "tests/test_multinode_cluster.py::test_a_gloo_all_reduce_through_srun_across_two_nodes_gives_the_sum_over_their_ranks" not in tests:
+        pytest.skip("needs tests/test_multinode_cluster.py collected in the same session")
+    uses_cluster = {n for n, item in tests.items() if "slurm_multinode_cluster" in item.fixturenames}
+    assert len(uses_cluster) >= 3 and {n for n, item in tests.items() if _group(item) == "slurm-mn"} == uses_cluster
+    assert all(tests[n].get_closest_marker("slow") is not None for n in uses_cluster)
+
+
+def test_a_test_of_both_throwaway_clusters_is_refused_and_one_of_either_joins_its_cluster_s_group():
+    def item(*fixtures):
+        return SimpleNamespace(nodeid="tests/test_x.py::test_y", fixturenames=[*fixtures, "tmp_path"],
+                               path=TESTS / "test_tiers.py")
+
+    with pytest.raises(pytest.UsageError, match="uses both throwaway Slurm clusters"):
+        _xdist_group(item("slurm_cluster", "slurm_multinode_cluster"))
+    assert _xdist_group(item("slurm_multinode_cluster")) == "slurm-mn"
+    assert _xdist_group(item("slurm_cluster")) == "slurm"
+    assert _xdist_group(item()) is None
