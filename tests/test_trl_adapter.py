@@ -235,8 +235,8 @@ def test_the_time_limit_signal_checkpoints_exits_75_and_the_resumed_run_is_the_u
         first, stopped_then_resumed):
     out, (code, output, checkpoints, record), resumed = stopped_then_resumed
     assert code == EXIT_CHECKPOINTED, output[-3000:]
-    assert output.splitlines()[-1] == ("trl adapter: stopped by signal 12 after step 1, checkpoint "
-                                       "checkpoints/checkpoint-1")
+    assert output.splitlines()[-1] == ("python -m trainer.adapters.trl_grpo: stopped by signal 12 after step 1, "
+                                       "checkpoint checkpoints/checkpoint-1")
     assert checkpoints == ["checkpoint-1"] and (record["status"], record["steps_completed"]) == ("stopped", 1)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert json.loads((out / RUN_RECORD).read_text())["resumed_from"] == "checkpoint-1"

@@ -413,7 +413,7 @@ def train(a: argparse.Namespace, p: Plan, stop) -> int:
         record["status"] = "stopped"
         record["stop_signal"] = stop.signum
         _write_record(out, record)
-        print(f"trl adapter: stopped by signal {stop.signum} after step {stopper.stopped_at}, "
+        print(f"{PROG}: stopped by signal {stop.signum} after step {stopper.stopped_at}, "
               f"checkpoint {CHECKPOINTS_DIR}/checkpoint-{stopper.stopped_at}", file=sys.stderr)
         return EXIT_CHECKPOINTED
     final = out / FINAL_MODEL_DIR
