@@ -28,8 +28,9 @@ class Backend(Protocol):
         """Refuse (``PreflightError``) a profile or launcher setting this back end cannot honour;
         when not ``dry_run`` it may also ask the scheduler itself."""
 
-    def check_resources(self, workload: DictConfig, cluster: DictConfig) -> None:
-        """Refuse a job of ``workload`` whose CPUs or GPUs this back end cannot give it."""
+    def check_resources(self, workload: DictConfig, cluster: DictConfig, dp_size: int) -> None:
+        """Refuse a job of ``workload`` with ``dp_size`` ranks whose CPUs, GPUs or allocation (nodes,
+        tasks per node) this back end cannot give it."""
 
     def check_environment(self, cluster: DictConfig, dry_run: bool) -> None:
         """Refuse a launch from a machine that lacks what this back end runs (its commands)."""

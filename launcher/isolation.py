@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from facts import run_dir_of_job
+from facts.ranks import MASTER_ADDR_ENV, MASTER_PORT_ENV, RANK_ENV, RENDEZVOUS_TIMEOUT_ENV
 
 # Unix socket paths are limited to 107 bytes, and Ray puts its sockets several levels below its
 # temp dir; a job directory deep in a sweep tree would overflow that. Ray therefore gets a short
@@ -22,7 +23,12 @@ RAY_ALIAS_PREFIX = "pgray-"
 
 @dataclass(frozen=True)
 class JobRoots:
+    """A runtime's roots under ``job_dir`` (the job directory; for rank r > 0 of a job of several tasks,
+    its own ``<job>/ranks/rank<r>/``, so that ranks sharing a machine never share a Ray alias or a
+    process marker) and the trainer's output directory, ``run_dir`` (default ``<job_dir>/run``)."""
+
     job_dir: Path
+    run_dir: Path | None = None
 
     @property
     def ray(self) -> Path:
@@ -38,7 +44,7 @@ class JobRoots:
 
     @property
     def output(self) -> Path:
-        return run_dir_of_job(self.job_dir)
+        return self.run_dir if self.run_dir is not None else run_dir_of_job(self.job_dir)
 
     @property
     def ray_alias(self) -> Path:
@@ -92,12 +98,23 @@ def isolated_env(roots: JobRoots, ports: dict[str, int] | None, base_env: dict[s
         "PROOFGRID_JOB_DIR": str(roots.job_dir),
     })
     env.pop("RAY_ADDRESS", None)  # never attach to somebody else's cluster
+    for name in RANK_ENV:  # a stray rank variable would make a job's one trainer a rank of somebody's job
+        env.pop(name, None)
     if ports:
-        env["MASTER_ADDR"] = "127.0.0.1"
-        env["MASTER_PORT"] = str(ports["master_port"])
+        env[MASTER_ADDR_ENV] = "127.0.0.1"
+        env[MASTER_PORT_ENV] = str(ports["master_port"])
         env["PROOFGRID_SGLANG_NCCL_PORT"] = str(ports["sglang_nccl"])  # sglang --nccl-port
         env["PROOFGRID_SGLANG_PORT"] = str(ports["sglang_server"])
     return env
+
+
+def rank_env(address: str, port: int | str, rank: int | str, world: int, local_rank: int | str, local_world: int,
+             timeout_s: int) -> dict[str, str]:
+    """What the trainer of one rank of a job of several tasks is given: torch.distributed's ``env://``
+    variables (the rendezvous at rank 0's node, this rank's place) and how long to wait for the others."""
+    values = dict(zip(RANK_ENV, (rank, world, local_rank, local_world)))
+    return {MASTER_ADDR_ENV: str(address), MASTER_PORT_ENV: str(port), **{k: str(v) for k, v in values.items()},
+            RENDEZVOUS_TIMEOUT_ENV: str(timeout_s)}
 
 
 def env_diff(base: dict[str, str], env: dict[str, str]) -> dict[str, str | None]:

@@ -26,7 +26,7 @@ from launcher.interrupts import HANDLED, raise_interrupted
 from launcher.liveness import mark_dead_local_jobs
 from launcher.progress import SweepProgress, natural_key
 from launcher.records import read_job_record, update_job_record
-from launcher.spec import JobSpec, Sweep
+from launcher.spec import MULTINODE_NEEDS_SLURM, JobSpec, Sweep, allocation_shape
 from trainer.inputs import REPO_ROOT
 
 
@@ -47,9 +47,13 @@ def local_concurrency(cpus_per_job: int, max_parallel: int | None) -> int:
 def check_profile(cluster: DictConfig, dry_run: bool, wait: bool) -> None:
     if not wait:
         raise PreflightError("wait=false needs cluster=slurm: local jobs live only as long as the launcher")
+    nodes, tasks_per_node = allocation_shape(cluster)
+    if nodes > 1 or tasks_per_node > 1:
+        raise PreflightError(MULTINODE_NEEDS_SLURM.format(setting=f"cluster.nodes={nodes}" if nodes > 1
+                                                          else f"cluster.tasks_per_node={tasks_per_node}"))
 
 
-def check_resources(workload: DictConfig, cluster: DictConfig) -> None:
+def check_resources(workload: DictConfig, cluster: DictConfig, dp_size: int = 1) -> None:
     """A job's CPUs (and GPUs) must exist on this machine."""
     cpus, available = int(workload.cpus_per_job), usable_cores()
     if cpus > available:

@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 
 from launcher.errors import PreflightError
 from launcher.preflight import check_sweep_dir
+from launcher.spec import MULTINODE_NEEDS_SLURM
 from trainer.config import compose as trainer_compose
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -66,6 +67,8 @@ def check_overrides(argv: list[str], compose=None) -> str | None:
         if key.split(".")[0] in GROUPS and "." not in key or key.startswith("hydra") or o.is_add() or o.is_force_add():
             continue
         if OmegaConf.select(cfg, key, default=missing) is missing:
+            if key in ("cluster.nodes", "cluster.tasks_per_node") and cfg.cluster.get("kind") == "local":
+                return MULTINODE_NEEDS_SLURM.format(setting=f"{key}={o.value()}")
             parts, node, i = key.split("."), cfg, 0
             while i < len(parts) - 1 and OmegaConf.is_dict(node) and parts[i] in node:
                 node, i = node[parts[i]], i + 1  # down to the first unknown part: worklaod in worklaod.lr

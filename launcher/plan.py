@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 
 from facts import atomic_write_json, sweep_jobs_dir
 from facts.ordering import natural_key
+from facts.ranks import DEFAULT_RENDEZVOUS_TIMEOUT_S
 from launcher.backend import backend
 from launcher.errors import GridError, PreflightError
 from launcher.grid import (
@@ -34,11 +35,11 @@ from launcher.grid import (
     expand_grid,
     hydra_compose,
 )
-from launcher.isolation import JobRoots, isolated_env
+from launcher.isolation import JobRoots, isolated_env, rank_env
 from launcher.ports import NAMED_PORTS
 from launcher.preflight import check_inputs, check_job_config, check_resources, check_source
 from launcher.records import SWEEP_RECORD, public_copy, sweep_sanitizer
-from launcher.spec import JobSpec, Sweep
+from launcher.spec import JobSpec, Sweep, allocation_shape
 from trainer.inputs import REPO_ROOT
 
 COMMANDS_FILE = "commands.txt"
@@ -115,6 +116,7 @@ def plan_sweep(root_cfg: DictConfig, cells: list[list[str]], sweep_dir: Path, co
         )
     ((workload, n_updates, eval_responses),) = shapes
     specs = []
+    nodes, tasks_per_node = allocation_shape(cluster)
     for cell in parsed:
         cfg = arm_cfgs[cell.arm_key]
         w = cfg.workload
@@ -125,7 +127,8 @@ def plan_sweep(root_cfg: DictConfig, cells: list[list[str]], sweep_dir: Path, co
             trainer_overrides=trainer_overrides(list(cell.overrides)), cpus=int(w.cpus_per_job),
             ray_cpus=int(w.reward_workers) and int(w.cpus_per_job), n_updates=int(w.n_updates),
             source_commit=commit, gpu_model=cluster.get("gpu_model") or None,
-            arm=label, arm_overrides=dict(cell.arm),
+            arm=label, arm_overrides=dict(cell.arm), nodes=nodes, tasks_per_node=tasks_per_node,
+            rendezvous_timeout_s=int(cluster.get("rendezvous_timeout_s") or DEFAULT_RENDEZVOUS_TIMEOUT_S),
         ))
     if len(specs) > 1:  # a one-job sweep has nobody to share its initial evaluation with
         specs = [dataclasses.replace(s, share_initial_eval=True) for s in specs]
@@ -172,8 +175,13 @@ def expanded_command(spec: JobSpec) -> dict:
     # wherever the dry run runs: CI compares it with a committed golden file.
     env = isolated_env(roots, ports, {})
     env["PROOFGRID_SOURCE_COMMIT"] = "<SOURCE_COMMIT>"
+    head = "127.0.0.1"
+    if spec.tasks > 1:  # one rank per task: the rendezvous is rank 0's node, each task's rank is Slurm's
+        head = "<RANK0_NODE_ADDR>"
+        env.update(rank_env(head, "<PORT:master_port>", "<SLURM_PROCID>", spec.tasks, "<SLURM_LOCALID>",
+                            spec.tasks_per_node, spec.rendezvous_timeout_s))
     if spec.ray_cpus:
-        env["RAY_ADDRESS"] = "127.0.0.1:<PORT:ray_gcs>"
+        env["RAY_ADDRESS"] = f"{head}:<PORT:ray_gcs>"
     env["RAY_TMPDIR"] = "<RAY_ALIAS>"
     return {"argv": spec.trainer_argv(roots.output), "env": dict(sorted(env.items()))}
 

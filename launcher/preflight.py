@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 from launcher.backend import backend
 from launcher.errors import PortLockError, PreflightError
 from launcher.ports import port_base
+from launcher.spec import allocation_shape
 from trainer.algorithms import AlgoConfigError
 from trainer.config import RunConfigError, validate
 from trainer.inputs import REPO_ROOT, InputDigestError, resolve, verify_inputs
@@ -72,8 +73,10 @@ def check_inputs(workload: DictConfig) -> dict[str, str]:
 
 def check_resources(workload: DictConfig, cluster: DictConfig, dp_size: int = 1) -> None:
     """The CPUs given to a job must cover the trainer plus its reward workers (seed 000's smoke runs
-    that could not schedule their actors), and the back end must be able to give them."""
-    ranks = int(dp_size)
+    that could not schedule their actors), and the back end must be able to give them. A job of one
+    task holds all ``dp_size`` ranks; a job of several tasks (``allocation_shape``) one rank per task."""
+    nodes, tasks_per_node = allocation_shape(cluster)
+    ranks = int(dp_size) if nodes * tasks_per_node == 1 else 1  # the back end checks dp_size against the tasks
     need = ranks * (1 + int(workload.reward_workers))  # every data-parallel rank has its own workers
     cpus = int(workload.cpus_per_job)
     if cpus < need:
@@ -81,7 +84,7 @@ def check_resources(workload: DictConfig, cluster: DictConfig, dp_size: int = 1)
             f"workload.cpus_per_job={cpus} cannot hold {ranks} trainer rank(s) plus {workload.reward_workers} "
             f"reward worker(s) each ({need} CPUs); set workload.cpus_per_job>={need}"
         )
-    backend(cluster.kind).check_resources(workload, cluster)
+    backend(cluster.kind).check_resources(workload, cluster, int(dp_size))
 
 
 def check_sweep_dir(sweep_dir: Path, setting: str = "hydra.sweep.dir") -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from facts import sweep_job_dir
+from facts.ranks import DEFAULT_RENDEZVOUS_TIMEOUT_S
 
 # Characters a Hydra override value may hold unquoted (a comma would make a sweep, a quote or a
 # non-ASCII character fails to parse).
@@ -47,6 +48,16 @@ class JobSpec:
     arm: str = ""  # the arm's label (launcher.grid); "" in records older than arms: the algo's short name
     arm_overrides: dict[str, str] = field(default_factory=dict)  # the arm's settings, as written
     share_initial_eval: bool = False  # one of several jobs: the initial checkpoint is evaluated once per sweep
+    # The allocation of the job (``allocation_shape``): with more than one task, the scheduler starts
+    # one runtime per task and each runs one trainer rank; with one, the trainer starts its dp_size ranks.
+    nodes: int = 1
+    tasks_per_node: int = 1
+    rendezvous_timeout_s: int = DEFAULT_RENDEZVOUS_TIMEOUT_S  # ranks that have not met by then fail the job (more than one task)
+
+    @property
+    def tasks(self) -> int:
+        """Processes the scheduler starts for the job, one trainer rank each when more than one."""
+        return self.nodes * self.tasks_per_node
 
     @property
     def arm_label(self) -> str:
@@ -79,6 +90,17 @@ class JobSpec:
         data = json.loads(text)
         data["trainer_overrides"] = tuple(data["trainer_overrides"])
         return cls(**data)
+
+
+def allocation_shape(cluster: DictConfig) -> tuple[int, int]:
+    """``(nodes, tasks_per_node)`` of each job's allocation: the profile's ``cluster.nodes`` and
+    ``cluster.tasks_per_node``, ``(1, 1)`` for a profile without them (the local back end)."""
+    return int(cluster.get("nodes") or 1), int(cluster.get("tasks_per_node") or 1)
+
+
+# A job of several tasks needs a scheduler that starts them; the local back end runs one process per job.
+MULTINODE_NEEDS_SLURM = ("{setting} needs cluster=slurm (or a site profile): the local back end runs each job's "
+                         "dp_size ranks as processes of this machine; drop the setting, or use cluster=slurm")
 
 
 @dataclass

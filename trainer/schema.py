@@ -25,6 +25,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from facts.ranks import DEFAULT_RENDEZVOUS_TIMEOUT_S
 from facts.slurm_formats import GRES_PATTERN, MEM_PATTERN, TIME_FORMS, time_ok
 
 SEED_MAX = 2**63 - 1  # torch.manual_seed and the run's derived seeds (trainer.data.mix_seed) are 63/64-bit
@@ -121,6 +122,12 @@ class ClusterSchema:
     signal_delay_s: int = setting(90, ge=0)  # USR2 this long before the time limit (checkpoint, requeue)
     wait_timeout_s: Optional[float] = setting(None, gt=0.0)  # noqa: UP045
     seal_job: bool = setting(False)  # wait=false: an afterany job seals the bundle when the array ends
+    # A job's allocation (Slurm): more than one task (nodes x tasks_per_node) runs one trainer rank per
+    # task, and dp_size must equal that product; one task runs dp_size ranks as local processes.
+    nodes: int = setting(1, ge=1)
+    tasks_per_node: int = setting(1, ge=1)
+    gpus_per_node: Optional[int] = setting(None, ge=1)  # noqa: UP045 - GPU profiles: --gpus-per-node
+    rendezvous_timeout_s: int = setting(DEFAULT_RENDEZVOUS_TIMEOUT_S, ge=1)  # ranks that cannot meet fail the job after this long
     sbatch: dict[str, Any] = setting({})  # extra sbatch long options (checked in launcher.slurm.options)
     setup: list[str] = setting([])  # lines run in the batch script before the job (module load ...)
 

@@ -23,6 +23,7 @@ from omegaconf import DictConfig
 from facts.slurm_formats import TIME_FORMS, gres_ok, limit_minutes, mem_mb, mem_ok, time_ok
 from launcher.errors import PreflightError
 from launcher.slurm.commands import not_on_path, pipe_records, run_slurm
+from launcher.spec import allocation_shape
 from trainer.schema import ClusterSchema
 
 _NAME = re.compile(r"^[\w.-]+$")
@@ -51,7 +52,9 @@ PROFILE_KEYS = frozenset(f.name for f in dataclasses.fields(ClusterSchema)) - {"
 MANAGED_OPTIONS = {"array": "the grid", "partition": "partition", "account": "account", "qos": "qos", "gres": "gres",
                    "cpus-per-task": "cpus_per_task", "mem": "mem", "time": "time", "constraint": "constraint",
                    "requeue": "requeue", "signal": "signal_delay_s", "job-name": "the sweep's name",
-                   "output": "submitit", "error": "submitit", "wrap": "submitit", "open-mode": "submitit"}
+                   "output": "submitit", "error": "submitit", "wrap": "submitit", "open-mode": "submitit",
+                   "nodes": "nodes", "ntasks-per-node": "tasks_per_node", "ntasks": "nodes x tasks_per_node",
+                   "gpus-per-node": "gpus_per_node"}
 _OPTION = re.compile(r"^[a-z][a-z0-9-]*$")
 
 
@@ -76,18 +79,37 @@ def check_profile(cluster: DictConfig, dry_run: bool, wait: bool) -> None:
         check_against_cluster(cluster)
 
 
-def check_resources(workload: DictConfig, cluster: DictConfig) -> None:
-    """A task of the profile holds a job of ``workload``: its CPUs, and a GPU when it needs one."""
+def check_resources(workload: DictConfig, cluster: DictConfig, dp_size: int = 1) -> None:
+    """A task of the profile holds a job of ``workload``: its CPUs, and a GPU when it needs one. A job
+    of several tasks (``cluster.nodes`` x ``cluster.tasks_per_node``) runs one rank per task, so its
+    ``dp_size`` is their product, and on a GPU workload each node has a GPU per rank."""
     cpus = int(workload.cpus_per_job)
     if int(cluster.cpus_per_task) < cpus:
         raise PreflightError(
             f"cluster.cpus_per_task={cluster.cpus_per_task} is less than the {cpus} CPUs a job of "
             f"workload {workload.name} needs; set cluster.cpus_per_task>={cpus}"
         )
-    if int(workload.gpus_per_job) > 0 and not cluster.get("gres"):
+    nodes, per_node = allocation_shape(cluster)
+    tasks = nodes * per_node
+    if tasks > 1 and int(dp_size) != tasks:
+        fix = f"set dp_size={tasks}"
+        if int(dp_size) % nodes == 0:
+            fix += f" or cluster.tasks_per_node={int(dp_size) // nodes}"
+        raise PreflightError(
+            f"dp_size={dp_size} is not cluster.nodes x cluster.tasks_per_node = {nodes} x {per_node} = {tasks}: a job "
+            f"of several tasks runs one trainer rank per task; {fix}"
+        )
+    gpus = int(workload.gpus_per_job)
+    if gpus > 0 and not cluster.get("gres") and not (tasks > 1 and cluster.get("gpus_per_node")):
         raise PreflightError(
             f"workload {workload.name} needs a GPU per job but cluster.gres is empty; "
-            "set cluster.gres=gpu:<model>:1 (see conf/cluster/)"
+            + ("set cluster.gpus_per_node=" + str(per_node * gpus) if tasks > 1 else "set cluster.gres=gpu:<model>:1")
+            + " (see conf/cluster/)"
+        )
+    if gpus > 0 and tasks > 1 and (given := cluster.get("gpus_per_node")) and int(given) < per_node * gpus:
+        raise PreflightError(
+            f"cluster.gpus_per_node={given} is fewer than the {per_node * gpus} GPUs of a node's {per_node} rank(s) "
+            f"(workload.gpus_per_job={gpus} each); set cluster.gpus_per_node={per_node * gpus}"
         )
 
 
@@ -143,7 +165,8 @@ def check_formats(cluster: DictConfig) -> None:
             bad(key, v, f"a {key} name (see `sacctmgr show assoc user=$USER`)")
     if (c := _value(cluster, "constraint")) is not None and not _CONSTRAINT.match(str(c)):
         bad("constraint", c, "node features joined by & or |, e.g. a40&ib")
-    for key in ("cpus_per_task", "array_parallelism", "max_array_size"):
+    for key in ("cpus_per_task", "array_parallelism", "max_array_size", "nodes", "tasks_per_node", "gpus_per_node",
+                "rendezvous_timeout_s"):
         if (v := _value(cluster, key)) is not None and _positive_int(v) is None:
             bad(key, v, "a whole number >= 1")
     if (w := _value(cluster, "wait_timeout_s")) is not None and _positive_int(w) is None:
@@ -218,12 +241,17 @@ def check_against_cluster(cluster: DictConfig) -> None:
         raise PreflightError(f"cluster.time={t} exceeds partition {partition}'s limit {fields['MaxTime']}; "
                              f"ask for at most that ({_PROFILE})")
     nodes = _nodes(partition) or []
+    wanted, per_node = allocation_shape(cluster)
     if nodes:
         checks = []
         if (m := _value(cluster, "mem")) is not None and mem_mb(m) > 0:
             checks.append(("mem", m, lambda n, m=m: n["mem_mb"] >= mem_mb(m), f"{max(n['mem_mb'] for n in nodes)}M"))
-        if (c := _value(cluster, "cpus_per_task")) is not None:
-            checks.append(("cpus_per_task", c, lambda n, c=c: n["cpus"] >= int(c), str(max(n["cpus"] for n in nodes))))
+        if (c := _value(cluster, "cpus_per_task")) is not None:  # per task, and a node holds tasks_per_node of them
+            checks.append(("cpus_per_task", c, lambda n, c=c: n["cpus"] >= int(c) * per_node,
+                           str(max(n["cpus"] for n in nodes) // per_node)))
+        if (g := _value(cluster, "gpus_per_node")) is not None:
+            checks.append(("gpus_per_node", g, lambda n, g=g: _gres_fits(f"gpu:{g}", n["gres"]),
+                           " or ".join(sorted({n["gres"] for n in nodes if n["gres"]})) or "none"))
         if (g := _value(cluster, "gres")) is not None:
             offered = sorted({n["gres"] for n in nodes if n["gres"]}) or ["none"]
             checks.append(("gres", g, lambda n, g=g: _gres_fits(str(g), n["gres"]), " or ".join(offered)))
@@ -234,6 +262,15 @@ def check_against_cluster(cluster: DictConfig) -> None:
             if not any(fits(n) for n in nodes):
                 raise PreflightError(f"cluster.{key}={value} fits no node of partition {partition} "
                                      f"(largest/available there: {best}); change cluster.{key} or the partition")
+        names = {n["name"] for n in nodes}
+        fitting = {n["name"] for n in nodes if all(fits(n) for _, _, fits, _ in checks)}
+        if wanted > len(names):
+            raise PreflightError(f"cluster.nodes={wanted} is more than partition {partition} has ({len(names)} "
+                                 f"node(s)); set cluster.nodes<={len(names)} or choose another partition")
+        if wanted > len(fitting):
+            raise PreflightError(f"cluster.nodes={wanted} but only {len(fitting)} node(s) of partition {partition} "
+                                 "hold what each node is asked for (CPUs x tasks_per_node, mem, gres, constraint); "
+                                 f"set cluster.nodes<={len(fitting)} or ask for less per node")
     _check_account_and_qos(cluster)
 
 

@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 
 from facts.slurm_formats import time_to_minutes
 from launcher.slurm.options import extra_sbatch_options, max_array_size, setup_lines
-from launcher.spec import JobSpec, Sweep
+from launcher.spec import JobSpec, Sweep, allocation_shape
 
 # The submitit folder of the sweep's first submission, as the dry run shows it.
 SUBMITIT_DIR = ".submitit"
@@ -67,6 +67,11 @@ def submitit_parameters(cluster: DictConfig, n_jobs: int, name: str = "proofgrid
     for key in ("mem", "account", "qos", "gres", "constraint"):
         if key in opts:
             params[key] = opts[key]
+    nodes, tasks_per_node = allocation_shape(cluster)
+    if nodes * tasks_per_node > 1:  # submitit's srun then starts one task (one trainer rank) per slot
+        params["nodes"], params["ntasks_per_node"] = nodes, tasks_per_node
+    if cluster.get("gpus_per_node"):
+        params["gpus_per_node"] = int(cluster.gpus_per_node)
     if "requeue" in opts:
         params["additional_parameters"]["requeue"] = True
     params["additional_parameters"].update(extra_sbatch_options(cluster))
