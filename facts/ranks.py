@@ -18,11 +18,14 @@ from pathlib import Path
 
 # torch.distributed's env:// rendezvous and rank variables, as torchrun sets them.
 MASTER_ADDR_ENV, MASTER_PORT_ENV = "MASTER_ADDR", "MASTER_PORT"
-RANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+RANK_VAR, WORLD_SIZE_VAR, LOCAL_RANK_VAR, LOCAL_WORLD_SIZE_VAR = "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"
+RANK_ENV = (RANK_VAR, WORLD_SIZE_VAR, LOCAL_RANK_VAR, LOCAL_WORLD_SIZE_VAR)
 # How long the ranks of a job wait for each other before the job fails (seconds), set by the launcher.
 RENDEZVOUS_TIMEOUT_ENV = "PROOFGRID_RENDEZVOUS_TIMEOUT_S"
 DEFAULT_RENDEZVOUS_TIMEOUT_S = 300
 
+# run.json: how many ranks wrote a step record (present when the run had more than one).
+RANK_LOGS_FIELD = "rank_logs"
 RANKS_DIR = "ranks"  # run/ranks/ (the trainer's step records), jobs/<job>/ranks/ (the runtimes' records)
 RENDEZVOUS_RECORD = "rendezvous.json"  # jobs/<job>/ranks/rendezvous.json: what rank 0 published
 # Keys of a metrics record that are not the step's reduced values: the step index, and the timings and

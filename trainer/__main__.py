@@ -5,6 +5,7 @@ Example: ``python -m trainer algo=rpp seed=42 output_dir=outputs/rpp-42``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from pathlib import Path
@@ -17,12 +18,16 @@ from trainer.run_lock import LockHeld, own_run_dir
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    from trainer.loop import NonFiniteGradientError, train
+    from trainer.loop import NonFiniteGradientError, RendezvousError, ranks_from_environment, train
 
     try:
         cfg = compose(list(sys.argv[1:] if argv is None else argv))
         validate(cfg)
-        with own_run_dir(Path(cfg.output_dir)):  # one trainer per run directory
+        given = ranks_from_environment()
+        # One trainer per run directory: its rank 0 holds it; the other ranks started from outside
+        # (one process per Slurm task) write only their own step records into it.
+        owner = own_run_dir(Path(cfg.output_dir)) if given is None or given[0] == 0 else contextlib.nullcontext()
+        with owner:
             summary = train(cfg)
     except (AlgoConfigError, RunConfigError, InputDigestError, LockHeld) as exc:
         print(f"proofgrid trainer: error: {exc}", file=sys.stderr)
@@ -30,7 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     except NonFiniteGradientError as exc:
         print(f"proofgrid trainer: error: {exc}", file=sys.stderr)
         return 3
-    print(f"trained {summary['algo']} seed {summary['seed']}: {summary['steps_completed']} steps")
+    except RendezvousError as exc:
+        print(f"proofgrid trainer: error: {exc}", file=sys.stderr)
+        return 4
+    rank = f" (rank {summary['rank']})" if "rank" in summary else ""
+    print(f"trained {summary['algo']} seed {summary['seed']}{rank}: {summary['steps_completed']} steps")
     return 0
 
 

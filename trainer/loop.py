@@ -13,12 +13,17 @@ Off-policy control: the rollout engine holds its own copy of the weights, refres
 Data parallelism: ``dp_size`` ranks run this same loop in separate processes joined by a
 torch.distributed group (gloo on CPU, nccl on GPU). Each rank owns whole prompt groups; the
 advantage normaliser and the loss denominators are global (``trainer.algorithms``); gradients are
-summed across ranks because each rank's loss is its share of the global loss.
+summed across ranks because each rank's loss is its share of the global loss. The ranks are either
+spawned here (``train``) or, when torch.distributed's ``env://`` variables say so (``RANK``,
+``WORLD_SIZE``, ...: a scheduler started one process per rank, possibly on several nodes), this
+process is one of them; the loop is the same either way. With more than one rank, each writes the
+digest of every step's reduced values to ``run/ranks/rank<r>.jsonl`` (``facts.ranks``).
 """
 
 from __future__ import annotations
 
 import copy
+import datetime
 import functools
 import json
 import logging
@@ -46,6 +51,15 @@ from facts import (
     atomic_write_json,
 )
 from facts.evaluation import model_files
+from facts.ranks import (
+    LOCAL_RANK_VAR,
+    MASTER_ADDR_ENV,
+    MASTER_PORT_ENV,
+    RANK_LOGS_FIELD,
+    RANK_VAR,
+    RENDEZVOUS_TIMEOUT_ENV,
+    WORLD_SIZE_VAR,
+)
 from trainer.algorithms import (
     KL_ESTIMATORS,
     Advantages,
@@ -71,7 +85,7 @@ from trainer.config import RunConfigError, validate
 from trainer.data import Example, PromptStream, load_split, mix_seed, subset_digest
 from trainer.evaluate import evaluate, shared_initial_eval
 from trainer.inputs import REPO_ROOT, resolve, verify_inputs
-from trainer.metrics import KL_LOSS_KEY, MetricsLog, log_eval, metric_keys
+from trainer.metrics import KL_LOSS_KEY, MetricsLog, RankLog, log_eval, metric_keys
 from trainer.policy import TokenBatch, build_token_batch, compute_context, load_policy, response_logprobs
 from trainer.preemption import (
     EXIT_CHECKPOINTED,
@@ -555,26 +569,30 @@ def plan_run(cfg: DictConfig) -> RunPlan:
     return RunPlan(validate(cfg), update_schedule(cfg))
 
 
-def run_rank(rank: int, world: int, cfg_container: dict, plan: RunPlan) -> dict | None:
+def run_rank(rank: int, world: int, cfg_container: dict, plan: RunPlan, local_rank: int | None = None) -> dict | None:
+    """One rank of the run, in its own process: spawned by ``train``, or started by a scheduler
+    (``local_rank``: its place on its node, which picks its GPU; a spawned rank's is its rank)."""
     cfg = OmegaConf.create(cfg_container)
-    if world > 1:  # a spawned rank starts with no logging set up: its lines would be lost
-        logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(name)s rank{rank} %(levelname)s %(message)s")
+    if world > 1:  # a rank's lines carry its rank (a spawned rank starts with no logging set up at all)
+        logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(name)s rank{rank} %(levelname)s %(message)s",
+                            force=True)
     # Every rank watches for the warning (a spawned rank gets it forwarded by its parent); with
     # several ranks they agree on the stop at a step boundary (``stop_agreed``).
     stop = StopRequest().install()
     if stop is None:
         deliver_held_signals()
-    return _run_rank(rank, world, cfg, plan, stop)
+    return _run_rank(rank, world, cfg, plan, stop, rank if local_rank is None else local_rank)
 
 
-def _run_rank(rank: int, world: int, cfg: DictConfig, plan: RunPlan, stop: StopRequest | None) -> dict | None:
+def _run_rank(rank: int, world: int, cfg: DictConfig, plan: RunPlan, stop: StopRequest | None,
+              local_rank: int) -> dict | None:
     w = cfg.workload
     torch.set_num_threads(int(w.num_threads))
     if str(w.device).startswith("cuda"):
         # Deterministic cuBLAS needs a fixed workspace, set before CUDA initialises.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         if world > 1:
-            torch.cuda.set_device(rank)  # one GPU per rank (NCCL refuses two ranks on one device)
+            torch.cuda.set_device(local_rank)  # one GPU per rank of a node (NCCL refuses two ranks on one device)
     torch.use_deterministic_algorithms(True)
     torch.manual_seed(int(cfg.seed))
     random.seed(int(cfg.seed))
@@ -586,13 +604,38 @@ def _run_rank(rank: int, world: int, cfg: DictConfig, plan: RunPlan, stop: StopR
             dist.destroy_process_group()
 
 
+class RendezvousError(RuntimeError):
+    """The ranks of a run did not meet (one line: where they were to meet, for how long, and the fix)."""
+
+
 def _init_process_group(rank: int, world: int, cfg: DictConfig):
     backend = "nccl" if str(cfg.workload.device).startswith("cuda") else "gloo"
-    if os.environ.get("MASTER_PORT"):  # the launcher's port set provides it
-        init = f"tcp://{os.environ.get('MASTER_ADDR', '127.0.0.1')}:{os.environ['MASTER_PORT']}"
+    if os.environ.get(RENDEZVOUS_TIMEOUT_ENV):  # ranks a scheduler started, perhaps on several nodes
+        return _meet(backend, rank, world, float(os.environ[RENDEZVOUS_TIMEOUT_ENV]))
+    if os.environ.get(MASTER_PORT_ENV):  # the launcher's port set provides it
+        init = f"tcp://{os.environ.get(MASTER_ADDR_ENV, '127.0.0.1')}:{os.environ[MASTER_PORT_ENV]}"
     else:
         init = f"file://{Path(cfg.output_dir).resolve() / '.dist-store'}"
     dist.init_process_group(backend, init_method=init, rank=rank, world_size=world)
+    return dist.group.WORLD
+
+
+def _meet(backend: str, rank: int, world: int, timeout_s: float):
+    """Join the group at rank 0's ``MASTER_ADDR:MASTER_PORT`` through torch's own TCPStore, waiting at most
+    ``timeout_s`` for every rank (rank 0 serves the store; the others connect to it). Only the meeting is
+    bounded: the collectives keep torch's default timeout, so a long checkpoint on rank 0 stalls no one."""
+    addr, port = os.environ[MASTER_ADDR_ENV], int(os.environ[MASTER_PORT_ENV])
+    try:
+        store = dist.TCPStore(addr, port, world, is_master=rank == 0, timeout=datetime.timedelta(seconds=timeout_s))
+    except dist.DistError as exc:
+        said = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+        raise RendezvousError(
+            f"rank {rank} of {world}: the ranks did not meet at rank 0's {addr}:{port} within {timeout_s:g} s "
+            f"({said[:160]}); the nodes of the allocation cannot reach each other on that port: check the "
+            "partition's network (a firewall between its nodes?), or raise cluster.rendezvous_timeout_s if "
+            "its nodes start slowly"
+        ) from None
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world)
     return dist.group.WORLD
 
 
@@ -631,6 +674,7 @@ def run_summary(cfg: DictConfig, algo: AlgoConfig, world: int, inputs: dict[str,
         "n_updates": int(cfg.workload.n_updates), "dp_size": world, "versions": _versions(), "inputs": inputs,
         "source_commit": source_commit(), "config": config, METRIC_KEYS_FIELD: metric_keys(algo),
         ALGORITHM_FIELD: {**algorithm(algo.estimator).declaration(), "loss_reduction": algo.loss_reduction},
+        **({RANK_LOGS_FIELD: world} if world > 1 else {}),  # every rank records its steps (facts.ranks)
     }
 
 
@@ -646,6 +690,7 @@ class Run:
     eval_examples: list[Example]
     record: RunRecord | None  # rank 0's run.json
     metrics_log: MetricsLog | None  # rank 0's metrics.jsonl and TensorBoard events
+    rank_log: RankLog | None = None  # with several ranks, each one's digest of every step's reduced values
 
     @property
     def ckpt_root(self) -> Path:
@@ -716,7 +761,8 @@ def set_up(rank: int, world: int, group, cfg: DictConfig, plan: RunPlan) -> Run:
     record = RunRecord(out / RUN_RECORD, run_summary(cfg, plan.algo, world, inputs), int(w.global_batch_size)) \
         if rank == 0 else None
     metrics_log = MetricsLog(out, resumed.step) if rank == 0 else None
-    return Run(state, out, resumed.step, digest, inputs, eval_examples, record, metrics_log)
+    rank_log = RankLog(out, rank, resumed.step) if world > 1 else None
+    return Run(state, out, resumed.step, digest, inputs, eval_examples, record, metrics_log, rank_log)
 
 
 def save_at(run: Run, done: int) -> None:
@@ -739,6 +785,8 @@ def stop_for_requeue(run: Run, step: int, stop: StopRequest | None) -> None:
         signum = stop.signum if stop is not None else None  # None: another rank got it
         log.info("signal %s: checkpointed at step %d; stopping for a requeue", signum or "to a rank", step)
     s.scorer.close()
+    if run.rank_log is not None:
+        run.rank_log.close()
     if s.group is not None:
         dist.barrier(group=s.group)  # no rank exits while rank 0 still writes the checkpoint
     raise SystemExit(EXIT_CHECKPOINTED)
@@ -760,6 +808,8 @@ def train_steps(run: Run, stop: StopRequest | None) -> None:
                 run.record.write("failed", step, error=str(exc), failed_step=step)
             raise
         done = step + 1
+        if run.rank_log is not None:  # every rank: what it holds of the step after the reductions
+            run.rank_log.write(step, metrics)
         if s.rank == 0:
             run.metrics_log.write(step, metrics)
             log.info("step %d/%d reward=%.3f loss=%.4f", done, n_updates, metrics["rollout/raw_reward"],
@@ -775,6 +825,8 @@ def finish(run: Run) -> dict | None:
     if s.group is not None:
         dist.barrier(group=s.group)  # the last step's checkpoint is written before any rank leaves
     s.scorer.close()
+    if run.rank_log is not None:
+        run.rank_log.close()
     if s.rank != 0:
         return None
     run.metrics_log.close()
@@ -832,11 +884,31 @@ def _evaluate_checkpoints(cfg: DictConfig, out: Path, n_updates: int, engine: Ro
     return final, {**shared.summary, "shared": shared.reference}
 
 
+def ranks_from_environment() -> tuple[int, int, int] | None:
+    """``(rank, world, local_rank)`` when torch.distributed's ``env://`` variables say this process is one
+    rank of a run whose ranks a scheduler started (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``), else None."""
+    env = os.environ
+    rank, world, local_rank = env.get(RANK_VAR), env.get(WORLD_SIZE_VAR), env.get(LOCAL_RANK_VAR)
+    if rank is None or world is None:
+        return None
+    return int(rank), int(world), int(local_rank if local_rank is not None else rank)
+
+
 def train(cfg: DictConfig) -> dict:
-    """Train one (algo, seed) run into ``cfg.output_dir``; returns the ``run.json`` summary."""
+    """Train one (algo, seed) run into ``cfg.output_dir``; returns the ``run.json`` summary (a rank other
+    than 0 of ranks started from outside returns what it did: it writes no run record)."""
     plan = plan_run(cfg)  # refuse before spawning anything; every rank uses this plan
     container = OmegaConf.to_container(cfg, resolve=True)
     world = int(cfg.dp_size)
+    given = ranks_from_environment()
+    if given is not None:  # one process per rank, started by the scheduler: this is one of them
+        rank, given_world, local_rank = given
+        if given_world != world or not 0 <= rank < world:
+            raise RunConfigError(f"this process is rank {rank} of WORLD_SIZE={given_world} (torch.distributed's "
+                                 f"env:// variables) but dp_size={world}; start dp_size ranks, or set dp_size={given_world}")
+        summary = run_rank(rank, world, container, plan, local_rank)
+        return summary if summary is not None else {"algo": str(cfg.algo.short), "seed": int(cfg.seed), "rank": rank,
+                                                    "steps_completed": int(cfg.workload.n_updates)}
     if world == 1:
         return run_rank(0, 1, container, plan)
     import torch.multiprocessing as mp

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from pathlib import Path
 
 from facts import DYNAMIC_SAMPLING_KEYS, KL_LOSS_KEY, METRICS_LOG, OFF_POLICY_KEYS, REQUIRED_KEYS
+from facts.ranks import rank_log, step_digest
 
-__all__ = ["KL_LOSS_KEY", "REQUIRED_KEYS", "MetricsLog", "metric_keys"]
+__all__ = ["KL_LOSS_KEY", "REQUIRED_KEYS", "MetricsLog", "RankLog", "metric_keys"]
 
 
 def metric_keys(algo) -> list[str]:
@@ -25,6 +27,47 @@ def metric_keys(algo) -> list[str]:
     if algo.dynamic_sampling:
         keys.extend(DYNAMIC_SAMPLING_KEYS)
     return sorted(keys)
+
+
+def _keep_steps_before(path: Path, start_step: int) -> None:
+    """Drop every line of a step log from ``start_step`` on (and a torn last line): what a killed run
+    logged after its last checkpoint."""
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            break  # a torn last line from a killed run
+        if record.get("step", start_step) >= start_step:
+            break
+        kept.append(line)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class RankLog:
+    """One rank's record of its steps, ``run/ranks/rank<r>.jsonl``: per step ``{"step", "rank", "host",
+    "digest"}``, the digest (``facts.ranks.step_digest``) of the step's reduced values as this rank holds
+    them. Every rank holds the same values after the all_reduces, so the digests agree across ranks and
+    with rank 0's ``metrics.jsonl`` line, which the evidence checks. Truncated on resume like the log."""
+
+    def __init__(self, run_dir: Path, rank: int, start_step: int = 0):
+        self.path, self.rank, self.host = rank_log(run_dir, rank), rank, socket.gethostname()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if start_step > 0 and self.path.exists():
+            _keep_steps_before(self.path, start_step)
+        elif start_step == 0:
+            self.path.unlink(missing_ok=True)
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the run
+
+    def write(self, step: int, values: dict[str, float]) -> None:
+        record = {"step": step, "rank": self.rank, "host": self.host, "digest": step_digest(values)}
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
 
 
 class MetricsLog:
@@ -44,18 +87,7 @@ class MetricsLog:
         self._tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"), purge_step=start_step or None)
 
     def _truncate_to(self, start_step: int) -> None:
-        kept = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                break  # a torn last line from a killed run
-            if record.get("step", start_step) >= start_step:
-                break
-            kept.append(line)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-        os.replace(tmp, self.path)
+        _keep_steps_before(self.path, start_step)
 
     def write(self, step: int, values: dict[str, float]) -> None:
         record = {"step": step, **{k: values[k] for k in sorted(values)}}
