@@ -48,6 +48,12 @@ from evidence.incidents import (
 )
 from evidence.index import INDEX_COLUMNS, JobEvidence, evaluate_sweep, index_row
 from evidence.problems import LeakError, Problem, SweepError
+from evidence.ranks import (
+    RENDEZVOUS_ADDRESS_PLACEHOLDER,
+    path_free_placement,
+    placement_addresses,
+    placement_hosts,
+)
 from evidence.report import render_report
 from evidence.sanitize import Sanitizer, strip_abs_keys
 from evidence.stats import CI_LEVEL, DEFAULT_LAST_K
@@ -66,6 +72,7 @@ from facts import (
     sweep_jobs_dir,
 )
 from facts.processes import local_runtime_alive
+from facts.ranks import RANKS_DIR
 
 BUNDLE_DIR = "bundle"
 ARCHIVE = "bundle.tar.gz"
@@ -107,6 +114,8 @@ def _sanitizer(sweep_dir: Path, evidences: list[JobEvidence]) -> Sanitizer:
         for evidence in evidences:
             literals[str(sweep_job_dir(form, evidence.job))] = "<JOB_DIR>"
     hosts = [str(e.job_record.get("node")) for e in evidences if e.job_record.get("node")]
+    hosts += [h for e in evidences for h in placement_hosts(e.job_record)]  # every node of a job of several
+    literals.update({a: RENDEZVOUS_ADDRESS_PLACEHOLDER for e in evidences for a in placement_addresses(e.job_record)})
     return Sanitizer.from_environment(literals=literals, hosts=hosts)
 
 
@@ -129,7 +138,7 @@ def _copy_text(src: Path, dst: Path, clean: Sanitizer) -> None:
 
 def _hide_node(record):
     if isinstance(record, dict) and "node" in record:
-        record = {**record, "node": "<HOST>"}
+        record = {**path_free_placement(record), "node": "<HOST>"}
     return record
 
 
@@ -150,6 +159,12 @@ def _write_run_files(evidence: JobEvidence, job_dir: Path, out: Path, clean: San
     for log in logs:
         if log.is_file() and not log.is_symlink():
             _copy_text(log, out / "logs" / log.name, clean)
+    # A run of several ranks: each rank's step record, and the logs of the other ranks' runtimes.
+    for rank_log in sorted((run_dir / RANKS_DIR).glob("rank*.jsonl")):
+        _copy_text(rank_log, out / RANKS_DIR / rank_log.name, clean)
+    for log in sorted((job_dir / RANKS_DIR).glob("rank*/*.log")):
+        if log.is_file() and not log.is_symlink():
+            _copy_text(log, out / "logs" / log.parent.name / log.name, clean)
 
 
 def _write_payload(sweep, evidences: list[JobEvidence], incidents: list[Incident], stage: Path,

@@ -25,6 +25,7 @@ from evidence.artifacts import (
 from evidence.fileio import JSONError, read_json
 from evidence.metrics_log import MetricsLog, validate_metrics
 from evidence.problems import Problem
+from evidence.ranks import check_ranks
 from evidence.sweep import Sweep, algo_name, job_name
 from facts import JOB_RUN_DIR, JOBS_DIR, RUN_RECORD
 from facts.failures import failure_cause
@@ -167,6 +168,8 @@ def evaluate_job(job_dir: str | Path, algo: str | None = None, seed: int | None 
         fail([Problem("job.json", str(exc), kind="job")])
 
     check_run_dir(job_dir / JOB_RUN_DIR, evidence, eval_responses, shared_checks)
+    fail(check_ranks(job_dir / JOB_RUN_DIR, evidence.run_summary, evidence.metrics.records if evidence.metrics else [],
+                     evidence.job_record))
     evidence.command, failures = check_public_command(job_dir)
     fail(failures)
     if digests:

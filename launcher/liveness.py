@@ -13,6 +13,7 @@ import signal
 from pathlib import Path
 
 from evidence.bundle import IN_FLIGHT_STATES
+from facts import JOBS_DIR
 from facts.failures import log_pointer
 from facts.processes import local_runtime_alive
 from launcher.records import read_job_record, update_job_record
@@ -39,10 +40,13 @@ def last_error_line(log: Path) -> str | None:
 
 
 def death_cause(job_dir: Path, how: str) -> str:
-    """``how`` the runtime ended, plus the error its own log or the trainer's ends with."""
+    """``how`` the runtime ended, plus the error its own log or the trainer's ends with. ``job_dir`` is a
+    job directory, or the directory of one rank of it (``jobs/<job>/ranks/rank<r>``)."""
+    parts = Path(job_dir).parts  # named from the sweep's jobs/ on: <job>, or <job>/ranks/rank<r>
+    job = "/".join(parts[len(parts) - parts[::-1].index(JOBS_DIR):]) if JOBS_DIR in parts[:-1] else parts[-1]
     for log in ("runtime.log", "trainer.log"):
         if line := last_error_line(Path(job_dir) / log):
-            return f"{how}: {line} (see {log_pointer(Path(job_dir).name, log)})"
+            return f"{how}: {line} (see {log_pointer(job, log)})"
     return how
 
 

@@ -1,5 +1,10 @@
 """A job-scoped Ray runtime: started with the job's own roots and ports, stopped at the end.
 
+On one node it is a head on 127.0.0.1. A job of several tasks spans its allocation: a head on rank 0's
+node, at that node's address, and one worker on each other node joined to it (``head=``), each with the
+ports of the block its own runtime claimed and its own roots; each is stopped by the runtime that
+started it, on its own node.
+
 ``ray start --head --block`` runs in its own session (process group); every Ray process of the job
 descends from it and inherits ``PROOFGRID_JOB_DIR``, which is how ``leftover_processes`` finds
 anything that outlives the job. ``ray stop`` is never used: it would kill every Ray on the node.
@@ -20,16 +25,19 @@ from launcher.isolation import JobRoots
 from launcher.ports import PortBlock
 
 
-def ray_start_command(roots: JobRoots, block: PortBlock, num_cpus: int) -> list[str]:
+def ray_start_command(roots: JobRoots, block: PortBlock, num_cpus: int, node_ip: str = "127.0.0.1",
+                      head: str | None = None) -> list[str]:
+    """``ray start --block`` of a head (``head`` None) or of a worker joining the head at ``head``
+    (``address:port`` of its GCS), listening at ``node_ip`` on the ports of ``block``."""
     p = block.ports
     ray_bin = str(Path(sys.executable).with_name("ray"))
+    role = ["--head", f"--port={p['ray_gcs']}", f"--ray-client-server-port={p['ray_client_server']}",
+            "--include-dashboard=false", f"--dashboard-port={p['ray_dashboard']}"] if head is None \
+        else [f"--address={head}"]
     return [
-        ray_bin, "start", "--head", "--block", "--disable-usage-stats",
-        "--node-ip-address=127.0.0.1",
-        f"--port={p['ray_gcs']}",
-        f"--ray-client-server-port={p['ray_client_server']}",
-        "--include-dashboard=false",
-        f"--dashboard-port={p['ray_dashboard']}",
+        ray_bin, "start", *role[:1], "--block", "--disable-usage-stats",
+        f"--node-ip-address={node_ip}",
+        *role[1:],
         f"--dashboard-agent-grpc-port={p['ray_dashboard_agent_grpc']}",
         f"--dashboard-agent-listen-port={p['ray_dashboard_agent_listen']}",
         f"--metrics-export-port={p['ray_metrics_export']}",
@@ -44,9 +52,14 @@ def ray_start_command(roots: JobRoots, block: PortBlock, num_cpus: int) -> list[
 
 
 class JobRay:
-    def __init__(self, roots: JobRoots, block: PortBlock, num_cpus: int, env: dict[str, str]):
-        self.command = ray_start_command(roots, block, num_cpus)
-        self.address = f"127.0.0.1:{block.ports['ray_gcs']}"
+    """One node's part of the job's Ray: the head (``head`` None), or a worker joining ``head``."""
+
+    def __init__(self, roots: JobRoots, block: PortBlock, num_cpus: int, env: dict[str, str],
+                 node_ip: str = "127.0.0.1", head: str | None = None):
+        self.command = ray_start_command(roots, block, num_cpus, node_ip, head)
+        # The GCS every driver connects to; a worker is up once its raylet listens on this node.
+        self.address = head or f"{node_ip}:{block.ports['ray_gcs']}"
+        self.ready_at = f"{node_ip}:{block.ports['ray_node_manager']}" if head else self.address
         self.env = env
         self.log_path = roots.job_dir / "ray-start.log"
         self.job_dir = roots.job_dir
@@ -56,7 +69,7 @@ class JobRay:
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(self.command, env=self.env, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True)
-        host, port = self.address.split(":")
+        host, port = self.ready_at.rsplit(":", 1)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -66,7 +79,8 @@ class JobRay:
                     return self.address
             time.sleep(0.2)
         self.stop()
-        raise RuntimeError(f"the job's Ray head did not open its GCS port within {timeout_s:.0f} s")
+        what = "worker did not open its raylet port" if self.ready_at != self.address else "head did not open its GCS port"
+        raise RuntimeError(f"the job's Ray {what} within {timeout_s:.0f} s; see {self.log_path.name}")
 
     def stop(self, grace_s: float = 5.0) -> None:
         """Stop the head's process group, then every other process carrying the job's marker

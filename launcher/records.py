@@ -13,8 +13,10 @@ import json
 import sys
 from pathlib import Path
 
+from evidence.ranks import RENDEZVOUS_ADDRESS_PLACEHOLDER
 from evidence.sanitize import Sanitizer
 from facts import atomic_write_json
+from facts.ranks import MASTER_ADDR_ENV
 from launcher.spec import JobSpec
 
 JOB_RECORD = "job.json"
@@ -78,6 +80,9 @@ def write_command_records(spec: JobSpec, argv: list[str], env_changes: dict, rep
     """``command.json`` and its path-free copy; ``sbatch``: the scheduler's script that ran the job."""
     full = {"argv": list(argv), "env": env_changes, "cwd": str(repo_root), "sbatch": sbatch}
     _write_json(spec.job_dir / "command.json", full)
-    public = public_copy(full, path_free_sanitizer(spec, repo_root))
+    sanitizer = path_free_sanitizer(spec, repo_root)
+    if (address := env_changes.get(MASTER_ADDR_ENV)) and not address.startswith("127."):  # another node's
+        sanitizer.literals[address] = RENDEZVOUS_ADDRESS_PLACEHOLDER
+    public = public_copy(full, sanitizer)
     _write_json(spec.job_dir / "command.public.json", public)
     return public

@@ -1,9 +1,10 @@
 """The runs: every accepted run's metrics log passes the validator again and ``steps.csv`` / ``eval.csv``
-carry exactly its records; the shared initial evaluations are the ones the runs reference; every
+carry exactly its records; every rank of a run of several reported every step and agrees with it; the shared initial evaluations are the ones the runs reference; every
 incident of a run's attempt history and every rejection has its record in ``incidents.csv``."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -14,7 +15,9 @@ from evidence.fileio import JSONError, read_json
 from evidence.incidents import history_incidents
 from evidence.metrics_log import validate_metrics
 from evidence.problems import Problem, capped
+from evidence.ranks import check_ranks
 from facts import EVAL_RECORD, INITIAL_EVAL_DIR
+from facts.ranks import RANK_LOGS_FIELD
 
 
 class _SharedChecks:
@@ -62,6 +65,38 @@ def _check_metrics(data_dir: Path, data: BundleData, arm: str, seed: int) -> lis
         if row is None or any(not _close(record.get(k), row.get(k)) for k in keys - {"step"}):
             mismatches.append(Problem("data/steps.csv", f"{job} step {record['step']} differs from {rel}"))
     return capped([v.problem() for v in log.violations]) + capped(mismatches)
+
+
+def _check_ranks(data_dir: Path, arm: str, seed: int) -> list[Problem]:
+    """Every rank of the run reported every step and agrees with its metrics log (``evidence.ranks``)."""
+    job = f"{arm}-{seed}"
+    run = data_dir / "runs" / job
+    try:
+        summary = read_json(run / "run.json")
+        if not isinstance(summary, dict) or RANK_LOGS_FIELD not in summary:
+            return []  # a run of one rank (the common case: nothing more is read)
+        record = read_json(run / "job.json")
+    except JSONError:
+        return []  # the run's own checks report an unreadable record
+    if not isinstance(record, dict):
+        return []
+    records = [parse for parse in (_parsed(line) for line in _lines(run / "metrics.jsonl")) if parse is not None]
+    return check_ranks(run, summary, records, record, prefix=f"data/runs/{job}/")
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+
+
+def _parsed(line: str) -> dict | None:
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _check_shared_reference(data_dir: Path, job: str, entry: dict, shared: _SharedChecks) -> list[Problem]:
@@ -146,6 +181,7 @@ def check_runs(data_dir: Path, data: BundleData, shared_checks: dict | None = No
     problems = _stray_rows(data_dir, data)
     for arm, seed in data.accepted:
         problems += _check_metrics(data_dir, data, arm, seed)
+        problems += _check_ranks(data_dir, arm, seed)
         problems += _check_eval(data_dir, data, arm, seed, shared)
     problems += _stray_initial_evals(data_dir, shared)
     return problems + _check_incidents(data_dir, data)

@@ -5,9 +5,11 @@ started it names it, a stop signal stops it, nothing is requeued and nothing mor
 end whose scheduler does more subclasses it and hands an instance to ``run_job`` from its own task
 entry point (``launcher.slurm.task``: Slurm's warning becomes a checkpoint, the stopped task
 requeues itself, Slurm's own requeues and output are recorded). Another shape of job plugs in the
-same way, without a branch in the runtime: each rank of a multi-node task would be one runtime
-whose hooks say which rank and node it is (``identity``) and publish or read the rendezvous when it
-begins (``begin``).
+same way, without a branch in the runtime: each task of a job of several tasks (a multi-node job)
+is one runtime whose hooks say which rank it is (``placement``), start or join what spans the
+allocation and meet the other ranks (``start_services``: rank 0 publishes its node's address, its
+port block's ``master_port`` and its Ray head, the others read them), and keep each rank's record
+(``ended``): ``launcher.slurm.ranks``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from launcher.isolation import JobRoots
+from launcher.ports import PortBlock
+from launcher.ray_runtime import JobRay
 from trainer.preemption import EXIT_CHECKPOINTED
 
 
@@ -26,6 +31,22 @@ class Reaction(enum.Enum):
     STOP = "stop"  # tear the job down now: the trainer's group gets SIGTERM, then SIGKILL
     CHECKPOINT = "checkpoint"  # the trainer checkpoints at its current step and exits; keep waiting for it
     KILL = "kill"  # the scheduler is ending the task: kill the trainer, time for the cleanup only
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Which of its job's runtimes this one is. A job of one task has one runtime, rank 0 of 1, whose
+    trainer starts the job's ``dp_size`` ranks itself; a job of several tasks has one runtime per task,
+    each running one trainer rank (``local_rank``: its place among its node's tasks)."""
+
+    rank: int = 0
+    tasks: int = 1
+    local_rank: int = 0
+
+    @property
+    def leads(self) -> bool:
+        """Rank 0 speaks for the job: its ``job.json``, run lock, command records, history and requeue."""
+        return self.rank == 0
 
 
 @dataclass(frozen=True)
@@ -60,8 +81,26 @@ class JobHooks:
                 "array_index": int(env["PROOFGRID_ARRAY_INDEX"]) if "PROOFGRID_ARRAY_INDEX" in env else None,
                 "restart_count": 0}
 
+    def placement(self) -> Placement:
+        """Which of the job's runtimes this is (a job of one task: its only one)."""
+        return Placement()
+
     def begin(self, job_dir: Path) -> None:
         """The run has begun (its RUNNING record is written): what the scheduler knows of earlier ones."""
+
+    def start_services(self, roots: JobRoots, block: PortBlock, env: dict[str, str],
+                       ray_cpus: int) -> tuple[dict[str, str], JobRay | None]:
+        """What this runtime starts beside its trainer, on its own roots and ports, and the variables that
+        adds to the trainer's environment: the job-scoped Ray head on this machine when the workload
+        uses Ray (``ray_cpus > 0``)."""
+        if ray_cpus <= 0:
+            return {}, None
+        ray = JobRay(roots, block, ray_cpus, env)
+        try:
+            return {"RAY_ADDRESS": ray.start()}, ray
+        except BaseException:
+            ray.stop()
+            raise
 
     def submission_script(self) -> str | None:
         """The script the scheduler ran this job from (``command.json``'s ``sbatch``), if any."""

@@ -6,6 +6,11 @@ when the workload uses one, writes the exact command and starts the trainer in t
 environment; ``watch`` waits for it; ``stop`` tears everything down whatever happened (the trainer's
 group, Ray, the Ray socket alias, the ports) and lists what the job left behind; ``record`` writes
 the terminal ``job.json``. What the scheduler adds at each phase is the back end's ``JobHooks``.
+
+A job of several tasks runs one of these per task (``JobHooks.placement``): rank 0 keeps the job's
+records in the job directory as a job of one task does; rank r > 0 keeps its own in
+``<job>/ranks/rank<r>/`` (``facts.ranks.rank_record_dir``: its record, trainer log and roots) and
+writes into the job's ``run/`` only its step records.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ import sys
 import time
 from collections.abc import Iterator
 
+from facts import run_dir_of_job
 from facts.processes import runtime_identity
+from facts.ranks import rank_record_dir
 from launcher.errors import JobFailed, PreflightError
 from launcher.isolation import JobRoots, env_diff, isolated_env
 from launcher.liveness import death_cause
@@ -80,7 +87,10 @@ class JobRun:
 
     def __init__(self, spec: JobSpec, hooks: JobHooks) -> None:
         self.spec, self.hooks = spec, hooks
-        self.roots = JobRoots(spec.job_dir)
+        self.placement = hooks.placement()
+        # Where this runtime keeps its record, trainer log and roots: the job directory for rank 0.
+        self.record_dir = rank_record_dir(spec.job_dir, self.placement.rank)
+        self.roots = JobRoots(self.record_dir, run_dir_of_job(spec.job_dir))
         self.base_env = dict(os.environ)
         self.started_at = time.time()
         self.identity = hooks.identity()
@@ -96,12 +106,12 @@ class JobRun:
 
     def begin(self) -> None:
         """The RUNNING record: which job, where, started when, by which runtime process."""
-        update_job_record(self.roots.job_dir, {
+        update_job_record(self.record_dir, {
             **self.spec.identity(), **self.identity, "node": socket.gethostname(), "state": "RUNNING",
             "exit_code": None, "source_commit": self.spec.source_commit, "roots": self.roots.as_record(),
             "started_at": self.started_at, **runtime_identity(os.getpid()),
         })
-        self.hooks.begin(self.roots.job_dir)
+        self.hooks.begin(self.record_dir)
 
     @contextlib.contextmanager
     def stop_signals_handled(self) -> Iterator[None]:
@@ -128,21 +138,23 @@ class JobRun:
         raise KeyboardInterrupt
 
     def start(self) -> None:
-        """Roots, run lock, ports, Ray and the command records, then the trainer."""
+        """Roots, run lock, ports, Ray (and the other ranks) and the command records, then the trainer."""
         check_visible_gpu(self.spec.gpu_model)  # the profile asked for a GPU model: is it the one we got?
         self.roots.create()
-        self.run_lock = lock_job_run_dir(self.roots.job_dir)  # no second trainer in this run directory, ever
+        if self.placement.leads:  # no second trainer in this run directory, ever (rank 0's holds it)
+            self.run_lock = lock_job_run_dir(self.spec.job_dir)
         self.block = claim_port_block()
         env = isolated_env(self.roots, self.block.ports, self.base_env)
         env["PROOFGRID_SOURCE_COMMIT"] = self.spec.source_commit or ""
-        if self.spec.ray_cpus > 0:
-            self.ray = JobRay(self.roots, self.block, self.spec.ray_cpus, env)
-            env["RAY_ADDRESS"] = self.ray.start()
+        services, self.ray = self.hooks.start_services(self.roots, self.block, env, self.spec.ray_cpus)
+        env.update(services)
         argv = self.spec.trainer_argv(self.roots.output)
-        write_command_records(self.spec, argv, env_diff(self.base_env, env), REPO_ROOT,
-                              sbatch=self.hooks.submission_script())
-        env[INHERITED_FD_ENV] = str(self.run_lock)  # the trainer holds the lock it inherits (not a record)
-        with open(self.roots.job_dir / TRAINER_LOG, "ab") as log:
+        if self.placement.leads:  # the other ranks run the same command; their env:// values are their records'
+            write_command_records(self.spec, argv, env_diff(self.base_env, env), REPO_ROOT,
+                                  sbatch=self.hooks.submission_script())
+        if self.run_lock is not None:
+            env[INHERITED_FD_ENV] = str(self.run_lock)  # the trainer holds the lock it inherits (not a record)
+        with open(self.record_dir / TRAINER_LOG, "ab") as log:
             # Own process group (torn down as one); the run lock is inherited, so it stays held
             # while the trainer lives even if this runtime is killed. Started with the stop signals
             # blocked (the mask survives exec): one arriving while the trainer imports torch is held
@@ -152,16 +164,18 @@ class JobRun:
             try:
                 self.proc = subprocess.Popen(argv, env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
                                              stdin=subprocess.DEVNULL, start_new_session=True,
-                                             pass_fds=(self.run_lock,), preexec_fn=die_with_parent(os.getpid()))
+                                             pass_fds=() if self.run_lock is None else (self.run_lock,),
+                                             preexec_fn=die_with_parent(os.getpid()))
             finally:
                 signal.pthread_sigmask(signal.SIG_SETMASK, held)
-        record_holder(self.run_lock, self.proc.pid)
+        if self.run_lock is not None:
+            record_holder(self.run_lock, self.proc.pid)
 
     def watch(self) -> None:
         """Wait for the trainer; a non-zero exit is a failure with the cause its logs end with."""
         self.exit_code = self.proc.wait()
         if self.exit_code != 0:
-            self.failure = death_cause(self.roots.job_dir, f"the trainer exited with {self.exit_code}")
+            self.failure = death_cause(self.record_dir, f"the trainer exited with {self.exit_code}")
 
     def stop(self) -> None:
         """Nothing of the job outlives it: the trainer's group, Ray, the alias, the ports, the lock."""
@@ -215,13 +229,13 @@ class JobRun:
     def record(self) -> dict:
         """The terminal ``job.json`` (and the scheduler's part); then the exit the run calls for."""
         end = self.end()
-        record = update_job_record(self.roots.job_dir, {
+        record = update_job_record(self.record_dir, {
             "state": end.state, "runtime_state": end.state, "exit_code": end.exit_code,
             "elapsed_s": round(time.time() - self.started_at, 3),
             "ports": self.block.as_record() if self.block is not None else None, "cleanup": self.cleanup,
             "failure": end.failure,  # None on success: never a stale failure of an earlier attempt
         })
-        record = self.hooks.ended(self.roots.job_dir, end, record)
+        record = self.hooks.ended(self.record_dir, end, record)
         if end.stop_signal is not None and not end.finished_anyway:
             sys.exit(128 + end.stop_signal)
         if end.state != "COMPLETED":

@@ -161,7 +161,9 @@ def refresh_job_records(job_dirs: list[Path]) -> dict[str, str]:
                 if (reason := scheduler_reason(info["state"])) and reason not in str(record.get("failure")):
                     # the scheduler's reason first; what the runtime saw (a SIGTERM) stays after it
                     changes["failure"] = "; ".join(filter(None, [reason, record.get("failure")]))
-            if info.get("node"):
+            # A job of several nodes keeps its runtime's node and list (SLURM_JOB_NODELIST): sacct's
+            # NodeList names only the batch host for seconds after such a job starts and ends.
+            if info.get("node") and not record.get("nodes"):
                 changes["node"] = info["node"]
             changes["scheduler_reason"] = info.get("reason") or None
             if any(record.get(k) != v for k, v in changes.items()):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from launcher.errors import SchedulerUnavailable
@@ -84,10 +85,12 @@ SCHEDULER_REQUEUES = {
 }
 
 
-def record_scheduler_requeues(job_dir: Path, job_id: str, restart_count: int) -> list[dict]:
+def record_scheduler_requeues(job_dir: Path, job_id: str, restart_count: int,
+                              down_nodes: Callable[[], list[str]] | None = None) -> list[dict]:
     """At the start of run ``restart_count`` of a task: append to the history each earlier run that
     Slurm ended and requeued and that no event of the task's own records yet (a run the task
-    requeued itself after a warning already has one). Returns the events added."""
+    requeued itself after a warning already has one). Returns the events added. ``down_nodes``: for a
+    job of several nodes, which of the previous run's nodes went down (its node failure names them)."""
     if restart_count < 1:
         return []
     try:
@@ -104,6 +107,12 @@ def record_scheduler_requeues(job_dir: Path, job_id: str, restart_count: int) ->
                  "job_id": job_id, "restart_count": run_index, "node": run["node"], "at_step": None,
                  "checkpointed": None, "action": "requeued by Slurm; resumed from the last checkpoint",
                  "elapsed_s": run["elapsed_s"]}
+        # The node that went down, not every node the run had.
+        if kind == "node-failure" and down_nodes is not None and run_index == restart_count - 1 \
+                and (down := down_nodes()):
+            event.update(node=",".join(down), down_nodes=down,
+                             event=f"{what}: node {', '.join(down)} went down ({run['state']} of the job on "
+                                   f"{run['node'] or 'its nodes'})")
         append_history(job_dir, event)
         added.append(event)
     return added
