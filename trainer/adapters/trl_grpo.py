@@ -100,8 +100,10 @@ import dataclasses
 import json
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from facts.algorithms import ALGO_ORDER, ALGORITHMS
 
 PROG = "python -m trainer.adapters.trl_grpo"
 TENSORBOARD_DIR = "tensorboard"
@@ -109,7 +111,8 @@ CHECKPOINTS_DIR = "checkpoints"
 FINAL_MODEL_DIR = "final"
 RUN_RECORD = "trl_run.json"
 EXIT_REFUSED = 2
-# TRL 1.16's loss types (GRPOConfig.loss_type), each with the proofgrid policy loss it computes.
+# TRL 1.16's loss types (GRPOConfig.loss_type; TRL's names, some of which spell proofgrid algorithms'),
+# each with the proofgrid policy loss it computes.
 TRL_LOSS_TYPES = {
     "grpo": "clipped surrogate", "dr_grpo": "clipped surrogate", "dapo": "clipped surrogate",
     "bnpo": "clipped surrogate", "cispo": "CISPO", "sapo": "SAPO", "luspo": "LUSPO", "vespo": "VESPO",
@@ -122,31 +125,70 @@ class Refused(ValueError):
 
 
 @dataclass(frozen=True)
-class TrlAlgo:
-    """How a proofgrid algorithm runs on TRL: its policy loss, the loss type of each reduction."""
+class TrlLoss:
+    """How one of proofgrid's policy losses runs on TRL: the loss it is there, the loss type of each
+    reduction, and the algorithm settings that map onto ``GRPOConfig`` fields."""
 
     policy_loss: str  # a value of TRL_LOSS_TYPES
     loss_types: dict  # proofgrid loss_reduction -> TRL loss_type
     importance_sampling_level: str = "token"
     kl_exact: bool = True  # TRL's k3 * rho has k2's gradient (token-level ratio)
+    settings: dict = field(default_factory=dict)  # AlgoConfig field -> GRPOConfig field
+    settings_are: str = ""  # what those settings are, for the error that asks for them
 
 
-CLIPPED = {"response_mean": "grpo", "token_mean": "dapo"}
-TRL_ALGOS = {
-    "grpo": TrlAlgo("clipped surrogate", CLIPPED),
-    "gspo": TrlAlgo("clipped surrogate", CLIPPED, importance_sampling_level="sequence", kl_exact=False),
-    "sapo": TrlAlgo("SAPO", {"response_mean": "sapo"}),
+# Keyed on the traits of an algorithm's record (facts.algorithms), never on its name: an algorithm runs
+# on TRL when its advantage is TRL's group-relative one, it normalises no wider than a group, its policy
+# loss is one TRL computes and it reads no setting TRL lacks.
+TRL_ADVANTAGE = "group_relative"
+REFUSED_ADVANTAGES = {
+    "kl_shaped_return": "shapes token-level returns with a k1 KL penalty and normalises them over every valid "
+                        "token (global, ddof=0); TRL's GRPOTrainer only scales sequence rewards per group or batch",
+    "group_baseline": "normalises its advantages over every valid token of the batch (global, ddof=0); "
+                      "TRL's GRPOTrainer only scales sequence rewards per group or batch",
 }
-REFUSED_ALGOS = {
-    "rpp": "REINFORCE++ shapes token-level returns with a k1 KL penalty and normalises them over every valid "
-           "token (global, ddof=0); TRL's GRPOTrainer only scales sequence rewards per group or batch",
-    "rppb": "REINFORCE++-baseline normalises its advantages over every valid token of the batch (global, ddof=0); "
-            "TRL's GRPOTrainer only scales sequence rewards per group or batch",
-    "dapo": "TRL's GRPOTrainer has no dynamic sampling (zero-variance groups refilled) nor DAPO's soft overlong "
-            "penalty; for DAPO's loss alone run algo=grpo with TRL's loss_type=dapo, algo.clip_high=0.28 and no KL",
-    "is_pg": "TRL's GRPOTrainer has no importance-sampled policy gradient against the sampler's log-probs",
-    "score_centering": "TRL's GRPOTrainer has no score-centering loss",
+GLOBAL_NORMALIZATION_REFUSED = ("normalises its advantages over every valid token of the batch (global, ddof=0); "
+                                "TRL's GRPOTrainer only scales sequence rewards per group or batch")
+TRL_POLICY_LOSSES = {
+    "ppo_clip": TrlLoss("clipped surrogate", {"response_mean": "grpo", "token_mean": "dapo"}),
+    "sequence_ratio_clip": TrlLoss("clipped surrogate", {"response_mean": "grpo", "token_mean": "dapo"},
+                                   importance_sampling_level="sequence", kl_exact=False),
+    "sigmoid_gate": TrlLoss("SAPO", {"response_mean": "sapo"},
+                            settings={"tau_pos": "sapo_temperature_pos", "tau_neg": "sapo_temperature_neg"},
+                            settings_are="its gate temperatures"),
 }
+REFUSED_POLICY_LOSSES = {
+    "importance_sampled": "TRL's GRPOTrainer has no importance-sampled policy gradient against the sampler's log-probs",
+    "centred_score": "TRL's GRPOTrainer has no score-centering loss",
+}
+REFUSED_SETTINGS = {
+    "dynamic_sampling": "TRL's GRPOTrainer has no dynamic sampling (zero-variance groups refilled) nor DAPO's soft "
+                        "overlong penalty; for DAPO's loss alone run algo=grpo with TRL's loss_type=dapo, "
+                        "algo.clip_high=0.28 and no KL",
+}
+
+
+def trl_loss(short: str) -> TrlLoss:
+    """The TRL form of the algorithm ``short`` (its record's traits), or ``Refused`` naming why it has none."""
+    record = ALGORITHMS.get(short)
+    if record is None:
+        raise Refused(f"algo={short} is not a proofgrid algorithm ({', '.join(ALGO_ORDER)})")
+    reason = REFUSED_ADVANTAGES.get(record.raw_advantage)
+    if reason is None and record.global_normalization:
+        reason = GLOBAL_NORMALIZATION_REFUSED
+    if reason is not None:
+        reason = f"{record.display_name} {reason}"
+    if reason is None and record.raw_advantage != TRL_ADVANTAGE:
+        reason = f"TRL's GRPOTrainer has no {record.raw_advantage} advantage"
+    reason = reason or REFUSED_POLICY_LOSSES.get(record.policy_loss)
+    if reason is None and record.policy_loss not in TRL_POLICY_LOSSES:
+        reason = f"TRL's GRPOTrainer has no {record.policy_loss} policy loss"
+    reason = reason or next((REFUSED_SETTINGS[s] for s in record.settings if s in REFUSED_SETTINGS), None)
+    if reason is not None:
+        raise Refused(f"algo={short} cannot run on TRL: {reason}")
+    return TRL_POLICY_LOSSES[record.policy_loss]
+
+
 # GRPOConfig fields this adapter sets from proofgrid settings (or fixes): --trl may not set them.
 OWNED_FIELDS = frozenset({
     "output_dir", "seed", "data_seed", "max_steps", "per_device_train_batch_size", "num_generations",
@@ -237,11 +279,7 @@ class Plan:
 
 def plan(a: argparse.Namespace) -> Plan:
     """Map the settings onto TRL's arguments, or raise ``Refused`` for one TRL cannot honour."""
-    if a.algo in REFUSED_ALGOS:
-        raise Refused(f"algo={a.algo} cannot run on TRL: {REFUSED_ALGOS[a.algo]}")
-    if a.algo not in TRL_ALGOS:
-        raise Refused(f"algo={a.algo} has no TRL mapping; TRL runs algo={', '.join(TRL_ALGOS)}")
-    algo = TRL_ALGOS[a.algo]
+    algo = trl_loss(a.algo)
     sources = {}
 
     if a.loss_type is None:
@@ -312,10 +350,11 @@ def plan(a: argparse.Namespace) -> Plan:
         logging_steps=1, report_to="tensorboard", disable_tqdm=True,
         activation_checkpointing=False, disable_dropout=True, log_completions=False, dataloader_num_workers=0,
     )
-    if a.algo == "sapo":
-        if a.tau_pos is None or a.tau_neg is None:
-            raise Refused("algo=sapo needs its gate temperatures: pass --tau-pos {algo.tau_pos} --tau-neg {algo.tau_neg}")
-        config.update(sapo_temperature_pos=a.tau_pos, sapo_temperature_neg=a.tau_neg)
+    missing = [setting for setting in algo.settings if getattr(a, setting) is None]
+    if missing:
+        flags = " ".join(f"--{setting.replace('_', '-')} {{algo.{setting}}}" for setting in missing)
+        raise Refused(f"algo={a.algo} needs {algo.settings_are}: pass {flags}")
+    config.update({trl_field: getattr(a, setting) for setting, trl_field in algo.settings.items()})
     for key, value in a.trl:
         if key in OWNED_FIELDS:
             raise Refused(f"TRL option {key} is set from proofgrid's settings here; change the proofgrid setting")
