@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from evidence.problems import Problem, capped
+from facts import JOB_RECORD
 from facts.ranks import RANK_LOGS_FIELD, RANKS_DIR, rank_log, step_digest
 
 KIND = "ranks"
@@ -51,13 +52,13 @@ def check_ranks(records_dir: Path, run_summary: dict | None, metrics: list[dict]
     for entry in job_record.get("ranks") or []:  # a job of several tasks: how each rank's runtime ended
         if isinstance(entry, dict) and entry.get("state") != "COMPLETED":
             cause = f": {entry['failure']}" if entry.get("failure") else ""
-            problems.append(Problem("job.json", f"rank {entry.get('rank')} on node {entry.get('node_index')} ended "
+            problems.append(Problem(JOB_RECORD, f"rank {entry.get('rank')} on node {entry.get('node_index')} ended "
                                     f"{entry.get('state')}{cause}", kind=KIND))
     world = (run_summary or {}).get(RANK_LOGS_FIELD)
     if not isinstance(world, int) or isinstance(world, bool) or world < 2:
         return problems
     if (tasks := job_record.get("world_size")) is not None and tasks != world:
-        problems.append(Problem("job.json", f"world_size {tasks}, but the run had {world} ranks", kind=KIND))
+        problems.append(Problem(JOB_RECORD, f"world_size {tasks}, but the run had {world} ranks", kind=KIND))
     expected = {record["step"]: step_digest(record) for record in metrics if isinstance(record.get("step"), int)}
     for rank in range(world):
         path = rank_log(records_dir, rank)

@@ -10,6 +10,7 @@ from pathlib import Path
 # A sweep's jobs live in <sweep>/jobs/<job>/, each job's trainer output in its run/ directory.
 JOBS_DIR = "jobs"
 JOB_RUN_DIR = "run"
+JOB_RECORD = "job.json"  # <job>/job.json: the runtime's record of the job (state, node, ports, history)
 RUN_RECORD = "run.json"
 METRICS_LOG = "metrics.jsonl"
 EVAL_RECORD = "eval.json"

@@ -15,11 +15,10 @@ from pathlib import Path
 
 from evidence.ranks import RENDEZVOUS_ADDRESS_PLACEHOLDER
 from evidence.sanitize import Sanitizer
-from facts import atomic_write_json
+from facts import JOB_RECORD, atomic_write_json
 from facts.ranks import MASTER_ADDR_ENV
 from launcher.spec import JobSpec
 
-JOB_RECORD = "job.json"
 SWEEP_RECORD = "sweep.json"
 
 

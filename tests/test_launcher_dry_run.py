@@ -17,6 +17,7 @@ from tests.sweeps import GRID, REPO, launch
 
 GOLDEN = REPO / "tests" / "golden" / "dry_run_3x3.txt"
 GOLDEN_SLURM = REPO / "tests" / "golden" / "dry_run_3x3_slurm.txt"
+GOLDEN_TWO_NODES = REPO / "tests" / "golden" / "dry_run_2node_slurm.txt"
 
 
 def _commands(proc: subprocess.CompletedProcess) -> list[str]:
@@ -65,6 +66,31 @@ def test_slurm_dry_run_prints_the_array_script_submitit_submits_and_matches_its_
     assert all(str(tmp_path) not in line for line in sbatch)
     assert _commands(proc) == GOLDEN_SLURM.read_text().splitlines(), \
         "update tests/golden/dry_run_3x3_slurm.txt if this change is intended"
+
+
+def test_a_two_node_dry_run_prints_submitit_s_multi_node_script_and_each_rank_s_env_and_matches_its_golden(tmp_path):
+    proc = launch_in_process(tmp_path / "s", "algo=grpo", "seed=1,2", "dp_size=2", "dry_run=true", "cluster=slurm",
+                             "cluster.partition=gpu", "cluster.nodes=2")
+    assert proc.returncode == 0, proc.stderr
+    sbatch = [line.removeprefix("# sbatch | ") for line in proc.stdout.splitlines() if line.startswith("# sbatch")]
+    for flag in ("--array=0-1%2", "--nodes=2", "--ntasks-per-node=1"):
+        assert f"#SBATCH {flag}" in sbatch, flag
+    # submitit's srun starts one task per slot, each task's log by its task id (%t)
+    assert sbatch[-1].startswith("srun --unbuffered --output <SWEEP_DIR>/.submitit/<RUN>/%A_%a_%t_log.out")
+    jobs = [line for line in _commands(proc) if line.startswith("[")]
+    for word in ("MASTER_ADDR=<RANK0_NODE_ADDR>", "RANK=<SLURM_PROCID>", "LOCAL_RANK=<SLURM_LOCALID>", "WORLD_SIZE=2",
+                 "PROOFGRID_RENDEZVOUS_TIMEOUT_S=300", "dp_size=2"):
+        assert all(word in line for line in jobs), word
+    assert _commands(proc) == GOLDEN_TWO_NODES.read_text().splitlines(), \
+        "update tests/golden/dry_run_2node_slurm.txt if this change is intended"
+
+
+def test_the_local_back_end_still_runs_a_job_s_dp_size_ranks_itself(tmp_path):
+    proc = launch_in_process(tmp_path / "s", "algo=grpo", "seed=1", "dp_size=2", "workload.cpus_per_job=2", "dry_run=true")
+    assert proc.returncode == 0, proc.stderr
+    (line,) = _commands(proc)  # one process, whose trainer spawns its ranks: no scheduler's rank variables
+    assert "dp_size=2" in line and "MASTER_ADDR=127.0.0.1" in line
+    assert not any(f" {name}=" in line for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "PROOFGRID_RENDEZVOUS_TIMEOUT_S"))
 
 
 def test_seed000_profile_reproduces_its_request_as_submitted(tmp_path):

@@ -55,6 +55,31 @@ def test_a_bad_setting_is_refused_by_the_dry_run_in_one_line(tmp_path, args, nee
     assert not (tmp_path / "bad" / "jobs").exists()
 
 
+MULTINODE_BAD = [
+    (("cluster=slurm", "cluster.nodes=0", "dp_size=2"),
+     "cluster.nodes=0 is not a valid Slurm value; use a whole number >= 1"),
+    (("cluster=slurm", "cluster.nodes=two"), "cluster.nodes='two' is not a valid Slurm value"),
+    (("cluster=slurm", "cluster.nodes=1.5"), "cluster.nodes=1.5 is not a valid Slurm value"),
+    (("cluster.nodes=2", "dp_size=2"), "cluster.nodes=2 needs cluster=slurm"),
+    (("cluster=local", "cluster.tasks_per_node=2", "dp_size=2"), "cluster.tasks_per_node=2 needs cluster=slurm"),
+    (("cluster=slurm", "cluster.nodes=2"),
+     "dp_size=1 is not cluster.nodes x cluster.tasks_per_node = 2 x 1 = 2: a job of several tasks runs one trainer "
+     "rank per task; set dp_size=2"),
+    (("cluster=slurm", "cluster.nodes=2", "dp_size=4"), "set dp_size=2 or cluster.tasks_per_node=2"),
+    (("cluster=slurm", "cluster.nodes=2", "cluster.rendezvous_timeout_s=0", "dp_size=2"),
+     "cluster.rendezvous_timeout_s=0 is not a valid Slurm value"),
+]
+
+
+@pytest.mark.parametrize(("args", "needle"), MULTINODE_BAD)
+def test_a_multi_node_setting_that_cannot_work_is_refused_in_one_line_before_anything_is_submitted(tmp_path, args,
+                                                                                                    needle):
+    proc = launch_in_process(tmp_path / "bad", "algo=grpo", "seed=1", *args, "dry_run=true")
+    assert proc.returncode == 2
+    _one_line_error(proc, needle)
+    assert not (tmp_path / "bad" / "jobs").exists() and not (tmp_path / "bad" / ".submitit").exists()
+
+
 @pytest.mark.parametrize("value", ["abc", "70000", "80", "2e4"])
 def test_a_bad_port_base_is_refused_before_anything_starts(tmp_path, value):
     proc = launch_in_process(tmp_path / "s", "algo=grpo", "seed=1", "dry_run=true", env={"PROOFGRID_PORT_BASE": value})

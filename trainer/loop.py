@@ -629,11 +629,9 @@ def _meet(backend: str, rank: int, world: int, timeout_s: float):
         store = dist.TCPStore(addr, port, world, is_master=rank == 0, timeout=datetime.timedelta(seconds=timeout_s))
     except dist.DistError as exc:
         said = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
-        raise RendezvousError(
-            f"rank {rank} of {world}: the ranks did not meet at rank 0's {addr}:{port} within {timeout_s:g} s "
-            f"({said[:160]}); the nodes of the allocation cannot reach each other on that port: check the "
-            "partition's network (a firewall between its nodes?), or raise cluster.rendezvous_timeout_s if "
-            "its nodes start slowly"
+        raise RendezvousError(  # one line the job's failure keeps whole (launcher.liveness cuts at 300)
+            f"rank {rank} of {world} did not meet the others at rank 0's {addr}:{port} within {timeout_s:g} s "
+            f"({said[:72]}); can the nodes reach each other on that port? else raise cluster.rendezvous_timeout_s"
         ) from None
     dist.init_process_group(backend, store=store, rank=rank, world_size=world)
     return dist.group.WORLD

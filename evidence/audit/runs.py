@@ -1,6 +1,7 @@
 """The runs: every accepted run's metrics log passes the validator again and ``steps.csv`` / ``eval.csv``
-carry exactly its records; every rank of a run of several reported every step and agrees with it; the shared initial evaluations are the ones the runs reference; every
-incident of a run's attempt history and every rejection has its record in ``incidents.csv``."""
+carry exactly its records; every rank of a run of several reported every step and agrees with it; the
+shared initial evaluations are the ones the runs reference; every incident of a run's attempt history
+and every rejection has its record in ``incidents.csv``."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from evidence.incidents import history_incidents
 from evidence.metrics_log import validate_metrics
 from evidence.problems import Problem, capped
 from evidence.ranks import check_ranks
-from facts import EVAL_RECORD, INITIAL_EVAL_DIR
+from facts import EVAL_RECORD, INITIAL_EVAL_DIR, JOB_RECORD, METRICS_LOG, RUN_RECORD
 from facts.ranks import RANK_LOGS_FIELD
 
 
@@ -72,15 +73,15 @@ def _check_ranks(data_dir: Path, arm: str, seed: int) -> list[Problem]:
     job = f"{arm}-{seed}"
     run = data_dir / "runs" / job
     try:
-        summary = read_json(run / "run.json")
+        summary = read_json(run / RUN_RECORD)
         if not isinstance(summary, dict) or RANK_LOGS_FIELD not in summary:
             return []  # a run of one rank (the common case: nothing more is read)
-        record = read_json(run / "job.json")
+        record = read_json(run / JOB_RECORD)
     except JSONError:
         return []  # the run's own checks report an unreadable record
     if not isinstance(record, dict):
         return []
-    records = [parse for parse in (_parsed(line) for line in _lines(run / "metrics.jsonl")) if parse is not None]
+    records = [parse for parse in (_parsed(line) for line in _lines(run / METRICS_LOG)) if parse is not None]
     return check_ranks(run, summary, records, record, prefix=f"data/runs/{job}/")
 
 

@@ -1,0 +1,96 @@
+"""The ranks of a run a scheduler started: ranks that cannot meet fail in one line within the rendezvous
+timeout (never hang until the time limit), and the evidence's rank check finds a rank that did not
+report a step or held other values (digests written here from their definition: SHA256 of the sorted
+JSON of a step's reduced values)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from evidence.ranks import check_ranks
+from launcher.liveness import death_cause
+from tests.sweeps import REPO
+from tests.trainer_runs import trainer_cmd
+
+
+def test_a_rank_whose_rank_0_cannot_be_reached_fails_in_one_line_within_the_rendezvous_timeout(tmp_path):
+    # Rank 1 of 2, told to meet rank 0 at a port that nothing serves (bound, never listening): what a rank
+    # on a node that cannot reach the first node sees. It must give up after the timeout, in one line.
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    env = {**os.environ, "PYTHONNOUSERSITE": "1", "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0",
+           "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(closed.getsockname()[1]),
+           "PROOFGRID_RENDEZVOUS_TIMEOUT_S": "2"}
+    job_dir = tmp_path / "jobs" / "grpo-1"
+    job_dir.mkdir(parents=True)
+    started = time.monotonic()
+    try:
+        with open(job_dir / "trainer.log", "w") as log:
+            proc = subprocess.run(trainer_cmd(job_dir / "run", "algo=grpo", "seed=1", "dp_size=2",
+                                              "workload.n_updates=2"),
+                                  cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=120)
+    finally:
+        closed.close()
+    took = time.monotonic() - started
+    assert proc.returncode != 0
+    last = (job_dir / "trainer.log").read_text().strip().splitlines()[-1]
+    assert last.startswith("proofgrid trainer: error: rank 1 of 2 did not meet the others at rank 0's 127.0.0.1:")
+    assert "within 2 s" in last and last.endswith("else raise cluster.rendezvous_timeout_s")
+    # The job's failure is that line, whole (the runtime keeps the last error line of the trainer's log).
+    cause = death_cause(job_dir, f"the trainer exited with {proc.returncode}")
+    assert cause == f"the trainer exited with {proc.returncode}: {last} (see jobs/grpo-1/trainer.log)"
+    assert not (job_dir / "run" / "metrics.jsonl").exists()
+    assert took < 60, f"{took:.0f} s: the rendezvous timeout (2 s) did not bound the wait"
+
+
+def _digest(values: dict) -> str:
+    return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()
+
+
+def _run(tmp_path: Path, n: int = 3) -> tuple[Path, list[dict]]:
+    """A run of two ranks: metrics records (with a per-rank timing that is not a reduced value) and
+    each rank's log of the digest of every step's reduced values."""
+    metrics = [{"step": s, "loss": 0.1 * s, "rollout/raw_reward": 0.5 + s / 7, "perf/step_s": 1.0 + s} for s in range(n)]
+    (tmp_path / "ranks").mkdir()
+    for rank in (0, 1):
+        lines = [json.dumps({"step": m["step"], "rank": rank, "host": f"node{rank}",
+                             "digest": _digest({"loss": m["loss"], "rollout/raw_reward": m["rollout/raw_reward"]})})
+                 for m in metrics]
+        (tmp_path / "ranks" / f"rank{rank}.jsonl").write_text("\n".join(lines) + "\n")
+    return tmp_path, metrics
+
+
+def test_ranks_that_agree_on_every_step_pass_and_the_per_rank_timings_are_not_compared(tmp_path):
+    run, metrics = _run(tmp_path)
+    assert check_ranks(run, {"rank_logs": 2}, metrics, {"world_size": 2}) == []
+    assert check_ranks(run, {}, metrics, {}) == []  # a run of one rank declares no rank logs
+
+
+def test_a_rank_that_held_other_values_missed_a_step_or_never_reported_is_named(tmp_path):
+    run, metrics = _run(tmp_path)
+    log = run / "ranks" / "rank1.jsonl"
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    records[1]["digest"] = _digest({"loss": 0.1, "rollout/raw_reward": 0.5 + 1 / 7 + 1e-12})  # one ulp-ish apart
+    log.write_text("".join(json.dumps(r) + "\n" for r in records[:2]))  # and step 2 never reported
+    found = [(p.file, p.where, p.reason) for p in check_ranks(run, {"rank_logs": 2}, metrics, {"world_size": 2})]
+    assert ("run/ranks/rank1.jsonl", "", "rank 1 did not report step(s) 2 of 3") in found
+    assert ("run/ranks/rank1.jsonl", "step 1",
+            "rank 1 held other reduced values than the metrics log: the ranks disagree") in found
+    assert len(found) == 2
+    (run / "ranks" / "rank0.jsonl").unlink()
+    found = [(p.file, p.reason) for p in check_ranks(run, {"rank_logs": 2}, metrics, {"world_size": 2})]
+    assert ("run/ranks/rank0.jsonl", "missing: the rank recorded no step") in found
+
+
+def test_a_rank_whose_runtime_did_not_complete_fails_the_job_with_its_node_and_cause(tmp_path):
+    run, metrics = _run(tmp_path)
+    record = {"world_size": 2, "ranks": [{"rank": 0, "node_index": 0, "state": "COMPLETED"},
+                                         {"rank": 1, "node_index": 1, "state": "NO_RECORD", "failure": None}]}
+    found = [(p.file, p.reason) for p in check_ranks(run, {"rank_logs": 2}, metrics, record)]
+    assert found == [("job.json", "rank 1 on node 1 ended NO_RECORD")]
