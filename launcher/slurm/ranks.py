@@ -152,12 +152,13 @@ class SlurmRankHooks(SlurmHooks):
             if (paths := submitit_paths()) is not None:
                 keep_scheduler_output(job_dir, self.job_id, self.restart_count, paths)
             return record
-        record = self._gather(job_dir, wait_s=0.0 if end.killed_by_scheduler else RANK_RECORDS_WAIT_S)
+        record = self._gather(job_dir, end.state, wait_s=0.0 if end.killed_by_scheduler else RANK_RECORDS_WAIT_S)
         return super().ended(job_dir, end, record)
 
-    def _gather(self, job_dir: Path, wait_s: float) -> dict:
+    def _gather(self, job_dir: Path, state: str, wait_s: float) -> dict:
         """``job.json`` with every rank of this run: its node, state and failure, its leftovers in the
-        cleanup list, and the rendezvous. Waits up to ``wait_s`` for the other ranks to end."""
+        cleanup list, and the rendezvous. Waits up to ``wait_s`` for the other ranks to end. Rank 0's
+        ``state`` is its runtime's: meanwhile a waiting launcher may copy sacct's RUNNING into job.json."""
         deadline = time.monotonic() + wait_s
         while True:
             records = {r: read_job_record(rank_record_dir(job_dir, r)) for r in range(1, self.tasks)}
@@ -166,7 +167,7 @@ class SlurmRankHooks(SlurmHooks):
                     or time.monotonic() >= deadline:
                 break
             time.sleep(_POLL_S)
-        own = read_job_record(job_dir)
+        own = {**read_job_record(job_dir), "state": state}
         ranks = [_rank_entry(0, {**own, "node": self.host})]
         cleanup = list(own.get("cleanup") or [])
         failures = []
