@@ -10,7 +10,6 @@ import json
 import os
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 from evidence.ranks import check_ranks
@@ -29,15 +28,13 @@ def test_a_rank_whose_rank_0_cannot_be_reached_fails_in_one_line_within_the_rend
            "PROOFGRID_RENDEZVOUS_TIMEOUT_S": "2"}
     job_dir = tmp_path / "jobs" / "grpo-1"
     job_dir.mkdir(parents=True)
-    started = time.monotonic()
-    try:
+    try:  # a wait that the 2 s did not bound would outlast the 120 s (torch's own default is 300 s)
         with open(job_dir / "trainer.log", "w") as log:
             proc = subprocess.run(trainer_cmd(job_dir / "run", "algo=grpo", "seed=1", "dp_size=2",
                                               "workload.n_updates=2"),
                                   cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=120)
     finally:
         closed.close()
-    took = time.monotonic() - started
     assert proc.returncode != 0
     last = (job_dir / "trainer.log").read_text().strip().splitlines()[-1]
     assert last.startswith("proofgrid trainer: error: rank 1 of 2 did not meet the others at rank 0's 127.0.0.1:")
@@ -46,7 +43,6 @@ def test_a_rank_whose_rank_0_cannot_be_reached_fails_in_one_line_within_the_rend
     cause = death_cause(job_dir, f"the trainer exited with {proc.returncode}")
     assert cause == f"the trainer exited with {proc.returncode}: {last} (see jobs/grpo-1/trainer.log)"
     assert not (job_dir / "run" / "metrics.jsonl").exists()
-    assert took < 60, f"{took:.0f} s: the rendezvous timeout (2 s) did not bound the wait"
 
 
 def _digest(values: dict) -> str:
