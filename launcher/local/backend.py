@@ -1,9 +1,6 @@
-"""The local back end (``launcher.backend``): each job is a separate process (``python -m launcher.runtime <job_dir>``),
-at most as many at once as the machine's cores allow for the jobs' CPU needs.
-
-One module, not a package like ``launcher/slurm/``: there is no scheduler to ask, script to write or
-requeue to handle; the runtime's default hooks (``launcher.runtime.JobHooks``) are this back end's,
-and whether a job's runtime still lives is read from its record (``launcher.liveness``)."""
+"""The local back end's sweep: each job a separate process (``python -m launcher.runtime <job_dir>``), at
+most as many at once as the machine's cores allow for the jobs' CPU needs, shown live, cancelled on an
+interrupt."""
 
 from __future__ import annotations
 
@@ -15,7 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-from omegaconf import DictConfig
 from rich.console import Console
 from rich.live import Live
 
@@ -24,54 +20,12 @@ from facts.files import RUNTIME_LOG
 from facts.processes import local_runtime_alive
 from facts.repo import REPO_ROOT
 from facts.states import CANCELLED, FAILED, RUNNING, VIEW_DONE
-from launcher.errors import PreflightError
 from launcher.interrupts import HANDLED, raise_interrupted
 from launcher.liveness import mark_dead_local_jobs
+from launcher.local.options import local_concurrency
 from launcher.progress import SweepProgress, natural_key
 from launcher.records import read_job_record, update_job_record
 from launcher.spec import JobSpec, Sweep
-
-
-def usable_cores() -> int:
-    """CPUs this process may run on (its affinity mask: a Slurm allocation, taskset, a container)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def local_concurrency(cpus_per_job: int, max_parallel: int | None) -> int:
-    cores = usable_cores()
-    slots = max(1, cores // max(1, cpus_per_job))
-    return max(1, min(slots, max_parallel)) if max_parallel else slots
-
-
-def check_profile(cluster: DictConfig, dry_run: bool, wait: bool) -> None:
-    if not wait:
-        raise PreflightError("wait=false needs cluster=slurm: local jobs live only as long as the launcher")
-
-
-def check_resources(workload: DictConfig, cluster: DictConfig) -> None:
-    """A job's CPUs (and GPUs) must exist on this machine."""
-    cpus, available = int(workload.cpus_per_job), usable_cores()
-    if cpus > available:
-        raise PreflightError(
-            f"a job needs {cpus} CPUs (workload.cpus_per_job) but this machine has {available}; "
-            "lower workload.cpus_per_job or use cluster=slurm"
-        )
-    if int(workload.gpus_per_job) > 0:
-        # torch (seconds to import) only for a GPU workload: a CPU sweep's plan and dry run stay torch-free.
-        import torch
-
-        if torch.cuda.device_count() < int(workload.gpus_per_job):
-            raise PreflightError(
-                f"workload {workload.name} needs {workload.gpus_per_job} GPU(s) per job and "
-                f"{torch.cuda.device_count()} are visible; run on a GPU node or cluster=slurm"
-            )
-
-
-def check_environment(cluster: DictConfig, dry_run: bool) -> None:
-    """Nothing beyond this Python: the jobs are its own processes."""
 
 
 def describe(sweep: Sweep) -> list[str]:
