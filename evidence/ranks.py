@@ -16,6 +16,7 @@ from pathlib import Path
 from evidence.problems import Problem, capped
 from facts import JOB_RECORD
 from facts.ranks import RANK_LOGS_FIELD, RANKS_DIR, rank_log, step_digest
+from facts.states import COMPLETED
 
 KIND = "ranks"
 
@@ -50,7 +51,7 @@ def check_ranks(records_dir: Path, run_summary: dict | None, metrics: list[dict]
     metrics log's records, ``job_record`` the job's ``job.json``. A run of one rank has none."""
     problems = []
     for entry in job_record.get("ranks") or []:  # a job of several tasks: how each rank's runtime ended
-        if isinstance(entry, dict) and entry.get("state") != "COMPLETED":
+        if isinstance(entry, dict) and entry.get("state") != COMPLETED:
             cause = f": {entry['failure']}" if entry.get("failure") else ""
             problems.append(Problem(JOB_RECORD, f"rank {entry.get('rank')} on node {entry.get('node_index')} ended "
                                     f"{entry.get('state')}{cause}", kind=KIND))

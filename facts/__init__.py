@@ -1,4 +1,5 @@
-"""Facts shared by trainer, launcher and evidence, stated once: metric keys, the algorithm records,
+"""Facts shared by trainer, launcher and evidence, stated once: metric keys, the algorithm records, the
+job-state vocabulary (facts.states), the repository's own paths (facts.repo),
 the sweep and job directory layout, run-directory file names, checkpoint naming, file hashing (and hash-then-parse reads) and atomic JSON writes.
 
 Dependency-free (standard library only), so every package may import it and none imports upward.

@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from facts.files import RAY_START_LOG
 from launcher.isolation import JobRoots
 from launcher.ports import PortBlock
 
@@ -61,7 +62,7 @@ class JobRay:
         self.address = head or f"{node_ip}:{block.ports['ray_gcs']}"
         self.ready_at = f"{node_ip}:{block.ports['ray_node_manager']}" if head else self.address
         self.env = env
-        self.log_path = roots.job_dir / "ray-start.log"
+        self.log_path = roots.job_dir / RAY_START_LOG
         self.job_dir = roots.job_dir
         self.proc: subprocess.Popen | None = None
 

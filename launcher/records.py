@@ -15,12 +15,10 @@ from pathlib import Path
 
 from evidence.ranks import RENDEZVOUS_ADDRESS_PLACEHOLDER
 from evidence.sanitize import Sanitizer
-from facts import JOB_RECORD, atomic_write_json
+from facts import atomic_write_json
+from facts.files import COMMAND_PUBLIC_RECORD, COMMAND_RECORD, JOB_RECORD
 from facts.ranks import MASTER_ADDR_ENV
 from launcher.spec import JobSpec
-
-SWEEP_RECORD = "sweep.json"
-
 
 _write_json = atomic_write_json
 
@@ -78,10 +76,10 @@ def write_command_records(spec: JobSpec, argv: list[str], env_changes: dict, rep
                           sbatch: str | None = None) -> dict:
     """``command.json`` and its path-free copy; ``sbatch``: the scheduler's script that ran the job."""
     full = {"argv": list(argv), "env": env_changes, "cwd": str(repo_root), "sbatch": sbatch}
-    _write_json(spec.job_dir / "command.json", full)
+    _write_json(spec.job_dir / COMMAND_RECORD, full)
     sanitizer = path_free_sanitizer(spec, repo_root)
     if (address := env_changes.get(MASTER_ADDR_ENV)) and not address.startswith("127."):  # another node's
         sanitizer.literals[address] = RENDEZVOUS_ADDRESS_PLACEHOLDER
     public = public_copy(full, sanitizer)
-    _write_json(spec.job_dir / "command.public.json", public)
+    _write_json(spec.job_dir / COMMAND_PUBLIC_RECORD, public)
     return public

@@ -60,6 +60,7 @@ from facts.ranks import (
     RENDEZVOUS_TIMEOUT_ENV,
     WORLD_SIZE_VAR,
 )
+from facts.repo import REPO_ROOT
 from trainer.algorithms import (
     KL_ESTIMATORS,
     Advantages,
@@ -84,7 +85,7 @@ from trainer.checkpoint import (
 from trainer.config import RunConfigError, validate
 from trainer.data import Example, PromptStream, load_split, mix_seed, subset_digest
 from trainer.evaluate import evaluate, shared_initial_eval
-from trainer.inputs import REPO_ROOT, resolve, verify_inputs
+from trainer.inputs import resolve, verify_inputs
 from trainer.metrics import KL_LOSS_KEY, MetricsLog, RankLog, log_eval, metric_keys
 from trainer.policy import TokenBatch, build_token_batch, compute_context, load_policy, response_logprobs
 from trainer.preemption import (

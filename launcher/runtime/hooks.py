@@ -19,6 +19,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from facts.states import REQUEUED
 from launcher.isolation import JobRoots
 from launcher.ports import PortBlock
 from launcher.ray_runtime import JobRay
@@ -67,7 +68,7 @@ class RunEnd:
 
     @property
     def requeued(self) -> bool:
-        return self.state == "REQUEUED"
+        return self.state == REQUEUED
 
 
 class JobHooks:

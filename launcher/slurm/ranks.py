@@ -23,6 +23,7 @@ from pathlib import Path
 
 from facts import atomic_write_json
 from facts.ranks import RANKS_DIR, RENDEZVOUS_RECORD, rank_record_dir
+from facts.states import COMPLETED, FAILED, REQUEUED, TERMINATED
 from launcher.isolation import JobRoots, rank_env
 from launcher.ports import PortBlock
 from launcher.ray_runtime import JobRay
@@ -37,7 +38,7 @@ from launcher.spec import JobSpec
 # At its end, how long rank 0 waits for the other ranks' final records before it gathers them.
 RANK_RECORDS_WAIT_S = 30.0
 # States a rank's runtime ends in (its own view); anything else is a rank that never finished.
-ENDED = frozenset({"COMPLETED", "FAILED", "TERMINATED", "REQUEUED"})
+ENDED = frozenset({COMPLETED, FAILED, TERMINATED, REQUEUED})
 _POLL_S = 0.2
 
 
@@ -180,7 +181,7 @@ class SlurmRankHooks(SlurmHooks):
             elif rec.get("state") not in ENDED:
                 failures.append(f"rank {r} ({rec.get('node') or 'its node'}) recorded no end")
         changes = {"ranks": ranks, "cleanup": cleanup, "rendezvous": self.published}
-        if failures and own.get("state") != "COMPLETED":
+        if failures and own.get("state") != COMPLETED:
             changes["failure"] = "; ".join(filter(None, [own.get("failure"), *failures[:2]]))
         return update_job_record(job_dir, changes)
 
