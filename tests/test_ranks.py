@@ -10,10 +10,17 @@ import json
 import os
 import socket
 import subprocess
+import types
 from pathlib import Path
 
 from evidence.ranks import check_ranks
+from facts.ranks import rank_record_dir
+from facts.states import COMPLETED, RUNNING
 from launcher.liveness import death_cause
+from launcher.records import read_job_record, update_job_record
+from launcher.runtime import RunEnd
+from launcher.slurm.ranks import SlurmRankHooks
+from launcher.spec import JobSpec
 from tests.sweeps import REPO
 from tests.trainer_runs import trainer_cmd
 
@@ -90,3 +97,28 @@ def test_a_rank_whose_runtime_did_not_complete_fails_the_job_with_its_node_and_c
                                          {"rank": 1, "node_index": 1, "state": "NO_RECORD", "failure": None}]}
     found = [(p.file, p.reason) for p in check_ranks(run, {"rank_logs": 2}, metrics, record)]
     assert found == [("job.json", "rank 1 on node 1 ended NO_RECORD")]
+
+
+def test_rank_0_records_its_runtime_s_end_though_a_waiting_launcher_copied_sacct_s_running_meanwhile(tmp_path,
+                                                                                                   monkeypatch):
+    # While rank 0 gathers the other ranks' records the task is still RUNNING in sacct, and a waiting
+    # launcher copies that into job.json over the runtime's COMPLETED (seen at load 10); the ranks entry
+    # must keep what the runtime saw. The environment is what submitit's JobEnvironment gives task 0 of 2.
+    for name in ("SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_RESTART_COUNT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    spec = JobSpec(name="grpo-1", algo="grpo", seed=1, sweep_dir=str(tmp_path), trainer_overrides=("algo=grpo",),
+                   cpus=1, ray_cpus=0, n_updates=2, source_commit=None, nodes=2)
+    spec.job_dir.mkdir(parents=True)
+    placed = types.SimpleNamespace(global_rank=0, num_tasks=2, local_rank=0, node=0, hostnames=["n1", "n2"])
+    hooks = SlurmRankHooks(spec, environment=placed)
+    update_job_record(rank_record_dir(spec.job_dir, 1), {"restart_count": 0, "state": COMPLETED, "node": "n2",
+                                                         "node_index": 1, "local_rank": 0})
+    update_job_record(spec.job_dir, {"restart_count": 0, "state": RUNNING, "node": "n1"})  # the launcher's copy
+    end = RunEnd(state=COMPLETED, exit_code=0, failure=None, stop_signal=None, killed_by_scheduler=False,
+                 finished_anyway=False, requeue_refusal=None)
+    hooks.ended(spec.job_dir, end, read_job_record(spec.job_dir))
+    record = read_job_record(spec.job_dir)
+    assert [(r["rank"], r["node"], r["state"]) for r in record["ranks"]] == [(0, socket.gethostname(), COMPLETED),
+                                                                                    (1, "n2", COMPLETED)]
+    assert record.get("failure") is None
