@@ -18,7 +18,7 @@ from rich.table import Table
 from evidence import IncidentsFileError, LeakError, SweepError
 from facts import JOBS_DIR, sweep_jobs_dir
 from facts.failures import failure_cause
-from facts.files import JOB_RECORD, JOB_SPEC
+from facts.files import JOB_RECORD, JOB_SPEC, SWEEP_RECORD
 from facts.states import COMPLETED, FAILED, IN_FLIGHT_STATES, PENDING, VIEW_QUEUED
 from launcher.backend import refresh_job_records
 from launcher.errors import LockHeld, PreflightError, SchedulerUnavailable
@@ -61,7 +61,9 @@ def one_line_errors(sweep_dir: str | Path, body) -> int:
         with signals_interrupt():
             code = body()
         ran = code in (0, 1)
-        if code == 1 and not dry_run:  # jobs ran, and some were rejected (or the audit found something)
+        # A sweep's jobs ran and some were rejected (or the audit found something); an experiment says
+        # itself why it stopped.
+        if code == 1 and not dry_run and (Path(sweep_dir) / SWEEP_RECORD).is_file():
             print(f"to run the jobs that were not accepted again (each from its last checkpoint): "
                   f"{resume_advice(sweep_dir)}", file=sys.stderr)
         return code
