@@ -28,7 +28,7 @@ from facts import run_dir_of_job
 from facts.files import TRAINER_LOG
 from facts.processes import runtime_identity
 from facts.ranks import rank_record_dir
-from facts.repo import REPO_ROOT
+from facts.repo import REPO_ROOT, SOURCE_COMMIT_ENV
 from facts.states import COMPLETED, FAILED, REQUEUED, RUNNING, TERMINATED
 from launcher.errors import JobFailed, PreflightError
 from launcher.isolation import JobRoots, env_diff, isolated_env
@@ -146,7 +146,7 @@ class JobRun:
             self.run_lock = lock_job_run_dir(self.spec.job_dir)
         self.block = claim_port_block()
         env = isolated_env(self.roots, self.block.ports, self.base_env)
-        env["PROOFGRID_SOURCE_COMMIT"] = self.spec.source_commit or ""
+        env[SOURCE_COMMIT_ENV] = self.spec.source_commit or ""
         services, self.ray = self.hooks.start_services(self.roots, self.block, env, self.spec.ray_cpus)
         env.update(services)
         argv = self.spec.trainer_argv(self.roots.output)
