@@ -10,10 +10,20 @@ from pathlib import Path
 # A sweep's jobs live in <sweep>/jobs/<job>/, each job's trainer output in its run/ directory.
 JOBS_DIR = "jobs"
 JOB_RUN_DIR = "run"
+JOB_SPEC_FILE = "spec.json"  # the JobSpec the job runtime ran, in the job directory
 RUN_RECORD = "run.json"
 METRICS_LOG = "metrics.jsonl"
 EVAL_RECORD = "eval.json"
 CHECKPOINTS_DIR = "checkpoints"
+TENSORBOARD_DIR = "tensorboard"
+EVAL_RESPONSES_DIR = "eval"
+# A trainer that is not proofgrid's (a trainer spec with a command) writes its own files into this
+# directory of the run directory (its {output_dir}); the run directory around it keeps proofgrid's contract.
+TRAINER_OUTPUT_DIR = "trainer"
+# run.json fields of such a run: the final model it is judged by (a Hugging Face model directory, relative
+# to the run directory) instead of checkpoints/latest, and what ran (the spec, its log, its restarts).
+FINAL_MODEL_FIELD = "final_model"
+TRAINER_FIELD = "trainer"
 # The initial checkpoint's evaluation, shared by a sweep's jobs: <sweep>/initial_eval/<key[:12]>/
 # holds eval.json (the summary, its key and identity) and responses.jsonl; <key[:12]>.lock beside it.
 INITIAL_EVAL_DIR = "initial_eval"

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer.preemption import EXIT_CHECKPOINTED
+from trainer.preemption import EXIT_CHECKPOINTED, EXIT_STOPPED_UNSAVED
 
 
 class Reaction(enum.Enum):
@@ -43,6 +43,11 @@ class RunEnd:
     @property
     def checkpointed(self) -> bool:
         return self.exit_code == EXIT_CHECKPOINTED
+
+    @property
+    def unsaved(self) -> bool:
+        """The trainer stopped without saving anything to resume from: a rerun starts it from scratch."""
+        return self.exit_code == EXIT_STOPPED_UNSAVED
 
     @property
     def requeued(self) -> bool:

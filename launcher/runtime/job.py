@@ -31,7 +31,7 @@ from launcher.runtime.hooks import JobHooks, Reaction, RunEnd
 from launcher.runtime.process import die_with_parent, leftovers, wait_for_group_exit
 from launcher.spec import JobSpec
 from trainer.inputs import REPO_ROOT
-from trainer.preemption import CHECKPOINT_SIGNALS, EXIT_CHECKPOINTED
+from trainer.preemption import CHECKPOINT_SIGNALS, EXIT_CHECKPOINTED, EXIT_STOPPED_UNSAVED
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR2)
 TRAINER_LOG = "trainer.log"
@@ -134,6 +134,7 @@ class JobRun:
         self.run_lock = lock_job_run_dir(self.roots.job_dir)  # no second trainer in this run directory, ever
         self.block = claim_port_block()
         env = isolated_env(self.roots, self.block.ports, self.base_env)
+        env.update(self.spec.trainer_env(self.roots))
         env["PROOFGRID_SOURCE_COMMIT"] = self.spec.source_commit or ""
         if self.spec.ray_cpus > 0:
             self.ray = JobRay(self.roots, self.block, self.spec.ray_cpus, env)
@@ -190,10 +191,12 @@ class JobRun:
 
     def end(self) -> RunEnd:
         """How the run ended. A stop signal with the trainer stopped at a checkpoint (or not started
-        yet) is a requeue when the scheduler runs the job again; warned during its final evaluation,
-        the trainer finishes its run, which is a completed job."""
+        yet, or stopped with nothing to resume from: its rerun starts over) is a requeue when the
+        scheduler runs the job again; warned during its final evaluation, the trainer finishes its
+        run, which is a completed job."""
         stop_signal = self.signals[0] if self.signals else None
-        at_checkpoint = stop_signal is not None and (self.exit_code == EXIT_CHECKPOINTED or self.proc is None)
+        at_checkpoint = stop_signal is not None and (self.exit_code in (EXIT_CHECKPOINTED, EXIT_STOPPED_UNSAVED)
+                                                     or self.proc is None)
         refusal = self.hooks.requeue_refusal() if at_checkpoint else None
         requeue = at_checkpoint and refusal is None
         finished_anyway = stop_signal is not None and self.exit_code == 0 and self.failure is None
