@@ -227,7 +227,7 @@ def bench_trl(steps: int = 60, pairs: int = 3) -> None:
     import importlib.util
 
     if importlib.util.find_spec("trl") is None:
-        print("trl       skipped: TRL is not installed (pip install -e '.[bench]')")
+        print("trl       skipped: TRL is not installed (pip install -e '.[trl]' (make trl))")
         return
     from importlib.metadata import version
 
