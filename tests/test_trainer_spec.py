@@ -145,3 +145,13 @@ def test_a_job_its_trainer_cannot_run_is_refused_at_plan_time_in_one_line(tmp_pa
     error = _one_error(launch_in_process(tmp_path / "bad", *args, "seed=1", "dry_run=true"))
     assert says in error, error
     assert not (tmp_path / "bad" / "jobs").exists()
+
+
+def test_the_trl_loss_normalisation_experiment_plans_both_loss_types_on_trl(tmp_path):
+    proc = launch_in_process(tmp_path / "e", "experiment=loss_norm_trl", "dry_run=true", multirun=False)
+    assert proc.returncode == 0, proc.stderr
+    jobs = [line for line in _commands(proc) if "-m trainer.adapters.trl_grpo" in line]
+    assert len(jobs) == 2 + 6  # the probe's two arms, then both arms over three seeds
+    assert {line.split(":")[0].split("] ")[1].rsplit("-", 1)[0] for line in jobs} == {
+        "grpo-trl-loss_type_dapo", "grpo-trl-loss_type_grpo"}
+    assert all(("--loss-type dapo" in line) == ("loss_type_dapo" in line) for line in jobs)
