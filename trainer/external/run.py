@@ -25,6 +25,7 @@ import random
 import shutil
 import signal
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -279,6 +280,8 @@ def run_external(job_spec: dict, argv: list[str], out: Path, sweep_dir: Path | N
     set_up(run)
     from trainer.inputs import InputDigestError
 
+    timings = run.trainer_record.setdefault("seconds", {})  # wall seconds of each stage (make bench reads them)
+    clock = time.perf_counter()
     try:
         verify(run)
     except InputDigestError as exc:
@@ -286,8 +289,15 @@ def run_external(job_spec: dict, argv: list[str], out: Path, sweep_dir: Path | N
         return EXIT_REFUSED
     run.write("running")
     steps = 0
+
+    def lap(stage: str) -> None:
+        nonlocal clock
+        timings[stage], clock = round(time.perf_counter() - clock, 3), time.perf_counter()
+
+    lap("verify_inputs")
     try:
         code, stopped = train(run, stop)
+        lap("trainer")
         if code:
             run.write("stopped", 0, stop=stopped)
             print(f"{PROG}: trainer {run.spec.name} {stopped} (signal {stop.signum if stop else '?'}); the job may run "
@@ -296,7 +306,9 @@ def run_external(job_spec: dict, argv: list[str], out: Path, sweep_dir: Path | N
             return code
         steps = write_metrics(run)
         declared = declared_algorithm(run)
+        lap("metrics")
         final, initial = evaluate(run)
+        lap("evaluation")
     except (CommandError, RunFailed, MetricsError, CheckpointError) as exc:
         return run.fail(str(exc), steps)
     atomic_write_json(out / EVAL_RECORD, {"initial": initial, "final": final})
