@@ -95,6 +95,26 @@ def test_a_failing_command_is_a_rejected_job_naming_its_last_error_line(tmp_path
     assert "the trainer's command exited with 3: ValueError: the lab config has no lr" in record["failure"], record
 
 
+@pytest.mark.slow
+@pytest.mark.usefixtures("slurm_cluster")
+def test_trl_runs_as_a_slurm_job_with_its_own_loss_type_and_is_accepted(tmp_path):
+    """TRL's loss_type=dapo (experiment=loss_norm_trl's treatment arm) as one job of a Slurm array."""
+    if NO_TRL:
+        pytest.fail("TRL is part of the test install (make test installs the trl extra)")
+    sweep = tmp_path / "slurm"
+    proc = launch(sweep, "trainer=trl", "trainer.loss_type=dapo", "algo=grpo", "seed=2", f"workload.n_updates={STEPS}",
+                  f"workload.checkpoint_every={STEPS}", "workload.eval.n_prompts=8", "cluster=slurm",
+                  env={"PROOFGRID_PORT_BASE": "33000"}, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (row,) = index_rows(sweep).values()
+    assert (row["job"], row["accepted"]) == ("grpo-trl-2", "yes"), row
+    (record,) = job_records(sweep).values()
+    assert record["job_id"].split("_")[0].isdigit()  # a Slurm job, not a local one
+    run = json.loads((sweep / "jobs" / "grpo-trl-2" / "run" / RUN_RECORD).read_text())
+    assert "--loss-type" in run["trainer"]["command"] and run["algorithm"]["loss_type"] == "dapo"
+    assert "the batch's token count" in run["algorithm"]["contract"]["normalization"]
+
+
 # -- bad input, underneath: the metrics log -------------------------------------------------------------
 
 def _events(directory: Path, steps: range, tags=("train/reward", "train/loss"), nan_at: int | None = None):
@@ -240,3 +260,50 @@ def test_a_file_written_outside_the_job_directory_is_found(tmp_path):
     code, _, watch = _run(tmp_path, [sys.executable, "-c", f"import time; f = open({str(outside)!r}, 'w'); "
                                                           "f.write('x'); f.flush(); time.sleep(1.0)"])
     assert code == 0 and [w.path for w in watch.found.values()] == [str(outside)]
+
+
+# -- signals: a trainer without a stop handler -----------------------------------------------------------
+
+def _job_spec(tmp_path: Path, script: Path) -> tuple[Path, list[str]]:
+    """A job's spec.json for trainer=command running ``script``, as the planner writes it."""
+    from omegaconf import OmegaConf
+
+    from trainer.config import compose
+    from trainer.external.spec import parse_spec, to_record
+
+    config = OmegaConf.to_container(compose(["trainer=command", "workload.n_updates=2"]), resolve=True)
+    spec = parse_spec({**config["trainer"], "command": [sys.executable, str(script), "{output_dir}"]})
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps({"external": {"spec": to_record(spec), "config": config}}))
+    return path, [sys.executable, str(script), str(tmp_path / "run" / "trainer")]
+
+
+@pytest.mark.slow
+def test_a_trainer_without_a_stop_handler_is_ended_exits_76_and_its_rerun_starts_from_scratch(tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    from trainer.preemption import EXIT_STOPPED_UNSAVED
+
+    script = tmp_path / "slow_train.py"
+    script.write_text("import pathlib, sys, time\npathlib.Path(sys.argv[1], 'partial').write_text('x')\n"
+                      "print('training', flush=True)\ntime.sleep(60)\n")
+    spec_json, command = _job_spec(tmp_path, script)
+    argv = [sys.executable, "-m", "trainer.external", "--job-spec", str(spec_json), "--output-dir",
+            str(tmp_path / "run"), "--", *command]
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    partial = tmp_path / "run" / "trainer" / "partial"
+    deadline = time.monotonic() + 120
+    while not partial.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGUSR2)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_STOPPED_UNSAVED, output[-2000:]
+    assert "stopped without a checkpoint it can resume from" in output and "starting it from scratch" in output
+    assert json.loads((tmp_path / "run" / RUN_RECORD).read_text())["status"] == "stopped"
+    script.write_text("import sys\nprint('ValueError: stop here', flush=True)\nsys.exit(1)\n")  # the rerun
+    rerun = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert rerun.returncode == 1 and not partial.exists()  # its earlier output was removed
+    restarts = json.loads((tmp_path / "run" / RUN_RECORD).read_text())["trainer"]["restarts"]
+    assert [r["from"] for r in restarts] == ["scratch"], restarts
