@@ -17,6 +17,8 @@ from rich.table import Table
 from evidence import IncidentsFileError, LeakError, SweepError
 from facts import JOBS_DIR, sweep_jobs_dir
 from facts.failures import failure_cause
+from facts.files import JOB_RECORD, JOB_SPEC
+from facts.states import FAILED, PENDING, VIEW_QUEUED
 from launcher.backend import refresh_job_records
 from launcher.errors import LockHeld, PreflightError, SchedulerUnavailable
 from launcher.interrupts import signals_interrupt, signum_of
@@ -104,7 +106,7 @@ def status(sweep_dir: Path) -> int:
     rows = []
     for d in job_dirs:
         r = read_job_record(d)
-        spec = json.loads((d / "spec.json").read_text()) if (d / "spec.json").is_file() else {}
+        spec = json.loads((d / JOB_SPEC).read_text()) if (d / JOB_SPEC).is_file() else {}
         arm = r.get("arm") or spec.get("arm") or r.get("algo") or spec.get("algo", "")
         rows.append((arm, d, r, spec.get("n_updates", "")))
     rows.sort(key=lambda row: (natural_key(row[0]), natural_key(row[1].name)))
@@ -113,8 +115,8 @@ def status(sweep_dir: Path) -> int:
         table.add_column(col)
     previous = None
     for arm, d, r, n_updates in rows:
-        state = _shown(r.get("state"), "QUEUED")
-        if state == "PENDING" and r.get("scheduler_reason"):  # why Slurm has not started it yet
+        state = _shown(r.get("state"), VIEW_QUEUED)
+        if state == PENDING and r.get("scheduler_reason"):  # why Slurm has not started it yet
             state += f" ({r['scheduler_reason']})"
         table.add_row(arm if arm != previous else "", d.name, _shown(r.get("job_id"), "not submitted"), state,
                       f"{completed_steps(d)}{'/' + str(n_updates) if n_updates else ''}",
@@ -124,7 +126,7 @@ def status(sweep_dir: Path) -> int:
     console.print(table)
     for _, d, r, _ in rows:  # the cause under the table: a table column would wrap it out of reading
         if cause := failure_cause(r, d.name):
-            console.print(f"job {d.name} {r.get('state', 'FAILED')}: {cause}", soft_wrap=True, highlight=False)
+            console.print(f"job {d.name} {r.get('state', FAILED)}: {cause}", soft_wrap=True, highlight=False)
     return 0
 
 
@@ -146,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return cancel_sweep(Path(args[1]))
     if len(args) == 2 and args[0] == "seal":  # what the wait=false seal job runs once the array has ended
-        job_dirs = sorted(p for p in sweep_jobs_dir(args[1]).glob("*") if (p / "job.json").is_file())
+        job_dirs = sorted(p for p in sweep_jobs_dir(args[1]).glob("*") if (p / JOB_RECORD).is_file())
         try:
             refresh_job_records(job_dirs, {d: read_job_record(d) for d in job_dirs})
         except (OSError, SchedulerUnavailable) as exc:

@@ -19,10 +19,10 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
+from facts.repo import CONF_DIR
 from launcher.errors import PreflightError
 from launcher.preflight import check_sweep_dir
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("algo", "workload", "cluster", "experiment", "trainer")
 # Hydra's command-line options that take a value (the value is not an override).
 VALUE_OPTIONS = ("-cp", "--config-path", "-cn", "--config-name", "-cd", "--config-dir", "--cfg", "-c", "-p",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from facts import JOB_SPEC_FILE, TRAINER_OUTPUT_DIR, sweep_job_dir
+from facts import JOB_SPEC, TRAINER_OUTPUT_DIR, sweep_job_dir
 from launcher.isolation import JobRoots, ecosystem_env
 from trainer.external.spec import fill_output_dir
 
@@ -78,7 +78,7 @@ class JobSpec:
         if self.external is not None:
             shared = ["--sweep-dir", self.sweep_dir] if self.share_initial_eval else []
             own = Path(output_dir) / TRAINER_OUTPUT_DIR
-            return [sys.executable, "-m", "trainer.external", "--job-spec", str(self.job_dir / JOB_SPEC_FILE),
+            return [sys.executable, "-m", "trainer.external", "--job-spec", str(self.job_dir / JOB_SPEC),
                     "--output-dir", str(output_dir), *shared, "--", *fill_output_dir(self.external["argv"], own)]
         shared = [f"sweep_dir={hydra_value(self.sweep_dir)}"] if self.share_initial_eval else []
         return [sys.executable, "-m", "trainer", *self.trainer_overrides, f"output_dir={hydra_value(str(output_dir))}",

@@ -14,6 +14,7 @@ import signal
 import socket
 from pathlib import Path
 
+from facts.states import RUNNING
 from launcher.progress import completed_steps
 from launcher.records import update_job_record
 from launcher.runtime import JobHooks, Reaction, RunEnd, run_job
@@ -70,7 +71,7 @@ class SlurmHooks(JobHooks):
             return None
 
     def on_stop_signal(self, signum: int) -> Reaction:
-        if signum == signal.SIGTERM and slurm_job_state(self.job_id) != "RUNNING":
+        if signum == signal.SIGTERM and slurm_job_state(self.job_id) != RUNNING:
             # scancel, a hard time limit: Slurm kills the task within KillWait, so there is time
             # for the cleanup only, not for a checkpoint (sacct tells how it ended).
             return Reaction.KILL
