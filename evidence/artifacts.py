@@ -136,10 +136,10 @@ def final_model_of(summary: dict | None) -> str | None:
 def check_final_model(run_dir: Path, final_model: str) -> tuple[str | None, list[Problem]]:
     """The final model of a trainer that is not proofgrid's: a directory inside the run directory
     whose safetensors weights have well-formed headers (what the evaluator loaded)."""
-    rel = f"run/{final_model}"
+    rel = run_relpath(final_model)
     parts = Path(final_model).parts
     if Path(final_model).is_absolute() or ".." in parts or not parts:
-        return None, [Problem("run/run.json", f"final_model {final_model!r} is not inside the run directory",
+        return None, [Problem(run_relpath(RUN_RECORD), f"final_model {final_model!r} is not inside the run directory",
                               kind="checkpoint")]
     weights = sorted((run_dir / final_model).glob("*.safetensors"))
     if not weights:
