@@ -15,7 +15,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from facts import JOB_SPEC, TRAINER_OUTPUT_DIR, sweep_job_dir
+from facts import TRAINER_OUTPUT_DIR, sweep_job_dir
+from facts.files import JOB_SPEC
 from launcher.isolation import JobRoots, ecosystem_env
 from trainer.external.spec import fill_output_dir
 
