@@ -43,6 +43,7 @@ def test_a_record_naming_an_unregistered_formula_is_refused_with_the_fix():
 
 
 def test_a_formula_name_registers_once():
+    import trainer.algorithms.policy_loss  # noqa: F401 (registers the policy losses: the test must not rely on another test's imports)
     from trainer.algorithms import register_policy_loss
 
     with pytest.raises(ValueError, match="policy loss 'ppo_clip' is already registered"):
