@@ -14,9 +14,11 @@ from facts.states import (
     CANCELLED,
     COMPLETED,
     DEADLINE,
+    FAILED,
     NODE_FAIL,
     OUT_OF_MEMORY,
     PREEMPTED,
+    TERMINATED,
     TIMEOUT,
 )
 
@@ -52,7 +54,7 @@ def failure_cause(record: dict, job: str) -> str | None:
     if not isinstance(cause, str) or not cause:
         reason = scheduler_reason(state)
         code = record.get("exit_code")
-        if reason is None and state not in ("FAILED", "TERMINATED"):
+        if reason is None and state not in (FAILED, TERMINATED):
             return None
         cause = reason or f"{state} with exit code {code}"
     if ".log" not in cause:

@@ -11,6 +11,7 @@ from pathlib import Path
 JOBS_DIR = "jobs"
 JOB_RUN_DIR = "run"
 SWEEP_RECORD = "sweep.json"  # <sweep>/sweep.json: the plan, written before any job starts
+RESUME_COMMAND = "resume.txt"  # <sweep>/resume.txt: the exact command that resumes it (not bundled)
 # A job directory: the planner's spec, the runtime's record, the command it ran (full, and path-free for
 # the bundle), its logs, and attempts/<n>/ with what each earlier attempt left.
 JOB_SPEC = "spec.json"

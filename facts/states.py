@@ -16,6 +16,7 @@ SUSPENDED = "SUSPENDED"
 RESIZING = "RESIZING"
 COMPLETED = "COMPLETED"
 FAILED = "FAILED"
+TERMINATED = "TERMINATED"  # a local job stopped by a signal before it finished (its runtime says so)
 CANCELLED = "CANCELLED"
 TIMEOUT = "TIMEOUT"
 PREEMPTED = "PREEMPTED"

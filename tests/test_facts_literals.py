@@ -21,7 +21,7 @@ LAYOUT_DIRS = {"jobs", "run", "attempts", "checkpoints", "latest", "initial_eval
 PARENT_DIRS = LAYOUT_DIRS - {"run"}
 STATES = {"PENDING", "RUNNING", "REQUEUED", "COMPLETING", "CONFIGURING", "SUSPENDED", "RESIZING", "COMPLETED",
           "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
-          "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD", "VANISHED", "FAILED", "QUEUED", "DONE"}
+          "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD", "VANISHED", "FAILED", "TERMINATED", "QUEUED", "DONE"}
 
 
 def _docstrings(tree: ast.AST) -> set[int]:

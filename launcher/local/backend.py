@@ -27,6 +27,9 @@ from launcher.progress import SweepProgress, natural_key
 from launcher.records import read_job_record, update_job_record
 from launcher.spec import JobSpec, Sweep
 
+# A job the user stopped (Ctrl-C, or a signal to the launcher) is not a crash: say so, not "signal 15".
+STOPPED_WITH_THE_LAUNCHER = "stopped with the launcher (Ctrl-C or a signal to it); the next run resumes it"
+
 
 def describe(sweep: Sweep) -> list[str]:
     """Nothing is handed to a scheduler: the jobs' own commands are the whole dry run."""
@@ -37,7 +40,7 @@ def submit(sweep: Sweep, todo: list[JobSpec]) -> bool:
     """Run ``todo`` (JobSpecs) to completion with live progress; returns True (it always waits)."""
     if not todo:
         return True
-    parallel = local_concurrency(max(s.cpus for s in todo), sweep.cluster.get("max_parallel"))
+    parallel = min(len(todo), local_concurrency(max(s.cpus for s in todo), sweep.cluster.get("max_parallel")))
     index = {s.name: i for i, s in enumerate(sweep.specs)}
     dirs = {s.name: s.job_dir for s in todo}
     view = SweepProgress.of(sweep.sweep_dir, dirs, {s.name: s.n_updates for s in todo})
@@ -81,16 +84,11 @@ def submit(sweep: Sweep, todo: list[JobSpec]) -> bool:
                     live.update(view.table(f"proofgrid sweep ({parallel} at a time)"))
                 time.sleep(0.5)
     except KeyboardInterrupt:
-        for sig in HANDLED:  # a second Ctrl-C must not cut the jobs' teardown short
-            signal.signal(sig, signal.SIG_IGN)
-        for proc in running.values():
-            os.killpg(proc.pid, signal.SIGTERM)
-        for name, proc in running.items():
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-            update_job_record(dirs[name], {"state": CANCELLED})
+        if live:
+            live.stop()  # the table stops redrawing: what follows must be read
+        stop_jobs(running)
+        for name in running:
+            update_job_record(dirs[name], {"state": CANCELLED, "failure": STOPPED_WITH_THE_LAUNCHER})
         raise
     finally:
         for sig, handler in previous.items():
@@ -99,6 +97,35 @@ def submit(sweep: Sweep, todo: list[JobSpec]) -> bool:
     if live:  # off a terminal each failure was printed when it happened
         print_failures([dirs[n] for n, job in view.jobs.items() if job.state == FAILED])
     return True
+
+
+def stop_jobs(running: dict[str, subprocess.Popen], grace_s: float = 30.0) -> None:
+    """Stop the running jobs after a signal to the launcher, saying so at once: each gets SIGTERM (its
+    trainer stops after the step it is in and keeps its checkpoint) and ``grace_s`` to exit; a second
+    Ctrl-C (or SIGTERM, SIGHUP) kills them all at once with SIGKILL (they restart from their last checkpoint
+    on the next run)."""
+    kill_now = []
+    for sig in HANDLED:
+        signal.signal(sig, lambda *_: kill_now.append(True))
+    if running:
+        print(f"\nstopping {len(running)} running job(s) at their next step, up to {grace_s:.0f} s "
+              "(Ctrl-C again to kill them now)", file=sys.stderr, flush=True)
+    for proc in running.values():
+        os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while any(proc.poll() is None for proc in running.values()):
+        if kill_now or time.monotonic() > deadline:
+            if kill_now:
+                print("killing them now", file=sys.stderr, flush=True)
+            for proc in running.values():
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+            for proc in running.values():
+                proc.wait()
+            break
+        time.sleep(0.1)
+    for sig in HANDLED:  # until the entry point has said how to resume, another signal changes nothing
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def _finished_line(job, record: dict) -> str:

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from facts.files import TRAINER_LOG
 from facts.processes import runtime_identity
 from facts.repo import REPO_ROOT
-from facts.states import COMPLETED, FAILED, REQUEUED, RUNNING
+from facts.states import COMPLETED, FAILED, REQUEUED, RUNNING, TERMINATED
 from launcher.errors import JobFailed, PreflightError
 from launcher.isolation import JobRoots, env_diff, isolated_env
 from launcher.liveness import death_cause
@@ -209,7 +209,7 @@ class JobRun:
         if requeue:
             state = REQUEUED
         elif stop_signal is not None and not finished_anyway:
-            state = "TERMINATED"
+            state = TERMINATED
         elif failure is None and self.exit_code == 0:
             state = COMPLETED
         else:

@@ -14,7 +14,7 @@ import signal
 import socket
 from pathlib import Path
 
-from facts.states import RUNNING
+from facts.states import RUNNING, TERMINATED
 from launcher.progress import completed_steps
 from launcher.records import update_job_record
 from launcher.runtime import JobHooks, Reaction, RunEnd, run_job
@@ -99,6 +99,6 @@ class SlurmHooks(JobHooks):
                                                         "so its run restarts from scratch")
         if end.requeued and (refused := requeue(self.job_id)):
             event["action"] = f"requeue refused by Slurm: {refused}"
-            update_job_record(job_dir, {"state": "TERMINATED", "runtime_state": "TERMINATED",
+            update_job_record(job_dir, {"state": TERMINATED, "runtime_state": TERMINATED,
                                         "failure": f"stopped by signal {end.stop_signal}; {event['action']}"})
         return append_history(job_dir, event)
