@@ -77,7 +77,10 @@ class WriteWatch:
         self.found: dict[str, OutsideWrite] = {}
 
     def _outside(self, target: str) -> bool:
-        return target.startswith("/") and not target.startswith(self.inside) and not target.startswith(ALLOWED_PREFIXES)
+        # Python's bytecode cache (a module compiled on its first import, written beside its source) is the
+        # interpreter's, not the trainer's output.
+        return target.startswith("/") and not target.startswith(self.inside) and \
+            not target.startswith(ALLOWED_PREFIXES) and "/__pycache__/" not in target
 
     def sample(self, root: int) -> None:
         if len(self.found) >= MAX_OUTSIDE:
