@@ -104,7 +104,7 @@ def test_trl_runs_as_a_slurm_job_with_its_own_loss_type_and_is_accepted(tmp_path
     sweep = tmp_path / "slurm"
     proc = launch(sweep, "trainer=trl", "trainer.loss_type=dapo", "algo=grpo", "seed=2", f"workload.n_updates={STEPS}",
                   f"workload.checkpoint_every={STEPS}", "workload.eval.n_prompts=8", "cluster=slurm",
-                  env={"PROOFGRID_PORT_BASE": "33000"}, timeout=900)
+                  env={"PROOFGRID_PORT_BASE": "31000"}, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (row,) = index_rows(sweep).values()
     assert (row["job"], row["accepted"]) == ("grpo-trl-2", "yes"), row
