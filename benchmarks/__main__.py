@@ -19,7 +19,10 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
+from facts.files import JOB_RUN_DIR, METRICS_LOG
+from facts.repo import REPO_ROOT
+
+REPO = REPO_ROOT
 
 
 def best_of(fn, repeat: int = 5, clock=time.perf_counter) -> float:
@@ -132,7 +135,7 @@ def bench_validation() -> None:
 
     n = 100_000
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "metrics.jsonl"
+        path = Path(tmp) / METRICS_LOG
         with open(path, "w") as f:
             for step in range(n):
                 f.write(json.dumps({"step": step, **{k: 0.5 for k in (*REQUIRED_KEYS, KL_LOSS_KEY)}}) + "\n")
@@ -170,12 +173,12 @@ def bench_dry_run() -> None:
 def bench_training() -> None:
     """One toy training step and one 50-step toy run (wall time, response tok/s)."""
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "run"
+        out = Path(tmp) / JOB_RUN_DIR
         start = time.perf_counter()
         subprocess.run([sys.executable, "-m", "trainer", "algo=rppb", "seed=42", f"output_dir={out}"], cwd=REPO,
                        check=True, capture_output=True)
         total = time.perf_counter() - start
-        records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        records = [json.loads(line) for line in (out / METRICS_LOG).read_text().splitlines()]
     steps = [r["perf/step_s"] for r in records]
     tok = sum(r["perf/response_tok_per_s"] for r in records) / len(records)
     print(f"training  toy step: median {sorted(steps)[len(steps) // 2] * 1e3:.0f} ms | 50-step run incl. "
@@ -266,7 +269,15 @@ def bench_trl_harness(steps: int = 20) -> None:
         print("trl_harness skipped: TRL is not installed (make trl)")
         return
     from evidence.tensorboard_log import read_scalars
-    from facts import METRICS_LOG, RUN_RECORD, TENSORBOARD_DIR, TRAINER_OUTPUT_DIR
+    from facts import (
+        METRICS_LOG,
+        RUN_RECORD,
+        TENSORBOARD_DIR,
+        TRAINER_OUTPUT_DIR,
+        run_dir_of_job,
+        sweep_job_dir,
+    )
+    from facts.files import JOB_RECORD
 
     with tempfile.TemporaryDirectory() as tmp:
         sweep = Path(tmp) / "sweep"
@@ -276,9 +287,10 @@ def bench_trl_harness(steps: int = 20) -> None:
                        cwd=REPO, check=True, capture_output=True)
         total, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu_s = after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime  # every process it started
-        run_dir = sweep / "jobs" / "grpo-trl-1" / "run"
+        job_dir = sweep_job_dir(sweep, "grpo-trl-1")
+        run_dir = run_dir_of_job(job_dir)
         stages = json.loads((run_dir / RUN_RECORD).read_text())["trainer"]["seconds"]
-        job_s = json.loads((run_dir.parent / "job.json").read_text())["elapsed_s"]
+        job_s = json.loads((job_dir / JOB_RECORD).read_text())["elapsed_s"]
         trl_train = read_scalars(run_dir / TRAINER_OUTPUT_DIR / TENSORBOARD_DIR).points("train/train_runtime")[-1].value
         step_s = [json.loads(line)["perf/step_s"] for line in (run_dir / METRICS_LOG).read_text().splitlines()]
     process = stages["trainer"]

@@ -22,9 +22,9 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
 from facts import atomic_write_json, sweep_jobs_dir
-from facts.files import SWEEP_RECORD
+from facts.files import COMMANDS_FILE, SWEEP_RECORD
 from facts.ordering import natural_key
-from facts.repo import CONF_DIR, REPO_ROOT
+from facts.repo import CONF_DIR, REPO_ROOT, SOURCE_COMMIT_ENV
 from facts.trainers import PROOFGRID_TRAINER
 from launcher.backend import backend
 from launcher.errors import GridError, PreflightError
@@ -54,8 +54,6 @@ from trainer.external.spec import (
     to_record,
 )
 from trainer.schema import structured_schema
-
-COMMANDS_FILE = "commands.txt"
 
 
 def _override_key(override: str) -> str:
@@ -240,7 +238,7 @@ def expanded_command(spec: JobSpec) -> dict:
     # wherever the dry run runs: CI compares it with a committed golden file.
     env = isolated_env(roots, ports, {})
     env.update(spec.trainer_env(roots))
-    env["PROOFGRID_SOURCE_COMMIT"] = "<SOURCE_COMMIT>"
+    env[SOURCE_COMMIT_ENV] = "<SOURCE_COMMIT>"
     if spec.ray_cpus:
         env["RAY_ADDRESS"] = "127.0.0.1:<PORT:ray_gcs>"
     env["RAY_TMPDIR"] = "<RAY_ALIAS>"
