@@ -1,6 +1,6 @@
 # proofgrid: two commands do all set-up on a fresh machine.
 #   make run   - create .venv, install, run the main sweep on the embedded default
-#   make test  - create .venv, install, lint, run the whole suite on TEST_WORKERS pytest-xdist workers:
+#   make test  - create .venv, install (TRL too: the `trl` target), lint, run the whole suite on TEST_WORKERS pytest-xdist workers:
 #                the Slurm tests share one worker (one cluster), so their waits on the scheduler overlap
 #                the CPU-bound tests on the others; tests/conftest.py says which tests must share a worker
 #   make test-fast - lint, then the fast tier: unit, numerics, evidence on synthetic sweeps (no trainer
@@ -13,13 +13,14 @@ PY     := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 PIP_FLAGS ?= --disable-pip-version-check -q
 STAMP  := $(VENV)/.installed
+TRL_STAMP := $(VENV)/.trl-installed
 NPROC  := $(shell nproc 2>/dev/null || echo 2)
 FAST_WORKERS ?= $(NPROC)
 # One worker per core for the CPU-bound tests, plus the Slurm tests' worker, which mostly waits (at most 8:
 # each worker collects the suite and builds its own module-scoped runs).
 TEST_WORKERS ?= $(shell n=$$(( $(NPROC) + 1 )); [ $$n -gt 8 ] && n=8; echo $$n)
 
-.PHONY: venv run test test-fast lint bench device-wheels clean
+.PHONY: venv trl run test test-fast lint bench device-wheels clean
 
 venv: $(STAMP)
 
@@ -30,10 +31,19 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install $(PIP_FLAGS) -e ".[dev]"
 	touch $(STAMP)
 
+# TRL (the pinned `trl` extra: trainer=trl and its tests); torch stays the installed build, pinned to its
+# exact version so that pip never swaps the CPU (or a user's CUDA) build for another.
+trl: $(TRL_STAMP)
+
+$(TRL_STAMP): $(STAMP)
+	$(PY) -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > $(VENV)/torch-pin.txt
+	$(PY) -m pip install $(PIP_FLAGS) -c $(VENV)/torch-pin.txt -e ".[trl]"
+	touch $(TRL_STAMP)
+
 lint: venv
 	$(VENV)/bin/ruff check .
 
-test: venv lint
+test: venv trl lint
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 test-fast: venv lint
@@ -42,11 +52,8 @@ test-fast: venv lint
 run: venv
 	$(PY) launch.py -m algo=grpo,rpp,rppb seed=42,1234,2026
 
-# TRL (the `bench` extra) for the TRL comparison; torch stays the installed build.
-bench: venv
-	$(PY) -c "import trl" 2>/dev/null || { \
-		$(PY) -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > $(VENV)/torch-pin.txt && \
-		$(PY) -m pip install $(PIP_FLAGS) -c $(VENV)/torch-pin.txt -e ".[bench]"; }
+# The benchmarks, TRL's side by side included (the `trl` target installs it).
+bench: venv trl
 	$(PY) -m benchmarks
 
 # Fill wheels/device/ (git-ignored) with the pure-Python wheels scripts/device_check.sh installs on a

@@ -230,7 +230,7 @@ def bench_trl(steps: int = 60, pairs: int = 3) -> None:
     import importlib.util
 
     if importlib.util.find_spec("trl") is None:
-        print("trl       skipped: TRL is not installed (pip install -e '.[bench]')")
+        print("trl       skipped: TRL is not installed (pip install -e '.[trl]' (make trl))")
         return
     from importlib.metadata import version
 
@@ -258,8 +258,56 @@ def bench_trl(steps: int = 60, pairs: int = 3) -> None:
           f"{ours['tok_per_cpu_s'] / trl['tok_per_cpu_s']:.2f}x CPU (target >= 2)")
 
 
+def bench_trl_harness(steps: int = 20) -> None:
+    """``trainer=trl`` through the harness: ``launch.py`` with one local TRL job (plan, job runtime,
+    ``python -m trainer.external``, TRL's process, metrics, the final model's evaluation, the seal),
+    against TRL's own time inside it (its ``train()``, ``train/train_runtime``) and its whole process
+    (imports and model load included). Overhead = what the harness adds around TRL's process."""
+    import importlib.util
+
+    if importlib.util.find_spec("trl") is None:
+        print("trl_harness skipped: TRL is not installed (make trl)")
+        return
+    from evidence.tensorboard_log import read_scalars
+    from facts import (
+        METRICS_LOG,
+        RUN_RECORD,
+        TENSORBOARD_DIR,
+        TRAINER_OUTPUT_DIR,
+        run_dir_of_job,
+        sweep_job_dir,
+    )
+    from facts.files import JOB_RECORD
+
+    with tempfile.TemporaryDirectory() as tmp:
+        sweep = Path(tmp) / "sweep"
+        start, cpu = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run([sys.executable, "launch.py", "-m", "trainer=trl", "algo=grpo", "seed=1",
+                        f"workload.n_updates={steps}", f"workload.checkpoint_every={steps}", f"hydra.sweep.dir={sweep}"],
+                       cwd=REPO, check=True, capture_output=True)
+        total, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu_s = after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime  # every process it started
+        job_dir = sweep_job_dir(sweep, "grpo-trl-1")
+        run_dir = run_dir_of_job(job_dir)
+        stages = json.loads((run_dir / RUN_RECORD).read_text())["trainer"]["seconds"]
+        job_s = json.loads((job_dir / JOB_RECORD).read_text())["elapsed_s"]
+        trl_train = read_scalars(run_dir / TRAINER_OUTPUT_DIR / TENSORBOARD_DIR).points("train/train_runtime")[-1].value
+        step_s = [json.loads(line)["perf/step_s"] for line in (run_dir / METRICS_LOG).read_text().splitlines()]
+    process = stages["trainer"]
+    overhead = total - process
+    print(f"trl_harness {steps} steps, load average {os.getloadavg()[0]:.1f}: launch.py {total:.1f} s wall "
+          f"({cpu_s:.1f} CPU s, all its processes) = TRL's "
+          f"process {process:.1f} s (its train() {trl_train:.1f} s, imports and model load {process - trl_train:.1f} s) "
+          f"+ harness {overhead:.1f} s ({overhead / process:.2f}x TRL's process, {overhead / trl_train:.2f}x its train()): "
+          f"input check {stages['verify_inputs']:.1f} s, metrics {stages['metrics']:.1f} s, evaluation "
+          f"{stages['evaluation']:.1f} s (the same evaluation every trainer gets), job start and end "
+          f"{job_s - sum(stages.values()):.1f} s, plan and seal {total - job_s:.1f} s; TRL step through the harness "
+          f"{median(step_s):.3f} s median (train/step_time)")
+
+
 BENCHMARKS = {"numerics": bench_numerics, "hashing": bench_hashing, "validation": bench_validation,
-              "dry_run": bench_dry_run, "training": bench_training, "trl": bench_trl}
+              "dry_run": bench_dry_run, "training": bench_training, "trl": bench_trl,
+              "trl_harness": bench_trl_harness}
 
 
 def main() -> int:

@@ -1,7 +1,7 @@
 """TRL's ``GRPOTrainer`` on proofgrid's toy workload, for the side-by-side step benchmark.
 
 ``python -m benchmarks.trl_grpo --steps 60 --seed 1 --out trl.json`` trains with TRL (the optional
-``bench`` extra: ``pip install -e .[bench]``) on exactly what ``python -m trainer algo=grpo`` uses: the
+``trl`` extra: ``make trl``) on exactly what ``python -m trainer algo=grpo`` uses: the
 model, training split and prompt template of ``workload=toy``, its geometry (prompts per step x
 responses per prompt, response cap), sampling, optimiser settings and thread count, and ``algo=grpo``'s
 loss (per-response mean, k2 KL loss with the same coefficient, the same clip range). Every setting is
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import trl
     except ImportError:
-        print("benchmarks.trl_grpo: error: TRL is not installed; pip install -e '.[bench]'", file=sys.stderr)
+        print("benchmarks.trl_grpo: error: TRL is not installed; pip install -e '.[trl]' (make trl)", file=sys.stderr)
         return 2
     records = run(args.steps, args.seed)
     args.out.write_text(json.dumps({"trl": trl.__version__, "records": records}, indent=1) + "\n")

@@ -23,6 +23,7 @@ from evidence.fileio import JSONError, parse_json, read_json, read_with_sha256, 
 from evidence.problems import Problem
 from facts import (
     EVAL_RECORD,
+    FINAL_MODEL_FIELD,
     INITIAL_EVAL_DIR,
     INITIAL_EVAL_RESPONSES,
     JOB_RUN_DIR,
@@ -124,6 +125,32 @@ def check_checkpoint(run_dir: Path, n_updates: int) -> tuple[str | None, list[Pr
         if problem:
             failures.append(Problem(rel, problem, kind="checkpoint"))
     return name, failures
+
+
+def final_model_of(summary: dict | None) -> str | None:
+    """The final model a run names in ``run.json`` (``final_model``: a trainer that is not proofgrid's,
+    judged by its Hugging Face model directory, relative to the run directory), else None."""
+    value = (summary or {}).get(FINAL_MODEL_FIELD) if isinstance(summary, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def check_final_model(run_dir: Path, final_model: str) -> tuple[str | None, list[Problem]]:
+    """The final model of a trainer that is not proofgrid's: a directory inside the run directory
+    whose safetensors weights have well-formed headers (what the evaluator loaded)."""
+    rel = run_relpath(final_model)
+    parts = Path(final_model).parts
+    if Path(final_model).is_absolute() or ".." in parts or not parts:
+        return None, [Problem(run_relpath(RUN_RECORD), f"final_model {final_model!r} is not inside the run directory",
+                              kind="checkpoint")]
+    weights = sorted((run_dir / final_model).glob("*.safetensors"))
+    if not weights:
+        return final_model, [Problem(rel, "missing: no *.safetensors weights in the final model", kind="checkpoint")]
+    failures = []
+    for path in weights:
+        problem = safetensors_problem(path)
+        if problem:
+            failures.append(Problem(f"{rel}/{path.name}", problem, kind="checkpoint"))
+    return final_model, failures
 
 
 def check_tensorboard(run_dir: Path) -> list[Problem]:
@@ -419,8 +446,12 @@ def primary_artifacts(job_dir: Path, checkpoint: str | None) -> list[ArtifactDig
     paths += sorted((run_dir / EVAL_RESPONSES_DIR).glob("*.jsonl"))
     if checkpoint and "/" not in checkpoint and checkpoint not in ("", ".", ".."):
         ckpt = run_dir / CHECKPOINTS_DIR / checkpoint
-        if ckpt.is_dir():
-            paths += sorted(p for p in ckpt.iterdir() if p.is_file())
+    elif checkpoint and ".." not in Path(checkpoint).parts and not Path(checkpoint).is_absolute():
+        ckpt = run_dir / checkpoint  # an external trainer's final model (run.json's final_model)
+    else:
+        ckpt = None
+    if ckpt is not None and ckpt.is_dir():
+        paths += sorted(p for p in ckpt.iterdir() if p.is_file())
     return [
         ArtifactDigest(p.relative_to(job_dir).as_posix(), p.stat().st_size, sha256_file(p))
         for p in paths

@@ -17,9 +17,11 @@ from evidence.artifacts import (
     check_checkpoint,
     check_cleanup,
     check_eval,
+    check_final_model,
     check_public_command,
     check_run_summary,
     check_tensorboard,
+    final_model_of,
     primary_artifacts,
 )
 from evidence.fileio import JSONError, read_json
@@ -189,7 +191,9 @@ def check_run_dir(run_dir: Path, evidence: JobEvidence, eval_responses: int | No
     fail(v.problem() for v in evidence.metrics.violations)
     evidence.run_summary, failures = check_run_summary(run_dir, evidence.algo, evidence.seed, evidence.n_updates)
     fail(failures)
-    evidence.checkpoint, failures = check_checkpoint(run_dir, evidence.n_updates)
+    final_model = final_model_of(evidence.run_summary)
+    evidence.checkpoint, failures = (check_final_model(run_dir, final_model) if final_model is not None
+                                     else check_checkpoint(run_dir, evidence.n_updates))
     fail(failures)
     fail(check_tensorboard(run_dir))
     evidence.eval_summary, failures = check_eval(run_dir, evidence.checkpoint, eval_responses,

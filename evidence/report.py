@@ -184,7 +184,10 @@ def _scope(data: BundleData, tables: dict[str, Table]) -> str:
 def _algorithm_contract(data: BundleData, tables: dict[str, Table]) -> str:
     return "\n".join([
         "## Algorithm contract\n",
-        "The comparison changes the advantage and KL contracts while holding the workload fixed.\n",
+        ("Some arms run on a trainer that is not proofgrid's, with the workload and the evaluation held fixed; "
+         "each row is what the arm's runs declare they ran (a trainer that is not proofgrid's declares its own "
+         "loss, normalisation and KL).\n" if "trainer" in tables["algorithm_contract"].csv_columns else
+         "The comparison changes the advantage and KL contracts while holding the workload fixed.\n"),
         tables["algorithm_contract"].markdown(),
         "Settings that differ between algorithms (from each run's recorded configuration):\n",
         tables["algorithm_config"].markdown()])

@@ -16,6 +16,7 @@ from evidence import stats
 from evidence.dataset import BundleData, csv_text
 from evidence.sweep import algo_name, algo_sort_key, arm_name
 from facts import ALGORITHM_FIELD, ALGORITHMS, KL_IN_REWARD
+from facts.trainers import PROOFGRID_TRAINER
 
 # |adv_norm_std - 1| below this counts as "exactly 1" in the normalisation diagnostics.
 NORM_STD_TOL = 1e-6
@@ -216,10 +217,31 @@ def _contract_row(data: BundleData, algo: str) -> list[str]:
     return [str(contract.get(column, "see configuration")) for column in CONTRACT_COLUMNS]
 
 
+def trainer_of(data: BundleData, arm: str) -> str | None:
+    """The trainer an arm's runs declare (a trainer that is not proofgrid's names itself in its run's
+    ``algorithm`` declaration), else None: proofgrid's own."""
+    trainer = declared_algorithm(data, arm).get("trainer")
+    return str(trainer) if trainer else None
+
+
 def algorithm_contract_table(data: BundleData) -> Table:
-    rows = [[a, algo_name(a), *_contract_row(data, a)] for a in algos(data)]
-    return Table("algorithm_contract", ("algo", "algorithm", "advantage", "normalization", "kl_regularization"),
-                 rows, ("Algorithm", "Advantage", "Normalization", "KL regularization"), [r[1:] for r in rows])
+    """One row per algorithm; one per arm, with its trainer and policy loss, when some arm ran on a trainer
+    that is not proofgrid's (the same algorithm then ran differently on each trainer)."""
+    if not any(trainer_of(data, a) for a in arms(data)):
+        rows = [[a, algo_name(a), *_contract_row(data, a)] for a in algos(data)]
+        return Table("algorithm_contract", ("algo", "algorithm", "advantage", "normalization", "kl_regularization"),
+                     rows, ("Algorithm", "Advantage", "Normalization", "KL regularization"), [r[1:] for r in rows])
+    rows = []
+    for arm in arms(data):
+        contract = declared_algorithm(data, arm).get("contract")
+        contract = contract if isinstance(contract, dict) else {}
+        cells = [str(contract.get(c, "see configuration")) for c in (*CONTRACT_COLUMNS, "loss")]
+        rows.append([arm, trainer_of(data, arm) or PROOFGRID_TRAINER, data.arm_algo(arm),
+                     algo_name(data.arm_algo(arm)), *cells])
+    return Table("algorithm_contract", ("arm", "trainer", "algo", "algorithm", "advantage", "normalization",
+                                        "kl_regularization", "loss"),
+                 rows, ("Arm", "Trainer", "Algorithm", "Advantage", "Normalization", "KL regularization", "Loss"),
+                 [[r[0], r[1], *r[3:]] for r in rows])
 
 
 def _flatten(value, prefix: str = "") -> dict[str, str]:

@@ -51,6 +51,13 @@ STEPS_TABLE = "steps.csv"
 EVAL_TABLE = "eval.csv"
 TABLES_DIR = "tables"
 FIGURES_DIR = "figures"
+# A trainer that is not proofgrid's (a trainer spec with a command) writes its own files into this
+# directory of the run directory (its {output_dir}); the run directory around it keeps proofgrid's contract.
+TRAINER_OUTPUT_DIR = "trainer"
+# run.json fields of such a run: the final model it is judged by (a Hugging Face model directory, relative
+# to the run directory) instead of checkpoints/latest, and what ran (the spec, its log, its restarts).
+FINAL_MODEL_FIELD = "final_model"
+TRAINER_FIELD = "trainer"
 # The initial checkpoint's evaluation, shared by a sweep's jobs: <sweep>/initial_eval/<key[:12]>/
 # holds eval.json (the summary, its key and identity) and responses.jsonl; <key[:12]>.lock beside it.
 INITIAL_EVAL_DIR = "initial_eval"

@@ -29,6 +29,7 @@ from launcher.errors import GridError
 LAUNCHER_KEYS = ("dry_run", "wait", "formal", "cluster")
 SEED_KEY = "seed"
 ALGO_GROUP = "algo"
+TRAINER_GROUP = "trainer"  # which trainer ran is part of the label's base (``arm_bases``), never a suffix
 LABEL_MAX = 64  # characters; longer labels keep their start and end in a digest
 
 # A cell's overrides -> its composed config (Hydra's config loader or compose API).
@@ -188,15 +189,26 @@ def _digest(arm: tuple[tuple[str, str], ...]) -> str:
     return hashlib.sha256(json.dumps(arm).encode()).hexdigest()[:6]
 
 
+def arm_bases(arms: dict[tuple[tuple[str, str], ...], tuple[str, str]], default_trainer: str) -> dict:
+    """Arm -> the start of its label, given each arm's (algo short name, trainer name): the algo, then
+    the trainer when the grid varies it or it is not ``default_trainer`` (so ``grpo`` stays proofgrid's
+    GRPO, ``grpo-trl`` is TRL's, and a sweep of ``trainer=proofgrid,trl`` says both)."""
+    trainers = {trainer for _, trainer in arms.values()}
+    named = len(trainers) > 1
+    return {arm: algo if trainer == default_trainer and not named else f"{algo}-{_slug(trainer)}"
+            for arm, (algo, trainer) in arms.items()}
+
+
 def arm_labels(arms: dict[tuple[tuple[str, str], ...], str]) -> dict[tuple[tuple[str, str], ...], str]:
-    """Arm (canonical overrides) -> label, given each arm's algo short name.
+    """Arm (canonical overrides) -> label, given each arm's base (its algo short name, with its
+    trainer when that is named: ``arm_bases``).
 
     Deterministic (a function of the set of arms only), filesystem-safe, and collision-free: two
     arms whose readable labels would coincide (``a/b`` and ``a_b``) both get a digest suffix.
     """
     all_keys = sorted({k for arm in arms for k, _ in arm})
     values = {k: {dict(arm).get(k) for arm in arms} for k in all_keys}
-    varying = [k for k in all_keys if len(values[k]) > 1 and _bare_key(k) != ALGO_GROUP]
+    varying = [k for k in all_keys if len(values[k]) > 1 and _bare_key(k) not in (ALGO_GROUP, TRAINER_GROUP)]
     short = _short_keys(varying)
     labels = {}
     for arm, algo in arms.items():
@@ -222,7 +234,8 @@ def arm_labels(arms: dict[tuple[tuple[str, str], ...], str]) -> dict[tuple[tuple
 def _is_structural(override) -> bool:
     """Overrides that change which config files are composed (or add/delete keys) need Hydra."""
     key = override.key_or_group
-    return key.split(".")[0] in ("algo", "workload", "cluster") or key.startswith("hydra") or override.is_add() or \
+    return key.split(".")[0] in ("algo", "workload", "cluster", TRAINER_GROUP) or key.startswith("hydra") or \
+        override.is_add() or \
         override.is_delete() or override.is_force_add() or "@" in key
 
 

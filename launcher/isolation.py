@@ -117,6 +117,22 @@ def rank_env(address: str, port: int | str, rank: int | str, world: int, local_r
             RENDEZVOUS_TIMEOUT_ENV: str(timeout_s)}
 
 
+def ecosystem_env(roots: JobRoots) -> dict[str, str]:
+    """What a trainer that is not proofgrid's may also write, pointed into the job (beside ``isolated_env``'s
+    Hugging Face, Triton, TorchInductor and XDG caches): vLLM's cache, Weights & Biases offline with its
+    run, cache and config directories, torch's extension builds (DeepSpeed, verl)."""
+    cache = roots.cache
+    return {
+        "VLLM_CACHE_ROOT": str(cache / "vllm"),
+        "TORCH_EXTENSIONS_DIR": str(cache / "torch_extensions"),
+        "WANDB_MODE": "offline",  # nothing is sent anywhere from a job
+        "WANDB_DIR": str(roots.job_dir / "roots" / "wandb"),
+        "WANDB_CACHE_DIR": str(cache / "wandb"),
+        "WANDB_CONFIG_DIR": str(cache / "wandb-config"),
+        "WANDB_DATA_DIR": str(cache / "wandb-data"),
+    }
+
+
 def env_diff(base: dict[str, str], env: dict[str, str]) -> dict[str, str | None]:
     """Variables the job changes relative to ``base`` (``None`` = removed), sorted by name."""
     keys = sorted(set(base) | set(env))

@@ -7,9 +7,14 @@ first. It needs the config only, not the sweep machinery, so ``launch.py --help`
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import os
 from pathlib import Path
 
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
@@ -18,9 +23,59 @@ from facts.repo import CONF_DIR
 from launcher.errors import PreflightError
 from launcher.preflight import check_sweep_dir
 from launcher.spec import MULTINODE_NEEDS_SLURM
-from trainer.config import compose as trainer_compose
 
-GROUPS = ("algo", "workload", "cluster", "experiment")
+GROUPS = ("algo", "workload", "cluster", "experiment", "trainer")
+# Hydra's command-line options that take a value (the value is not an override).
+VALUE_OPTIONS = ("-cp", "--config-path", "-cn", "--config-name", "-cd", "--config-dir", "--cfg", "-c", "-p",
+                 "--package", "--experimental-rerun")
+CONFIG_DIR_OPTIONS = ("-cd", "--config-dir")
+
+
+def split_command_line(argv: list[str]) -> tuple[list[str], list[str]]:
+    """``(overrides, search path overrides)`` of ``launch.py``'s command line: Hydra's own options are
+    set aside, and an additional config directory (``-cd DIR``, ``--config-dir=DIR``) becomes the
+    ``hydra.searchpath`` entry that gives composition here the same search path as Hydra's app."""
+    overrides, dirs, i = [], [], 0
+    while i < len(argv):
+        arg = argv[i]
+        name, eq, value = arg.partition("=")
+        if arg.startswith("-") and name in VALUE_OPTIONS:
+            if not eq:
+                value, i = (argv[i + 1] if i + 1 < len(argv) else ""), i + 1
+            if name in CONFIG_DIR_OPTIONS and value:
+                dirs.append(os.path.abspath(value))
+        elif not arg.startswith("-"):
+            overrides.append(arg)
+        i += 1
+    search = [f"hydra.searchpath=[{','.join(f'file://{d}' for d in dirs)}]"] if dirs else []
+    return overrides, search
+
+
+@contextlib.contextmanager
+def _config_loader():
+    """Hydra's config loader: the app's (inside ``launch.py``, which knows its ``-cd``), else one on ``conf/``."""
+    if GlobalHydra.instance().is_initialized():
+        yield GlobalHydra.instance().config_loader()
+        return
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        yield GlobalHydra.instance().config_loader()
+
+
+def group_options(group: str, search: list[str]) -> list[str]:
+    """The options of a config group over Hydra's whole search path (``conf/<group>/`` and every
+    config directory added with ``-cd`` or ``hydra.searchpath``)."""
+    with _config_loader() as loader:
+        return sorted(loader.get_group_options(group, config_name="config", overrides=list(search)))
+
+
+def search_path_compose(search: list[str]):
+    """Compose ``conf/config.yaml`` with the search path's extra config directories."""
+    def compose(choices: list[str]):
+        if GlobalHydra.instance().is_initialized():
+            return hydra_compose(config_name="config", overrides=[*search, *choices])
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            return hydra_compose(config_name="config", overrides=[*search, *choices])
+    return compose
 
 
 def one_line(exc: BaseException) -> str:
@@ -31,10 +86,11 @@ def one_line(exc: BaseException) -> str:
 
 def check_overrides(argv: list[str], compose=None) -> str | None:
     """A one-line error for a bad command-line override, else ``None``: an unusable sweep
-    directory, unknown config-group options (``algo=bogus``) and unknown settings
-    (``workload.lrr=3``). ``compose`` composes the group choices (default:
-    ``trainer.config.compose``, outside a Hydra app)."""
-    args = [a for a in argv if not a.startswith("-")]
+    directory, unknown config-group options (``algo=bogus``, ``trainer=mylab`` found on no config
+    directory of the search path) and unknown settings (``workload.lrr=3``). ``compose`` composes the
+    group choices (default: ``conf/`` plus the command line's ``-cd`` directories)."""
+    args, search = split_command_line(argv)
+    search += [a for a in args if a.split("=", 1)[0].lstrip("+~") == "hydra.searchpath"]
     try:
         parsed = OverridesParser.create().parse_overrides(args)
     except HydraException as exc:
@@ -53,14 +109,21 @@ def check_overrides(argv: list[str], compose=None) -> str | None:
         group = o.key_or_group.lstrip("+~")
         if group not in GROUPS or o.is_delete():
             continue
-        known = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+        try:
+            known = group_options(group, search)
+        except HydraException as exc:
+            return f"the config search path cannot be read: {one_line(exc)}"
         values = [str(v) for v in o.sweep_iterator()] if o.is_sweep_override() else [str(o.value())]
         unknown = [v for v in values if v not in known]
         if unknown:
+            extra = " or a config directory given with -cd" if group == "trainer" else ""
             return (f"bad grid: unknown {group} {', '.join(repr(u) for u in unknown)}; "
-                    f"choose from {', '.join(known)} (conf/{group}/)")
+                    f"choose from {', '.join(known)} (conf/{group}/{extra})")
         choices.append(f"{group}={values[0]}")
-    cfg = (compose or trainer_compose)(choices)
+    try:
+        cfg = (compose or search_path_compose(search))(choices)
+    except HydraException as exc:
+        return f"bad grid: {one_line(exc)}"
     missing = object()
     for o in parsed:
         key = o.key_or_group

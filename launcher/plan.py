@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import json
 import re
 from collections.abc import Sequence
@@ -18,19 +19,21 @@ from pathlib import Path
 
 import hydra
 from hydra.core.global_hydra import GlobalHydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from facts import atomic_write_json, sweep_jobs_dir
 from facts.files import COMMANDS_FILE, SWEEP_RECORD
 from facts.ordering import natural_key
 from facts.ranks import DEFAULT_RENDEZVOUS_TIMEOUT_S
 from facts.repo import CONF_DIR, REPO_ROOT, SOURCE_COMMIT_ENV
+from facts.trainers import PROOFGRID_TRAINER
 from launcher.backend import backend
 from launcher.errors import GridError, PreflightError
 from launcher.grid import (
     LAUNCHER_KEYS,
     Cell,
     Composer,
+    arm_bases,
     arm_labels,
     classify,
     compose_jobs,
@@ -42,6 +45,16 @@ from launcher.ports import NAMED_PORTS
 from launcher.preflight import check_inputs, check_job_config, check_resources, check_source
 from launcher.records import public_copy, sweep_sanitizer
 from launcher.spec import JobSpec, Sweep, allocation_shape
+from trainer.config import algo_config
+from trainer.external.spec import (
+    SpecError,
+    TrainerSpec,
+    expand_command,
+    parse_spec,
+    placeholder_values,
+    to_record,
+)
+from trainer.schema import structured_schema
 
 
 def _override_key(override: str) -> str:
@@ -78,6 +91,56 @@ def _one_arm_per_setting(cells: list[Cell]) -> None:
         seen.add((cell.arm_key, cell.seed))
 
 
+@dataclasses.dataclass(frozen=True)
+class ExternalTrainer:
+    """An arm's trainer that is not proofgrid's: its spec, and the arm's config its command is filled from."""
+
+    spec: TrainerSpec
+    config: dict  # the arm's resolved config (a job replaces the seed)
+
+    def job(self, seed: int) -> dict:
+        """``JobSpec.external`` of the arm's job with ``seed``: its command filled, its spec, its config."""
+        config = {**self.config, "seed": seed}
+        return {"argv": expand_command(self.spec, _placeholder_values(config)), "spec": to_record(self.spec),
+                "config": config}
+
+
+def _placeholder_values(config: dict) -> dict:
+    """The validated config with every default filled (the schema's, and ``AlgoConfig``'s for every
+    algorithm setting its file leaves out), as a command's placeholders see it."""
+    merged = OmegaConf.to_container(OmegaConf.merge(structured_schema(), config), resolve=True)
+    cfg = OmegaConf.create(config)
+    merged["algo"] = {**config["algo"], **dataclasses.asdict(algo_config(cfg))}
+    return placeholder_values(merged, REPO_ROOT)
+
+
+def plan_trainer(cfg: DictConfig, label: str) -> ExternalTrainer | None:
+    """The arm's external trainer, its command filled (a placeholder naming no setting is refused) and
+    checked by the spec's ``plan_check`` in this process (the TRL adapter's refusals, without TRL);
+    None for proofgrid's own trainer."""
+    config = OmegaConf.to_container(cfg, resolve=True)
+    spec = parse_spec(config["trainer"])
+    if not spec.external:
+        return None
+    trainer = ExternalTrainer(spec, config)
+    try:
+        argv = trainer.job(int(cfg.seed))["argv"]
+    except SpecError as exc:
+        raise PreflightError(f"job {label}: {exc}") from None
+    if spec.plan_check:
+        module, _, function = spec.plan_check.partition(":")
+        try:
+            check = getattr(importlib.import_module(module), function)
+        except (ImportError, AttributeError):
+            raise PreflightError(f"job {label}: trainer {spec.name}'s plan_check {spec.plan_check} cannot be "
+                                 "imported; fix the spec") from None
+        try:
+            check(argv)
+        except ValueError as exc:
+            raise PreflightError(f"job {label}: trainer {spec.name} refuses it: {exc}") from None
+    return trainer
+
+
 def plan_sweep(root_cfg: DictConfig, cells: list[list[str]], sweep_dir: Path, compose: Composer) -> Sweep:
     """Check the grid and turn every cell into a ``JobSpec``; raises ``PreflightError`` (or a
     Hydra/OmegaConf error for a setting that does not compose) before anything is submitted.
@@ -96,10 +159,13 @@ def plan_sweep(root_cfg: DictConfig, cells: list[list[str]], sweep_dir: Path, co
     for cell in parsed:
         first.setdefault(cell.arm_key, cell)
     arm_cfgs = dict(zip(first, compose_jobs(compose, [list(c.overrides) for c in first.values()])))
-    labels = arm_labels({key: str(cfg.algo.short) for key, cfg in arm_cfgs.items()})
+    labels = arm_labels(arm_bases({key: (str(cfg.algo.short), str(cfg.trainer.name)) for key, cfg in arm_cfgs.items()},
+                                  PROOFGRID_TRAINER))
     checked_inputs: set[tuple] = set()
+    trainers: dict[tuple, ExternalTrainer | None] = {}
     for key, cfg in arm_cfgs.items():
         check_job_config(cfg, labels[key])
+        trainers[key] = plan_trainer(cfg, labels[key])
         w = cfg.workload
         inputs = (str(w.manifest), str(w.model_path), str(w.train_path), str(w.test_path))
         if inputs not in checked_inputs:
@@ -128,6 +194,7 @@ def plan_sweep(root_cfg: DictConfig, cells: list[list[str]], sweep_dir: Path, co
             source_commit=commit, gpu_model=cluster.get("gpu_model") or None,
             arm=label, arm_overrides=dict(cell.arm), nodes=nodes, tasks_per_node=tasks_per_node,
             rendezvous_timeout_s=int(cluster.get("rendezvous_timeout_s") or DEFAULT_RENDEZVOUS_TIMEOUT_S),
+            external=trainers[cell.arm_key].job(seed) if trainers[cell.arm_key] is not None else None,
         ))
     if len(specs) > 1:  # a one-job sweep has nobody to share its initial evaluation with
         specs = [dataclasses.replace(s, share_initial_eval=True) for s in specs]
@@ -173,6 +240,7 @@ def expanded_command(spec: JobSpec) -> dict:
     # Only what the job itself sets (not a diff against this shell), so the output is the same
     # wherever the dry run runs: CI compares it with a committed golden file.
     env = isolated_env(roots, ports, {})
+    env.update(spec.trainer_env(roots))
     env[SOURCE_COMMIT_ENV] = "<SOURCE_COMMIT>"
     head = "127.0.0.1"
     if spec.tasks > 1:  # one rank per task: the rendezvous is rank 0's node, each task's rank is Slurm's

@@ -15,8 +15,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from facts import sweep_job_dir
+from facts import TRAINER_OUTPUT_DIR, sweep_job_dir
+from facts.files import JOB_SPEC
 from facts.ranks import DEFAULT_RENDEZVOUS_TIMEOUT_S
+from launcher.isolation import JobRoots, ecosystem_env
+from trainer.external.spec import fill_output_dir
 
 # Characters a Hydra override value may hold unquoted (a comma would make a sweep, a quote or a
 # non-ASCII character fails to parse).
@@ -59,6 +62,11 @@ class JobSpec:
         """Processes the scheduler starts for the job, one trainer rank each when more than one."""
         return self.nodes * self.tasks_per_node
 
+    # A trainer that is not proofgrid's (a trainer spec with a command): {"argv": its command with every
+    # placeholder filled but {output_dir}, "spec": the spec as data (trainer.external.spec.to_record),
+    # "config": the job's resolved, validated config}. None: proofgrid's own trainer.
+    external: dict | None = None
+
     @property
     def arm_label(self) -> str:
         return self.arm or self.algo
@@ -76,11 +84,23 @@ class JobSpec:
         the cell's overrides (and the sweep directory when its jobs share one initial evaluation).
 
         The one place that says what a job runs: the job runtime starts it and the dry run prints
-        it. Another kind of trainer (an external command whose placeholders the planner fills)
-        is another answer here, from data the spec carries; nothing else changes."""
+        it. A trainer that is not proofgrid's runs as ``python -m trainer.external``, which runs the
+        trainer's own command (after ``--``, its placeholders filled by the planner, ``{output_dir}``
+        here: ``run/trainer``), then reads its metrics and final model into the run directory and
+        evaluates it as proofgrid's trainer does."""
+        if self.external is not None:
+            shared = ["--sweep-dir", self.sweep_dir] if self.share_initial_eval else []
+            own = Path(output_dir) / TRAINER_OUTPUT_DIR
+            return [sys.executable, "-m", "trainer.external", "--job-spec", str(self.job_dir / JOB_SPEC),
+                    "--output-dir", str(output_dir), *shared, "--", *fill_output_dir(self.external["argv"], own)]
         shared = [f"sweep_dir={hydra_value(self.sweep_dir)}"] if self.share_initial_eval else []
         return [sys.executable, "-m", "trainer", *self.trainer_overrides, f"output_dir={hydra_value(str(output_dir))}",
                 *shared]
+
+    def trainer_env(self, roots: JobRoots) -> dict[str, str]:
+        """What the job's environment adds for its trainer beyond the isolation every job has: the
+        other ecosystems' caches for a trainer that is not proofgrid's (``isolation.ecosystem_env``)."""
+        return ecosystem_env(roots) if self.external is not None else {}
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)

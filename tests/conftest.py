@@ -34,7 +34,8 @@ SLOW_FIXTURES = frozenset(CLUSTER_GROUPS)
 # Helpers that run the trainer or the launcher (tests/trainer_runs.py, tests/sweeps.py): as processes,
 # or, for the trainer, in this process (seconds of training either way).
 PROCESS_HELPERS = frozenset({"run_trainer", "trainer_cmd", "train_in_process", "launch"})
-PROCESS_MODULES = frozenset({"trainer", "launcher.runtime", "benchmarks"})  # `python -m <these>` trains
+# `python -m <these>` trains (trainer.external runs another trainer's command; the TRL adapter is one)
+PROCESS_MODULES = frozenset({"trainer", "launcher.runtime", "benchmarks", "trainer.external", "trainer.adapters.trl_grpo"})
 # A fast-tier test slower than this is named at the end of the run: it belongs in the slow tier.
 FAST_TIER_BUDGET_S = 5.0
 

@@ -92,7 +92,7 @@ def test_unknown_experiment_is_one_line(tmp_path):
     proc = _experiment(tmp_path, "experiment=nope", "dry_run=true")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "proofgrid: error: bad grid: unknown experiment 'nope'; choose from loss_norm, stale_score_centering "
+        "proofgrid: error: bad grid: unknown experiment 'nope'; choose from loss_norm, loss_norm_trl, stale_score_centering "
         "(conf/experiment/)"]
 
 

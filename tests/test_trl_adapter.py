@@ -31,7 +31,14 @@ from trainer.preemption import CHECKPOINT_SIGNALS, EXIT_CHECKPOINTED
 REPO = Path(__file__).resolve().parent.parent
 TOY_MODEL = "trainer/assets/toy/model"
 NO_TRL = importlib.util.find_spec("trl") is None  # not imported here: 5 s that the fast tier need not pay
-needs_trl = pytest.mark.skipif(NO_TRL, reason="TRL is the bench extra: .venv/bin/python -m pip install -e '.[bench]'")
+# `make test` installs TRL (the Makefile's `trl` target): a missing TRL there is a broken install, not a skip.
+needs_trl = pytest.mark.usefixtures("trl_installed")
+
+
+@pytest.fixture(scope="session")
+def trl_installed() -> None:
+    if NO_TRL:
+        pytest.fail("TRL is not installed: `make trl` (the pinned trl extra; make test installs it)")
 STEPS = 4
 # The toy workload and algo=grpo, as the harness fills the placeholders ({workload.lr}, {algo.clip_low}, ...).
 TOY_GRPO = ("--model-dir", TOY_MODEL, "--train", "trainer/assets/toy/data/train.parquet", "--manifest",

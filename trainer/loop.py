@@ -549,7 +549,7 @@ def run_config_digest(cfg: DictConfig) -> str:
 
 
 @functools.cache
-def _versions() -> dict[str, str]:
+def software_versions() -> dict[str, str]:
     import transformers
 
     import trainer
@@ -671,7 +671,7 @@ def run_summary(cfg: DictConfig, algo: AlgoConfig, world: int, inputs: dict[str,
         config.pop(machine_path, None)
     return {
         "algo": algo.short_name, "algo_name": algo.estimator, "seed": int(cfg.seed), "workload": str(cfg.workload.name),
-        "n_updates": int(cfg.workload.n_updates), "dp_size": world, "versions": _versions(), "inputs": inputs,
+        "n_updates": int(cfg.workload.n_updates), "dp_size": world, "versions": software_versions(), "inputs": inputs,
         "source_commit": source_commit(), "config": config, METRIC_KEYS_FIELD: metric_keys(algo),
         ALGORITHM_FIELD: {**algorithm(algo.estimator).declaration(), "loss_reduction": algo.loss_reduction},
         **({RANK_LOGS_FIELD: world} if world > 1 else {}),  # every rank records its steps (facts.ranks)
@@ -831,8 +831,8 @@ def finish(run: Run) -> dict | None:
         return None
     run.metrics_log.close()
     n_updates = int(s.cfg.workload.n_updates)
-    final, initial = _evaluate_checkpoints(s.cfg, run.out, n_updates, s.engine, s.reference, s.tokenizer,
-                                           run.eval_examples, s.device, run.inputs)
+    final, initial = evaluate_checkpoints(s.cfg, run.out, n_updates, s.engine, s.reference, s.tokenizer,
+                                          run.eval_examples, s.device, run.inputs)
     atomic_write_json(run.out / EVAL_RECORD, {"initial": initial, "final": final})
     log.info("%s", log_eval(run.out, n_updates, initial, final))
     return run.record.write(RUN_COMPLETED, n_updates)
@@ -849,20 +849,22 @@ def initial_eval_identity(cfg: DictConfig, examples: list[Example], device: torc
         "subset_sha256": subset_digest(examples), "n_prompts": len(examples), "k": int(e.k), "eval_seed": int(e.seed),
         "sampling": asdict(sampling_params(e, e.max_response_len)),
         "engine": str(w.engine), "dtype": str(w.dtype), "device": device.type, **gpu,
-        "num_threads": torch.get_num_threads(), "versions": _versions(), "source_commit": source_commit(),
+        "num_threads": torch.get_num_threads(), "versions": software_versions(), "source_commit": source_commit(),
     }
 
 
-def _evaluate_checkpoints(cfg: DictConfig, out: Path, n_updates: int, engine: RolloutEngine, reference,
-                          tokenizer, examples: list[Example], device: torch.device, inputs: dict[str, str]
-                          ) -> tuple[dict, dict]:
+def evaluate_checkpoints(cfg: DictConfig, out: Path, n_updates: int, engine: RolloutEngine, reference,
+                         tokenizer, examples: list[Example], device: torch.device, inputs: dict[str, str],
+                         final_name: str | None = None) -> tuple[dict, dict]:
     """The final checkpoint's evaluation and the initial checkpoint's (the control): in a sweep the
-    latter is computed once and shared (``trainer.evaluate.shared_initial_eval``), else into ``out``."""
+    latter is computed once and shared (``trainer.evaluate.shared_initial_eval``), else into ``out``.
+    ``engine`` holds the final weights; ``final_name`` names them in eval.json (default: the final
+    checkpoint's ``step_<N>``; an external trainer's run names its final model directory)."""
     w, e = cfg.workload, cfg.workload.eval
     eval_sampling = sampling_params(e, e.max_response_len)
     with compute_context(device, str(w.dtype)):
         final = evaluate(engine, tokenizer, examples, int(e.k), int(e.seed), eval_sampling,
-                         checkpoint_name(n_updates), out / EVAL_RESPONSES_DIR / "final.jsonl")
+                         final_name or checkpoint_name(n_updates), out / EVAL_RESPONSES_DIR / "final.jsonl")
 
     def evaluate_initial(responses_path: Path) -> dict:
         control = make_engine(str(w.engine), reference, tokenizer.eos_token_id, tokenizer.pad_token_id)

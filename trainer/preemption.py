@@ -22,6 +22,9 @@ CHECKPOINT_SIGNALS = (signal.SIGUSR2, signal.SIGTERM)
 FORWARDED_SIGNAL = signal.SIGUSR2
 # The trainer's exit code after a requested checkpoint-and-stop (EX_TEMPFAIL: "try again later").
 EXIT_CHECKPOINTED = 75
+# A trainer that stopped on that request without saving anything it can resume from (an external trainer
+# with no checkpoint-and-stop handler): the job may run again, and its run then starts from scratch.
+EXIT_STOPPED_UNSAVED = 76
 
 
 def hold_signals() -> None:

@@ -11,7 +11,8 @@ through ``trainer.config.validate``), in two layers:
 2. ``OmegaConf.merge`` of the structured schema with the config, as OmegaConf's own type check.
 
 The ``algo`` node is typed by ``trainer.algorithms.AlgoConfig`` itself (its dataclass fields), so a
-new algorithm setting needs no edit here; ``AlgoConfig`` then applies the algorithms' own rules.
+new algorithm setting needs no edit here; ``AlgoConfig`` then applies the algorithms' own rules. The
+``trainer`` node is a trainer spec, checked by ``trainer.external.spec``.
 Every refusal is one line naming the setting, the bad value and the allowed range.
 """
 
@@ -143,6 +144,7 @@ class RunSchema:
     """The root of ``conf/config.yaml`` after composition."""
 
     algo: dict[str, Any] = field(default_factory=dict)  # typed by AlgoConfig (see check_algo)
+    trainer: dict[str, Any] = field(default_factory=dict)  # a trainer spec (see check_trainer)
     workload: WorkloadSchema = field(default_factory=WorkloadSchema)
     cluster: ClusterSchema = field(default_factory=ClusterSchema)
     seed: int = setting(ge=0, le=SEED_MAX)
@@ -248,6 +250,9 @@ def check_node(node: Any, schema: type, path: str) -> None:
         if name == "algo" and schema is RunSchema:
             check_algo(value)
             continue
+        if name == "trainer" and schema is RunSchema:
+            check_trainer(value)
+            continue
         check_value(value, hint, dict(f.metadata), key)
 
 
@@ -292,6 +297,18 @@ def check_algo(node: Any) -> None:
         if name not in allowed:
             raise SettingError(f"unknown setting {key}; algo settings are: {', '.join(sorted(allowed))}")
         check_value(value, allowed[name], {}, key)
+
+
+def check_trainer(node: Any) -> None:
+    """The ``trainer`` node is a trainer spec (``trainer.external.spec``): proofgrid's own, or a command
+    with its metric map (onto proofgrid's metric names), final model and options."""
+    from facts import DYNAMIC_SAMPLING_KEYS, KL_LOSS_KEY, OFF_POLICY_KEYS, REQUIRED_KEYS
+    from trainer.external.spec import SpecError, parse_spec
+
+    try:
+        parse_spec(node, (*REQUIRED_KEYS, KL_LOSS_KEY, *OFF_POLICY_KEYS, *DYNAMIC_SAMPLING_KEYS))
+    except SpecError as exc:
+        raise SettingError(str(exc)) from None
 
 
 _STRUCTURED = None

@@ -24,7 +24,7 @@ from facts.states import REQUEUED
 from launcher.isolation import JobRoots
 from launcher.ports import PortBlock
 from launcher.ray_runtime import JobRay
-from trainer.preemption import EXIT_CHECKPOINTED
+from trainer.preemption import EXIT_CHECKPOINTED, EXIT_STOPPED_UNSAVED
 
 
 class Reaction(enum.Enum):
@@ -66,6 +66,11 @@ class RunEnd:
     @property
     def checkpointed(self) -> bool:
         return self.exit_code == EXIT_CHECKPOINTED
+
+    @property
+    def unsaved(self) -> bool:
+        """The trainer stopped without saving anything to resume from: a rerun starts it from scratch."""
+        return self.exit_code == EXIT_STOPPED_UNSAVED
 
     @property
     def requeued(self) -> bool:

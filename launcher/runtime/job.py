@@ -40,7 +40,7 @@ from launcher.records import update_job_record, write_command_records
 from launcher.runtime.hooks import JobHooks, Reaction, RunEnd
 from launcher.runtime.process import die_with_parent, leftovers, wait_for_group_exit
 from launcher.spec import JobSpec
-from trainer.preemption import CHECKPOINT_SIGNALS, EXIT_CHECKPOINTED
+from trainer.preemption import CHECKPOINT_SIGNALS, EXIT_CHECKPOINTED, EXIT_STOPPED_UNSAVED
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR2)
 TRAINER_STOP_GRACE_S = 20  # a trainer told to stop (SIGTERM to its group) is killed after this
@@ -146,6 +146,7 @@ class JobRun:
             self.run_lock = lock_job_run_dir(self.spec.job_dir)
         self.block = claim_port_block()
         env = isolated_env(self.roots, self.block.ports, self.base_env)
+        env.update(self.spec.trainer_env(self.roots))
         env[SOURCE_COMMIT_ENV] = self.spec.source_commit or ""
         services, self.ray = self.hooks.start_services(self.roots, self.block, env, self.spec.ray_cpus)
         env.update(services)
@@ -205,10 +206,12 @@ class JobRun:
 
     def end(self) -> RunEnd:
         """How the run ended. A stop signal with the trainer stopped at a checkpoint (or not started
-        yet) is a requeue when the scheduler runs the job again; warned during its final evaluation,
-        the trainer finishes its run, which is a completed job."""
+        yet, or stopped with nothing to resume from: its rerun starts over) is a requeue when the
+        scheduler runs the job again; warned during its final evaluation, the trainer finishes its
+        run, which is a completed job."""
         stop_signal = self.signals[0] if self.signals else None
-        at_checkpoint = stop_signal is not None and (self.exit_code == EXIT_CHECKPOINTED or self.proc is None)
+        at_checkpoint = stop_signal is not None and (self.exit_code in (EXIT_CHECKPOINTED, EXIT_STOPPED_UNSAVED)
+                                                     or self.proc is None)
         refusal = self.hooks.requeue_refusal() if at_checkpoint else None
         requeue = at_checkpoint and refusal is None
         finished_anyway = stop_signal is not None and self.exit_code == 0 and self.failure is None

@@ -89,6 +89,9 @@ class SlurmHooks(JobHooks):
                  "node": socket.gethostname(), "at_step": completed_steps(job_dir), "checkpointed": end.checkpointed,
                  "action": "requeued" if end.requeued else "finished its run before stopping" if end.finished_anyway
                  else (end.requeue_refusal or "stopped")}
+        if end.unsaved:  # the trainer has no checkpoint-and-stop: the requeued run starts it from scratch
+            event.update(restart="from scratch", action=f"{event['action']}; the trainer saved nothing at the stop, "
+                                                        "so its run restarts from scratch")
         if end.requeued and (refused := requeue(self.job_id)):
             event["action"] = f"requeue refused by Slurm: {refused}"
             update_job_record(job_dir, {"state": TERMINATED, "runtime_state": TERMINATED,

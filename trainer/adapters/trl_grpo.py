@@ -190,6 +190,42 @@ def trl_loss(short: str) -> TrlLoss:
     return TRL_POLICY_LOSSES[record.policy_loss]
 
 
+# What each TRL loss type does with a batch's per-token losses (TRL 1.16's GRPOTrainer._compute_loss),
+# for the run's declaration (the report's contract table).
+LOSS_TYPE_REDUCTIONS = {
+    "grpo": "per-response token mean, then the batch mean (TRL loss_type=grpo)",
+    "dr_grpo": "token sum / (batch x max_completion_length) (TRL loss_type=dr_grpo)",
+    "dapo": "token sum / the batch's token count (TRL loss_type=dapo)",
+    "bnpo": "token sum / the local batch's token count (TRL loss_type=bnpo)",
+    "cispo": "token sum / the batch's token count (TRL loss_type=cispo)",
+    "sapo": "per-response token mean, then the batch mean (TRL loss_type=sapo)",
+    "luspo": "per-response token sum, then the batch mean (TRL loss_type=luspo)",
+    "vespo": "token sum / the batch's token count (TRL loss_type=vespo)",
+}
+SCALE_REWARDS_ADVANTAGE = {
+    "group": "same-prompt group centering and group-std scaling (std + 1e-4)",
+    "batch": "same-prompt group centering, batch-std scaling (std + 1e-4)",
+    "none": "same-prompt group centering, no std scaling",
+}
+
+
+def declaration(p: Plan, algo: str) -> dict:
+    """What the run computes, in the words of proofgrid's algorithm contract (``advantage``,
+    ``normalization``, ``kl_regularization``, ``loss``), from the mapped ``GRPOConfig``: the harness
+    reads it from ``trl_run.json`` (its ``algorithm`` object) into the run's record."""
+    c = p.grpo_config
+    beta = float(c["beta"])
+    kl = f"separate KL loss, TRL's k3 x ratio (k2's gradient on-policy), beta={beta:g}" if beta else "none (beta=0)"
+    level = "sequence-ratio" if c["importance_sampling_level"] == "sequence" else "token"
+    policy_loss = TRL_LOSS_TYPES[c["loss_type"]]
+    loss = f"{level} PPO clipped surrogate (epsilon {c['epsilon']:g}/{c['epsilon_high']:g})" \
+        if policy_loss == "clipped surrogate" else f"{policy_loss} (TRL loss_type={c['loss_type']})"
+    return {"trl_algo": algo, "loss_type": c["loss_type"], "scale_rewards": c["scale_rewards"], "beta": beta,
+            "importance_sampling_level": c["importance_sampling_level"], "kl_estimator": "k3 x ratio" if beta else None,
+            "contract": {"advantage": SCALE_REWARDS_ADVANTAGE[c["scale_rewards"]],
+                         "normalization": LOSS_TYPE_REDUCTIONS[c["loss_type"]], "kl_regularization": kl, "loss": loss}}
+
+
 # GRPOConfig fields this adapter sets from proofgrid settings (or fixes): --trl may not set them.
 OWNED_FIELDS = frozenset({
     "output_dir", "seed", "data_seed", "max_steps", "per_device_train_batch_size", "num_generations",
@@ -220,8 +256,8 @@ def _key_value(text: str) -> tuple[str, object]:
     return key.strip(), yaml.safe_load(value)
 
 
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+def parser(cls: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> argparse.ArgumentParser:
+    ap = cls(prog=PROG, description=__doc__.splitlines()[0])
     req = ap.add_argument_group("run")
     req.add_argument("--model-dir", required=True, help="{workload.model_path}: a Hugging Face model directory")
     req.add_argument("--train", required=True, help="{workload.train_path}: parquet with question, answer")
@@ -262,8 +298,8 @@ def parser() -> argparse.ArgumentParser:
     trl = ap.add_argument_group("TRL's own options")
     trl.add_argument("--loss-type", help=f"TRL's loss_type ({', '.join(TRL_LOSS_TYPES)}); default: from --loss-reduction")
     trl.add_argument("--scale-rewards", help=f"TRL's scale_rewards ({', '.join(SCALE_REWARDS)}); default: from --std-normalize")
-    trl.add_argument("--trl", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
-                     help="any other GRPOConfig field (a YAML value), e.g. mask_truncated_completions=true")
+    trl.add_argument("--trl", type=_key_value, action="extend", nargs="+", default=[], metavar="KEY=VALUE",
+                     help="other GRPOConfig fields (YAML values), e.g. mask_truncated_completions=true")
     ap.add_argument("--resume", type=_bool, default=True, help="{resume}: continue from the newest TRL checkpoint")
     ap.add_argument("--check-only", action="store_true", help="check and map the settings, print them, train nothing")
     return ap
@@ -364,6 +400,24 @@ def plan(a: argparse.Namespace) -> Plan:
     return Plan(config, sources, a.dtype)
 
 
+class _CheckParser(argparse.ArgumentParser):
+    """The adapter's parser for a plan-time check: a bad argument is a ``Refused``, not an exit."""
+
+    def error(self, message: str):
+        raise Refused(f"its command does not parse: {message}")
+
+
+def check_command(argv: list[str]) -> None:
+    """The plan-time check of a ``trainer=trl`` job, in the launcher's process: ``argv`` is the job's
+    whole command (``python -m trainer.adapters.trl_grpo ...``, its placeholders filled); raises
+    ``Refused`` (a ``ValueError``) with the one-line reason TRL cannot honour it. Imports no TRL."""
+    try:
+        start = argv.index(__name__) + 1
+    except ValueError:
+        raise Refused(f"its command does not run {__name__}") from None
+    plan(parser(_CheckParser).parse_args(argv[start:]))
+
+
 def check_trl_fields(config: dict) -> None:
     """Every key is a ``GRPOConfig`` field of the installed TRL (a pass-through typo is refused)."""
     from trl import GRPOConfig
@@ -439,6 +493,7 @@ def train(a: argparse.Namespace, p: Plan, stop) -> int:
         "trl_options": dict(a.trl), "grpo_config": p.grpo_config, "sources": p.sources, "versions": _versions(),
         "inputs": inputs, "resumed_from": Path(last).name if last else None, "steps_completed": 0,
         "tensorboard": TENSORBOARD_DIR, "checkpoints": CHECKPOINTS_DIR, "final_model": FINAL_MODEL_DIR,
+        "algorithm": declaration(p, a.algo),
     }
     _write_record(out, record)
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)

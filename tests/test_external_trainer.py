@@ -1,0 +1,309 @@
+"""Trainers that are not proofgrid's, run as jobs (issue 20): the cross-trainer comparison through
+``launch.py`` (proofgrid, TRL's GRPOTrainer and the plain example script, one small sweep shared by the
+tests below), and the contract's bad input, each a one-line cause: real processes, real TensorBoard
+files, the toy's real model directory."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from evidence.metrics_log import validate_metrics
+from facts import METRICS_LOG, RUN_RECORD, checkpoint_name
+from tests.sweeps import REPO, index_rows, job_records, launch
+from trainer.external.checkpoint import CheckpointError, check_final_model
+from trainer.external.metrics import MetricsError, jsonl_line, read_log, to_records
+from trainer.external.process import TrainerProcess, WriteWatch, exit_words, wait_watching
+from trainer.external.spec import MetricsSpec
+
+TOY_MODEL = REPO / "trainer" / "assets" / "toy" / "model"
+NO_TRL = importlib.util.find_spec("trl") is None
+STEPS = 2
+JSONL = MetricsSpec("jsonl", "log.jsonl", {"train/loss": "loss", "rollout/raw_reward": "reward"}, "it", 0)
+
+
+@pytest.fixture(scope="module")
+def three_trainers(tmp_path_factory):
+    """One sweep: algo=grpo on proofgrid's trainer, on TRL and as the plain script, one seed, 2 steps."""
+    if NO_TRL:
+        pytest.fail("TRL is part of the test install (make test installs the trl extra)")
+    sweep = tmp_path_factory.mktemp("trainers") / "sweep"
+    proc = launch(sweep, "trainer=proofgrid,trl,command", "algo=grpo", "seed=1", f"workload.n_updates={STEPS}",
+                  f"workload.checkpoint_every={STEPS}", "workload.eval.n_prompts=16", timeout=900)
+    return sweep, proc
+
+
+@pytest.mark.slow
+def test_one_sweep_runs_three_trainers_and_one_evaluation_judges_them_all(three_trainers):
+    sweep, proc = three_trainers
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = index_rows(sweep)
+    assert sorted(rows) == ["grpo-command-1", "grpo-proofgrid-1", "grpo-trl-1"]
+    assert all(r["accepted"] == "yes" for r in rows.values()), rows
+    evals = {job: json.loads((sweep / "jobs" / job / "run" / "eval.json").read_text()) for job in rows}
+    finals = {job: e["final"]["checkpoint"] for job, e in evals.items()}
+    assert finals == {"grpo-command-1": "trainer/model", "grpo-proofgrid-1": checkpoint_name(STEPS),
+                      "grpo-trl-1": "trainer/final"}
+    # one evaluation for every trainer: the same subset, seed and sampling, one shared initial control
+    identity = {tuple(e["final"][k] for k in ("subset_sha256", "eval_seed", "n_prompts", "k")) for e in evals.values()}
+    assert len(identity) == 1
+    assert len({json.dumps(e["initial"], sort_keys=True) for e in evals.values()}) == 1
+
+
+@pytest.mark.slow
+def test_trl_metrics_are_mapped_onto_proofgrids_names_and_validated_as_its_own(three_trainers):
+    sweep, _ = three_trainers
+    run = sweep / "jobs" / "grpo-trl-1" / "run"
+    record = json.loads((run / RUN_RECORD).read_text())
+    keys = record["metric_keys"]
+    assert "rollout/raw_reward" in keys and "train/loss" in keys
+    log = validate_metrics(run / METRICS_LOG, "grpo", STEPS)
+    assert log.ok and [r["step"] for r in log.records] == list(range(STEPS))  # TRL's steps 1..N, shifted
+    source = record["trainer"]["metrics_source"]
+    assert source["map"]["rollout/raw_reward"] == "train/reward" and "train/entropy" in source["tags_written"]
+    declared = record["algorithm"]
+    assert (declared["trainer"], declared["loss_type"], declared["scale_rewards"]) == ("trl", "grpo", "group")
+    assert (record["trainer"]["resume"], record["trainer"]["exit_code"]) == (True, 0)
+
+
+@pytest.mark.slow
+def test_the_report_says_what_each_trainer_ran(three_trainers):
+    sweep, _ = three_trainers
+    report = (sweep / "bundle" / "data" / "report.md").read_text()
+    section = report.split("## Algorithm contract", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in section.splitlines() if line.startswith("| grpo")}
+    assert set(rows) == {"grpo-command", "grpo-proofgrid", "grpo-trl"}, section
+    assert "TRL loss_type=grpo" in rows["grpo-trl"] and "k3" in rows["grpo-trl"]
+    assert "separate k2 KL loss" in rows["grpo-proofgrid"] and "REINFORCE" in rows["grpo-command"]
+
+
+@pytest.mark.slow
+def test_a_failing_command_is_a_rejected_job_naming_its_last_error_line(tmp_path):
+    script = tmp_path / "lab_train.py"
+    script.write_text("import sys\nprint('loading')\nprint('ValueError: the lab config has no lr')\nsys.exit(3)\n")
+    proc = launch(tmp_path / "s", "trainer=command", f"trainer.command=[{sys.executable},{script}]", "seed=1",
+                  "workload.n_updates=2", timeout=300)
+    assert proc.returncode != 0 and (tmp_path / "s" / "jobs").is_dir(), proc.stderr[-2000:]
+    (record,) = job_records(tmp_path / "s").values()
+    assert record["state"] == "FAILED"
+    assert "the trainer's command exited with 3: ValueError: the lab config has no lr" in record["failure"], record
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("slurm_cluster")
+def test_trl_runs_as_a_slurm_job_with_its_own_loss_type_and_is_accepted(tmp_path):
+    """TRL's loss_type=dapo (experiment=loss_norm_trl's treatment arm) as one job of a Slurm array."""
+    if NO_TRL:
+        pytest.fail("TRL is part of the test install (make test installs the trl extra)")
+    sweep = tmp_path / "slurm"
+    proc = launch(sweep, "trainer=trl", "trainer.loss_type=dapo", "algo=grpo", "seed=2", f"workload.n_updates={STEPS}",
+                  f"workload.checkpoint_every={STEPS}", "workload.eval.n_prompts=8", "cluster=slurm",
+                  env={"PROOFGRID_PORT_BASE": "31000"}, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (row,) = index_rows(sweep).values()
+    assert (row["job"], row["accepted"]) == ("grpo-trl-2", "yes"), row
+    (record,) = job_records(sweep).values()
+    assert record["job_id"].split("_")[0].isdigit()  # a Slurm job, not a local one
+    run = json.loads((sweep / "jobs" / "grpo-trl-2" / "run" / RUN_RECORD).read_text())
+    assert "--loss-type" in run["trainer"]["command"] and run["algorithm"]["loss_type"] == "dapo"
+    assert "the batch's token count" in run["algorithm"]["contract"]["normalization"]
+
+
+# -- bad input, underneath: the metrics log -------------------------------------------------------------
+
+def _events(directory: Path, steps: range, tags=("train/reward", "train/loss"), nan_at: int | None = None):
+    from torch.utils.tensorboard import SummaryWriter
+
+    with SummaryWriter(log_dir=str(directory)) as writer:
+        for step in steps:
+            for tag in tags:
+                writer.add_scalar(tag, math.nan if step == nan_at else step / 10, step)
+
+
+def _records(tmp_path: Path, spec: MetricsSpec, n_updates: int):
+    converted = to_records(read_log(spec, tmp_path), spec)
+    path = tmp_path / METRICS_LOG
+    (tmp_path / RUN_RECORD).write_text(json.dumps({"metric_keys": sorted(spec.map)}))  # as the runner declares
+    path.write_text("".join(jsonl_line(r) + "\n" for r in converted.records))
+    return converted, validate_metrics(path, "grpo", n_updates)
+
+
+@pytest.mark.slow
+def test_every_tensorboard_point_is_read_past_a_thousand_steps_and_judged_by_the_validator(tmp_path):
+    _events(tmp_path / "tb", range(1, 1501))
+    spec = MetricsSpec("tensorboard", "tb", {"rollout/raw_reward": "train/reward", "train/loss": "train/loss"},
+                       None, -1)
+    converted, log = _records(tmp_path, spec, 1500)
+    assert converted.steps == 1500 and log.ok, log.violations[:3]
+    assert [r["step"] for r in log.records] == list(range(1500))
+    assert log.records[1499]["train/loss"] == pytest.approx(150.0)
+
+
+@pytest.mark.parametrize(("steps", "nan_at", "n_updates", "says"), [
+    (range(1, 5), 3, 4, "NaN"),
+    (range(1, 4), None, 4, "3 of 4 steps present; missing step 3"),  # fewer steps than declared
+    ([1, 2, 4, 5], None, 4, "missing step 2"),
+])
+def test_a_nan_a_missing_step_or_too_few_steps_fails_the_same_validator(tmp_path, steps, nan_at, n_updates, says):
+    _events(tmp_path / "tb", steps, nan_at=nan_at)
+    spec = MetricsSpec("tensorboard", "tb", {"rollout/raw_reward": "train/reward"}, None, -1)
+    _, log = _records(tmp_path, spec, n_updates)
+    assert not log.ok and any(says in str(v.problem()) for v in log.violations), log.violations
+
+
+def test_a_repeated_step_in_one_log_is_a_violation_not_a_silent_overwrite(tmp_path):
+    (tmp_path / "log.jsonl").write_text("".join(json.dumps({"it": s, "loss": 0.5, "reward": 1.0}) + "\n"
+                                                for s in (0, 1, 1, 2)))
+    _, log = _records(tmp_path, JSONL, 3)
+    assert not log.ok and any("step" in str(v.problem()) for v in log.violations), log.violations
+
+
+def test_a_mapped_tag_the_trainer_never_wrote_is_refused_with_the_tags_it_did_write(tmp_path):
+    _events(tmp_path / "tb", range(1, 3))
+    spec = MetricsSpec("tensorboard", "tb", {"train/grad_norm": "train/gradnorm"}, None, -1)
+    with pytest.raises(MetricsError, match=r"tag 'train/gradnorm' \(for train/grad_norm\) that the trainer never "
+                                           r"wrote to tb; it wrote: train/loss, train/reward \(2 tags\)"):
+        to_records(read_log(spec, tmp_path), spec)
+
+
+def test_a_tensorboard_file_truncated_mid_record_is_refused(tmp_path):
+    _events(tmp_path / "tb", range(1, 20))
+    (event,) = (tmp_path / "tb").glob("events.out.tfevents.*")
+    event.write_bytes(event.read_bytes()[:-7])
+    spec = MetricsSpec("tensorboard", "tb", {"train/loss": "train/loss"}, None, -1)
+    with pytest.raises(MetricsError, match="the trainer's TensorBoard log tb: .*"):
+        read_log(spec, tmp_path)
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ('{"it": 0, "loss": 1}\n{"it": 1, "lo', "line 2 is not JSON (a truncated last line)"),
+    ('{"step": 0, "loss": 1}\n', "line 1 is not an object with an integer 'it'"),
+])
+def test_a_jsonl_log_that_cannot_be_read_whole_is_refused(tmp_path, text, says):
+    (tmp_path / "log.jsonl").write_text(text)
+    with pytest.raises(MetricsError, match=says.replace("(", r"\(").replace(")", r"\)")):
+        read_log(JSONL, tmp_path)
+
+
+# -- bad input, underneath: the final model --------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def model_copy(tmp_path_factory) -> Path:
+    return Path(shutil.copytree(TOY_MODEL, tmp_path_factory.mktemp("model") / "final"))
+
+
+def _variant(model_copy: Path, tmp_path: Path, change) -> Path:
+    final = Path(shutil.copytree(model_copy, tmp_path / "final"))
+    change(final)
+    return final
+
+
+def _config_change(**values):
+    def change(final: Path) -> None:
+        config = json.loads((final / "config.json").read_text())
+        (final / "config.json").write_text(json.dumps({**config, **values}))
+    return change
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    (lambda f: shutil.rmtree(f), "exited 0 but left no final model at trainer/final"),
+    (lambda f: (f / "config.json").unlink(), "is not a Hugging Face model directory: it has no config.json"),
+    (lambda f: [p.unlink() for p in f.glob("*.safetensors")], "has no weights"),
+    (_config_change(num_hidden_layers=7), "is a different architecture: its num_hidden_layers is 7"),
+    (lambda f: [p.unlink() for p in f.glob("tokenizer*")], "has no tokenizer"),
+])
+def test_a_final_model_the_evaluator_cannot_load_is_refused_saying_why(model_copy, tmp_path, change, says):
+    final = _variant(model_copy, tmp_path, change)
+    with pytest.raises(CheckpointError, match=says):
+        check_final_model(final, "trainer/final", TOY_MODEL)
+
+
+def test_the_toy_model_itself_passes_the_final_model_check(model_copy):
+    check_final_model(model_copy, "trainer/final", TOY_MODEL)
+
+
+# -- bad input, underneath: the trainer's process --------------------------------------------------------
+
+def _run(tmp_path: Path, argv: list[str]) -> tuple[int, TrainerProcess, WriteWatch]:
+    log = open(tmp_path / "trainer.log", "wb")  # noqa: SIM115 (closed below)
+    (tmp_path / "job" / "run").mkdir(parents=True)
+    process = TrainerProcess(argv, tmp_path / "job" / "run", {"PATH": "/usr/bin:/bin"}, log, hold_stop_signals=False)
+    watch = WriteWatch(tmp_path / "job")
+    process.start()
+    code = wait_watching(process, watch, lambda: None)
+    log.close()
+    return code, process, watch
+
+
+def test_a_command_that_is_not_found_is_one_line_naming_it(tmp_path):
+    from trainer.external.process import CommandError
+
+    with pytest.raises(CommandError, match="the trainer's command 'no-such-trainer' was not found"):
+        _run(tmp_path, ["no-such-trainer", "--x"])
+
+
+def test_a_command_killed_or_failing_reports_its_exit_and_last_error_line(tmp_path):
+    code, process, _ = _run(tmp_path, [sys.executable, "-c", "import os; print('RuntimeError: out of memory'); "
+                                                              "print('bye', flush=True); os.kill(os.getpid(), 9)"])
+    assert exit_words(code) == "was killed by SIGKILL"
+    assert process.last_error_line() == "RuntimeError: out of memory"
+
+
+def test_a_file_written_outside_the_job_directory_is_found(tmp_path):
+    outside = tmp_path / "outside.log"
+    code, _, watch = _run(tmp_path, [sys.executable, "-c", f"import time; f = open({str(outside)!r}, 'w'); "
+                                                          "f.write('x'); f.flush(); time.sleep(1.0)"])
+    assert code == 0 and [w.path for w in watch.found.values()] == [str(outside)]
+
+
+# -- signals: a trainer without a stop handler -----------------------------------------------------------
+
+def _job_spec(tmp_path: Path, script: Path) -> tuple[Path, list[str]]:
+    """A job's spec.json for trainer=command running ``script``, as the planner writes it."""
+    from omegaconf import OmegaConf
+
+    from trainer.config import compose
+    from trainer.external.spec import parse_spec, to_record
+
+    config = OmegaConf.to_container(compose(["trainer=command", "workload.n_updates=2"]), resolve=True)
+    spec = parse_spec({**config["trainer"], "command": [sys.executable, str(script), "{output_dir}"]})
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps({"external": {"spec": to_record(spec), "config": config}}))
+    return path, [sys.executable, str(script), str(tmp_path / "run" / "trainer")]
+
+
+@pytest.mark.slow
+def test_a_trainer_without_a_stop_handler_is_ended_exits_76_and_its_rerun_starts_from_scratch(tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    from trainer.preemption import EXIT_STOPPED_UNSAVED
+
+    script = tmp_path / "slow_train.py"
+    script.write_text("import pathlib, sys, time\npathlib.Path(sys.argv[1], 'partial').write_text('x')\n"
+                      "print('training', flush=True)\ntime.sleep(60)\n")
+    spec_json, command = _job_spec(tmp_path, script)
+    argv = [sys.executable, "-m", "trainer.external", "--job-spec", str(spec_json), "--output-dir",
+            str(tmp_path / "run"), "--", *command]
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    partial = tmp_path / "run" / "trainer" / "partial"
+    deadline = time.monotonic() + 120
+    while not partial.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGUSR2)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_STOPPED_UNSAVED, output[-2000:]
+    assert "stopped without a checkpoint it can resume from" in output and "starting it from scratch" in output
+    assert json.loads((tmp_path / "run" / RUN_RECORD).read_text())["status"] == "stopped"
+    script.write_text("import sys\nprint('ValueError: stop here', flush=True)\nsys.exit(1)\n")  # the rerun
+    rerun = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert rerun.returncode == 1 and not partial.exists()  # its earlier output was removed
+    restarts = json.loads((tmp_path / "run" / RUN_RECORD).read_text())["trainer"]["restarts"]
+    assert [r["from"] for r in restarts] == ["scratch"], restarts
