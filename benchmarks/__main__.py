@@ -167,6 +167,49 @@ def bench_dry_run() -> None:
           f"CPU s (per extra job {(t - t_one) / 1001 * 1e3:.2f} ms) | heavy packages imported: {', '.join(heavy) or 'none'}")
 
 
+def _timed_child(cmd: list[str]) -> tuple[float, float, float]:
+    """(wall s, CPU s, peak resident MiB) of one command run to its end (``benchmarks.rusage``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        figures = Path(tmp) / "rusage.json"
+        proc = subprocess.run([sys.executable, "-m", "benchmarks.rusage", str(figures), *cmd], cwd=REPO,
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd[1:4])} failed: {proc.stdout[-300:]}{proc.stderr[-300:]}")
+        usage = json.loads(figures.read_text())
+    return usage["wall_s"], usage["cpu_s"], usage["peak_mib"]
+
+
+EVIDENCE_SIZES = ((10, 50), (100, 50), (1000, 50))
+
+
+def bench_evidence(sizes=EVIDENCE_SIZES) -> None:
+    """``python -m evidence build`` and ``audit`` of synthetic sweeps of accepted jobs
+    (benchmarks/synthetic_sweep.py) at growing sizes: wall, CPU and peak memory, and the CPU cost per
+    job and per step record above the smallest size (the fixed cost: the smallest size's CPU time).
+    Target (issue 24): seconds per thousand step records."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for jobs, steps in sizes:
+            sweep = Path(tmp) / f"sweep-{jobs}x{steps}"
+            subprocess.run([sys.executable, "-m", "benchmarks.synthetic_sweep", str(sweep), f"--jobs={jobs}",
+                            f"--steps={steps}"], cwd=REPO, check=True)
+            build = _timed_child([sys.executable, "-m", "evidence", "build", str(sweep)])
+            audit = _timed_child([sys.executable, "-m", "evidence", "audit", str(sweep / "bundle.tar.gz")])
+            rows.append((jobs, steps, build, audit))
+            shutil.rmtree(sweep)
+    (jobs0, steps0, build0, audit0) = rows[0]
+    for jobs, steps, build, audit in rows:
+        records = jobs * steps
+        line = f"evidence  {jobs:,} jobs x {steps} steps ({records:,} records):"
+        for label, (wall, cpu, peak), base in (("build", build, build0), ("audit", audit, audit0)):
+            line += f" {label} {wall:.1f} s wall, {cpu:.1f} CPU s, {peak:.0f} MiB peak"
+            if records > jobs0 * steps0:
+                per = (cpu - base[1]) / (records - jobs0 * steps0)
+                line += f" ({per * 1e3:.2f} CPU ms per record above {jobs0} jobs, {per * 1e3 * steps:.0f} ms per job)"
+            line += ";"
+        print(line + " target: seconds per 1,000 records")
+
+
 def bench_training() -> None:
     """One toy training step and one 50-step toy run (wall time, response tok/s)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -256,7 +299,7 @@ def bench_trl(steps: int = 60, pairs: int = 3) -> None:
 
 
 BENCHMARKS = {"numerics": bench_numerics, "hashing": bench_hashing, "validation": bench_validation,
-              "dry_run": bench_dry_run, "training": bench_training, "trl": bench_trl}
+              "dry_run": bench_dry_run, "evidence": bench_evidence, "training": bench_training, "trl": bench_trl}
 
 
 def main() -> int:

@@ -449,6 +449,14 @@ def _name_patterns(names: Iterable[str]) -> list[re.Pattern[str]]:
     return [re.compile(c, re.MULTILINE) for c in contexts]
 
 
+@functools.lru_cache(maxsize=4096)
+def _field_kind(key: str) -> tuple[bool, bool]:
+    """Whether a field named ``key`` is secret-named (not a tokenizer's setting) and whether it is
+    user/host-named: what ``Sanitizer._whole_value`` asks of every value's key (a bundle has a few
+    hundred distinct keys and columns, and millions of cells under them)."""
+    return bool(_SECRET_KEY_RE.search(key) and not _TOKENIZER_FIELD.search(key)), bool(NAME_KEY_RE.search(key))
+
+
 def _json_strings(node, field: str = "") -> Iterator[tuple[str, str, bool]]:
     """Every key and string value of a JSON value in document order, as ``(text, field, is_key)``: the
     field of a value is the key it sits under (a list's items inherit their list's key)."""
@@ -587,10 +595,10 @@ class Sanitizer:
         """The replacement of a value by its field alone, or None. Under a secret-named key (``password``,
         ``HF_TOKEN``) a credential-like value is replaced whole; under a user/host key (``node``,
         ``SLURMD_NODENAME``) a known name is."""
-        if (_SECRET_KEY_RE.search(key) and not _TOKENIZER_FIELD.search(key) and len(value) >= 4
-                and not _NOT_A_SECRET.fullmatch(value)):
+        secret_named, name_named = _field_kind(key)
+        if secret_named and len(value) >= 4 and not _NOT_A_SECRET.fullmatch(value):
             return "<SECRET>"
-        if NAME_KEY_RE.search(key):
+        if name_named:
             return self._whole_name(value)
         return None
 
@@ -606,6 +614,28 @@ class Sanitizer:
             return [self.clean(t) for t in texts]
         cleaned = self.clean(_SEPARATOR.join(texts)).split(_SEPARATOR)
         return cleaned if len(cleaned) == len(texts) else [self.clean(t) for t in texts]
+
+    def clean_rows(self, rows: list[dict]) -> list[dict]:
+        """Each row (a CSV row: column -> cell) with every string cell sanitised as ``clean_value`` does,
+        the cells that their column does not decide cleaned in one pass (``_clean_many``)."""
+        texts = [v for row in rows for k, v in row.items() if isinstance(v, str) and self._whole_value(v, k) is None]
+        cleaned = iter(self._clean_many(texts))
+
+        def cell(value, column: str):
+            if not isinstance(value, str):
+                return value
+            whole = self._whole_value(value, column)
+            return next(cleaned) if whole is None else whole
+
+        return [{k: cell(v, k) for k, v in row.items()} for row in rows]
+
+    def scan_names(self, names: list[str]) -> list[list[Problem]]:
+        """``[scan(name, name) for name in names]`` (file names in a bundle): one scan of them all, and
+        each alone only when that finds something (a clean whole has clean parts: the separator is one
+        no rule crosses, see ``_clean_many``)."""
+        if len(names) > 1 and not self.scan(_SEPARATOR.join(names)):
+            return [[] for _ in names]
+        return [self.scan(name, name) for name in names]
 
     def clean_json(self, value, key: str = ""):
         """A JSON value with every string sanitised: keys by the text rules only (a key is never a name),
@@ -634,7 +664,7 @@ class Sanitizer:
         for text, under, is_key in _json_strings(value, ""):
             if is_key or self._whole_value(text, under) is None:
                 texts.append(text)
-            elif _SECRET_KEY_RE.search(under):
+            elif _field_kind(under)[0]:
                 leaks.append(leak(file, "secret-named field", f"{under}={_mask(text)}"))
             else:
                 leaks.append(leak(file, "host or user name", f"{under}={text}"))
@@ -652,10 +682,12 @@ class Sanitizer:
         if name.endswith(".csv"):
             rows = list(csv.reader(io.StringIO(text)))
             header = rows[0] if rows else []
-            for row in rows[1:]:
-                for column, cell in zip(header, row):
-                    if self._whole_value(cell, column) is not None:
-                        leaks.append(leak(name, "host or user name", f"{column}={cell}"))
+            # Only a column that a value's field can decide (secret- or name-named) is read cell by cell.
+            decided = [(i, column) for i, column in enumerate(header) if any(_field_kind(column))]
+            for row in rows[1:] if decided else ():
+                for i, column in decided:
+                    if i < len(row) and self._whole_value(row[i], column) is not None:
+                        leaks.append(leak(name, "host or user name", f"{column}={row[i]}"))
         return list(dict.fromkeys(leaks))
 
 

@@ -10,6 +10,13 @@ from pathlib import Path
 # A sweep's jobs live in <sweep>/jobs/<job>/, each job's trainer output in its run/ directory.
 JOBS_DIR = "jobs"
 JOB_RUN_DIR = "run"
+# A job directory's records: the launcher's job record, the plan's spec of the job, its command (full
+# and public); the sweep's record at the sweep's top.
+JOB_RECORD = "job.json"
+JOB_SPEC = "spec.json"
+JOB_COMMAND = "command.json"
+JOB_COMMAND_PUBLIC = "command.public.json"
+SWEEP_RECORD = "sweep.json"
 RUN_RECORD = "run.json"
 METRICS_LOG = "metrics.jsonl"
 EVAL_RECORD = "eval.json"

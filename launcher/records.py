@@ -14,12 +14,8 @@ import sys
 from pathlib import Path
 
 from evidence.sanitize import Sanitizer
-from facts import atomic_write_json
+from facts import JOB_RECORD, SWEEP_RECORD, atomic_write_json  # noqa: F401 (SWEEP_RECORD: re-exported to the launcher)
 from launcher.spec import JobSpec
-
-JOB_RECORD = "job.json"
-SWEEP_RECORD = "sweep.json"
-
 
 _write_json = atomic_write_json
 

@@ -208,3 +208,30 @@ def test_the_name_trie_matches_what_the_longest_first_alternation_matches(seed):
     for _ in range(200):
         text = "".join(rng.choice("ab-.1 x") for _ in range(rng.randint(0, 30)))
         assert [m.span() for m in trie.finditer(text)] == [m.span() for m in reference.finditer(text)], text
+
+
+def test_rows_cleaned_together_equal_each_cell_cleaned_by_its_column():
+    clean = Sanitizer(users={"alice"}, hosts={"gpu-node-17"}, literals={"/scratch/j/sweep": "<SWEEP_DIR>"})
+    rows = [{"job": "grpo-1", "path": "/scratch/j/sweep/jobs/grpo-1/run", "node": "gpu-node-17", "bytes": 7},
+            {"job": "x", "path": "ssh alice@gpu-node-17", "password": "hunter22", "reason": None},
+            {"job": "rpp-2", "path": "run/metrics.jsonl", "HF_TOKEN": "<SECRET>", "user": "alice"}]
+    assert clean.clean_rows(rows) == [{k: clean.clean_value(v, k) if isinstance(v, str) else v for k, v in row.items()}
+                                      for row in rows]
+    assert clean.clean_rows([]) == []
+
+
+def test_file_names_scanned_together_give_each_name_its_own_leaks():
+    clean = Sanitizer(users={"alice"}, hosts={"gpu-node-17"})
+    tidy = ["data/runs/grpo-1/run.json", "data/runs/grpo-1/logs/trainer.log", "data/steps.csv"]
+    assert clean.scan_names(tidy) == [[], [], []]
+    leaky = [*tidy, "data/runs/grpo-1/logs/events.out.tfevents.1.gpu-node-17.3", "home/alice/x"]
+    assert clean.scan_names(leaky) == [clean.scan(name, name) for name in leaky]
+    assert clean.scan_names(leaky)[3] and clean.scan_names(["one"]) == [clean.scan("one", "one")]
+
+
+def test_a_name_in_a_csv_column_named_for_it_is_found_and_other_columns_are_not_read_cell_by_cell():
+    clean = Sanitizer(hosts={"grpo"})
+    text = "arm,node,seed\ngrpo,grpo,1\ngrpo,login2,2\n"
+    leaks = clean.scan_document("data/index.csv", text)
+    assert [str(leak) for leak in leaks if "node=" in str(leak)] == [str(leak) for leak in leaks if "grpo" in str(leak)]
+    assert any("node=grpo" in str(leak) for leak in leaks) and not any("arm=grpo" in str(leak) for leak in leaks)
