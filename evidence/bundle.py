@@ -65,6 +65,7 @@ from facts import (
     sweep_job_dir,
     sweep_jobs_dir,
 )
+from facts.failures import IN_FLIGHT_STATES  # noqa: F401 (also the bundle's name for it)
 from facts.processes import local_runtime_alive
 
 BUNDLE_DIR = "bundle"
@@ -276,9 +277,6 @@ def _bag_info(sweep, evidences: list[JobEvidence]) -> dict[str, str]:
     if sweep.created:
         info["Bagging-Date"] = sweep.created
     return info
-
-
-IN_FLIGHT_STATES = {"PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "SUSPENDED", "RESIZING"}
 
 
 def refuse_jobs_in_flight(sweep_dir: Path) -> None:

@@ -22,6 +22,8 @@ SCHEDULER_REASONS = {
     "DEADLINE": "stopped by the scheduler at its deadline",
 }
 COMPLETED = "COMPLETED"
+# States of a job that may still complete (a job record or the scheduler saying so).
+IN_FLIGHT_STATES = frozenset({"PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "SUSPENDED", "RESIZING"})
 
 
 def log_pointer(job: str, log: str = TRAINER_LOG) -> str:

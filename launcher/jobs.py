@@ -12,9 +12,9 @@ import json
 import shutil
 from pathlib import Path
 
-from evidence.bundle import IN_FLIGHT_STATES
 from evidence.index import evaluate_job
 from facts import run_dir_of_job
+from facts.failures import IN_FLIGHT_STATES
 from launcher.backend import BACKENDS, backend, refresh_job_records
 from launcher.errors import PreflightError, SchedulerUnavailable
 from launcher.liveness import mark_dead_local_jobs

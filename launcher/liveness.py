@@ -12,8 +12,7 @@ import re
 import signal
 from pathlib import Path
 
-from evidence.bundle import IN_FLIGHT_STATES
-from facts.failures import log_pointer
+from facts.failures import IN_FLIGHT_STATES, log_pointer
 from facts.processes import local_runtime_alive
 from launcher.records import read_job_record, update_job_record
 
