@@ -120,6 +120,7 @@ class ClusterSchema:
     requeue: bool = setting(True)
     signal_delay_s: int = setting(90, ge=0)  # USR2 this long before the time limit (checkpoint, requeue)
     wait_timeout_s: Optional[float] = setting(None, gt=0.0)  # noqa: UP045
+    poll_interval_s: int = setting(60, ge=1)  # a waiting launcher's longest wait between two looks at Slurm
     seal_job: bool = setting(False)  # wait=false: an afterany job seals the bundle when the array ends
     sbatch: dict[str, Any] = setting({})  # extra sbatch long options (checked in launcher.slurm.options)
     setup: list[str] = setting([])  # lines run in the batch script before the job (module load ...)
