@@ -12,8 +12,13 @@ from __future__ import annotations
 
 import sys
 
-import hydra
-from omegaconf import DictConfig
+try:
+    import hydra
+    from omegaconf import DictConfig
+except ModuleNotFoundError as exc:  # a bare `python` outside the project's venv: one line, not a traceback
+    print(f"proofgrid: error: {exc.name} is not installed for {sys.executable}; run .venv/bin/python launch.py "
+          "... (make venv creates it) or source .venv/bin/activate first", file=sys.stderr)
+    sys.exit(2)
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")

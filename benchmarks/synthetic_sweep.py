@@ -29,10 +29,6 @@ from facts import (
     ALGORITHM_FIELD,
     CHECKPOINTS_DIR,
     EVAL_RECORD,
-    JOB_COMMAND,
-    JOB_COMMAND_PUBLIC,
-    JOB_RECORD,
-    JOB_SPEC,
     KL_LOSS_BY_ALGO,
     KL_LOSS_KEY,
     METRIC_KEYS_FIELD,
@@ -40,12 +36,12 @@ from facts import (
     OFF_POLICY_KEYS,
     REQUIRED_KEYS,
     RUN_RECORD,
-    SWEEP_RECORD,
     algorithm,
     checkpoint_name,
     run_dir_of_job,
     sweep_job_dir,
 )
+from facts.files import COMMAND_PUBLIC_RECORD, COMMAND_RECORD, JOB_RECORD, JOB_SPEC, SWEEP_RECORD, TRAINER_LOG
 
 ARMS = ("grpo", "rpp", "rppb")
 COMMIT = "5f7cd574372288391bb1c41ca0677422cd31e725"
@@ -152,13 +148,13 @@ def write_job(sweep: Path, name: str, arm: str, seed: int, steps: int, index: in
         "started_at": 1796156236.0 + index, "state": "COMPLETED"})
     argv = ["-m", "trainer", *overrides]
     env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(block + 11), "PYTHONNOUSERSITE": "1", "HF_HUB_OFFLINE": "1"}
-    write_json(job_dir / JOB_COMMAND, {
+    write_json(job_dir / COMMAND_RECORD, {
         "argv": ["python", *argv, f"output_dir={run_dir_of_job(job_dir).resolve()}"], "cwd": ".", "sbatch": None,
         "env": {**env, "TMPDIR": str((job_dir / "roots" / "tmp").resolve())}})
-    write_json(job_dir / JOB_COMMAND_PUBLIC, {
+    write_json(job_dir / COMMAND_PUBLIC_RECORD, {
         "argv": ["<PYTHON_BIN>/python", *argv, "output_dir=<JOB_DIR>/run"], "cwd": "<REPO>", "sbatch": None,
         "env": {**env, "TMPDIR": "<JOB_DIR>/roots/tmp"}})
-    (job_dir / "trainer.log").write_text("".join(f"step {s} loss 0.01 reward 0.3\n" for s in range(0, steps, 10))
+    (job_dir / TRAINER_LOG).write_text("".join(f"step {s} loss 0.01 reward 0.3\n" for s in range(0, steps, 10))
                                          + f"sample: {RESPONSES[0]}\ndone\n", encoding="utf-8")
     write_run_dir(run_dir_of_job(job_dir), arm, seed, steps, index)
 

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from facts import JOBS_DIR, run_dir_of_job, sweep_jobs_dir
+from facts.files import JOB_RECORD, RUN_RECORD, job_files_glob
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
@@ -58,7 +59,7 @@ def _build(args, console: Console) -> int:
 
     if args.last_k < 1:
         return _fail("--last-k must be at least 1")
-    if not any(sweep_jobs_dir(args.sweep_dir).glob("*/job.json")):  # 0/N sealed as if it were a result
+    if not any(sweep_jobs_dir(args.sweep_dir).glob(job_files_glob(JOB_RECORD))):  # 0/N sealed as if it were a result
         return _fail(f"nothing ran in {args.sweep_dir}: no job under {JOBS_DIR}/ has a job.json (a dry run only "
                      "plans); run the sweep (or wait for its jobs to start), then build")
     try:
@@ -102,7 +103,7 @@ def _validate(args) -> int:
     path: Path = args.run_dir
     if not path.is_dir():
         return _fail(f"{path}: not a directory")
-    is_job = (path / "job.json").is_file() and run_dir_of_job(path).is_dir()
+    is_job = (path / JOB_RECORD).is_file() and run_dir_of_job(path).is_dir()
     run_dir = run_dir_of_job(path) if is_job else path
 
     def field(name: str, file: Path):
@@ -112,9 +113,9 @@ def _validate(args) -> int:
             return None
         return value.get(name) if isinstance(value, dict) else None
 
-    algo = args.algo or field("algo", path / "job.json") or field("algo", run_dir / "run.json")
-    seed = field("seed", path / "job.json") if is_job else field("seed", run_dir / "run.json")
-    n_updates = args.n_updates or field("n_updates", run_dir / "run.json")
+    algo = args.algo or field("algo", path / JOB_RECORD) or field("algo", run_dir / RUN_RECORD)
+    seed = field("seed", path / JOB_RECORD) if is_job else field("seed", run_dir / RUN_RECORD)
+    n_updates = args.n_updates or field("n_updates", run_dir / RUN_RECORD)
     if not isinstance(algo, str) or not isinstance(n_updates, int):
         return _fail("cannot tell the algo and n_updates from job.json/run.json; pass --algo and --n-updates")
     seed = seed if isinstance(seed, int) else -1

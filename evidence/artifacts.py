@@ -33,6 +33,18 @@ from facts import (
     sweep_dir_of_run,
 )
 from facts.evaluation import PASS_AT, model_files, shared_evaluation_problems
+from facts.files import (
+    CHECKPOINTS_DIR,
+    COMMAND_PUBLIC_RECORD,
+    EVAL_RESPONSES_DIR,
+    JOB_RECORD,
+    LATEST_CHECKPOINT,
+    RUN_RECORD,
+    TENSORBOARD_DIR,
+    TENSORBOARD_EVENTS,
+    WEIGHTS_FILE,
+    run_relpath,
+)
 
 EVAL_KINDS = ("initial", "final")
 EVAL_NUMBER_KEYS = ("pass@1", "truncation", "mean_length", "mean_reward")
@@ -50,6 +62,8 @@ class ArtifactDigest:
     path: str
     bytes: int
     sha256: str
+
+LATEST_REL = run_relpath(CHECKPOINTS_DIR, LATEST_CHECKPOINT)
 
 
 def safetensors_problem(path: Path) -> str | None:
@@ -89,19 +103,19 @@ def safetensors_problem(path: Path) -> str | None:
 def check_checkpoint(run_dir: Path, n_updates: int) -> tuple[str | None, list[Problem]]:
     """The final checkpoint: ``checkpoints/latest`` names ``step_<N>`` and its weights look loadable."""
     expected = checkpoint_name(n_updates)
-    latest = run_dir / "checkpoints" / "latest"
+    latest = run_dir / CHECKPOINTS_DIR / LATEST_CHECKPOINT
     try:
         name = latest.read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError):
-        return None, [Problem("run/checkpoints/latest", "missing: no complete checkpoint recorded", kind="checkpoint")]
+        return None, [Problem(LATEST_REL, "missing: no complete checkpoint recorded", kind="checkpoint")]
     failures = []
     if name != expected:
-        failures.append(Problem("run/checkpoints/latest",
+        failures.append(Problem(LATEST_REL,
                                 f"names {name!r}, expected the final checkpoint {expected}", kind="checkpoint"))
-    weights = run_dir / "checkpoints" / name / "model.safetensors"
-    rel = f"run/checkpoints/{name}/model.safetensors"
+    weights = run_dir / CHECKPOINTS_DIR / name / WEIGHTS_FILE
+    rel = run_relpath(CHECKPOINTS_DIR, name, WEIGHTS_FILE)
     if "/" in name or name in ("", ".", ".."):
-        failures.append(Problem("run/checkpoints/latest", "not a checkpoint directory name", kind="checkpoint"))
+        failures.append(Problem(LATEST_REL, "not a checkpoint directory name", kind="checkpoint"))
     elif not weights.is_file():
         failures.append(Problem(rel, "missing", kind="checkpoint"))
     else:
@@ -113,11 +127,11 @@ def check_checkpoint(run_dir: Path, n_updates: int) -> tuple[str | None, list[Pr
 
 def check_tensorboard(run_dir: Path) -> list[Problem]:
     """At least one non-empty TensorBoard event file."""
-    events = sorted((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+    events = sorted((run_dir / TENSORBOARD_DIR).glob(TENSORBOARD_EVENTS))
     if not events:
-        return [Problem("run/tensorboard", "no events.out.tfevents.* file", kind="tensorboard")]
+        return [Problem(run_relpath(TENSORBOARD_DIR), f"no {TENSORBOARD_EVENTS} file", kind="tensorboard")]
     if not any(e.is_file() and e.stat().st_size > 0 for e in events):
-        return [Problem("run/tensorboard", "event files are empty", kind="tensorboard")]
+        return [Problem(run_relpath(TENSORBOARD_DIR), "event files are empty", kind="tensorboard")]
     return []
 
 
@@ -295,14 +309,14 @@ def check_eval(run_dir: Path, final_checkpoint: str | None, expected_responses: 
     the run directory's sweep) against ``run_summary`` (run.json), each shared evaluation
     read once when ``shared_checks`` (a dict the caller keeps across a sweep's jobs) is given."""
     try:
-        summary = read_json(run_dir / "eval.json")
+        summary = read_json(run_dir / EVAL_RECORD)
     except JSONError as exc:
-        return None, [Problem("run/eval.json", str(exc), kind="eval")]
+        return None, [Problem(run_relpath(EVAL_RECORD), str(exc), kind="eval")]
     if not isinstance(summary, dict):
-        return None, [Problem("run/eval.json", "not a JSON object", kind="eval")]
+        return None, [Problem(run_relpath(EVAL_RECORD), "not a JSON object", kind="eval")]
     failures: list[Problem] = []
 
-    def fail(reason: str, kind: str = "eval", file: str = "run/eval.json"):
+    def fail(reason: str, kind: str = "eval", file: str = run_relpath(EVAL_RECORD)):
         failures.append(Problem(file, reason, kind=kind))
 
     for kind in EVAL_KINDS:
@@ -333,11 +347,11 @@ def check_eval(run_dir: Path, final_checkpoint: str | None, expected_responses: 
             if expected_responses is not None and n != expected_responses:
                 fail(f"{kind}.n_responses {n}, expected {expected_responses}")
         if not shared and all(isinstance(v, int) for v in (n, n_prompts, k)):
-            counted = _count_json_lines(run_dir / "eval" / f"{kind}.jsonl")
+            counted = _count_json_lines(run_dir / EVAL_RESPONSES_DIR / f"{kind}.jsonl")
             if isinstance(counted, str):
-                fail(counted, file=f"run/eval/{kind}.jsonl")
+                fail(counted, file=run_relpath(EVAL_RESPONSES_DIR, f"{kind}.jsonl"))
             elif counted != n:
-                fail(f"{counted} responses, eval.json says {n}", file=f"run/eval/{kind}.jsonl")
+                fail(f"{counted} responses, eval.json says {n}", file=run_relpath(EVAL_RESPONSES_DIR, f"{kind}.jsonl"))
         want = "initial" if kind == "initial" else final_checkpoint
         if want is not None and entry.get("checkpoint") != want:
             fail(f"{kind}.checkpoint is {entry.get('checkpoint')!r}, expected {want!r}")
@@ -358,30 +372,30 @@ def check_cleanup(job_record: dict) -> list[Problem]:
     """The job's cleanup list (leftover processes, ports, directories) must be recorded and empty."""
     cleanup = job_record.get("cleanup")
     if not isinstance(cleanup, list):
-        return [Problem("job.json", "cleanup list not recorded", kind="cleanup")]
+        return [Problem(JOB_RECORD, "cleanup list not recorded", kind="cleanup")]
     if cleanup:
         shown = "; ".join(str(item) for item in cleanup[:3]) + ("; …" if len(cleanup) > 3 else "")
-        return [Problem("job.json", f"{len(cleanup)} leftover(s) after the job: {shown}", kind="cleanup")]
+        return [Problem(JOB_RECORD, f"{len(cleanup)} leftover(s) after the job: {shown}", kind="cleanup")]
     return []
 
 
 def check_run_summary(run_dir: Path, algo: str, seed: int, n_updates: int) -> tuple[dict | None, list[Problem]]:
     """``run.json``: the trainer's own summary agrees that the run completed all updates."""
     try:
-        summary = read_json(run_dir / "run.json")
+        summary = read_json(run_dir / RUN_RECORD)
     except JSONError as exc:
-        return None, [Problem("run/run.json", str(exc), kind="run")]
+        return None, [Problem(run_relpath(RUN_RECORD), str(exc), kind="run")]
     if not isinstance(summary, dict):
-        return None, [Problem("run/run.json", "not a JSON object", kind="run")]
+        return None, [Problem(run_relpath(RUN_RECORD), "not a JSON object", kind="run")]
     failures = []
     if summary.get("status") != "completed":
         cause = f": {summary['error']}" if isinstance(summary.get("error"), str) else ""
-        failures.append(Problem("run/run.json", f"status is {summary.get('status')!r}, not 'completed'{cause}", kind="run"))
+        failures.append(Problem(run_relpath(RUN_RECORD), f"status is {summary.get('status')!r}, not 'completed'{cause}", kind="run"))
     if summary.get("steps_completed") != n_updates:
-        failures.append(Problem("run/run.json",
+        failures.append(Problem(run_relpath(RUN_RECORD),
                                 f"steps_completed is {summary.get('steps_completed')!r}, expected {n_updates}", kind="run"))
     if summary.get("algo") != algo or summary.get("seed") != seed:
-        failures.append(Problem("run/run.json",
+        failures.append(Problem(run_relpath(RUN_RECORD),
                                 f"records {summary.get('algo')}-{summary.get('seed')}, not {algo}-{seed}", kind="run"))
     return summary, failures
 
@@ -389,21 +403,21 @@ def check_run_summary(run_dir: Path, algo: str, seed: int, n_updates: int) -> tu
 def check_public_command(job_dir: Path) -> tuple[dict | None, list[Problem]]:
     """``command.public.json``: the path-free expanded command that reproduces the job."""
     try:
-        command = read_json(job_dir / "command.public.json")
+        command = read_json(job_dir / COMMAND_PUBLIC_RECORD)
     except JSONError as exc:
-        return None, [Problem("command.public.json", str(exc), kind="command")]
+        return None, [Problem(COMMAND_PUBLIC_RECORD, str(exc), kind="command")]
     if not isinstance(command, dict) or not isinstance(command.get("argv"), list):
-        return None, [Problem("command.public.json", "no argv list", kind="command")]
+        return None, [Problem(COMMAND_PUBLIC_RECORD, "no argv list", kind="command")]
     return command, []
 
 
 def primary_artifacts(job_dir: Path, checkpoint: str | None) -> list[ArtifactDigest]:
     """Digests of the retained primary artifacts that the bundle does not carry."""
     run_dir = run_dir_of_job(job_dir)
-    paths = sorted((run_dir / "tensorboard").glob("events.out.tfevents.*"))
-    paths += sorted((run_dir / "eval").glob("*.jsonl"))
+    paths = sorted((run_dir / TENSORBOARD_DIR).glob(TENSORBOARD_EVENTS))
+    paths += sorted((run_dir / EVAL_RESPONSES_DIR).glob("*.jsonl"))
     if checkpoint and "/" not in checkpoint and checkpoint not in ("", ".", ".."):
-        ckpt = run_dir / "checkpoints" / checkpoint
+        ckpt = run_dir / CHECKPOINTS_DIR / checkpoint
         if ckpt.is_dir():
             paths += sorted(p for p in ckpt.iterdir() if p.is_file())
     return [

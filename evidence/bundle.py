@@ -65,8 +65,9 @@ from facts import (
     sweep_job_dir,
     sweep_jobs_dir,
 )
-from facts.failures import IN_FLIGHT_STATES  # noqa: F401 (also the bundle's name for it)
+from facts.files import BUNDLE_RUNS_DIR, COMMAND_PUBLIC_RECORD, JOB_RECORD, SWEEP_RECORD, job_files_glob
 from facts.processes import local_runtime_alive
+from facts.states import IN_FLIGHT_STATES
 
 BUNDLE_DIR = "bundle"
 ARCHIVE = "bundle.tar.gz"
@@ -140,10 +141,10 @@ def _write_run_files(evidence: JobEvidence, job_dir: Path, out: Path, clean: San
     _copy_text(run_dir / METRICS_LOG, out / METRICS_LOG, clean)
     _copy_json(run_dir / EVAL_RECORD, out / EVAL_RECORD, clean)
     _copy_json(run_dir / RUN_RECORD, out / RUN_RECORD, clean)
-    _copy_json(job_dir / "command.public.json", out / "command.public.json", clean)
-    _copy_json(job_dir / "job.json", out / "job.json", clean, edit=_hide_node)
-    for attempt in sorted((job_dir / ATTEMPTS_DIR).glob("*/job.json")):  # the job's earlier attempts
-        _copy_json(attempt, out / ATTEMPTS_DIR / attempt.parent.name / "job.json", clean, edit=_hide_node)
+    _copy_json(job_dir / COMMAND_PUBLIC_RECORD, out / COMMAND_PUBLIC_RECORD, clean)
+    _copy_json(job_dir / JOB_RECORD, out / JOB_RECORD, clean, edit=_hide_node)
+    for attempt in sorted((job_dir / ATTEMPTS_DIR).glob(job_files_glob(JOB_RECORD))):  # the job's earlier attempts
+        _copy_json(attempt, out / ATTEMPTS_DIR / attempt.parent.name / JOB_RECORD, clean, edit=_hide_node)
     # The launcher's logs (trainer.log, runtime.log, ...) beside job.json, and any under logs/.
     logs = sorted(job_dir.glob("*.log"))
     if (job_dir / "logs").is_dir():
@@ -155,7 +156,7 @@ def _write_run_files(evidence: JobEvidence, job_dir: Path, out: Path, clean: San
 
 def _write_payload(sweep, evidences: list[JobEvidence], incidents: list[Incident], stage: Path,
                    clean: Sanitizer, last_k: int, figures: bool) -> None:
-    write_text(stage / "sweep.json", dumps_json(clean.clean_json(strip_abs_keys(sweep.record))))
+    write_text(stage / SWEEP_RECORD, dumps_json(clean.clean_json(strip_abs_keys(sweep.record))))
     settings = {"schema": SCHEMA, "last_k": last_k, "ci_level": CI_LEVEL, "n_updates": sweep.n_updates}
     if figures:  # the audit redraws the figures when its matplotlib is this one (SVG bytes depend on it)
         settings[FIGURES_DRAWN_BY] = figures_library_version()
@@ -180,7 +181,7 @@ def _write_payload(sweep, evidences: list[JobEvidence], incidents: list[Incident
     for evidence in evidences:
         job_dir = sweep_job_dir(sweep.dir, evidence.job)
         if evidence.present and job_dir.is_dir():
-            _write_run_files(evidence, job_dir, stage / "runs" / evidence.job, clean)
+            _write_run_files(evidence, job_dir, stage / BUNDLE_RUNS_DIR / evidence.job, clean)
 
 
 def _copy_shared_initial_evals(sweep_dir: Path, evidences: list[JobEvidence], stage: Path) -> None:
@@ -284,7 +285,7 @@ def refuse_jobs_in_flight(sweep_dir: Path) -> None:
     would be sealed as rejected while it may yet complete. A local job whose runtime process is
     provably gone (pid, start time and boot id no longer match) will never complete: it is
     evaluated as it stands rather than waited for."""
-    for record_path in sorted(sweep_jobs_dir(sweep_dir).glob("*/job.json")):
+    for record_path in sorted(sweep_jobs_dir(sweep_dir).glob(job_files_glob(JOB_RECORD))):
         try:
             record = read_json(record_path)
         except JSONError:

@@ -24,6 +24,7 @@ from evidence.problems import CompareError, IncidentsFileError, SweepError
 from evidence.sweep import job_name, read_sweep
 from evidence.tables import arms as arm_order
 from evidence.tables import fmt_interval
+from facts.files import BUNDLE_DIR, SWEEP_RECORD
 
 DEFAULT_METRICS = ("train/loss", "train/grad_norm", "rollout/raw_reward", "eval/pass@1")
 COLUMNS = ("metric", "at", "last_k", "arm", "n_a", "n_b", "a_mean", "a_sd", "b_mean", "b_sd", "ratio_b_over_a",
@@ -88,8 +89,8 @@ def load_side(path: str | Path, last_k: int, stack: ExitStack) -> Side:
         return Side(name, _from_archive(path, stack))
     if path.is_dir() and (path / "data" / SETTINGS_FILE).is_file():
         return Side(name, load_bundle_data(path / "data"))
-    if path.is_dir() and (path / "sweep.json").is_file():
-        built = path / "bundle" / "data"
+    if path.is_dir() and (path / SWEEP_RECORD).is_file():
+        built = path / BUNDLE_DIR / "data"
         if (built / SETTINGS_FILE).is_file():
             return Side(path.name, load_bundle_data(built))
         return Side(path.name, _from_sweep(path, last_k))

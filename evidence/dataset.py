@@ -17,6 +17,7 @@ from pathlib import Path
 from evidence.fileio import JSONError, read_json, write_text
 from evidence.metrics_log import COMMON_KEYS
 from evidence.sweep import read_arms
+from facts.files import BUNDLE_RUNS_DIR, RUN_RECORD, SWEEP_RECORD
 
 STEP_ID_COLUMNS = ("arm", "algo", "seed", "step")
 EVAL_ID_COLUMNS = ("arm", "algo", "seed", "kind")
@@ -142,7 +143,7 @@ def load_bundle_data(data_dir: str | Path) -> BundleData:
     enter any aggregate whatever the CSV files hold.
     """
     data_dir = Path(data_dir)
-    sweep = read_json(data_dir / "sweep.json")
+    sweep = read_json(data_dir / SWEEP_RECORD)
     settings = read_json(data_dir / SETTINGS_FILE)
     _, index = read_csv(data_dir / "index.csv")
     _, incidents = read_csv(data_dir / "incidents.csv")
@@ -173,7 +174,7 @@ def load_bundle_data(data_dir: str | Path) -> BundleData:
 
     for arm, seed in accepted:
         try:
-            data.runs[(arm, seed)] = read_json(data_dir / "runs" / f"{arm}-{seed}" / "run.json")
+            data.runs[(arm, seed)] = read_json(data_dir / BUNDLE_RUNS_DIR / f"{arm}-{seed}" / RUN_RECORD)
         except JSONError:
             data.runs[(arm, seed)] = {}
     experiment = data_dir / EXPERIMENT_FILE

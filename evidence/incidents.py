@@ -44,10 +44,10 @@ from evidence.index import JobEvidence
 from evidence.problems import IncidentsFileError
 from facts import sweep_job_dir
 from facts.failures import failure_cause
+from facts.files import ATTEMPTS_DIR, JOB_RECORD
 
 INCIDENTS_FILE = "incidents.yaml"
 # Earlier attempts of a job, kept by the launcher when it re-runs a rejected job.
-ATTEMPTS_DIR = "attempts"
 OPEN = "open"
 EXCLUDED = "excluded from every aggregate"
 INCIDENT_COLUMNS = ("id", "job", "job_id", "kind", "source", "title", "evidence_boundary", "action", "resolution")
@@ -180,7 +180,7 @@ def history_incidents(run_dir: str | Path) -> list[tuple[str, str, str, str]]:
     attempts = sorted((p for p in (run_dir / ATTEMPTS_DIR).glob("*") if p.name.isdigit()), key=lambda p: int(p.name)) \
         if (run_dir / ATTEMPTS_DIR).is_dir() else []
     found = []
-    for label, record in [(p.name, _record(p / "job.json")) for p in attempts] + [(None, _record(run_dir / "job.json"))]:
+    for label, record in [(p.name, _record(p / JOB_RECORD)) for p in attempts] + [(None, _record(run_dir / JOB_RECORD))]:
         job_id = str(record.get("job_id") or "")
         for event in record.get("history") or []:
             if isinstance(event, dict):
@@ -190,7 +190,7 @@ def history_incidents(run_dir: str | Path) -> list[tuple[str, str, str, str]]:
             failure = f": {record['failure']}" if record.get("failure") else ""
             found.append(("earlier-attempt", job_id,
                           f"Attempt {label} ended {record.get('state', 'UNKNOWN')} (exit {record.get('exit_code')}){failure}",
-                          f"attempts/{label}/: job {job_id or '—'}, kept in the bundle"))
+                          f"{ATTEMPTS_DIR}/{label}/: job {job_id or '—'}, kept in the bundle"))
     return found
 
 

@@ -26,8 +26,10 @@ from evidence.fileio import JSONError, read_json
 from evidence.metrics_log import MetricsLog, validate_metrics
 from evidence.problems import Problem
 from evidence.sweep import Sweep, algo_name, job_name
-from facts import JOB_RUN_DIR, JOBS_DIR, RUN_RECORD
+from facts import EVAL_RECORD, JOB_RUN_DIR, JOBS_DIR, RUN_RECORD
 from facts.failures import failure_cause
+from facts.files import JOB_RECORD, METRICS_LOG, SWEEP_RECORD, run_relpath
+from facts.states import COMPLETED
 
 # Shown in the index's reason column before it is cut short.
 MAX_REASONS = 3
@@ -119,7 +121,7 @@ def _field(path: Path, name: str):
 
 def _declared_n_updates(job_dir: Path) -> int | None:
     """The grid's run length: the enclosing sweep's ``sweep.json``, else the trainer's ``run.json``."""
-    for value in (_field(job_dir.parent.parent / "sweep.json", "n_updates"), _field(job_dir / JOB_RUN_DIR / RUN_RECORD, "n_updates")):
+    for value in (_field(job_dir.parent.parent / SWEEP_RECORD, "n_updates"), _field(job_dir / JOB_RUN_DIR / RUN_RECORD, "n_updates")):
         if isinstance(value, list) and len(value) == 1:
             value = value[0]
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
@@ -140,9 +142,9 @@ def evaluate_job(job_dir: str | Path, algo: str | None = None, seed: int | None 
     a dict kept across a sweep's jobs, so their shared initial evaluation is validated once.
     """
     job_dir = Path(job_dir)
-    algo = algo if algo is not None else _field(job_dir / "job.json", "algo")
-    seed = seed if seed is not None else _field(job_dir / "job.json", "seed")
-    arm = arm if arm is not None else _field(job_dir / "job.json", "arm")
+    algo = algo if algo is not None else _field(job_dir / JOB_RECORD, "algo")
+    seed = seed if seed is not None else _field(job_dir / JOB_RECORD, "seed")
+    arm = arm if arm is not None else _field(job_dir / JOB_RECORD, "arm")
     n_updates = n_updates if n_updates is not None else _declared_n_updates(job_dir)
     evidence = JobEvidence(algo=str(algo), seed=seed if isinstance(seed, int) else -1,
                            present=job_dir.is_dir(), n_updates=n_updates or 0,
@@ -150,21 +152,21 @@ def evaluate_job(job_dir: str | Path, algo: str | None = None, seed: int | None 
     if not evidence.present:
         return evidence
     if not isinstance(algo, str) or not isinstance(seed, int) or not n_updates:
-        evidence.failures.append(Problem("job.json", "cannot tell algo, seed and n_updates of the job", kind="job"))
+        evidence.failures.append(Problem(JOB_RECORD, "cannot tell algo, seed and n_updates of the job", kind="job"))
         return evidence
     fail = evidence.failures.extend
     try:
-        record = read_json(job_dir / "job.json")
+        record = read_json(job_dir / JOB_RECORD)
         if not isinstance(record, dict):
             raise JSONError("not a JSON object")
         evidence.job_record = record
         if record.get("algo") != algo or record.get("seed") != seed:
-            fail([Problem("job.json", f"records {record.get('algo')}-{record.get('seed')}, not {algo}-{seed}", kind="job")])
+            fail([Problem(JOB_RECORD, f"records {record.get('algo')}-{record.get('seed')}, not {algo}-{seed}", kind="job")])
         elif record.get("arm", algo) != evidence.arm:
-            fail([Problem("job.json", f"records arm {record.get('arm')}, not {evidence.arm}", kind="job")])
+            fail([Problem(JOB_RECORD, f"records arm {record.get('arm')}, not {evidence.arm}", kind="job")])
         fail(check_cleanup(record))
     except JSONError as exc:
-        fail([Problem("job.json", str(exc), kind="job")])
+        fail([Problem(JOB_RECORD, str(exc), kind="job")])
 
     check_run_dir(job_dir / JOB_RUN_DIR, evidence, eval_responses, shared_checks)
     evidence.command, failures = check_public_command(job_dir)
@@ -179,8 +181,8 @@ def check_run_dir(run_dir: Path, evidence: JobEvidence, eval_responses: int | No
                   shared_checks: dict | None = None) -> JobEvidence:
     """The trainer's part of the evidence: metrics log, run summary, checkpoint, TensorBoard, eval."""
     fail = evidence.failures.extend
-    evidence.metrics = validate_metrics(run_dir / "metrics.jsonl", evidence.algo, evidence.n_updates,
-                                        name="run/metrics.jsonl")
+    evidence.metrics = validate_metrics(run_dir / METRICS_LOG, evidence.algo, evidence.n_updates,
+                                        name=run_relpath(METRICS_LOG))
     fail(v.problem() for v in evidence.metrics.violations)
     evidence.run_summary, failures = check_run_summary(run_dir, evidence.algo, evidence.seed, evidence.n_updates)
     fail(failures)
@@ -197,16 +199,16 @@ def _note_anomalies(evidence: JobEvidence) -> None:
     """Flags that do not reject: the scheduler disagreeing with the evidence, a reward that never moved."""
     record = evidence.job_record
     state, exit_code = record.get("state"), record.get("exit_code")
-    if record and (state != "COMPLETED" or exit_code != 0):
-        evidence.anomalies.append(Problem("job.json", f"scheduler state {state}, exit code {exit_code}",
+    if record and (state != COMPLETED or exit_code != 0):
+        evidence.anomalies.append(Problem(JOB_RECORD, f"scheduler state {state}, exit code {exit_code}",
                                           kind="scheduler-state"))
     initial = (evidence.eval_summary or {}).get("initial")
     if isinstance(initial, dict) and (initial.get("all_zero_reward") is True or initial.get("mean_reward") == 0):
-        evidence.anomalies.append(Problem("run/eval.json", "all-zero eval reward on the initial checkpoint (control)",
+        evidence.anomalies.append(Problem(run_relpath(EVAL_RECORD), "all-zero eval reward on the initial checkpoint (control)",
                                           kind="all-zero-eval-reward"))
     records = evidence.metrics.records if evidence.metrics else []
     if records and all(r.get("rollout/all_zero_reward") == 1 for r in records):
-        evidence.anomalies.append(Problem("run/metrics.jsonl", "every training step had all-zero reward",
+        evidence.anomalies.append(Problem(run_relpath(METRICS_LOG), "every training step had all-zero reward",
                                           kind="all-zero-train-reward"))
 
 
@@ -237,7 +239,7 @@ def evaluate_sweep(sweep: Sweep, exclusions: dict[str, str] | None = None) -> li
     if jobs_dir.is_dir():
         for stray in sorted(p for p in jobs_dir.iterdir() if p.is_dir() and p.name not in grid):
             arm, _, seed = stray.name.rpartition("-")
-            record_algo = _field(stray / "job.json", "algo")
+            record_algo = _field(stray / JOB_RECORD, "algo")
             evidence = JobEvidence(algo=record_algo if isinstance(record_algo, str) else arm or stray.name,
                                    seed=int(seed) if seed.isdigit() else -1,
                                    present=True, n_updates=sweep.n_updates, arm=arm or stray.name)
@@ -251,12 +253,12 @@ def evaluate_sweep(sweep: Sweep, exclusions: dict[str, str] | None = None) -> li
             identity = _eval_identity(evidence)
             if identity is not None and identity != majority and not evidence.failures:
                 evidence.failures.append(Problem(
-                    "run/eval.json", f"evaluated on subset {str(identity[0])[:12]}… (seed {identity[1]}), "
+                    run_relpath(EVAL_RECORD), f"evaluated on subset {str(identity[0])[:12]}… (seed {identity[1]}), "
                     f"not the sweep's {str(majority[0])[:12]}… (seed {majority[1]})", kind="eval-subset"))
     for evidence in evidences:
         commit = evidence.job_record.get("source_commit")
         if sweep.source_commit and commit is not None and commit != sweep.source_commit:
-            evidence.anomalies.append(Problem("job.json", f"source commit {str(commit)[:12]} differs from the sweep's",
+            evidence.anomalies.append(Problem(JOB_RECORD, f"source commit {str(commit)[:12]} differs from the sweep's",
                                               kind="commit-mismatch"))
         evidence.exclusion = exclusions.get(evidence.job)
     arm_order = list(sweep.arms)

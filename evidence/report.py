@@ -25,6 +25,8 @@ from evidence.tables import (
 from evidence.verdict.record import VERDICT_FILE, bundle_verdict
 from evidence.verdict.section import verdict_section
 from facts import INITIAL_EVAL_DIR
+from facts.files import BUNDLE_RUNS_DIR
+from facts.states import COMPLETED
 
 BUNDLE_FILES = (
     ("index.csv", "the evidence index: one row per job with scheduler state, counts, decision and reason"),
@@ -35,8 +37,8 @@ BUNDLE_FILES = (
     ("tables/*.csv", "every table of this report at full precision"),
     ("tables/resolved_config.csv", "appendix: every resolved setting of every run, per arm"),
     ("figures/*.svg", "the figures below"),
-    ("runs/<arm>-<seed>/", "metrics log, eval summary, run summary, path-free command and job record"),
-    ("initial_eval/<key12>/", "the initial checkpoint's evaluation (summary and responses), once for the runs sharing it"),
+    (f"{BUNDLE_RUNS_DIR}/<arm>-<seed>/", "metrics log, eval summary, run summary, path-free command and job record"),
+    (f"{INITIAL_EVAL_DIR}/<key12>/", "the initial checkpoint's evaluation (summary and responses), once for the runs sharing it"),
 )
 
 
@@ -152,7 +154,7 @@ def _scope(data: BundleData, tables: dict[str, Table]) -> str:
     out.append(f"- Training repetitions: seeds {', '.join(str(s) for s in sweep['seeds'])}")
     out.append(f"- Jobs: {accepted} of {total} accepted from their evidence; {total - accepted} rejected and kept out "
                f"of every aggregate")
-    mismatched = [r for r in data.index if r["accepted"] == "yes" and (r["scheduler_state"] != "COMPLETED" or r["exit_code"] != "0")]
+    mismatched = [r for r in data.index if r["accepted"] == "yes" and (r["scheduler_state"] != COMPLETED or r["exit_code"] != "0")]
     if mismatched:
         out.append("- Accepted although the scheduler reported otherwise (state shown as reported): " + ", ".join(
             f"{r['job']} (job {r['job_id'] or '—'}: {r['scheduler_state'] or '—'}, exit {r['exit_code'] or '—'})"

@@ -14,6 +14,7 @@ from pathlib import Path
 from evidence.fileio import JSONError, read_json
 from evidence.problems import SweepError
 from facts import ALGO_ORDER, DISPLAY_NAMES, algo_sort_key
+from facts.files import SWEEP_RECORD
 
 ALGO_NAMES = DISPLAY_NAMES
 __all__ = ["ALGO_NAMES", "ALGO_ORDER", "algo_name", "algo_sort_key", "job_name"]
@@ -96,7 +97,7 @@ def read_sweep(sweep_dir: str | Path) -> Sweep:
     if not sweep_dir.is_dir():
         raise SweepError(f"{sweep_dir}: not a directory")
     try:
-        record = read_json(sweep_dir / "sweep.json")
+        record = read_json(sweep_dir / SWEEP_RECORD)
     except JSONError as exc:
         raise SweepError(f"sweep.json: {exc}") from None
     if not isinstance(record, dict):

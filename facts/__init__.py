@@ -1,4 +1,5 @@
-"""Facts shared by trainer, launcher and evidence, stated once: metric keys, the algorithm records,
+"""Facts shared by trainer, launcher and evidence, stated once: metric keys, the algorithm records, the
+job-state vocabulary (facts.states), the repository's own paths (facts.repo),
 the sweep and job directory layout, run-directory file names, checkpoint naming, file hashing (and hash-then-parse reads) and atomic JSON writes.
 
 Dependency-free (standard library only), so every package may import it and none imports upward.
@@ -20,16 +21,11 @@ from facts.files import (
     EVAL_RECORD,
     INITIAL_EVAL_DIR,
     INITIAL_EVAL_RESPONSES,
-    JOB_COMMAND,
-    JOB_COMMAND_PUBLIC,
-    JOB_RECORD,
     JOB_RUN_DIR,
-    JOB_SPEC,
     JOBS_DIR,
     METRICS_LOG,
     RUN_RECORD,
     SHARED_KEY_CHARS,
-    SWEEP_RECORD,
     atomic_write_json,
     checkpoint_name,
     initial_eval_relpath,
@@ -51,8 +47,8 @@ from facts.metrics import (
 
 __all__ = [
     "ALGORITHMS", "ALGORITHM_FIELD", "ALGO_ORDER", "CHECKPOINTS_DIR", "DISPLAY_NAMES", "DYNAMIC_SAMPLING_KEYS", "EVAL_RECORD", "INITIAL_EVAL_DIR",
-    "INITIAL_EVAL_RESPONSES", "JOBS_DIR", "JOB_COMMAND", "JOB_COMMAND_PUBLIC", "JOB_RECORD", "JOB_RUN_DIR", "JOB_SPEC", "KL_IN_REWARD", "KL_LOSS_BY_ALGO",
+    "INITIAL_EVAL_RESPONSES", "JOBS_DIR", "JOB_RUN_DIR", "KL_IN_REWARD", "KL_LOSS_BY_ALGO",
     "KL_LOSS_KEY", "METRICS_LOG", "METRIC_KEYS_FIELD", "OFF_POLICY_KEYS", "REQUIRED_KEYS", "RUN_RECORD",
-    "SHARED_KEY_CHARS", "SWEEP_RECORD", "algo_sort_key", "algorithm", "atomic_write_json", "checkpoint_name", "display_name", "initial_eval_relpath", "loads_strict",
+    "SHARED_KEY_CHARS", "algo_sort_key", "algorithm", "atomic_write_json", "checkpoint_name", "display_name", "initial_eval_relpath", "loads_strict",
     "read_with_sha256", "run_dir_of_job", "sha256_file", "sweep_dir_of_run", "sweep_job_dir", "sweep_jobs_dir",
 ]

@@ -8,22 +8,30 @@ state. A record without one falls back to its state and exit code.
 
 from __future__ import annotations
 
-from facts.files import JOBS_DIR
+from facts.files import JOBS_DIR, TRAINER_LOG
+from facts.states import (
+    BOOT_FAIL,
+    CANCELLED,
+    COMPLETED,
+    DEADLINE,
+    FAILED,
+    NODE_FAIL,
+    OUT_OF_MEMORY,
+    PREEMPTED,
+    TERMINATED,
+    TIMEOUT,
+)
 
-TRAINER_LOG = "trainer.log"
 # Final scheduler states that are not success, as a person would say them, with the fix.
 SCHEDULER_REASONS = {
-    "CANCELLED": "cancelled by the scheduler (scancel, or an administrator)",
-    "TIMEOUT": "stopped by the scheduler at its time limit (raise cluster.timeout_min)",
-    "OUT_OF_MEMORY": "killed by the scheduler for running out of memory (raise cluster.mem)",
-    "NODE_FAIL": "lost with its node (the scheduler reported NODE_FAIL); re-run to resume",
-    "PREEMPTED": "preempted by the scheduler; re-run to resume",
-    "BOOT_FAIL": "its node failed to boot (the scheduler reported BOOT_FAIL); re-run to resume",
-    "DEADLINE": "stopped by the scheduler at its deadline",
+    CANCELLED: "cancelled by the scheduler (scancel, or an administrator)",
+    TIMEOUT: "stopped by the scheduler at its time limit (raise cluster.timeout_min)",
+    OUT_OF_MEMORY: "killed by the scheduler for running out of memory (raise cluster.mem)",
+    NODE_FAIL: "lost with its node (the scheduler reported NODE_FAIL); re-run to resume",
+    PREEMPTED: "preempted by the scheduler; re-run to resume",
+    BOOT_FAIL: "its node failed to boot (the scheduler reported BOOT_FAIL); re-run to resume",
+    DEADLINE: "stopped by the scheduler at its deadline",
 }
-COMPLETED = "COMPLETED"
-# States of a job that may still complete (a job record or the scheduler saying so).
-IN_FLIGHT_STATES = frozenset({"PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "SUSPENDED", "RESIZING"})
 
 
 def log_pointer(job: str, log: str = TRAINER_LOG) -> str:
@@ -46,7 +54,7 @@ def failure_cause(record: dict, job: str) -> str | None:
     if not isinstance(cause, str) or not cause:
         reason = scheduler_reason(state)
         code = record.get("exit_code")
-        if reason is None and state not in ("FAILED", "TERMINATED"):
+        if reason is None and state not in (FAILED, TERMINATED):
             return None
         cause = reason or f"{state} with exit code {code}"
     if ".log" not in cause:

@@ -10,17 +10,34 @@ from pathlib import Path
 # A sweep's jobs live in <sweep>/jobs/<job>/, each job's trainer output in its run/ directory.
 JOBS_DIR = "jobs"
 JOB_RUN_DIR = "run"
-# A job directory's records: the launcher's job record, the plan's spec of the job, its command (full
-# and public); the sweep's record at the sweep's top.
-JOB_RECORD = "job.json"
+SWEEP_RECORD = "sweep.json"  # <sweep>/sweep.json: the plan, written before any job starts
+RESUME_COMMAND = "resume.txt"  # <sweep>/resume.txt: the exact command that resumes it (not bundled)
+# A job directory: the planner's spec, the runtime's record, the command it ran (full, and path-free for
+# the bundle), its logs, and attempts/<n>/ with what each earlier attempt left.
 JOB_SPEC = "spec.json"
-JOB_COMMAND = "command.json"
-JOB_COMMAND_PUBLIC = "command.public.json"
-SWEEP_RECORD = "sweep.json"
+JOB_RECORD = "job.json"
+COMMAND_RECORD = "command.json"
+COMMAND_PUBLIC_RECORD = "command.public.json"
+TRAINER_LOG = "trainer.log"
+RUNTIME_LOG = "runtime.log"
+RAY_START_LOG = "ray-start.log"
+ATTEMPTS_DIR = "attempts"
+# A run directory (the trainer's output): its summary, metrics log, evaluation and checkpoints, where
+# checkpoints/latest names the newest step_<n>/ and each holds the weights file.
 RUN_RECORD = "run.json"
 METRICS_LOG = "metrics.jsonl"
 EVAL_RECORD = "eval.json"
 CHECKPOINTS_DIR = "checkpoints"
+LATEST_CHECKPOINT = "latest"
+WEIGHTS_FILE = "model.safetensors"
+TENSORBOARD_DIR = "tensorboard"  # run/tensorboard/: the trainer's event files
+TENSORBOARD_EVENTS = "events.out.tfevents.*"
+EVAL_RESPONSES_DIR = "eval"  # run/eval/<initial|final>.jsonl: every evaluated response
+# A sweep's bundle: <sweep>/bundle/ is a BagIt bag whose payload data/ keeps runs/<job>/, a copy of each
+# job's run files and records.
+BUNDLE_DIR = "bundle"
+BUNDLE_PAYLOAD = "data"
+BUNDLE_RUNS_DIR = "runs"
 # The initial checkpoint's evaluation, shared by a sweep's jobs: <sweep>/initial_eval/<key[:12]>/
 # holds eval.json (the summary, its key and identity) and responses.jsonl; <key[:12]>.lock beside it.
 INITIAL_EVAL_DIR = "initial_eval"
@@ -62,6 +79,36 @@ def sweep_dir_of_run(run_dir: str | Path) -> Path | None:
     if run_dir.name != JOB_RUN_DIR or run_dir.parent.parent.name != JOBS_DIR:
         return None
     return run_dir.parent.parent.parent
+
+
+def run_relpath(*parts: str) -> str:
+    """A run file's path relative to its job directory, as a finding names it: ``run/eval.json``."""
+    return "/".join((JOB_RUN_DIR, *parts))
+
+
+def job_files_glob(name: str) -> str:
+    """The glob, relative to a sweep's jobs directory, of one file in every job: ``*/job.json``."""
+    return f"*/{name}"
+
+
+def bundle_payload_dir(bundle_dir: str | Path) -> Path:
+    """A bundle's payload directory: ``<bundle>/data``."""
+    return Path(bundle_dir) / BUNDLE_PAYLOAD
+
+
+def sweep_bundle_payload(sweep_dir: str | Path) -> Path:
+    """The payload of the bundle built in a sweep directory: ``<sweep>/bundle/data``."""
+    return bundle_payload_dir(Path(sweep_dir) / BUNDLE_DIR)
+
+
+def bundle_run_dir(data_dir: str | Path, job: str) -> Path:
+    """A job's copy in a bundle's payload: ``<data>/runs/<job>``."""
+    return Path(data_dir) / BUNDLE_RUNS_DIR / job
+
+
+def bundle_run_relpath(job: str, name: str) -> str:
+    """The bag-relative path of a job's file, as a finding names it: ``data/runs/<job>/<name>``."""
+    return f"{BUNDLE_PAYLOAD}/{BUNDLE_RUNS_DIR}/{job}/{name}"
 
 
 def _reject_constant(spelling: str):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import json
+import re
 import signal
 import sys
 from pathlib import Path
@@ -17,6 +18,8 @@ from rich.table import Table
 from evidence import IncidentsFileError, LeakError, SweepError
 from facts import JOBS_DIR, sweep_jobs_dir
 from facts.failures import failure_cause
+from facts.files import JOB_RECORD, JOB_SPEC
+from facts.states import COMPLETED, FAILED, IN_FLIGHT_STATES, PENDING, VIEW_QUEUED
 from launcher.backend import refresh_job_records
 from launcher.errors import LockHeld, PreflightError, SchedulerUnavailable
 from launcher.interrupts import signals_interrupt, signum_of
@@ -27,6 +30,7 @@ from launcher.plan import plan_sweep
 from launcher.preflight import check_launch_environment
 from launcher.progress import completed_steps, natural_key
 from launcher.records import read_job_record
+from launcher.resume import record_resume_command, resume_advice
 from launcher.sweep import run_sweep, seal
 
 
@@ -51,20 +55,28 @@ def one_line_errors(sweep_dir: str | Path, body) -> int:
     stderr and an exit code: a bad setting, an unusable sweep directory, a launcher already running
     in it, a missing scheduler, a full disk, evidence that cannot be sealed, or a signal (Ctrl-C,
     SIGTERM, SIGHUP: exit status 128 + the signal, and how to resume)."""
+    dry_run = any(DRY_RUN_OVERRIDE.fullmatch(a) for a in sys.argv[1:])
+    ran = False  # jobs may have run: record how to resume (a refused command, exit 2, records nothing)
     try:
         with signals_interrupt():
-            return body()
+            code = body()
+        ran = code in (0, 1)
+        if code == 1 and not dry_run:  # jobs ran, and some were rejected (or the audit found something)
+            print(f"to run the jobs that were not accepted again (each from its last checkpoint): "
+                  f"{resume_advice(sweep_dir)}", file=sys.stderr)
+        return code
     except (PreflightError, LockHeld) as exc:  # nothing submitted
         return _error(str(exc))
     except KeyboardInterrupt as exc:
-        signum = signum_of(exc)
-        _error(f"stopped by {signal.Signals(signum).name}; re-run the same command to resume (accepted jobs are "
-               f"kept, the others restart from their last checkpoint; python -m launcher status {sweep_dir} "
-               "shows each job)")
+        ran, signum = True, signum_of(exc)
+        _error(f"stopped by {signal.Signals(signum).name}; to resume (accepted jobs are kept, the others restart "
+               f"from their last checkpoint): {resume_advice(sweep_dir)}; python -m launcher status "
+               f"{sweep_dir} shows each job")
         return 128 + signum
     except OSError as exc:
         return _error(_os_error_line(exc, Path(sweep_dir)), code=1)
     except (SweepError, IncidentsFileError, LeakError) as exc:  # sealing the evidence: jobs are kept
+        ran = True
         return _error(f"the jobs ran but the evidence was not sealed: {one_line(exc)}; fix that, then "
                       f"python -m evidence build {sweep_dir}", code=1)
     except Exception as exc:
@@ -73,6 +85,12 @@ def one_line_errors(sweep_dir: str | Path, body) -> int:
         first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
         return _error(f"Slurm refused the submission ({first}); check the cluster profile (cluster.*) and that "
                       "this machine can reach the Slurm controller (sinfo)", code=1)
+    finally:
+        if ran and not dry_run:  # a dry run writes nothing a real run (or status) reads
+            record_resume_command(sweep_dir)
+
+
+DRY_RUN_OVERRIDE = re.compile(r"\+{0,2}dry_run=(true|True|1|yes)")
 
 
 def _error(message: str, code: int = 2) -> int:
@@ -104,7 +122,7 @@ def status(sweep_dir: Path) -> int:
     rows = []
     for d in job_dirs:
         r = read_job_record(d)
-        spec = json.loads((d / "spec.json").read_text()) if (d / "spec.json").is_file() else {}
+        spec = json.loads((d / JOB_SPEC).read_text()) if (d / JOB_SPEC).is_file() else {}
         arm = r.get("arm") or spec.get("arm") or r.get("algo") or spec.get("algo", "")
         rows.append((arm, d, r, spec.get("n_updates", "")))
     rows.sort(key=lambda row: (natural_key(row[0]), natural_key(row[1].name)))
@@ -113,8 +131,8 @@ def status(sweep_dir: Path) -> int:
         table.add_column(col)
     previous = None
     for arm, d, r, n_updates in rows:
-        state = _shown(r.get("state"), "QUEUED")
-        if state == "PENDING" and r.get("scheduler_reason"):  # why Slurm has not started it yet
+        state = _shown(r.get("state"), VIEW_QUEUED)
+        if state == PENDING and r.get("scheduler_reason"):  # why Slurm has not started it yet
             state += f" ({r['scheduler_reason']})"
         table.add_row(arm if arm != previous else "", d.name, _shown(r.get("job_id"), "not submitted"), state,
                       f"{completed_steps(d)}{'/' + str(n_updates) if n_updates else ''}",
@@ -124,7 +142,10 @@ def status(sweep_dir: Path) -> int:
     console.print(table)
     for _, d, r, _ in rows:  # the cause under the table: a table column would wrap it out of reading
         if cause := failure_cause(r, d.name):
-            console.print(f"job {d.name} {r.get('state', 'FAILED')}: {cause}", soft_wrap=True, highlight=False)
+            console.print(f"job {d.name} {r.get('state', FAILED)}: {cause}", soft_wrap=True, highlight=False)
+    if any(r.get("state") not in (COMPLETED, *IN_FLIGHT_STATES) for _, _, r, _ in rows):
+        console.print(f"to resume (accepted jobs are kept, the others restart from their last checkpoint): "
+                      f"{resume_advice(sweep_dir)}", soft_wrap=True, highlight=False)
     return 0
 
 
@@ -146,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return cancel_sweep(Path(args[1]))
     if len(args) == 2 and args[0] == "seal":  # what the wait=false seal job runs once the array has ended
-        job_dirs = sorted(p for p in sweep_jobs_dir(args[1]).glob("*") if (p / "job.json").is_file())
+        job_dirs = sorted(p for p in sweep_jobs_dir(args[1]).glob("*") if (p / JOB_RECORD).is_file())
         try:
             refresh_job_records(job_dirs, {d: read_job_record(d) for d in job_dirs})
         except (OSError, SchedulerUnavailable) as exc:

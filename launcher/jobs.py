@@ -14,16 +14,30 @@ from pathlib import Path
 
 from evidence.index import evaluate_job
 from facts import run_dir_of_job
-from facts.failures import IN_FLIGHT_STATES
+from facts.files import (
+    ATTEMPTS_DIR,
+    COMMAND_PUBLIC_RECORD,
+    COMMAND_RECORD,
+    EVAL_RECORD,
+    JOB_RECORD,
+    JOB_SPEC,
+    METRICS_LOG,
+    RAY_START_LOG,
+    RUN_RECORD,
+    RUNTIME_LOG,
+    SWEEP_RECORD,
+    TRAINER_LOG,
+)
+from facts.states import IN_FLIGHT_STATES
 from launcher.backend import BACKENDS, backend, refresh_job_records
 from launcher.errors import PreflightError, SchedulerUnavailable
 from launcher.liveness import mark_dead_local_jobs
-from launcher.records import SWEEP_RECORD, read_job_record
+from launcher.records import read_job_record
 from launcher.restart_point import discard_checkpoint_past_bad_metrics
 from launcher.spec import JobSpec, Sweep
 
-ATTEMPT_RUN_FILES = ("metrics.jsonl", "eval.json", "run.json")
-ATTEMPT_RECORDS = ("job.json", "command.json", "command.public.json", "trainer.log", "runtime.log", "ray-start.log")
+ATTEMPT_RUN_FILES = (METRICS_LOG, EVAL_RECORD, RUN_RECORD)
+ATTEMPT_RECORDS = (JOB_RECORD, COMMAND_RECORD, COMMAND_PUBLIC_RECORD, TRAINER_LOG, RUNTIME_LOG, RAY_START_LOG)
 
 
 def is_accepted(job_dir: Path) -> bool:
@@ -41,7 +55,7 @@ def in_flight(record: dict) -> bool:
 
 def check_rerun(spec: JobSpec) -> None:
     """Refuse to re-run into a job directory made with other settings, or one still in flight."""
-    previous = spec.job_dir / "spec.json"
+    previous = spec.job_dir / JOB_SPEC
     if previous.is_file():
         old = JobSpec.from_json(previous.read_text())
         if (old.trainer_overrides, old.n_updates, old.arm_label) != (spec.trainer_overrides, spec.n_updates,
@@ -75,7 +89,7 @@ def prepare_job_dirs(sweep: Sweep) -> list[JobSpec]:
     """Jobs that still need to run. An accepted job is never re-run; a job still queued or running
     refuses the re-run; a rejected one runs again (resuming from its checkpoint) after its records
     and its run's evidence files are copied to ``attempts/<n>/``: nothing is lost."""
-    existing = [s.job_dir for s in sweep.specs if (s.job_dir / "job.json").is_file()]
+    existing = [s.job_dir for s in sweep.specs if (s.job_dir / JOB_RECORD).is_file()]
     if existing:
         with contextlib.suppress(OSError, SchedulerUnavailable):  # no scheduler here: records decide
             refresh_job_records(existing, {d: read_job_record(d) for d in existing})
@@ -85,10 +99,10 @@ def prepare_job_dirs(sweep: Sweep) -> list[JobSpec]:
     todo = []
     for spec in sweep.specs:
         job_dir = spec.job_dir
-        if (job_dir / "job.json").is_file():
+        if (job_dir / JOB_RECORD).is_file():
             if is_accepted(job_dir):
                 continue
-            attempts = job_dir / "attempts"
+            attempts = job_dir / ATTEMPTS_DIR
             attempt = attempts / str(len(list(attempts.iterdir())) if attempts.is_dir() else 0)
             run_dir_of_job(attempt).mkdir(parents=True)
             for name in ATTEMPT_RECORDS:
@@ -100,6 +114,6 @@ def prepare_job_dirs(sweep: Sweep) -> list[JobSpec]:
             if note := discard_checkpoint_past_bad_metrics(job_dir, spec.algo, spec.n_updates, attempt):
                 print(f"job {spec.name}: {note}")
         job_dir.mkdir(parents=True, exist_ok=True)
-        (job_dir / "spec.json").write_text(spec.to_json() + "\n")
+        (job_dir / JOB_SPEC).write_text(spec.to_json() + "\n")
         todo.append(spec)
     return todo

@@ -12,8 +12,10 @@ import re
 import signal
 from pathlib import Path
 
-from facts.failures import IN_FLIGHT_STATES, log_pointer
+from facts.failures import log_pointer
+from facts.files import RUNTIME_LOG, TRAINER_LOG
 from facts.processes import local_runtime_alive
+from facts.states import FAILED, IN_FLIGHT_STATES
 from launcher.records import read_job_record, update_job_record
 
 TAIL_BYTES = 65536
@@ -39,7 +41,7 @@ def last_error_line(log: Path) -> str | None:
 
 def death_cause(job_dir: Path, how: str) -> str:
     """``how`` the runtime ended, plus the error its own log or the trainer's ends with."""
-    for log in ("runtime.log", "trainer.log"):
+    for log in (RUNTIME_LOG, TRAINER_LOG):
         if line := last_error_line(Path(job_dir) / log):
             return f"{how}: {line} (see {log_pointer(Path(job_dir).name, log)})"
     return how
@@ -62,7 +64,7 @@ def mark_dead_local_jobs(job_dirs: list[Path], exit_code: int | None = None) -> 
             how = f"was killed by {signal.Signals(-exit_code).name}" if exit_code < 0 else f"exited with {exit_code}"
         cause = death_cause(job_dir, f"its job runtime (pid {record.get('runtime_pid')}) {how} without "
                                      "writing a final state")
-        update_job_record(job_dir, {"state": "FAILED", "failure": cause,
+        update_job_record(job_dir, {"state": FAILED, "failure": cause,
                                     **({"exit_code": exit_code} if exit_code is not None else {})})
         marked[Path(job_dir).name] = cause
     return marked

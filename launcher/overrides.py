@@ -14,11 +14,11 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
+from facts.repo import CONF_DIR
 from launcher.errors import PreflightError
 from launcher.preflight import check_sweep_dir
 from trainer.config import compose as trainer_compose
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("algo", "workload", "cluster", "experiment")
 
 

@@ -21,7 +21,9 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
 from facts import atomic_write_json, sweep_jobs_dir
+from facts.files import SWEEP_RECORD
 from facts.ordering import natural_key
+from facts.repo import CONF_DIR, REPO_ROOT
 from launcher.backend import backend
 from launcher.errors import GridError, PreflightError
 from launcher.grid import (
@@ -37,9 +39,8 @@ from launcher.grid import (
 from launcher.isolation import JobRoots, isolated_env
 from launcher.ports import NAMED_PORTS
 from launcher.preflight import check_inputs, check_job_config, check_resources, check_source
-from launcher.records import SWEEP_RECORD, public_copy, sweep_sanitizer
+from launcher.records import public_copy, sweep_sanitizer
 from launcher.spec import JobSpec, Sweep
-from trainer.inputs import REPO_ROOT
 
 COMMANDS_FILE = "commands.txt"
 
@@ -160,7 +161,7 @@ def plan_cells(cells: Sequence[Sequence[str]], sweep_dir: Path, config_name: str
 
     if GlobalHydra.instance().is_initialized():  # inside launch.py
         return plan()
-    with hydra.initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+    with hydra.initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return plan()
 
 

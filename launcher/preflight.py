@@ -14,12 +14,13 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from facts.repo import REPO_ROOT
 from launcher.backend import backend
 from launcher.errors import PortLockError, PreflightError
 from launcher.ports import port_base
 from trainer.algorithms import AlgoConfigError
 from trainer.config import RunConfigError, validate
-from trainer.inputs import REPO_ROOT, InputDigestError, pinned_rows, resolve, verify_inputs
+from trainer.inputs import InputDigestError, pinned_rows, resolve, verify_inputs
 
 
 def source_state(repo: Path = REPO_ROOT) -> tuple[str | None, bool]:

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from facts import METRICS_LOG, run_dir_of_job
 from facts.ordering import natural_key
+from facts.states import FAILED, RUNNING, VIEW_DONE, VIEW_QUEUED
 
 REWARD_KEY = "rollout/raw_reward"
 MILESTONES = 4  # plain output reports steps at each quarter of the run
@@ -56,21 +57,21 @@ class JobProgress:
     name: str
     job_dir: Path
     n_updates: int
-    state: str = "QUEUED"
+    state: str = VIEW_QUEUED
     started: float | None = None
     step: int = 0
     reward: float | None = None
     milestone: int = 0  # the last quarter reported by the plain output
 
     def poll(self) -> None:
-        if self.state != "QUEUED":
+        if self.state != VIEW_QUEUED:
             self.step = completed_steps(self.job_dir)
             self.reward = latest_reward(self.job_dir)
 
     @property
     def phase(self) -> str:
         """queued, eval (initial) before the first step, train, eval (final) after the last, or the end state."""
-        if self.state != "RUNNING":
+        if self.state != RUNNING:
             return self.state.lower()
         if self.step == 0:
             return "eval/train"  # the initial-checkpoint eval, then the first steps
@@ -92,7 +93,7 @@ class SweepProgress:
 
     def set_state(self, name: str, state: str) -> None:
         job = self.jobs[name]
-        if state == "RUNNING" and job.started is None:
+        if state == RUNNING and job.started is None:
             job.started = time.monotonic()
         job.state = state
 
@@ -108,19 +109,19 @@ class SweepProgress:
         """The terminal view: counts, elapsed and ETA in the heading, one row per job."""
         for job in self.jobs.values():
             job.poll()
-        counts = {s: sum(1 for j in self.jobs.values() if j.state == s) for s in ("QUEUED", "RUNNING", "DONE")}
+        counts = {s: sum(1 for j in self.jobs.values() if j.state == s) for s in (VIEW_QUEUED, RUNNING, VIEW_DONE)}
         # Every other state ended the job without success (FAILED, CANCELLED, TIMEOUT, NODE_FAIL, ...).
-        counts["FAILED"] = len(self.jobs) - sum(counts.values())
+        counts[FAILED] = len(self.jobs) - sum(counts.values())
         eta = self.eta_s()
-        heading = (f"{title}: queued {counts['QUEUED']} | running {counts['RUNNING']} | done {counts['DONE']} | "
-                   f"failed {counts['FAILED']}")
+        heading = (f"{title}: queued {counts[VIEW_QUEUED]} | running {counts[RUNNING]} | done {counts[VIEW_DONE]} | "
+                   f"failed {counts[FAILED]}")
         clock = (f"elapsed {_clock(time.monotonic() - self.started)} | ETA {_clock(eta) if eta is not None else '—'}"
                  f" | sweep {self.sweep_dir}")
         table = Table()
         for column in ("job", "state", "phase", "step", "reward", "elapsed"):
             table.add_column(column, justify="right" if column in ("step", "reward", "elapsed") else "left")
         for job in self.jobs.values():
-            running = job.state != "QUEUED"
+            running = job.state != VIEW_QUEUED
             table.add_row(job.name, job.state, job.phase, f"{job.step}/{job.n_updates}" if running else "",
                           f"{job.reward:.3f}" if job.reward is not None else "",
                           _clock(time.monotonic() - job.started) if job.started is not None else "")
@@ -132,7 +133,7 @@ class SweepProgress:
         steps, finished or failed (the caller reports state changes through ``set_state``)."""
         lines = []
         for job in self.jobs.values():
-            if job.state == "QUEUED":
+            if job.state == VIEW_QUEUED:
                 continue
             job.poll()
             quarter = job.step * MILESTONES // max(1, job.n_updates)

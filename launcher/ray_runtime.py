@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from facts.files import RAY_START_LOG
 from launcher.isolation import JobRoots
 from launcher.ports import PortBlock
 
@@ -48,7 +49,7 @@ class JobRay:
         self.command = ray_start_command(roots, block, num_cpus)
         self.address = f"127.0.0.1:{block.ports['ray_gcs']}"
         self.env = env
-        self.log_path = roots.job_dir / "ray-start.log"
+        self.log_path = roots.job_dir / RAY_START_LOG
         self.job_dir = roots.job_dir
         self.proc: subprocess.Popen | None = None
 

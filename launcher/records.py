@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 
 from evidence.sanitize import Sanitizer
-from facts import JOB_RECORD, SWEEP_RECORD, atomic_write_json  # noqa: F401 (SWEEP_RECORD: re-exported to the launcher)
+from facts import atomic_write_json
+from facts.files import COMMAND_PUBLIC_RECORD, COMMAND_RECORD, JOB_RECORD
 from launcher.spec import JobSpec
 
 _write_json = atomic_write_json
@@ -73,7 +74,7 @@ def write_command_records(spec: JobSpec, argv: list[str], env_changes: dict, rep
                           sbatch: str | None = None) -> dict:
     """``command.json`` and its path-free copy; ``sbatch``: the scheduler's script that ran the job."""
     full = {"argv": list(argv), "env": env_changes, "cwd": str(repo_root), "sbatch": sbatch}
-    _write_json(spec.job_dir / "command.json", full)
+    _write_json(spec.job_dir / COMMAND_RECORD, full)
     public = public_copy(full, path_free_sanitizer(spec, repo_root))
-    _write_json(spec.job_dir / "command.public.json", public)
+    _write_json(spec.job_dir / COMMAND_PUBLIC_RECORD, public)
     return public

@@ -15,8 +15,9 @@ from pathlib import Path
 
 from evidence.metrics_log import validate_metrics
 from facts import CHECKPOINTS_DIR, JOB_RUN_DIR, METRICS_LOG, run_dir_of_job
+from facts.files import TENSORBOARD_DIR
 
-RUN_STATE_DIRS = (CHECKPOINTS_DIR, "tensorboard")  # what a resume reads or appends to
+RUN_STATE_DIRS = (CHECKPOINTS_DIR, TENSORBOARD_DIR)  # what a resume reads or appends to
 
 
 def checkpoint_step(run_dir: Path) -> int | None:

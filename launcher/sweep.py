@@ -10,10 +10,10 @@ from pathlib import Path
 
 from evidence.tables import fmt
 from facts import INITIAL_EVAL_DIR, sweep_job_dir, sweep_jobs_dir
+from facts.files import JOB_SPEC, SWEEP_RECORD
 from launcher.backend import backend
 from launcher.jobs import check_arms, prepare_job_dirs
 from launcher.plan import COMMANDS_FILE, write_plan
-from launcher.records import SWEEP_RECORD
 from launcher.spec import JobSpec, Sweep
 
 
@@ -58,7 +58,7 @@ def seal(sweep_dir: Path) -> int:
 def job_arms(sweep_dir: Path) -> dict[str, str]:
     """Job name -> arm label of the planned sweep (``sweep.json``'s jobs, each job's ``spec.json``)."""
     jobs = json.loads((sweep_dir / SWEEP_RECORD).read_text())["jobs"]
-    specs = [sweep_job_dir(sweep_dir, name) / "spec.json" for name in jobs]
+    specs = [sweep_job_dir(sweep_dir, name) / JOB_SPEC for name in jobs]
     return {path.parent.name: JobSpec.from_json(path.read_text()).arm_label for path in specs if path.is_file()}
 
 

@@ -119,3 +119,13 @@ def test_the_launchers_modules_import_each_other_without_a_circle():
     for module in sorted(graph):
         visit(module, ())
     assert not graph["launcher.errors"], "the errors every layer raises import nothing of the launcher"
+
+
+def test_each_back_end_is_a_package_and_none_of_its_modules_sits_at_the_launchers_root():
+    from launcher.backend import BACKENDS
+
+    launcher_dir = REPO / "launcher"
+    for module in BACKENDS.values():
+        assert (REPO / module.replace(".", "/") / "__init__.py").is_file(), module
+    at_root = {p.stem for p in launcher_dir.glob("*.py")}
+    assert not {m for m in at_root for name in BACKENDS if m == name or m.startswith(f"{name}_")}, at_root

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -26,9 +27,11 @@ SHORT = ("workload.n_updates=2", "workload.checkpoint_every=1", "workload.eval.n
 LONG = ("workload.n_updates=500", "workload.checkpoint_every=50", "workload.eval.n_prompts=2")
 
 
-def _start(sweep_dir: Path, *args: str, port_base: str) -> subprocess.Popen:
-    cmd = [sys.executable, "launch.py", "-m", *args, f"hydra.sweep.dir={hydra_value(str(sweep_dir))}"]
-    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+def _start(sweep_dir: Path | None, *args: str, port_base: str, cwd: Path = REPO) -> subprocess.Popen:
+    """``launch.py -m args`` into ``sweep_dir`` (None: Hydra's default, timestamped one under ``cwd``)."""
+    where = [f"hydra.sweep.dir={hydra_value(str(sweep_dir))}"] if sweep_dir is not None else []
+    cmd = [sys.executable, str(REPO / "launch.py"), "-m", *args, *where]
+    return subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PROOFGRID_PORT_BASE": port_base})
 
 
@@ -58,8 +61,15 @@ def _gone(pid: int, timeout: float = 15) -> bool:
 @pytest.mark.parametrize(("sig", "port_base"), [(signal.SIGTERM, "29000"), (signal.SIGINT, "29200"),
                                                 (signal.SIGHUP, "29400")])
 def test_a_signalled_launcher_stops_its_jobs_and_says_how_to_resume_in_one_line(tmp_path, sig, port_base):
-    sweep_dir = tmp_path / "s"
-    launcher = _start(sweep_dir, "algo=grpo", "seed=1", *LONG, port_base=port_base)
+    # SIGHUP's launch takes Hydra's default, timestamped directory: the advice must pin it, since the
+    # same command again would start a new sweep from scratch.
+    sweep_dir = tmp_path / "s" if sig != signal.SIGHUP else None
+    launcher = _start(sweep_dir, "algo=grpo", "seed=1", *LONG, port_base=port_base, cwd=tmp_path)
+    if sweep_dir is None:
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob("outputs/sweeps/*/jobs/grpo-1")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        sweep_dir = next(tmp_path.glob("outputs/sweeps/*"))
     if sig == signal.SIGTERM:  # also: of two launchers started together into one sweep dir, one is refused
         other = _start(sweep_dir, "algo=grpo", "seed=1", *LONG, port_base=port_base)
         deadline = time.monotonic() + 120
@@ -74,10 +84,19 @@ def test_a_signalled_launcher_stops_its_jobs_and_says_how_to_resume_in_one_line(
     assert launcher.returncode == 128 + sig, (launcher.returncode, err[-2000:])
     errors = [ln for ln in err.splitlines() if "proofgrid: error" in ln]
     assert len(errors) == 1 and errors[0].startswith("proofgrid: error: stopped by " + signal.Signals(sig).name)
-    assert "re-run" in errors[0].lower() and "Traceback" not in err, err
+    assert "Traceback" not in err, err
+    # Said at once, before the jobs' teardown: what it is doing and what a second signal does.
+    assert "stopping 1 running job(s) at their next step" in err and "Ctrl-C again to kill them now" in err, err
+    resume = [sys.executable, str(REPO / "launch.py"), "-m", "algo=grpo", "seed=1", *LONG, f"hydra.sweep.dir={hydra_value(str(sweep_dir.resolve()))}"]
+    assert f"to resume (accepted jobs are kept, the others restart from their last checkpoint): " \
+           f"{shlex.join(resume)};" in errors[0], errors[0]
+    assert (sweep_dir / "resume.txt").read_text() == shlex.join(resume) + "\n"
     assert _gone(trainer)
     assert leftover_processes(sweep_dir / "jobs" / "grpo-1") == []
     assert job_records(sweep_dir)["grpo-1"]["state"] == "CANCELLED"
+    status = subprocess.run([sys.executable, "-m", "launcher", "status", str(sweep_dir)], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert shlex.join(resume) in " ".join(status.stdout.split()), status.stdout
 
 
 def test_a_runtime_killed_with_sigkill_takes_its_trainer_along_and_the_job_fails_with_its_cause(tmp_path):

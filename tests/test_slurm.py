@@ -247,7 +247,8 @@ def test_cancelling_an_array_with_pending_tasks_ends_the_wait_and_unblocks_the_r
 
 
 def test_a_task_slurm_no_longer_reports_is_vanished_after_a_second_look_never_left_pending():
-    from launcher.slurm.states import VANISHED, confirmed_states
+    from facts.states import VANISHED
+    from launcher.slurm.states import confirmed_states
 
     looks = []
     states = confirmed_states(["987654_3"], confirm_delay_s=0.1, sleep=looks.append)
@@ -260,7 +261,8 @@ def test_a_state_a_requeue_follows_is_not_final_while_squeue_still_holds_the_tas
     # controller writes the next run's record, well under a second here; only squeue knows it will
     # run again. No look through the requeue may call the task ended; test_slurm_states pins the
     # combination on that exact record, which this window is too short to catch reliably.
-    from launcher.slurm.states import TERMINAL_STATES, confirmed_states, sacct_runs
+    from facts.states import IN_FLIGHT_STATES, TERMINAL_STATES
+    from launcher.slurm.states import confirmed_states, sacct_runs
 
     array = subprocess.run(["sbatch", "--parsable", "--requeue", "--mem=100M", "-o", "/dev/null", "--array=0-1",
                             "--job-name=proofgrid-test-requeue", "--wrap", "sleep 120"],
@@ -275,7 +277,8 @@ def test_a_state_a_requeue_follows_is_not_final_while_squeue_still_holds_the_tas
             states = confirmed_states(tasks)
             seen.append(states[tasks[0]]["state"])
             assert states[tasks[1]]["state"] == "RUNNING"
-        assert seen and not set(seen) & TERMINAL_STATES and set(seen) <= {"PENDING", "RUNNING"}, seen
+        # Between its runs squeue may show the task COMPLETING (CG) or CONFIGURING: still in flight.
+        assert seen and not set(seen) & TERMINAL_STATES and set(seen) <= IN_FLIGHT_STATES, seen
         runs = _wait_for(lambda: [r["state"] for r in sacct_runs(tasks[0])] or None, 30, "sacct's runs of the task")
         assert runs[0] == "REQUEUED", runs  # the first run's record: what sacct alone would have said
     finally:

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from facts.states import VANISHED
 from launcher.errors import PreflightError, SchedulerUnavailable
 from launcher.slurm.commands import pipe_records, run_slurm
 from launcher.slurm.options import check_environment
 from launcher.slurm.states import (
     SACCT_FORMAT,
     SQUEUE_FORMAT,
-    VANISHED,
     base_state,
     combine_looks,
     expand_job_ids,

@@ -17,9 +17,7 @@ import torch
 from safetensors.torch import load_model, save_model
 
 from facts import checkpoint_name
-
-LATEST = "latest"
-
+from facts.files import LATEST_CHECKPOINT, WEIGHTS_FILE
 
 SAMPLER_FILE = "sampler.pt"
 
@@ -37,7 +35,7 @@ def save_checkpoint(root: Path, step: int, model, optimizer, state: dict, keep: 
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     # save_model de-duplicates tied weights (embedding / lm_head) that save_file refuses.
-    save_model(model, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    save_model(model, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / "rng.pt")
     if sampler_state is not None:
@@ -45,9 +43,9 @@ def save_checkpoint(root: Path, step: int, model, optimizer, state: dict, keep: 
     (tmp / "trainer_state.json").write_text(json.dumps({**state, "step": step}, indent=1, sort_keys=True))
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
-    pointer = root / (LATEST + ".tmp")
+    pointer = root / (LATEST_CHECKPOINT + ".tmp")
     pointer.write_text(final.name + "\n")
-    os.replace(pointer, root / LATEST)
+    os.replace(pointer, root / LATEST_CHECKPOINT)
     for old in root.glob("step_*"):
         if old.name != final.name and old.name not in (keep or set()):
             shutil.rmtree(old, ignore_errors=True)
@@ -55,7 +53,7 @@ def save_checkpoint(root: Path, step: int, model, optimizer, state: dict, keep: 
 
 
 def latest_checkpoint(root: Path) -> Path | None:
-    pointer = root / LATEST
+    pointer = root / LATEST_CHECKPOINT
     if not pointer.is_file():
         return None
     path = root / pointer.read_text().strip()
@@ -63,7 +61,7 @@ def latest_checkpoint(root: Path) -> Path | None:
 
 
 def load_checkpoint(path: Path, model, optimizer) -> dict:
-    load_model(model, str(path / "model.safetensors"))
+    load_model(model, str(path / WEIGHTS_FILE))
     optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
     rng = torch.load(path / "rng.pt", weights_only=False)
     torch.set_rng_state(rng["torch"])

@@ -8,13 +8,11 @@ here, before a run starts, with a one-line message naming the setting and the fi
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from omegaconf import DictConfig, OmegaConf
 
+from facts.repo import CONF_DIR
 from trainer.algorithms import AlgoConfig, AlgoConfigError
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 DESCRIPTIVE_ALGO_KEYS = ("short", "display_name")
 
 

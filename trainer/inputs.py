@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from facts import sha256_file
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from facts.repo import MANIFESTS_DIR, REPO_ROOT
 
 
 class InputDigestError(RuntimeError):
@@ -115,7 +114,7 @@ def pin_command(manifest_path: str | Path, inputs: list[str | Path]) -> str:
                      *(str(i).rstrip("/") for i in inputs)])
 
 
-def pin(workload: str, inputs: list[str], manifest_dir: Path = REPO_ROOT / "manifests") -> Path:
+def pin(workload: str, inputs: list[str], manifest_dir: Path = MANIFESTS_DIR) -> Path:
     """Write ``manifests/<workload>.json`` pinning every file of ``inputs`` (files or directories,
     given relative to the repository root: place or symlink real inputs under ``models/``, ``data/``)."""
     entries = []

@@ -46,6 +46,7 @@ from facts import (
     atomic_write_json,
 )
 from facts.evaluation import model_files
+from facts.repo import REPO_ROOT
 from trainer.algorithms import (
     KL_ESTIMATORS,
     Advantages,
@@ -70,7 +71,7 @@ from trainer.checkpoint import (
 from trainer.config import RunConfigError, validate
 from trainer.data import Example, PromptStream, load_split, mix_seed, subset_digest
 from trainer.evaluate import evaluate, shared_initial_eval
-from trainer.inputs import REPO_ROOT, resolve, verify_inputs
+from trainer.inputs import resolve, verify_inputs
 from trainer.metrics import KL_LOSS_KEY, MetricsLog, log_eval, metric_keys
 from trainer.policy import TokenBatch, build_token_batch, compute_context, load_policy, response_logprobs
 from trainer.preemption import (

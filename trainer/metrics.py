@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from facts import DYNAMIC_SAMPLING_KEYS, KL_LOSS_KEY, METRICS_LOG, OFF_POLICY_KEYS, REQUIRED_KEYS
+from facts.files import TENSORBOARD_DIR
 
 __all__ = ["KL_LOSS_KEY", "REQUIRED_KEYS", "MetricsLog", "metric_keys"]
 
@@ -41,7 +42,7 @@ class MetricsLog:
         from torch.utils.tensorboard import SummaryWriter
 
         # purge_step hides events a killed run wrote for steps >= start_step, as the JSONL truncation does.
-        self._tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"), purge_step=start_step or None)
+        self._tb = SummaryWriter(log_dir=str(run_dir / TENSORBOARD_DIR), purge_step=start_step or None)
 
     def _truncate_to(self, start_step: int) -> None:
         kept = []
@@ -85,7 +86,7 @@ def log_eval(run_dir: Path, n_updates: int, initial: dict, final: dict) -> str:
     from torch.utils.tensorboard import SummaryWriter
 
     scalars = eval_scalars(initial, final)
-    with SummaryWriter(log_dir=str(run_dir / "tensorboard")) as writer:
+    with SummaryWriter(log_dir=str(run_dir / TENSORBOARD_DIR)) as writer:
         for prefix, step in (("eval_initial", 0), ("eval", n_updates)):
             for tag, value in scalars[prefix].items():
                 writer.add_scalar(tag, value, step)

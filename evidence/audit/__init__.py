@@ -26,7 +26,7 @@ from functools import partial
 from pathlib import Path
 
 from evidence.audit.archive import check_members, check_sidecar, extracted
-from evidence.audit.bag import PAYLOAD, check_bag
+from evidence.audit.bag import check_bag
 from evidence.audit.experiment import check_experiment
 from evidence.audit.figures import check_figures
 from evidence.audit.leaks import scan_leaks
@@ -38,6 +38,7 @@ from evidence.dataset import BundleData, load_bundle_data
 from evidence.fileio import JSONError
 from evidence.problems import Problem, UsageError
 from facts import sweep_jobs_dir
+from facts.files import BUNDLE_DIR, BUNDLE_PAYLOAD
 
 # What a check of the content may raise on data no build writes: reported as a problem of the payload.
 RECOMPUTE_ERRORS = (KeyError, ValueError, TypeError, ZeroDivisionError, StopIteration, OverflowError)
@@ -49,7 +50,7 @@ def audit(path: str | Path) -> list[Problem]:
     """Audit a bundle directory or a ``.tar.gz`` of one; an empty list means clean."""
     path = Path(path)
     if path.is_dir() and not (path / "bagit.txt").exists() and sweep_jobs_dir(path).is_dir():
-        sealed = [p for p in (path / "bundle.tar.gz", path / "bundle") if p.exists()]
+        sealed = [p for p in (path / "bundle.tar.gz", path / BUNDLE_DIR) if p.exists()]
         fix = f"python -m evidence audit {sealed[0]}" if sealed else f"seal it first: python -m evidence build {path}"
         raise UsageError(f"{path} is a sweep directory, not a bundle; {fix}")
     if path.is_dir():
@@ -95,30 +96,30 @@ def _load(data_dir: Path) -> tuple[BundleData | None, list[Problem]]:
     try:
         return load_bundle_data(data_dir), []
     except LOAD_ERRORS as exc:
-        return None, [Problem(PAYLOAD, f"cannot load the bundle's data ({exc.__class__.__name__}: {exc})")]
+        return None, [Problem(BUNDLE_PAYLOAD, f"cannot load the bundle's data ({exc.__class__.__name__}: {exc})")]
 
 
 def check_content(bag: Path, data: BundleData) -> list[Problem]:
     """What the payload's files say, checked against each other: runs, recomputation, rejections, the
     experiment, then the records (each shared initial evaluation read once for all of them)."""
-    data_dir, shared_checks = bag / PAYLOAD, {}
+    data_dir, shared_checks = bag / BUNDLE_PAYLOAD, {}
     checks = (partial(check_runs, data_dir, data, shared_checks=shared_checks),
               partial(check_recomputation, data_dir, data),
               partial(check_rejections, data_dir, data, shared_checks=shared_checks),
               partial(check_experiment, data_dir, data))
-    problems = [p for check in checks for p in _guarded(check, PAYLOAD, "cannot recompute")]
-    return problems + _guarded(partial(check_records, bag, data), PAYLOAD, "cannot cross-check the records",
+    problems = [p for check in checks for p in _guarded(check, BUNDLE_PAYLOAD, "cannot recompute")]
+    return problems + _guarded(partial(check_records, bag, data), BUNDLE_PAYLOAD, "cannot cross-check the records",
                                RECORDS_ERRORS)
 
 
 def audit_bag(bag: Path) -> list[Problem]:
     """Audit an unpacked bag directory: the bag, its content, its figures, then the leak scan."""
     problems = check_bag(bag)
-    data_dir = bag / PAYLOAD
+    data_dir = bag / BUNDLE_PAYLOAD
     if data_dir.is_dir():
         data, unloadable = _load(data_dir)
         problems += unloadable if data is None else check_content(bag, data)
-        problems += _guarded(partial(check_figures, data_dir, data), f"{PAYLOAD}/figures", "cannot redraw")
+        problems += _guarded(partial(check_figures, data_dir, data), f"{BUNDLE_PAYLOAD}/figures", "cannot redraw")
     return problems + scan_leaks(bag)
 
 

@@ -17,14 +17,14 @@ import bagit
 from evidence.bundle import TAG_FILES
 from evidence.fileio import sha256_file
 from evidence.problems import Problem
+from facts.files import BUNDLE_PAYLOAD
 
-PAYLOAD = "data"
 MANIFEST = "manifest-sha256.txt"
 TAGMANIFEST = "tagmanifest-sha256.txt"
 
 
 def _manifest_of(rel: str) -> str:
-    return MANIFEST if rel.startswith(PAYLOAD + "/") else TAGMANIFEST
+    return MANIFEST if rel.startswith(BUNDLE_PAYLOAD + "/") else TAGMANIFEST
 
 
 def _files(root: Path, findings: list[Problem], bag: Path) -> list[str]:
@@ -85,7 +85,7 @@ def check_bag(bag: Path) -> list[Problem]:
     """BagIt validity by bagit-python's ``Bag.validate()``, plus proofgrid's rules on top."""
     findings: list[Problem] = []
     for entry in sorted(bag.iterdir()):
-        if entry.name == PAYLOAD and entry.is_dir() and not entry.is_symlink():
+        if entry.name == BUNDLE_PAYLOAD and entry.is_dir() and not entry.is_symlink():
             continue
         if entry.name in TAG_FILES:
             continue
@@ -93,8 +93,8 @@ def check_bag(bag: Path) -> list[Problem]:
             findings.append(Problem(entry.name, "only sha256 manifests are allowed"))
         else:
             findings.append(Problem(entry.name, "extra entry outside the payload"))
-    if (bag / PAYLOAD).is_dir():
-        _files(bag / PAYLOAD, findings, bag)
+    if (bag / BUNDLE_PAYLOAD).is_dir():
+        _files(bag / BUNDLE_PAYLOAD, findings, bag)
     logging.getLogger("bagit").setLevel(logging.CRITICAL)  # its findings come back as exceptions
     try:
         loaded = bagit.Bag(str(bag))

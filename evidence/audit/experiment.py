@@ -7,26 +7,26 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from evidence.audit.bag import PAYLOAD
 from evidence.audit.recomputation import check_recomputation
 from evidence.audit.runs import check_runs
 from evidence.dataset import BundleData
 from evidence.problems import Problem
 from evidence.verdict.recompute import check_verdict
+from facts.files import BUNDLE_PAYLOAD
 
 
 def _inside(problem: Problem, stage_dir: str) -> Problem:
     """A stage's problem named as the confirm bundle holds it (``data/x`` -> ``data/stages/<name>/x``)."""
-    return replace(problem, file=problem.file.replace(f"{PAYLOAD}/", stage_dir, 1),
-                   where=problem.where.replace(f"{PAYLOAD}/", stage_dir),
-                   reason=problem.reason.replace(f"{PAYLOAD}/", stage_dir))
+    return replace(problem, file=problem.file.replace(f"{BUNDLE_PAYLOAD}/", stage_dir, 1),
+                   where=problem.where.replace(f"{BUNDLE_PAYLOAD}/", stage_dir),
+                   reason=problem.reason.replace(f"{BUNDLE_PAYLOAD}/", stage_dir))
 
 
 def check_experiment(data_dir: Path, data: BundleData) -> list[Problem]:
     """The verdict recomputes; every earlier stage's runs and tables do."""
     problems = check_verdict(data_dir, data)
     for name, stage in data.stages.items():
-        inside = f"{PAYLOAD}/stages/{name}/"
+        inside = f"{BUNDLE_PAYLOAD}/stages/{name}/"
         for check in (check_runs, check_recomputation):
             problems += [_inside(p, inside) for p in check(data_dir / "stages" / name, stage)]
     return problems

@@ -8,12 +8,12 @@ import re
 from pathlib import Path
 
 from evidence.audit.archive import MAX_MEMBER_BYTES
-from evidence.audit.bag import PAYLOAD
 from evidence.bundle import FIGURES_DRAWN_BY, figures_library_version, private_tool_dirs
 from evidence.dataset import BundleData
 from evidence.figures import render_figures
 from evidence.fileio import sha256_file
 from evidence.problems import Problem
+from facts.files import BUNDLE_PAYLOAD, BUNDLE_RUNS_DIR, RUN_RECORD, SWEEP_RECORD, job_files_glob
 
 # Active content or a reference out of the file: a figure must be a self-contained drawing.
 _SVG_ACTIVE = re.compile(r"(?i)<\s*script|<\s*foreignObject|<!ENTITY|@import|<\s*(?:iframe|embed|object)\b"
@@ -31,7 +31,7 @@ def check_figures(data_dir: Path, data: BundleData | None = None) -> list[Proble
     if not figures.is_dir():
         return findings
     for path in sorted(figures.rglob("*")):
-        rel = f"{PAYLOAD}/{path.relative_to(data_dir).as_posix()}"
+        rel = f"{BUNDLE_PAYLOAD}/{path.relative_to(data_dir).as_posix()}"
         if path.is_dir():
             continue
         if path.suffix != ".svg":
@@ -60,8 +60,8 @@ _REDRAWN: dict[str, dict[str, bytes]] = {}
 
 def _inputs_digest(data_dir: Path) -> str:
     """SHA256 over the files ``load_bundle_data`` reads (the figures' only input)."""
-    names = ["sweep.json", "evidence.json", "index.csv", "incidents.csv", "steps.csv", "eval.csv"]
-    names += sorted(p.relative_to(data_dir).as_posix() for p in data_dir.glob("runs/*/run.json"))
+    names = [SWEEP_RECORD, "evidence.json", "index.csv", "incidents.csv", "steps.csv", "eval.csv"]
+    names += sorted(p.relative_to(data_dir).as_posix() for p in data_dir.glob(f"{BUNDLE_RUNS_DIR}/{job_files_glob(RUN_RECORD)}"))
     lines = [f"{name} {sha256_file(data_dir / name) if (data_dir / name).is_file() else '-'}" for name in names]
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
@@ -81,11 +81,11 @@ def _compare_redrawn_figures(figures: Path, data: BundleData) -> list[Problem]:
     redrawn = _redrawn(figures.parent, data)
     held = {p.relative_to(figures).as_posix(): p for p in figures.rglob("*") if p.is_file()}
     for name in sorted(redrawn.keys() - held.keys()):
-        findings.append(Problem(f"{PAYLOAD}/figures/{name}", "missing (the redrawing produces it)"))
+        findings.append(Problem(f"{BUNDLE_PAYLOAD}/figures/{name}", "missing (the redrawing produces it)"))
     for name in sorted(held.keys() - redrawn.keys()):
-        findings.append(Problem(f"{PAYLOAD}/figures/{name}", "not a figure of the redrawing"))
+        findings.append(Problem(f"{BUNDLE_PAYLOAD}/figures/{name}", "not a figure of the redrawing"))
     for name in sorted(held.keys() & redrawn.keys()):
         if held[name].stat().st_size > MAX_MEMBER_BYTES or held[name].read_bytes() != redrawn[name]:
-            findings.append(Problem(f"{PAYLOAD}/figures/{name}",
+            findings.append(Problem(f"{BUNDLE_PAYLOAD}/figures/{name}",
                                     "differs from the figure redrawn from steps.csv / eval.csv"))
     return findings

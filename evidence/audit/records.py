@@ -6,9 +6,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from evidence.audit.bag import PAYLOAD, read_tags
+from evidence.audit.bag import read_tags
 from evidence.dataset import BundleData
 from evidence.problems import Problem
+from facts.files import BUNDLE_PAYLOAD
 
 
 def _grid_jobs(sweep: dict) -> set[str]:
@@ -42,7 +43,7 @@ def check_records(bag: Path, data: BundleData) -> list[Problem]:
              f"{data.n_updates} updates")
     if not str(info.get("External-Description", "")).endswith(shape):
         findings.append(Problem("bag-info.txt", f"External-Description does not end with sweep.json's {shape!r}"))
-    findings += _check_commands(bag / PAYLOAD / "commands.txt", grid)
+    findings += _check_commands(bag / BUNDLE_PAYLOAD / "commands.txt", grid)
     return findings
 
 

@@ -9,6 +9,18 @@ from evidence.dataset import BundleData, read_csv
 from evidence.fileio import JSONError, read_json
 from evidence.metrics_log import validate_metrics
 from evidence.problems import Problem
+from facts.files import (
+    BUNDLE_RUNS_DIR,
+    CHECKPOINTS_DIR,
+    COMMAND_PUBLIC_RECORD,
+    EVAL_RECORD,
+    JOB_RECORD,
+    METRICS_LOG,
+    TENSORBOARD_DIR,
+    TENSORBOARD_EVENTS,
+    WEIGHTS_FILE,
+    run_relpath,
+)
 
 
 def _still_rejected(data_dir: Path, data: BundleData, row: dict, majority: tuple | None, artifacts: set[tuple[str, str]],
@@ -17,13 +29,13 @@ def _still_rejected(data_dir: Path, data: BundleData, row: dict, majority: tuple
     metrics log, run.json, eval.json and the shared initial evaluation it references, job.json,
     command.public.json, and artifacts.csv's listing)."""
     job, algo, seed, n = row["job"], row["algo"], int(row["seed"]), data.n_updates
-    run = data_dir / "runs" / job
-    log = validate_metrics(run / "metrics.jsonl", algo, n)
+    run = data_dir / BUNDLE_RUNS_DIR / job
+    log = validate_metrics(run / METRICS_LOG, algo, n)
     failures = ["metrics"] if log.violations or log.valid_steps != n else []
     run_summary, run_failures = check_run_summary(run, algo, seed, n)
     failures += ["run"] if run_failures else []
     try:
-        record, summary, command = (read_json(run / name) for name in ("job.json", "eval.json", "command.public.json"))
+        record, summary, command = (read_json(run / name) for name in (JOB_RECORD, EVAL_RECORD, COMMAND_PUBLIC_RECORD))
     except JSONError:
         return failures + ["unreadable record"]
     if not isinstance(record, dict) or check_cleanup(record) or (record.get("algo"), record.get("seed")) != (algo, seed):
@@ -39,9 +51,9 @@ def _still_rejected(data_dir: Path, data: BundleData, row: dict, majority: tuple
         found = check_shared_reference(data_dir, entries[0], run_summary, shared_checks)
         if found.of_shared or found.of_run:
             failures.append("eval-shared")
-    if (job, f"run/checkpoints/{checkpoint_name(n)}/model.safetensors") not in artifacts:
+    if (job, run_relpath(CHECKPOINTS_DIR, checkpoint_name(n), WEIGHTS_FILE)) not in artifacts:
         failures.append("checkpoint")
-    if not any(j == job and p.startswith("run/tensorboard/events.out.tfevents.") for j, p in artifacts):
+    if not any(j == job and p.startswith(run_relpath(TENSORBOARD_DIR, TENSORBOARD_EVENTS.rstrip("*"))) for j, p in artifacts):
         failures.append("tensorboard")
     return failures
 
@@ -62,7 +74,7 @@ def check_rejections(data_dir: Path, data: BundleData, shared_checks: dict | Non
     shared_checks = {} if shared_checks is None else shared_checks
     for row in data.index:
         excluded = row["reason"].startswith("excluded by incidents.yaml")
-        if row["accepted"] == "yes" or excluded or not (data_dir / "runs" / row["job"]).is_dir():
+        if row["accepted"] == "yes" or excluded or not (data_dir / BUNDLE_RUNS_DIR / row["job"]).is_dir():
             continue
         if not _still_rejected(data_dir, data, row, majority, artifacts, shared_checks):
             findings.append(Problem("data/index.csv", f"{row['job']} is rejected ({row['reason'][:80]}) but its "

@@ -8,13 +8,19 @@ import math
 from pathlib import Path
 
 from evidence.artifacts import check_shared_reference, shared_initial_dir
-from evidence.audit.bag import PAYLOAD
 from evidence.dataset import EVAL_COLUMNS, EVAL_ID_COLUMNS, BundleData, read_csv
 from evidence.fileio import JSONError, read_json
 from evidence.incidents import history_incidents
 from evidence.metrics_log import validate_metrics
 from evidence.problems import Problem, capped
 from facts import EVAL_RECORD, INITIAL_EVAL_DIR
+from facts.files import (
+    BUNDLE_PAYLOAD,
+    BUNDLE_RUNS_DIR,
+    METRICS_LOG,
+    RUN_RECORD,
+    bundle_run_relpath,
+)
 
 
 class _SharedChecks:
@@ -50,8 +56,8 @@ def _stray_rows(data_dir: Path, data: BundleData) -> list[Problem]:
 def _check_metrics(data_dir: Path, data: BundleData, arm: str, seed: int) -> list[Problem]:
     """The run's metrics log re-validates, and steps.csv holds exactly its records."""
     job = f"{arm}-{seed}"
-    rel = f"data/runs/{job}/metrics.jsonl"
-    log = validate_metrics(data_dir / "runs" / job / "metrics.jsonl", data.arm_algo(arm), data.n_updates, name=rel)
+    rel = bundle_run_relpath(job, METRICS_LOG)
+    log = validate_metrics(data_dir / BUNDLE_RUNS_DIR / job / METRICS_LOG, data.arm_algo(arm), data.n_updates, name=rel)
     csv_records = {r["step"]: r for r in data.steps.get((arm, seed), [])}
     mismatches = []
     if len(csv_records) != len(log.records):
@@ -68,23 +74,23 @@ def _check_shared_reference(data_dir: Path, job: str, entry: dict, shared: _Shar
     """A run's shared initial control by ``check_shared_reference``, as problems: the shared
     evaluation's own once per bundle, the run's under its eval.json."""
     try:
-        run_summary = read_json(data_dir / "runs" / job / "run.json")
+        run_summary = read_json(data_dir / BUNDLE_RUNS_DIR / job / RUN_RECORD)
     except JSONError:
         run_summary = None  # check_runs and the rejection checks report an unreadable run.json
     found = check_shared_reference(data_dir, entry, run_summary, shared.checked)
-    problems = [Problem(f"{PAYLOAD}/{found.shared_file}", problem) for problem in found.of_shared]
+    problems = [Problem(f"{BUNDLE_PAYLOAD}/{found.shared_file}", problem) for problem in found.of_shared]
     problems = [p for p in problems if p not in shared.reported]
     shared.reported.update(problems)
-    return problems + [Problem(f"{PAYLOAD}/runs/{job}/eval.json", problem) for problem in found.of_run]
+    return problems + [Problem(bundle_run_relpath(job, EVAL_RECORD), problem) for problem in found.of_run]
 
 
 def _check_eval(data_dir: Path, data: BundleData, arm: str, seed: int, shared: _SharedChecks) -> list[Problem]:
     """eval.csv's rows of the run are its eval.json's entries (a shared initial control checked too)."""
     job = f"{arm}-{seed}"
     try:
-        summary = read_json(data_dir / "runs" / job / "eval.json")
+        summary = read_json(data_dir / BUNDLE_RUNS_DIR / job / EVAL_RECORD)
     except JSONError as exc:
-        return [Problem(f"data/runs/{job}/eval.json", str(exc))]
+        return [Problem(bundle_run_relpath(job, EVAL_RECORD), str(exc))]
     problems = []
     for kind in ("initial", "final"):
         row = data.evals.get((arm, seed), {}).get(kind)
@@ -97,13 +103,13 @@ def _check_eval(data_dir: Path, data: BundleData, arm: str, seed: int, shared: _
             shared.referenced.add(shared_dir)
             problems += _check_shared_reference(data_dir, job, entry, shared)
         if (row.get("initial_eval") or None) != shared_dir:
-            problems.append(Problem("data/eval.csv", f"{job} {kind} initial_eval differs from data/runs/{job}/eval.json"))
+            problems.append(Problem("data/eval.csv", f"{job} {kind} initial_eval differs from {bundle_run_relpath(job, EVAL_RECORD)}"))
         for column in EVAL_COLUMNS[len(EVAL_ID_COLUMNS):]:
             if column == "initial_eval":
                 continue
             if str(entry.get(column)).lower() != str(row.get(column)).lower() and not (
                     isinstance(entry.get(column), (int, float)) and _close(entry.get(column), row.get(column))):
-                problems.append(Problem("data/eval.csv", f"{job} {kind} {column} differs from data/runs/{job}/eval.json"))
+                problems.append(Problem("data/eval.csv", f"{job} {kind} {column} differs from {bundle_run_relpath(job, EVAL_RECORD)}"))
     return problems
 
 
@@ -112,7 +118,7 @@ def _stray_initial_evals(data_dir: Path, shared: _SharedChecks) -> list[Problem]
 
     A rejected run's evidence is bundled too, and its eval.json may be the only reference (a sweep
     whose every run was rejected); only a directory no bundled run names is a stray."""
-    for eval_record in sorted((data_dir / "runs").glob(f"*/{EVAL_RECORD}")):
+    for eval_record in sorted((data_dir / BUNDLE_RUNS_DIR).glob(f"*/{EVAL_RECORD}")):
         try:
             entry = read_json(eval_record)
         except JSONError:
@@ -129,7 +135,7 @@ def _check_incidents(data_dir: Path, data: BundleData) -> list[Problem]:
     problems = []
     recorded = {(r["job"], r["kind"], r["title"]) for r in data.incidents}
     for row in data.index:
-        for kind, _, title, _ in history_incidents(data_dir / "runs" / row["job"]):
+        for kind, _, title, _ in history_incidents(data_dir / BUNDLE_RUNS_DIR / row["job"]):
             if (row["job"], kind, title) not in recorded:
                 problems.append(Problem("data/incidents.csv", f"{row['job']}: {kind} incident {title!r} of its "
                                         "attempt history is missing"))

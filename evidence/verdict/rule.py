@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 from evidence import stats
 from evidence.verdict.spec import Criterion
+from facts.states import FAILED, INCONCLUSIVE, VALIDATED
 
-VALIDATED, FAILED, INCONCLUSIVE = "VALIDATED", "FAILED", "INCONCLUSIVE"
 # A mean difference within this of the threshold reaches it: exact decimal inputs lose a few ulps.
 THRESHOLD_SLACK = 1e-9
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from evidence.dataset import EXPERIMENT_FILE
 from evidence.fileio import write_text
 from evidence.verdict.spec import parse_experiment
+from facts.files import BUNDLE_DIR
 
 PROBE_STAGE, TUNING_STAGE, CONFIRM_STAGE = "probe", "tuning", "confirm"
 STAGES = (PROBE_STAGE, TUNING_STAGE, CONFIRM_STAGE)
@@ -39,7 +40,7 @@ def add_experiment(sweep_dir: Path, data_dir: Path) -> None:
         if stage == TUNING_STAGE and experiment.tuning is None:
             continue
         root = Path(sweep_dir).parent / stage
-        built = root / "bundle" / "data"
+        built = root / BUNDLE_DIR / "data"
         if not (built / "index.csv").is_file():
             continue
         target_root = Path(data_dir) / "stages" / stage

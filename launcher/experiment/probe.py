@@ -12,9 +12,10 @@ import sys
 from evidence.dataset import BundleData
 from evidence.verdict.spec import same_overrides
 from evidence.verdict.stages import GRADIENT_RECORD, PROBE_STAGE
+from facts.files import BUNDLE_DIR
+from facts.repo import REPO_ROOT
 from launcher.experiment.errors import ExperimentFailed
 from launcher.experiment.runner import Runner
-from trainer.inputs import REPO_ROOT
 
 DEFAULT_MIN_COSINE = 0.9
 DEFAULT_MIN_RATIO = 2.0
@@ -37,7 +38,7 @@ def measure_arms(runner: Runner, data: BundleData) -> dict[str, dict]:
         steps = _arm_steps(data, label)
         if (label, runner.study.experiment.seeds[0]) not in data.accepted or not steps:
             raise ExperimentFailed(f"probe failed: arm {label} has no accepted probe run (see "
-                                   f"{runner.stage_dir(PROBE_STAGE).name}/bundle/report.md)")
+                                   f"{runner.stage_dir(PROBE_STAGE).name}/{BUNDLE_DIR}/report.md)")
         for key in ("train/loss", "train/grad_norm"):
             if not all(isinstance(r.get(key), float) and math.isfinite(r[key]) for r in steps):
                 raise ExperimentFailed(f"probe failed: arm {label} logged a non-finite {key}")

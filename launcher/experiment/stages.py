@@ -15,6 +15,7 @@ from evidence.verdict.selection import Selection, extend_grid, select_from_bundl
 from evidence.verdict.spec import VerdictError
 from evidence.verdict.stages import CONFIRM_STAGE, PROBE_RECORD, PROBE_STAGE, TUNING_STAGE
 from facts import atomic_write_json
+from facts.files import BUNDLE_DIR
 from launcher.experiment.budget import check_budget
 from launcher.experiment.errors import ExperimentFailed
 from launcher.experiment.probe import probe_checks
@@ -24,7 +25,7 @@ from launcher.sweep import run_sweep
 
 
 def _bundle_data(runner: Runner, stage: str) -> Path:
-    return runner.stage_dir(stage) / "bundle" / "data"
+    return runner.stage_dir(stage) / BUNDLE_DIR / "data"
 
 
 def run_probe(runner: Runner, recorded: list[str]) -> dict:
@@ -62,7 +63,7 @@ def _select(runner: Runner, bundle: Path) -> dict[str, Selection]:
 def run_tuning(runner: Runner, grids: dict[str, list[str]]) -> dict[str, dict[str, str]]:
     """Run the grid, select per arm; an edge winner extends its grid once when the spec says so."""
     tuning = runner.study.experiment.tuning
-    bundle = runner.stage_dir(TUNING_STAGE) / "bundle"
+    bundle = runner.stage_dir(TUNING_STAGE) / BUNDLE_DIR
     stage_header(TUNING_STAGE, f"{sum(map(len, grids.values())) * len(runner.study.tuning_seeds)} job(s)")
     run_sweep(runner.plan(TUNING_STAGE, runner.tuning_cells(grids)))
     chosen = _select(runner, bundle)

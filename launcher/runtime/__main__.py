@@ -6,11 +6,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from facts.files import JOB_SPEC
 from launcher.errors import JobFailed
 from launcher.runtime.job import run_job
 from launcher.spec import JobSpec
-
-SPEC_FILE = "spec.json"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m launcher.runtime <job_dir>", file=sys.stderr)
         return 2
-    spec = JobSpec.from_json((Path(args[0]) / SPEC_FILE).read_text())
+    spec = JobSpec.from_json((Path(args[0]) / JOB_SPEC).read_text())
     try:
         run_job(spec)
     except JobFailed as exc:

@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from facts.states import REQUEUED
 from trainer.preemption import EXIT_CHECKPOINTED
 
 
@@ -46,7 +47,7 @@ class RunEnd:
 
     @property
     def requeued(self) -> bool:
-        return self.state == "REQUEUED"
+        return self.state == REQUEUED
 
 
 class JobHooks:

@@ -19,7 +19,10 @@ import sys
 import time
 from collections.abc import Iterator
 
+from facts.files import TRAINER_LOG
 from facts.processes import runtime_identity
+from facts.repo import REPO_ROOT
+from facts.states import COMPLETED, FAILED, REQUEUED, RUNNING, TERMINATED
 from launcher.errors import JobFailed, PreflightError
 from launcher.isolation import JobRoots, env_diff, isolated_env
 from launcher.liveness import death_cause
@@ -30,11 +33,9 @@ from launcher.records import update_job_record, write_command_records
 from launcher.runtime.hooks import JobHooks, Reaction, RunEnd
 from launcher.runtime.process import die_with_parent, leftovers, wait_for_group_exit
 from launcher.spec import JobSpec
-from trainer.inputs import REPO_ROOT
 from trainer.preemption import CHECKPOINT_SIGNALS, EXIT_CHECKPOINTED
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR2)
-TRAINER_LOG = "trainer.log"
 TRAINER_STOP_GRACE_S = 20  # a trainer told to stop (SIGTERM to its group) is killed after this
 
 
@@ -97,7 +98,7 @@ class JobRun:
     def begin(self) -> None:
         """The RUNNING record: which job, where, started when, by which runtime process."""
         update_job_record(self.roots.job_dir, {
-            **self.spec.identity(), **self.identity, "node": socket.gethostname(), "state": "RUNNING",
+            **self.spec.identity(), **self.identity, "node": socket.gethostname(), "state": RUNNING,
             "exit_code": None, "source_commit": self.spec.source_commit, "roots": self.roots.as_record(),
             "started_at": self.started_at, **runtime_identity(os.getpid()),
         })
@@ -203,13 +204,13 @@ class JobRun:
         elif stop_signal is not None and failure is None and not finished_anyway:
             failure = f"terminated by signal {stop_signal}"
         if requeue:
-            state = "REQUEUED"
+            state = REQUEUED
         elif stop_signal is not None and not finished_anyway:
-            state = "TERMINATED"
+            state = TERMINATED
         elif failure is None and self.exit_code == 0:
-            state = "COMPLETED"
+            state = COMPLETED
         else:
-            state = "FAILED"
+            state = FAILED
         return RunEnd(state, self.exit_code, failure, stop_signal, self.killed_by_scheduler, finished_anyway, refusal)
 
     def record(self) -> dict:
@@ -224,6 +225,6 @@ class JobRun:
         record = self.hooks.ended(self.roots.job_dir, end, record)
         if end.stop_signal is not None and not end.finished_anyway:
             sys.exit(128 + end.stop_signal)
-        if end.state != "COMPLETED":
+        if end.state != COMPLETED:
             raise JobFailed(f"job {self.spec.name}: {end.failure or f'trainer exited with {end.exit_code}; see trainer.log'}")
         return record

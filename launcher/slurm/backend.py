@@ -23,9 +23,22 @@ from rich.live import Live
 
 from facts import atomic_write_json, sweep_job_dir, sweep_jobs_dir
 from facts.failures import scheduler_reason
+from facts.files import JOB_RECORD, JOB_SPEC, SWEEP_RECORD
+from facts.repo import REPO_ROOT
+from facts.states import (
+    COMPLETED,
+    COMPLETING,
+    CONFIGURING,
+    PENDING,
+    REQUEUED,
+    RUNNING,
+    TERMINAL_STATES,
+    VIEW_DONE,
+    VIEW_QUEUED,
+)
 from launcher.errors import PreflightError, SchedulerUnavailable
 from launcher.progress import progress_table
-from launcher.records import SWEEP_RECORD, read_job_record, update_job_record
+from launcher.records import read_job_record, update_job_record
 from launcher.slurm.commands import run_slurm
 from launcher.slurm.options import explain_refusal, max_array_size
 from launcher.slurm.script import (
@@ -38,7 +51,6 @@ from launcher.slurm.script import (
 )
 from launcher.slurm.states import (
     DEFAULT_POLL_INTERVAL_S,
-    TERMINAL_STATES,
     confirmed_states,
     look_intervals,
     poll_interval_s,
@@ -46,7 +58,6 @@ from launcher.slurm.states import (
 )
 from launcher.slurm.task import run_task
 from launcher.spec import JobSpec, Sweep
-from trainer.inputs import REPO_ROOT
 
 
 def _fresh_folder(sweep_dir: Path) -> Path:
@@ -73,7 +84,7 @@ def _forget_submission(folder: Path, todo: list[JobSpec], arrays: list[str]) -> 
         run_slurm(["scancel", *arrays])
     shutil.rmtree(folder, ignore_errors=True)
     for spec in todo:
-        if spec.job_dir.is_dir() and {p.name for p in spec.job_dir.iterdir()} <= {"spec.json"}:
+        if spec.job_dir.is_dir() and {p.name for p in spec.job_dir.iterdir()} <= {JOB_SPEC}:
             shutil.rmtree(spec.job_dir, ignore_errors=True)
 
 
@@ -105,7 +116,7 @@ def submit(sweep: Sweep, todo: list[JobSpec]) -> bool:
         name_tasks(sweep.sweep_dir, specs, [str(j.job_id) for j in jobs])
         for i, (spec, job) in enumerate(zip(specs, jobs)):
             update_job_record(spec.job_dir, {"scheduler": "slurm", "job_id": str(job.job_id), "array_index": i},
-                              defaults={**spec.identity(), "state": "PENDING", "exit_code": None,
+                              defaults={**spec.identity(), "state": PENDING, "exit_code": None,
                                         "source_commit": spec.source_commit})
         record.setdefault("submissions", []).append({"array_job_id": array_id, "jobs": [s.name for s in specs]})
     atomic_write_json(record_path, record)  # `launcher status` and tests read it while the array runs
@@ -213,7 +224,7 @@ def wait_for_jobs(sweep_dir: Path, job_dirs: list[Path], n_updates: dict[str, in
 
     # Until the first look, every job is as submitted; an interrupt from here on (even during that
     # first look) leaves the submitted jobs running and says so.
-    states = {d.name: "PENDING" for d in job_dirs}
+    states = {d.name: PENDING for d in job_dirs}
     deadline = time.monotonic() + timeout_s if timeout_s else None
 
     intervals = look_intervals(poll_interval_s)
@@ -246,7 +257,7 @@ def wait_for_jobs(sweep_dir: Path, job_dirs: list[Path], n_updates: dict[str, in
 def cancel_sweep(sweep_dir: Path) -> int:
     """``python -m launcher cancel <sweep_dir>``: scancel every task of the sweep that Slurm still
     holds (never a finished one), then record the states Slurm confirms. Returns an exit code."""
-    job_dirs = sorted(p for p in sweep_jobs_dir(sweep_dir).iterdir() if (p / "job.json").is_file())
+    job_dirs = sorted(p for p in sweep_jobs_dir(sweep_dir).iterdir() if (p / JOB_RECORD).is_file())
     try:
         states = refresh_job_records(job_dirs)
     except SchedulerUnavailable as exc:  # which jobs still run is unknown: cancel none rather than guess
@@ -274,11 +285,11 @@ def cancel_sweep(sweep_dir: Path) -> int:
 def live_state(state: str) -> str:
     """The live view's word for a scheduler state: queued / running / done, else Slurm's own
     state (CANCELLED, TIMEOUT, NODE_FAIL, ... are different stories, never all "FAILED")."""
-    if state == "PENDING":
-        return "QUEUED"
-    if state in ("RUNNING", "REQUEUED", "COMPLETING", "CONFIGURING"):
-        return "RUNNING"
-    return "DONE" if state == "COMPLETED" else state
+    if state == PENDING:
+        return VIEW_QUEUED
+    if state in (RUNNING, REQUEUED, COMPLETING, CONFIGURING):
+        return RUNNING
+    return VIEW_DONE if state == COMPLETED else state
 
 
 def in_flight(record: dict) -> bool:

@@ -15,6 +15,8 @@ import signal
 import time
 from pathlib import Path
 
+from facts.files import RUNTIME_LOG
+from facts.states import BOOT_FAIL, NODE_FAIL, PREEMPTED, REQUEUED, RUNNING
 from launcher.errors import SchedulerUnavailable
 from launcher.records import read_job_record, update_job_record
 from launcher.slurm.commands import run_slurm
@@ -36,7 +38,7 @@ def slurm_job_state(job_id: str) -> str | None:
 def requeue_refusal(job_id: str, restart_count: int) -> str | None:
     """Why the stopped task must not be requeued, or None when it should be."""
     state = slurm_job_state(job_id)
-    if state != "RUNNING":
+    if state != RUNNING:
         return f"Slurm reports the task {state or 'unknown'} (cancelled or ended), so it is not requeued"
     if restart_count >= MAX_SELF_REQUEUES:
         return f"already requeued {restart_count} times"
@@ -61,7 +63,6 @@ def append_history(job_dir: Path, entry: dict) -> dict:
     return update_job_record(job_dir, {HISTORY_KEY: [*history, {**entry, "time": round(time.time(), 3)}]})
 
 
-RUNTIME_LOG = "runtime.log"
 
 
 def keep_scheduler_output(job_dir: Path, job_id: str, restart_count: int, paths) -> None:
@@ -77,10 +78,10 @@ def keep_scheduler_output(job_dir: Path, job_id: str, restart_count: int, paths)
 
 # How a run that Slurm (not the task) ended and requeued is named in the history: (kind, event).
 SCHEDULER_REQUEUES = {
-    "NODE_FAIL": ("node-failure", "node failure"),
-    "BOOT_FAIL": ("node-failure", "node boot failure"),
-    "PREEMPTED": ("requeue", "preemption"),
-    "REQUEUED": ("requeue", "requeued by Slurm"),
+    NODE_FAIL: ("node-failure", "node failure"),
+    BOOT_FAIL: ("node-failure", "node boot failure"),
+    PREEMPTED: ("requeue", "preemption"),
+    REQUEUED: ("requeue", "requeued by Slurm"),
 }
 
 

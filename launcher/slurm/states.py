@@ -15,16 +15,9 @@ import re
 import time
 from collections.abc import Callable, Iterator
 
+from facts.states import COMPLETED, TRANSIENT_STATES, VANISHED
 from launcher.slurm.commands import pipe_records, run_slurm
 
-# States after which a task never runs again (unless listed in TRANSIENT_STATES as well).
-TERMINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL",
-                             "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "VANISHED"})
-# States that a requeue (``--requeue``, preemption, ``scontrol requeue``) can follow within seconds.
-TRANSIENT_STATES = frozenset({"NODE_FAIL", "PREEMPTED", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD",
-                              "RESV_DEL_HOLD", "BOOT_FAIL"})
-# Recorded when Slurm, asked twice, reports nothing at all about a task we submitted.
-VANISHED = "VANISHED"
 # How long to wait before the confirming second look.
 CONFIRM_DELAY_S = 2.0
 
@@ -170,9 +163,9 @@ def recorded_exit_code(info: dict) -> int | None:
     by a signal with code 0 (``CANCELLED`` shows ``0:15``) records ``128 + signal``, the shell's
     convention; one that never started (no node, no elapsed time), or that Slurm ended with code
     ``0:0``, records none."""
-    if info["state"] != "COMPLETED" and not info.get("node") and not info.get("elapsed_s"):
+    if info["state"] != COMPLETED and not info.get("node") and not info.get("elapsed_s"):
         return None
-    if info["state"] != "COMPLETED" and info.get("exit_code") == 0:
+    if info["state"] != COMPLETED and info.get("exit_code") == 0:
         # Slurm ended it (CANCELLED and TIMEOUT often read 0:0): never 0, the code of a success.
         return 128 + int(info["signal"]) if info.get("signal") else None
     return info.get("exit_code")

@@ -14,6 +14,7 @@ import signal
 import socket
 from pathlib import Path
 
+from facts.states import RUNNING, TERMINATED
 from launcher.progress import completed_steps
 from launcher.records import update_job_record
 from launcher.runtime import JobHooks, Reaction, RunEnd, run_job
@@ -70,7 +71,7 @@ class SlurmHooks(JobHooks):
             return None
 
     def on_stop_signal(self, signum: int) -> Reaction:
-        if signum == signal.SIGTERM and slurm_job_state(self.job_id) != "RUNNING":
+        if signum == signal.SIGTERM and slurm_job_state(self.job_id) != RUNNING:
             # scancel, a hard time limit: Slurm kills the task within KillWait, so there is time
             # for the cleanup only, not for a checkpoint (sacct tells how it ended).
             return Reaction.KILL
@@ -95,6 +96,6 @@ class SlurmHooks(JobHooks):
                  else (end.requeue_refusal or "stopped")}
         if end.requeued and (refused := requeue(self.job_id)):
             event["action"] = f"requeue refused by Slurm: {refused}"
-            update_job_record(job_dir, {"state": "TERMINATED", "runtime_state": "TERMINATED",
+            update_job_record(job_dir, {"state": TERMINATED, "runtime_state": TERMINATED,
                                         "failure": f"stopped by signal {end.stop_signal}; {event['action']}"})
         return append_history(job_dir, event)

@@ -49,11 +49,11 @@ import shutil
 import time
 from pathlib import Path
 
+from facts.repo import MANIFESTS_DIR, REPO_ROOT
 from trainer.data import PROMPT_TEMPLATE
-from trainer.inputs import REPO_ROOT
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "toy"
-DEFAULT_MANIFEST = REPO_ROOT / "manifests" / "toy.json"
+DEFAULT_MANIFEST = MANIFESTS_DIR / "toy.json"
 
 DATA_SEED = 20240601
 MODEL_SEED = 1729

@@ -1,9 +1,6 @@
-"""The local back end (``launcher.backend``): each job is a separate process (``python -m launcher.runtime <job_dir>``),
-at most as many at once as the machine's cores allow for the jobs' CPU needs.
-
-One module, not a package like ``launcher/slurm/``: there is no scheduler to ask, script to write or
-requeue to handle; the runtime's default hooks (``launcher.runtime.JobHooks``) are this back end's,
-and whether a job's runtime still lives is read from its record (``launcher.liveness``)."""
+"""The local back end's sweep: each job a separate process (``python -m launcher.runtime <job_dir>``), at
+most as many at once as the machine's cores allow for the jobs' CPU needs, shown live, cancelled on an
+interrupt."""
 
 from __future__ import annotations
 
@@ -15,61 +12,23 @@ import sys
 import time
 from pathlib import Path
 
-from omegaconf import DictConfig
 from rich.console import Console
 from rich.live import Live
 
 from facts.failures import failure_cause
+from facts.files import RUNTIME_LOG
 from facts.processes import local_runtime_alive
-from launcher.errors import PreflightError
+from facts.repo import REPO_ROOT
+from facts.states import CANCELLED, FAILED, RUNNING, VIEW_DONE
 from launcher.interrupts import HANDLED, raise_interrupted
 from launcher.liveness import mark_dead_local_jobs
+from launcher.local.options import local_concurrency
 from launcher.progress import SweepProgress, natural_key
 from launcher.records import read_job_record, update_job_record
 from launcher.spec import JobSpec, Sweep
-from trainer.inputs import REPO_ROOT
 
-
-def usable_cores() -> int:
-    """CPUs this process may run on (its affinity mask: a Slurm allocation, taskset, a container)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def local_concurrency(cpus_per_job: int, max_parallel: int | None) -> int:
-    cores = usable_cores()
-    slots = max(1, cores // max(1, cpus_per_job))
-    return max(1, min(slots, max_parallel)) if max_parallel else slots
-
-
-def check_profile(cluster: DictConfig, dry_run: bool, wait: bool) -> None:
-    if not wait:
-        raise PreflightError("wait=false needs cluster=slurm: local jobs live only as long as the launcher")
-
-
-def check_resources(workload: DictConfig, cluster: DictConfig) -> None:
-    """A job's CPUs (and GPUs) must exist on this machine."""
-    cpus, available = int(workload.cpus_per_job), usable_cores()
-    if cpus > available:
-        raise PreflightError(
-            f"a job needs {cpus} CPUs (workload.cpus_per_job) but this machine has {available}; "
-            "lower workload.cpus_per_job or use cluster=slurm"
-        )
-    if int(workload.gpus_per_job) > 0:
-        # torch (seconds to import) only for a GPU workload: a CPU sweep's plan and dry run stay torch-free.
-        import torch
-
-        if torch.cuda.device_count() < int(workload.gpus_per_job):
-            raise PreflightError(
-                f"workload {workload.name} needs {workload.gpus_per_job} GPU(s) per job and "
-                f"{torch.cuda.device_count()} are visible; run on a GPU node or cluster=slurm"
-            )
-
-
-def check_environment(cluster: DictConfig, dry_run: bool) -> None:
-    """Nothing beyond this Python: the jobs are its own processes."""
+# A job the user stopped (Ctrl-C, or a signal to the launcher) is not a crash: say so, not "signal 15".
+STOPPED_WITH_THE_LAUNCHER = "stopped with the launcher (Ctrl-C or a signal to it); the next run resumes it"
 
 
 def describe(sweep: Sweep) -> list[str]:
@@ -81,7 +40,7 @@ def submit(sweep: Sweep, todo: list[JobSpec]) -> bool:
     """Run ``todo`` (JobSpecs) to completion with live progress; returns True (it always waits)."""
     if not todo:
         return True
-    parallel = local_concurrency(max(s.cpus for s in todo), sweep.cluster.get("max_parallel"))
+    parallel = min(len(todo), local_concurrency(max(s.cpus for s in todo), sweep.cluster.get("max_parallel")))
     index = {s.name: i for i, s in enumerate(sweep.specs)}
     dirs = {s.name: s.job_dir for s in todo}
     view = SweepProgress.of(sweep.sweep_dir, dirs, {s.name: s.n_updates for s in todo})
@@ -103,11 +62,11 @@ def submit(sweep: Sweep, todo: list[JobSpec]) -> bool:
                     spec = queue.pop(0)
                     env = {**os.environ, "PROOFGRID_LOCAL_JOB_ID": f"local-{index[spec.name]}",
                            "PROOFGRID_ARRAY_INDEX": str(index[spec.name])}
-                    with open(spec.job_dir / "runtime.log", "ab") as log:
+                    with open(spec.job_dir / RUNTIME_LOG, "ab") as log:
                         running[spec.name] = subprocess.Popen(
                             [sys.executable, "-m", "launcher.runtime", str(spec.job_dir)], cwd=REPO_ROOT, env=env,
                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-                    view.set_state(spec.name, "RUNNING")
+                    view.set_state(spec.name, RUNNING)
                     say(f"{spec.name}: started")
                 for line in view.events():
                     say(line)
@@ -116,7 +75,7 @@ def submit(sweep: Sweep, todo: list[JobSpec]) -> bool:
                     if code is None:
                         continue
                     del running[name]
-                    view.set_state(name, "DONE" if code == 0 else "FAILED")
+                    view.set_state(name, VIEW_DONE if code == 0 else FAILED)
                     # A runtime that died without its final record (SIGKILL, disk full, a crash in
                     # the runtime) is FAILED with the cause its logs give, never left RUNNING.
                     mark_dead_local_jobs([dirs[name]], exit_code=code)
@@ -125,31 +84,55 @@ def submit(sweep: Sweep, todo: list[JobSpec]) -> bool:
                     live.update(view.table(f"proofgrid sweep ({parallel} at a time)"))
                 time.sleep(0.5)
     except KeyboardInterrupt:
-        for sig in HANDLED:  # a second Ctrl-C must not cut the jobs' teardown short
-            signal.signal(sig, signal.SIG_IGN)
-        for proc in running.values():
-            os.killpg(proc.pid, signal.SIGTERM)
-        for name, proc in running.items():
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-            update_job_record(dirs[name], {"state": "CANCELLED"})
+        if live:
+            live.stop()  # the table stops redrawing: what follows must be read
+        stop_jobs(running)
+        for name in running:
+            update_job_record(dirs[name], {"state": CANCELLED, "failure": STOPPED_WITH_THE_LAUNCHER})
         raise
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     print()  # the next output (the summary) starts after a blank line, never glued to the table
     if live:  # off a terminal each failure was printed when it happened
-        print_failures([dirs[n] for n, job in view.jobs.items() if job.state == "FAILED"])
+        print_failures([dirs[n] for n, job in view.jobs.items() if job.state == FAILED])
     return True
+
+
+def stop_jobs(running: dict[str, subprocess.Popen], grace_s: float = 30.0) -> None:
+    """Stop the running jobs after a signal to the launcher, saying so at once: each gets SIGTERM (its
+    trainer stops after the step it is in and keeps its checkpoint) and ``grace_s`` to exit; a second
+    Ctrl-C (or SIGTERM, SIGHUP) kills them all at once with SIGKILL (they restart from their last checkpoint
+    on the next run)."""
+    kill_now = []
+    for sig in HANDLED:
+        signal.signal(sig, lambda *_: kill_now.append(True))
+    if running:
+        print(f"\nstopping {len(running)} running job(s) at their next step, up to {grace_s:.0f} s "
+              "(Ctrl-C again to kill them now)", file=sys.stderr, flush=True)
+    for proc in running.values():
+        os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while any(proc.poll() is None for proc in running.values()):
+        if kill_now or time.monotonic() > deadline:
+            if kill_now:
+                print("killing them now", file=sys.stderr, flush=True)
+            for proc in running.values():
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+            for proc in running.values():
+                proc.wait()
+            break
+        time.sleep(0.1)
+    for sig in HANDLED:  # until the entry point has said how to resume, another signal changes nothing
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def _finished_line(job, record: dict) -> str:
     """The plain line for a job that ended: how, after how long, and a failure's cause."""
     elapsed = record.get("elapsed_s")
     after = f" after {elapsed:.0f} s" if isinstance(elapsed, (int, float)) else ""
-    if job.state == "DONE":
+    if job.state == VIEW_DONE:
         reward = f", last reward {job.reward:.3f}" if job.reward is not None else ""
         return f"{job.name}: finished{after} ({job.step}/{job.n_updates} steps{reward})"
     return f"{job.name}: FAILED{after}: {failure_cause(record, job.name) or 'no cause recorded'}"
@@ -171,4 +154,4 @@ def print_failures(job_dirs) -> None:
     for job_dir in job_dirs:
         record = read_job_record(job_dir)
         cause = failure_cause(record, job_dir.name) or f"exit code {record.get('exit_code')}"
-        print(f"job {job_dir.name} {record.get('state', 'FAILED')}: {cause}", file=sys.stderr)
+        print(f"job {job_dir.name} {record.get('state', FAILED)}: {cause}", file=sys.stderr)

@@ -1,0 +1,10 @@
+"""Where the repository's own files are: the root (the trainer's working directory, git's tree), the
+Hydra config tree and the input manifests. The one place that turns this file's location into paths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CONF_DIR = REPO_ROOT / "conf"
+MANIFESTS_DIR = REPO_ROOT / "manifests"
