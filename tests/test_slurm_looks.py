@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from facts import JOB_RECORD, sweep_job_dir
+from facts import sweep_job_dir
+from facts.files import JOB_RECORD
 from launcher.slurm.states import look_intervals
 
 REPO = Path(__file__).resolve().parent.parent

@@ -11,6 +11,7 @@ itself goes through ``launcher.slurm.commands.run_slurm``; the array's submissio
 
 from __future__ import annotations
 
+import itertools
 import json
 import shlex
 import shutil
@@ -194,10 +195,11 @@ class WaitTimeout(Exception):
 
 
 def wait_for_jobs(sweep_dir: Path, job_dirs: list[Path], n_updates: dict[str, int],
-                  poll_interval_s: float = DEFAULT_POLL_INTERVAL_S, timeout_s: float | None = None) -> None:
+                  poll_interval_s: float = DEFAULT_POLL_INTERVAL_S, timeout_s: float | None = None,
+                  poll_s: float | None = None) -> None:
     """Show the live table until Slurm confirms every job ended (then the caller seals), looking at
-    Slurm ``look_intervals(poll_interval_s)`` apart; at ``timeout_s`` or on Ctrl-C, stop waiting,
-    leave the jobs running and say how to go on."""
+    Slurm ``look_intervals(poll_interval_s)`` apart (``poll_s``: every ``poll_s`` seconds instead); at
+    ``timeout_s`` or on Ctrl-C, stop waiting, leave the jobs running and say how to go on."""
     title = f"proofgrid sweep on Slurm ({sweep_dir.name})"
     dirs = {d.name: d for d in job_dirs}
 
@@ -227,7 +229,7 @@ def wait_for_jobs(sweep_dir: Path, job_dirs: list[Path], n_updates: dict[str, in
     states = {d.name: PENDING for d in job_dirs}
     deadline = time.monotonic() + timeout_s if timeout_s else None
 
-    intervals = look_intervals(poll_interval_s)
+    intervals = itertools.repeat(poll_s) if poll_s else look_intervals(poll_interval_s)
     next_look = [next(intervals)]
 
     def sleep():
