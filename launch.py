@@ -31,7 +31,7 @@ def main(cfg: DictConfig) -> None:
     from launcher.grid import hydra_compose
 
     hc = HydraConfig.get()
-    if cfg.get("experiment") is not None:  # its stages are sweeps of their own (launcher/experiment.py)
+    if cfg.get("experiment") is not None:  # its stages are sweeps of their own (launcher/experiment/)
         from launcher.cli import one_line_errors
         from launcher.experiment import experiment_dir, run_experiment
 

@@ -19,7 +19,10 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
+from facts.files import JOB_RUN_DIR, METRICS_LOG
+from facts.repo import REPO_ROOT
+
+REPO = REPO_ROOT
 
 
 def best_of(fn, repeat: int = 5, clock=time.perf_counter) -> float:
@@ -132,7 +135,7 @@ def bench_validation() -> None:
 
     n = 100_000
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "metrics.jsonl"
+        path = Path(tmp) / METRICS_LOG
         with open(path, "w") as f:
             for step in range(n):
                 f.write(json.dumps({"step": step, **{k: 0.5 for k in (*REQUIRED_KEYS, KL_LOSS_KEY)}}) + "\n")
@@ -223,12 +226,12 @@ def bench_evidence(sizes=EVIDENCE_SIZES) -> None:
 def bench_training() -> None:
     """One toy training step and one 50-step toy run (wall time, response tok/s)."""
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "run"
+        out = Path(tmp) / JOB_RUN_DIR
         start = time.perf_counter()
         subprocess.run([sys.executable, "-m", "trainer", "algo=rppb", "seed=42", f"output_dir={out}"], cwd=REPO,
                        check=True, capture_output=True)
         total = time.perf_counter() - start
-        records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        records = [json.loads(line) for line in (out / METRICS_LOG).read_text().splitlines()]
     steps = [r["perf/step_s"] for r in records]
     tok = sum(r["perf/response_tok_per_s"] for r in records) / len(records)
     print(f"training  toy step: median {sorted(steps)[len(steps) // 2] * 1e3:.0f} ms | 50-step run incl. "

@@ -23,7 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from facts.files import JOB_RUN_DIR, METRICS_LOG, TRAINER_LOG
+from facts.repo import REPO_ROOT
+
+REPO = REPO_ROOT
 QWEN3_0P6B_CONFIG = Path(__file__).resolve().parent / "qwen3_0p6b"
 TOY_MODEL = "trainer/assets/toy/model"
 TOY_DATA = "trainer/assets/toy/data"
@@ -99,7 +102,7 @@ def _train(result: dict, overrides: list[str], smoke: bool, cuda: bool, tmp: Pat
                        manifest_dir=Path(tmp))
         overrides += [f"workload.model_path={RANDOM_MODEL}", f"workload.manifest={manifest}",
                       f"workload.train_path={TOY_DATA}/train.parquet", f"workload.test_path={TOY_DATA}/test.parquet"]
-    run_dir = Path(tmp) / "run"
+    run_dir = Path(tmp) / JOB_RUN_DIR
     overrides.append(f"output_dir={run_dir}")
     result["trainer_overrides"] = [o for o in overrides if not o.startswith(("output_dir=", "workload.manifest="))]
     start = time.perf_counter()
@@ -116,8 +119,8 @@ def _train(result: dict, overrides: list[str], smoke: bool, cuda: bool, tmp: Pat
     result["trainer_wall_s"] = round(time.perf_counter() - start, 1)
     if code not in (0, None):
         result["error"] = f"trainer exited {code}: {log.read_text()[-3000:]}"
-    records = ([json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-               if (run_dir / "metrics.jsonl").is_file() else [])
+    records = ([json.loads(line) for line in (run_dir / METRICS_LOG).read_text().splitlines()]
+               if (run_dir / METRICS_LOG).is_file() else [])
     return code, records
 
 
@@ -163,7 +166,7 @@ def run(out: Path, steps: int, smoke: bool, budget_s: float) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         try:
             _, records = _train(result, overrides, smoke, cuda, Path(tmp), budget_s - (time.perf_counter() - start),
-                                out / "trainer.log")
+                                out / TRAINER_LOG)
         finally:
             shutil.rmtree(REPO / RANDOM_MODEL, ignore_errors=True)
     w = compose([o for o in overrides if not o.startswith(("output_dir=", "workload.manifest="))]).workload

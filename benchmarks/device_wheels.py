@@ -25,7 +25,9 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-REPO = Path(__file__).resolve().parent.parent
+from facts.repo import REPO_ROOT
+
+REPO = REPO_ROOT
 # Distribution -> version specifier for `fill` ("" = the version this venv runs). huggingface-hub
 # stays on 1.x: 2.x pulls in httpx2, which such images lack; transformers accepts both.
 SHIPPED = {

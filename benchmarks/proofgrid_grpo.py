@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from benchmarks import step_run_args
+from facts.files import JOB_RUN_DIR
 
 
 def run(steps: int, seed: int, output_dir: str) -> list[dict]:
@@ -47,7 +48,7 @@ def run(steps: int, seed: int, output_dir: str) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     args = step_run_args(__doc__, argv)
     with tempfile.TemporaryDirectory() as tmp:
-        records = run(args.steps, args.seed, str(Path(tmp) / "run"))
+        records = run(args.steps, args.seed, str(Path(tmp) / JOB_RUN_DIR))
     args.out.write_text(json.dumps({"records": records}, indent=1) + "\n")
     return 0
 

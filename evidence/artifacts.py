@@ -39,6 +39,7 @@ from facts.files import (
     EVAL_RESPONSES_DIR,
     JOB_RECORD,
     LATEST_CHECKPOINT,
+    RUN_COMPLETED,
     RUN_RECORD,
     TENSORBOARD_DIR,
     TENSORBOARD_EVENTS,
@@ -388,7 +389,7 @@ def check_run_summary(run_dir: Path, algo: str, seed: int, n_updates: int) -> tu
     if not isinstance(summary, dict):
         return None, [Problem(run_relpath(RUN_RECORD), "not a JSON object", kind="run")]
     failures = []
-    if summary.get("status") != "completed":
+    if summary.get("status") != RUN_COMPLETED:
         cause = f": {summary['error']}" if isinstance(summary.get("error"), str) else ""
         failures.append(Problem(run_relpath(RUN_RECORD), f"status is {summary.get('status')!r}, not 'completed'{cause}", kind="run"))
     if summary.get("steps_completed") != n_updates:

@@ -65,12 +65,28 @@ from facts import (
     sweep_job_dir,
     sweep_jobs_dir,
 )
-from facts.files import BUNDLE_RUNS_DIR, COMMAND_PUBLIC_RECORD, JOB_RECORD, SWEEP_RECORD, job_files_glob
+from facts.backends import LOCAL
+from facts.files import (
+    BUNDLE_ARCHIVE,
+    BUNDLE_RUNS_DIR,
+    COMMAND_PUBLIC_RECORD,
+    COMMANDS_FILE,
+    EVAL_TABLE,
+    FIGURES_DIR,
+    INCIDENTS_TABLE,
+    INDEX_TABLE,
+    JOB_RECORD,
+    STEPS_TABLE,
+    SWEEP_RECORD,
+    TABLES_DIR,
+    bundle_payload_dir,
+    job_files_glob,
+)
 from facts.processes import local_runtime_alive
 from facts.states import IN_FLIGHT_STATES
 
 BUNDLE_DIR = "bundle"
-ARCHIVE = "bundle.tar.gz"
+ARCHIVE = BUNDLE_ARCHIVE
 SIDECAR = "bundle.tar.gz.sha256"
 TAG_FILES = ("bagit.txt", "bag-info.txt", "manifest-sha256.txt", "tagmanifest-sha256.txt")
 SOFTWARE_AGENT = "proofgrid evidence (bagit.py)"
@@ -97,7 +113,7 @@ class BuildResult:
         rejected = [f"{row['job']} ({row['reason']})" for row in self.jobs if row["accepted"] != "yes"]
         lines = [f"evidence: {self.accepted}/{len(self.jobs)} jobs accepted, {len(self.incidents)} incident(s)"]
         lines += [f"  rejected {entry}" for entry in rejected]
-        lines += [f"  report:  {self.bundle_dir / 'data' / 'report.md'}",
+        lines += [f"  report:  {bundle_payload_dir(self.bundle_dir) / 'report.md'}",
                   f"  archive: {self.archive}", f"  sha256:  {self.archive_sha256}"]
         return "\n".join(lines)
 
@@ -161,22 +177,22 @@ def _write_payload(sweep, evidences: list[JobEvidence], incidents: list[Incident
     if figures:  # the audit redraws the figures when its matplotlib is this one (SVG bytes depend on it)
         settings[FIGURES_DRAWN_BY] = figures_library_version()
     write_text(stage / SETTINGS_FILE, dumps_json(settings))
-    write_csv(stage / "index.csv", INDEX_COLUMNS, clean.clean_rows([index_row(e) for e in evidences]))
-    write_csv(stage / "incidents.csv", INCIDENT_COLUMNS, clean.clean_rows([i.row() for i in incidents]))
+    write_csv(stage / INDEX_TABLE, INDEX_COLUMNS, clean.clean_rows([index_row(e) for e in evidences]))
+    write_csv(stage / INCIDENTS_TABLE, INCIDENT_COLUMNS, clean.clean_rows([i.row() for i in incidents]))
     write_csv(stage / "artifacts.csv", ARTIFACT_COLUMNS,
               clean.clean_rows([{"job": e.job, "path": a.path, "bytes": a.bytes, "sha256": a.sha256}
                                 for e in evidences for a in e.artifacts]))
     accepted = [e for e in evidences if e.accepted]
     keys = {k for e in accepted for r in e.metrics.records for k in r}
     columns = step_columns(keys)
-    write_csv(stage / "steps.csv", columns,
+    write_csv(stage / STEPS_TABLE, columns,
               ({"arm": e.arm, "algo": e.algo, "seed": e.seed, **r} for e in accepted for r in sorted(e.metrics.records, key=lambda r: r["step"])))
-    write_csv(stage / "eval.csv", EVAL_COLUMNS,
+    write_csv(stage / EVAL_TABLE, EVAL_COLUMNS,
               clean.clean_rows([{"arm": e.arm, "algo": e.algo, "seed": e.seed, "kind": kind, **e.eval_summary[kind],
                                  "initial_eval": shared_initial_dir(e.eval_summary[kind])}
                                 for e in accepted for kind in EVAL_KINDS]))
     _copy_shared_initial_evals(sweep.dir, evidences, stage)
-    for name in (INCIDENTS_FILE, "commands.txt"):
+    for name in (INCIDENTS_FILE, COMMANDS_FILE):
         _copy_text(sweep.dir / name, stage / name, clean)
     for evidence in evidences:
         job_dir = sweep_job_dir(sweep.dir, evidence.job)
@@ -292,7 +308,7 @@ def refuse_jobs_in_flight(sweep_dir: Path) -> None:
             continue  # an unreadable record is the artifact gates' business
         state = record.get("state")
         if state in IN_FLIGHT_STATES:
-            if record.get("scheduler") == "local" and not local_runtime_alive(record):
+            if record.get("scheduler") == LOCAL and not local_runtime_alive(record):
                 continue  # its runtime died without a final record: evaluated (and rejected) as it stands
             raise SweepError(
                 f"job {record_path.parent.name} is still {state} according to its job.json; wait for the sweep "
@@ -356,11 +372,11 @@ def build_bundle(sweep_dir: str | Path, last_k: int = DEFAULT_LAST_K, figures: b
         write_verdict(stage, data)
         tables = compute_tables(data)
         for name, table in tables.items():
-            write_text(stage / "tables" / f"{name}.csv", table.csv())
+            write_text(stage / TABLES_DIR / f"{name}.csv", table.csv())
         write_text(stage / "report.md", render_report(data, tables))
         if figures:
             with private_tool_dirs():
-                render_figures(data, stage / "figures")
+                render_figures(data, stage / FIGURES_DIR)
         seal(stage, _bag_info(sweep, evidences), clean)
 
         bundle_dir = sweep_dir / BUNDLE_DIR

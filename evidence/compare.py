@@ -24,7 +24,7 @@ from evidence.problems import CompareError, IncidentsFileError, SweepError
 from evidence.sweep import job_name, read_sweep
 from evidence.tables import arms as arm_order
 from evidence.tables import fmt_interval
-from facts.files import BUNDLE_DIR, SWEEP_RECORD
+from facts.files import INDEX_TABLE, SWEEP_RECORD, bundle_payload_dir, sweep_bundle_payload
 
 DEFAULT_METRICS = ("train/loss", "train/grad_norm", "rollout/raw_reward", "eval/pass@1")
 COLUMNS = ("metric", "at", "last_k", "arm", "n_a", "n_b", "a_mean", "a_sd", "b_mean", "b_sd", "ratio_b_over_a",
@@ -60,9 +60,9 @@ def _from_archive(path: Path, stack: ExitStack) -> BundleData:
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise CompareError(f"{path}: not a readable bundle archive ({exc.__class__.__name__})") from None
     roots = [p for p in tmp.iterdir() if p.is_dir()]
-    if len(roots) != 1 or not (roots[0] / "data" / "index.csv").is_file():
+    if len(roots) != 1 or not (bundle_payload_dir(roots[0]) / INDEX_TABLE).is_file():
         raise CompareError(f"{path}: no bundle (data/index.csv) inside the archive")
-    return load_bundle_data(roots[0] / "data")
+    return load_bundle_data(bundle_payload_dir(roots[0]))
 
 
 def _from_sweep(path: Path, last_k: int) -> BundleData:
@@ -87,10 +87,10 @@ def load_side(path: str | Path, last_k: int, stack: ExitStack) -> Side:
     name = f"{path.resolve().parent.name}/{path.name}" if path.name.startswith("bundle") else path.name
     if path.is_file() and path.name.endswith((".tar.gz", ".tgz")):
         return Side(name, _from_archive(path, stack))
-    if path.is_dir() and (path / "data" / SETTINGS_FILE).is_file():
-        return Side(name, load_bundle_data(path / "data"))
+    if path.is_dir() and (bundle_payload_dir(path) / SETTINGS_FILE).is_file():
+        return Side(name, load_bundle_data(bundle_payload_dir(path)))
     if path.is_dir() and (path / SWEEP_RECORD).is_file():
-        built = path / BUNDLE_DIR / "data"
+        built = sweep_bundle_payload(path)
         if (built / SETTINGS_FILE).is_file():
             return Side(path.name, load_bundle_data(built))
         return Side(path.name, _from_sweep(path, last_k))

@@ -17,7 +17,16 @@ from pathlib import Path
 from evidence.fileio import JSONError, read_json, write_text
 from evidence.metrics_log import COMMON_KEYS
 from evidence.sweep import read_arms
-from facts.files import BUNDLE_RUNS_DIR, RUN_RECORD, SWEEP_RECORD
+from facts.files import (
+    BUNDLE_RUNS_DIR,
+    EVAL_TABLE,
+    EVIDENCE_SETTINGS,
+    INCIDENTS_TABLE,
+    INDEX_TABLE,
+    RUN_RECORD,
+    STEPS_TABLE,
+    SWEEP_RECORD,
+)
 
 STEP_ID_COLUMNS = ("arm", "algo", "seed", "step")
 EVAL_ID_COLUMNS = ("arm", "algo", "seed", "kind")
@@ -29,7 +38,7 @@ EVAL_COLUMNS = EVAL_ID_COLUMNS + (
 EVAL_INT_COLUMNS = ("n_prompts", "k", "n_responses", "eval_seed")
 EVAL_FLOAT_COLUMNS = ("pass@1", "pass@2", "pass@4", "truncation", "mean_length", "mean_reward")
 ARTIFACT_COLUMNS = ("job", "path", "bytes", "sha256")
-SETTINGS_FILE = "evidence.json"
+SETTINGS_FILE = EVIDENCE_SETTINGS
 # The pre-registered experiment spec, as run, when the sweep is a stage of an experiment.
 EXPERIMENT_FILE = "experiment.yaml"
 
@@ -145,12 +154,12 @@ def load_bundle_data(data_dir: str | Path) -> BundleData:
     data_dir = Path(data_dir)
     sweep = read_json(data_dir / SWEEP_RECORD)
     settings = read_json(data_dir / SETTINGS_FILE)
-    _, index = read_csv(data_dir / "index.csv")
-    _, incidents = read_csv(data_dir / "incidents.csv")
+    _, index = read_csv(data_dir / INDEX_TABLE)
+    _, incidents = read_csv(data_dir / INCIDENTS_TABLE)
     data = BundleData(sweep=sweep, settings=settings, index=index, incidents=incidents)
     accepted = set(data.accepted)
 
-    header, rows = read_csv(data_dir / "steps.csv")
+    header, rows = read_csv(data_dir / STEPS_TABLE)
     data.step_keys = tuple(c for c in header if c not in STEP_ID_COLUMNS)
     for row in rows:
         run = (_arm(row), int(row["seed"]))
@@ -161,7 +170,7 @@ def load_bundle_data(data_dir: str | Path) -> BundleData:
     for records in data.steps.values():
         records.sort(key=lambda r: r["step"])
 
-    _, rows = read_csv(data_dir / "eval.csv")
+    _, rows = read_csv(data_dir / EVAL_TABLE)
     for row in rows:
         run = (_arm(row), int(row["seed"]))
         if run in accepted:
@@ -182,6 +191,6 @@ def load_bundle_data(data_dir: str | Path) -> BundleData:
         data.experiment = experiment.read_text(encoding="utf-8")
     stages = data_dir / "stages"
     for stage in sorted(stages.iterdir()) if stages.is_dir() else []:
-        if (stage / "index.csv").is_file():
+        if (stage / INDEX_TABLE).is_file():
             data.stages[stage.name] = load_bundle_data(stage)
     return data

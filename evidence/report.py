@@ -20,23 +20,32 @@ from evidence.tables import (
     eval_runs,
     fmt,
     initial_evaluations,
+    kl_in_reward,
     window_label,
 )
 from evidence.verdict.record import VERDICT_FILE, bundle_verdict
 from evidence.verdict.section import verdict_section
 from facts import INITIAL_EVAL_DIR
-from facts.files import BUNDLE_RUNS_DIR
+from facts.files import (
+    BUNDLE_RUNS_DIR,
+    EVAL_TABLE,
+    FIGURES_DIR,
+    INCIDENTS_TABLE,
+    INDEX_TABLE,
+    STEPS_TABLE,
+    TABLES_DIR,
+)
 from facts.states import COMPLETED
 
 BUNDLE_FILES = (
-    ("index.csv", "the evidence index: one row per job with scheduler state, counts, decision and reason"),
-    ("incidents.csv", "every incident with its evidence boundary and resolution"),
-    ("steps.csv", "every training-step record of every accepted run"),
-    ("eval.csv", "one row per accepted run and checkpoint kind (initial control, final)"),
+    (INDEX_TABLE, "the evidence index: one row per job with scheduler state, counts, decision and reason"),
+    (INCIDENTS_TABLE, "every incident with its evidence boundary and resolution"),
+    (STEPS_TABLE, "every training-step record of every accepted run"),
+    (EVAL_TABLE, "one row per accepted run and checkpoint kind (initial control, final)"),
     ("artifacts.csv", "size and SHA256 of each retained primary artifact that stays with the sweep"),
-    ("tables/*.csv", "every table of this report at full precision"),
-    ("tables/resolved_config.csv", "appendix: every resolved setting of every run, per arm"),
-    ("figures/*.svg", "the figures below"),
+    (f"{TABLES_DIR}/*.csv", "every table of this report at full precision"),
+    (f"{TABLES_DIR}/resolved_config.csv", "appendix: every resolved setting of every run, per arm"),
+    (f"{FIGURES_DIR}/*.svg", "the figures below"),
     (f"{BUNDLE_RUNS_DIR}/<arm>-<seed>/", "metrics log, eval summary, run summary, path-free command and job record"),
     (f"{INITIAL_EVAL_DIR}/<key12>/", "the initial checkpoint's evaluation (summary and responses), once for the runs sharing it"),
 )
@@ -195,9 +204,8 @@ def _training_stability(data: BundleData, tables: dict[str, Table]) -> str:
         "Per run:\n",
         tables["stability_per_run"].markdown(),
         "`train/ppo_kl` is the response-reduced old-policy/current-policy log-prob difference inside a step, "
-        "not a reference-policy KL. REINFORCE++ folds its k1 reference term into the return; GRPO and "
-        "REINFORCE++-baseline report an independent k2 term as `train/kl_loss`. Normalisation diagnostics, "
-        "counted over all accepted steps:\n",
+        f"not a reference-policy KL.{_kl_placements(data)} Normalisation diagnostics, counted over all accepted "
+        "steps:\n",
         tables["normalisation"].markdown(),
         *(_figure(name) for name in ("reward", "pg_loss", "kl_loss", "grad_norm"))])
 
@@ -245,9 +253,33 @@ def _paired_differences(data: BundleData, tables: dict[str, Table]) -> str:
         tables["paired_differences"].markdown()])
 
 
-def _k1_activation(data: BundleData, tables: dict[str, Table]) -> str:
+def _k1_arms(data: BundleData) -> list[str]:
+    """The report names of the arms whose reference KL is k1 inside the reward (a trait, not a name)."""
+    return [display(data, a) for a in arms(data) if kl_in_reward(data, a)]
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else "".join(names)
+
+
+def _kl_placements(data: BundleData) -> str:
+    """Where each arm's reference KL is, by its algorithm's declared KL placement."""
+    k1 = _k1_arms(data)
+    loss = [display(data, a) for a in arms(data) if not kl_in_reward(data, a)]
+    parts = []
+    if k1:
+        parts.append(f"{_names(k1)} {'folds its' if len(k1) == 1 else 'fold their'} k1 reference term into the return")
+    if loss:
+        parts.append(f"{_names(loss)} {'reports' if len(loss) == 1 else 'report'} an independent k2 term as "
+                     "`train/kl_loss`")
+    return f" {'; '.join(parts)}." if parts else ""
+
+
+def _k1_activation(data: BundleData, tables: dict[str, Table]) -> str | None:
+    if not _k1_arms(data):
+        return None  # no arm shapes its reward with k1: nothing to check
     return "\n".join([
-        "## k1 activation check (REINFORCE++)\n",
+        f"## k1 activation check ({', '.join(_k1_arms(data))})\n",
         f"Same-step `rollout/returns` − `rollout/raw_reward`, averaged over all {data.n_updates} steps, over the last "
         f"{data.last_k} steps, and at the final step. Non-zero differences show that k1 reference shaping reached the "
         f"return rather than remaining a recipe-only setting.\n",

@@ -34,7 +34,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-EVENT_FILE_GLOB = "events.out.tfevents.*"
+from facts.files import TENSORBOARD_EVENTS
+
+EVENT_FILE_GLOB = TENSORBOARD_EVENTS
 RECORD_FRAMING_BYTES = 16  # TFRecord: uint64 length, uint32 masked CRC32C of it, data, uint32 CRC32C of the data
 
 

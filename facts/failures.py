@@ -25,7 +25,7 @@ from facts.states import (
 # Final scheduler states that are not success, as a person would say them, with the fix.
 SCHEDULER_REASONS = {
     CANCELLED: "cancelled by the scheduler (scancel, or an administrator)",
-    TIMEOUT: "stopped by the scheduler at its time limit (raise cluster.timeout_min)",
+    TIMEOUT: "stopped by the scheduler at its time limit (raise cluster.time)",
     OUT_OF_MEMORY: "killed by the scheduler for running out of memory (raise cluster.mem)",
     NODE_FAIL: "lost with its node (the scheduler reported NODE_FAIL); re-run to resume",
     PREEMPTED: "preempted by the scheduler; re-run to resume",

@@ -12,6 +12,7 @@ JOBS_DIR = "jobs"
 JOB_RUN_DIR = "run"
 SWEEP_RECORD = "sweep.json"  # <sweep>/sweep.json: the plan, written before any job starts
 RESUME_COMMAND = "resume.txt"  # <sweep>/resume.txt: the exact command that resumes it (not bundled)
+COMMANDS_FILE = "commands.txt"  # <sweep>/commands.txt: every job's trainer command, one per line (bundled)
 # A job directory: the planner's spec, the runtime's record, the command it ran (full, and path-free for
 # the bundle), its logs, and attempts/<n>/ with what each earlier attempt left.
 JOB_SPEC = "spec.json"
@@ -25,6 +26,8 @@ ATTEMPTS_DIR = "attempts"
 # A run directory (the trainer's output): its summary, metrics log, evaluation and checkpoints, where
 # checkpoints/latest names the newest step_<n>/ and each holds the weights file.
 RUN_RECORD = "run.json"
+RUN_COMPLETED = "completed"  # run.json's status once the trainer finished every step
+TRAINER_STATE = "trainer_state.json"  # a checkpoint's step and state, beside its weights
 METRICS_LOG = "metrics.jsonl"
 EVAL_RECORD = "eval.json"
 CHECKPOINTS_DIR = "checkpoints"
@@ -36,8 +39,18 @@ EVAL_RESPONSES_DIR = "eval"  # run/eval/<initial|final>.jsonl: every evaluated r
 # A sweep's bundle: <sweep>/bundle/ is a BagIt bag whose payload data/ keeps runs/<job>/, a copy of each
 # job's run files and records.
 BUNDLE_DIR = "bundle"
+BUNDLE_ARCHIVE = "bundle.tar.gz"  # <sweep>/bundle.tar.gz: the sealed bag, what a reviewer audits
 BUNDLE_PAYLOAD = "data"
 BUNDLE_RUNS_DIR = "runs"
+# The payload's own records and tables: the build's settings, one row per job, incidents, every step
+# record, every evaluation; derived tables under tables/, figures under figures/.
+EVIDENCE_SETTINGS = "evidence.json"
+INDEX_TABLE = "index.csv"
+INCIDENTS_TABLE = "incidents.csv"
+STEPS_TABLE = "steps.csv"
+EVAL_TABLE = "eval.csv"
+TABLES_DIR = "tables"
+FIGURES_DIR = "figures"
 # The initial checkpoint's evaluation, shared by a sweep's jobs: <sweep>/initial_eval/<key[:12]>/
 # holds eval.json (the summary, its key and identity) and responses.jsonl; <key[:12]>.lock beside it.
 INITIAL_EVAL_DIR = "initial_eval"
@@ -89,6 +102,11 @@ def run_relpath(*parts: str) -> str:
 def job_files_glob(name: str) -> str:
     """The glob, relative to a sweep's jobs directory, of one file in every job: ``*/job.json``."""
     return f"*/{name}"
+
+
+def payload_relpath(*parts: str) -> str:
+    """A payload file's bag-relative path, as a finding names it: ``data/index.csv``."""
+    return "/".join((BUNDLE_PAYLOAD, *parts))
 
 
 def bundle_payload_dir(bundle_dir: str | Path) -> Path:

@@ -8,3 +8,5 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = REPO_ROOT / "conf"
 MANIFESTS_DIR = REPO_ROOT / "manifests"
+# The launcher hands a job the source commit it checked (the trainer records it in run.json).
+SOURCE_COMMIT_ENV = "PROOFGRID_SOURCE_COMMIT"

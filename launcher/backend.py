@@ -17,10 +17,12 @@ from typing import Protocol
 
 from omegaconf import DictConfig
 
+from facts.backends import LOCAL, SLURM
+from launcher.errors import PreflightError
 from launcher.spec import JobSpec, Sweep
 
 # cluster.kind -> the module implementing ``Backend``.
-BACKENDS = {"local": "launcher.local", "slurm": "launcher.slurm"}
+BACKENDS = {LOCAL: "launcher.local", SLURM: "launcher.slurm"}
 
 
 class Backend(Protocol):
@@ -55,7 +57,7 @@ def backend(kind: str) -> Backend:
     scheduler's code it does not use (submitit, the Slurm watcher), and a back end may import the
     planner's data types without a circle."""
     if kind not in BACKENDS:
-        raise ValueError(f"unknown cluster.kind {kind!r}; choose one of {', '.join(sorted(BACKENDS))}")
+        raise PreflightError(f"setting cluster.kind={kind!r} is refused: it must be one of {', '.join(BACKENDS)}")
     return importlib.import_module(BACKENDS[kind])
 
 

@@ -3,6 +3,7 @@ line) and ``python -m launcher status|cancel|seal <sweep_dir>``."""
 
 from __future__ import annotations
 
+import csv
 import errno
 import json
 import re
@@ -18,7 +19,7 @@ from rich.table import Table
 from evidence import IncidentsFileError, LeakError, SweepError
 from facts import JOBS_DIR, sweep_jobs_dir
 from facts.failures import failure_cause
-from facts.files import JOB_RECORD, JOB_SPEC
+from facts.files import INDEX_TABLE, JOB_RECORD, JOB_SPEC, SWEEP_RECORD, sweep_bundle_payload
 from facts.states import COMPLETED, FAILED, IN_FLIGHT_STATES, PENDING, VIEW_QUEUED
 from launcher.backend import refresh_job_records
 from launcher.errors import LockHeld, PreflightError, SchedulerUnavailable
@@ -61,7 +62,9 @@ def one_line_errors(sweep_dir: str | Path, body) -> int:
         with signals_interrupt():
             code = body()
         ran = code in (0, 1)
-        if code == 1 and not dry_run:  # jobs ran, and some were rejected (or the audit found something)
+        # A sweep's jobs ran and some were rejected (or the audit found something); an experiment says
+        # itself why it stopped.
+        if code == 1 and not dry_run and (Path(sweep_dir) / SWEEP_RECORD).is_file():
             print(f"to run the jobs that were not accepted again (each from its last checkpoint): "
                   f"{resume_advice(sweep_dir)}", file=sys.stderr)
         return code
@@ -126,8 +129,9 @@ def status(sweep_dir: Path) -> int:
         arm = r.get("arm") or spec.get("arm") or r.get("algo") or spec.get("algo", "")
         rows.append((arm, d, r, spec.get("n_updates", "")))
     rows.sort(key=lambda row: (natural_key(row[0]), natural_key(row[1].name)))
+    decisions = _sealed_decisions(sweep_dir)
     table = Table(title=str(sweep_dir.name))
-    for col in ("arm", "job", "scheduler id", "state", "step", "exit", "elapsed s"):
+    for col in ("arm", "job", "scheduler id", "state", "step", "exit", "elapsed s", "decision"):
         table.add_column(col)
     previous = None
     for arm, d, r, n_updates in rows:
@@ -136,17 +140,33 @@ def status(sweep_dir: Path) -> int:
             state += f" ({r['scheduler_reason']})"
         table.add_row(arm if arm != previous else "", d.name, _shown(r.get("job_id"), "not submitted"), state,
                       f"{completed_steps(d)}{'/' + str(n_updates) if n_updates else ''}",
-                      _shown(r.get("exit_code")), _shown(r.get("elapsed_s")))
+                      _shown(r.get("exit_code")), _shown(r.get("elapsed_s")),
+                      DECISIONS.get(decisions.get(d.name, {}).get("accepted"), "not sealed"))
         previous = arm
     console = Console(width=None if sys.stdout.isatty() else 200)
     console.print(table)
     for _, d, r, _ in rows:  # the cause under the table: a table column would wrap it out of reading
         if cause := failure_cause(r, d.name):
             console.print(f"job {d.name} {r.get('state', FAILED)}: {cause}", soft_wrap=True, highlight=False)
+        elif decisions.get(d.name, {}).get("accepted") == "no":  # it ran, and the evidence rejected it
+            console.print(f"job {d.name} rejected: {decisions[d.name].get('reason', '')}", soft_wrap=True,
+                          highlight=False)
     if any(r.get("state") not in (COMPLETED, *IN_FLIGHT_STATES) for _, _, r, _ in rows):
         console.print(f"to resume (accepted jobs are kept, the others restart from their last checkpoint): "
                       f"{resume_advice(sweep_dir)}", soft_wrap=True, highlight=False)
     return 0
+
+
+DECISIONS = {"yes": "accepted", "no": "rejected"}  # the index's accepted column, as the table says it
+
+
+def _sealed_decisions(sweep_dir: Path) -> dict[str, dict]:
+    """Each job's row of the sealed evidence index (accept/reject and why), {} before a seal."""
+    index = sweep_bundle_payload(sweep_dir) / INDEX_TABLE
+    if not index.is_file():
+        return {}
+    with open(index, newline="") as f:
+        return {row["job"]: row for row in csv.DictReader(f)}
 
 
 def _shown(value, missing: str = "—") -> str:

@@ -12,6 +12,7 @@ import re
 import signal
 from pathlib import Path
 
+from facts.backends import LOCAL
 from facts.failures import log_pointer
 from facts.files import RUNTIME_LOG, TRAINER_LOG
 from facts.processes import local_runtime_alive
@@ -55,7 +56,7 @@ def mark_dead_local_jobs(job_dirs: list[Path], exit_code: int | None = None) -> 
     for job_dir in job_dirs:
         record = read_job_record(job_dir)
         never_recorded = "state" not in record and exit_code not in (None, 0)
-        if record.get("scheduler") == "slurm" or (record.get("state") not in IN_FLIGHT_STATES and not never_recorded):
+        if record.get("scheduler", LOCAL) != LOCAL or (record.get("state") not in IN_FLIGHT_STATES and not never_recorded):
             continue
         if local_runtime_alive(record):
             continue

@@ -21,9 +21,9 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
 from facts import atomic_write_json, sweep_jobs_dir
-from facts.files import SWEEP_RECORD
+from facts.files import COMMANDS_FILE, SWEEP_RECORD
 from facts.ordering import natural_key
-from facts.repo import CONF_DIR, REPO_ROOT
+from facts.repo import CONF_DIR, REPO_ROOT, SOURCE_COMMIT_ENV
 from launcher.backend import backend
 from launcher.errors import GridError, PreflightError
 from launcher.grid import (
@@ -41,8 +41,6 @@ from launcher.ports import NAMED_PORTS
 from launcher.preflight import check_inputs, check_job_config, check_resources, check_source
 from launcher.records import public_copy, sweep_sanitizer
 from launcher.spec import JobSpec, Sweep
-
-COMMANDS_FILE = "commands.txt"
 
 
 def _override_key(override: str) -> str:
@@ -172,7 +170,7 @@ def expanded_command(spec: JobSpec) -> dict:
     # Only what the job itself sets (not a diff against this shell), so the output is the same
     # wherever the dry run runs: CI compares it with a committed golden file.
     env = isolated_env(roots, ports, {})
-    env["PROOFGRID_SOURCE_COMMIT"] = "<SOURCE_COMMIT>"
+    env[SOURCE_COMMIT_ENV] = "<SOURCE_COMMIT>"
     if spec.ray_cpus:
         env["RAY_ADDRESS"] = "127.0.0.1:<PORT:ray_gcs>"
     env["RAY_TMPDIR"] = "<RAY_ALIAS>"

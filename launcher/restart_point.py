@@ -15,7 +15,7 @@ from pathlib import Path
 
 from evidence.metrics_log import validate_metrics
 from facts import CHECKPOINTS_DIR, JOB_RUN_DIR, METRICS_LOG, run_dir_of_job
-from facts.files import TENSORBOARD_DIR
+from facts.files import TENSORBOARD_DIR, TRAINER_STATE
 
 RUN_STATE_DIRS = (CHECKPOINTS_DIR, TENSORBOARD_DIR)  # what a resume reads or appends to
 
@@ -29,7 +29,7 @@ def checkpoint_step(run_dir: Path) -> int | None:
     if ckpt is None:
         return None
     try:
-        return int(json.loads((ckpt / "trainer_state.json").read_text())["step"])
+        return int(json.loads((ckpt / TRAINER_STATE).read_text())["step"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

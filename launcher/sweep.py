@@ -10,10 +10,10 @@ from pathlib import Path
 
 from evidence.tables import fmt
 from facts import INITIAL_EVAL_DIR, sweep_job_dir, sweep_jobs_dir
-from facts.files import JOB_SPEC, SWEEP_RECORD
+from facts.files import COMMANDS_FILE, JOB_SPEC, SWEEP_RECORD, TABLES_DIR, bundle_payload_dir
 from launcher.backend import backend
 from launcher.jobs import check_arms, prepare_job_dirs
-from launcher.plan import COMMANDS_FILE, write_plan
+from launcher.plan import write_plan
 from launcher.spec import JobSpec, Sweep
 
 
@@ -45,7 +45,7 @@ def seal(sweep_dir: Path) -> int:
     print(f"sealing the evidence of {sweep_dir} (validate, tables, figures, report, archive, audit)", flush=True)
     result = build_bundle(sweep_dir)
     print()
-    print_eval_summary(result.bundle_dir / "data" / "tables", result.jobs, job_arms(sweep_dir))
+    print_eval_summary(bundle_payload_dir(result.bundle_dir) / TABLES_DIR, result.jobs, job_arms(sweep_dir))
     print(result.summary())
     findings = audit(result.archive)
     for finding in findings:

@@ -68,6 +68,10 @@ def test_launcher_status_groups_the_jobs_by_arm(local_sweep):
     rows = [line for line in out.stdout.splitlines() if "-lr" in line]
     assert [next(j for j in JOBS if f" {j} " in row) for row in rows] == JOBS
     assert sum(1 for row in rows for arm in ARMS if row.split("│")[1].strip() == arm) == len(ARMS)  # once per arm
+    # the sealed decision beside the scheduler's state, from the bundle's index
+    index = index_rows(sweep_dir)
+    assert [row.split("│")[8].strip() for row in rows] == [
+        {"yes": "accepted", "no": "rejected"}[index[j]["accepted"]] for j in JOBS], rows
 
 
 def test_rerunning_the_arm_sweep_resubmits_nothing(local_sweep):

@@ -9,16 +9,19 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SCANNED = ("launcher", "trainer", "evidence", "hydra_plugins", "launch.py")
+SCANNED = ("launcher", "trainer", "evidence", "hydra_plugins", "benchmarks", "launch.py")
 
 # Independent of facts/ on purpose: the test states what must not be spelled by hand.
 FILE_NAMES = {"sweep.json", "spec.json", "job.json", "command.json", "command.public.json", "trainer.log",
-              "runtime.log", "ray-start.log", "run.json", "metrics.jsonl", "eval.json", "model.safetensors"}
+              "runtime.log", "ray-start.log", "run.json", "metrics.jsonl", "eval.json", "model.safetensors",
+              "trainer_state.json", "resume.txt", "commands.txt", "bundle.tar.gz", "evidence.json", "index.csv",
+              "incidents.csv", "steps.csv", "eval.csv"}
 # Directory names of the layout, flagged where they are joined into a path (``x / "runs"``): alone they are
 # ordinary words ("runs" is also a count in a budget).
-LAYOUT_DIRS = {"jobs", "run", "attempts", "checkpoints", "latest", "initial_eval", "bundle", "runs", "tensorboard"}
+LAYOUT_DIRS = {"jobs", "run", "attempts", "checkpoints", "latest", "initial_eval", "bundle", "runs", "tensorboard",
+               "data", "tables", "figures", "eval"}
 # Flagged as a parent in a path too ("runs/<job>/"); "run" is not: /run/user is a machine path, not ours.
-PARENT_DIRS = LAYOUT_DIRS - {"run"}
+PARENT_DIRS = LAYOUT_DIRS - {"run", "data", "eval"}
 STATES = {"PENDING", "RUNNING", "REQUEUED", "COMPLETING", "CONFIGURING", "SUSPENDED", "RESIZING", "COMPLETED",
           "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
           "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD", "VANISHED", "FAILED", "TERMINATED", "QUEUED", "DONE"}

@@ -38,6 +38,7 @@ BAD_SETTINGS = [
     (("seed=1e3",), "seed=1e3"),
     (("seed=01,1",), "seed=01"),
     (("seed=2**70",), "seed=2**70"),
+    (("cluster.kind=pbs",), "cluster.kind='pbs' is refused: it must be one of local, slurm"),
 ]
 
 

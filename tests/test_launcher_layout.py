@@ -42,8 +42,9 @@ def test_both_back_ends_implement_the_protocol(backend):
 
 def test_an_unknown_back_end_is_refused():
     from launcher.backend import backend
+    from launcher.errors import PreflightError
 
-    with pytest.raises(ValueError, match="unknown cluster.kind 'pbs'; choose one of local, slurm"):
+    with pytest.raises(PreflightError, match="setting cluster.kind='pbs' is refused: it must be one of local, slurm"):
         backend("pbs")
 
 

@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load_model, save_model
 
 from facts import checkpoint_name
-from facts.files import LATEST_CHECKPOINT, WEIGHTS_FILE
+from facts.files import LATEST_CHECKPOINT, TRAINER_STATE, WEIGHTS_FILE
 
 SAMPLER_FILE = "sampler.pt"
 
@@ -40,7 +40,7 @@ def save_checkpoint(root: Path, step: int, model, optimizer, state: dict, keep: 
     torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / "rng.pt")
     if sampler_state is not None:
         torch.save(sampler_state, tmp / SAMPLER_FILE)
-    (tmp / "trainer_state.json").write_text(json.dumps({**state, "step": step}, indent=1, sort_keys=True))
+    (tmp / TRAINER_STATE).write_text(json.dumps({**state, "step": step}, indent=1, sort_keys=True))
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     pointer = root / (LATEST_CHECKPOINT + ".tmp")
@@ -57,7 +57,7 @@ def latest_checkpoint(root: Path) -> Path | None:
     if not pointer.is_file():
         return None
     path = root / pointer.read_text().strip()
-    return path if (path / "trainer_state.json").is_file() else None
+    return path if (path / TRAINER_STATE).is_file() else None
 
 
 def load_checkpoint(path: Path, model, optimizer) -> dict:
@@ -66,7 +66,7 @@ def load_checkpoint(path: Path, model, optimizer) -> dict:
     rng = torch.load(path / "rng.pt", weights_only=False)
     torch.set_rng_state(rng["torch"])
     random.setstate(rng["python"])
-    return json.loads((path / "trainer_state.json").read_text())
+    return json.loads((path / TRAINER_STATE).read_text())
 
 
 def load_sampler_weights(path: Path) -> dict | None:

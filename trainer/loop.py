@@ -46,7 +46,8 @@ from facts import (
     atomic_write_json,
 )
 from facts.evaluation import model_files
-from facts.repo import REPO_ROOT
+from facts.files import EVAL_RESPONSES_DIR, RUN_COMPLETED
+from facts.repo import REPO_ROOT, SOURCE_COMMIT_ENV
 from trainer.algorithms import (
     KL_ESTIMATORS,
     Advantages,
@@ -102,7 +103,7 @@ def peak_memory_gib(device: torch.device) -> float:
 
 @functools.cache  # a process constant: the run record and the initial-eval identity both ask
 def source_commit() -> str | None:
-    if commit := os.environ.get("PROOFGRID_SOURCE_COMMIT"):
+    if commit := os.environ.get(SOURCE_COMMIT_ENV):
         return commit
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
@@ -784,7 +785,7 @@ def finish(run: Run) -> dict | None:
                                            run.eval_examples, s.device, run.inputs)
     atomic_write_json(run.out / EVAL_RECORD, {"initial": initial, "final": final})
     log.info("%s", log_eval(run.out, n_updates, initial, final))
-    return run.record.write("completed", n_updates)
+    return run.record.write(RUN_COMPLETED, n_updates)
 
 
 def initial_eval_identity(cfg: DictConfig, examples: list[Example], device: torch.device, inputs: dict[str, str]) -> dict:
@@ -811,7 +812,7 @@ def _evaluate_checkpoints(cfg: DictConfig, out: Path, n_updates: int, engine: Ro
     eval_sampling = sampling_params(e, e.max_response_len)
     with compute_context(device, str(w.dtype)):
         final = evaluate(engine, tokenizer, examples, int(e.k), int(e.seed), eval_sampling,
-                         checkpoint_name(n_updates), out / "eval" / "final.jsonl")
+                         checkpoint_name(n_updates), out / EVAL_RESPONSES_DIR / "final.jsonl")
 
     def evaluate_initial(responses_path: Path) -> dict:
         control = make_engine(str(w.engine), reference, tokenizer.eos_token_id, tokenizer.pad_token_id)
@@ -826,10 +827,10 @@ def _evaluate_checkpoints(cfg: DictConfig, out: Path, n_updates: int, engine: Ro
         if shared is None:
             log.warning("initial eval: the sweep directory's file system refuses flock; evaluating it in this run")
     if shared is None:
-        return final, evaluate_initial(out / "eval" / "initial.jsonl")
+        return final, evaluate_initial(out / EVAL_RESPONSES_DIR / "initial.jsonl")
     log.info("initial eval: %s %s (key %s)", "computed" if shared.computed else "reused",
              shared.reference["path"], shared.reference["key"][:12])
-    (out / "eval" / "initial.jsonl").unlink(missing_ok=True)  # a per-run one from an earlier attempt
+    (out / EVAL_RESPONSES_DIR / "initial.jsonl").unlink(missing_ok=True)  # a per-run one from an earlier attempt
     return final, {**shared.summary, "shared": shared.reference}
 
 

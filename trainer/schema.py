@@ -25,6 +25,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from facts.backends import BACKEND_KINDS
 from facts.slurm_formats import GRES_PATTERN, MEM_PATTERN, TIME_FORMS, time_ok
 
 SEED_MAX = 2**63 - 1  # torch.manual_seed and the run's derived seeds (trainer.data.mix_seed) are 63/64-bit
@@ -104,7 +105,7 @@ class WorkloadSchema:
 class ClusterSchema:
     """Where jobs run: ``local`` processes or one Slurm job array (``conf/cluster/``)."""
 
-    kind: str = setting(choices=("local", "slurm"))
+    kind: str = setting(choices=BACKEND_KINDS)
     max_parallel: Optional[int] = setting(None, ge=1)  # noqa: UP045 - OmegaConf needs Optional
     partition: Optional[str] = setting(None)  # noqa: UP045
     account: Optional[str] = setting(None)  # noqa: UP045

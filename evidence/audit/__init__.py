@@ -38,7 +38,7 @@ from evidence.dataset import BundleData, load_bundle_data
 from evidence.fileio import JSONError
 from evidence.problems import Problem, UsageError
 from facts import sweep_jobs_dir
-from facts.files import BUNDLE_DIR, BUNDLE_PAYLOAD
+from facts.files import BUNDLE_ARCHIVE, BUNDLE_DIR, BUNDLE_PAYLOAD
 
 # What a check of the content may raise on data no build writes: reported as a problem of the payload.
 RECOMPUTE_ERRORS = (KeyError, ValueError, TypeError, ZeroDivisionError, StopIteration, OverflowError)
@@ -50,7 +50,7 @@ def audit(path: str | Path) -> list[Problem]:
     """Audit a bundle directory or a ``.tar.gz`` of one; an empty list means clean."""
     path = Path(path)
     if path.is_dir() and not (path / "bagit.txt").exists() and sweep_jobs_dir(path).is_dir():
-        sealed = [p for p in (path / "bundle.tar.gz", path / BUNDLE_DIR) if p.exists()]
+        sealed = [p for p in (path / BUNDLE_ARCHIVE, path / BUNDLE_DIR) if p.exists()]
         fix = f"python -m evidence audit {sealed[0]}" if sealed else f"seal it first: python -m evidence build {path}"
         raise UsageError(f"{path} is a sweep directory, not a bundle; {fix}")
     if path.is_dir():

@@ -13,7 +13,20 @@ from evidence.dataset import BundleData
 from evidence.figures import render_figures
 from evidence.fileio import sha256_file
 from evidence.problems import Problem
-from facts.files import BUNDLE_PAYLOAD, BUNDLE_RUNS_DIR, RUN_RECORD, SWEEP_RECORD, job_files_glob
+from facts.files import (
+    BUNDLE_PAYLOAD,
+    BUNDLE_RUNS_DIR,
+    EVAL_TABLE,
+    EVIDENCE_SETTINGS,
+    FIGURES_DIR,
+    INCIDENTS_TABLE,
+    INDEX_TABLE,
+    RUN_RECORD,
+    STEPS_TABLE,
+    SWEEP_RECORD,
+    job_files_glob,
+    payload_relpath,
+)
 
 # Active content or a reference out of the file: a figure must be a self-contained drawing.
 _SVG_ACTIVE = re.compile(r"(?i)<\s*script|<\s*foreignObject|<!ENTITY|@import|<\s*(?:iframe|embed|object)\b"
@@ -27,7 +40,7 @@ def check_figures(data_dir: Path, data: BundleData | None = None) -> list[Proble
     them (evidence.json says which), the figures are also redrawn from the CSVs and compared byte for
     byte (SVG bytes depend on the matplotlib version, so another version cannot compare)."""
     findings = []
-    figures = data_dir / "figures"
+    figures = data_dir / FIGURES_DIR
     if not figures.is_dir():
         return findings
     for path in sorted(figures.rglob("*")):
@@ -60,7 +73,7 @@ _REDRAWN: dict[str, dict[str, bytes]] = {}
 
 def _inputs_digest(data_dir: Path) -> str:
     """SHA256 over the files ``load_bundle_data`` reads (the figures' only input)."""
-    names = [SWEEP_RECORD, "evidence.json", "index.csv", "incidents.csv", "steps.csv", "eval.csv"]
+    names = [SWEEP_RECORD, EVIDENCE_SETTINGS, INDEX_TABLE, INCIDENTS_TABLE, STEPS_TABLE, EVAL_TABLE]
     names += sorted(p.relative_to(data_dir).as_posix() for p in data_dir.glob(f"{BUNDLE_RUNS_DIR}/{job_files_glob(RUN_RECORD)}"))
     lines = [f"{name} {sha256_file(data_dir / name) if (data_dir / name).is_file() else '-'}" for name in names]
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
@@ -70,7 +83,7 @@ def _redrawn(data_dir: Path, data: BundleData) -> dict[str, bytes]:
     key = _inputs_digest(data_dir)
     if key not in _REDRAWN:
         with private_tool_dirs() as tools:
-            out = tools / "figures"
+            out = tools / FIGURES_DIR
             _REDRAWN.clear()  # one bundle's figures at a time
             _REDRAWN[key] = {p.relative_to(out).as_posix(): p.read_bytes() for p in render_figures(data, out)}
     return _REDRAWN[key]
@@ -81,11 +94,11 @@ def _compare_redrawn_figures(figures: Path, data: BundleData) -> list[Problem]:
     redrawn = _redrawn(figures.parent, data)
     held = {p.relative_to(figures).as_posix(): p for p in figures.rglob("*") if p.is_file()}
     for name in sorted(redrawn.keys() - held.keys()):
-        findings.append(Problem(f"{BUNDLE_PAYLOAD}/figures/{name}", "missing (the redrawing produces it)"))
+        findings.append(Problem(payload_relpath(FIGURES_DIR, name), "missing (the redrawing produces it)"))
     for name in sorted(held.keys() - redrawn.keys()):
-        findings.append(Problem(f"{BUNDLE_PAYLOAD}/figures/{name}", "not a figure of the redrawing"))
+        findings.append(Problem(payload_relpath(FIGURES_DIR, name), "not a figure of the redrawing"))
     for name in sorted(held.keys() & redrawn.keys()):
         if held[name].stat().st_size > MAX_MEMBER_BYTES or held[name].read_bytes() != redrawn[name]:
-            findings.append(Problem(f"{BUNDLE_PAYLOAD}/figures/{name}",
+            findings.append(Problem(payload_relpath(FIGURES_DIR, name),
                                     "differs from the figure redrawn from steps.csv / eval.csv"))
     return findings

@@ -11,6 +11,7 @@ from evidence.dataset import BundleData, read_csv
 from evidence.problems import Problem, capped
 from evidence.report import render_report
 from evidence.tables import compute_tables
+from facts.files import TABLES_DIR, payload_relpath
 
 
 def _same_cell(recorded: str, recomputed: str) -> bool:
@@ -60,10 +61,10 @@ def check_recomputation(data_dir: Path, data: BundleData) -> list[Problem]:
     findings: list[Problem] = []
     tables = compute_tables(data)
     for name, table in tables.items():
-        findings += _compare_csv(f"data/tables/{name}.csv", data_dir / "tables" / f"{name}.csv", table.csv())
-    if (data_dir / "tables").is_dir():
-        for extra in sorted((data_dir / "tables").glob("*.csv")):
+        findings += _compare_csv(payload_relpath(TABLES_DIR, f"{name}.csv"), data_dir / TABLES_DIR / f"{name}.csv", table.csv())
+    if (data_dir / TABLES_DIR).is_dir():
+        for extra in sorted((data_dir / TABLES_DIR).glob("*.csv")):
             if extra.stem not in tables:
-                findings.append(Problem(f"data/tables/{extra.name}", "not a table of the recomputation"))
+                findings.append(Problem(payload_relpath(TABLES_DIR, extra.name), "not a table of the recomputation"))
     findings += _compare_report("data/report.md", data_dir / "report.md", render_report(data, tables))
     return findings

@@ -9,7 +9,7 @@ from pathlib import Path
 from evidence.audit.bag import read_tags
 from evidence.dataset import BundleData
 from evidence.problems import Problem
-from facts.files import BUNDLE_PAYLOAD
+from facts.files import BUNDLE_PAYLOAD, COMMANDS_FILE, INDEX_TABLE, payload_relpath
 
 
 def _grid_jobs(sweep: dict) -> set[str]:
@@ -26,9 +26,9 @@ def check_records(bag: Path, data: BundleData) -> list[Problem]:
     grid = _grid_jobs(sweep)
     in_grid = {r["job"] for r in index if "not in the sweep grid" not in r["reason"]}
     for job in sorted(grid - in_grid):
-        findings.append(Problem("data/index.csv", f"no row for {job} of the sweep.json grid"))
+        findings.append(Problem(payload_relpath(INDEX_TABLE), f"no row for {job} of the sweep.json grid"))
     for job in sorted(in_grid - grid):
-        findings.append(Problem("data/index.csv", f"{job} is not in the sweep.json grid and not marked as a stray"))
+        findings.append(Problem(payload_relpath(INDEX_TABLE), f"{job} is not in the sweep.json grid and not marked as a stray"))
     try:
         info = read_tags(bag / "bag-info.txt")
     except (OSError, UnicodeDecodeError):
@@ -43,14 +43,14 @@ def check_records(bag: Path, data: BundleData) -> list[Problem]:
              f"{data.n_updates} updates")
     if not str(info.get("External-Description", "")).endswith(shape):
         findings.append(Problem("bag-info.txt", f"External-Description does not end with sweep.json's {shape!r}"))
-    findings += _check_commands(bag / BUNDLE_PAYLOAD / "commands.txt", grid)
+    findings += _check_commands(bag / BUNDLE_PAYLOAD / COMMANDS_FILE, grid)
     return findings
 
 
 def _check_commands(path: Path, grid: set[str]) -> list[Problem]:
     """commands.txt has one line per grid job (``[i] <job>: ...``, or ``... algo=A seed=S ...``)."""
     if not path.is_file():
-        return [Problem("data/commands.txt", "missing")]
+        return [Problem(payload_relpath(COMMANDS_FILE), "missing")]
     lines = [ln for ln in path.read_text(encoding="utf-8", errors="replace").splitlines()
              if ln.strip() and not ln.startswith("#")]
     named = []
@@ -61,8 +61,8 @@ def _check_commands(path: Path, grid: set[str]) -> list[Problem]:
         else:
             tokens = dict(t.split("=", 1) for t in line.split() if "=" in t)
             named.append(f"{tokens.get('algo')}-{tokens.get('seed')}")
-    findings = [Problem("data/commands.txt", f"{job}: not a job of the sweep.json grid") for job in named if job not in grid]
-    findings += [Problem("data/commands.txt", f"no command for {job}") for job in sorted(grid - set(named))]
+    findings = [Problem(payload_relpath(COMMANDS_FILE), f"{job}: not a job of the sweep.json grid") for job in named if job not in grid]
+    findings += [Problem(payload_relpath(COMMANDS_FILE), f"no command for {job}") for job in sorted(grid - set(named))]
     if len(named) != len(set(named)):
-        findings.append(Problem("data/commands.txt", "a job's command is listed twice"))
+        findings.append(Problem(payload_relpath(COMMANDS_FILE), "a job's command is listed twice"))
     return findings

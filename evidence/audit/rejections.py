@@ -14,11 +14,13 @@ from facts.files import (
     CHECKPOINTS_DIR,
     COMMAND_PUBLIC_RECORD,
     EVAL_RECORD,
+    INDEX_TABLE,
     JOB_RECORD,
     METRICS_LOG,
     TENSORBOARD_DIR,
     TENSORBOARD_EVENTS,
     WEIGHTS_FILE,
+    payload_relpath,
     run_relpath,
 )
 
@@ -77,6 +79,6 @@ def check_rejections(data_dir: Path, data: BundleData, shared_checks: dict | Non
         if row["accepted"] == "yes" or excluded or not (data_dir / BUNDLE_RUNS_DIR / row["job"]).is_dir():
             continue
         if not _still_rejected(data_dir, data, row, majority, artifacts, shared_checks):
-            findings.append(Problem("data/index.csv", f"{row['job']} is rejected ({row['reason'][:80]}) but its "
+            findings.append(Problem(payload_relpath(INDEX_TABLE), f"{row['job']} is rejected ({row['reason'][:80]}) but its "
                                                       "bundled evidence passes every gate: a valid run left out"))
     return findings

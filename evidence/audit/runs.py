@@ -17,9 +17,13 @@ from facts import EVAL_RECORD, INITIAL_EVAL_DIR
 from facts.files import (
     BUNDLE_PAYLOAD,
     BUNDLE_RUNS_DIR,
+    EVAL_TABLE,
+    INCIDENTS_TABLE,
     METRICS_LOG,
     RUN_RECORD,
+    STEPS_TABLE,
     bundle_run_relpath,
+    payload_relpath,
 )
 
 
@@ -45,7 +49,7 @@ def _close(a, b) -> bool:
 def _stray_rows(data_dir: Path, data: BundleData) -> list[Problem]:
     """Rows of steps.csv / eval.csv that belong to no accepted run."""
     problems, accepted = [], set(data.accepted)
-    for name in ("steps.csv", "eval.csv"):
+    for name in (STEPS_TABLE, EVAL_TABLE):
         _, rows = read_csv(data_dir / name)
         strays = sorted({f"{r.get('arm') or r['algo']}-{r['seed']}" for r in rows
                          if (r.get("arm") or r["algo"], int(r["seed"])) not in accepted})
@@ -61,12 +65,12 @@ def _check_metrics(data_dir: Path, data: BundleData, arm: str, seed: int) -> lis
     csv_records = {r["step"]: r for r in data.steps.get((arm, seed), [])}
     mismatches = []
     if len(csv_records) != len(log.records):
-        mismatches.append(Problem("data/steps.csv", f"{len(csv_records)} rows of {job}, its metrics log has {len(log.records)}"))
+        mismatches.append(Problem(payload_relpath(STEPS_TABLE), f"{len(csv_records)} rows of {job}, its metrics log has {len(log.records)}"))
     for record in log.records:
         row = csv_records.get(record["step"])
         keys = set(record) | {k for k, v in (row or {}).items() if v is not None}
         if row is None or any(not _close(record.get(k), row.get(k)) for k in keys - {"step"}):
-            mismatches.append(Problem("data/steps.csv", f"{job} step {record['step']} differs from {rel}"))
+            mismatches.append(Problem(payload_relpath(STEPS_TABLE), f"{job} step {record['step']} differs from {rel}"))
     return capped([v.problem() for v in log.violations]) + capped(mismatches)
 
 
@@ -96,20 +100,20 @@ def _check_eval(data_dir: Path, data: BundleData, arm: str, seed: int, shared: _
         row = data.evals.get((arm, seed), {}).get(kind)
         entry = summary.get(kind) if isinstance(summary, dict) else None
         if row is None or not isinstance(entry, dict):
-            problems.append(Problem("data/eval.csv", f"{job} {kind}: missing row or eval.json entry"))
+            problems.append(Problem(payload_relpath(EVAL_TABLE), f"{job} {kind}: missing row or eval.json entry"))
             continue
         shared_dir = shared_initial_dir(entry)
         if kind == "initial" and shared_dir is not None:
             shared.referenced.add(shared_dir)
             problems += _check_shared_reference(data_dir, job, entry, shared)
         if (row.get("initial_eval") or None) != shared_dir:
-            problems.append(Problem("data/eval.csv", f"{job} {kind} initial_eval differs from {bundle_run_relpath(job, EVAL_RECORD)}"))
+            problems.append(Problem(payload_relpath(EVAL_TABLE), f"{job} {kind} initial_eval differs from {bundle_run_relpath(job, EVAL_RECORD)}"))
         for column in EVAL_COLUMNS[len(EVAL_ID_COLUMNS):]:
             if column == "initial_eval":
                 continue
             if str(entry.get(column)).lower() != str(row.get(column)).lower() and not (
                     isinstance(entry.get(column), (int, float)) and _close(entry.get(column), row.get(column))):
-                problems.append(Problem("data/eval.csv", f"{job} {kind} {column} differs from {bundle_run_relpath(job, EVAL_RECORD)}"))
+                problems.append(Problem(payload_relpath(EVAL_TABLE), f"{job} {kind} {column} differs from {bundle_run_relpath(job, EVAL_RECORD)}"))
     return problems
 
 
@@ -137,10 +141,10 @@ def _check_incidents(data_dir: Path, data: BundleData) -> list[Problem]:
     for row in data.index:
         for kind, _, title, _ in history_incidents(data_dir / BUNDLE_RUNS_DIR / row["job"]):
             if (row["job"], kind, title) not in recorded:
-                problems.append(Problem("data/incidents.csv", f"{row['job']}: {kind} incident {title!r} of its "
+                problems.append(Problem(payload_relpath(INCIDENTS_TABLE), f"{row['job']}: {kind} incident {title!r} of its "
                                         "attempt history is missing"))
     with_incident = {r["job"] for r in data.incidents}
-    problems += [Problem("data/incidents.csv", f"rejected job {r['job']} has no incident record")
+    problems += [Problem(payload_relpath(INCIDENTS_TABLE), f"rejected job {r['job']} has no incident record")
                  for r in data.index if r["accepted"] != "yes" and r["job"] not in with_incident]
     return problems
 

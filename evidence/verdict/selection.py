@@ -15,6 +15,7 @@ from evidence.dataset import BundleData, load_bundle_data
 from evidence.measures import arm_values
 from evidence.problems import VerdictError
 from evidence.verdict.spec import Experiment, Tuning, canonical, same_overrides
+from facts.files import bundle_payload_dir
 
 
 @dataclass(frozen=True)
@@ -93,4 +94,4 @@ def select_from_bundle(experiment: Experiment, bundle_dir: str | Path) -> dict[s
     """The launcher's call after the tuning stage: per spec arm, the winner in that stage's built bundle."""
     if experiment.tuning is None:
         raise VerdictError("experiment: no tuning declared")
-    return select_settings(experiment.tuning, experiment.arms, load_bundle_data(Path(bundle_dir) / "data"))
+    return select_settings(experiment.tuning, experiment.arms, load_bundle_data(bundle_payload_dir(bundle_dir)))

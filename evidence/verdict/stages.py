@@ -14,7 +14,7 @@ from pathlib import Path
 from evidence.dataset import EXPERIMENT_FILE
 from evidence.fileio import write_text
 from evidence.verdict.spec import parse_experiment
-from facts.files import BUNDLE_DIR
+from facts.files import BUNDLE_DIR, INDEX_TABLE, bundle_payload_dir
 
 PROBE_STAGE, TUNING_STAGE, CONFIRM_STAGE = "probe", "tuning", "confirm"
 STAGES = (PROBE_STAGE, TUNING_STAGE, CONFIRM_STAGE)
@@ -40,8 +40,8 @@ def add_experiment(sweep_dir: Path, data_dir: Path) -> None:
         if stage == TUNING_STAGE and experiment.tuning is None:
             continue
         root = Path(sweep_dir).parent / stage
-        built = root / BUNDLE_DIR / "data"
-        if not (built / "index.csv").is_file():
+        built = bundle_payload_dir(root / BUNDLE_DIR)
+        if not (built / INDEX_TABLE).is_file():
             continue
         target_root = Path(data_dir) / "stages" / stage
         for path in sorted(p for p in built.rglob("*") if p.is_file() and not p.is_symlink()):

@@ -8,6 +8,7 @@ import math
 from omegaconf import DictConfig
 
 from evidence.verdict.spec import Study
+from facts.backends import SLURM
 from launcher.experiment.errors import ExperimentError
 
 
@@ -38,7 +39,7 @@ def check_budget(study: Study, record: dict, planned: list) -> dict:
 def wall_cap(study: Study, cluster: DictConfig) -> list[str]:
     """The budget's wall cap per run as the Slurm time limit (local runs have no scheduler limit)."""
     cap = study.budget.get("wall_minutes_per_run")
-    if cap is None or str(cluster.kind) != "slurm":
+    if cap is None or str(cluster.kind) != SLURM:
         return []
     minutes = math.ceil(cap)
     return [f"cluster.time={minutes // 60:02d}:{minutes % 60:02d}:00"]

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from launcher.errors import PreflightError
+from launcher.errors import LauncherError, PreflightError
 
 
 class ExperimentError(PreflightError):
     """A spec, an experiment directory or a stage result that stops the experiment (one line)."""
 
 
-class ExperimentFailed(RuntimeError):
+class ExperimentFailed(LauncherError):
     """A stage ran and its result stops the experiment (a failed probe, rejected jobs): one line."""

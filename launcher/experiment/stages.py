@@ -15,7 +15,7 @@ from evidence.verdict.selection import Selection, extend_grid, select_from_bundl
 from evidence.verdict.spec import VerdictError
 from evidence.verdict.stages import CONFIRM_STAGE, PROBE_RECORD, PROBE_STAGE, TUNING_STAGE
 from facts import atomic_write_json
-from facts.files import BUNDLE_DIR
+from facts.files import BUNDLE_ARCHIVE, BUNDLE_DIR, INDEX_TABLE, bundle_payload_dir
 from launcher.experiment.budget import check_budget
 from launcher.experiment.errors import ExperimentFailed
 from launcher.experiment.probe import probe_checks
@@ -25,7 +25,7 @@ from launcher.sweep import run_sweep
 
 
 def _bundle_data(runner: Runner, stage: str) -> Path:
-    return runner.stage_dir(stage) / BUNDLE_DIR / "data"
+    return bundle_payload_dir(runner.stage_dir(stage) / BUNDLE_DIR)
 
 
 def run_probe(runner: Runner, recorded: list[str]) -> dict:
@@ -34,7 +34,7 @@ def run_probe(runner: Runner, recorded: list[str]) -> dict:
     register(runner.exp_dir, runner.study, recorded)  # the first job is about to start
     stage_header(PROBE_STAGE, f"{len(probe.specs)} job(s)")
     code = run_sweep(probe)
-    if code != 0 and not (_bundle_data(runner, PROBE_STAGE) / "index.csv").is_file():
+    if code != 0 and not (_bundle_data(runner, PROBE_STAGE) / INDEX_TABLE).is_file():
         raise ExperimentFailed("probe failed: its sweep did not complete; see the messages above")
     return probe_checks(runner, load_bundle_data(_bundle_data(runner, PROBE_STAGE)))
 
@@ -100,7 +100,7 @@ def run_confirm(runner: Runner, selected: dict[str, dict[str, str]]) -> int:
     print(f"verdict: {v['verdict']}{' (provisional)' if v['provisional'] else ''} by rule {v['rule']}: "
           f"{v['metric']['name']} difference {v['difference_mean']:+.3g}"
           + (f" [{ci[0]:+.3g}, {ci[1]:+.3g}]" if ci else "") + f" {v['metric']['units']}; bundle "
-          f"{runner.stage_dir(CONFIRM_STAGE).name}/bundle.tar.gz")
+          f"{runner.stage_dir(CONFIRM_STAGE).name}/{BUNDLE_ARCHIVE}")
     return code
 
 

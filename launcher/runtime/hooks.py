@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from facts.backends import LOCAL
 from facts.states import REQUEUED
 from trainer.preemption import EXIT_CHECKPOINTED
 
@@ -57,7 +58,7 @@ class JobHooks:
         """Which job this is to its scheduler: ``scheduler``, ``job_id``, ``array_index`` and
         ``restart_count`` (the run of the job this is, 0 for its first)."""
         env = os.environ
-        return {"scheduler": "local", "job_id": env.get("PROOFGRID_LOCAL_JOB_ID", f"local-{os.getpid()}"),
+        return {"scheduler": LOCAL, "job_id": env.get("PROOFGRID_LOCAL_JOB_ID", f"local-{os.getpid()}"),
                 "array_index": int(env["PROOFGRID_ARRAY_INDEX"]) if "PROOFGRID_ARRAY_INDEX" in env else None,
                 "restart_count": 0}
 

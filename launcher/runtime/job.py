@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 from facts.files import TRAINER_LOG
 from facts.processes import runtime_identity
-from facts.repo import REPO_ROOT
+from facts.repo import REPO_ROOT, SOURCE_COMMIT_ENV
 from facts.states import COMPLETED, FAILED, REQUEUED, RUNNING, TERMINATED
 from launcher.errors import JobFailed, PreflightError
 from launcher.isolation import JobRoots, env_diff, isolated_env
@@ -135,7 +135,7 @@ class JobRun:
         self.run_lock = lock_job_run_dir(self.roots.job_dir)  # no second trainer in this run directory, ever
         self.block = claim_port_block()
         env = isolated_env(self.roots, self.block.ports, self.base_env)
-        env["PROOFGRID_SOURCE_COMMIT"] = self.spec.source_commit or ""
+        env[SOURCE_COMMIT_ENV] = self.spec.source_commit or ""
         if self.spec.ray_cpus > 0:
             self.ray = JobRay(self.roots, self.block, self.spec.ray_cpus, env)
             env["RAY_ADDRESS"] = self.ray.start()

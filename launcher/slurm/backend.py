@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.live import Live
 
 from facts import atomic_write_json, sweep_job_dir, sweep_jobs_dir
+from facts.backends import SLURM
 from facts.failures import scheduler_reason
 from facts.files import JOB_RECORD, JOB_SPEC, SWEEP_RECORD
 from facts.repo import REPO_ROOT
@@ -116,7 +117,7 @@ def submit(sweep: Sweep, todo: list[JobSpec]) -> bool:
         arrays.append(array_id)
         name_tasks(sweep.sweep_dir, specs, [str(j.job_id) for j in jobs])
         for i, (spec, job) in enumerate(zip(specs, jobs)):
-            update_job_record(spec.job_dir, {"scheduler": "slurm", "job_id": str(job.job_id), "array_index": i},
+            update_job_record(spec.job_dir, {"scheduler": SLURM, "job_id": str(job.job_id), "array_index": i},
                               defaults={**spec.identity(), "state": PENDING, "exit_code": None,
                                         "source_commit": spec.source_commit})
         record.setdefault("submissions", []).append({"array_job_id": array_id, "jobs": [s.name for s in specs]})
@@ -166,7 +167,7 @@ def refresh_job_records(job_dirs: list[Path]) -> dict[str, str]:
     """Copy the scheduler's confirmed view (state, exit code, elapsed, pending reason) into each
     job.json; returns name -> state."""
     records = {d: read_job_record(d) for d in job_dirs}
-    ids = [r["job_id"] for r in records.values() if r.get("scheduler") == "slurm" and r.get("job_id")]
+    ids = [r["job_id"] for r in records.values() if r.get("scheduler") == SLURM and r.get("job_id")]
     seen = confirmed_states(ids)
     result = {}
     for job_dir, record in records.items():
@@ -267,7 +268,7 @@ def cancel_sweep(sweep_dir: Path) -> int:
               file=sys.stderr)
         return 1
     live = {d.name: read_job_record(d)["job_id"] for d in job_dirs
-            if states[d.name] not in TERMINAL_STATES and read_job_record(d).get("scheduler") == "slurm"}
+            if states[d.name] not in TERMINAL_STATES and read_job_record(d).get("scheduler") == SLURM}
     if not live:
         print(f"nothing to cancel in {sweep_dir}: no job is queued or running")
         return 0

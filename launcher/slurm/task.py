@@ -14,6 +14,7 @@ import signal
 import socket
 from pathlib import Path
 
+from facts.backends import SLURM
 from facts.states import RUNNING, TERMINATED
 from launcher.progress import completed_steps
 from launcher.records import update_job_record
@@ -56,7 +57,7 @@ class SlurmHooks(JobHooks):
         self.restart_count = int(env.get("SLURM_RESTART_COUNT", "0"))
 
     def identity(self) -> dict:
-        return {"scheduler": "slurm", "job_id": self.job_id, "array_index": self.array_index,
+        return {"scheduler": SLURM, "job_id": self.job_id, "array_index": self.array_index,
                 "restart_count": self.restart_count}
 
     def begin(self, job_dir: Path) -> None:

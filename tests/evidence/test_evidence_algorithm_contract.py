@@ -56,3 +56,15 @@ def test_the_contract_row_the_k1_check_and_the_kl_cells_follow_what_the_runs_dec
     # rpp logs no KL loss and now declares no KL in the reward: its cells say there is no KL-loss term.
     assert "N/A (no KL-loss term)" in report and "N/A (k1 reward shaping)" not in report
     assert [str(f) for f in audit(result.bundle_dir)] == []
+
+
+def test_the_report_names_the_kl_placements_of_the_arms_it_has_and_no_others(tmp_path):
+    # A GRPO-only bundle: no arm puts k1 in its reward, so there is no k1 check and no word of REINFORCE++.
+    grpo_only = build_bundle(make_sweep(tmp_path / "g", algos=("grpo",), seeds=SEEDS, n_steps=4), figures=False)
+    report = (grpo_only.bundle_dir / "data" / "report.md").read_text()
+    assert "REINFORCE++" not in report and "k1 activation check" not in report
+    assert "GRPO reports an independent k2 term as `train/kl_loss`." in report
+    both = build_bundle(make_sweep(tmp_path / "b", algos=("grpo", "rpp"), seeds=SEEDS, n_steps=4), figures=False)
+    report = (both.bundle_dir / "data" / "report.md").read_text()
+    assert "REINFORCE++ folds its k1 reference term into the return; GRPO reports an independent k2 term" in report
+    assert "## k1 activation check (REINFORCE++)" in report

@@ -104,6 +104,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from facts.algorithms import ALGO_ORDER, ALGORITHMS
+from facts.files import RUN_COMPLETED
 
 PROG = "python -m trainer.adapters.trl_grpo"
 TENSORBOARD_DIR = "tensorboard"
@@ -458,7 +459,7 @@ def train(a: argparse.Namespace, p: Plan, stop) -> int:
     final = out / FINAL_MODEL_DIR
     trainer.model.save_pretrained(str(final))  # weights, config, generation config; no trainer pickles
     tokenizer.save_pretrained(str(final))
-    record["status"] = "completed"
+    record["status"] = RUN_COMPLETED
     _write_record(out, record)
     print(f"trained TRL GRPO (loss_type={p.grpo_config['loss_type']}) seed {a.seed}: "
           f"{trainer.state.global_step} steps, final model in {FINAL_MODEL_DIR}/")

@@ -16,7 +16,7 @@ import textwrap
 from pathlib import Path
 
 from facts.algorithms import RECORDS, Algorithm
-from trainer.config import CONF_DIR
+from facts.repo import CONF_DIR
 
 ALGO_DIR = CONF_DIR / "algo"
 _PLAIN = re.compile(r"[A-Za-z_](?:[A-Za-z0-9_.+-]| (?=[A-Za-z0-9_.+-]))*")  # words, single spaces between

@@ -53,6 +53,8 @@ from facts.repo import MANIFESTS_DIR, REPO_ROOT
 from trainer.data import PROMPT_TEMPLATE
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "toy"
+# The toy asset's own layout (conf/workload/toy.yaml and manifests/toy.json name these paths).
+TOY_DATA_DIR, TOY_MODEL_DIR = "data", "model"
 DEFAULT_MANIFEST = MANIFESTS_DIR / "toy.json"
 
 DATA_SEED = 20240601
@@ -328,7 +330,7 @@ def sft(model, tokenizer, rows, steps: int = SFT_STEPS, seed: int = MODEL_SEED, 
 
 
 def file_entries(out: Path, root: Path = REPO_ROOT) -> list[dict]:
-    files = sorted(p for sub in ("data", "model") for p in (out / sub).rglob("*") if p.is_file())
+    files = sorted(p for sub in (TOY_DATA_DIR, TOY_MODEL_DIR) for p in (out / sub).rglob("*") if p.is_file())
     entries = []
     for p in files:
         data = p.read_bytes()
@@ -349,15 +351,15 @@ def write_manifest(out: Path, manifest: Path = DEFAULT_MANIFEST) -> None:
 def build(out: Path, sft_steps: int = SFT_STEPS) -> None:
     set_determinism(MODEL_SEED)
     train, test = make_dataset()
-    write_parquet(train, out / "data" / "train.parquet")
-    write_parquet(test, out / "data" / "test.parquet")
+    write_parquet(train, out / TOY_DATA_DIR / "train.parquet")
+    write_parquet(test, out / TOY_DATA_DIR / "test.parquet")
 
     texts = [format_prompt(q) + format_target(a) for q, a in train + test]
     tokenizer = build_tokenizer(texts)
     model = build_model(tokenizer)
     sft(model, tokenizer, train, steps=sft_steps)
 
-    model_dir = out / "model"
+    model_dir = out / TOY_MODEL_DIR
     if model_dir.exists():
         shutil.rmtree(model_dir)
     model.save_pretrained(model_dir)
@@ -368,7 +370,7 @@ def build(out: Path, sft_steps: int = SFT_STEPS) -> None:
     cfg = json.loads(cfg_path.read_text())
     cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
     cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
-    for p in sorted((out / "data").iterdir()) + sorted(model_dir.iterdir()):
+    for p in sorted((out / TOY_DATA_DIR).iterdir()) + sorted(model_dir.iterdir()):
         p.chmod(0o644)  # safetensors writes 0600
 
 
