@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from facts.files import JOB_RUN_DIR, METRICS_LOG
+from facts.files import BUNDLE_ARCHIVE, JOB_RUN_DIR, METRICS_LOG
 from facts.repo import REPO_ROOT
 
 REPO = REPO_ROOT
@@ -207,7 +207,7 @@ def bench_evidence(sizes=EVIDENCE_SIZES) -> None:
             subprocess.run([sys.executable, "-m", "benchmarks.synthetic_sweep", str(sweep), f"--jobs={jobs}",
                             f"--steps={steps}"], cwd=REPO, check=True)
             build = _timed_child([sys.executable, "-m", "evidence", "build", str(sweep)])
-            audit = _timed_child([sys.executable, "-m", "evidence", "audit", str(sweep / "bundle.tar.gz")])
+            audit = _timed_child([sys.executable, "-m", "evidence", "audit", str(sweep / BUNDLE_ARCHIVE)])
             rows.append((jobs, steps, build, audit))
             shutil.rmtree(sweep)
     (jobs0, steps0, build0, audit0) = rows[0]

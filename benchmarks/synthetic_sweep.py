@@ -41,7 +41,21 @@ from facts import (
     run_dir_of_job,
     sweep_job_dir,
 )
-from facts.files import COMMAND_PUBLIC_RECORD, COMMAND_RECORD, JOB_RECORD, JOB_SPEC, SWEEP_RECORD, TRAINER_LOG
+from facts.files import (
+    COMMAND_PUBLIC_RECORD,
+    COMMAND_RECORD,
+    COMMANDS_FILE,
+    EVAL_RESPONSES_DIR,
+    JOB_RECORD,
+    JOB_SPEC,
+    LATEST_CHECKPOINT,
+    SWEEP_RECORD,
+    TENSORBOARD_DIR,
+    TRAINER_LOG,
+    TRAINER_STATE,
+    WEIGHTS_FILE,
+)
+from facts.states import COMPLETED
 
 ARMS = ("grpo", "rpp", "rppb")
 COMMIT = "5f7cd574372288391bb1c41ca0677422cd31e725"
@@ -97,8 +111,8 @@ def write_eval(run_dir: Path, checkpoint: str, pass1: float) -> None:
         lines = [json.dumps({"index": i // EVAL_K, "sample": i % EVAL_K, "response": RESPONSES[i % len(RESPONSES)],
                              "label": "30", "reward": float(i % 2), "length": 13, "finished": True})
                  for i in range(EVAL_PROMPTS * EVAL_K)]
-        (run_dir / "eval").mkdir(parents=True, exist_ok=True)
-        (run_dir / "eval" / f"{kind}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        (run_dir / EVAL_RESPONSES_DIR).mkdir(parents=True, exist_ok=True)
+        (run_dir / EVAL_RESPONSES_DIR / f"{kind}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def write_run_dir(run_dir: Path, arm: str, seed: int, steps: int, index: int) -> None:
@@ -110,21 +124,21 @@ def write_run_dir(run_dir: Path, arm: str, seed: int, steps: int, index: int) ->
         "source_commit": COMMIT, METRIC_KEYS_FIELD: metric_keys(arm),
         ALGORITHM_FIELD: {**record.declaration(), "loss_reduction": "response_mean"},
         "versions": {"proofgrid": "0.1.0", "python": "3.11.7", "torch": "2.13.0+cpu"},
-        "inputs": {"trainer/assets/toy/model/model.safetensors": hashlib.sha256(b"toy model").hexdigest()},
+        "inputs": {f"trainer/assets/toy/model/{WEIGHTS_FILE}": hashlib.sha256(b"toy model").hexdigest()},
         "config": {"seed": seed, "dp_size": 1, "algo": {"short": arm, **record.config},
                    "workload": {"name": "toy", "n_updates": steps, "lr": 1e-4, "global_batch_size": 32}},
         "output_dir_abs": str(run_dir.resolve()),
     })
     (run_dir / METRICS_LOG).write_text(metrics_lines(arm, seed, steps), encoding="utf-8")
-    (run_dir / "tensorboard").mkdir(parents=True, exist_ok=True)
-    (run_dir / "tensorboard" / f"events.out.tfevents.1796156243.{NODE}.{index}.0").write_bytes(b"\x18\x00" * 64)
+    (run_dir / TENSORBOARD_DIR).mkdir(parents=True, exist_ok=True)
+    (run_dir / TENSORBOARD_DIR / f"events.out.tfevents.1796156243.{NODE}.{index}.0").write_bytes(b"\x18\x00" * 64)
     checkpoint = checkpoint_name(steps)
     ckpt = run_dir / CHECKPOINTS_DIR / checkpoint
     ckpt.mkdir(parents=True, exist_ok=True)
-    save_file({"embed.weight": np.arange(8, dtype=np.float32).reshape(2, 4) + seed}, str(ckpt / "model.safetensors"))
+    save_file({"embed.weight": np.arange(8, dtype=np.float32).reshape(2, 4) + seed}, str(ckpt / WEIGHTS_FILE))
     (ckpt / "optimizer.pt").write_bytes(b"optimizer-state")
-    write_json(ckpt / "trainer_state.json", {"step": steps})
-    (run_dir / CHECKPOINTS_DIR / "latest").write_text(checkpoint + "\n", encoding="utf-8")
+    write_json(ckpt / TRAINER_STATE, {"step": steps})
+    (run_dir / CHECKPOINTS_DIR / LATEST_CHECKPOINT).write_text(checkpoint + "\n", encoding="utf-8")
     write_eval(run_dir, checkpoint, round(0.4 + random.Random(f"eval-{arm}-{seed}").uniform(-0.1, 0.1), 4))
 
 
@@ -144,8 +158,8 @@ def write_job(sweep: Path, name: str, arm: str, seed: int, steps: int, index: in
         "elapsed_s": 15.0 + index % 7, "exit_code": 0, "failure": None, "job_id": f"local-{index}", "node": NODE,
         "ports": {"block": [block, block + 63], "master_port": block + 11}, "restart_count": 0,
         "roots": {"cache": "roots/cache", "output": "run", "ray": "roots/ray", "tmp": "roots/tmp"},
-        "runtime_state": "COMPLETED", "scheduler": "local", "seed": seed, "source_commit": COMMIT,
-        "started_at": 1796156236.0 + index, "state": "COMPLETED"})
+        "runtime_state": COMPLETED, "scheduler": "local", "seed": seed, "source_commit": COMMIT,
+        "started_at": 1796156236.0 + index, "state": COMPLETED})
     argv = ["-m", "trainer", *overrides]
     env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(block + 11), "PYTHONNOUSERSITE": "1", "HF_HUB_OFFLINE": "1"}
     write_json(job_dir / COMMAND_RECORD, {
@@ -173,7 +187,7 @@ def write_sweep(sweep: Path, jobs: int, steps: int) -> Path:
         "seeds": sorted({seed for _, seed in cells}), "source_commit": COMMIT, "workload": "toy"})
     for index, ((arm, seed), name) in enumerate(zip(cells, names)):
         write_job(sweep, name, arm, seed, steps, index)
-    (sweep / "commands.txt").write_text("".join(
+    (sweep / COMMANDS_FILE).write_text("".join(
         f"[{i}] {name}: python -m trainer algo={arm} seed={seed} output_dir=<JOB_DIR>/run\n"
         for i, ((arm, seed), name) in enumerate(zip(cells, names))), encoding="utf-8")
     return sweep
