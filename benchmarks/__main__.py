@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from facts.files import JOB_RUN_DIR, METRICS_LOG
+from facts.files import BUNDLE_ARCHIVE, JOB_RUN_DIR, METRICS_LOG
 from facts.repo import REPO_ROOT
 
 REPO = REPO_ROOT
@@ -144,30 +144,83 @@ def bench_validation() -> None:
     print(f"validate  100k steps: {n / t:,.0f} records/s ({t:.2f} s) | bare json.loads {n / t_parse:,.0f} records/s")
 
 
-HEAVY_AT_PLAN_TIME = ("torch", "transformers", "ray", "matplotlib", "submitit", "bagit")
+HEAVY_AT_PLAN_TIME = ("torch", "transformers", "ray", "matplotlib", "submitit", "bagit", "pyarrow", "numpy")
 
 
-def bench_dry_run() -> None:
+def bench_dry_run(repo: Path = REPO) -> None:
     """Dry run of a 1,002-job grid (3 algos x 334 seeds), start to end as a user types it (target
-    < 3 s), against the same command for 1 job; and which heavy packages planning imported."""
+    < 3 s), against the same command for 1 job and against ``launch.py --help`` (target: a 1-job dry
+    run little more than ``--help``, each further job well under 1 ms); and which heavy packages
+    planning imported. ``repo``: the checkout whose ``launch.py`` runs (another commit's, to compare)."""
     with tempfile.TemporaryDirectory() as tmp:
-        def dry_run(*grid: str, where: str, flags: tuple[str, ...] = ()) -> tuple[float, float, str]:
+        def dry_run(*grid: str, where: str, flags: tuple[str, ...] = (), help: bool = False) -> tuple[float, float, str]:
             """(wall s, CPU s of the process, its stderr)."""
             cmd = [sys.executable, *flags, "launch.py", "-m", *grid, "dry_run=true", f"hydra.sweep.dir={tmp}/{where}"]
+            cmd = [sys.executable, "launch.py", "--help"] if help else cmd
             cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.perf_counter()
-            proc = subprocess.run(cmd, cwd=REPO, check=True, capture_output=True, text=True)
+            proc = subprocess.run(cmd, cwd=repo, check=True, capture_output=True, text=True)
             wall = time.perf_counter() - start
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             return wall, after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime, proc.stderr
 
-        t, cpu, _ = min(dry_run("algo=grpo,rpp,rppb", "seed=range(334)", where=f"big{i}") for i in range(3))
-        t_one, cpu_one, _ = min(dry_run("algo=grpo", "seed=1", where=f"one{i}") for i in range(3))
+        runs = {"help": [], "one": [], "big": []}
+        for i in range(3):  # interleaved, so that a change of load hits all three alike
+            runs["help"].append(dry_run(where="", help=True))
+            runs["one"].append(dry_run("algo=grpo", "seed=1", where=f"one{i}"))
+            runs["big"].append(dry_run("algo=grpo,rpp,rppb", "seed=range(334)", where=f"big{i}"))
+        (t_help, cpu_help, _), (t_one, cpu_one, _), (t, cpu, _) = (min(runs[k], key=lambda r: r[1])
+                                                                    for k in ("help", "one", "big"))
         *_, imports = dry_run("algo=grpo,rpp,rppb", "seed=range(334)", where="imports", flags=("-X", "importtime"))
     imported = {line.rsplit("|", 1)[-1].strip() for line in imports.splitlines() if line.startswith("import time:")}
     heavy = [name for name in HEAVY_AT_PLAN_TIME if name in imported]
     print(f"dry run   1,002 jobs: {t:.2f} s, {cpu:.2f} CPU s (target < 3 s) | 1 job: {t_one:.2f} s, {cpu_one:.2f} "
-          f"CPU s (per extra job {(t - t_one) / 1001 * 1e3:.2f} ms) | heavy packages imported: {', '.join(heavy) or 'none'}")
+          f"CPU s (per extra job {(cpu - cpu_one) / 1001 * 1e3:.2f} CPU ms) | launch.py --help: {t_help:.2f} s, "
+          f"{cpu_help:.2f} CPU s (1 job / --help: {cpu_one / cpu_help:.2f}x CPU) | heavy packages imported: "
+          f"{', '.join(heavy) or 'none'}")
+
+
+def _timed_child(cmd: list[str]) -> tuple[float, float, float]:
+    """(wall s, CPU s, peak resident MiB) of one command run to its end (``benchmarks.rusage``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        figures = Path(tmp) / "rusage.json"
+        proc = subprocess.run([sys.executable, "-m", "benchmarks.rusage", str(figures), *cmd], cwd=REPO,
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd[1:4])} failed: {proc.stdout[-300:]}{proc.stderr[-300:]}")
+        usage = json.loads(figures.read_text())
+    return usage["wall_s"], usage["cpu_s"], usage["peak_mib"]
+
+
+EVIDENCE_SIZES = ((10, 50), (100, 50), (1000, 50))
+
+
+def bench_evidence(sizes=EVIDENCE_SIZES) -> None:
+    """``python -m evidence build`` and ``audit`` of synthetic sweeps of accepted jobs
+    (benchmarks/synthetic_sweep.py) at growing sizes: wall, CPU and peak memory, and the CPU cost per
+    job and per step record above the smallest size (the fixed cost: the smallest size's CPU time).
+    Target (issue 24): seconds per thousand step records."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for jobs, steps in sizes:
+            sweep = Path(tmp) / f"sweep-{jobs}x{steps}"
+            subprocess.run([sys.executable, "-m", "benchmarks.synthetic_sweep", str(sweep), f"--jobs={jobs}",
+                            f"--steps={steps}"], cwd=REPO, check=True)
+            build = _timed_child([sys.executable, "-m", "evidence", "build", str(sweep)])
+            audit = _timed_child([sys.executable, "-m", "evidence", "audit", str(sweep / BUNDLE_ARCHIVE)])
+            rows.append((jobs, steps, build, audit))
+            shutil.rmtree(sweep)
+    (jobs0, steps0, build0, audit0) = rows[0]
+    for jobs, steps, build, audit in rows:
+        records = jobs * steps
+        line = f"evidence  {jobs:,} jobs x {steps} steps ({records:,} records):"
+        for label, (wall, cpu, peak), base in (("build", build, build0), ("audit", audit, audit0)):
+            line += f" {label} {wall:.1f} s wall, {cpu:.1f} CPU s, {peak:.0f} MiB peak"
+            if records > jobs0 * steps0:
+                per = (cpu - base[1]) / (records - jobs0 * steps0)
+                line += f" ({per * 1e3:.2f} CPU ms per record above {jobs0} jobs, {per * 1e3 * steps:.0f} ms per job)"
+            line += ";"
+        print(line + " target: seconds per 1,000 records")
 
 
 def bench_training() -> None:
@@ -306,7 +359,7 @@ def bench_trl_harness(steps: int = 20) -> None:
 
 
 BENCHMARKS = {"numerics": bench_numerics, "hashing": bench_hashing, "validation": bench_validation,
-              "dry_run": bench_dry_run, "training": bench_training, "trl": bench_trl,
+              "dry_run": bench_dry_run, "evidence": bench_evidence, "training": bench_training, "trl": bench_trl,
               "trl_harness": bench_trl_harness}
 
 

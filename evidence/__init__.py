@@ -15,36 +15,48 @@ Public API::
     compare_paths(path_a, path_b, metrics=None, last_k=10, force=False, csv_path=None) -> markdown (CompareError)
 """
 
-# The function ``audit`` shadows the submodule ``evidence.audit`` as a package attribute on
-# purpose: importing it here, after the submodule, makes ``from evidence import audit`` the
-# function whatever was imported first.
-from evidence.audit import audit
-from evidence.bundle import BuildResult, build_bundle
-from evidence.compare import compare_paths
-from evidence.index import JobEvidence, evaluate_job
-from evidence.metrics_log import MetricsLog, Violation, validate_metrics
-from evidence.problems import (
-    CompareError,
-    EvidenceError,
-    IncidentsFileError,
-    LeakError,
-    Problem,
-    SweepError,
-    UsageError,
-    VerdictError,
-)
-from evidence.verdict import (
-    Experiment,
-    Selection,
-    check_logged,
-    experiment_verdict,
-    extend_grid,
-    parse_experiment,
-    select_from_bundle,
-)
+import importlib
+import sys
+import types
 
-# An audit finding is the one problem shape (the name the audit's API has always used).
-Finding = Problem
+# Each public name and the module it lives in, imported on first use (PEP 562): a launcher that only
+# plans (``launch.py ... dry_run=true``) reads a few of the leaf modules and never loads the build,
+# the audit or the tables (bagit, the report, the figures: about half a second).
+_HOMES = {
+    "audit": "evidence.audit", "BuildResult": "evidence.bundle", "build_bundle": "evidence.bundle",
+    "compare_paths": "evidence.compare", "JobEvidence": "evidence.index", "evaluate_job": "evidence.index",
+    "MetricsLog": "evidence.metrics_log", "Violation": "evidence.metrics_log", "validate_metrics": "evidence.metrics_log",
+    **{name: "evidence.problems" for name in ("CompareError", "EvidenceError", "IncidentsFileError", "LeakError",
+                                              "Problem", "SweepError", "UsageError", "VerdictError")},
+    # An audit finding is the one problem shape (the name the audit's API has always used).
+    "Finding": "evidence.problems:Problem",
+    **{name: "evidence.verdict" for name in ("Experiment", "Selection", "check_logged", "experiment_verdict",
+                                             "extend_grid", "parse_experiment", "select_from_bundle")},
+}
+
+
+class _Package(types.ModuleType):
+    """The package, whose attribute ``audit`` is always the function: importing the submodule
+    ``evidence.audit`` sets the package's attribute of that name to the submodule (the import system
+    does), and ``from evidence import audit`` must still give the function, as it did when this file
+    imported it eagerly after the submodule."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if name == "audit" and isinstance(value, types.ModuleType):
+            return  # the submodule stays reachable as sys.modules["evidence.audit"]
+        super().__setattr__(name, value)
+
+    def __getattr__(self, name: str):
+        home = _HOMES.get(name)
+        if home is None:
+            raise AttributeError(f"module 'evidence' has no attribute {name!r}")
+        module, _, attribute = home.partition(":")
+        value = getattr(importlib.import_module(module), attribute or name)
+        super().__setattr__(name, value)
+        return value
+
+
+sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "BuildResult", "CompareError", "EvidenceError", "Experiment", "Finding", "IncidentsFileError",

@@ -192,20 +192,20 @@ def _write_payload(sweep, evidences: list[JobEvidence], incidents: list[Incident
     if figures:  # the audit redraws the figures when its matplotlib is this one (SVG bytes depend on it)
         settings[FIGURES_DRAWN_BY] = figures_library_version()
     write_text(stage / SETTINGS_FILE, dumps_json(settings))
-    write_csv(stage / INDEX_TABLE, INDEX_COLUMNS, [_clean_row(index_row(e), clean) for e in evidences])
-    write_csv(stage / INCIDENTS_TABLE, INCIDENT_COLUMNS, [_clean_row(i.row(), clean) for i in incidents])
+    write_csv(stage / INDEX_TABLE, INDEX_COLUMNS, clean.clean_rows([index_row(e) for e in evidences]))
+    write_csv(stage / INCIDENTS_TABLE, INCIDENT_COLUMNS, clean.clean_rows([i.row() for i in incidents]))
     write_csv(stage / "artifacts.csv", ARTIFACT_COLUMNS,
-              [_clean_row({"job": e.job, "path": a.path, "bytes": a.bytes, "sha256": a.sha256}, clean)
-               for e in evidences for a in e.artifacts])
+              clean.clean_rows([{"job": e.job, "path": a.path, "bytes": a.bytes, "sha256": a.sha256}
+                                for e in evidences for a in e.artifacts]))
     accepted = [e for e in evidences if e.accepted]
     keys = {k for e in accepted for r in e.metrics.records for k in r}
     columns = step_columns(keys)
     write_csv(stage / STEPS_TABLE, columns,
               ({"arm": e.arm, "algo": e.algo, "seed": e.seed, **r} for e in accepted for r in sorted(e.metrics.records, key=lambda r: r["step"])))
     write_csv(stage / EVAL_TABLE, EVAL_COLUMNS,
-              [_clean_row({"arm": e.arm, "algo": e.algo, "seed": e.seed, "kind": kind, **e.eval_summary[kind],
-                           "initial_eval": shared_initial_dir(e.eval_summary[kind])}, clean)
-               for e in accepted for kind in EVAL_KINDS])
+              clean.clean_rows([{"arm": e.arm, "algo": e.algo, "seed": e.seed, "kind": kind, **e.eval_summary[kind],
+                                 "initial_eval": shared_initial_dir(e.eval_summary[kind])}
+                                for e in accepted for kind in EVAL_KINDS]))
     _copy_shared_initial_evals(sweep.dir, evidences, stage)
     for name in (INCIDENTS_FILE, COMMANDS_FILE):
         _copy_text(sweep.dir / name, stage / name, clean)
@@ -228,10 +228,6 @@ def _copy_shared_initial_evals(sweep_dir: Path, evidences: list[JobEvidence], st
             if (source / name).is_file():
                 (stage / relpath).mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(source / name, stage / relpath / name)
-
-
-def _clean_row(row: dict, clean: Sanitizer) -> dict:
-    return {k: clean.clean_value(v, k) if isinstance(v, str) else v for k, v in row.items()}
 
 
 def _write_tag_file(path: Path, info: dict) -> None:
@@ -258,9 +254,10 @@ def make_bag(stage: Path, bag_info: dict[str, str]) -> None:
 def leak_scan(root: Path, clean: Sanitizer) -> list[Problem]:
     """Every leak in every file under ``root`` (and in the file names), named by its relative path."""
     leaks = []
-    for path in sorted(p for p in root.rglob("*")):
-        rel = path.relative_to(root).as_posix()
-        leaks += clean.scan(rel, rel)
+    paths = sorted(root.rglob("*"))
+    rels = [path.relative_to(root).as_posix() for path in paths]
+    for path, rel, name_leaks in zip(paths, rels, clean.scan_names(rels)):
+        leaks += name_leaks
         if path.is_file():
             leaks += clean.scan_document(rel, path.read_bytes().decode("utf-8", errors="replace"))
     return leaks

@@ -22,6 +22,7 @@ import contextlib
 import csv
 import functools
 import getpass
+import hashlib
 import importlib
 import io
 import json
@@ -54,16 +55,132 @@ _PLUGIN_TRIGGERS = {"CloudantDetector": _CREDENTIAL_WORD, "IbmCloudIamDetector":
                     "SoftlayerDetector": _CREDENTIAL_WORD, "IbmCosHmacDetector": re.compile(r"(?i)secret")}
 
 
+@dataclass(frozen=True)
+class Anchor:
+    """A necessary condition of one rule, cheap to test on a whole text: every match of the rule
+    contains one of ``words`` (matched with the rule's own ``flags``) followed at once by a match of
+    ``then``, or, given a ``pattern`` instead, a match of that. A rule whose anchors are all absent from
+    a text cannot match it and is skipped: the hits are exactly the rule's own, found at a few ns per
+    character instead of tens (an alternation, a leading look-behind or a case-insensitive word is tried
+    at every position by the regex engine; ``str``'s own search is not).
+
+    Case-insensitive words and patterns are searched in the lower-cased text when the text is ASCII (the
+    engine's ``re.IGNORECASE`` then matches exactly the ASCII case variants), else with the engine, which
+    also equates ``ſ`` with ``s``, ``K`` (Kelvin) with ``k`` and ``ı`` with ``i``."""
+
+    words: tuple[str, ...] = ()
+    flags: int = 0
+    then: str = ""
+    pattern: str = ""
+
+    def __post_init__(self) -> None:
+        folds = bool(self.flags & re.IGNORECASE)
+        if folds and (any(w != w.lower() or not w.isascii() for w in self.words) or self.pattern != self.pattern.lower()):
+            raise ValueError(f"a case-insensitive anchor is written in lower-case ASCII: {self}")
+        object.__setattr__(self, "_folds", folds)
+        object.__setattr__(self, "_words", tuple(re.compile(re.escape(w), self.flags) for w in self.words))
+        object.__setattr__(self, "_then", re.compile(self.then, self.flags) if self.then else None)
+        object.__setattr__(self, "_pattern", re.compile(self.pattern, self.flags) if self.pattern else None)
+        object.__setattr__(self, "_ascii_pattern", re.compile(self.pattern) if self.pattern and folds else None)
+
+    def found_in(self, text: str, lowered: str | None = None) -> bool:
+        """Whether the anchor occurs in ``text``; ``lowered``: ``text.lower()`` when ``text`` is ASCII."""
+        fast = lowered if self._folds else text  # what str's search may read, or None: the engine only
+        if self._pattern is not None:
+            if fast is not None and self._ascii_pattern is not None:
+                return self._ascii_pattern.search(fast) is not None
+            return self._pattern.search(text) is not None
+        if fast is not None:
+            for word in self.words:
+                at = fast.find(word)
+                while at >= 0:
+                    if self._then is None or self._then.match(text, at + len(word)):
+                        return True
+                    at = fast.find(word, at + 1)  # overlapping occurrences too
+            return False
+        for word in self._words:
+            match = word.search(text)
+            while match is not None:
+                if self._then is None or self._then.match(text, match.end()):
+                    return True
+                match = word.search(text, match.start() + 1)
+        return False
+
+
+def lowered_ascii(text: str) -> str | None:
+    """``text.lower()`` for an ASCII text (what the anchors' fast search reads), else None."""
+    return text.lower() if text.isascii() else None
+
+
+def _anchored(anchors: tuple[Anchor, ...] | None, text: str, lowered: str | None) -> bool:
+    """Whether a rule with these anchors may match ``text`` (no anchors: always)."""
+    return anchors is None or any(anchor.found_in(text, lowered) for anchor in anchors)
+
+
+# detect-secrets' plugins, anchored where their regexes cost more than a few ns per character; each
+# anchor is a part every one of the plugin's regexes (``plugin.denylist``) requires. They were read off
+# the regexes whose digest is beside them and are used only while the installed plugin has exactly
+# those regexes (``_plugin_anchors``): other regexes run unanchored, which is slower and as exact.
+PLUGIN_ANCHORS: dict[str, tuple[str, tuple[Anchor, ...]]] = {
+    # (?:\s|=|:|"|^)AKC[a-zA-Z0-9]{10,}... and ...AP[\dABCDEF][a-zA-Z0-9]{8,}...
+    "ArtifactoryDetector": ("73b07f367f5237ad", (Anchor(("AKC", "AP")),)),
+    # (?:A3T[A-Z0-9]|ABIA|ACCA|AKIA|ASIA)[0-9A-Z]{16}, and (?i)aws.{0,20}?(?:key|...)...
+    "AWSKeyDetector": ("71a8df27f70e9634", (Anchor(("A3T", "ABIA", "ACCA", "AKIA", "ASIA")),
+                                            Anchor(("aws",), re.IGNORECASE))),
+    # (?i)...(?:cloudant|cl|clou)(?:_|-|)(?:api|)(?:key|pwd|pw|password|pass|token)..., and
+    # (?i)(?:https?\:\/\/)[\w\-]+\:(...)\@[\w\-]+\.cloudant\.com
+    "CloudantDetector": ("b6a1216beb142a1f", (Anchor(pattern=r"cl(?:oudant|ou)?[_-]?(?:api)?(?:key|pw|pass|token)",
+                                                     flags=re.IGNORECASE),
+                                              Anchor((".cloudant.com",), re.IGNORECASE))),
+    # (?i)...(?:key|pwd|password|pass|token)(?:"|\'|)(?:\]|)(?: *)(?:=|:|:=|=>| +|::)...
+    "IbmCloudIamDetector": ("fc0bf3786c5eb2a1", (Anchor(("key", "pwd", "password", "pass", "token"), re.IGNORECASE,
+                                                        then=r"[\"']?\]? *[=: ]"),)),
+    # (?i)...(?:secret[-_]?(?:access)?[-_]?key)...
+    "IbmCosHmacDetector": ("59503c343fe889d3", (Anchor(("secret",), re.IGNORECASE),)),
+    # four octets: (?:25[0-5]|...|[0-9])\. three times, then a last octet
+    "IPPublicDetector": ("3ad9c91a5b1d5faa", (Anchor(pattern=r"[0-9]\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]"),)),
+    # [0-9a-z]{32}-us[0-9]{1,2}
+    "MailchimpDetector": ("dee1cfb51abb80c2", (Anchor(("-us",)),)),
+    # (?i)xox(?:a|b|p|o|s|r)-..., and (?ix)https://hooks\.slack\.com/services/...
+    "SlackDetector": ("008b349b833e2e41", (Anchor(("xox", "hooks.slack.com"), re.IGNORECASE),)),
+    # (?i)...(?:softlayer|sl)(?:_|-|)(?:api|)(?:_|-|)(?:key|pwd|password|pass|token)..., and
+    # (?i)(?:http|https)://api.softlayer.com/soap/...
+    "SoftlayerDetector": ("d6802c56a266746b", (Anchor(pattern=r"sl(?:oftlayer)?[_-]?(?:api)?[_-]?(?:key|pw|pass|token)",
+                                                      flags=re.IGNORECASE),
+                                               Anchor(("://api",), re.IGNORECASE))),
+    # \d{8,10}:[0-9A-Za-z_-]{35}
+    "TelegramBotTokenDetector": ("b3a83412d0c30407", (Anchor(pattern=r"\d:[0-9A-Za-z_-]{35}"),)),
+}
+
+
+def plugin_patterns_digest(plugin) -> str:
+    """The first 16 hex digits of the SHA256 of a plugin's regexes and their flags, in order."""
+    text = "\n".join(f"{regex.flags}:{regex.pattern}" for regex in plugin.denylist)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _plugin_anchors(plugin) -> tuple[Anchor, ...] | None:
+    """The plugin's anchors while its regexes are the ones they were read off; else None (unanchored)."""
+    digest, anchors = PLUGIN_ANCHORS.get(type(plugin).__name__, ("", None))
+    return anchors if anchors is not None and plugin_patterns_digest(plugin) == digest else None
+
+
 @functools.cache
 def _detect_secrets():
     """The plugin instances and the keyword module, imported on first use (they pull in ``requests``,
-    which a launcher that only plans never needs)."""
+    which a launcher that only plans never needs); each plugin with its anchors (or None)."""
     plugins = []
     for name in DETECT_SECRETS_PLUGINS:
         module, cls = name.rsplit(".", 1)
-        plugins.append(getattr(importlib.import_module(f"detect_secrets.plugins.{module}"), cls)())
+        plugin = getattr(importlib.import_module(f"detect_secrets.plugins.{module}"), cls)()
+        plugins.append((plugin, _plugin_anchors(plugin)))
     keyword = importlib.import_module("detect_secrets.plugins.keyword")
     return tuple(plugins), keyword, re.compile(keyword.DENYLIST_REGEX, re.IGNORECASE)
+
+
+# Every alternative of detect-secrets' keyword DENYLIST_REGEX (api_?key, db_?pass, password, pwd, secret,
+# contraseña, ...) holds one of these; its config regexes all start with that alternation.
+_KEYWORD_ANCHORS = (Anchor(("key", "pass", "pwd", "secret", "contrase"), re.IGNORECASE),)
 
 
 _KEY_HEADER = r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----"
@@ -100,6 +217,28 @@ EXTRA_SECRET_RULES = {
     "JSON Web Token": re.compile(r"(?<![\w-])eyJ[\w-]{8,}\.eyJ[\w-]{4,}\.[\w-]+"),
     "GitLab token": re.compile(r"(?<![\w-])gl(?:pat|dt|ft|soat|rt|cbt|imt|ptt|agent|oas)-[\w-]{20,}"),
 }
+# What each of those rules requires (see ``Anchor``); "secret in a URL query" costs little unanchored.
+EXTRA_RULE_ANCHORS: dict[str, tuple[Anchor, ...]] = {
+    "private key block": (Anchor(("-----BEGIN",)),),
+    "private key body": (Anchor(("-----END",)),),
+    "cloud secret access key": (Anchor(("secret",), re.IGNORECASE),),
+    "Google API key": (Anchor(("AIza",)),),
+    "Hugging Face token": (Anchor(("hf_",)),),
+    "OpenAI/Anthropic-style key": (Anchor(("sk-",)),),
+    "GitHub token": (Anchor(("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")),),
+    "Slack token": (Anchor(("xox",)),),
+    "Stripe key": (Anchor(("k_live_", "k_test_")),),
+    "credentials in a URL": (Anchor(("://",)),),
+    "webhook URL": (Anchor(("://",)),),
+    "bearer token": (Anchor(("bearer", "token", "basic"), re.IGNORECASE, then=r"\s"),),
+    "secret assignment": (Anchor(("token", "secret", "password", "passwd", "passphrase", "api_key", "apikey",
+                                  "access_key", "accesskey", "private_key", "privatekey"),
+                                 re.IGNORECASE, then=r"(?![A-Za-z0-9])[\"']?\s*[:=]"),
+                          Anchor(("credential",), re.IGNORECASE, then=r"s?(?![A-Za-z0-9])[\"']?\s*[:=]")),
+    "JSON Web Token": (Anchor(("eyJ",)),),
+    "GitLab token": (Anchor(("glpat-", "gldt-", "glft-", "glsoat-", "glrt-", "glcbt-", "glimt-", "glptt-", "glagent-",
+                             "gloas-")),),
+}
 # A JSON field or CSV column named like a credential.
 # A secret-named field ends with such a word ("HF_TOKEN", "db_password"); an arm named after a setting
 # ("dapo-loss_reduction_token_mean") merely contains one.
@@ -132,6 +271,8 @@ _PATH_RE = re.compile(
     + r"|(?<![\w/])~/" + _PATH_TAIL
     + r"|\b[A-Za-z]:\\(?:Users|home)\\" + _PATH_TAIL
 )
+# Each branch's part: "/<root>/" after the look-behind, "~", or "X:\\".
+_PATH_ANCHORS = (Anchor(pattern=r"/(?:" + "|".join(MACHINE_PATH_ROOTS) + r")/"), Anchor(("~", ":\\")))
 
 # Account and host names too generic to identify anyone, or too short to scan for.
 GENERIC_NAMES = frozenset({
@@ -216,10 +357,12 @@ def _trimmed(text: str, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
-def _plugin_hits(text: str) -> Iterator[_Hit]:
+def _plugin_hits(text: str, lowered: str | None) -> Iterator[_Hit]:
     """detect-secrets' regex plugins: the values each plugin reports, located by its own denylist. A
     group shorter than a credential (``ghp`` in ``(ghp|gho)_...``) is a prefix: the whole match is taken."""
-    for plugin in _detect_secrets()[0]:
+    for plugin, anchors in _detect_secrets()[0]:
+        if not _anchored(anchors, text, lowered):
+            continue
         trigger = _PLUGIN_TRIGGERS.get(type(plugin).__name__)
         pieces = [(0, text)] if trigger is None else _lines_with(text, trigger)
         for offset, piece in pieces:
@@ -236,9 +379,11 @@ def _plugin_hits(text: str) -> Iterator[_Hit]:
                             yield _Hit(offset + start, offset + end, plugin.secret_type, "<SECRET>", 1)
 
 
-def _keyword_hits(text: str) -> Iterator[_Hit]:
+def _keyword_hits(text: str, lowered: str | None) -> Iterator[_Hit]:
     """detect-secrets' keyword rules (``password: x``, ``api_key = "x"``), line by line: they match once per line."""
     _, keyword, trigger = _detect_secrets()
+    if not _anchored(_KEYWORD_ANCHORS, text, lowered):
+        return
     for offset, line in _lines_with(text, trigger):
         for regex, group in keyword.CONFIG_DENYLIST_REGEX_TO_GROUP.items():
             for match in regex.finditer(line):
@@ -247,8 +392,10 @@ def _keyword_hits(text: str) -> Iterator[_Hit]:
                     yield _Hit(offset + match.start(group), offset + match.end(group), "secret keyword", "<SECRET>", 1)
 
 
-def _extra_hits(text: str) -> Iterator[_Hit]:
+def _extra_hits(text: str, lowered: str | None) -> Iterator[_Hit]:
     for kind, pattern in EXTRA_SECRET_RULES.items():
+        if not _anchored(EXTRA_RULE_ANCHORS.get(kind), text, lowered):
+            continue
         for match in pattern.finditer(text):
             for start, end in _group_spans(match):
                 if kind in ("secret assignment", "bearer token") and _NOT_A_SECRET.fullmatch(text[start:end]):
@@ -259,12 +406,36 @@ def _extra_hits(text: str) -> Iterator[_Hit]:
                 yield _Hit(start, end, kind, "<SECRET>", 0)
 
 
+def _alternation(words: Iterable[str]) -> str:
+    """A regex matching what ``(?:w1|w2|...)`` with the words longest first matches, as a trie: at each
+    character one branch can go on, so a match costs its length, not the number of words (thousands of
+    job directories, hundreds of node names). A word that ends where a longer one goes on makes the rest
+    optional, tried first: the longest word that lets the rest of the pattern match wins, as it does in
+    the longest-first alternation."""
+    trie: dict = {}
+    for word in words:
+        node = trie
+        for char in word:
+            node = node.setdefault(char, {})
+        node[""] = {}  # a word ends here
+
+    def branch(node: dict) -> str:
+        ends = "" in node
+        arms = [re.escape(char) + branch(child) for char, child in sorted(node.items()) if char]
+        if not arms:
+            return ""
+        body = arms[0] if len(arms) == 1 else "(?:" + "|".join(arms) + ")"
+        return f"(?:{body})?" if ends else body
+
+    return branch(trie)
+
+
 def _name_patterns(names: Iterable[str]) -> list[re.Pattern[str]]:
     """A name where it identifies someone (see the module docstring); group 1 is the name."""
     names = sorted(set(names), key=len, reverse=True)
     if not names:
         return []
-    alt = "(" + "|".join(re.escape(n) for n in names) + ")"
+    alt = "(" + _alternation(names) + ")"
     contexts = [
         r"(?<=/)" + alt + r"(?=/|[^\w.-]|$)",                       # a whole path component
         r"(?<![\w.-])" + alt + r"(?=@[\w-])",                        # user@...
@@ -274,8 +445,16 @@ def _name_patterns(names: Iterable[str]) -> list[re.Pattern[str]]:
     ]
     distinctive = [n for n in names if _distinctive(n)]
     if distinctive:
-        contexts.append(r"(?<![\w-])(" + "|".join(re.escape(n) for n in distinctive) + r")(?![\w-])")
+        contexts.append(r"(?<![\w-])(" + _alternation(distinctive) + r")(?![\w-])")
     return [re.compile(c, re.MULTILINE) for c in contexts]
+
+
+@functools.lru_cache(maxsize=4096)
+def _field_kind(key: str) -> tuple[bool, bool]:
+    """Whether a field named ``key`` is secret-named (not a tokenizer's setting) and whether it is
+    user/host-named: what ``Sanitizer._whole_value`` asks of every value's key (a bundle has a few
+    hundred distinct keys and columns, and millions of cells under them)."""
+    return bool(_SECRET_KEY_RE.search(key) and not _TOKENIZER_FIELD.search(key)), bool(NAME_KEY_RE.search(key))
 
 
 def _json_strings(node, field: str = "") -> Iterator[tuple[str, str, bool]]:
@@ -306,6 +485,21 @@ class Sanitizer:
     hosts: set[str] = field(default_factory=set)
     secrets: dict[str, str] = field(default_factory=dict)  # value -> variable name
 
+    def __post_init__(self) -> None:
+        # The rules of these fields, compiled once (a sanitiser is built once and then only read): a
+        # sweep's thousand job directories and its nodes' names are one trie each, anchored by itself.
+        literals = [lit for lit in self.literals if lit]
+        self._literal_rule = None
+        if literals:
+            # A literal path counts only as a whole path component: "/root" must not eat "/roots".
+            alternation = _alternation(literals)
+            self._literal_rule = (re.compile(r"(?<![\w.-])(?:" + alternation + r")(?![\w.-])"),
+                                  (Anchor(pattern=alternation),))
+        self._name_rules = []
+        for names, kind, placeholder in ((self.users, "user name", "<USER>"), (self.hosts, "host name", "<HOST>")):
+            if names:
+                self._name_rules.append((_name_patterns(names), kind, placeholder, (Anchor(pattern=_alternation(names)),)))
+
     @classmethod
     def from_environment(
         cls,
@@ -335,13 +529,6 @@ class Sanitizer:
             secrets=secrets,
         )
 
-    def _literal_re(self) -> re.Pattern[str] | None:
-        # A literal path counts only as a whole path component: "/root" must not eat "/roots".
-        literals = sorted((lit for lit in self.literals if lit), key=len, reverse=True)
-        if not literals:
-            return None
-        return re.compile(r"(?<![\w.-])(?:" + "|".join(map(re.escape, literals)) + r")(?![\w.-])")
-
     def _hits(self, text: str) -> list[_Hit]:
         """Every rule's hits in ``text``, overlapping ones resolved by rank then position."""
         hits: list[_Hit] = []
@@ -350,16 +537,19 @@ class Sanitizer:
             while start >= 0:
                 hits.append(_Hit(start, start + len(value), f"secret value ${name}", "<SECRET>", 0))
                 start = text.find(value, start + 1)
-        hits += _plugin_hits(text)
-        hits += _keyword_hits(text)
-        hits += _extra_hits(text)
-        literal = self._literal_re()
-        if literal is not None:
-            hits += [_Hit(*m.span(), "machine path", self.literals[m.group(0)], 2) for m in literal.finditer(text)]
-        hits += [_Hit(*m.span(), "absolute machine path", "<PATH>", 3) for m in _PATH_RE.finditer(text)]
-        for names, kind, placeholder in ((self.users, "user name", "<USER>"), (self.hosts, "host name", "<HOST>")):
-            for pattern in _name_patterns(names):
-                hits += [_Hit(*m.span(1), kind, placeholder, 4) for m in pattern.finditer(text)]
+        lowered = lowered_ascii(text)
+        hits += _plugin_hits(text, lowered)
+        hits += _keyword_hits(text, lowered)
+        hits += _extra_hits(text, lowered)
+        if self._literal_rule is not None and _anchored(self._literal_rule[1], text, lowered):
+            hits += [_Hit(*m.span(), "machine path", self.literals[m.group(0)], 2)
+                     for m in self._literal_rule[0].finditer(text)]
+        if _anchored(_PATH_ANCHORS, text, lowered):
+            hits += [_Hit(*m.span(), "absolute machine path", "<PATH>", 3) for m in _PATH_RE.finditer(text)]
+        for patterns, kind, placeholder, anchors in self._name_rules:
+            if _anchored(anchors, text, lowered):
+                for pattern in patterns:
+                    hits += [_Hit(*m.span(1), kind, placeholder, 4) for m in pattern.finditer(text)]
         chosen: list[_Hit] = []
         taken: list[tuple[int, int]] = []
         for hit in sorted(hits, key=lambda h: (h.rank, h.start, -h.end)):
@@ -405,10 +595,10 @@ class Sanitizer:
         """The replacement of a value by its field alone, or None. Under a secret-named key (``password``,
         ``HF_TOKEN``) a credential-like value is replaced whole; under a user/host key (``node``,
         ``SLURMD_NODENAME``) a known name is."""
-        if (_SECRET_KEY_RE.search(key) and not _TOKENIZER_FIELD.search(key) and len(value) >= 4
-                and not _NOT_A_SECRET.fullmatch(value)):
+        secret_named, name_named = _field_kind(key)
+        if secret_named and len(value) >= 4 and not _NOT_A_SECRET.fullmatch(value):
             return "<SECRET>"
-        if NAME_KEY_RE.search(key):
+        if name_named:
             return self._whole_name(value)
         return None
 
@@ -424,6 +614,28 @@ class Sanitizer:
             return [self.clean(t) for t in texts]
         cleaned = self.clean(_SEPARATOR.join(texts)).split(_SEPARATOR)
         return cleaned if len(cleaned) == len(texts) else [self.clean(t) for t in texts]
+
+    def clean_rows(self, rows: list[dict]) -> list[dict]:
+        """Each row (a CSV row: column -> cell) with every string cell sanitised as ``clean_value`` does,
+        the cells that their column does not decide cleaned in one pass (``_clean_many``)."""
+        texts = [v for row in rows for k, v in row.items() if isinstance(v, str) and self._whole_value(v, k) is None]
+        cleaned = iter(self._clean_many(texts))
+
+        def cell(value, column: str):
+            if not isinstance(value, str):
+                return value
+            whole = self._whole_value(value, column)
+            return next(cleaned) if whole is None else whole
+
+        return [{k: cell(v, k) for k, v in row.items()} for row in rows]
+
+    def scan_names(self, names: list[str]) -> list[list[Problem]]:
+        """``[scan(name, name) for name in names]`` (file names in a bundle): one scan of them all, and
+        each alone only when that finds something (a clean whole has clean parts: the separator is one
+        no rule crosses, see ``_clean_many``)."""
+        if len(names) > 1 and not self.scan(_SEPARATOR.join(names)):
+            return [[] for _ in names]
+        return [self.scan(name, name) for name in names]
 
     def clean_json(self, value, key: str = ""):
         """A JSON value with every string sanitised: keys by the text rules only (a key is never a name),
@@ -452,7 +664,7 @@ class Sanitizer:
         for text, under, is_key in _json_strings(value, ""):
             if is_key or self._whole_value(text, under) is None:
                 texts.append(text)
-            elif _SECRET_KEY_RE.search(under):
+            elif _field_kind(under)[0]:
                 leaks.append(leak(file, "secret-named field", f"{under}={_mask(text)}"))
             else:
                 leaks.append(leak(file, "host or user name", f"{under}={text}"))
@@ -470,10 +682,12 @@ class Sanitizer:
         if name.endswith(".csv"):
             rows = list(csv.reader(io.StringIO(text)))
             header = rows[0] if rows else []
-            for row in rows[1:]:
-                for column, cell in zip(header, row):
-                    if self._whole_value(cell, column) is not None:
-                        leaks.append(leak(name, "host or user name", f"{column}={cell}"))
+            # Only a column that a value's field can decide (secret- or name-named) is read cell by cell.
+            decided = [(i, column) for i, column in enumerate(header) if any(_field_kind(column))]
+            for row in rows[1:] if decided else ():
+                for i, column in decided:
+                    if i < len(row) and self._whole_value(row[i], column) is not None:
+                        leaks.append(leak(name, "host or user name", f"{column}={row[i]}"))
         return list(dict.fromkeys(leaks))
 
 

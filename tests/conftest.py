@@ -42,6 +42,9 @@ FAST_TIER_BUDGET_S = 5.0
 # Ray must never write ~/.ray/auth_token in tests (Ray 2.60 does unless auth is disabled).
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# The throwaway clusters' tiny jobs are watched at close range: a waiting launcher looks 2 s after
+# submitting and then at most 4 s apart (conf/cluster/slurm.yaml's cluster.poll_interval_s; a site's 60).
+os.environ.setdefault("PROOFGRID_SLURM_POLL_INTERVAL_S", "4")
 
 
 def _cluster_env(state_dir: Path) -> dict[str, str]:

@@ -240,6 +240,29 @@ def test_pinning_the_toy_inputs_reproduces_the_committed_manifest(tmp_path):
     assert json.loads(written.read_text()) == json.loads((REPO / "manifests" / "toy.json").read_text())
 
 
+def test_the_eval_subset_is_checked_against_the_pinned_rows_and_without_them_against_the_split(tmp_path):
+    """The launcher's check needs no Parquet reader for a manifest that states a split's rows (the
+    rows pinned are the split's: the manifest test above re-pins with the reader), and reads the
+    split for one pinned before rows were stated."""
+    from omegaconf import OmegaConf
+
+    from launcher.errors import PreflightError
+    from launcher.preflight import check_inputs
+    from trainer.inputs import pinned_rows
+
+    assert pinned_rows("manifests/toy.json", "trainer/assets/toy/data/test.parquet") == 256
+    old = json.loads((REPO / "manifests" / "toy.json").read_text())
+    for entry in old["files"]:
+        entry.pop("rows", None)
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert pinned_rows(tmp_path / "old.json", "trainer/assets/toy/data/test.parquet") is None
+    workload = OmegaConf.load(REPO / "conf" / "workload" / "toy.yaml")
+    for manifest in ("manifests/toy.json", str(tmp_path / "old.json")):
+        assert check_inputs(OmegaConf.merge(workload, {"manifest": manifest, "eval": {"n_prompts": 256}}))
+        with pytest.raises(PreflightError, match="must be <= 256, the rows of the test split"):
+            check_inputs(OmegaConf.merge(workload, {"manifest": manifest, "eval": {"n_prompts": 257}}))
+
+
 def test_every_file_of_a_directory_input_must_be_pinned(tmp_path):
     import hashlib
 

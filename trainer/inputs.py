@@ -2,7 +2,9 @@
 with its size and SHA256, and is refused when its bytes differ.
 
 Manifest format: ``{"workload": name, "files": [{"path": <relative to repo root>, "size": n,
-"sha256": hex}, ...]}``.
+"sha256": hex}, ...]}``; a Parquet split's entry also states its ``"rows"`` (written by ``pin``, a
+fact of the pinned bytes like their digest), so that a launcher checking the evaluation subset against
+the test split needs no Parquet reader.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class PinnedFile:
     path: str
     size: int
     sha256: str
+    rows: int | None = None  # a Parquet split's rows, as pinned
 
 
 def load_manifest(manifest_path: str | Path) -> list[PinnedFile]:
@@ -34,7 +37,8 @@ def load_manifest(manifest_path: str | Path) -> list[PinnedFile]:
         raise InputDigestError(f"manifest {manifest_path} not found; pin the workload's inputs first")
     try:
         data = json.loads(path.read_text())
-        return [PinnedFile(str(f["path"]), int(f["size"]), str(f["sha256"])) for f in data["files"]]
+        return [PinnedFile(str(f["path"]), int(f["size"]), str(f["sha256"]), None if f.get("rows") is None else int(f["rows"]))
+                for f in data["files"]]
     except json.JSONDecodeError as exc:
         problem = f"is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
     except UnicodeDecodeError:
@@ -98,6 +102,12 @@ def verify_inputs(manifest_path: str | Path, required: list[str | Path] | None =
     return {pin.path: pin.sha256 for pin in pins}
 
 
+def pinned_rows(manifest_path: str | Path, split_path: str | Path) -> int | None:
+    """The rows the manifest states for a Parquet split (None: not stated; read the split)."""
+    wanted = Path(split_path).as_posix().rstrip("/")
+    return next((pin.rows for pin in load_manifest(manifest_path) if pin.path == wanted), None)
+
+
 def pin_command(manifest_path: str | Path, inputs: list[str | Path]) -> str:
     """The exact command that (re-)pins ``inputs`` into ``manifest_path`` (``manifests/<workload>.json``)."""
     return " ".join([".venv/bin/python -m trainer.inputs pin", Path(manifest_path).stem,
@@ -121,7 +131,13 @@ def pin(workload: str, inputs: list[str], manifest_dir: Path = MANIFESTS_DIR) ->
         files = [path] if path.is_file() else sorted(f for f in path.rglob("*") if f.is_file())
         for f in files:
             name = (rel / f.relative_to(path)).as_posix() if path.is_dir() else rel.as_posix()
-            entries.append({"path": name, "size": f.stat().st_size, "sha256": sha256_file(f)})
+            entry = {"path": name, "size": f.stat().st_size, "sha256": sha256_file(f)}
+            if f.suffix == ".parquet":
+                # The split reader (pyarrow) only when pinning: the launcher imports this module to verify.
+                from trainer.data import load_split
+
+                entry["rows"] = len(load_split(f))
+            entries.append(entry)
     manifest = Path(manifest_dir) / f"{workload}.json"
     manifest.parent.mkdir(parents=True, exist_ok=True)
     manifest.write_text(json.dumps({"workload": workload, "files": sorted(entries, key=lambda e: e["path"])},

@@ -123,6 +123,7 @@ class ClusterSchema:
     requeue: bool = setting(True)
     signal_delay_s: int = setting(90, ge=0)  # USR2 this long before the time limit (checkpoint, requeue)
     wait_timeout_s: Optional[float] = setting(None, gt=0.0)  # noqa: UP045
+    poll_interval_s: int = setting(60, ge=1)  # a waiting launcher's longest wait between two looks at Slurm
     seal_job: bool = setting(False)  # wait=false: an afterany job seals the bundle when the array ends
     # A job's allocation (Slurm): more than one task (nodes x tasks_per_node) runs one trainer rank per
     # task, and dp_size must equal that product; one task runs dp_size ranks as local processes.

@@ -13,9 +13,9 @@ def scan_leaks(bag: Path, clean: Sanitizer | None = None) -> list[Problem]:
     """The leak scan over every file and file name in the bag."""
     clean = clean or Sanitizer.from_environment()
     findings = []
-    for path in sorted(bag.rglob("*")):
-        rel = path.relative_to(bag).as_posix()
-        leaks = clean.scan(rel, rel)
+    paths = sorted(bag.rglob("*"))
+    rels = [path.relative_to(bag).as_posix() for path in paths]
+    for path, rel, leaks in zip(paths, rels, clean.scan_names(rels)):
         if path.is_file() and not path.is_symlink() and path.stat().st_size > MAX_MEMBER_BYTES:
             findings.append(Problem(rel, f"above the {MAX_MEMBER_BYTES}-byte limit of a bundle file; not read"))
         elif path.is_file() and not path.is_symlink():

@@ -11,6 +11,7 @@ itself goes through ``launcher.slurm.commands.run_slurm``; the array's submissio
 
 from __future__ import annotations
 
+import itertools
 import json
 import shlex
 import shutil
@@ -50,7 +51,13 @@ from launcher.slurm.script import (
     job_name,
     submitit_parameters,
 )
-from launcher.slurm.states import confirmed_states, recorded_exit_code
+from launcher.slurm.states import (
+    DEFAULT_POLL_INTERVAL_S,
+    confirmed_states,
+    look_intervals,
+    poll_interval_s,
+    recorded_exit_code,
+)
 from launcher.slurm.task import run_task
 from launcher.spec import JobSpec, Sweep
 
@@ -127,6 +134,7 @@ def submit(sweep: Sweep, todo: list[JobSpec]) -> bool:
                   f"evidence with `python -m evidence build {sweep.sweep_dir}`")
         return False
     wait_for_jobs(sweep.sweep_dir, [s.job_dir for s in todo], {s.name: s.n_updates for s in todo},
+                  poll_interval_s=poll_interval_s(sweep.cluster),
                   timeout_s=float(sweep.cluster.get("wait_timeout_s") or 0) or None)
     return True
 
@@ -189,9 +197,11 @@ class WaitTimeout(Exception):
     """The profile's ``wait_timeout_s`` passed with jobs still queued or running."""
 
 
-def wait_for_jobs(sweep_dir: Path, job_dirs: list[Path], n_updates: dict[str, int], poll_s: float = 2.0,
-                  timeout_s: float | None = None) -> None:
-    """Show the live table until Slurm confirms every job ended (then the caller seals); at
+def wait_for_jobs(sweep_dir: Path, job_dirs: list[Path], n_updates: dict[str, int],
+                  poll_interval_s: float = DEFAULT_POLL_INTERVAL_S, timeout_s: float | None = None,
+                  poll_s: float | None = None) -> None:
+    """Show the live table until Slurm confirms every job ended (then the caller seals), looking at
+    Slurm ``look_intervals(poll_interval_s)`` apart (``poll_s``: every ``poll_s`` seconds instead); at
     ``timeout_s`` or on Ctrl-C, stop waiting, leave the jobs running and say how to go on."""
     title = f"proofgrid sweep on Slurm ({sweep_dir.name})"
     dirs = {d.name: d for d in job_dirs}
@@ -213,6 +223,8 @@ def wait_for_jobs(sweep_dir: Path, job_dirs: list[Path], n_updates: dict[str, in
         if outage:
             table.caption = (f"Slurm (sacct/squeue) not answering for {time.monotonic() - outage[0]:.0f} s; "
                              "showing the last known states, retrying")
+        else:
+            table.caption = f"next look at Slurm in {next_look[0]:g} s (cluster.poll_interval_s={poll_interval_s:g})"
         return table
 
     # Until the first look, every job is as submitted; an interrupt from here on (even during that
@@ -220,10 +232,14 @@ def wait_for_jobs(sweep_dir: Path, job_dirs: list[Path], n_updates: dict[str, in
     states = {d.name: PENDING for d in job_dirs}
     deadline = time.monotonic() + timeout_s if timeout_s else None
 
+    intervals = itertools.repeat(poll_s) if poll_s else look_intervals(poll_interval_s)
+    next_look = [next(intervals)]
+
     def sleep():
         if deadline is not None and time.monotonic() >= deadline:
             raise WaitTimeout
-        time.sleep(poll_s)
+        time.sleep(next_look[0])
+        next_look[0] = next(intervals)
 
     try:
         states = refresh(states)

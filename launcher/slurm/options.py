@@ -171,6 +171,8 @@ def check_formats(cluster: DictConfig) -> None:
             bad(key, v, "a whole number >= 1")
     if (w := _value(cluster, "wait_timeout_s")) is not None and _positive_int(w) is None:
         bad("wait_timeout_s", w, "whole seconds >= 1, or null to wait until every job has ended")
+    if (p := _value(cluster, "poll_interval_s")) is not None and _positive_int(p) is None:
+        bad("poll_interval_s", p, "whole seconds >= 1 (the longest wait between two looks at Slurm)")
     if (d := _value(cluster, "signal_delay_s")) is not None and (_positive_int(d) is None or int(d) > 65535):
         bad("signal_delay_s", d, "whole seconds between 1 and 65535")
 

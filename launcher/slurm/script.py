@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 
 from facts.slurm_formats import time_to_minutes
 from launcher.slurm.options import extra_sbatch_options, max_array_size, setup_lines
+from launcher.slurm.states import describe_watch
 from launcher.spec import JobSpec, Sweep, allocation_shape
 
 # The submitit folder of the sweep's first submission, as the dry run shows it.
@@ -121,7 +122,7 @@ def chunk_name(sweep_dir: Path, specs: list[JobSpec]) -> str:
 def describe(sweep: Sweep) -> list[str]:
     """The sbatch script(s) the sweep submits (submitit's own, path-free), one ``# sbatch |``
     line each: one script per array, each headed by a line saying so when the grid is larger than
-    the cluster's MaxArraySize."""
+    the cluster's MaxArraySize; then how the waiting launcher will look at Slurm (``# watch |``)."""
     folder = sweep.sweep_dir / SUBMITIT_DIR / "run-0"
     limit = max_array_size(sweep.cluster)
     chunks = array_chunks(len(sweep.specs), limit)
@@ -133,4 +134,4 @@ def describe(sweep: Sweep) -> list[str]:
         name = chunk_name(sweep.sweep_dir, [sweep.specs[i] for i in chunk])
         script = path_free_script(sbatch_script(sweep.cluster, len(chunk), folder, name), folder)
         lines += [f"# sbatch | {line}".rstrip() for line in script.splitlines()]
-    return lines
+    return [*lines, describe_watch(sweep.cluster)]

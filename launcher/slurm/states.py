@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from facts.states import COMPLETED, TRANSIENT_STATES, VANISHED
 from launcher.slurm.commands import pipe_records, run_slurm
@@ -169,3 +169,30 @@ def recorded_exit_code(info: dict) -> int | None:
         # Slurm ended it (CANCELLED and TIMEOUT often read 0:0): never 0, the code of a success.
         return 128 + int(info["signal"]) if info.get("signal") else None
     return info.get("exit_code")
+
+
+# The first look at Slurm after submitting: a task refused or failing at once is shown at once.
+FIRST_LOOK_S = 2
+DEFAULT_POLL_INTERVAL_S = 60  # conf/cluster/slurm.yaml's default, for a profile that does not say
+
+
+def poll_interval_s(cluster) -> int:
+    """The profile's longest wait between two looks (``cluster.poll_interval_s``)."""
+    return int(cluster.get("poll_interval_s") or DEFAULT_POLL_INTERVAL_S)
+
+
+def look_intervals(longest_s: float) -> Iterator[float]:
+    """Seconds between a waiting launcher's looks: ``FIRST_LOOK_S``, then twice as long each time, up
+    to ``longest_s`` (2, 4, 8, 16, 32, 60, 60, ... for 60): a sweep of any size costs one sacct and one
+    squeue per look (``confirmed_states``), and a long one about one look per ``longest_s``."""
+    interval = min(FIRST_LOOK_S, longest_s)
+    while True:
+        yield interval
+        interval = min(2 * interval, longest_s)
+
+
+def describe_watch(cluster) -> str:
+    """The dry run's line on how the launcher will watch the sweep."""
+    return (f"# watch | one sacct and one squeue per look for the whole sweep; the first look {FIRST_LOOK_S} s "
+            f"after submitting, then twice as long each time up to cluster.poll_interval_s="
+            f"{poll_interval_s(cluster)} s")

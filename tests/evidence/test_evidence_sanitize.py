@@ -144,3 +144,94 @@ def test_a_field_that_only_contains_a_secret_word_is_not_a_secret_named_field():
     assert leaks  # the real token is still found
     assert clean.clean_json({"loss_reduction_token_mean": "token_mean", "api_token": "abcdefgh12345678"}) == \
         {"loss_reduction_token_mean": "token_mean", "api_token": "<SECRET>"}
+
+
+# Texts for the anchored rules: every planted secret, each rule's near misses, case and non-ASCII
+# variants (the anchors fold case themselves on ASCII text only), paths, names and literal paths.
+ANCHOR_CORPUS = [
+    *(text for text, _ in SECRETS.values()),
+    *(text.upper() for text, _ in SECRETS.values()), *(text.swapcase() for text, _ in SECRETS.values()),
+    *("\u017f " + text for text, _ in SECRETS.values()),  # ſ: non-ASCII, so the engine folds case
+    "PASSWORD = 'correcthorse'", "Token\tabcdefghijklmnopqrstuvwxyz012345", "basic  QWxhZGRpbjpvcGVuIHNlc2FtZQ==",
+    "my_api_key: 'Zx81Qw72Er63Zx81'", "Credentials = 'Zx81Qw72Er63Zx81'", "credential:x", "secret_access_key = x",
+    "aws_key=AKIAIOSFODNN7EXAMPL3 aws.key AKIA0000000000000000", "contraseña: 'correcthorse'", "pwd=hunter22",
+    "cloudant_api_pass = 'abcdef0123456789'", "sl_api_key = 'abcdef0123456789abcdef0123456789'",
+    "xoxb-1234567890-abcdefghij", "12345678:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsawX", "ip 8.8.8.8 and 10.0.0.1",
+    "0123456789abcdef0123456789abcdef-us12", "AKC" + "a" * 20, "AP6" + "x" * 20, "ibm key = 'x' secret_key=y",
+    "/home/alice/x /tmp/slurm-1/x ~/x C:\\Users\\bob\\x /scratch/j/sweep/jobs /scratch/j/sweeps",
+    "ssh seed@login1 events.out.tfevents.1700.grpo.123 USER=seed HOSTNAME=gpu-node-17 gpu-node-17.cluster",
+    "nothing to see: step 3 loss 0.01 reward 0.5 #### 7", "",
+]
+
+
+def test_the_anchors_skip_only_rules_that_cannot_match(monkeypatch):
+    """Each rule's anchors are a necessary condition: the hits with them equal the rules run on every text."""
+    import evidence.sanitize as sanitize
+
+    clean = Sanitizer(users={"seed", "alice"}, hosts={"grpo", "gpu-node-17"}, literals={"/scratch/j/sweep": "<SWEEP_DIR>"},
+                      secrets={"hf_" + "a1B2c3" * 5: "HF_TOKEN"})
+    anchored = [clean._hits(text) for text in ANCHOR_CORPUS]
+    monkeypatch.setattr(sanitize, "_anchored", lambda anchors, text, lowered: True)
+    assert [clean._hits(text) for text in ANCHOR_CORPUS] == anchored
+    assert sum(map(bool, anchored)) > len(ANCHOR_CORPUS) // 2  # the corpus does hit the rules
+
+
+def test_every_plugin_anchor_was_read_off_the_installed_plugins_regexes():
+    """An anchor is used only while the plugin's regexes are the ones it was read off (else the plugin
+    runs unanchored: exact, slower); with the pinned detect-secrets every anchored plugin is in effect."""
+    import re
+
+    from evidence.sanitize import PLUGIN_ANCHORS, _detect_secrets, _plugin_anchors
+
+    plugins = {type(plugin).__name__: (plugin, anchors) for plugin, anchors in _detect_secrets()[0]}
+    assert set(PLUGIN_ANCHORS) <= set(plugins)
+    assert all(plugins[name][1] is not None for name in PLUGIN_ANCHORS)
+
+    class Changed(type(plugins["AWSKeyDetector"][0])):
+        denylist = [re.compile("AKIA[0-9A-Z]{16}")]
+    Changed.__name__ = "AWSKeyDetector"
+    assert _plugin_anchors(Changed()) is None
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_name_trie_matches_what_the_longest_first_alternation_matches(seed):
+    """``_alternation`` against ``(?:w1|w2|...)`` longest first, on random words sharing prefixes."""
+    import random
+    import re
+
+    from evidence.sanitize import _alternation
+
+    rng = random.Random(seed)
+    words = {"".join(rng.choice("ab-.1") for _ in range(rng.randint(1, 6))) for _ in range(40)}
+    reference = re.compile("(?:" + "|".join(map(re.escape, sorted(words, key=len, reverse=True))) + r")(?=[^b]|$)")
+    trie = re.compile("(?:" + _alternation(words) + r")(?=[^b]|$)")
+    for _ in range(200):
+        text = "".join(rng.choice("ab-.1 x") for _ in range(rng.randint(0, 30)))
+        assert [m.span() for m in trie.finditer(text)] == [m.span() for m in reference.finditer(text)], text
+
+
+def test_rows_cleaned_together_equal_each_cell_cleaned_by_its_column():
+    clean = Sanitizer(users={"alice"}, hosts={"gpu-node-17"}, literals={"/scratch/j/sweep": "<SWEEP_DIR>"})
+    rows = [{"job": "grpo-1", "path": "/scratch/j/sweep/jobs/grpo-1/run", "node": "gpu-node-17", "bytes": 7},
+            {"job": "x", "path": "ssh alice@gpu-node-17", "password": "hunter22", "reason": None},
+            {"job": "rpp-2", "path": "run/metrics.jsonl", "HF_TOKEN": "<SECRET>", "user": "alice"}]
+    assert clean.clean_rows(rows) == [{k: clean.clean_value(v, k) if isinstance(v, str) else v for k, v in row.items()}
+                                      for row in rows]
+    assert clean.clean_rows([]) == []
+
+
+def test_file_names_scanned_together_give_each_name_its_own_leaks():
+    clean = Sanitizer(users={"alice"}, hosts={"gpu-node-17"})
+    tidy = ["data/runs/grpo-1/run.json", "data/runs/grpo-1/logs/trainer.log", "data/steps.csv"]
+    assert clean.scan_names(tidy) == [[], [], []]
+    leaky = [*tidy, "data/runs/grpo-1/logs/events.out.tfevents.1.gpu-node-17.3", "home/alice/x"]
+    assert clean.scan_names(leaky) == [clean.scan(name, name) for name in leaky]
+    assert clean.scan_names(leaky)[3] and clean.scan_names(["one"]) == [clean.scan("one", "one")]
+
+
+def test_a_name_in_a_csv_column_named_for_it_is_found_and_other_columns_are_not_read_cell_by_cell():
+    clean = Sanitizer(hosts={"grpo"})
+    text = "arm,node,seed\ngrpo,grpo,1\ngrpo,login2,2\n"
+    leaks = clean.scan_document("data/index.csv", text)
+    assert [str(leak) for leak in leaks if "node=" in str(leak)] == [str(leak) for leak in leaks if "grpo" in str(leak)]
+    assert any("node=grpo" in str(leak) for leak in leaks) and not any("arm=grpo" in str(leak) for leak in leaks)

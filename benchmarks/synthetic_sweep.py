@@ -1,0 +1,206 @@
+"""A synthetic sweep of accepted jobs on disk, for timing the evidence at sizes no run is needed for.
+
+``python -m benchmarks.synthetic_sweep DIR --jobs N --steps S`` writes ``DIR`` as a finished local
+sweep of ``N`` jobs (arms grpo, rpp, rppb, or the first two or one where three do not divide ``N``,
+by seeds 0, 1, ...) of ``S`` updates each: the
+sweep record, and per job the plan's spec, the job record, both command records, the trainer log and
+a complete run directory (run record with the algorithm's declaration and metric keys, one metrics
+record per step with every key the run declares, the final checkpoint, the evaluation summary and
+responses, a TensorBoard event file). Names, keys and layout are the ones in ``facts/``; the
+records have the fields the launcher and the trainer write (compare a real ``make run`` sweep).
+Values are deterministic functions of (arm, seed, step), so two sweeps of one size are byte-identical.
+What differs from a real sweep, by design: the checkpoint is a small safetensors file (the evidence
+hashes checkpoints, it does not load them), the initial evaluation is each job's own (not shared),
+and there is no real event file content (proofgrid's own runs log to ``metrics.jsonl``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import save_file
+
+from facts import (
+    ALGORITHM_FIELD,
+    CHECKPOINTS_DIR,
+    EVAL_RECORD,
+    KL_LOSS_BY_ALGO,
+    KL_LOSS_KEY,
+    METRIC_KEYS_FIELD,
+    METRICS_LOG,
+    OFF_POLICY_KEYS,
+    REQUIRED_KEYS,
+    RUN_RECORD,
+    algorithm,
+    checkpoint_name,
+    run_dir_of_job,
+    sweep_job_dir,
+)
+from facts.files import (
+    COMMAND_PUBLIC_RECORD,
+    COMMAND_RECORD,
+    COMMANDS_FILE,
+    EVAL_RESPONSES_DIR,
+    JOB_RECORD,
+    JOB_SPEC,
+    LATEST_CHECKPOINT,
+    SWEEP_RECORD,
+    TENSORBOARD_DIR,
+    TRAINER_LOG,
+    TRAINER_STATE,
+    WEIGHTS_FILE,
+)
+from facts.states import COMPLETED
+
+ARMS = ("grpo", "rpp", "rppb")
+COMMIT = "5f7cd574372288391bb1c41ca0677422cd31e725"
+NODE = "cn-042.cluster.example"
+RESPONSES = (" 10 + 20 = 30\n#### 30", " 3 apples and 4 more make 7\n#### 7", " x = 5, so 2x = 10\n#### 12")
+EVAL_PROMPTS, EVAL_K = 16, 4
+
+
+def write_json(path: Path, value) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def metric_keys(arm: str) -> list[str]:
+    """The keys the trainer logs at every step of ``arm`` (``trainer.metrics.metric_keys``'s rule)."""
+    return sorted([*REQUIRED_KEYS, *OFF_POLICY_KEYS, *([KL_LOSS_KEY] if KL_LOSS_BY_ALGO[arm] else [])])
+
+
+def metrics_lines(arm: str, seed: int, steps: int) -> str:
+    """One JSON line per step: every declared key, values in the ranges a toy run logs."""
+    rng = random.Random(f"{arm}-{seed}")
+    keys = metric_keys(arm)
+    lines = []
+    for step in range(steps):
+        raw = round(0.2 + 0.3 * step / max(steps, 1) + rng.uniform(-0.05, 0.05), 6)
+        record = {key: 0.0 for key in keys}
+        record.update({
+            "rollout/raw_reward": raw, "rollout/returns": raw if arm != "rpp" else round(raw - 0.001 * step, 6),
+            "rollout/adv_raw_std": round(0.8 + 0.1 * rng.random(), 6), "rollout/adv_norm_std": 1.0,
+            "rollout/valid_tokens": float(300 + rng.randrange(200)), "rollout/response_len": round(12 + rng.random(), 4),
+            "train/loss": round(rng.uniform(-0.1, 0.1), 6), "train/pg_loss": round(rng.uniform(-0.1, 0.0), 6),
+            "train/grad_norm": round(0.5 + rng.random(), 6), "train/is_ratio_mean": 1.0, "train/is_ratio_max": 1.000002,
+            "perf/response_tok_per_s": round(6000 + 500 * rng.random(), 3), "perf/step_s": round(0.2 + 0.02 * rng.random(), 6),
+            "perf/peak_mem_gib": round(0.5 + 0.01 * rng.random(), 6),
+        })
+        if KL_LOSS_BY_ALGO[arm]:
+            record[KL_LOSS_KEY] = round(0.001 * rng.random(), 8)
+        lines.append(json.dumps({"step": step, **record}) + "\n")
+    return "".join(lines)
+
+
+def eval_summary(checkpoint: str, pass1: float) -> dict:
+    n = EVAL_PROMPTS * EVAL_K
+    return {"checkpoint": checkpoint, "n_prompts": EVAL_PROMPTS, "k": EVAL_K, "n_responses": n, "eval_seed": 29,
+            "subset_sha256": hashlib.sha256(b"toy test subset").hexdigest(), "pass@1": pass1,
+            "pass@2": round(1 - (1 - pass1) ** 2, 6), "pass@4": round(1 - (1 - pass1) ** 4, 6), "truncation": 0.0,
+            "mean_length": 14.5, "mean_reward": pass1, "all_zero_reward": pass1 == 0}
+
+
+def write_eval(run_dir: Path, checkpoint: str, pass1: float) -> None:
+    write_json(run_dir / EVAL_RECORD, {"initial": eval_summary("initial", 0.25), "final": eval_summary(checkpoint, pass1)})
+    for kind in ("initial", "final"):
+        lines = [json.dumps({"index": i // EVAL_K, "sample": i % EVAL_K, "response": RESPONSES[i % len(RESPONSES)],
+                             "label": "30", "reward": float(i % 2), "length": 13, "finished": True})
+                 for i in range(EVAL_PROMPTS * EVAL_K)]
+        (run_dir / EVAL_RESPONSES_DIR).mkdir(parents=True, exist_ok=True)
+        (run_dir / EVAL_RESPONSES_DIR / f"{kind}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def write_run_dir(run_dir: Path, arm: str, seed: int, steps: int, index: int) -> None:
+    """The trainer's output: run record, metrics, checkpoint, evaluation, event file."""
+    record = algorithm(arm)
+    write_json(run_dir / RUN_RECORD, {
+        "algo": arm, "algo_name": record.name, "seed": seed, "workload": "toy", "n_updates": steps,
+        "steps_completed": steps, "responses_generated": 32 * steps, "dp_size": 1, "status": "completed",
+        "source_commit": COMMIT, METRIC_KEYS_FIELD: metric_keys(arm),
+        ALGORITHM_FIELD: {**record.declaration(), "loss_reduction": "response_mean"},
+        "versions": {"proofgrid": "0.1.0", "python": "3.11.7", "torch": "2.13.0+cpu"},
+        "inputs": {f"trainer/assets/toy/model/{WEIGHTS_FILE}": hashlib.sha256(b"toy model").hexdigest()},
+        "config": {"seed": seed, "dp_size": 1, "algo": {"short": arm, **record.config},
+                   "workload": {"name": "toy", "n_updates": steps, "lr": 1e-4, "global_batch_size": 32}},
+        "output_dir_abs": str(run_dir.resolve()),
+    })
+    (run_dir / METRICS_LOG).write_text(metrics_lines(arm, seed, steps), encoding="utf-8")
+    (run_dir / TENSORBOARD_DIR).mkdir(parents=True, exist_ok=True)
+    (run_dir / TENSORBOARD_DIR / f"events.out.tfevents.1796156243.{NODE}.{index}.0").write_bytes(b"\x18\x00" * 64)
+    checkpoint = checkpoint_name(steps)
+    ckpt = run_dir / CHECKPOINTS_DIR / checkpoint
+    ckpt.mkdir(parents=True, exist_ok=True)
+    save_file({"embed.weight": np.arange(8, dtype=np.float32).reshape(2, 4) + seed}, str(ckpt / WEIGHTS_FILE))
+    (ckpt / "optimizer.pt").write_bytes(b"optimizer-state")
+    write_json(ckpt / TRAINER_STATE, {"step": steps})
+    (run_dir / CHECKPOINTS_DIR / LATEST_CHECKPOINT).write_text(checkpoint + "\n", encoding="utf-8")
+    write_eval(run_dir, checkpoint, round(0.4 + random.Random(f"eval-{arm}-{seed}").uniform(-0.1, 0.1), 4))
+
+
+def write_job(sweep: Path, name: str, arm: str, seed: int, steps: int, index: int) -> None:
+    """One accepted job's directory: the launcher's records around the trainer's run directory."""
+    job_dir = sweep_job_dir(sweep, name)
+    for root in ("ray", "cache", "tmp"):
+        (job_dir / "roots" / root).mkdir(parents=True, exist_ok=True)
+    overrides = [f"algo={arm}", f"seed={seed}"]
+    write_json(job_dir / JOB_SPEC, {
+        "algo": arm, "arm": arm, "arm_overrides": {"algo": arm}, "cpus": 1, "gpu_model": None, "n_updates": steps,
+        "name": name, "ray_cpus": 0, "seed": seed, "share_initial_eval": False, "source_commit": COMMIT,
+        "sweep_dir": str(sweep.resolve()), "trainer_overrides": overrides})
+    block = 20000 + 64 * index
+    write_json(job_dir / JOB_RECORD, {
+        "algo": arm, "arm": arm, "arm_overrides": {"algo": arm}, "array_index": index, "cleanup": [],
+        "elapsed_s": 15.0 + index % 7, "exit_code": 0, "failure": None, "job_id": f"local-{index}", "node": NODE,
+        "ports": {"block": [block, block + 63], "master_port": block + 11}, "restart_count": 0,
+        "roots": {"cache": "roots/cache", "output": "run", "ray": "roots/ray", "tmp": "roots/tmp"},
+        "runtime_state": COMPLETED, "scheduler": "local", "seed": seed, "source_commit": COMMIT,
+        "started_at": 1796156236.0 + index, "state": COMPLETED})
+    argv = ["-m", "trainer", *overrides]
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(block + 11), "PYTHONNOUSERSITE": "1", "HF_HUB_OFFLINE": "1"}
+    write_json(job_dir / COMMAND_RECORD, {
+        "argv": ["python", *argv, f"output_dir={run_dir_of_job(job_dir).resolve()}"], "cwd": ".", "sbatch": None,
+        "env": {**env, "TMPDIR": str((job_dir / "roots" / "tmp").resolve())}})
+    write_json(job_dir / COMMAND_PUBLIC_RECORD, {
+        "argv": ["<PYTHON_BIN>/python", *argv, "output_dir=<JOB_DIR>/run"], "cwd": "<REPO>", "sbatch": None,
+        "env": {**env, "TMPDIR": "<JOB_DIR>/roots/tmp"}})
+    (job_dir / TRAINER_LOG).write_text("".join(f"step {s} loss 0.01 reward 0.3\n" for s in range(0, steps, 10))
+                                         + f"sample: {RESPONSES[0]}\ndone\n", encoding="utf-8")
+    write_run_dir(run_dir_of_job(job_dir), arm, seed, steps, index)
+
+
+def write_sweep(sweep: Path, jobs: int, steps: int) -> Path:
+    """``jobs`` accepted jobs of ``steps`` updates: the grid of the first ``a`` of ``ARMS`` (the most that
+    divide ``jobs``: the evidence expects every arm at every seed) by seeds ``0 .. jobs / a - 1``."""
+    n_arms = next(a for a in range(len(ARMS), 0, -1) if jobs % a == 0)
+    cells = [(ARMS[i % n_arms], i // n_arms) for i in range(jobs)]
+    names = [f"{arm}-{seed}" for arm, seed in cells]
+    sweep.mkdir(parents=True, exist_ok=False)
+    arms = sorted({arm for arm, _ in cells}, key=ARMS.index)
+    write_json(sweep / SWEEP_RECORD, {
+        "algos": arms, "arms": {arm: {"algo": arm} for arm in arms}, "cluster": {"kind": "local", "max_parallel": None},
+        "created": "2026-12-01", "eval_responses": EVAL_PROMPTS * EVAL_K, "jobs": names, "n_updates": steps,
+        "seeds": sorted({seed for _, seed in cells}), "source_commit": COMMIT, "workload": "toy"})
+    for index, ((arm, seed), name) in enumerate(zip(cells, names)):
+        write_job(sweep, name, arm, seed, steps, index)
+    (sweep / COMMANDS_FILE).write_text("".join(
+        f"[{i}] {name}: python -m trainer algo={arm} seed={seed} output_dir=<JOB_DIR>/run\n"
+        for i, ((arm, seed), name) in enumerate(zip(cells, names))), encoding="utf-8")
+    return sweep
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("sweep_dir", type=Path)
+    ap.add_argument("--jobs", type=int, default=100)
+    ap.add_argument("--steps", type=int, default=50)
+    args = ap.parse_args()
+    write_sweep(args.sweep_dir, args.jobs, args.steps)
+
+
+if __name__ == "__main__":
+    main()
