@@ -129,7 +129,7 @@ def status(sweep_dir: Path) -> int:
         arm = r.get("arm") or spec.get("arm") or r.get("algo") or spec.get("algo", "")
         rows.append((arm, d, r, spec.get("n_updates", "")))
     rows.sort(key=lambda row: (natural_key(row[0]), natural_key(row[1].name)))
-    decisions = _sealed_decisions(sweep_dir)
+    decisions = _sealed_decisions(sweep_dir, job_dirs)
     table = Table(title=str(sweep_dir.name))
     for col in ("arm", "job", "scheduler id", "state", "step", "exit", "elapsed s", "decision"):
         table.add_column(col)
@@ -160,13 +160,18 @@ def status(sweep_dir: Path) -> int:
 DECISIONS = {"yes": "accepted", "no": "rejected"}  # the index's accepted column, as the table says it
 
 
-def _sealed_decisions(sweep_dir: Path) -> dict[str, dict]:
-    """Each job's row of the sealed evidence index (accept/reject and why), {} before a seal."""
+def _sealed_decisions(sweep_dir: Path, job_dirs: list[Path]) -> dict[str, dict]:
+    """Each job's row of the sealed evidence index (accept/reject and why), for the jobs the seal saw as
+    they are now: a job that is in flight, or whose record changed after the seal (a re-run), is not
+    sealed yet (an earlier seal's decision would be stale)."""
     index = sweep_bundle_payload(sweep_dir) / INDEX_TABLE
     if not index.is_file():
         return {}
+    sealed_at = index.stat().st_mtime
+    current = {d.name for d in job_dirs if (d / JOB_RECORD).is_file() and (d / JOB_RECORD).stat().st_mtime <= sealed_at
+               and read_job_record(d).get("state") not in IN_FLIGHT_STATES}
     with open(index, newline="") as f:
-        return {row["job"]: row for row in csv.DictReader(f)}
+        return {row["job"]: row for row in csv.DictReader(f) if row["job"] in current}
 
 
 def _shown(value, missing: str = "—") -> str:
