@@ -129,7 +129,7 @@ def status(sweep_dir: Path) -> int:
         arm = r.get("arm") or spec.get("arm") or r.get("algo") or spec.get("algo", "")
         rows.append((arm, d, r, spec.get("n_updates", "")))
     rows.sort(key=lambda row: (natural_key(row[0]), natural_key(row[1].name)))
-    decisions = _sealed_decisions(sweep_dir, job_dirs)
+    decisions = _sealed_decisions(sweep_dir, {d: r for _, d, r, _ in rows})
     table = Table(title=str(sweep_dir.name))
     for col in ("arm", "job", "scheduler id", "state", "step", "exit", "elapsed s", "decision"):
         table.add_column(col)
@@ -160,7 +160,7 @@ def status(sweep_dir: Path) -> int:
 DECISIONS = {"yes": "accepted", "no": "rejected"}  # the index's accepted column, as the table says it
 
 
-def _sealed_decisions(sweep_dir: Path, job_dirs: list[Path]) -> dict[str, dict]:
+def _sealed_decisions(sweep_dir: Path, records: dict[Path, dict]) -> dict[str, dict]:
     """Each job's row of the sealed evidence index (accept/reject and why), for the jobs the seal saw as
     they are now: a job that is in flight, or whose record changed after the seal (a re-run), is not
     sealed yet (an earlier seal's decision would be stale)."""
@@ -168,8 +168,8 @@ def _sealed_decisions(sweep_dir: Path, job_dirs: list[Path]) -> dict[str, dict]:
     if not index.is_file():
         return {}
     sealed_at = index.stat().st_mtime
-    current = {d.name for d in job_dirs if (d / JOB_RECORD).is_file() and (d / JOB_RECORD).stat().st_mtime <= sealed_at
-               and read_job_record(d).get("state") not in IN_FLIGHT_STATES}
+    current = {d.name for d, record in records.items() if record.get("state") not in IN_FLIGHT_STATES
+               and (d / JOB_RECORD).is_file() and (d / JOB_RECORD).stat().st_mtime <= sealed_at}
     with open(index, newline="") as f:
         return {row["job"]: row for row in csv.DictReader(f) if row["job"] in current}
 

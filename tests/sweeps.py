@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -28,3 +29,13 @@ def index_rows(sweep_dir: Path) -> dict[str, dict]:
 
     with open(sweep_dir / "bundle" / "data" / "index.csv", newline="") as f:
         return {row["job"]: row for row in csv.DictReader(f)}
+
+
+def wait_for(predicate, timeout: float, what: str, every_s: float = 0.25):
+    """``predicate()``'s first truthy value, looked at every ``every_s`` seconds for up to ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(every_s)
+    return value

@@ -21,7 +21,7 @@ import pytest
 
 from facts import CHECKPOINTS_DIR, JOB_RECORD, JOB_RUN_DIR, METRICS_LOG, checkpoint_name
 from tests.conftest import MULTINODE_SH
-from tests.sweeps import REPO, index_rows, job_records, launch
+from tests.sweeps import REPO, index_rows, job_records, launch, wait_for
 from tests.trainer_runs import read_eval, read_metrics, trainer_cmd, without_perf
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("slurm_multinode_cluster")]
@@ -52,13 +52,6 @@ def _record(path: Path) -> dict:
         return {}
 
 
-def _wait_for(predicate, timeout: float, what: str, every_s: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(every_s)
-    return value
 
 
 def _running(job_dir: Path, restart: int, steps: int) -> dict | None:
@@ -82,19 +75,19 @@ def _interrupt(job_dir: Path, cluster: dict[str, str]) -> dict:
     """USR2 after run 0's step 3; a crash of rank 1's node after run 1's second step past the checkpoint.
     Returns what was seen on the way (the warning, the rank logs and checkpoints at it, the node)."""
     seen = {}
-    record = _wait_for(lambda: _running(job_dir, 0, 3), 300, "run 0 to train 3 steps")
+    record = wait_for(lambda: _running(job_dir, 0, 3), 300, "run 0 to train 3 steps")
     subprocess.run(["scancel", "--signal=USR2", record["job_id"]], env=_env(cluster, 0), check=True)
-    seen["warned"] = _wait_for(lambda: (h := _record(job_dir / JOB_RECORD).get("history")) and h[0], 120, "the warning")
+    seen["warned"] = wait_for(lambda: (h := _record(job_dir / JOB_RECORD).get("history")) and h[0], 120, "the warning")
     at = seen["warned"]["at_step"]
     # Before the requeued run starts (cred_expire later): each rank's last step, the checkpoints.
     seen["last_steps"] = [_last_step(job_dir / JOB_RUN_DIR / "ranks" / f"rank{r}.jsonl") for r in (0, 1)]
     seen["checkpoints"] = sorted(p.name for p in (job_dir / JOB_RUN_DIR / CHECKPOINTS_DIR).iterdir())
-    _wait_for(lambda: _running(job_dir, 1, at + 2), 300, "run 1 to train 2 steps past the checkpoint")
+    wait_for(lambda: _running(job_dir, 1, at + 2), 300, "run 1 to train 2 steps past the checkpoint")
     seen["killed"] = _record(job_dir / "ranks" / "rank1" / JOB_RECORD)["node"]
     subprocess.run(["bash", str(MULTINODE_SH), "kill-node", seen["killed"], cluster["PROOFGRID_MULTINODE_DIR"]],
                    check=True, capture_output=True)
     try:
-        _wait_for(lambda: _record(job_dir / JOB_RECORD).get("restart_count") == 2, 300, "Slurm to requeue the job")
+        wait_for(lambda: _record(job_dir / JOB_RECORD).get("restart_count") == 2, 300, "Slurm to requeue the job")
     finally:  # the node comes back whatever happened: the cluster serves the other tests
         subprocess.run(["bash", str(MULTINODE_SH), "restart-node", seen["killed"], cluster["PROOFGRID_MULTINODE_DIR"]],
                        capture_output=True)

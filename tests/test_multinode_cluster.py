@@ -9,10 +9,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from tests.conftest import MULTINODE_SH
+from tests.sweeps import wait_for
 
 # Job states sacct reports for a job that is still queued, running or on its way to a rerun.
 NOT_ENDED = {"PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "COMPLETING", "CONFIGURING"}
@@ -22,13 +22,6 @@ def _run(cluster: dict[str, str], *cmd: str) -> str:
     return subprocess.run(cmd, env={**os.environ, **cluster}, check=True, capture_output=True, text=True).stdout
 
 
-def _wait_for(predicate, timeout: float, what: str, every_s: float = 0.25):
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(every_s)
-    return value
 
 
 def _sbatch(cluster: dict[str, str], tmp_path: Path, script: str, *options: str) -> str:
@@ -57,7 +50,7 @@ def _runs(cluster: dict[str, str], job_id: str) -> list[tuple[str, list[str]]] |
 
 def _ended(cluster: dict[str, str], job_id: str, runs: int = 1, timeout: float = 60) -> tuple[str, list[str]]:
     """(state, nodes) of the job's last run, once its ``runs``-th run has ended."""
-    return _wait_for(lambda: (seen := _runs(cluster, job_id)) and len(seen) >= runs and seen[-1][0] not in NOT_ENDED
+    return wait_for(lambda: (seen := _runs(cluster, job_id)) and len(seen) >= runs and seen[-1][0] not in NOT_ENDED
                      and seen[-1], timeout, f"run {runs} of job {job_id} to end")
 
 
@@ -137,14 +130,14 @@ if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then srun hostname > rerun-hosts; exit
 srun bash -c 'touch "started-$SLURMD_NODENAME"; exec sleep 300'
 """, "--nodes=2", "--ntasks-per-node=1", "--requeue")
     try:
-        allocated = _wait_for(lambda: (runs := _runs(cluster, job_id)) and runs[0][0] == "RUNNING" and runs[0][1],
+        allocated = wait_for(lambda: (runs := _runs(cluster, job_id)) and runs[0][0] == "RUNNING" and runs[0][1],
                               30, f"job {job_id} to run")
-        _wait_for(lambda: all((tmp_path / f"started-{node}").exists() for node in allocated), 30,
+        wait_for(lambda: all((tmp_path / f"started-{node}").exists() for node in allocated), 30,
                   "the job's tasks to start on both nodes")
         crashed = allocated[1]  # not the batch step's node: slurmctld, not the script, must end the job
         subprocess.run(["bash", str(MULTINODE_SH), "kill-node", crashed, directory], check=True, capture_output=True)
         try:
-            first = _wait_for(lambda: (runs := _runs(cluster, job_id)) and runs[0][0] != "RUNNING" and runs[0], 60,
+            first = wait_for(lambda: (runs := _runs(cluster, job_id)) and runs[0][0] != "RUNNING" and runs[0], 60,
                               f"slurmctld to end job {job_id} on the crashed node {crashed}")
             assert first == ("NODE_FAIL", allocated)
             state, rerun_on = _ended(cluster, job_id, runs=2)
@@ -154,7 +147,7 @@ srun bash -c 'touch "started-$SLURMD_NODENAME"; exec sleep 300'
         finally:
             subprocess.run(["bash", str(MULTINODE_SH), "restart-node", crashed, directory], check=True,
                            capture_output=True)
-        _wait_for(lambda: _run(cluster, "sinfo", "-h", "-n", crashed, "-o", "%T").strip() == "idle", 30,
+        wait_for(lambda: _run(cluster, "sinfo", "-h", "-n", crashed, "-o", "%T").strip() == "idle", 30,
                   f"{crashed} to be idle again")
     finally:
         subprocess.run(["scancel", job_id], env={**os.environ, **cluster}, capture_output=True)

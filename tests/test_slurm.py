@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sweeps import index_rows, job_records, launch
+from tests.sweeps import index_rows, job_records, launch, wait_for
 from tests.trainer_runs import read_eval, read_metrics, run_trainer, without_perf
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("slurm_cluster")]
@@ -22,14 +22,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("slurm_cluster")]
 SHORT = ("workload.n_updates=4", "workload.eval.n_prompts=8", "workload.checkpoint_every=2")
 
 
-def _wait_for(predicate, timeout: float, what: str, every_s: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every_s)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _wait_until_requeued_and_completed(job_dir: Path) -> dict:
@@ -42,7 +34,7 @@ def _wait_until_requeued_and_completed(job_dir: Path) -> dict:
             f"the run ended before the requeue reached it: {r.get('history')}"
         return r if r.get("restart_count", 0) >= 1 and r["state"] == "COMPLETED" else None
 
-    return _wait_for(restarted_and_done, 600, "the requeued job to complete")
+    return wait_for(restarted_and_done, 600, "the requeued job to complete")
 
 
 def _steps(job_dir: Path) -> int:
@@ -59,7 +51,7 @@ def _trained(job_dir: Path, n: int) -> bool:
 
 
 def _wait_for_steps(job_dir: Path, n: int) -> None:
-    _wait_for(lambda: _trained(job_dir, n), 300, f"{job_dir.name} to train {n} steps")
+    wait_for(lambda: _trained(job_dir, n), 300, f"{job_dir.name} to train {n} steps")
 
 
 def test_two_ray_jobs_on_one_node_get_disjoint_ports_and_roots_and_leave_nothing(tmp_path):
@@ -114,7 +106,7 @@ def test_a_cancelled_job_is_rejected_with_its_scheduler_state_and_the_rest_are_u
         return states if all(s in ("COMPLETED", "CANCELLED", "FAILED") for s in states.values()) else None
 
     # Each look starts a launcher process: look every few seconds, not in a loop that competes with the jobs.
-    states = _wait_for(all_ended, 600, "the sweep to end", every_s=3)
+    states = wait_for(all_ended, 600, "the sweep to end", every_s=3)
     assert states == {"grpo-1": "COMPLETED", "grpo-2": "CANCELLED"}
     build = subprocess.run([os.sys.executable, "-m", "evidence", "build", str(sweep_dir)], capture_output=True, text=True)
     assert build.returncode in (0, 1), build.stderr
@@ -187,10 +179,10 @@ def test_cancelling_an_array_with_pending_tasks_ends_the_wait_and_unblocks_the_r
     waiting = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parent.parent, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env={**os.environ, "PROOFGRID_PORT_BASE": "29000"})
     try:
-        submissions = _wait_for(lambda: (sweep_dir / "sweep.json").is_file() and json.loads(
+        submissions = wait_for(lambda: (sweep_dir / "sweep.json").is_file() and json.loads(
             (sweep_dir / "sweep.json").read_text()).get("submissions"), 300, "the submission")
         array_id = submissions[0]["array_job_id"]
-        _wait_for(lambda: list(_squeue_tasks(array_id).values()).count("PENDING") >= 2, 60, "tasks to pend")
+        wait_for(lambda: list(_squeue_tasks(array_id).values()).count("PENDING") >= 2, 60, "tasks to pend")
         subprocess.run(["scancel", array_id], check=True)
         out, err = waiting.communicate(timeout=90)  # the waiting launcher must notice and seal
     finally:
@@ -211,10 +203,10 @@ def test_cancelling_an_array_with_pending_tasks_ends_the_wait_and_unblocks_the_r
     rerun = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parent.parent, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, env={**os.environ, "PROOFGRID_PORT_BASE": "29000"})
     try:
-        new_array = _wait_for(lambda: len(json.loads((sweep_dir / "sweep.json").read_text())["submissions"]) == 2
+        new_array = wait_for(lambda: len(json.loads((sweep_dir / "sweep.json").read_text())["submissions"]) == 2
                               and json.loads((sweep_dir / "sweep.json").read_text())["submissions"][1]["array_job_id"],
                               120, "the re-run's submission")
-        _wait_for(lambda: list(_squeue_tasks(new_array).values()).count("PENDING") >= 2, 60, "tasks to pend")
+        wait_for(lambda: list(_squeue_tasks(new_array).values()).count("PENDING") >= 2, 60, "tasks to pend")
         rerun.send_signal(signal.SIGINT)
         out, err = rerun.communicate(timeout=60)
     finally:
@@ -269,7 +261,7 @@ def test_a_state_a_requeue_follows_is_not_final_while_squeue_still_holds_the_tas
                            capture_output=True, text=True, check=True, cwd=tmp_path).stdout.strip()
     tasks = [f"{array}_0", f"{array}_1"]
     try:
-        _wait_for(lambda: set(_squeue_tasks(array).values()) == {"RUNNING"}, 60, "both tasks to run")
+        wait_for(lambda: set(_squeue_tasks(array).values()) == {"RUNNING"}, 60, "both tasks to run")
         subprocess.run(["scontrol", "requeue", tasks[0]], check=True)
         seen = []
         deadline = time.monotonic() + 4
@@ -279,7 +271,7 @@ def test_a_state_a_requeue_follows_is_not_final_while_squeue_still_holds_the_tas
             assert states[tasks[1]]["state"] == "RUNNING"
         # Between its runs squeue may show the task COMPLETING (CG) or CONFIGURING: still in flight.
         assert seen and not set(seen) & TERMINAL_STATES and set(seen) <= IN_FLIGHT_STATES, seen
-        runs = _wait_for(lambda: [r["state"] for r in sacct_runs(tasks[0])] or None, 30, "sacct's runs of the task")
+        runs = wait_for(lambda: [r["state"] for r in sacct_runs(tasks[0])] or None, 30, "sacct's runs of the task")
         assert runs[0] == "REQUEUED", runs  # the first run's record: what sacct alone would have said
     finally:
         subprocess.run(["scancel", array])
@@ -307,7 +299,7 @@ def test_the_waiting_launcher_returns_only_after_the_last_run_of_a_task_that_req
     job_dir.mkdir(parents=True)
     update_job_record(job_dir, {"scheduler": "slurm", "job_id": job_id, "state": "PENDING"})
     try:
-        _wait_for(lambda: squeue_states([job_id]).get(job_id, {}).get("state") == "RUNNING", 60, "the task to run")
+        wait_for(lambda: squeue_states([job_id]).get(job_id, {}).get("state") == "RUNNING", 60, "the task to run")
         subprocess.run(["scancel", "--batch", "--signal=USR2", job_id], check=True)
         wait_for_jobs(tmp_path / "sweep", [job_dir], {"task": 1}, poll_s=0.2, timeout_s=120)
         assert [run["state"] for run in sacct_runs(job_id)] == ["REQUEUED", "COMPLETED"]
@@ -336,7 +328,7 @@ def test_usr2_stops_a_dp1_and_a_dp2_task_at_their_current_step_requeues_and_both
                 subprocess.run(["scancel", "--signal=USR2", job_ids[dp]], check=True)
         return len(job_ids) == 2
 
-    _wait_for(warn_each_after_3_steps, 300, "both tasks to train 3 steps", every_s=0.2)
+    wait_for(warn_each_after_3_steps, 300, "both tasks to train 3 steps", every_s=0.2)
 
     records = {dp: _wait_until_requeued_and_completed(d) for dp, d in job_dirs.items()}
     build = subprocess.run([os.sys.executable, "-m", "evidence", "build", str(sweep_dir)], capture_output=True,
@@ -444,7 +436,7 @@ def test_wait_false_with_a_seal_job_ends_with_a_sealed_audited_bundle(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "seals the evidence when the array has ended" in proc.stdout
     log = sweep_dir / "seal.log"
-    _wait_for(lambda: log.is_file() and "audit: " in log.read_text(), 600, "the seal job to seal the bundle")
+    wait_for(lambda: log.is_file() and "audit: " in log.read_text(), 600, "the seal job to seal the bundle")
     assert "audit: clean" in log.read_text()
     archive = sweep_dir / "bundle.tar.gz"
     audit = subprocess.run([os.sys.executable, "-m", "evidence", "audit", str(archive)], capture_output=True, text=True)
@@ -474,12 +466,12 @@ def test_a_node_failure_requeues_the_job_which_resumes_bit_identically_and_the_w
                                stderr=subprocess.PIPE, text=True, env={**os.environ, "PROOFGRID_PORT_BASE": "25000"})
     job_dir = sweep_dir / "jobs" / "rpp-7"
     try:
-        _wait_for(lambda: _trained(job_dir, 3), 300, "the job to pass its first checkpoint", every_s=0.1)
+        wait_for(lambda: _trained(job_dir, 3), 300, "the job to pass its first checkpoint", every_s=0.1)
         job_id = json.loads((job_dir / "job.json").read_text())["job_id"]
         try:
             subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=proofgrid-test"],
                            check=True)
-            first = _wait_for(lambda: (runs := sacct_runs(job_id)) and runs[0]["state"] == "NODE_FAIL" and runs[0],
+            first = wait_for(lambda: (runs := sacct_runs(job_id)) and runs[0]["state"] == "NODE_FAIL" and runs[0],
                               30, "sacct to record the NODE_FAIL")
             rows, _, shown = _status(sweep_dir)  # a look in the window: the task is requeued, not ended
             assert rows["rpp-7"][3].split()[0] in ("PENDING", "RUNNING"), shown
