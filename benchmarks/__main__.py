@@ -223,6 +223,79 @@ def bench_evidence(sizes=EVIDENCE_SIZES) -> None:
         print(line + " target: seconds per 1,000 records")
 
 
+# Job count at few steps: the cost per job (index, validation, payload, sanitiser) apart from the
+# cost per step record; 10,000 is synthetic only (a run of that many is not needed to see the slope).
+EVIDENCE_JOB_SIZES = ((10, 5), (1000, 5), (10000, 5))
+
+
+def bench_evidence_jobs() -> None:
+    """``bench_evidence`` at 10, 1,000 and 10,000 jobs of 5 steps: how build and audit grow with the
+    number of jobs when the records per job are few."""
+    bench_evidence(EVIDENCE_JOB_SIZES)
+
+
+def _slurm_env() -> dict[str, str] | None:
+    """The throwaway cluster's variables (its ``env.sh``, ``PROOFGRID_SLURM_DIR``), or None when none is up."""
+    state = Path(os.environ.get("PROOFGRID_SLURM_DIR", "/tmp/proofgrid-slurm"))
+    if not (state / "env.sh").is_file():
+        return None
+    env = {}
+    for line in (state / "env.sh").read_text().splitlines():
+        if line.startswith("export "):
+            key, _, value = line[len("export "):].partition("=")
+            env[key] = value.strip("'\"")
+    ok = subprocess.run(["sinfo", "-h"], env={**os.environ, **env}, capture_output=True).returncode == 0
+    return env if ok else None
+
+
+SLURM_ARRAY_SIZES = (100, 1000)
+
+
+def bench_slurm_array(sizes=SLURM_ARRAY_SIZES) -> None:
+    """A Slurm array of N tiny jobs on the throwaway cluster (scripts/slurm/cluster.sh), through
+    ``launch.py -m ... cluster=slurm`` as a user types it: planned, submitted as one array, watched and
+    sealed. Each job's trainer is ``python -c pass`` (``trainer=command``): it exits at once, writes no
+    metrics and is rejected, so what is measured is the harness. The launcher's own CPU (its process
+    and the ``sbatch``/``sacct``/``squeue`` it runs: the tasks are slurmd's children, not its) against the
+    tasks' summed run time (their ``job.json`` ``elapsed_s``): the launcher's share must stay small and
+    its cost per job flat."""
+    from facts.files import JOB_RECORD, job_files_glob, sweep_jobs_dir
+
+    env = _slurm_env()
+    if env is None:
+        print("slurm_array skipped: no throwaway Slurm cluster is up (bash scripts/slurm/cluster.sh start "
+              "/tmp/proofgrid-slurm)")
+        return
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for jobs in sizes:
+            sweep = Path(tmp) / f"array-{jobs}"
+            figures = Path(tmp) / f"rusage-{jobs}.json"
+            cmd = [sys.executable, "-m", "benchmarks.rusage", str(figures), sys.executable, "launch.py", "-m",
+                   "trainer=command", "trainer.command=['{python}',-c,pass]", f"seed=range({jobs})", "cluster=slurm",
+                   "cluster.mem=300M", "workload.cpus_per_job=1", f"hydra.sweep.dir={sweep}"]
+            proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, **env}, capture_output=True, text=True)
+            records = [json.loads(p.read_text()) for p in sweep_jobs_dir(sweep).glob(job_files_glob(JOB_RECORD))]
+            if len(records) != jobs:
+                print(f"slurm_array {jobs} jobs: failed (exit {proc.returncode}, {len(records)} job records): "
+                      f"{proc.stdout[-400:]}{proc.stderr[-400:]}")
+                return
+            launcher = json.loads(figures.read_text())
+            tasks_s = sum(float(r.get("elapsed_s") or 0.0) for r in records)
+            states = sorted({str(r.get("state")) for r in records})
+            rows.append((jobs, launcher, tasks_s, states))
+            shutil.rmtree(sweep)
+    jobs0, first = rows[0][0], rows[0][1]
+    for jobs, launcher, tasks_s, states in rows:
+        line = (f"slurm_array {jobs:,} tiny jobs (one array; states {', '.join(states)}): launch.py "
+                f"{launcher['wall_s']:.0f} s wall, {launcher['cpu_s']:.1f} CPU s ({launcher['cpu_s'] / jobs * 1e3:.0f} "
+                f"CPU ms per job), {launcher['peak_mib']:.0f} MiB peak | the tasks' own run time {tasks_s:.0f} s "
+                f"in all | launcher CPU / tasks' time {launcher['cpu_s'] / tasks_s:.2f}")
+        if jobs > jobs0:
+            line += f" | {(launcher['cpu_s'] - first['cpu_s']) / (jobs - jobs0) * 1e3:.0f} CPU ms per job above {jobs0}"
+        print(line)
+
+
 def bench_training() -> None:
     """One toy training step and one 50-step toy run (wall time, response tok/s)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -360,7 +433,8 @@ def bench_trl_harness(steps: int = 20) -> None:
 
 BENCHMARKS = {"numerics": bench_numerics, "hashing": bench_hashing, "validation": bench_validation,
               "dry_run": bench_dry_run, "evidence": bench_evidence, "training": bench_training, "trl": bench_trl,
-              "trl_harness": bench_trl_harness}
+              "trl_harness": bench_trl_harness, "evidence_jobs": bench_evidence_jobs,
+              "slurm_array": bench_slurm_array}
 
 
 def main() -> int:
