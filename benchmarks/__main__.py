@@ -318,41 +318,52 @@ def median(values: list[float]) -> float:
 
 
 def step_figures(records: list[dict]) -> dict[str, float]:
-    """Median s/step (wall and CPU), response tok/s over the steps' wall and CPU time, rollout-only tok/s.
+    """Median wall s/step and response tok/s over the steps' wall time (and median CPU s/step where the
+    side records it: TRL's step clock).
 
-    Each record is one step: ``step_s``, ``cpu_s``, ``response_tokens``, ``rollout_s``. The first step
-    (allocator and kernel warm-up) is left out, on both sides alike."""
+    Each record is one step: ``step_s``, ``response_tokens`` and ``cpu_s`` (None where not recorded).
+    The first step (allocator and kernel warm-up) is left out, on both sides alike."""
     steady = records[1:]
     tokens = sum(r["response_tokens"] for r in steady)
+    cpu = [r["cpu_s"] for r in steady if r["cpu_s"] is not None]
     return {"s_per_step": median([r["step_s"] for r in steady]),
-            "cpu_s_per_step": median([r["cpu_s"] for r in steady]),
             "tok_per_s": tokens / sum(r["step_s"] for r in steady),
-            "tok_per_cpu_s": tokens / sum(r["cpu_s"] for r in steady),
-            "rollout_tok_per_s": tokens / sum(r["rollout_s"] for r in steady)}
+            "cpu_s_per_step": median(cpu) if cpu else float("nan")}
 
 
-def run_proofgrid_grpo(steps: int, seed: int, tmp: Path) -> list[dict]:
-    """proofgrid's trainer, ``algo=grpo workload=toy`` (benchmarks/proofgrid_grpo.py), in a process of its own."""
-    out = tmp / f"proofgrid-{seed}.json"
-    subprocess.run([sys.executable, "-m", "benchmarks.proofgrid_grpo", f"--steps={steps}", f"--seed={seed}",
-                    f"--out={out}"], cwd=REPO, check=True, capture_output=True)
-    return json.loads(out.read_text())["records"]
+def run_through_harness(trainer: str, steps: int, seed: int, tmp: Path) -> list[dict]:
+    """One ``algo=grpo`` job of ``trainer`` (proofgrid or trl) through ``launch.py`` as a user runs it
+    (plan, job runtime, the trainer's process, metrics, evaluation, seal); its steps as records.
 
+    proofgrid's step: ``perf/step_s`` of its metrics (rollout to optimizer step). TRL's: the adapter's
+    step clock (trainer/adapters/trl_grpo.py ``STEP_CLOCK``: TRL's step from generation to optimizer
+    step, wall and CPU; TRL's own ``train/step_time`` stops before the optimizer step). Response
+    tokens: ``rollout/response_len`` x the batch, on both sides."""
+    from facts.files import TRAINER_OUTPUT_DIR, run_dir_of_job, sweep_jobs_dir
+    from trainer.adapters.trl_grpo import STEP_CLOCK
+    from trainer.config import compose
 
-def run_trl_grpo(steps: int, seed: int, tmp: Path) -> list[dict]:
-    """TRL's GRPOTrainer on the same workload (benchmarks/trl_grpo.py), in a process of its own."""
-    out = tmp / f"trl-{seed}.json"
-    subprocess.run([sys.executable, "-m", "benchmarks.trl_grpo", f"--steps={steps}", f"--seed={seed}",
-                    f"--out={out}"], cwd=REPO, check=True, capture_output=True)
-    return [{"step_s": r["step_s"], "cpu_s": r["cpu_s"], "response_tokens": r["response_tokens"],
-             "rollout_s": r["generate_s"]} for r in json.loads(out.read_text())["records"]]
+    sweep = tmp / f"{trainer}-{seed}"
+    subprocess.run([sys.executable, "launch.py", "-m", f"trainer={trainer}", "algo=grpo", f"seed={seed}",
+                    f"workload.n_updates={steps}", f"workload.checkpoint_every={steps}", "workload.eval.n_prompts=4",
+                    f"hydra.sweep.dir={sweep}"], cwd=REPO, check=True, capture_output=True)
+    (job_dir,) = (d for d in sweep_jobs_dir(sweep).iterdir() if d.is_dir())  # the one job, whatever its label
+    run_dir = run_dir_of_job(job_dir)
+    batch = int(compose(["algo=grpo", "workload=toy"]).workload.global_batch_size)
+    metrics = [json.loads(line) for line in (run_dir / METRICS_LOG).read_text().splitlines()]
+    tokens = [m["rollout/response_len"] * batch for m in metrics]
+    if trainer == "proofgrid":
+        return [{"step_s": m["perf/step_s"], "cpu_s": None, "response_tokens": t} for m, t in zip(metrics, tokens)]
+    clock = [json.loads(line) for line in (run_dir / TRAINER_OUTPUT_DIR / STEP_CLOCK).read_text().splitlines()]
+    return [{"step_s": c["wall_s"], "cpu_s": c["cpu_s"], "response_tokens": t} for c, t in zip(clock, tokens)]
 
 
 def bench_trl(steps: int = 60, pairs: int = 3) -> None:
-    """proofgrid's toy GRPO step against TRL's GRPOTrainer: same model, data, template, geometry,
-    threads and steps; the runs alternate (TRL, proofgrid, proofgrid, TRL, ...) so drifting load on a
-    shared machine hits both sides alike. Ratio = TRL s/step / proofgrid s/step (> 1: proofgrid faster),
-    in CPU time (what another process's load does not inflate) and in wall time."""
+    """proofgrid's toy GRPO step against TRL's GRPOTrainer, both through the harness (``launch.py``
+    ``trainer=proofgrid`` and ``trainer=trl``, one job each): same model, data, template, geometry,
+    sampling, threads and steps (the TRL adapter maps them, docs/trainers.md). The runs alternate
+    (TRL, proofgrid, proofgrid, TRL, ...) so drifting load hits both sides alike. Ratio = TRL s/step /
+    proofgrid s/step in wall time (> 1: proofgrid faster); TRL's CPU s/step beside it."""
     import importlib.util
 
     if importlib.util.find_spec("trl") is None:
@@ -360,28 +371,23 @@ def bench_trl(steps: int = 60, pairs: int = 3) -> None:
         return
     from importlib.metadata import version
 
-    runners = {"trl": run_trl_grpo, "proofgrid": run_proofgrid_grpo}
     results: dict[str, list[dict]] = {"trl": [], "proofgrid": []}
     with tempfile.TemporaryDirectory() as tmp:
         for pair in range(pairs):
             order = ("trl", "proofgrid") if pair % 2 == 0 else ("proofgrid", "trl")
             for side in order:
-                results[side].append(step_figures(runners[side](steps, pair + 1, Path(tmp))))
+                results[side].append(step_figures(run_through_harness(side, steps, pair + 1, Path(tmp))))
             trl, ours = results["trl"][-1], results["proofgrid"][-1]
             print(f"trl       pair {pair + 1} (load average {os.getloadavg()[0]:.1f}): TRL {version('trl')} "
-                  f"{trl['cpu_s_per_step']:.3f} CPU s/step ({trl['s_per_step']:.3f} wall) "
-                  f"{trl['tok_per_cpu_s']:,.0f} tok/CPU s | proofgrid {ours['cpu_s_per_step']:.3f} CPU s/step "
-                  f"({ours['s_per_step']:.3f} wall) {ours['tok_per_cpu_s']:,.0f} tok/CPU s | speed ratio "
-                  f"{trl['cpu_s_per_step'] / ours['cpu_s_per_step']:.2f}x CPU, "
-                  f"{trl['s_per_step'] / ours['s_per_step']:.2f}x wall")
+                  f"{trl['s_per_step']:.3f} s/step ({trl['cpu_s_per_step']:.3f} CPU) {trl['tok_per_s']:,.0f} tok/s | "
+                  f"proofgrid {ours['s_per_step']:.3f} s/step {ours['tok_per_s']:,.0f} tok/s | speed ratio "
+                  f"{trl['s_per_step'] / ours['s_per_step']:.2f}x")
     figures = {side: {key: median([r[key] for r in runs]) for key in runs[0]} for side, runs in results.items()}
     trl, ours = figures["trl"], figures["proofgrid"]
-    print(f"trl       {pairs} pairs x {steps} steps, medians: TRL {trl['cpu_s_per_step']:.3f} CPU s/step "
-          f"({trl['s_per_step']:.3f} wall) {trl['tok_per_cpu_s']:,.0f} tok/CPU s | proofgrid "
-          f"{ours['cpu_s_per_step']:.3f} CPU s/step ({ours['s_per_step']:.3f} wall) {ours['tok_per_cpu_s']:,.0f} "
-          f"tok/CPU s | s/step ratio TRL/proofgrid {trl['cpu_s_per_step'] / ours['cpu_s_per_step']:.2f}x CPU, "
-          f"{trl['s_per_step'] / ours['s_per_step']:.2f}x wall; tok/s ratio proofgrid/TRL "
-          f"{ours['tok_per_cpu_s'] / trl['tok_per_cpu_s']:.2f}x CPU (target >= 2)")
+    print(f"trl       {pairs} pairs x {steps} steps through launch.py, medians: TRL {trl['s_per_step']:.3f} s/step "
+          f"({trl['cpu_s_per_step']:.3f} CPU) {trl['tok_per_s']:,.0f} tok/s | proofgrid {ours['s_per_step']:.3f} "
+          f"s/step {ours['tok_per_s']:,.0f} tok/s | s/step ratio TRL/proofgrid {trl['s_per_step'] / ours['s_per_step']:.2f}x; "
+          f"tok/s ratio proofgrid/TRL {ours['tok_per_s'] / trl['tok_per_s']:.2f}x (target >= 2)")
 
 
 def bench_trl_harness(steps: int = 20) -> None:

@@ -100,6 +100,7 @@ import dataclasses
 import json
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -111,6 +112,9 @@ TENSORBOARD_DIR = "tensorboard"
 CHECKPOINTS_DIR = "checkpoints"
 FINAL_MODEL_DIR = "final"
 RUN_RECORD = "trl_run.json"
+# One line per optimizer step: its whole wall and CPU time, generation to optimizer step (TRL's own
+# train/step_time stops before the optimizer step): what `python -m benchmarks trl` compares.
+STEP_CLOCK = "step_clock.jsonl"
 EXIT_REFUSED = 2
 # TRL 1.16's loss types (GRPOConfig.loss_type; TRL's names, some of which spell proofgrid algorithms'),
 # each with the proofgrid policy loss it computes.
@@ -486,6 +490,17 @@ def train(a: argparse.Namespace, p: Plan, stop) -> int:
                 self.stopped_at = state.global_step
             return control
 
+    class StepClock(TrainerCallback):
+        """Each optimizer step's wall and process CPU seconds, appended to STEP_CLOCK as it ends."""
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.begin = (time.perf_counter(), time.process_time())
+
+        def on_step_end(self, args, state, control, **kwargs):
+            wall, cpu = time.perf_counter() - self.begin[0], time.process_time() - self.begin[1]
+            with open(out / STEP_CLOCK, "a") as f:
+                f.write(json.dumps({"step": state.global_step, "wall_s": round(wall, 6), "cpu_s": round(cpu, 6)}) + "\n")
+
     record = {
         "trainer": "trl", "entry": PROG, "status": "running", "seed": a.seed, "steps": a.steps,
         "algo": a.algo, "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()
@@ -501,7 +516,7 @@ def train(a: argparse.Namespace, p: Plan, stop) -> int:
                       model_init_kwargs={"dtype": p.model_dtype, "local_files_only": True})
     stopper = StopAtStepBoundary()
     trainer = GRPOTrainer(model=str(model_dir), reward_funcs=math_reward, args=args, train_dataset=dataset,
-                          processing_class=tokenizer, callbacks=[stopper])
+                          processing_class=tokenizer, callbacks=[stopper, StepClock()])
     trainer.train(resume_from_checkpoint=last)
     record["steps_completed"] = trainer.state.global_step
     if stopper.stopped_at is not None:
