@@ -250,3 +250,36 @@ def test_more_nodes_than_the_partition_has_is_refused_in_one_line_before_submiss
     assert line == (f"proofgrid: error: cluster.nodes={nodes + 1} is more than partition {partition} has "
                     f"({nodes} node(s)); set cluster.nodes<={nodes} or choose another partition")
     assert not (tmp_path / "s" / "jobs").exists() and not (tmp_path / "s" / ".submitit").exists()
+
+
+def test_ranks_that_cannot_meet_fail_the_job_in_one_line_naming_the_rendezvous(slurm_multinode_cluster, tmp_path):
+    """A firewall between the nodes (every node drops TCP to the job's port blocks arriving from the
+    others): rank 1 cannot reach rank 0's store, and the job fails after cluster.rendezvous_timeout_s
+    with that cause in one line, instead of hanging until its time limit."""
+    base, last = 24576, 24576 + 4 * 64 - 1  # four port blocks (below the ephemeral range): the job claims the first free one
+    nodes = list(_addresses(slurm_multinode_cluster))
+    state = slurm_multinode_cluster["PROOFGRID_MULTINODE_DIR"]
+    sweep = tmp_path / "s"
+    try:
+        for node in nodes:
+            subprocess.run(["bash", str(MULTINODE_SH), "block-ports", node, f"{base}-{last}", state], check=True,
+                           capture_output=True)
+        started = time.monotonic()
+        proc = launch(sweep, "algo=grpo", "seed=1", "workload.n_updates=2", "workload.eval.n_prompts=4", *TWO_NODES,
+                      "cluster.rendezvous_timeout_s=10", env=_env(slurm_multinode_cluster, base), timeout=300)
+        took = time.monotonic() - started
+    finally:  # the cluster serves the other tests
+        for node in nodes:
+            subprocess.run(["bash", str(MULTINODE_SH), "unblock-ports", node, state], capture_output=True)
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    (record,) = job_records(sweep).values()
+    port = record["ports"]["master_port"]
+    assert base <= port <= last, f"the job claimed port {port}, outside the blocked {base}-{last}: {record}"
+    assert record["state"] == "FAILED", record
+    failure = record["failure"]
+    assert "did not meet the others at rank 0's" in failure and f":{port} within 10 s" in failure, failure
+    assert "can the nodes reach each other on that port? else raise cluster.rendezvous_timeout_s" in failure
+    assert "\n" not in failure
+    (row,) = index_rows(sweep).values()
+    assert row["accepted"] == "no" and "did not meet the others" in proc.stdout, proc.stdout[-2000:]
+    assert took < 200, f"the job took {took:.0f} s to fail: the rendezvous timeout did not end it"

@@ -10,6 +10,8 @@
 #   multinode.sh status [STATE_DIR]          # daemons, nodes, sinfo/squeue; exit 1 if not all up
 #   multinode.sh kill-node NODE [STATE_DIR]  # crash NODE: link down, every process on it killed
 #   multinode.sh restart-node NODE [STATE_DIR]  # link up, its slurmd again, wait until it is idle
+#   multinode.sh block-ports NODE FIRST-LAST [STATE_DIR]  # drop TCP to those ports arriving from the other nodes
+#   multinode.sh unblock-ports NODE [STATE_DIR]  # lift block-ports
 #
 # Everything (configs, keys, sockets, databases, spool, logs, pid files, the record of the network it
 # made) lives under STATE_DIR, default ${PROOFGRID_MULTINODE_DIR:-/tmp/proofgrid-multinode}.
@@ -48,7 +50,7 @@ SLURMD_TIMEOUT="${PROOFGRID_MULTINODE_SLURMD_TIMEOUT:-10}"
 # node's job ends NODE_FAIL about 18 s after the crash with 10/5, 27 s with 10/10 (measured).
 MESSAGE_TIMEOUT="${PROOFGRID_MULTINODE_MESSAGE_TIMEOUT:-5}"
 
-PACKAGES=(munge slurm-wlm slurm-client slurmd slurmctld slurmdbd mariadb-server mariadb-client iproute2 util-linux)
+PACKAGES=(munge slurm-wlm slurm-client slurmd slurmctld slurmdbd mariadb-server mariadb-client iproute2 util-linux nftables)
 MARKER_FILE=".proofgrid-multinode"   # marks a directory as ours (safe to wipe); not cluster.sh's marker
 NETWORK_FILE="network.env"           # what `start` built, read back by `stop` and the node commands
 
@@ -208,6 +210,9 @@ TaskPlugin=task/none
 # proofgrid reads no usage field from sacct (JobID, State, ExitCode, ElapsedRaw, NodeList).
 JobAcctGatherType=jobacct_gather/none
 MpiDefault=none
+# srun listens for its steps' I/O on ports of this range only, clear of the port blocks jobs claim
+# (PROOFGRID_PORT_BASE and up), so a test that firewalls a job's ports (block-ports) blocks nothing of srun's.
+SrunPortRange=60001-63000
 # A node that registers again (restart-node) is back in service, whatever downed it.
 ReturnToService=2
 SlurmdTimeout=$SLURMD_TIMEOUT
@@ -412,8 +417,38 @@ cmd_restart_node() {
     log "node $node is back: $(node_state "$node")"
 }
 
+# A firewall between the nodes, for a job whose ranks cannot meet: TCP to ports FIRST-LAST that arrives
+# on NODE's link (from the other nodes; NODE's own traffic to itself stays on lo) is dropped, silently,
+# as a site's firewall does, in an nftables table of NODE's namespace only (BLOCK_TABLE).
+BLOCK_TABLE="proofgrid_block"
+cmd_block_ports() {
+    local node="${1:-}" range="${2:-}"
+    [[ -n "$node" && "$range" =~ ^[0-9]+-[0-9]+$ ]] || die "usage: $0 block-ports NODE FIRST-LAST [STATE_DIR]"
+    set_paths "${3:-}"
+    load_network || die "no multi-node cluster at $STATE_DIR"
+    known_node "$node"
+    command -v nft >/dev/null || die "nft is not installed: run '$0 install'"
+    local ns
+    ns="$(node_netns "$node")"
+    ip netns exec "$ns" nft delete table inet "$BLOCK_TABLE" 2>/dev/null || true
+    ip netns exec "$ns" nft add table inet "$BLOCK_TABLE"
+    ip netns exec "$ns" nft add chain inet "$BLOCK_TABLE" input '{ type filter hook input priority 0; }'
+    ip netns exec "$ns" nft add rule inet "$BLOCK_TABLE" input iifname eth0 tcp dport "$range" drop
+    log "node $node drops TCP to ports $range from the other nodes"
+}
+
+cmd_unblock_ports() {
+    local node="${1:-}"
+    [[ -n "$node" ]] || die "usage: $0 unblock-ports NODE [STATE_DIR]"
+    set_paths "${2:-}"
+    load_network || die "no multi-node cluster at $STATE_DIR"
+    known_node "$node"
+    ip netns exec "$(node_netns "$node")" nft delete table inet "$BLOCK_TABLE" 2>/dev/null || true
+    log "node $node drops nothing"
+}
+
 usage() {
-    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
     exit "${1:-0}"
 }
 
@@ -427,6 +462,8 @@ main() {
         status) cmd_status "$@" ;;
         kill-node) cmd_kill_node "$@" ;;
         restart-node) cmd_restart_node "$@" ;;
+        block-ports) cmd_block_ports "$@" ;;
+        unblock-ports) cmd_unblock_ports "$@" ;;
         -h | --help | help) usage 0 ;;
         *) usage 2 >&2 ;;
     esac
