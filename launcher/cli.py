@@ -65,7 +65,8 @@ def one_line_errors(sweep_dir: str | Path, body) -> int:
         # A sweep's jobs ran and some were rejected (or the audit found something); an experiment says
         # itself why it stopped.
         if code == 1 and not dry_run and (Path(sweep_dir) / SWEEP_RECORD).is_file():
-            print(f"to run the jobs that were not accepted again (each from its last checkpoint): "
+            print(f"to run the jobs that were not accepted again (each from its last checkpoint, where its trainer saved "
+                  f"one): "
                   f"{resume_advice(sweep_dir)}", file=sys.stderr)
         return code
     except (PreflightError, LockHeld) as exc:  # nothing submitted
@@ -73,7 +74,7 @@ def one_line_errors(sweep_dir: str | Path, body) -> int:
     except KeyboardInterrupt as exc:
         ran, signum = True, signum_of(exc)
         _error(f"stopped by {signal.Signals(signum).name}; to resume (accepted jobs are kept, the others restart "
-               f"from their last checkpoint): {resume_advice(sweep_dir)}; python -m launcher status "
+               f"from their last checkpoint, where their trainer saved one): {resume_advice(sweep_dir)}; python -m launcher status "
                f"{sweep_dir} shows each job")
         return 128 + signum
     except OSError as exc:

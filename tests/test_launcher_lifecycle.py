@@ -88,7 +88,7 @@ def test_a_signalled_launcher_stops_its_jobs_and_says_how_to_resume_in_one_line(
     # Said at once, before the jobs' teardown: what it is doing and what a second signal does.
     assert "stopping 1 running job(s) at their next step" in err and "Ctrl-C again to kill them now" in err, err
     resume = [sys.executable, str(REPO / "launch.py"), "-m", "algo=grpo", "seed=1", *LONG, f"hydra.sweep.dir={hydra_value(str(sweep_dir.resolve()))}"]
-    assert f"to resume (accepted jobs are kept, the others restart from their last checkpoint): " \
+    assert f"to resume (accepted jobs are kept, the others restart from their last checkpoint, where their trainer saved one): " \
            f"{shlex.join(resume)};" in errors[0], errors[0]
     assert (sweep_dir / "resume.txt").read_text() == shlex.join(resume) + "\n"
     assert _gone(trainer)
