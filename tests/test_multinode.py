@@ -8,6 +8,7 @@ fails it with that node named, and the requeue resumes it."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 import shutil
@@ -283,3 +284,45 @@ def test_ranks_that_cannot_meet_fail_the_job_in_one_line_naming_the_rendezvous(s
     (row,) = index_rows(sweep).values()
     assert row["accepted"] == "no" and "did not meet the others" in proc.stdout, proc.stdout[-2000:]
     assert took < 200, f"the job took {took:.0f} s to fail: the rendezvous timeout did not end it"
+
+
+def _processes_naming(needles: list[str]) -> list[str]:
+    """Command lines of this machine's processes (every namespace's: they share the PID namespace) that
+    contain any of ``needles``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if any(n in cmdline for n in needles) and str(os.getpid()) != proc.name:
+            found.append(cmdline[:200])
+    return found
+
+
+def test_the_job_s_ray_spans_both_nodes_and_is_torn_down_on_each(slurm_multinode_cluster, tmp_path):
+    """Reward workers on the job's Ray across a 2-node task: each node's part holds cpus_per_job=3 CPUs and
+    the two ranks ask for 2 actors each, so the 4 actors only fit on a Ray that spans both nodes (one
+    that did not would leave an actor unscheduled and the job failing). At the end no process of the
+    job's Ray is left, on either node."""
+    sweep = tmp_path / "s"
+    proc = launch(sweep, "algo=grpo", "seed=1", "workload.n_updates=2", "workload.eval.n_prompts=4", *TWO_NODES,
+                  "workload.reward_workers=2", "workload.cpus_per_job=3", env=_env(slurm_multinode_cluster, 25000),
+                  timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    (row,) = index_rows(sweep).values()
+    assert row["accepted"] == "yes", row
+    (record,) = job_records(sweep).values()
+    job = sweep / "jobs" / row["job"]
+    addresses = _addresses(slurm_multinode_cluster)
+    head = record["rendezvous"]["ray_address"]
+    assert head.split(":")[0] == addresses[record["node"]], record["rendezvous"]  # the head: rank 0's node
+    rank1 = json.loads((job / "ranks" / "rank1" / JOB_RECORD).read_text())
+    assert rank1["node"] != record["node"]
+    joined = (job / "ranks" / "rank1" / "ray-start.log").read_text()
+    assert head in joined or "Ray runtime started" in joined, joined[-2000:]
+    # Ray's processes name the short alias of their roots (launcher/isolation.py: pgray-<digest of the
+    # directory whose roots they are>), the others the sweep's own paths.
+    aliases = [f"pgray-{hashlib.sha256(str(d.resolve()).encode()).hexdigest()[:10]}" for d in (job, job / "ranks" / "rank1")]
+    left = _processes_naming([str(sweep.resolve()), *aliases])
+    assert not left, left
