@@ -289,16 +289,15 @@ def bench_slurm_array(sizes=SLURM_ARRAY_SIZES) -> None:
             states = sorted({str(r.get("state")) for r in records})
             rows.append((jobs, launcher, tasks_s, states))
             shutil.rmtree(sweep)
-    jobs0, first = rows[0][0], rows[0][1]
-    for jobs, launcher, tasks_s, states in rows:
-        line = (f"slurm_array {jobs:,} tiny jobs (one array, {SLURM_ARRAY_PARALLELISM} at a time; states "
-                f"{', '.join(states)}): launch.py "
-                f"{launcher['wall_s']:.0f} s wall, {launcher['cpu_s']:.1f} CPU s ({launcher['cpu_s'] / jobs * 1e3:.0f} "
-                f"CPU ms per job), {launcher['peak_mib']:.0f} MiB peak | the tasks' own run time {tasks_s:.0f} s "
-                f"in all | launcher CPU / tasks' time {launcher['cpu_s'] / tasks_s:.2f}")
-        if jobs > jobs0:
-            line += f" | {(launcher['cpu_s'] - first['cpu_s']) / (jobs - jobs0) * 1e3:.0f} CPU ms per job above {jobs0}"
-        print(line)
+            jobs0, first = rows[0][0], rows[0][1]  # each size is printed as it ends: 1,000 tasks take a while
+            line = (f"slurm_array {jobs:,} tiny jobs (one array, {SLURM_ARRAY_PARALLELISM} at a time; states "
+                    f"{', '.join(states)}): launch.py {launcher['wall_s']:.0f} s wall, {launcher['cpu_s']:.1f} CPU s "
+                    f"({launcher['cpu_s'] / jobs * 1e3:.0f} CPU ms per job), {launcher['peak_mib']:.0f} MiB peak | the "
+                    f"tasks' own run time {tasks_s:.0f} s in all | launcher CPU / tasks' time "
+                    f"{launcher['cpu_s'] / tasks_s:.2f}")
+            if jobs > jobs0:
+                line += f" | {(launcher['cpu_s'] - first['cpu_s']) / (jobs - jobs0) * 1e3:.0f} CPU ms per job above {jobs0}"
+            print(line, flush=True)
 
 
 def bench_training() -> None:
