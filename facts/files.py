@@ -40,6 +40,7 @@ EVAL_RESPONSES_DIR = "eval"  # run/eval/<initial|final>.jsonl: every evaluated r
 # job's run files and records.
 BUNDLE_DIR = "bundle"
 BUNDLE_ARCHIVE = "bundle.tar.gz"  # <sweep>/bundle.tar.gz: the sealed bag, what a reviewer audits
+SHA256_SIDECAR_SUFFIX = ".sha256"  # <sweep>/bundle.tar.gz.sha256: the archive's SHA256, beside it
 BUNDLE_PAYLOAD = "data"
 BUNDLE_RUNS_DIR = "runs"
 # The payload's own records and tables: the build's settings, one row per job, incidents, every step

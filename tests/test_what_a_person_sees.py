@@ -193,7 +193,8 @@ def test_audit_of_a_sweep_dir_names_the_bundle_and_a_plain_tar_is_named_as_such(
     plain = tmp_path / "bundle.tar"
     with tarfile.open(plain, "w") as tar:
         tar.add(sweep / "jobs", arcname="bundle")
-    for path, expected in ((sweep, f"is a sweep directory, not a bundle; python -m evidence audit {sweep}/bundle.tar.gz"),
+    for path, expected in ((sweep, f"is not a bundle: it is a sweep directory, whose bundle is {sweep}/bundle.tar.gz; "
+                                   f"audit that: python -m evidence audit {sweep}/bundle.tar.gz"),
                            (plain, "is an uncompressed tar archive")):
         proc = subprocess.run([sys.executable, "-m", "evidence", "audit", str(path)], cwd=REPO,
                               capture_output=True, text=True)
