@@ -58,6 +58,9 @@ TRAINER_OUTPUT_DIR = "trainer"
 # run.json fields of such a run: the final model it is judged by (a Hugging Face model directory, relative
 # to the run directory) instead of checkpoints/latest, and what ran (the spec, its log, its restarts).
 FINAL_MODEL_FIELD = "final_model"
+# run.json field: where this start of the run began: {"checkpoint": "step_000050", "step": 50} when it
+# resumed from a checkpoint, null when it started at step 0 with none (a rerun says so from here).
+RESUMED_FROM_FIELD = "resumed_from"
 TRAINER_FIELD = "trainer"
 # The initial checkpoint's evaluation, shared by a sweep's jobs: <sweep>/initial_eval/<key[:12]>/
 # holds eval.json (the summary, its key and identity) and responses.jsonl; <key[:12]>.lock beside it.
