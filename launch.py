@@ -11,6 +11,7 @@ Without ``-m`` it runs the single job of the composed config the same way.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 try:
     import hydra
@@ -29,19 +30,21 @@ def main(cfg: DictConfig) -> None:
 
     from launcher.cli import launch_grid
     from launcher.grid import hydra_compose
+    from launcher.preflight import remove_empty_dir
 
     hc = HydraConfig.get()
-    if cfg.get("experiment") is not None:  # its stages are sweeps of their own (launcher/experiment/)
-        from launcher.cli import one_line_errors
-        from launcher.experiment import experiment_dir, run_experiment
+    try:
+        if cfg.get("experiment") is not None:  # its stages are sweeps of their own (launcher/experiment/)
+            from launcher.cli import one_line_errors
+            from launcher.experiment import experiment_dir, run_experiment
 
-        name = hc.runtime.choices.get("experiment")
-        where = experiment_dir(name, hc.run.dir, list(hc.overrides.hydra))
-        code = one_line_errors(where, lambda: run_experiment(cfg, list(hc.overrides.task), where, name))
-        if code:
-            sys.exit(code)
-        return
-    code = launch_grid(cfg, [list(hc.overrides.task)], hc.run.dir, compose=hydra_compose(hc.job.config_name))
+            name = hc.runtime.choices.get("experiment")
+            where = experiment_dir(name, hc.run.dir, list(hc.overrides.hydra), list(hc.overrides.task))
+            code = one_line_errors(where, lambda: run_experiment(cfg, list(hc.overrides.task), where, name))
+        else:
+            code = launch_grid(cfg, [list(hc.overrides.task)], hc.run.dir, compose=hydra_compose(hc.job.config_name))
+    finally:  # Hydra made hc.run.dir before main started: a command that wrote nothing there leaves none
+        remove_empty_dir(Path(hc.run.dir))
     if code:
         sys.exit(code)
 

@@ -49,7 +49,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> int:
-    print(f"python -m evidence: error: {message}", file=sys.stderr)
+    from evidence.problems import printable
+
+    print(f"python -m evidence: error: {printable(message)}", file=sys.stderr)
     return code
 
 

@@ -1,7 +1,8 @@
-"""SVG figures: training curves with every arm on one axis (its across-seed mean, smoothed by a
-centred moving average, and a ±1 SD band across seeds) and eval pass@k bars against the
-initial-checkpoint control. Each arm has one colour in every figure; a series that is zero
-throughout is a one-line note, not an empty plot.
+"""SVG figures: training curves with every arm on one axis (its across-seed mean over each seed's own
+thin curve, smoothed by a centred moving average) and eval pass@k bars against the initial-checkpoint
+control. Each arm has one colour in every figure; a series that is zero throughout is a one-line note,
+arms whose curves coincide at every step are named so, and a figure with nothing to draw is left out
+(``left_out``; the report says why).
 
 matplotlib is used through ``Figure`` and the SVG canvas directly (no pyplot, no global backend
 switch, so a launcher that calls ``build_bundle`` keeps its own backend). The SVGs are
@@ -10,6 +11,7 @@ deterministic: a fixed ``svg.hashsalt`` for element ids and no date in the metad
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from evidence import stats
@@ -47,7 +49,8 @@ def _new_figure(width: float, height: float):
 ARM_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
                "#bcbd22", "#17becf")
 CONTROL_COLOUR = "lightgrey"
-SMOOTHING_STEPS = 5  # centred moving average window of the drawn mean
+SMOOTHING_STEPS = 5  # centred moving average window of the drawn curves
+NOT_DRAWN = ", not drawn"
 Y_LABELS = {
     "rollout/raw_reward": "mean reward per response (0–1)",
     "train/pg_loss": "policy-gradient loss (unitless)",
@@ -69,12 +72,27 @@ def moving_average(values: list[float], window: int = SMOOTHING_STEPS) -> list[f
     return [stats.mean(values[max(0, i - half): i + half + 1]) for i in range(len(values))]
 
 
-def _curve_figure(data: BundleData, arms: list[str], title: str, key: str):
-    """Every arm on one axis: its across-seed mean, smoothed, and a ±1 SD band across seeds (also smoothed)."""
-    figure = _new_figure(6.4, 3.2)
-    ax = figure.add_subplot()
-    ax.set_title(title)
-    notes, drawn = [], 0
+@dataclass
+class Curve:
+    """One arm's series of a metric: its report index (its colour), name, the steps, every seed's values
+    at each step, and each seed's own line (the seeds logged at every step)."""
+
+    index: int
+    name: str
+    n_seeds: int
+    steps: list[int]
+    by_step: list[list[float]]
+    seed_lines: list[list[float]]
+
+    def mean(self) -> list[float]:
+        """The across-seed mean at each step, unsmoothed."""
+        return [stats.mean(values) for values in self.by_step]
+
+
+def curves(data: BundleData, arms: list[str], key: str) -> tuple[list[Curve], list[str]]:
+    """The arms to draw for ``key`` and a note for each arm that is not drawn (not logged by its
+    accepted runs, or 0 at every step of every seed)."""
+    drawn, notes = [], []
     for index, arm in enumerate(arms):
         name = arm_name(arm, data.arm_algo(arm))
         runs = {s: data.steps[(arm, s)] for s in data.sweep["seeds"] if (arm, s) in data.steps}
@@ -83,29 +101,60 @@ def _curve_figure(data: BundleData, arms: list[str], title: str, key: str):
             notes.append(f"{name}: not logged by its accepted runs")
             continue
         steps = sorted({r["step"] for records in runs.values() for r in records})
-        by_step = {st: [r[key] for records in runs.values() for r in records if r["step"] == st] for st in steps}
-        if all(v == 0 for values in by_step.values() for v in values):
-            notes.append(f"{name}: 0 at every step of every seed (n={len(runs)}), not drawn")
+        by_step = [[r[key] for records in runs.values() for r in records if r["step"] == st] for st in steps]
+        if all(v == 0 for values in by_step for v in values):
+            notes.append(f"{name}: 0 at every step of every seed (n={len(runs)}){NOT_DRAWN}")
             continue
-        means = moving_average([stats.mean(by_step[st]) for st in steps])
-        colour = arm_colour(index)
-        ax.plot(steps, means, color=colour, lw=1.6, label=f"{name} (n={len(runs)} seeds)")
-        if len(runs) >= 2:
-            sds = moving_average([stats.sample_sd(by_step[st]) or 0.0 for st in steps])
-            ax.fill_between(steps, [m - d for m, d in zip(means, sds)], [m + d for m, d in zip(means, sds)],
-                            color=colour, alpha=0.18, lw=0)
-        drawn += 1
+        lines = [[r[key] for r in sorted(records, key=lambda r: r["step"])] for records in runs.values()]
+        drawn.append(Curve(index, name, len(runs), steps, by_step, [v for v in lines if len(v) == len(steps)]))
+    return drawn, notes
+
+
+def identical_groups(drawn: list[Curve]) -> list[list[Curve]]:
+    """Arms whose mean curves are equal at every step (one hides the others): each group of two or more."""
+    groups: dict[tuple, list[Curve]] = {}
+    for curve in drawn:
+        groups.setdefault((tuple(curve.steps), tuple(curve.mean())), []).append(curve)
+    return [group for group in groups.values() if len(group) > 1]
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else "".join(names)
+
+
+def left_out(data: BundleData, name: str) -> str | None:
+    """Why the figure ``name`` is left out of the bundle (a curve figure with no arm to draw: each arm's
+    note), or None when it is drawn."""
+    key = FIGURES[name][1]
+    if key is None:
+        return None
+    drawn, notes = curves(data, ordered_arms(data), key)
+    return None if drawn else "; ".join(n.removesuffix(NOT_DRAWN) for n in notes) or "no accepted run logs it"
+
+
+def _curve_figure(data: BundleData, arms: list[str], title: str, key: str):
+    """Every arm on one axis: its across-seed mean (thick) over each seed's own curve (thin), both smoothed;
+    arms whose curves are identical at every step are named so in the title."""
+    figure = _new_figure(6.4, 3.2)
+    ax = figure.add_subplot()
+    drawn, notes = curves(data, arms, key)
+    for curve in drawn:
+        colour = arm_colour(curve.index)
+        for values in curve.seed_lines:
+            ax.plot(curve.steps, moving_average(values), color=colour, lw=0.6, alpha=0.45, zorder=1)
+        ax.plot(curve.steps, moving_average(curve.mean()), color=colour, lw=1.8, zorder=2,
+                label=f"{curve.name} (n={curve.n_seeds} seeds)")
+    notes += [f"{_names([c.name for c in group])}: identical at every step (one curve hides the other"
+              f"{'s' if len(group) > 2 else ''})" for group in identical_groups(drawn)]
     ax.set_xlabel("training step (optimizer updates)")
     ax.set_ylabel(Y_LABELS.get(key, key))
     ax.grid(alpha=0.3)
-    if drawn:
-        ax.legend(fontsize=6, loc="best", title=f"mean over seeds, {SMOOTHING_STEPS}-step moving average; "
-                                                "band ±1 SD across seeds", title_fontsize=6)
-    if not drawn:
-        ax.text(0.5, 0.5, "\n".join(notes) or "no accepted run logs this metric", transform=ax.transAxes,
-                ha="center", va="center", fontsize=8)
-    elif notes:  # under the title: never over the curves or the legend
-        ax.set_title(f"{title}\n" + "; ".join(notes), fontsize=8)
+    ax.legend(fontsize=6, loc="best", title=f"thick: mean over seeds; thin: each seed; {SMOOTHING_STEPS}-step "
+                                             "moving average", title_fontsize=6)
+    if notes:  # under the title, one a line: never over the curves or the legend
+        ax.set_title("\n".join([title, *notes]), fontsize=8)
+    else:
+        ax.set_title(title)
     return figure
 
 
@@ -149,7 +198,8 @@ def _eval_figure(data: BundleData, algos: list[str]):
 
 
 def render_figures(data: BundleData, out_dir: str | Path) -> list[Path]:
-    """Write every figure of ``FIGURES`` as ``<out_dir>/<name>.svg``; returns the paths."""
+    """Write every figure of ``FIGURES`` that has something to draw as ``<out_dir>/<name>.svg`` (the report
+    says why each figure ``left_out`` names is missing); returns the paths."""
     import matplotlib  # on first use, as in _new_figure
 
     out_dir = Path(out_dir)
@@ -158,6 +208,8 @@ def render_figures(data: BundleData, out_dir: str | Path) -> list[Path]:
     written = []
     with matplotlib.rc_context(SVG_RC):
         for name, (title, key) in FIGURES.items():
+            if left_out(data, name) is not None:
+                continue
             figure = _eval_figure(data, algos) if key is None else _curve_figure(data, algos, title, key)
             path = out_dir / f"{name}.svg"
             figure.savefig(path, format="svg", metadata=_METADATA)

@@ -42,9 +42,9 @@ from evidence.artifacts import ALL_ZERO_EVAL
 from evidence.fileio import JSONError, read_json
 from evidence.index import JobEvidence
 from evidence.problems import IncidentsFileError
-from facts import sweep_job_dir
+from facts import checkpoint_name, run_dir_of_job, sweep_job_dir
 from facts.failures import failure_cause
-from facts.files import ATTEMPTS_DIR, JOB_RECORD
+from facts.files import ATTEMPTS_DIR, JOB_RECORD, RESUMED_FROM_FIELD, RUN_RECORD
 
 INCIDENTS_FILE = "incidents.yaml"
 # Earlier attempts of a job, kept by the launcher when it re-runs a rejected job.
@@ -172,25 +172,59 @@ def _event_title(event: dict) -> str:
     return f"{event.get('event', 'stop')}{at}{saved}: {event.get('action', 'stopped')}"
 
 
-def history_incidents(run_dir: str | Path) -> list[tuple[str, str, str, str]]:
-    """``(kind, job_id, title, evidence_boundary)`` of every earlier attempt and recorded stop of one
-    job, oldest first. ``run_dir`` is a job directory or its copy in a bundle (``runs/<job>``):
-    both hold ``job.json`` and ``attempts/<n>/job.json``."""
+_UNRECORDED = object()  # a run.json without ``resumed_from`` (an older run, another trainer, none written)
+
+
+def _resumed_from(run_dir: Path):
+    """The ``resumed_from`` of the run.json in ``run_dir``: a checkpoint record, None (started at step 0
+    with none), or ``_UNRECORDED``."""
+    record = _record(run_dir / RUN_RECORD)
+    return record.get(RESUMED_FROM_FIELD, _UNRECORDED)
+
+
+def restart_action(resumed, event: dict | None) -> str:
+    """What the job did after an interruption, from its records: the run.json of the start that followed
+    (``resumed``), else what the stop's own event recorded."""
+    if isinstance(resumed, dict) and resumed.get("checkpoint"):
+        return f"re-run; resumed from its checkpoint {resumed['checkpoint']} (continuing at step {resumed.get('step')})"
+    if resumed is None:
+        return "re-run from scratch (step 0): there was no checkpoint to resume from"
+    event = event or {}
+    if event.get("restart") == "from scratch":
+        return "re-run from scratch (step 0): the trainer saved nothing at the stop"
+    if event.get("at_step") == 0:
+        return "re-run from scratch (step 0): no step was done, so there was no checkpoint"
+    if event.get("checkpointed") is True and isinstance(event.get("at_step"), int):
+        return f"re-run; resumed from the checkpoint it saved at the stop ({checkpoint_name(event['at_step'])})"
+    return "re-run; its records do not say whether it resumed from a checkpoint"
+
+
+def history_incidents(run_dir: str | Path) -> list[tuple[str, str, str, str, str]]:
+    """``(kind, job_id, title, evidence_boundary, action)`` of every earlier attempt and recorded stop of
+    one job, oldest first. ``run_dir`` is a job directory or its copy in a bundle (``runs/<job>``): both
+    hold ``job.json`` and ``attempts/<n>/job.json``. The action says how the job went on: the run.json
+    an attempt left (``attempts/<n>/run/``, the current ``run/``) records where its last start began,
+    which follows the attempt's last stop, or the earlier attempt before it when it has none."""
     run_dir = Path(run_dir)
     attempts = sorted((p for p in (run_dir / ATTEMPTS_DIR).glob("*") if p.name.isdigit()), key=lambda p: int(p.name)) \
         if (run_dir / ATTEMPTS_DIR).is_dir() else []
     found = []
-    for label, record in [(p.name, _record(p / JOB_RECORD)) for p in attempts] + [(None, _record(run_dir / JOB_RECORD))]:
+    tries = [(p.name, p, _record(p / JOB_RECORD)) for p in attempts] + [(None, run_dir, _record(run_dir / JOB_RECORD))]
+    for number, (label, directory, record) in enumerate(tries):
         job_id = str(record.get("job_id") or "")
-        for event in record.get("history") or []:
-            if isinstance(event, dict):
-                found.append((str(event.get("kind") or "requeue"), str(event.get("job_id") or job_id), _event_title(event),
-                              f"job {event.get('job_id') or job_id}, restart {event.get('restart_count', 0)}"))
+        events = [e for e in record.get("history") or [] if isinstance(e, dict)]
+        last_start = _resumed_from(run_dir_of_job(directory))
+        for i, event in enumerate(events):
+            found.append((str(event.get("kind") or "requeue"), str(event.get("job_id") or job_id), _event_title(event),
+                          f"job {event.get('job_id') or job_id}, restart {event.get('restart_count', 0)}",
+                          restart_action(last_start if i == len(events) - 1 else _UNRECORDED, event)))
         if label is not None:
             failure = f": {record['failure']}" if record.get("failure") else ""
+            _, following, next_record = tries[number + 1]
+            next_start = _UNRECORDED if next_record.get("history") else _resumed_from(run_dir_of_job(following))
             found.append(("earlier-attempt", job_id,
                           f"Attempt {label} ended {record.get('state', 'UNKNOWN')} (exit {record.get('exit_code')}){failure}",
-                          f"{ATTEMPTS_DIR}/{label}/: job {job_id or '—'}, kept in the bundle"))
+                          f"{ATTEMPTS_DIR}/{label}/: job {job_id or '—'}, kept in the bundle", restart_action(next_start, None)))
     return found
 
 
@@ -200,10 +234,10 @@ def derive_incidents(evidences: list[JobEvidence], user: UserIncidents, sweep_di
     rows: list[dict] = []
     for evidence in evidences:
         if sweep_dir is not None and evidence.present:
-            for kind, job_id, title, boundary in history_incidents(sweep_job_dir(sweep_dir, evidence.job)):
+            for kind, job_id, title, boundary, action in history_incidents(sweep_job_dir(sweep_dir, evidence.job)):
                 rows.append({
                     "job": evidence.job, "job_id": job_id, "kind": kind, "source": "automatic", "title": title,
-                    "evidence_boundary": boundary, "action": "re-run; resumed from its last checkpoint",
+                    "evidence_boundary": boundary, "action": action,
                     "resolution": "the job was accepted afterwards" if evidence.accepted else OPEN,
                 })
         for kind, title, action in _automatic(evidence):

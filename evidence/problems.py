@@ -19,6 +19,15 @@ from dataclasses import dataclass
 MAX_PER_FILE = 20
 
 
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would act on or cannot show (control characters, line
+    breaks, undecodable bytes of a file name) written as its Python escape, so a finding that quotes a
+    file's content or name stays one line of plain text: ``\\x00``, ``\\n``, ``\\udcff``."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 @dataclass(frozen=True)
 class Problem:
     """One problem a check found: the file it is in (relative to the job directory, the bag, or the
@@ -35,7 +44,7 @@ class Problem:
         return f"{self.where}: {self.reason}" if self.where else self.reason
 
     def __str__(self) -> str:
-        return f"{self.file}: {self.detail()}"
+        return printable(f"{self.file}: {self.detail()}")
 
 
 def capped(problems: Sequence[Problem], limit: int = MAX_PER_FILE) -> list[Problem]:

@@ -6,8 +6,10 @@ audit calls it again on the bundle's own files and compares line by line.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from evidence.dataset import EXPERIMENT_FILE, BundleData
-from evidence.figures import FIGURES
+from evidence.figures import FIGURES, left_out
 from evidence.sweep import algo_name
 from evidence.tables import (
     Table,
@@ -20,6 +22,7 @@ from evidence.tables import (
     eval_runs,
     fmt,
     initial_evaluations,
+    is_digest_item,
     kl_in_reward,
     window_label,
 )
@@ -51,8 +54,12 @@ BUNDLE_FILES = (
 )
 
 
-def _figure(name: str) -> str:
+def _figure(data: BundleData, name: str) -> str:
+    """The figure's link, or why it is left out of the bundle (nothing to draw)."""
     title, _ = FIGURES[name]
+    why = left_out(data, name)
+    if why is not None:
+        return f"No figure *{title}*: nothing to draw ({why}).\n"
     return f"![{title}](figures/{name}.svg)\n"
 
 
@@ -101,11 +108,22 @@ def _initial_sentence(data: BundleData) -> str:
             f"{runs} accepted run(s); table `eval_initial` under the fixed-subset evaluation).\n")
 
 
+def _varying_settings(data: BundleData) -> set[str]:
+    """The settings other than the algorithm whose value differs between the arms."""
+    settings = [data.arms.get(arm, ("", {}))[1] for arm in arms(data)]
+    return {k for one in settings for k in one if k != "algo" and len({str(s.get(k)) for s in settings}) > 1}
+
+
+def _compared(data: BundleData) -> str:
+    """What the report compares: "arms" when they differ by a setting other than the algorithm, else "algorithms"."""
+    return "arms" if _varying_settings(data) else "algorithms"
+
+
 def _at_a_glance(data: BundleData, tables: dict[str, Table]) -> str:
     """The first screen: the arms compared, the key result table and figure, and what not to read into it."""
     lines = ["## At a glance\n"]
     settings = [data.arms.get(arm, ("", {}))[1] for arm in arms(data)]
-    varying = {k for one in settings for k in one if k != "algo" and len({str(s.get(k)) for s in settings}) > 1}
+    varying = _varying_settings(data)
     for arm, overrides in zip(arms(data), settings):
         overrides = {k: v for k, v in overrides.items() if k in varying}  # what tells the arms apart
         setting = f" ({', '.join(f'{k}={v}' for k, v in overrides.items())})" if overrides else ""
@@ -115,7 +133,7 @@ def _at_a_glance(data: BundleData, tables: dict[str, Table]) -> str:
     lines.append(_initial_sentence(data))
     if _initial_shared(data):  # a few rows (one per evaluation identity); a per-run list goes below
         lines.append(tables["eval_initial"].markdown())
-    lines.append(_figure("eval_passk"))
+    lines.append(_figure(data, "eval_passk"))
     notes = _read_with_care(data)
     if notes:
         lines.append("Read with care:\n")
@@ -189,12 +207,26 @@ def _algorithm_contract(data: BundleData, tables: dict[str, Table]) -> str:
          "loss, normalisation and KL).\n" if "trainer" in tables["algorithm_contract"].csv_columns else
          "The comparison changes the advantage and KL contracts while holding the workload fixed.\n"),
         tables["algorithm_contract"].markdown(),
-        "Settings that differ between algorithms (from each run's recorded configuration):\n",
+        f"Settings that differ between {_compared(data)} (from each run's recorded configuration):\n",
         tables["algorithm_config"].markdown()])
 
 
+def _environment_rows(tables: dict[str, Table], digests: bool) -> Table:
+    """The environment table's rows that are digests (``digests``), or the others."""
+    table = tables["environment"]
+    return replace(table, md_rows=[row for row in table.md_rows if is_digest_item(row[0]) == digests])
+
+
 def _environment(data: BundleData, tables: dict[str, Table]) -> str:
-    return "\n".join(["## Environment and frozen workload\n", tables["environment"].markdown()])
+    return "\n".join(["## Environment and frozen workload\n", _environment_rows(tables, digests=False).markdown(),
+                      "The source commit and the SHA256 of every pinned input and of the evaluation subset are in "
+                      "the appendix.\n"])
+
+
+def _appendix(data: BundleData, tables: dict[str, Table]) -> str:
+    return "\n".join(["## Appendix: environment digests\n",
+                      "What the accepted runs recorded (table `environment`, with the rows above):\n",
+                      _environment_rows(tables, digests=True).markdown()])
 
 
 def _training_stability(data: BundleData, tables: dict[str, Table]) -> str:
@@ -210,7 +242,7 @@ def _training_stability(data: BundleData, tables: dict[str, Table]) -> str:
         f"not a reference-policy KL.{_kl_placements(data)} Normalisation diagnostics, counted over all accepted "
         "steps:\n",
         tables["normalisation"].markdown(),
-        *(_figure(name) for name in ("reward", "pg_loss", "kl_loss", "grad_norm"))])
+        *(_figure(data, name) for name in ("reward", "pg_loss", "kl_loss", "grad_norm"))])
 
 
 def _efficiency(data: BundleData, tables: dict[str, Table]) -> str:
@@ -220,7 +252,7 @@ def _efficiency(data: BundleData, tables: dict[str, Table]) -> str:
         tables["efficiency"].markdown(),
         "Per run:\n",
         tables["efficiency_per_run"].markdown(),
-        *(_figure(name) for name in ("response_len", "truncated"))])
+        *(_figure(data, name) for name in ("response_len", "truncated"))])
 
 
 def _finals(data: BundleData) -> list[dict]:
@@ -243,14 +275,14 @@ def _evaluation(data: BundleData, tables: dict[str, Table]) -> str:
     else:
         out += ["The initial checkpoint, as each run evaluated it:\n", tables["eval_initial"].markdown()]
     out += ["Aggregate results (mean ± sample SD across seeds):\n", tables["eval_aggregate"].markdown(),
-            _figure("eval_passk")]
+            _figure(data, "eval_passk")]
     return "\n".join(out)
 
 
 def _paired_differences(data: BundleData, tables: dict[str, Table]) -> str:
     return "\n".join([
         "## Paired differences by training seed\n",
-        f"For each pair of algorithms, d = a − b per training seed (seeds both have accepted), then mean ± "
+        f"For each pair of {_compared(data)}, d = a − b per training seed (seeds both have accepted), then mean ± "
         f"sample SD and an exploratory {data.ci_level * 100:g}% t-interval with df = n − 1. Few seeds make these "
         f"intervals wide; they support a repeatability check, not a significance claim.\n",
         tables["paired_differences"].markdown()])
@@ -337,7 +369,7 @@ def _limitations(data: BundleData, tables: dict[str, Table]) -> str:
 # that returns its markdown (None: the section does not apply to this bundle).
 SECTIONS = (_title, _verdict, _at_a_glance, _provenance, _scope, _algorithm_contract, _environment,
             _training_stability, _efficiency, _evaluation, _paired_differences, _k1_activation, _incidents,
-            _limitations)
+            _limitations, _appendix)
 
 
 def render_report(data: BundleData, tables: dict[str, Table] | None = None) -> str:

@@ -292,12 +292,22 @@ def algorithm_config_table(data: BundleData) -> Table:
                  ("Setting", *(display(data, a) for a in present)), rows)
 
 
+# The environment rows whose value is a digest: the report shows them in its appendix.
+SOURCE_COMMIT_ITEM, SUBSET_DIGEST_ITEM, INPUT_ITEM_PREFIX = "Source commit", "Eval subset SHA256", "Input: "
+
+
+def is_digest_item(item: str) -> bool:
+    """An environment row whose value is a digest (the commit, an input's or the subset's SHA256): the
+    report's appendix, not its environment section."""
+    return item in (SOURCE_COMMIT_ITEM, SUBSET_DIGEST_ITEM) or item.startswith(INPUT_ITEM_PREFIX)
+
+
 def environment_table(data: BundleData) -> Table:
     sweep = data.sweep
     runs = [data.runs.get(run, {}) for run in data.accepted]
     rows: list[list[str]] = [
         ["Workload", str(sweep.get("workload", "—"))],
-        ["Source commit", str(sweep.get("source_commit") or "—")],
+        [SOURCE_COMMIT_ITEM, str(sweep.get("source_commit") or "—")],
         ["Algorithms", ", ".join(algo_name(a) for a in algos(data))],
         *([["Arms", "; ".join(f"{a}: " + ", ".join(f"{k}={v}" for k, v in o.items()) for a, (_, o) in data.arms.items())]]
           if arm_header(data) == "Arm" else []),
@@ -310,10 +320,10 @@ def environment_table(data: BundleData) -> Table:
     for name in sorted({k for r in runs for k in (r.get("versions") or {})}):
         rows.append([f"Version: {name}", _distinct((r.get("versions") or {}).get(name) for r in runs)])
     for path in sorted({k for r in runs for k in (r.get("inputs") or {})}):
-        rows.append([f"Input: {path}", _distinct((r.get("inputs") or {}).get(path) for r in runs)])
+        rows.append([f"{INPUT_ITEM_PREFIX}{path}", _distinct((r.get("inputs") or {}).get(path) for r in runs)])
     finals = [e["final"] for e in data.evals.values() if "final" in e]
     if finals:
-        rows.append(["Eval subset SHA256", _distinct(e["subset_sha256"] for e in finals)])
+        rows.append([SUBSET_DIGEST_ITEM, _distinct(e["subset_sha256"] for e in finals)])
         rows.append(["Eval prompts x samples = responses per checkpoint",
                      _distinct(f"{e['n_prompts']} x {e['k']} = {e['n_responses']}" for e in finals)])
         rows.append(["Eval seed", _distinct(e["eval_seed"] for e in finals)])

@@ -40,6 +40,7 @@ EVAL_RESPONSES_DIR = "eval"  # run/eval/<initial|final>.jsonl: every evaluated r
 # job's run files and records.
 BUNDLE_DIR = "bundle"
 BUNDLE_ARCHIVE = "bundle.tar.gz"  # <sweep>/bundle.tar.gz: the sealed bag, what a reviewer audits
+SHA256_SIDECAR_SUFFIX = ".sha256"  # <sweep>/bundle.tar.gz.sha256: the archive's SHA256, beside it
 BUNDLE_PAYLOAD = "data"
 BUNDLE_RUNS_DIR = "runs"
 # The payload's own records and tables: the build's settings, one row per job, incidents, every step
@@ -57,6 +58,9 @@ TRAINER_OUTPUT_DIR = "trainer"
 # run.json fields of such a run: the final model it is judged by (a Hugging Face model directory, relative
 # to the run directory) instead of checkpoints/latest, and what ran (the spec, its log, its restarts).
 FINAL_MODEL_FIELD = "final_model"
+# run.json field: where this start of the run began: {"checkpoint": "step_000050", "step": 50} when it
+# resumed from a checkpoint, null when it started at step 0 with none (a rerun says so from here).
+RESUMED_FROM_FIELD = "resumed_from"
 TRAINER_FIELD = "trainer"
 # The initial checkpoint's evaluation, shared by a sweep's jobs: <sweep>/initial_eval/<key[:12]>/
 # holds eval.json (the summary, its key and identity) and responses.jsonl; <key[:12]>.lock beside it.

@@ -8,6 +8,7 @@ first. It needs the config only, not the sweep machinery, so ``launch.py --help`
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
 import os
 from pathlib import Path
@@ -18,6 +19,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from facts.repo import CONF_DIR
 from launcher.errors import PreflightError
@@ -126,16 +128,61 @@ def check_overrides(argv: list[str], compose=None) -> str | None:
         return f"bad grid: {one_line(exc)}"
     missing = object()
     for o in parsed:
-        key = o.key_or_group
-        if key.split(".")[0] in GROUPS and "." not in key or key.startswith("hydra") or o.is_add() or o.is_force_add():
+        key = o.key_or_group.lstrip("+~")
+        if key.split(".")[0] in GROUPS and "." not in key or key.startswith("hydra"):
             continue
-        if OmegaConf.select(cfg, key, default=missing) is missing:
-            if key in ("cluster.nodes", "cluster.tasks_per_node") and cfg.cluster.get("kind") == "local":
-                return MULTINODE_NEEDS_SLURM.format(setting=f"{key}={o.value()}")
-            parts, node, i = key.split("."), cfg, 0
-            while i < len(parts) - 1 and OmegaConf.is_dict(node) and parts[i] in node:
-                node, i = node[parts[i]], i + 1  # down to the first unknown part: worklaod in worklaod.lr
-            near = difflib.get_close_matches(parts[i], list(node.keys()) if OmegaConf.is_dict(node) else [], n=1)
-            hint = f"did you mean {'.'.join([*parts[:i], near[0], *parts[i + 1:]])}? " if near else ""
-            return f"unknown setting {key!r}; {hint}(+{key}=... adds a new key)"
+        if OmegaConf.select(cfg, key, default=missing) is not missing:
+            continue
+        if (o.is_add() or o.is_force_add()) and schema_accepts(cfg, key, o.value()):
+            continue  # a new key the schema takes
+        if key in ("cluster.nodes", "cluster.tasks_per_node") and cfg.cluster.get("kind") == "local":
+            return MULTINODE_NEEDS_SLURM.format(setting=f"{key}={o.value()}")
+        return unknown_setting(cfg, key, o)
     return None
+
+
+def schema_accepts(cfg, key: str, value) -> bool:
+    """Whether the run schema (``trainer.schema``) takes ``key`` as a new setting: only then may a
+    ``+key=`` add it. Every schema node is closed (a dataclass of its settings), so for nearly every
+    key it refuses: suggesting ``+key=`` there sends a user from one error to the next."""
+    from trainer.schema import RunSchema, SettingError, check_settings
+
+    run_settings = {f.name for f in dataclasses.fields(RunSchema)}
+    if key.split(".")[0] not in run_settings:
+        return True  # not a run setting (an experiment's spec): its own check judges it
+    try:
+        values = OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException:
+        return False
+    values = {k: v for k, v in values.items() if k in run_settings}
+    node = values
+    *parents, leaf = key.split(".")
+    for part in parents:
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    node[leaf] = value
+    try:
+        check_settings(values)
+    except SettingError:
+        return False
+    return True
+
+
+def unknown_setting(cfg, key: str, override) -> str:
+    """The one line for a setting the config does not have: the close existing key to use instead (with
+    the value as given), else the settings the node has; ``+key=`` only where the schema takes it."""
+    parts, node, i = key.split("."), cfg, 0
+    while i < len(parts) - 1 and OmegaConf.is_dict(node) and parts[i] in node:
+        node, i = node[parts[i]], i + 1  # down to the first unknown part: worklaod in worklaod.lr
+    known = sorted(str(k) for k in node) if OmegaConf.is_dict(node) else []
+    near = difflib.get_close_matches(parts[i], known, n=1)
+    added = " (+ cannot add it: the schema has no such setting)" if override.is_add() or override.is_force_add() else ""
+    if near:
+        fixed = ".".join([*parts[:i], near[0], *parts[i + 1:]])
+        if fixed in GROUPS:  # a config group: its options are files, not the value given
+            return f"unknown setting {key!r}{added}; did you mean {fixed}=<option>? (the options are conf/{fixed}/)"
+        value = (override.input_line or "=").split("=", 1)[1]  # as typed: a sweep's values too
+        return f"unknown setting {key!r}{added}; did you mean {fixed}? ({fixed}={value})"
+    where = ".".join(parts[:i]) or "the config"
+    return f"unknown setting {key!r}{added}; {where} has: {', '.join(known)}"

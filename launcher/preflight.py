@@ -108,6 +108,21 @@ def check_sweep_dir(sweep_dir: Path, setting: str = "hydra.sweep.dir") -> None:
         ) from None
 
 
+def remove_empty_dir(directory: Path) -> None:
+    """Remove ``directory`` if it is empty, then each parent that this leaves empty, up to the current
+    directory: an experiment (which runs in its own directory) or a command refused before anything ran
+    leaves no empty ``outputs/runs/<time>/`` or sweep directory behind. Whatever a run wrote stays."""
+    cwd, directory = Path.cwd().resolve(), Path(directory).resolve()
+    while directory != cwd:
+        try:
+            directory.rmdir()  # refuses a directory that holds anything
+        except OSError:
+            return
+        if cwd not in directory.parents:
+            return
+        directory = directory.parent
+
+
 def check_port_base() -> int:
     try:
         return port_base()

@@ -344,7 +344,8 @@ def test_usr2_stops_a_dp1_and_a_dp2_task_at_their_current_step_requeues_and_both
         assert "USR2" in event["event"] and event["action"] == "requeued" and event["checkpointed"] is True
         assert 3 <= event["at_step"] < 60 and event["job_id"] == job_ids[dp]
         log = (job_dir / "trainer.log").read_text()
-        stopped = f"{'rank0 ' if dp == 2 else ''}INFO signal 12: checkpointed at step {event['at_step']};"
+        stopped = (f"{'rank0 ' if dp == 2 else ''}INFO signal 12: stopping before step {event['at_step']} of "
+                   f"60 for a requeue; checkpoint step_{event['at_step']:06d}")
         assert stopped in log and f"resumed from step_{event['at_step']:06d}" in log
         assert record["failure"] is None and record["exit_code"] == 0 and record["cleanup"] == []
         assert "--signal=USR2@75" in json.loads((job_dir / "command.json").read_text())["sbatch"]

@@ -79,7 +79,8 @@ def test_a_dp2_trainer_warned_mid_run_checkpoints_at_its_current_step_and_resume
     assert 3 <= at_step < 40, f"the warning must land mid-run (stopped after {at_step} steps)"
     # Both ranks stopped after the same step, and rank 0 saved exactly that step.
     assert (out / "checkpoints" / "latest").read_text().strip() == f"step_{at_step:06d}"
-    assert f"checkpointed at step {at_step}; stopping for a requeue" in log
+    assert (f"stopping before step {at_step} of 40 for a requeue; checkpoint step_{at_step:06d} holds steps "
+            f"0-{at_step - 1}") in log
     assert "Traceback" not in log, log[-3000:]
     assert f"resumed from step_{at_step:06d}" in _resume_and_compare(out, uninterrupted)
 
@@ -92,5 +93,5 @@ def test_a_warning_held_while_the_dp2_trainer_starts_is_not_lost(tmp_path, unint
         proc.send_signal(signal.SIGTERM)  # what preemption sends
         log, _ = proc.communicate(timeout=300)
     assert proc.returncode == EXIT_CHECKPOINTED, log[-3000:]
-    assert _steps(out) == 0 and "checkpointed at step 0; stopping for a requeue" in log
+    assert _steps(out) == 0 and "stopping before step 0 of 40 for a requeue; no step done, nothing checkpointed" in log
     _resume_and_compare(out, uninterrupted)

@@ -193,7 +193,8 @@ def test_audit_of_a_sweep_dir_names_the_bundle_and_a_plain_tar_is_named_as_such(
     plain = tmp_path / "bundle.tar"
     with tarfile.open(plain, "w") as tar:
         tar.add(sweep / "jobs", arcname="bundle")
-    for path, expected in ((sweep, f"is a sweep directory, not a bundle; python -m evidence audit {sweep}/bundle.tar.gz"),
+    for path, expected in ((sweep, f"is not a bundle: it is a sweep directory, whose bundle is {sweep}/bundle.tar.gz; "
+                                   f"audit that: python -m evidence audit {sweep}/bundle.tar.gz"),
                            (plain, "is an uncompressed tar archive")):
         proc = subprocess.run([sys.executable, "-m", "evidence", "audit", str(path)], cwd=REPO,
                               capture_output=True, text=True)
@@ -207,6 +208,34 @@ def test_a_misspelt_group_or_key_gets_did_you_mean(override, suggestion):
     from launcher.overrides import check_overrides
 
     assert f"did you mean {suggestion}?" in check_overrides([override])
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("workload.lrr=1", "unknown setting 'workload.lrr'; did you mean workload.lr? (workload.lr=1)"),
+    ("workload.lrr=1,2", "unknown setting 'workload.lrr'; did you mean workload.lr? (workload.lr=1,2)"),
+    ("+workload.lrr=1", "unknown setting 'workload.lrr' (+ cannot add it: the schema has no such setting); did you "
+                        "mean workload.lr? (workload.lr=1)"),
+    ("+worklaod.lr=1", "unknown setting 'worklaod.lr' (+ cannot add it: the schema has no such setting); did you "
+                       "mean workload.lr? (workload.lr=1)"),
+    ("+zzz=red", "unknown setting 'zzz' (+ cannot add it: the schema has no such setting); the config has: "
+                    "algo, cluster, debug, dp_size, dry_run, formal, output_dir, resume, seed, sweep_dir, trainer, "
+                    "wait, workload"),
+    ("workload.sampling.zzz=1", "unknown setting 'workload.sampling.zzz'; workload.sampling has: "),
+    ("clustr=slurm", "unknown setting 'clustr'; did you mean cluster=<option>? (the options are conf/cluster/)"),
+])
+def test_a_misspelt_key_gets_the_close_existing_key_and_never_a_plus_the_schema_refuses(override, expected):
+    """Through ``launch.py``: the suggestion is a command that works, never ``+key=`` for a key the
+    schema would refuse next (every schema node is closed)."""
+    proc = subprocess.run([sys.executable, "launch.py", override, "dry_run=true"], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"proofgrid: error: {expected}") and "+workload" not in line.split(";", 1)[1]
+    assert "adds a new key" not in line
+    if "did you mean" in line and "<option>" not in line:  # the suggested override is one the config takes
+        from launcher.overrides import check_overrides
+
+        assert check_overrides([line.rsplit("(", 1)[1].rstrip(")")]) is None
 
 
 def test_an_unpinned_input_error_prints_the_exact_pin_command(tmp_path):

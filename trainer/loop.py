@@ -51,7 +51,7 @@ from facts import (
     atomic_write_json,
 )
 from facts.evaluation import model_files
-from facts.files import EVAL_RESPONSES_DIR, RUN_COMPLETED
+from facts.files import EVAL_RESPONSES_DIR, RESUMED_FROM_FIELD, RUN_COMPLETED
 from facts.ranks import (
     LOCAL_RANK_VAR,
     MASTER_ADDR_ENV,
@@ -704,6 +704,11 @@ class ResumePoint:
     step: int = 0
     sampler_weights: dict | None = None  # a lagging sampler's weights, saved with the checkpoint
     sampler_step: int | None = None
+    checkpoint: str | None = None  # the checkpoint's name (``step_000050``); None: started at step 0
+
+    def record(self) -> dict | None:
+        """run.json's ``resumed_from``: the checkpoint and step this start began at, None without one."""
+        return None if self.checkpoint is None else {"checkpoint": self.checkpoint, "step": self.step}
 
 
 def resume_point(cfg: DictConfig, out: Path, policy, optimizer, digest: str) -> ResumePoint:
@@ -717,8 +722,8 @@ def resume_point(cfg: DictConfig, out: Path, policy, optimizer, digest: str) -> 
             f"{out} holds a checkpoint ({ckpt.name}) of a run with other settings; resuming would mix "
             "two configurations: use a new output_dir, or resume=false to start over"
         )
-    log.info("resumed from %s at step %d", ckpt.name, int(state["step"]))
-    return ResumePoint(int(state["step"]), sampler_weights, state.get("sampler_step"))
+    log.info("resumed from %s: continuing at step %d of %d", ckpt.name, int(state["step"]), int(cfg.workload.n_updates))
+    return ResumePoint(int(state["step"]), sampler_weights, state.get("sampler_step"), ckpt.name)
 
 
 def _load_models(w: DictConfig, device: torch.device):
@@ -758,8 +763,8 @@ def set_up(rank: int, world: int, group, cfg: DictConfig, plan: RunPlan) -> Run:
     if resumed.sampler_weights is not None:  # the sampler lagged the policy when the checkpoint was written
         engine.load_weights(resumed.sampler_weights)
         state.sampler_step = int(resumed.sampler_step)
-    record = RunRecord(out / RUN_RECORD, run_summary(cfg, plan.algo, world, inputs), int(w.global_batch_size)) \
-        if rank == 0 else None
+    summary = {**run_summary(cfg, plan.algo, world, inputs), RESUMED_FROM_FIELD: resumed.record()}
+    record = RunRecord(out / RUN_RECORD, summary, int(w.global_batch_size)) if rank == 0 else None
     metrics_log = MetricsLog(out, resumed.step) if rank == 0 else None
     rank_log = RankLog(out, rank, resumed.step) if world > 1 else None
     return Run(state, out, resumed.step, digest, inputs, eval_examples, record, metrics_log, rank_log)
@@ -783,7 +788,14 @@ def stop_for_requeue(run: Run, step: int, stop: StopRequest | None) -> None:
             save_at(run, step)
         run.metrics_log.close()
         signum = stop.signum if stop is not None else None  # None: another rank got it
-        log.info("signal %s: checkpointed at step %d; stopping for a requeue", signum or "to a rank", step)
+        # Steps are 0-based (as metrics.jsonl and TensorBoard count them): steps 0..step-1 are done.
+        n_updates, sender = int(s.cfg.workload.n_updates), signum or "to a rank"
+        if step:
+            log.info("signal %s: stopping before step %d of %d for a requeue; checkpoint %s holds steps 0-%d",
+                     sender, step, n_updates, checkpoint_name(step), step - 1)
+        else:
+            log.info("signal %s: stopping before step 0 of %d for a requeue; no step done, nothing checkpointed",
+                     sender, n_updates)
     s.scorer.close()
     if run.rank_log is not None:
         run.rank_log.close()
@@ -812,7 +824,7 @@ def train_steps(run: Run, stop: StopRequest | None) -> None:
             run.rank_log.write(step, metrics)
         if s.rank == 0:
             run.metrics_log.write(step, metrics)
-            log.info("step %d/%d reward=%.3f loss=%.4f", done, n_updates, metrics["rollout/raw_reward"],
+            log.info("step %d of %d reward=%.3f loss=%.4f", step, n_updates, metrics["rollout/raw_reward"],
                      metrics["train/loss"])
             if done % every == 0 or done == n_updates:
                 save_at(run, done)

@@ -30,6 +30,7 @@ from evidence.audit.bag import check_bag
 from evidence.audit.experiment import check_experiment
 from evidence.audit.figures import check_figures
 from evidence.audit.leaks import scan_leaks
+from evidence.audit.locate import not_a_bundle
 from evidence.audit.recomputation import check_recomputation
 from evidence.audit.records import check_records
 from evidence.audit.rejections import check_rejections
@@ -37,8 +38,7 @@ from evidence.audit.runs import check_runs
 from evidence.dataset import BundleData, load_bundle_data
 from evidence.fileio import JSONError
 from evidence.problems import Problem, UsageError
-from facts import sweep_jobs_dir
-from facts.files import BUNDLE_ARCHIVE, BUNDLE_DIR, BUNDLE_PAYLOAD
+from facts.files import BUNDLE_PAYLOAD
 
 # What a check of the content may raise on data no build writes: reported as a problem of the payload.
 RECOMPUTE_ERRORS = (KeyError, ValueError, TypeError, ZeroDivisionError, StopIteration, OverflowError)
@@ -47,22 +47,16 @@ LOAD_ERRORS = (JSONError, OSError, KeyError, ValueError, TypeError, OverflowErro
 
 
 def audit(path: str | Path) -> list[Problem]:
-    """Audit a bundle directory or a ``.tar.gz`` of one; an empty list means clean."""
+    """Audit a bundle directory or a ``.tar.gz`` of one; an empty list means clean. Any other path is
+    refused (``UsageError``) with one line naming the bundle it is inside, belongs to or contains."""
     path = Path(path)
-    if path.is_dir() and not (path / "bagit.txt").exists() and sweep_jobs_dir(path).is_dir():
-        sealed = [p for p in (path / BUNDLE_ARCHIVE, path / BUNDLE_DIR) if p.exists()]
-        fix = f"python -m evidence audit {sealed[0]}" if sealed else f"seal it first: python -m evidence build {path}"
-        raise UsageError(f"{path} is a sweep directory, not a bundle; {fix}")
-    if path.is_dir():
-        return audit_bag(path)
     if path.is_file() and not _is_gzip(path) and tarfile.is_tarfile(path):
         raise UsageError(f"{path} is an uncompressed tar archive; the audit reads the bundle's .tar.gz "
                          f"(gzip {path}, then audit {path}.gz; or audit the extracted bundle directory)")
-    if path.is_file() and (path.name.endswith((".tar.gz", ".tgz"))):
-        return audit_archive(path)
-    if not path.exists():
-        raise UsageError(f"{path}: no such file or directory")
-    raise UsageError(f"{path}: not a bundle directory or .tar.gz archive")
+    refused = not_a_bundle(path)
+    if refused is not None:
+        raise UsageError(refused)
+    return audit_bag(path) if path.is_dir() else audit_archive(path)
 
 
 def _is_gzip(path: Path) -> bool:

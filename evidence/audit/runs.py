@@ -177,7 +177,7 @@ def _check_incidents(data_dir: Path, data: BundleData) -> list[Problem]:
     problems = []
     recorded = {(r["job"], r["kind"], r["title"]) for r in data.incidents}
     for row in data.index:
-        for kind, _, title, _ in history_incidents(data_dir / BUNDLE_RUNS_DIR / row["job"]):
+        for kind, _, title, _, _ in history_incidents(data_dir / BUNDLE_RUNS_DIR / row["job"]):
             if (row["job"], kind, title) not in recorded:
                 problems.append(Problem(payload_relpath(INCIDENTS_TABLE), f"{row['job']}: {kind} incident {title!r} of its "
                                         "attempt history is missing"))

@@ -11,6 +11,7 @@ adapters; all logic is in the ``launcher`` package.
 import sys  # noqa: I001 - no __future__ import: Hydra scans this module
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -75,10 +76,14 @@ class ProofgridLauncher(Launcher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from launcher.cli import launch_grid
+        from launcher.preflight import remove_empty_dir
 
         loader, master = self.hydra_context.config_loader, self.config
-        code = launch_grid(master, [list(o) for o in job_overrides], str(master.hydra.sweep.dir),
-                           compose=lambda overrides: loader.load_sweep_config(master, overrides))
+        try:
+            code = launch_grid(master, [list(o) for o in job_overrides], str(master.hydra.sweep.dir),
+                               compose=lambda overrides: loader.load_sweep_config(master, overrides))
+        finally:  # a sweep refused before anything ran leaves no empty directory
+            remove_empty_dir(Path(str(master.hydra.sweep.dir)))
         if code:
             raise SystemExit(code)
         return [JobReturn(overrides=list(o), status=JobStatus.COMPLETED, _return_value=None) for o in job_overrides]

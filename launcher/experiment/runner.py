@@ -7,6 +7,7 @@ seed and the launcher's settings.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from launcher.grid import LAUNCHER_KEYS
 from launcher.plan import plan_cells
 
 DEFAULT_DIR = "outputs/experiments"
+DIGEST_CHARS = 8  # of the overrides' SHA256 in a default experiment directory's name
 # The probe's own run settings: a few steps and a small evaluation (its eval is not evidence). Small,
 # not minimal: the evidence rejects a run whose eval reward is all zero, and one response of a model
 # that solves a third of the prompts is all zero two times in three; sixteen are, 0.3 % of the time.
@@ -92,9 +94,23 @@ def split_overrides(overrides: list[str]) -> tuple[dict[str, str], list[str]]:
     return trainer, launcher
 
 
-def experiment_dir(name: str, run_dir: str, hydra_overrides: list[str]) -> Path:
-    """``hydra.run.dir`` when given on the command line, else ``outputs/experiments/<name>`` (so the
-    same command resumes the same experiment)."""
+def experiment_dir(name: str, run_dir: str, hydra_overrides: list[str], overrides: list[str] = ()) -> Path:
+    """``hydra.run.dir`` when given on the command line, else ``outputs/experiments/<name>`` for the spec
+    as written, and ``outputs/experiments/<name>-<digest>`` when the command line changes what runs (a
+    smoke run's fewer steps): the same command resumes the same experiment, and a smoke run never
+    collides with the full run. The digest covers the overrides that define the runs (trainer settings
+    and ``experiment.*``; not the launcher's, so a dry run and a run on Slurm share the directory)."""
     if any(o.split("=", 1)[0] == "hydra.run.dir" for o in hydra_overrides):
         return Path(run_dir).resolve()
-    return (Path.cwd() / DEFAULT_DIR / name).resolve()
+    return (Path.cwd() / DEFAULT_DIR / f"{name}{overrides_suffix(overrides)}").resolve()
+
+
+def overrides_suffix(overrides: list[str]) -> str:
+    """``-<first 8 hex digits of the SHA256 of the defining overrides, sorted>``, or "" with none."""
+    defining = sorted(o for o in overrides if not _launcher_or_name(o))
+    return f"-{hashlib.sha256(chr(10).join(defining).encode()).hexdigest()[:DIGEST_CHARS]}" if defining else ""
+
+
+def _launcher_or_name(override: str) -> bool:
+    key = override.split("=", 1)[0].lstrip("+~")
+    return key == "experiment" or key.startswith("hydra") or key.split(".")[0] in LAUNCHER_KEYS

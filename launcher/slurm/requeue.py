@@ -106,7 +106,7 @@ def record_scheduler_requeues(job_dir: Path, job_id: str, restart_count: int,
         kind, what = SCHEDULER_REQUEUES[run["state"]]
         event = {"kind": kind, "event": f"{what} ({run['state']} on {run['node'] or 'an unknown node'})",
                  "job_id": job_id, "restart_count": run_index, "node": run["node"], "at_step": None,
-                 "checkpointed": None, "action": "requeued by Slurm; resumed from the last checkpoint",
+                 "checkpointed": None, "action": "requeued by Slurm",
                  "elapsed_s": run["elapsed_s"]}
         # The node that went down, not every node the run had.
         if kind == "node-failure" and down_nodes is not None and run_index == restart_count - 1 \

@@ -70,3 +70,52 @@ def test_building_a_sweep_where_nothing_ran_is_refused_not_sealed_as_zero_accept
     proc = subprocess.run([sys.executable, "-m", "evidence", "build", str(sweep)], capture_output=True, text=True)
     assert proc.returncode == 2 and "nothing ran in" in proc.stderr and len(proc.stderr.splitlines()) == 1
     assert not (sweep / "bundle").exists() and not (sweep / "bundle.tar.gz").exists()
+
+
+def _set_resumed_from(run_dir, value) -> None:
+    record = json.loads((run_dir / "run.json").read_text())
+    write_json(run_dir / "run.json", {**record, "resumed_from": value})
+
+
+def _actions(sweep, job: str) -> list[tuple[str, str]]:
+    with open(sweep / "bundle" / "data" / "incidents.csv", newline="") as f:
+        return [(r["title"].split(" ")[0], r["action"]) for r in csv.DictReader(f) if r["job"] == job]
+
+
+def test_each_incident_says_how_the_job_went_on_from_its_records(sweep, capsys):
+    """Through ``python -m evidence build``: the run.json each attempt left says where its last start began
+    (a checkpoint, or step 0 with none); a stop followed by another stop in the same attempt says what its
+    own event recorded; an older run.json without the record says that it does not say."""
+    from evidence.__main__ import main
+
+    rpp = _plant_history(sweep)  # attempts 0 and 1, then a requeue warned at step 4 in the current attempt
+    write_json(rpp / "attempts" / "1" / "run" / "run.json", {"resumed_from": None})  # attempt 1 started from scratch
+    _set_resumed_from(rpp / "run", {"checkpoint": "step_000004", "step": 4})  # after the requeue
+    grpo = job_dir(sweep, "grpo", 42)  # failed at step 1 with no checkpoint; the re-run started from scratch
+    write_json(grpo / "attempts" / "0" / "job.json", {**CANCELLED, "algo": "grpo", "state": "FAILED", "exit_code": 1,
+                                                      "failure": "non-finite gradient norm (nan) at step 1"})
+    _set_resumed_from(grpo / "run", None)
+    twice = job_dir(sweep, "rppb", 42)  # two stops in one attempt: the first restart is the event's own record
+    set_job_fields(sweep, "rppb", 42, history=[{**REQUEUE, "at_step": 0}, {**REQUEUE, "restart_count": 1, "at_step": 6}])
+    _set_resumed_from(twice / "run", {"checkpoint": "step_000006", "step": 6})
+    # rpp-1234: its run.json was written before runs recorded where they began
+    set_job_fields(sweep, "rpp", 1234, history=[{**REQUEUE, "checkpointed": None, "at_step": None}])
+    assert main(["build", str(sweep), "--no-figures"]) == 0
+    capsys.readouterr()
+    assert _actions(sweep, "rpp-42") == [
+        ("Attempt", "re-run from scratch (step 0): there was no checkpoint to resume from"),  # attempt 1's start
+        # the current attempt's run.json is of its start after the requeue, not of its first start
+        ("Attempt", "re-run; its records do not say whether it resumed from a checkpoint"),
+        ("time-limit", "re-run; resumed from its checkpoint step_000004 (continuing at step 4)"),
+    ]
+    assert _actions(sweep, "grpo-42") == [("Attempt", "re-run from scratch (step 0): there was no checkpoint to "
+                                                      "resume from")]
+    assert _actions(sweep, "rppb-42") == [
+        ("time-limit", "re-run from scratch (step 0): no step was done, so there was no checkpoint"),
+        ("time-limit", "re-run; resumed from its checkpoint step_000006 (continuing at step 6)"),
+    ]
+    assert _actions(sweep, "rpp-1234") == [("time-limit", "re-run; its records do not say whether it resumed from a "
+                                                          "checkpoint")]
+    report = (sweep / "bundle" / "data" / "report.md").read_text()
+    assert "resumed from its last checkpoint" not in report and "there was no checkpoint to resume from" in report
+    assert main(["audit", str(sweep / "bundle.tar.gz")]) == 0
