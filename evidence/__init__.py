@@ -27,7 +27,8 @@ _HOMES = {
     "compare_paths": "evidence.compare", "JobEvidence": "evidence.index", "evaluate_job": "evidence.index",
     "MetricsLog": "evidence.metrics_log", "Violation": "evidence.metrics_log", "validate_metrics": "evidence.metrics_log",
     **{name: "evidence.problems" for name in ("CompareError", "EvidenceError", "IncidentsFileError", "LeakError",
-                                              "Problem", "SweepError", "UsageError", "VerdictError")},
+                                              "Problem", "SigningError", "SweepError", "UsageError",
+                                              "VerdictError")},
     # An audit finding is the one problem shape (the name the audit's API has always used).
     "Finding": "evidence.problems:Problem",
     **{name: "evidence.verdict" for name in ("Experiment", "Selection", "check_logged", "experiment_verdict",

@@ -39,3 +39,23 @@ def wait_for(predicate, timeout: float, what: str, every_s: float = 0.25):
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(every_s)
     return value
+
+
+def reseal_bag(bag: Path) -> None:
+    """What a consistent forger does after editing a bundle's payload: restate every edited file's size and
+    SHA256 in the RO-Crate (data/ro-crate-metadata.json), then recompute the BagIt manifests, so that only
+    the content checks can notice the edit."""
+    import hashlib
+
+    import bagit
+
+    crate_path = bag / "data" / "ro-crate-metadata.json"
+    if crate_path.is_file():
+        crate = json.loads(crate_path.read_text(encoding="utf-8"))
+        for entity in crate["@graph"]:
+            path = bag / "data" / entity["@id"]
+            if "sha256" in entity and not entity["@id"].startswith(("#", "ni:")) and path.is_file():
+                entity["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+                entity["contentSize"] = path.stat().st_size
+        crate_path.write_text(json.dumps(crate, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    bagit.Bag(str(bag)).save(manifests=True)
