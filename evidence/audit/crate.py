@@ -126,7 +126,10 @@ def check_crate(data_dir: Path, data: BundleData) -> list[Problem]:
     if main is None or main.id != SWEEP_RECORD or "ComputationalWorkflow" not in _types(main):
         problems.append(Problem(CRATE_FILE, f"its mainEntity is not {SWEEP_RECORD} as a ComputationalWorkflow",
                                 "@id ./", KIND))
-    named = {rel for entity in crate.data_entities if (rel := _check_entity(data_dir, entity, problems)) is not None}
+    # Every File or Dataset of the graph, also one no hasPart reaches (the reader keeps it as a contextual entity).
+    described = [e for e in crate.get_entities() if e is not crate.root_dataset and e is not crate.metadata
+                 and _types(e) & {"File", "Dataset"}]
+    named = {rel for entity in described if (rel := _check_entity(data_dir, entity, problems)) is not None}
     for path in sorted(data_dir.rglob("*")):
         rel = path.relative_to(data_dir).as_posix()
         if path.is_file() and rel != RO_CRATE_METADATA and rel not in named:
