@@ -35,8 +35,12 @@ SHIPPED = {
     "bagit": "", "transformers": "", "huggingface-hub": ">=1.31,<2", "click": "",
     # the evidence's secret rule set and what it needs (pure Python)
     "detect-secrets": "", "requests": "", "charset-normalizer": "", "idna": "", "urllib3": "", "certifi": "",
+    # the bundle's RO-Crate and what it needs beyond the above and what torch brings (jinja2)
+    "rocrate": "", "arcp": "", "python-dateutil": "", "tzdata": "",
 }
-NOT_ON_THE_DEVICE = {"ray", "torch"}  # Ray: not on the GPU path; torch: the image's CUDA build stays
+# Ray: not on the GPU path; torch: the image's CUDA build stays; the signing library: a device trains and
+# seals, it never signs or verifies (the audit loads it only for a signed bundle or a given key).
+NOT_ON_THE_DEVICE = {"ray", "torch", "securesystemslib", "cryptography"}
 MAX_TOTAL_BYTES = 32 << 20  # the whole tree sent to the device machine must stay under 64 MiB
 
 

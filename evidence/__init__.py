@@ -5,7 +5,7 @@ statistics, and seal an auditable, path-free BagIt bundle. Reads files only; nev
 Public API::
 
     build_bundle(sweep_dir, last_k=10, figures=True) -> BuildResult
-    audit(path) -> list[Problem]                    (Finding is the same class; [] means clean)
+    audit(path, public_key=None) -> list[Problem]   (Finding is the same class; [] means clean; a key verifies the signature)
     validate_metrics(path, algo, n_updates, name=None) -> MetricsLog
     evaluate_job(job_dir, algo=None, seed=None, n_updates=None, eval_responses=None, digests=False, arm=None) -> JobEvidence
     parse_experiment(spec) -> Experiment            (one-line VerdictError on a bad criterion or tuning block)
@@ -27,7 +27,8 @@ _HOMES = {
     "compare_paths": "evidence.compare", "JobEvidence": "evidence.index", "evaluate_job": "evidence.index",
     "MetricsLog": "evidence.metrics_log", "Violation": "evidence.metrics_log", "validate_metrics": "evidence.metrics_log",
     **{name: "evidence.problems" for name in ("CompareError", "EvidenceError", "IncidentsFileError", "LeakError",
-                                              "Problem", "SweepError", "UsageError", "VerdictError")},
+                                              "Problem", "SigningError", "SweepError", "UsageError",
+                                              "VerdictError")},
     # An audit finding is the one problem shape (the name the audit's API has always used).
     "Finding": "evidence.problems:Problem",
     **{name: "evidence.verdict" for name in ("Experiment", "Selection", "check_logged", "experiment_verdict",
@@ -60,7 +61,7 @@ sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "BuildResult", "CompareError", "EvidenceError", "Experiment", "Finding", "IncidentsFileError",
-    "JobEvidence", "LeakError", "MetricsLog", "Problem", "Selection", "SweepError", "UsageError",
+    "JobEvidence", "LeakError", "MetricsLog", "Problem", "Selection", "SigningError", "SweepError", "UsageError",
     "VerdictError", "Violation", "audit", "build_bundle", "check_logged", "compare_paths", "evaluate_job",
     "experiment_verdict", "extend_grid", "parse_experiment", "select_from_bundle", "validate_metrics",
 ]

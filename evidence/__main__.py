@@ -1,4 +1,4 @@
-"""Command line: ``python -m evidence {build,audit,validate} PATH`` and ``python -m evidence compare A B``.
+"""Command line: ``python -m evidence {build,audit,validate} PATH``, ``python -m evidence compare A B`` and ``python -m evidence sign ARCHIVE --key KEY``.
 
 Exit status: 0 clean; 1 findings (audit), violations (validate) or a refused seal (build);
 2 usage errors and inputs compare refuses. Errors are one line.
@@ -33,6 +33,13 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--no-figures", action="store_true", help="skip the SVG figures")
     audit = sub.add_parser("audit", help="audit a bundle directory or its .tar.gz")
     audit.add_argument("path", type=Path)
+    audit.add_argument("--public-key", type=Path, metavar="FILE",
+                       help="verify the archive's signature (<archive>.intoto.jsonl) with this public key")
+    sign = sub.add_parser("sign", help="sign a bundle archive: <archive>.intoto.jsonl beside it (DSSE, in-toto)")
+    sign.add_argument("archive", type=Path, nargs="?", help="the bundle.tar.gz to sign")
+    sign.add_argument("--key", type=Path, metavar="FILE", help="the private key (PEM PKCS#8 or OpenSSH, unencrypted)")
+    sign.add_argument("--generate-key", type=Path, metavar="PATH",
+                      help="write a new Ed25519 key pair, PATH (private, mode 0600) and PATH.pub, and sign nothing")
     validate = sub.add_parser("validate", help="validate one job directory or run directory")
     validate.add_argument("run_dir", type=Path)
     validate.add_argument("--algo", help="short algo name (default: from job.json / run.json)")
@@ -86,16 +93,46 @@ def _build(args, console: Console) -> int:
 
 def _audit(args) -> int:
     from evidence.audit import audit
-    from evidence.problems import UsageError
+    from evidence.audit.signature import signature_status
+    from evidence.problems import SigningError, UsageError
 
     try:
-        findings = audit(args.path)
-    except UsageError as exc:
+        findings = audit(args.path, public_key=args.public_key)
+        key = None
+        if args.public_key is not None:
+            from evidence.signing import load_public_key  # the signing library: only when a key is given
+
+            key = load_public_key(args.public_key)
+    except (UsageError, SigningError) as exc:
         return _fail(str(exc))
+    print(signature_status(args.path, key, findings))  # first: the findings and their count stay the last lines
     for finding in findings:
         print(finding)
     print(f"{len(findings)} finding(s)" if findings else "clean")  # with the findings: `audit > out.txt` has both
     return EXIT_FINDINGS if findings else EXIT_OK
+
+
+def _sign(args) -> int:
+    from evidence.problems import SigningError
+    from evidence.signing import generate_key, key_label, sign_archive
+
+    try:
+        if args.generate_key is not None:
+            if args.archive is not None or args.key is not None:
+                return _fail("--generate-key makes a key pair and signs nothing; sign with --key afterwards")
+            private, public = generate_key(args.generate_key)
+            print(f"private key: {private} (keep it secret; sign with --key {private})\n"
+                  f"public key:  {public} (give it to reviewers: audit --public-key {public})")
+            return EXIT_OK
+        if args.archive is None or args.key is None:
+            return _fail("sign needs the archive and --key: python -m evidence sign <bundle.tar.gz> --key <private key> "
+                         "(make a key pair with --generate-key <path>)")
+        signature, key = sign_archive(args.archive, args.key)
+    except SigningError as exc:
+        return _fail(str(exc))
+    print(f"signed {args.archive}: {signature} (DSSE envelope, in-toto statement over the archive's SHA256 and its "
+          f"bag's manifests; {key_label(key)})")
+    return EXIT_OK
 
 
 def _validate(args) -> int:
@@ -154,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
         return _build(args, Console())
     if args.command == "audit":
         return _audit(args)
+    if args.command == "sign":
+        return _sign(args)
     return _validate(args)
 
 

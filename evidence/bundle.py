@@ -28,6 +28,7 @@ from pathlib import Path
 import bagit
 
 from evidence.artifacts import EVAL_KINDS, shared_initial_dir
+from evidence.crate import write_crate
 from evidence.dataset import (
     ARTIFACT_COLUMNS,
     EVAL_COLUMNS,
@@ -392,6 +393,7 @@ def build_bundle(sweep_dir: str | Path, last_k: int = DEFAULT_LAST_K, figures: b
         if figures:
             with private_tool_dirs():
                 render_figures(data, stage / FIGURES_DIR)
+        write_crate(stage, data)  # last: it names every other payload file with its digest
         seal(stage, _bag_info(sweep, evidences), clean)
 
         bundle_dir = sweep_dir / BUNDLE_DIR

@@ -80,6 +80,11 @@ class CompareError(EvidenceError):
     """Inputs that cannot be compared (one-line message; exit 2)."""
 
 
+class SigningError(EvidenceError):
+    """A key file or an archive that cannot be signed or verified with: missing, not a key of a supported
+    type, a private key given where the public one belongs (one-line message; exit 2)."""
+
+
 class LeakError(EvidenceError):
     """The leak scan found something in the staged bag: the bundle is not sealed."""
 

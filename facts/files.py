@@ -41,6 +41,9 @@ EVAL_RESPONSES_DIR = "eval"  # run/eval/<initial|final>.jsonl: every evaluated r
 BUNDLE_DIR = "bundle"
 BUNDLE_ARCHIVE = "bundle.tar.gz"  # <sweep>/bundle.tar.gz: the sealed bag, what a reviewer audits
 SHA256_SIDECAR_SUFFIX = ".sha256"  # <sweep>/bundle.tar.gz.sha256: the archive's SHA256, beside it
+# Beside an archive, <archive>.intoto.jsonl: its signature, one DSSE envelope (a line) holding an in-toto
+# statement over the archive's SHA256 and its bag's manifests (`python -m evidence sign`).
+SIGNATURE_SUFFIX = ".intoto.jsonl"
 BUNDLE_PAYLOAD = "data"
 BUNDLE_RUNS_DIR = "runs"
 # The payload's own records and tables: the build's settings, one row per job, incidents, every step
@@ -50,6 +53,8 @@ INDEX_TABLE = "index.csv"
 INCIDENTS_TABLE = "incidents.csv"
 STEPS_TABLE = "steps.csv"
 EVAL_TABLE = "eval.csv"
+# The payload's RO-Crate (Workflow Run Crate): the crate's root is the payload directory, data/.
+RO_CRATE_METADATA = "ro-crate-metadata.json"
 TABLES_DIR = "tables"
 FIGURES_DIR = "figures"
 # A trainer that is not proofgrid's (a trainer spec with a command) writes its own files into this
@@ -113,6 +118,12 @@ def run_relpath(*parts: str) -> str:
 def job_files_glob(name: str) -> str:
     """The glob, relative to a sweep's jobs directory, of one file in every job: ``*/job.json``."""
     return f"*/{name}"
+
+
+def signature_path(archive: str | Path) -> Path:
+    """Where an archive's signature lies: beside it, ``bundle.tar.gz.intoto.jsonl``."""
+    archive = Path(archive)
+    return archive.with_name(archive.name + SIGNATURE_SUFFIX)
 
 
 def payload_relpath(*parts: str) -> str:

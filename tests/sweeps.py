@@ -39,3 +39,43 @@ def wait_for(predicate, timeout: float, what: str, every_s: float = 0.25):
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(every_s)
     return value
+
+
+def reseal_bag(bag: Path) -> None:
+    """What a consistent forger does after editing a bundle's payload: restate the RO-Crate
+    (data/ro-crate-metadata.json) so that it agrees with the files (each edited file's size and SHA256, an
+    added file named, a deleted one dropped), then recompute the BagIt manifests, so that only the content
+    checks can notice the edit."""
+    import hashlib
+
+    import bagit
+
+    data = bag / "data"
+    crate_path = data / "ro-crate-metadata.json"
+    if crate_path.is_file():
+        crate = json.loads(crate_path.read_text(encoding="utf-8"))
+
+        def inside(ident: str) -> bool:
+            return not ident.startswith(("#", "ni:", "./", "ro-crate-metadata.json")) and "://" not in ident
+
+        gone = {e["@id"] for e in crate["@graph"] if inside(e["@id"]) and not (data / e["@id"]).exists()}
+        graph = [e for e in crate["@graph"] if e["@id"] not in gone]
+        for entity in graph:
+            for key, value in list(entity.items()):
+                if isinstance(value, list):
+                    entity[key] = [v for v in value if not (isinstance(v, dict) and v.get("@id") in gone)]
+        named = {e["@id"] for e in graph}
+        root = next(e for e in graph if e["@id"] == "./")
+        for path in sorted(data.rglob("*")):
+            rel = path.relative_to(data).as_posix()
+            if path.is_file() and rel != "ro-crate-metadata.json" and rel not in named:
+                graph.append({"@id": rel, "@type": "File"})
+                root.setdefault("hasPart", []).append({"@id": rel})
+        for entity in graph:
+            path = data / entity["@id"]
+            if inside(entity["@id"]) and path.is_file():
+                entity["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+                entity["contentSize"] = path.stat().st_size
+        crate["@graph"] = graph
+        crate_path.write_text(json.dumps(crate, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    bagit.Bag(str(bag)).save(manifests=True)

@@ -41,14 +41,20 @@ WHEELS = [
     ("idna", "3.11", []),
     ("urllib3", "2.5.0", []),
     ("certifi", "2025.11.12", []),
+    ("rocrate", "0.16.0", ["requests", "arcp==0.2.1", "jinja2", "python-dateutil", "click",
+                           'galaxy2cwl; extra == "ga2cwl"']),
+    ("arcp", "0.2.1", []),
+    ("python_dateutil", "4.0.0", ["tzdata"]),
+    ("tzdata", "2026.1", []),
 ]
 SECRET_RULES = {"detect_secrets", "requests", "charset_normalizer", "idna", "urllib3", "certifi"}
+RO_CRATE = {"rocrate", "arcp", "python_dateutil", "tzdata"}
 # The H200 image: torch with CUDA, transformers 5.17 and what it needs; no Hydra, submitit, bagit or Ray.
 H200_IMAGE = {"torch": "2.11.0", "transformers": "5.17.0", "huggingface-hub": "1.20.0", "tokenizers": "0.23.1",
               "safetensors": "0.8.0", "numpy": "2.3.0", "pyarrow": "21.0.0", "scipy": "1.16.0", "matplotlib": "3.10.0",
               "rich": "14.0.0", "tensorboard": "2.20.0", "pytest": "8.4.0", "packaging": "25.0", "pyyaml": "6.0.2",
               "tqdm": "4.67.0", "typer": "0.20.0", "click": "8.1.8", "httpx": "0.28.1", "hf-xet": "1.2.0",
-              "typing-extensions": "4.15.0"}
+              "typing-extensions": "4.15.0", "jinja2": "3.1.6", "markupsafe": "3.0.2"}  # jinja2: torch requires it
 
 
 def make_wheel(folder: Path, name: str, version: str, requires: list[str]) -> Path:
@@ -79,7 +85,7 @@ def test_the_h200_image_gets_the_missing_and_too_old_wheels_and_nothing_it_has(w
     # hydra & co. are missing; transformers 5.17 is below the floor; its hub 1.20 is below what
     # transformers 5.24 needs, and the image's click 8.1.8 below what that hub needs.
     assert names(chosen) == {"hydra_core", "omegaconf", "antlr4_python3_runtime", "submitit", "cloudpickle", "bagit",
-                             "transformers", "huggingface_hub", "click"} | SECRET_RULES
+                             "transformers", "huggingface_hub", "click"} | SECRET_RULES | RO_CRATE
     assert problems == []
     # hf-xet (downloads only) is kept at the image's version, and the output says so.
     expected = ["huggingface_hub-1.33.0-py3-none-any.whl asks for hf-xet<2.0.0,>=1.6.0; platform_machine == "
@@ -92,7 +98,7 @@ def test_an_image_that_already_has_recent_enough_versions_gets_only_what_it_lack
                                                                              "hf-xet": "1.8.0"}),
                                      project_requirements())
     assert names(chosen) == {"hydra_core", "omegaconf", "antlr4_python3_runtime", "submitit", "cloudpickle",
-                             "bagit"} | SECRET_RULES
+                             "bagit"} | SECRET_RULES | RO_CRATE
     assert problems == []
 
 

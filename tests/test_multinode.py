@@ -17,12 +17,11 @@ import sys
 import time
 from pathlib import Path
 
-import bagit
 import pytest
 
 from facts import CHECKPOINTS_DIR, JOB_RECORD, JOB_RUN_DIR, METRICS_LOG, checkpoint_name
 from tests.conftest import MULTINODE_SH
-from tests.sweeps import REPO, index_rows, job_records, launch, wait_for
+from tests.sweeps import REPO, index_rows, job_records, launch, reseal_bag, wait_for
 from tests.trainer_runs import read_eval, read_metrics, trainer_cmd, without_perf
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("slurm_multinode_cluster")]
@@ -218,7 +217,7 @@ def test_a_rank_log_that_disagrees_or_misses_a_step_fails_the_audit_even_reseale
     disagrees.write_text("\n".join(lines) + "\n")
     misses = bundle / "data" / "runs" / THROUGH / "ranks" / "rank0.jsonl"
     misses.write_text("".join(line + "\n" for line in misses.read_text().splitlines()[:-1]))
-    bagit.Bag(str(bundle)).save(manifests=True)  # the manifests agree: only the rank check can notice
+    reseal_bag(bundle)  # the manifests and the crate agree: only the rank check can notice
     proc = subprocess.run([sys.executable, "-m", "evidence", "audit", str(bundle)], cwd=REPO, capture_output=True,
                           text=True)
     said = proc.stdout + proc.stderr

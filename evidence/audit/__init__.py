@@ -4,6 +4,8 @@
 relative to the bag, or the archive's name, and a reason):
 
     archive         member headers before anything is extracted; the sidecar's SHA256
+    signature       the archive's signature, verified with the reviewer's public key (``audit(path, public_key)``)
+    crate           ``ro-crate-metadata.json`` names the bag's files with their digests and every accepted run
     bag             bagit-python's ``Bag.validate()`` plus proofgrid's rules
     runs            every accepted run re-validates and matches ``steps.csv``/``eval.csv``; the shared
                     initial evaluations (``data/initial_eval/<key12>/``) are the ones the runs reference
@@ -27,6 +29,7 @@ from pathlib import Path
 
 from evidence.audit.archive import check_members, check_sidecar, extracted
 from evidence.audit.bag import check_bag
+from evidence.audit.crate import check_crate
 from evidence.audit.experiment import check_experiment
 from evidence.audit.figures import check_figures
 from evidence.audit.leaks import scan_leaks
@@ -35,10 +38,11 @@ from evidence.audit.recomputation import check_recomputation
 from evidence.audit.records import check_records
 from evidence.audit.rejections import check_rejections
 from evidence.audit.runs import check_runs
+from evidence.audit.signature import check_signature, check_signed_bag
 from evidence.dataset import BundleData, load_bundle_data
 from evidence.fileio import JSONError
-from evidence.problems import Problem, UsageError
-from facts.files import BUNDLE_PAYLOAD
+from evidence.problems import Problem, SigningError, UsageError
+from facts.files import BUNDLE_PAYLOAD, signature_path
 
 # What a check of the content may raise on data no build writes: reported as a problem of the payload.
 RECOMPUTE_ERRORS = (KeyError, ValueError, TypeError, ZeroDivisionError, StopIteration, OverflowError)
@@ -46,17 +50,29 @@ RECORDS_ERRORS = (KeyError, ValueError, TypeError, OverflowError)
 LOAD_ERRORS = (JSONError, OSError, KeyError, ValueError, TypeError, OverflowError)
 
 
-def audit(path: str | Path) -> list[Problem]:
+def audit(path: str | Path, public_key: str | Path | None = None) -> list[Problem]:
     """Audit a bundle directory or a ``.tar.gz`` of one; an empty list means clean. Any other path is
-    refused (``UsageError``) with one line naming the bundle it is inside, belongs to or contains."""
+    refused (``UsageError``) with one line naming the bundle it is inside, belongs to or contains. With
+    ``public_key`` (a key file) the archive's signature must verify with it (``SigningError`` for a key
+    file that is not a public key, before anything is read)."""
     path = Path(path)
+    key = None if public_key is None else _load_public_key(public_key)
     if path.is_file() and not _is_gzip(path) and tarfile.is_tarfile(path):
         raise UsageError(f"{path} is an uncompressed tar archive; the audit reads the bundle's .tar.gz "
                          f"(gzip {path}, then audit {path}.gz; or audit the extracted bundle directory)")
     refused = not_a_bundle(path)
     if refused is not None:
         raise UsageError(refused)
-    return audit_bag(path) if path.is_dir() else audit_archive(path)
+    if key is not None and path.is_dir():
+        raise SigningError(f"{path}: a signature covers the bundle's .tar.gz, not its directory; audit the archive "
+                           "with --public-key")
+    return audit_bag(path) if path.is_dir() else audit_archive(path, key)
+
+
+def _load_public_key(path: str | Path):
+    from evidence.signing import load_public_key  # the signing library: only when a key is given
+
+    return load_public_key(path)
 
 
 def _is_gzip(path: Path) -> bool:
@@ -64,15 +80,19 @@ def _is_gzip(path: Path) -> bool:
         return f.read(2) == b"\x1f\x8b"
 
 
-def audit_archive(archive: Path) -> list[Problem]:
-    """Check every member header first; extract (data filter) only when all are safe, then audit the bag."""
-    problems = check_sidecar(archive)
+def audit_archive(archive: Path, key=None) -> list[Problem]:
+    """Check the sidecar and the signature (verified with ``key`` when given), then every member header;
+    extract (data filter) only when all are safe, then audit the bag and that its manifests are the signed ones."""
+    signature_problems, signed = check_signature(archive, key)
+    problems = check_sidecar(archive) + signature_problems
     try:
         with tarfile.open(archive, mode="r:gz") as tar:
             members, root, refused = check_members(tar, archive)
             if members is None:
                 return problems + refused
             with extracted(tar, members, root) as bag:
+                if signed is not None:
+                    problems += check_signed_bag(bag, signed, signature_path(archive).name)
                 return problems + audit_bag(bag)
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         return problems + [Problem(archive.name, f"not a readable gzip tar archive ({exc.__class__.__name__})")]
@@ -100,7 +120,8 @@ def check_content(bag: Path, data: BundleData) -> list[Problem]:
     checks = (partial(check_runs, data_dir, data, shared_checks=shared_checks),
               partial(check_recomputation, data_dir, data),
               partial(check_rejections, data_dir, data, shared_checks=shared_checks),
-              partial(check_experiment, data_dir, data))
+              partial(check_experiment, data_dir, data),
+              partial(check_crate, data_dir, data))
     problems = [p for check in checks for p in _guarded(check, BUNDLE_PAYLOAD, "cannot recompute")]
     return problems + _guarded(partial(check_records, bag, data), BUNDLE_PAYLOAD, "cannot cross-check the records",
                                RECORDS_ERRORS)

@@ -9,10 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import bagit
 from sweep_factory import job_dir, make_sweep
 
 from evidence import audit, build_bundle
+from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]
 ARMS = {
@@ -107,6 +107,6 @@ def test_a_bundle_whose_sweep_json_names_an_unsafe_arm_is_a_finding_not_a_crash(
     record = json.loads(path.read_text())
     record["arms"]["../escape"] = record["arms"].pop("rpp-lr3e-4")
     path.write_text(json.dumps(record))
-    bagit.Bag(str(bag)).save(manifests=True)
+    reseal_bag(bag)
     reasons = [str(f) for f in audit(bag)]
     assert "data: cannot recompute (SweepError: sweep.json: arm label '../escape' is not a filesystem-safe name)" in reasons

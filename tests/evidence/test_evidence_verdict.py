@@ -14,7 +14,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import bagit
 import pytest
 from sweep_factory import make_sweep
 
@@ -29,6 +28,7 @@ from evidence.verdict import (
     select_setting,
     select_settings,
 )
+from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]
 T_975_DF2 = 4.302652729911275  # Student t, two-sided 95 %, 2 degrees of freedom
@@ -348,7 +348,7 @@ def test_a_grid_extended_past_its_edge_joins_the_selection_and_clears_the_flag(t
 
 
 def reseal(bag: Path) -> None:
-    bagit.Bag(str(bag)).save(manifests=True)
+    reseal_bag(bag)
 
 
 def test_a_hand_edited_verdict_resealed_does_not_pass_the_audit(tmp_path):
