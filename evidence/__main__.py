@@ -1,4 +1,5 @@
-"""Command line: ``python -m evidence {build,audit,validate} PATH`` and ``python -m evidence compare A B``.
+"""Command line: ``python -m evidence {build,audit,validate} PATH``, ``python -m evidence compare A B [C ...]``
+and ``python -m evidence export --to wandb|mlflow PATH``.
 
 Exit status: 0 clean; 1 findings (audit), violations (validate) or a refused seal (build);
 2 usage errors and inputs compare refuses. Errors are one line.
@@ -37,9 +38,11 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("run_dir", type=Path)
     validate.add_argument("--algo", help="short algo name (default: from job.json / run.json)")
     validate.add_argument("--n-updates", type=int, help="configured updates (default: from run.json)")
-    compare = sub.add_parser("compare", help="before/after table of two sweeps or bundles (A -> B), per arm")
+    compare = sub.add_parser("compare", help="before/after table of two sweeps or bundles (A -> B), per arm; "
+                             "with more inputs, a table across all of them")
     compare.add_argument("a", type=Path, help="sweep directory, bundle directory or bundle .tar.gz (before)")
     compare.add_argument("b", type=Path, help="the same for after")
+    compare.add_argument("more", type=Path, nargs="*", help="more inputs: one column each, beside A's and B's")
     compare.add_argument("--metric", action="append", default=[],
                          help="another measure: eval/<name> (final) or a metrics.jsonl key (last-k mean); repeatable")
     compare.add_argument("--last-k", type=int, default=10, help="last-K window of training metrics (default 10)")
@@ -138,7 +141,7 @@ def _compare(args) -> int:
     if args.last_k < 1:
         return _fail("--last-k must be at least 1")
     try:
-        print(compare_paths(args.a, args.b, args.metric, args.last_k, args.force, args.csv), end="")
+        print(compare_paths(args.a, args.b, args.metric, args.last_k, args.force, args.csv, args.more), end="")
     except CompareError as exc:
         return _fail(str(exc))
     return EXIT_OK

@@ -67,6 +67,10 @@ class VerdictError(EvidenceError, ValueError):
     """An experiment spec or its evidence that cannot give a verdict (one-line message)."""
 
 
+class LoadError(EvidenceError):
+    """A path that is not a sweep directory, a bundle directory or a bundle archive (one-line message)."""
+
+
 class CompareError(EvidenceError):
     """Inputs that cannot be compared (one-line message; exit 2)."""
 
