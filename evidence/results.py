@@ -33,11 +33,21 @@ from evidence.dataset import (
     load_bundle_data,
     step_columns,
 )
-from evidence.incidents import INCIDENT_COLUMNS, load_user_incidents
+from evidence.fileio import JSONError, read_json
+from evidence.incidents import INCIDENT_COLUMNS, derive_incidents, load_user_incidents
 from evidence.index import INDEX_COLUMNS, evaluate_sweep, index_row
 from evidence.problems import EvidenceError, IncidentsFileError, LoadError, SweepError
 from evidence.sweep import job_name, read_sweep
-from facts.files import INDEX_TABLE, SWEEP_RECORD, TABLES_DIR, bundle_payload_dir, sweep_bundle_payload
+from facts.files import (
+    INDEX_TABLE,
+    RUN_RECORD,
+    SWEEP_RECORD,
+    TABLES_DIR,
+    bundle_payload_dir,
+    run_dir_of_job,
+    sweep_bundle_payload,
+    sweep_job_dir,
+)
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
 PANDAS_INSTALL = "pip install pandas"
@@ -77,17 +87,23 @@ def _table_files(payload: Path) -> dict[str, str]:
 
 
 def _from_sweep(path: Path, last_k: int) -> BundleData:
-    """The sweep's accepted runs as ``BundleData``, evaluated in memory from its job directories."""
+    """The sweep's accepted runs as ``BundleData``, evaluated in memory from its job directories (with
+    their incidents and run records, as a build would have them, unsanitised: it is the user's own)."""
     sweep = read_sweep(path)
     user = load_user_incidents(path, {job_name(a, s) for a, s in sweep.jobs})
     evidences = evaluate_sweep(sweep, user.excluded_jobs)
+    incidents = [{k: cell(v) for k, v in i.row().items()} for i in derive_incidents(evidences, user, path)]
     data = BundleData(sweep=sweep.record, settings={"last_k": last_k, "ci_level": stats.CI_LEVEL,
                                                     "n_updates": sweep.n_updates},
-                      index=[{k: cell(v) for k, v in index_row(e).items()} for e in evidences], incidents=[])
+                      index=[{k: cell(v) for k, v in index_row(e).items()} for e in evidences], incidents=incidents)
     for e in evidences:
         if e.accepted:
             data.steps[(e.arm, e.seed)] = sorted(e.metrics.records, key=lambda r: r["step"])
             data.evals[(e.arm, e.seed)] = {k: v for k, v in (e.eval_summary or {}).items() if isinstance(v, dict)}
+            try:
+                data.runs[(e.arm, e.seed)] = read_json(run_dir_of_job(sweep_job_dir(path, e.job)) / RUN_RECORD)
+            except JSONError:
+                data.runs[(e.arm, e.seed)] = {}
     return data
 
 
