@@ -1,6 +1,7 @@
 # proofgrid: two commands do all set-up on a fresh machine.
 #   make run   - create .venv, install, run the main sweep on the embedded default
-#   make test  - create .venv, install (TRL too: the `trl` target), lint, run the whole suite on TEST_WORKERS pytest-xdist workers:
+#   make test  - create .venv, install (TRL and the tracking exports too: the `trl` and `export` targets), lint, run
+#                the whole suite on TEST_WORKERS pytest-xdist workers:
 #                the Slurm tests share one worker (one cluster), so their waits on the scheduler overlap
 #                the CPU-bound tests on the others; tests/conftest.py says which tests must share a worker
 #   make test-fast - lint, then the fast tier: unit, numerics, evidence on synthetic sweeps (no trainer
@@ -14,13 +15,14 @@ TORCH_SPEC ?= torch==2.13.0
 PIP_FLAGS ?= --disable-pip-version-check -q
 STAMP  := $(VENV)/.installed
 TRL_STAMP := $(VENV)/.trl-installed
+EXPORT_STAMP := $(VENV)/.export-installed
 NPROC  := $(shell nproc 2>/dev/null || echo 2)
 FAST_WORKERS ?= $(NPROC)
 # One worker per core for the CPU-bound tests, plus the Slurm tests' worker, which mostly waits (at most 8:
 # each worker collects the suite and builds its own module-scoped runs).
 TEST_WORKERS ?= $(shell n=$$(( $(NPROC) + 1 )); [ $$n -gt 8 ] && n=8; echo $$n)
 
-.PHONY: venv trl run test test-fast lint bench device-wheels clean
+.PHONY: venv trl export run test test-fast lint bench device-wheels clean
 
 venv: $(STAMP)
 
@@ -28,7 +30,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install $(PIP_FLAGS) --upgrade pip
 	if [ -n "$(TORCH_SPEC)" ]; then $(PY) -m pip install $(PIP_FLAGS) "$(TORCH_SPEC)"; fi
-	$(PY) -m pip install $(PIP_FLAGS) -e ".[dev]"
+	$(PY) -m pip install $(PIP_FLAGS) -e ".[train,dev]"
 	touch $(STAMP)
 
 # TRL (the pinned `trl` extra: trainer=trl and its tests); torch stays the installed build, pinned to its
@@ -40,10 +42,19 @@ $(TRL_STAMP): $(STAMP)
 	$(PY) -m pip install $(PIP_FLAGS) -c $(VENV)/torch-pin.txt -e ".[trl]"
 	touch $(TRL_STAMP)
 
+# The tracking exports (the pinned `export` extra: W&B and MLflow, `python -m evidence export`), torch held
+# at the installed build as for TRL.
+export: $(EXPORT_STAMP)
+
+$(EXPORT_STAMP): $(STAMP)
+	$(PY) -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > $(VENV)/torch-pin.txt
+	$(PY) -m pip install $(PIP_FLAGS) -c $(VENV)/torch-pin.txt -e ".[export]"
+	touch $(EXPORT_STAMP)
+
 lint: venv
 	$(VENV)/bin/ruff check .
 
-test: venv trl lint
+test: venv trl export lint
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 test-fast: venv lint

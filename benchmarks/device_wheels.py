@@ -45,10 +45,11 @@ MAX_TOTAL_BYTES = 32 << 20  # the whole tree sent to the device machine must sta
 
 
 def project_requirements(pyproject: Path = REPO / "pyproject.toml") -> list[Requirement]:
-    """The ``[project] dependencies`` of pyproject.toml, less the ones the device never installs."""
+    """The ``[project] dependencies`` of pyproject.toml and its ``train`` extra (the launcher's and the
+    trainer's), less the ones the device never installs."""
     text = pyproject.read_text()
-    block = re.search(r"^dependencies = \[(.*?)^\]", text, re.S | re.M).group(1)
-    reqs = [Requirement(m) for m in re.findall(r'^\s*"([^"]+)"', block, re.M)]
+    blocks = [re.search(rf"^{name} = \[(.*?)^\]", text, re.S | re.M).group(1) for name in ("dependencies", "train")]
+    reqs = [Requirement(m) for block in blocks for m in re.findall(r'^\s*"([^"]+)"', block, re.M)]
     return [r for r in reqs if canonicalize_name(r.name) not in NOT_ON_THE_DEVICE]
 
 

@@ -12,7 +12,9 @@ Public API::
     select_from_bundle(experiment, tuning_bundle_dir) -> {arm: Selection}   (tuning stage; .edge flags the grid edge)
     extend_grid(values, side) -> str                (the one value an edge winner's grid is extended by)
     check_logged(experiment, data)                  (a criterion/tuning metric no accepted run logs: VerdictError)
-    compare_paths(path_a, path_b, metrics=None, last_k=10, force=False, csv_path=None) -> markdown (CompareError)
+    compare_paths(path_a, path_b, metrics=None, last_k=10, force=False, csv_path=None, more=()) -> markdown (CompareError)
+    load(sweep_or_bundle, last_k=10) -> Results      (index, steps, evaluations, incidents, tables: pyarrow tables; LoadError)
+    export(sweep_or_bundle, to, out=None, ...) -> ExportResult   (W&B offline runs or an MLflow file store; ExportError)
 """
 
 import importlib
@@ -24,10 +26,12 @@ import types
 # the audit or the tables (bagit, the report, the figures: about half a second).
 _HOMES = {
     "audit": "evidence.audit", "BuildResult": "evidence.bundle", "build_bundle": "evidence.bundle",
-    "compare_paths": "evidence.compare", "JobEvidence": "evidence.index", "evaluate_job": "evidence.index",
+    "compare_paths": "evidence.compare", "load": "evidence.results", "Results": "evidence.results",
+    "export": "evidence.tracking", "ExportResult": "evidence.tracking",
+    "JobEvidence": "evidence.index", "evaluate_job": "evidence.index",
     "MetricsLog": "evidence.metrics_log", "Violation": "evidence.metrics_log", "validate_metrics": "evidence.metrics_log",
-    **{name: "evidence.problems" for name in ("CompareError", "EvidenceError", "IncidentsFileError", "LeakError",
-                                              "Problem", "SigningError", "SweepError", "UsageError",
+    **{name: "evidence.problems" for name in ("CompareError", "EvidenceError", "ExportError", "IncidentsFileError",
+                                              "LeakError", "LoadError", "Problem", "SigningError", "SweepError", "UsageError",
                                               "VerdictError")},
     # An audit finding is the one problem shape (the name the audit's API has always used).
     "Finding": "evidence.problems:Problem",
@@ -60,8 +64,9 @@ class _Package(types.ModuleType):
 sys.modules[__name__].__class__ = _Package
 
 __all__ = [
-    "BuildResult", "CompareError", "EvidenceError", "Experiment", "Finding", "IncidentsFileError",
-    "JobEvidence", "LeakError", "MetricsLog", "Problem", "Selection", "SigningError", "SweepError", "UsageError",
-    "VerdictError", "Violation", "audit", "build_bundle", "check_logged", "compare_paths", "evaluate_job",
-    "experiment_verdict", "extend_grid", "parse_experiment", "select_from_bundle", "validate_metrics",
+    "BuildResult", "CompareError", "EvidenceError", "Experiment", "ExportError", "ExportResult", "Finding",
+    "IncidentsFileError", "JobEvidence", "LeakError", "LoadError", "MetricsLog", "Problem", "Results", "Selection",
+    "SigningError", "SweepError", "UsageError", "VerdictError", "Violation", "audit", "build_bundle", "check_logged",
+    "compare_paths", "evaluate_job", "experiment_verdict", "export", "extend_grid", "load", "parse_experiment",
+    "select_from_bundle", "validate_metrics",
 ]

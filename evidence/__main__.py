@@ -1,4 +1,5 @@
-"""Command line: ``python -m evidence {build,audit,validate} PATH``, ``python -m evidence compare A B`` and ``python -m evidence sign ARCHIVE --key KEY``.
+"""Command line: ``python -m evidence {build,audit,validate} PATH``, ``python -m evidence compare A B [C ...]``,
+``python -m evidence export --to wandb|mlflow PATH`` and ``python -m evidence sign ARCHIVE --key KEY``.
 
 Exit status: 0 clean; 1 findings (audit), violations (validate) or a refused seal (build);
 2 usage errors and inputs compare refuses. Errors are one line.
@@ -24,8 +25,8 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m evidence", description=__doc__.splitlines()[0])
+def _parser(prog: str = "python -m evidence") -> argparse.ArgumentParser:
+    parser = _Parser(prog=prog, description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     build = sub.add_parser("build", help="validate a sweep and seal <sweep_dir>/bundle, bundle.tar.gz(.sha256)")
     build.add_argument("sweep_dir", type=Path)
@@ -44,21 +45,32 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("run_dir", type=Path)
     validate.add_argument("--algo", help="short algo name (default: from job.json / run.json)")
     validate.add_argument("--n-updates", type=int, help="configured updates (default: from run.json)")
-    compare = sub.add_parser("compare", help="before/after table of two sweeps or bundles (A -> B), per arm")
+    compare = sub.add_parser("compare", help="before/after table of two sweeps or bundles (A -> B), per arm; "
+                             "with more inputs, a table across all of them")
     compare.add_argument("a", type=Path, help="sweep directory, bundle directory or bundle .tar.gz (before)")
     compare.add_argument("b", type=Path, help="the same for after")
+    compare.add_argument("more", type=Path, nargs="*", help="more inputs: one column each, beside A's and B's")
     compare.add_argument("--metric", action="append", default=[],
                          help="another measure: eval/<name> (final) or a metrics.jsonl key (last-k mean); repeatable")
     compare.add_argument("--last-k", type=int, default=10, help="last-K window of training metrics (default 10)")
     compare.add_argument("--csv", type=Path, help="also write the table as CSV (full precision) to this path")
     compare.add_argument("--force", action="store_true", help="compare different workloads or no common arm")
+    export = sub.add_parser("export", help="the accepted runs as W&B offline runs or an MLflow file store, by arm")
+    export.add_argument("path", type=Path, help="sweep directory, bundle directory or bundle .tar.gz")
+    export.add_argument("--to", required=True, choices=("wandb", "mlflow"), help="the tracking tool")
+    export.add_argument("--out", type=Path, help="output directory (default: <sweep>/exports/<tool>, beside a bundle)")
+    export.add_argument("--project", help="W&B project (default proofgrid) or MLflow experiment (default: the sweep's name)")
     return parser
+
+
+# The command's name in its error lines: ``python -m evidence``, or ``proofgrid`` when its console command runs it.
+_prog = ["python -m evidence"]
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> int:
     from evidence.problems import printable
 
-    print(f"python -m evidence: error: {printable(message)}", file=sys.stderr)
+    print(f"{_prog[0]}: error: {printable(message)}", file=sys.stderr)
     return code
 
 
@@ -177,14 +189,29 @@ def _compare(args) -> int:
     if args.last_k < 1:
         return _fail("--last-k must be at least 1")
     try:
-        print(compare_paths(args.a, args.b, args.metric, args.last_k, args.force, args.csv), end="")
+        print(compare_paths(args.a, args.b, args.metric, args.last_k, args.force, args.csv, args.more), end="")
     except CompareError as exc:
         return _fail(str(exc))
     return EXIT_OK
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def _export(args) -> int:
+    from evidence.problems import ExportError, LoadError
+    from evidence.tracking import export
+
+    try:
+        result = export(args.path, args.to, args.out, args.project)
+    except (ExportError, LoadError) as exc:
+        return _fail(str(exc))
+    what = "W&B offline runs" if result.tool == "wandb" else "runs in an MLflow file store"
+    print(f"exported {len(result.runs)} {what} ({len(result.arms)} arm(s): {', '.join(result.arms)}) to {result.out}")
+    print(f"take them later: {result.take_later}")
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m evidence") -> int:
+    _prog[0] = prog
+    args = _parser(prog).parse_args(argv)
     if args.command == "compare":
         return _compare(args)
     if args.command == "build":
@@ -193,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         return _audit(args)
     if args.command == "sign":
         return _sign(args)
+    if args.command == "export":
+        return _export(args)
     return _validate(args)
 
 

@@ -1,30 +1,26 @@
-"""``python -m evidence compare A B``: seed 002's before/after table for two sweeps or bundles.
+"""``python -m evidence compare A B [C ...]``: seed 002's before/after table, or a table across sweeps.
 
-A and B are sweep directories (their built ``bundle/`` when present, else the jobs evaluated in
-memory; nothing is written), bundle directories, or bundle archives. Per measure and per arm
-present in both: A, B, B/A, the change in % (and in points for rates), and B − A paired by
-training seed when both ran the same seeds (mean ± SD, t-interval), else unpaired (Welch) with a
-note. Only accepted runs count, as in every other table.
+Inputs are sweep directories (their built ``bundle/`` when present, else the jobs evaluated in
+memory; nothing is written), bundle directories, or bundle archives. Two inputs: per measure and per
+arm present in both, A, B, B/A, the change in % (and in points for rates), and B − A paired by
+training seed when both ran the same seeds (mean ± SD, t-interval), else unpaired (Welch), said once
+under the table. More than two: one row per measure and arm, one column per input (mean ± SD, n),
+each after the first with its difference from the first. Only accepted runs count, as in every
+other table.
 """
 
 from __future__ import annotations
 
-import tarfile
-import tempfile
-from contextlib import ExitStack
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from evidence import stats
-from evidence.dataset import SETTINGS_FILE, BundleData, cell, csv_text, load_bundle_data
-from evidence.incidents import load_user_incidents
-from evidence.index import evaluate_sweep, index_row
+from evidence.dataset import BundleData, csv_text
 from evidence.measures import LAST_K, POINTS_PER_UNIT, Measure, arm_values, parse_measure
-from evidence.problems import CompareError, IncidentsFileError, SweepError
-from evidence.sweep import job_name, read_sweep
+from evidence.problems import CompareError, LoadError
+from evidence.results import read_evidence
 from evidence.tables import arms as arm_order
 from evidence.tables import fmt_interval
-from facts.files import INDEX_TABLE, SWEEP_RECORD, bundle_payload_dir, sweep_bundle_payload
 
 DEFAULT_METRICS = ("train/loss", "train/grad_norm", "rollout/raw_reward", "eval/pass@1")
 COLUMNS = ("metric", "at", "last_k", "arm", "n_a", "n_b", "a_mean", "a_sd", "b_mean", "b_sd", "ratio_b_over_a",
@@ -42,77 +38,41 @@ class Side:
 
 # ---- loading ---------------------------------------------------------------------------------
 
-def _safe_members(tar: tarfile.TarFile, name: str) -> list[tarfile.TarInfo]:
-    members = tar.getmembers()
-    for member in members:
-        parts = PurePosixPath(member.name).parts
-        if member.name.startswith("/") or ".." in parts or not (member.isfile() or member.isdir()):
-            raise CompareError(f"{name}: archive member {member.name!r} is unsafe; audit it with "
-                               f"`python -m evidence audit {name}`")
-    return members
-
-
-def _from_archive(path: Path, stack: ExitStack) -> BundleData:
-    tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="evidence-compare-")))
+def load_side(path: str | Path, last_k: int) -> Side:
+    """Evidence of a sweep directory, a bundle directory or a bundle archive (``CompareError``, one line)."""
     try:
-        with tarfile.open(path, mode="r:gz") as tar:
-            tar.extractall(tmp, members=_safe_members(tar, path.name), filter="data")
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        raise CompareError(f"{path}: not a readable bundle archive ({exc.__class__.__name__})") from None
-    roots = [p for p in tmp.iterdir() if p.is_dir()]
-    if len(roots) != 1 or not (bundle_payload_dir(roots[0]) / INDEX_TABLE).is_file():
-        raise CompareError(f"{path}: no bundle (data/index.csv) inside the archive")
-    return load_bundle_data(bundle_payload_dir(roots[0]))
-
-
-def _from_sweep(path: Path, last_k: int) -> BundleData:
-    """The sweep's accepted runs as ``BundleData``, evaluated in memory from its job directories."""
-    sweep = read_sweep(path)
-    user = load_user_incidents(path, {job_name(a, s) for a, s in sweep.jobs})
-    evidences = evaluate_sweep(sweep, user.excluded_jobs)
-    data = BundleData(sweep=sweep.record, settings={"last_k": last_k, "ci_level": stats.CI_LEVEL,
-                                                    "n_updates": sweep.n_updates},
-                      index=[{k: cell(v) for k, v in index_row(e).items()} for e in evidences], incidents=[])
-    for e in evidences:
-        if e.accepted:
-            data.steps[(e.arm, e.seed)] = sorted(e.metrics.records, key=lambda r: r["step"])
-            data.evals[(e.arm, e.seed)] = {k: v for k, v in (e.eval_summary or {}).items() if isinstance(v, dict)}
-    return data
-
-
-def load_side(path: str | Path, last_k: int, stack: ExitStack) -> Side:
-    """Evidence of a sweep directory, a bundle directory or a bundle archive."""
-    path = Path(path)
-    # bundle/ and bundle.tar.gz say little on their own: name them with their sweep's directory
-    name = f"{path.resolve().parent.name}/{path.name}" if path.name.startswith("bundle") else path.name
-    if path.is_file() and path.name.endswith((".tar.gz", ".tgz")):
-        return Side(name, _from_archive(path, stack))
-    if path.is_dir() and (bundle_payload_dir(path) / SETTINGS_FILE).is_file():
-        return Side(name, load_bundle_data(bundle_payload_dir(path)))
-    if path.is_dir() and (path / SWEEP_RECORD).is_file():
-        built = sweep_bundle_payload(path)
-        if (built / SETTINGS_FILE).is_file():
-            return Side(path.name, load_bundle_data(built))
-        return Side(path.name, _from_sweep(path, last_k))
-    if not path.exists():
-        raise CompareError(f"{path}: no such file or directory")
-    raise CompareError(f"{path}: not a sweep directory (sweep.json), a bundle directory or a .tar.gz bundle")
+        name, data, _ = read_evidence(path, last_k)
+    except LoadError as exc:
+        raise CompareError(str(exc)) from None
+    return Side(name, data)
 
 
 # ---- the comparison ------------------------------------------------------------------------------
 
 def ratio(a: float | None, b: float | None) -> float | None:
-    """B/A of the across-seed means; None when A is 0 or missing."""
-    return None if a is None or b is None or a == 0 else b / a
+    """B/A of the across-seed means, only when both are positive: for negative values a ratio reads
+    against the change (A −0.1, B −0.18 gives 1.8x while B is lower by 80 % of |A|), and across a
+    sign change it has no meaning. None otherwise (B − A still says it)."""
+    return None if a is None or b is None or a <= 0 or b <= 0 else b / a
 
 
 def change_pct(a: float | None, b: float | None) -> float | None:
-    """Relative change (B − A) / |A| · 100 (002: pass@1 0.444 -> 0.386 is −13 %)."""
-    return None if a is None or b is None or a == 0 else (b - a) / abs(a) * 100
+    """Relative change (B − A) / |A| · 100, its sign that of B − A (002: pass@1 0.444 -> 0.386 is −13 %;
+    a loss −0.1 -> −0.18 is −80 %: lower by 80 % of |A|). None when A is 0 or A and B differ in sign,
+    where a percentage of |A| says nothing (read B − A)."""
+    if a is None or b is None or a == 0 or a * b < 0:
+        return None
+    return (b - a) / abs(a) * 100
+
+
+def sign_change(a: float | None, b: float | None) -> bool:
+    """Whether A and B lie on opposite sides of 0 (no ratio or % then)."""
+    return a is not None and b is not None and a * b < 0
 
 
 def compare_arm(measure: Measure, arm: str, a: BundleData, b: BundleData) -> dict:
-    """One table row: the measure of ``arm`` in A and in B, and B − A by seed where the seeds match."""
+    """One table row: the measure of ``arm`` in A and in B, and B − A by seed where the seeds match.
+    ``notes`` lists what a reader must know about the row (the CSV's ``note`` joins them with "; ")."""
     values_a, values_b = arm_values(a, measure, arm), arm_values(b, measure, arm)
     sum_a, sum_b = stats.across_seeds(list(values_a.values())), stats.across_seeds(list(values_b.values()))
     scale = POINTS_PER_UNIT if measure.is_rate else 1.0
@@ -123,11 +83,11 @@ def compare_arm(measure: Measure, arm: str, a: BundleData, b: BundleData) -> dic
            "change_points": None if not measure.is_rate or sum_a.n == 0 or sum_b.n == 0
            else (sum_b.mean - sum_a.mean) * POINTS_PER_UNIT,
            "diff_units": "points" if measure.is_rate else "units", "pairing": "", "n_pairs": 0,
-           "diff_mean": None, "diff_sd": None, "ci_low": None, "ci_high": None, "note": ""}
+           "diff_mean": None, "diff_sd": None, "ci_low": None, "ci_high": None}
+    notes = row["notes"] = []
     if not values_a or not values_b:
-        row["note"] = f"no accepted run in {'A' if not values_a else 'B'}"
-        return row
-    if set(values_a) == set(values_b):
+        notes.append(f"no accepted run in {'A' if not values_a else 'B'}")
+    elif set(values_a) == set(values_b):
         paired = stats.paired_difference({s: scale * v for s, v in values_b.items()},
                                          {s: scale * v for s, v in values_a.items()}, a.ci_level)
         row.update(pairing="paired", n_pairs=paired.summary.n, diff_mean=paired.summary.mean,
@@ -135,29 +95,78 @@ def compare_arm(measure: Measure, arm: str, a: BundleData, b: BundleData) -> dic
         if paired.interval:
             row["ci_low"], row["ci_high"] = paired.interval
         else:
-            row["note"] = "one seed: no SD or interval"
-        return row
-    welch = stats.welch_difference([scale * v for v in values_a.values()], [scale * v for v in values_b.values()],
-                                   a.ci_level)
-    row.update(pairing="unpaired", diff_mean=welch.mean)
-    if welch.interval:
-        row["ci_low"], row["ci_high"] = welch.interval
-    row["note"] = (f"seeds differ (A {', '.join(map(str, values_a))}; B {', '.join(map(str, values_b))}): "
-                   f"unpaired, Welch interval" + ("" if welch.interval else ", none with n<2"))
+            notes.append("one seed: no SD or interval")
+    else:
+        welch = stats.welch_difference([scale * v for v in values_a.values()],
+                                       [scale * v for v in values_b.values()], a.ci_level)
+        row.update(pairing="unpaired", diff_mean=welch.mean)
+        if welch.interval:
+            row["ci_low"], row["ci_high"] = welch.interval
+        notes.append(f"seeds differ (A {', '.join(map(str, values_a))}; B {', '.join(map(str, values_b))}): "
+                     f"unpaired, Welch interval" + ("" if welch.interval else ", none with n<2"))
+    if sign_change(sum_a.mean, sum_b.mean):
+        notes.append("A and B differ in sign: no B/A or %; read B − A")
+    row["note"] = "; ".join(notes)
     return row
+
+
+def _check_comparable(sides: list[Side], force: bool) -> None:
+    """Refuse inputs that ran different workloads unless ``force``."""
+    workloads = [side.data.sweep.get("workload") for side in sides]
+    if len(set(map(str, workloads))) > 1 and not force:
+        if len(sides) == 2:
+            raise CompareError(f"A ran workload {workloads[0]!r} and B {workloads[1]!r}: not comparable "
+                               f"(--force compares them anyway)")
+        named = "; ".join(f"{side.name} {w!r}" for side, w in zip(sides, workloads))
+        raise CompareError(f"the inputs ran different workloads ({named}): not comparable "
+                           f"(--force compares them anyway)")
 
 
 def compare(a: Side, b: Side, measures: list[Measure], force: bool = False) -> list[dict]:
     """Every (measure, common arm) row; refuses different workloads or no common arm unless ``force``."""
-    workloads = (a.data.sweep.get("workload"), b.data.sweep.get("workload"))
-    if workloads[0] != workloads[1] and not force:
-        raise CompareError(f"A ran workload {workloads[0]!r} and B {workloads[1]!r}: not comparable "
-                           f"(--force compares them anyway)")
+    _check_comparable([a, b], force)
     common = [arm for arm in arm_order(a.data) if arm in b.data.arms]
     if not common and not force:
         raise CompareError(f"no arm in both (A: {', '.join(a.data.arms)}; B: {', '.join(b.data.arms)}); "
                            f"--force prints the empty comparison")
     return [compare_arm(m, arm, a.data, b.data) for m in measures for arm in common]
+
+
+def shared_arms(sides: list[Side]) -> list[str]:
+    """Arms that at least two inputs ran: the first input's in its order, then each later one's new arms."""
+    seen: list[str] = []
+    for side in sides:
+        seen += [arm for arm in arm_order(side.data) if arm not in seen]
+    return [arm for arm in seen if sum(arm in side.data.arms for side in sides) >= 2]
+
+
+def compare_many(sides: list[Side], measures: list[Measure], force: bool = False) -> list[dict]:
+    """Rows of the table across inputs: one per (measure, arm, input), each with its difference from
+    the first input (in points for rates) and the change in % by the same rule as ``change_pct``."""
+    _check_comparable(sides, force)
+    arms = shared_arms(sides)
+    if not arms and not force:
+        listed = "; ".join(f"{side.name}: {', '.join(side.data.arms)}" for side in sides)
+        raise CompareError(f"no arm in two inputs or more ({listed}); --force prints the empty comparison")
+    rows = []
+    for measure in measures:
+        scale = POINTS_PER_UNIT if measure.is_rate else 1.0
+        for arm in arms:
+            summaries = [stats.across_seeds(list(arm_values(side.data, measure, arm).values()))
+                         if arm in side.data.arms else stats.Summary(0, None, None) for side in sides]
+            first = summaries[0].mean
+            for number, (side, summary) in enumerate(zip(sides, summaries), start=1):
+                later = number > 1 and first is not None and summary.mean is not None
+                rows.append({
+                    "metric": measure.metric, "at": measure.at,
+                    "last_k": measure.last_k if measure.at == LAST_K else None, "arm": arm, "input": number,
+                    "name": side.name, "n": summary.n, "mean": summary.mean, "sd": summary.sd,
+                    "diff_vs_first": (summary.mean - first) * scale if later else None,
+                    "diff_units": "points" if measure.is_rate else "units",
+                    "change_pct_vs_first": change_pct(first, summary.mean) if later else None,
+                    "notes": [] if arm in side.data.arms else ["arm not in this input"]})
+                rows[-1]["note"] = "; ".join(rows[-1]["notes"])
+    return rows
 
 
 # ---- output ----------------------------------------------------------------------------------------
@@ -170,22 +179,56 @@ def _signed(value: float | None) -> str:
     return "—" if value is None else f"{value:+.4g}"
 
 
+def _metric_label(row: dict) -> str:
+    return f"{row['metric']} (final)" if row["at"] == "final" else f"{row['metric']} (last-{row['last_k']} mean)"
+
+
+def _md_row(cells: list[str]) -> str:
+    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+
+class _Notes:
+    """Footnotes said once under the table, each cell naming its number ([1])."""
+
+    def __init__(self):
+        self.texts: list[str] = []
+
+    def mark(self, texts: list[str]) -> str:
+        for text in texts:
+            if text not in self.texts:
+                self.texts.append(text)
+        return "".join(f" [{self.texts.index(text) + 1}]" for text in texts)
+
+    def lines(self) -> list[str]:
+        return [f"[{number}] {text}" for number, text in enumerate(self.texts, start=1)]
+
+
+LEGEND = ("B/A: ratio of the across-seed means, shown when both are positive. Change: (B − A) / |A| in %, "
+          "its sign that of B − A (−80 % = B lower by 80 % of |A|, for a negative loss: more negative), "
+          "not shown when A is 0 or A and B differ in sign; in points (100 × the difference) for rates. "
+          "B − A: per seed when both ran the same seeds (paired: mean ± SD, t-interval), else the "
+          "difference of the means (unpaired, Welch interval).")
+LEGEND_MANY = ("Each input after the first: mean ± SD (n), then its difference from the first input (in points "
+               "for rates) and the change (B − A) / |A| in %, shown when both have the same sign.")
+
+
+def _describe(label: str, side: Side) -> str:
+    sweep = side.data.sweep
+    return (f"- {label}: {side.name}: workload {sweep.get('workload', '—')}, commit "
+            f"{str(sweep.get('source_commit') or '—')[:12]}, seeds {', '.join(map(str, sweep.get('seeds', [])))}, "
+            f"{len(side.data.accepted)} accepted run(s)")
+
+
 def markdown(a: Side, b: Side, rows: list[dict], level: float) -> str:
-    """The table as markdown: one line per (measure, arm)."""
-    out = [f"# Compare A = {a.name} -> B = {b.name}\n"]
-    for label, side in (("A", a), ("B", b)):
-        sweep = side.data.sweep
-        out.append(f"- {label}: {side.name}: workload {sweep.get('workload', '—')}, commit "
-                   f"{str(sweep.get('source_commit') or '—')[:12]}, seeds {', '.join(map(str, sweep.get('seeds', [])))}, "
-                   f"{len(side.data.accepted)} accepted run(s)")
-    out.append("")
+    """The table as markdown: one line per (measure, arm); notes shared by rows are said once below."""
+    out = [f"# Compare A = {a.name} -> B = {b.name}\n", _describe("A", a), _describe("B", b), ""]
     if not rows:
         out.append("_No arm in both inputs: nothing to compare._")
         return "\n".join(out) + "\n"
     out.append(f"| Metric | Arm | A | B | B/A | Change | B − A (mean ± SD) | {level * 100:g}% t-interval | Pairing |")
     out.append("|---|---|---|---|---|---|---|---|---|")
+    notes = _Notes()
     for r in rows:
-        metric = f"{r['metric']} (final)" if r["at"] == "final" else f"{r['metric']} (last-{r['last_k']} mean)"
         change = "—" if r["change_pct"] is None else f"{r['change_pct']:+.1f}%"
         if r["change_points"] is not None:
             change += f" ({r['change_points']:+.2f} points)"
@@ -194,30 +237,66 @@ def markdown(a: Side, b: Side, rows: list[dict], level: float) -> str:
             f" ± {r['diff_sd']:.4g}" if r["diff_sd"] is not None else "") + units
         interval = fmt_interval((r["ci_low"], r["ci_high"]), 4) if r["ci_low"] is not None else "—"
         pairing = f"{r['pairing']} (n={r['n_pairs']})" if r["pairing"] == "paired" else r["pairing"] or "—"
-        if r["note"]:
-            pairing += f"; {r['note']}"
-        cells = [metric, r["arm"], _num(r["a_mean"]), _num(r["b_mean"]),
-                 "—" if r["ratio_b_over_a"] is None else f"{r['ratio_b_over_a']:.3g}x", change, diff, interval, pairing]
-        out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+        pairing += notes.mark(r["notes"])
+        out.append(_md_row([_metric_label(r), r["arm"], _num(r["a_mean"]), _num(r["b_mean"]),
+                            "—" if r["ratio_b_over_a"] is None else f"{r['ratio_b_over_a']:.3g}x", change, diff,
+                            interval, pairing]))
+    out += ["", LEGEND, *([""] + notes.lines() if notes.texts else [])]
     return "\n".join(out) + "\n"
 
 
-def compare_paths(path_a, path_b, metrics: list[str] | None = None, last_k: int = stats.DEFAULT_LAST_K, force: bool = False,
-        csv_path: str | Path | None = None) -> str:
-    """Load, compare, write the CSV if asked; returns the markdown. Raises ``CompareError`` (one line)."""
+def _many_cell(row: dict) -> str:
+    if row["mean"] is None:
+        return "—"
+    text = _num(row["mean"]) + (f" ± {row['sd']:.4g}" if row["sd"] is not None else "") + f" (n={row['n']})"
+    if row["diff_vs_first"] is not None:
+        units = " points" if row["diff_units"] == "points" else ""
+        change = "" if row["change_pct_vs_first"] is None else f", {row['change_pct_vs_first']:+.1f}%"
+        text += f"; {_signed(row['diff_vs_first'])}{units}{change}"
+    return text
+
+
+def markdown_many(sides: list[Side], rows: list[dict]) -> str:
+    """The table across inputs: one line per (measure, arm), one column per input."""
+    out = [f"# Compare {len(sides)} inputs (differences from input 1)\n",
+           *(_describe(str(number), side) for number, side in enumerate(sides, start=1)), ""]
+    if not rows:
+        out.append("_No arm in two inputs or more: nothing to compare._")
+        return "\n".join(out) + "\n"
+    out.append(_md_row(["Metric", "Arm", *(f"{n}: {side.name}" for n, side in enumerate(sides, start=1))]))
+    out.append("|" + "|".join("---" for _ in range(len(sides) + 2)) + "|")
+    notes = _Notes()
+    for start in range(0, len(rows), len(sides)):
+        group = rows[start:start + len(sides)]
+        out.append(_md_row([_metric_label(group[0]), group[0]["arm"],
+                            *(_many_cell(r) + notes.mark(r["notes"]) for r in group)]))
+    out += ["", LEGEND_MANY, *([""] + notes.lines() if notes.texts else [])]
+    return "\n".join(out) + "\n"
+
+
+COLUMNS_MANY = ("metric", "at", "last_k", "arm", "input", "name", "n", "mean", "sd", "diff_vs_first", "diff_units",
+                "change_pct_vs_first", "note")
+
+
+def compare_paths(path_a, path_b, metrics: list[str] | None = None, last_k: int = stats.DEFAULT_LAST_K,
+                  force: bool = False, csv_path: str | Path | None = None, more=()) -> str:
+    """Load, compare, write the CSV if asked; returns the markdown. With ``more`` paths beyond A and B,
+    the table across all of them. Raises ``CompareError`` (one line)."""
     names = list(dict.fromkeys(list(DEFAULT_METRICS) + list(metrics or [])))
     try:
         measures = [parse_measure(name, None, None if name.startswith("eval/") else last_k) for name in names]
     except ValueError as exc:
         raise CompareError(f"--metric: {exc}") from None
-    with ExitStack() as stack:
-        try:
-            a, b = load_side(path_a, last_k, stack), load_side(path_b, last_k, stack)
-        except (SweepError, IncidentsFileError) as exc:
-            raise CompareError(str(exc)) from None
-        except (OSError, ValueError, KeyError) as exc:
-            raise CompareError(f"cannot read the evidence ({exc.__class__.__name__}: {exc})") from None
-        rows = compare(a, b, measures, force)
-        if csv_path is not None:
-            Path(csv_path).write_text(csv_text(COLUMNS, rows), encoding="utf-8")
-        return markdown(a, b, rows, a.data.ci_level)
+    try:
+        sides = [load_side(path, last_k) for path in (path_a, path_b, *more)]
+    except (OSError, ValueError, KeyError) as exc:
+        raise CompareError(f"cannot read the evidence ({exc.__class__.__name__}: {exc})") from None
+    if len(sides) == 2:
+        rows = compare(sides[0], sides[1], measures, force)
+        text, columns = markdown(sides[0], sides[1], rows, sides[0].data.ci_level), COLUMNS
+    else:
+        rows = compare_many(sides, measures, force)
+        text, columns = markdown_many(sides, rows), COLUMNS_MANY
+    if csv_path is not None:
+        Path(csv_path).write_text(csv_text(columns, rows), encoding="utf-8")
+    return text

@@ -76,6 +76,14 @@ class VerdictError(EvidenceError, ValueError):
     """An experiment spec or its evidence that cannot give a verdict (one-line message)."""
 
 
+class LoadError(EvidenceError):
+    """A path that is not a sweep directory, a bundle directory or a bundle archive (one-line message)."""
+
+
+class ExportError(EvidenceError):
+    """An export that cannot be written: its library missing, its output directory taken (one line)."""
+
+
 class CompareError(EvidenceError):
     """Inputs that cannot be compared (one-line message; exit 2)."""
 

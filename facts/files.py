@@ -57,6 +57,8 @@ EVAL_TABLE = "eval.csv"
 RO_CRATE_METADATA = "ro-crate-metadata.json"
 TABLES_DIR = "tables"
 FIGURES_DIR = "figures"
+# `python -m evidence export --to <tool>` writes into <sweep>/exports/<tool>/ unless told where (never bundled).
+EXPORTS_DIR = "exports"
 # A trainer that is not proofgrid's (a trainer spec with a command) writes its own files into this
 # directory of the run directory (its {output_dir}); the run directory around it keeps proofgrid's contract.
 TRAINER_OUTPUT_DIR = "trainer"

@@ -90,8 +90,10 @@ def test_compare_pairs_by_seed_with_hand_computed_ratio_change_and_interval(tmp_
     loss = rows[("train/loss", "grpo")]
     runs_a = [last_k_mean_from_logs(a, f"grpo-{s}", "train/loss") for s in (1, 2, 3)]
     runs_b = [last_k_mean_from_logs(b, f"grpo-{s}", "train/loss") for s in (1, 2, 3)]
-    assert math.isclose(float(loss["ratio_b_over_a"]), (sum(runs_b) / 3) / (sum(runs_a) / 3), rel_tol=1e-9)
-    assert math.isclose(float(loss["ratio_b_over_a"]), 80, rel_tol=1e-9)
+    mean_a, mean_b = sum(runs_a) / 3, sum(runs_b) / 3
+    assert mean_a < 0 and mean_b < 0  # negative losses: no B/A (80x would read against the change)
+    assert loss["ratio_b_over_a"] == ""
+    assert math.isclose(float(loss["change_pct"]), (mean_b - mean_a) / abs(mean_a) * 100, rel_tol=1e-9)  # -7,900 %
     grad = rows[("train/grad_norm", "rpp")]
     assert math.isclose(float(grad["change_pct"]), 12900, rel_tol=1e-9)  # 130x = +12,900 %
     assert loss["diff_units"] == "units" and loss["change_points"] == ""
@@ -163,3 +165,89 @@ def test_compare_refuses_an_unknown_input_kind(tmp_path):
     (tmp_path / "notes.txt").write_text("x")
     with pytest.raises(CompareError, match="not a sweep directory"):
         compare_paths(tmp_path, tmp_path / "notes.txt")
+
+
+def set_metric(sweep: Path, key: str, value) -> None:
+    """Every step of every job logs ``value(arm, seed)`` as ``key``."""
+    for log in (sweep / "jobs").glob("*/run/metrics.jsonl"):
+        arm, seed = log.parent.parent.name.rsplit("-", 1)
+        records = [json.loads(line) for line in log.read_text().splitlines()]
+        log.write_text("".join(json.dumps({**r, key: value(arm, int(seed))}) + "\n" for r in records))
+
+
+def table_line(stdout: str, metric: str, arm: str) -> list[str]:
+    line = next(x for x in stdout.splitlines() if x.startswith(f"| {metric} ") and f" | {arm} | " in x)
+    return [c.strip() for c in line.strip("|").split(" | ")]
+
+
+def test_negative_and_sign_crossing_means_have_no_ratio_and_a_change_that_reads_with_b_minus_a(tmp_path):
+    # issue 23: a loss -0.1 -> -0.18 showed "B/A 1.8x" beside "Change -80 %"
+    a, b = before_after(tmp_path)
+    set_metric(a, "train/loss", lambda arm, seed: -0.1)
+    set_metric(b, "train/loss", lambda arm, seed: -0.18 if arm == "grpo" else 0.05)
+    result = cli(a, b, "--csv", tmp_path / "cmp.csv")
+    assert result.returncode == 0, result.stderr
+    rows = csv_rows(tmp_path / "cmp.csv")
+    both_negative, crossing = rows[("train/loss", "grpo")], rows[("train/loss", "rpp")]
+    assert both_negative["ratio_b_over_a"] == "" and crossing["ratio_b_over_a"] == ""
+    assert math.isclose(float(both_negative["change_pct"]), (-0.18 + 0.1) / 0.1 * 100, rel_tol=1e-9)  # -80 %
+    assert math.isclose(float(both_negative["diff_mean"]), -0.08, rel_tol=1e-9)  # the same direction
+    assert crossing["change_pct"] == "" and math.isclose(float(crossing["diff_mean"]), 0.15, rel_tol=1e-9)
+    assert "differ in sign" in crossing["note"] and both_negative["note"] == ""
+
+    grpo = table_line(result.stdout, "train/loss", "grpo")
+    assert grpo[2:6] == ["-0.1", "-0.18", "—", "-80.0%"]
+    rpp = table_line(result.stdout, "train/loss", "rpp")
+    assert rpp[2:6] == ["-0.1", "0.05", "—", "—"] and rpp[8] == "paired (n=3) [1]"
+    assert "[1] A and B differ in sign: no B/A or %; read B − A" in result.stdout.splitlines()
+    assert any(line.startswith("B/A: ratio of the across-seed means, shown when both are positive.")
+               for line in result.stdout.splitlines())
+    # a positive pair keeps its ratio
+    assert math.isclose(float(rows[("eval/pass@1", "grpo")]["ratio_b_over_a"]), (1.24 / 3) / (1.35 / 3), rel_tol=1e-9)
+
+
+def test_the_unpaired_note_is_said_once_under_the_table(tmp_path):
+    a, b = before_after(tmp_path, seeds_b=(4, 5))
+    result = cli(a, b)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("seeds differ") == 1
+    assert "[1] seeds differ (A 1, 2, 3; B 4, 5): unpaired, Welch interval" in result.stdout.splitlines()
+    pairings = [cells[8] for cells in (table_line(result.stdout, m, arm)
+                                       for m in ("train/grad_norm", "eval/pass@1") for arm in ("grpo", "rpp"))]
+    assert pairings == ["unpaired [1]"] * 4
+
+
+def test_compare_across_three_sweeps_gives_each_its_column_and_its_difference_from_the_first(tmp_path):
+    passes = {"first": 0.40, "second": 0.46, "third": 0.31}
+    sweeps = [make_sweep(tmp_path, algos=("grpo", "rpp"), seeds=(1, 2), name=name,
+                         final_pass1=lambda arm, seed, p=p: p + 0.02 * seed + (0.1 if arm == "rpp" else 0.0))
+              for name, p in passes.items()]
+    result = cli(*sweeps, "--csv", tmp_path / "many.csv")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "# Compare 3 inputs (differences from input 1)"
+    assert lines[2].startswith("- 1: first: workload toy") and lines[4].startswith("- 3: third: workload toy")
+    with open(tmp_path / "many.csv", newline="", encoding="utf-8") as handle:
+        rows = {(r["metric"], r["arm"], r["name"]): r for r in csv.DictReader(handle)}
+    for name, p in passes.items():
+        row = rows[("eval/pass@1", "grpo", name)]
+        mean = p + 0.03  # seeds 1 and 2: p + 0.02 and p + 0.04
+        assert math.isclose(float(row["mean"]), mean, rel_tol=1e-9)
+        assert math.isclose(float(row["sd"]), math.sqrt(2 * 0.01**2), rel_tol=1e-6)
+        if name == "first":
+            assert row["diff_vs_first"] == "" and row["input"] == "1"
+        else:
+            assert math.isclose(float(row["diff_vs_first"]), (p - 0.40) * 100, rel_tol=1e-9)  # points
+            assert math.isclose(float(row["change_pct_vs_first"]), (p - 0.40) / 0.43 * 100, rel_tol=1e-9)
+    cells = table_line(result.stdout, "eval/pass@1", "grpo")
+    assert cells[2] == "0.43 ± 0.01414 (n=2)"
+    assert cells[3] == "0.49 ± 0.01414 (n=2); +6 points, +14.0%"
+    assert cells[4] == "0.34 ± 0.01414 (n=2); -9 points, -20.9%"
+
+
+def test_compare_across_sweeps_refuses_different_workloads_in_one_line(tmp_path):
+    sweeps = [make_sweep(tmp_path, algos=("grpo",), seeds=(1, 2), name=name, workload=workload)
+              for name, workload in (("x", "toy"), ("y", "toy"), ("z", "gsm8k_qwen3_0p6b"))]
+    refused = cli(*sweeps)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "the inputs ran different workloads (x 'toy'; y 'toy'; z 'gsm8k_qwen3_0p6b')" in refused.stderr

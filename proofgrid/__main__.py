@@ -1,0 +1,5 @@
+import sys
+
+from proofgrid.cli import main
+
+sys.exit(main())
