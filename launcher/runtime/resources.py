@@ -13,6 +13,7 @@ GPU part was skipped, is ``job.json``'s ``resource_sampling`` (``facts.files.RES
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -68,19 +69,28 @@ class GpuProbe:
         return self.skipped or f"sampled through NVML: {len(self.handles)} visible GPU(s)"
 
     def sample(self) -> list[dict] | None:
+        """Each visible GPU now; None when none is sampled. A device that refuses a query (a MIG slice
+        has no utilisation counter) stops the GPU part, and the description says so."""
         if self.nvml is None:
             return None
         out = []
-        for index, handle in enumerate(self.handles):
-            util = self.nvml.nvmlDeviceGetUtilizationRates(handle)
-            memory = self.nvml.nvmlDeviceGetMemoryInfo(handle)
-            out.append({"index": index, "util_percent": float(util.gpu), "mem_used_bytes": int(memory.used),
-                        "mem_total_bytes": int(memory.total)})
+        try:
+            for index, handle in enumerate(self.handles):
+                util = self.nvml.nvmlDeviceGetUtilizationRates(handle)
+                memory = self.nvml.nvmlDeviceGetMemoryInfo(handle)
+                out.append({"index": index, "util_percent": float(util.gpu), "mem_used_bytes": int(memory.used),
+                            "mem_total_bytes": int(memory.total)})
+        except self.nvml.NVMLError as exc:
+            self.skipped = f"stopped: NVML refused a query of GPU {len(out)} ({exc}); earlier samples kept"
+            self.close()
+            return None
         return out
 
     def close(self) -> None:
         if self.nvml is not None:
-            self.nvml.nvmlShutdown()
+            nvml, self.nvml = self.nvml, None
+            with contextlib.suppress(nvml.NVMLError):
+                nvml.nvmlShutdown()
 
 
 class ResourceSampler:
@@ -96,6 +106,7 @@ class ResourceSampler:
         self._thread: threading.Thread | None = None
         self._last_t = 0.0
         self.samples = 0
+        self.error: str | None = None
         self.gpu = GpuProbe()
 
     def _tree(self) -> list[psutil.Process]:
@@ -131,11 +142,14 @@ class ResourceSampler:
         self.samples += 1
 
     def _loop(self) -> None:
-        with open(self.path, "a", encoding="utf-8") as handle:
-            self._write(handle)
-            while not self._stop.wait(self.interval_s):
+        try:
+            with open(self.path, "a", encoding="utf-8") as handle:
                 self._write(handle)
-            self._write(handle)
+                while not self._stop.wait(self.interval_s):
+                    self._write(handle)
+                self._write(handle)
+        except (OSError, psutil.Error) as exc:  # the job goes on; its record says the samples stopped
+            self.error = f"sampling stopped: {exc.__class__.__name__}: {exc}"
 
     def start(self) -> ResourceSampler:
         self.path.unlink(missing_ok=True)  # this attempt's samples only (an earlier one's moved to attempts/)
@@ -151,4 +165,4 @@ class ResourceSampler:
             self._thread.join(timeout=max(5.0, 2 * self.interval_s))
         self.gpu.close()
         return {"file": RESOURCE_SAMPLES, "interval_s": self.interval_s, "samples": self.samples,
-                "gpu": self.gpu.description}
+                "gpu": self.gpu.description, **({"error": self.error} if self.error else {})}
