@@ -157,13 +157,12 @@ GIB = 2**30
 def resource_panels(data: BundleData) -> list[tuple[str, object]]:
     """The panels of the resource figure: ``(y label, value of one sample)``; the GPU ones only when a
     run sampled a GPU."""
-    panels = [("CPU (% of one core, summed over the tree)", lambda s: float(s["cpu_percent"])),
-              ("resident memory (GiB, summed over the tree)", lambda s: s["rss_bytes"] / GIB)]
+    panels = [("CPU (% of a core)", lambda s: float(s["cpu_percent"])),
+              ("RSS (GiB)", lambda s: s["rss_bytes"] / GIB)]
     if any(s.get("gpus") for samples in data.resources.values() for s in samples):
-        panels += [("GPU utilisation (%, busiest visible GPU)",
+        panels += [("GPU util (%, busiest)",
                     lambda s: max((float(g["util_percent"]) for g in s.get("gpus") or []), default=0.0)),
-                   ("GPU memory in use (GiB, visible GPUs)",
-                    lambda s: sum(g["mem_used_bytes"] for g in s.get("gpus") or []) / GIB)]
+                   ("GPU memory (GiB)", lambda s: sum(g["mem_used_bytes"] for g in s.get("gpus") or []) / GIB)]
     return panels
 
 
@@ -172,7 +171,8 @@ def _resource_figure(data: BundleData, arms: list[str]):
     in its arm's colour (one legend entry per arm)."""
     panels = resource_panels(data)
     figure = _new_figure(6.4, 1.9 * len(panels))
-    figure.suptitle(RESOURCE_TITLE)
+    figure.suptitle(f"{RESOURCE_TITLE}\n(CPU and memory summed over the job's processes; one line per run)",
+                    fontsize=8)
     axes = figure.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
     drawn = 0
     for ax, (label, value) in zip(axes, panels):
@@ -184,7 +184,7 @@ def _resource_figure(data: BundleData, arms: list[str]):
                 ax.plot([float(s["t"]) - start for s in samples], [value(s) for s in samples], color=arm_colour(index),
                         lw=0.9, label=f"{arm_name(arm, data.arm_algo(arm))} (n={len(runs)} runs)" if n == 0 else None)
                 drawn += 1
-        ax.set_ylabel(label, fontsize=6)
+        ax.set_ylabel(label, fontsize=7)
         ax.grid(alpha=0.3)
     axes[-1].set_xlabel("seconds since the job's first sample")
     if drawn:

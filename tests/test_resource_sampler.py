@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from launcher.runtime.resources import ResourceSampler
 from tests.sweeps import REPO
 
@@ -45,6 +47,7 @@ def test_samples_cover_a_child_s_memory_in_increasing_time_and_say_why_no_gpu(tm
         assert all(s["gpus"] and all(g["mem_total_bytes"] >= g["mem_used_bytes"] for g in s["gpus"]) for s in samples)
 
 
+@pytest.mark.slow  # runs the launcher (its dry run)
 def test_a_sample_interval_that_is_not_positive_is_refused_in_one_line_before_anything_runs(tmp_path):
     proc = subprocess.run([sys.executable, "launch.py", "-m", "algo=grpo", "seed=1", "cluster.resource_sample_s=0",
                            "dry_run=true", f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=REPO, capture_output=True,

@@ -32,7 +32,7 @@ from trainer.policy import token_entropy
 pytestmark = pytest.mark.slow
 
 N_UPDATES, EVERY = 4, 2
-SMALL = (f"workload.n_updates={N_UPDATES}", "workload.checkpoint_every=4", "workload.eval.n_prompts=4",
+SMALL = (f"workload.n_updates={N_UPDATES}", "workload.checkpoint_every=2", "workload.eval.n_prompts=4",
          "workload.eval.k=2")
 # The toy model's vocabulary bounds the entropy: 0 <= H <= log V.
 TOY_VOCAB = json.loads((REPO / "trainer" / "assets" / "toy" / "model" / "config.json").read_text())["vocab_size"]
@@ -109,3 +109,19 @@ def test_the_hparams_dashboard_reads_every_resolved_setting(runs):
     assert hparams["workload.eval.every"] == float(EVERY) and hparams["algo.kl_coef"] == pytest.approx(0.01)
     assert hparams["workload.adam_betas"] == "[0.9, 0.999]"  # a list as its text
     assert "arm" not in hparams and "output_dir" not in hparams  # a run of its own; never a machine path
+
+
+def test_a_killed_run_keeps_the_evaluations_of_its_checkpointed_steps_and_redoes_the_rest(runs, tmp_path):
+    from tests.test_trainer import sigkill_after_step_3
+
+    overrides = ("algo=rpp", "seed=3", *SMALL, "workload.eval.every=1")
+    killed = tmp_path / "killed"
+    sigkill_after_step_3(killed, overrides)
+    assert (killed / "checkpoints" / "latest").read_text().strip() == "step_000002"
+    before = json.loads((killed / "run.json").read_text())[EVAL_DURING_TRAINING_FIELD]["evaluations"]
+    assert [e["step"] for e in before][:3] == [0, 1, 2]
+    train_in_process(killed, *overrides)
+    during = json.loads((killed / "run.json").read_text())[EVAL_DURING_TRAINING_FIELD]["evaluations"]
+    assert [e["step"] for e in during] == [0, 1, 2, 3]  # each once: 3 again after the resume at 2
+    assert during[:3] == before[:3]  # kept from the first attempt
+    assert without_perf(read_metrics(killed)) == without_perf(read_metrics(runs / "rpp"))

@@ -853,6 +853,7 @@ def evaluate_during_training(run: Run, step: int) -> None:
     run.metrics_log.write_eval(step, summary, seconds)
     run.evaluations = [e for e in run.evaluations if e["step"] != step] + [
         {"step": step, "seconds": round(seconds, 3), "summary": summary}]
+    run.record.write("running", step, **eval_record(s.cfg, run.evaluations))  # a resumed run keeps them
     log.info("eval at step %d: pass@1=%.4f (%.1f s)", step, summary.get("pass@1", float("nan")), seconds)
 
 
