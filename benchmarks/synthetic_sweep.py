@@ -49,6 +49,8 @@ from facts.files import (
     JOB_RECORD,
     JOB_SPEC,
     LATEST_CHECKPOINT,
+    RESOURCE_SAMPLES,
+    RESOURCE_SAMPLING_FIELD,
     SWEEP_RECORD,
     TENSORBOARD_DIR,
     TRAINER_LOG,
@@ -159,7 +161,13 @@ def write_job(sweep: Path, name: str, arm: str, seed: int, steps: int, index: in
         "ports": {"block": [block, block + 63], "master_port": block + 11}, "restart_count": 0,
         "roots": {"cache": "roots/cache", "output": "run", "ray": "roots/ray", "tmp": "roots/tmp"},
         "runtime_state": COMPLETED, "scheduler": "local", "seed": seed, "source_commit": COMMIT,
-        "started_at": 1796156236.0 + index, "state": COMPLETED})
+        "started_at": 1796156236.0 + index, "state": COMPLETED,
+        RESOURCE_SAMPLING_FIELD: {"file": RESOURCE_SAMPLES, "interval_s": 5.0, "samples": 4,
+                                  "gpu": "skipped: no GPU visible to the job"}})
+    with open(job_dir / RESOURCE_SAMPLES, "w", encoding="utf-8") as samples:  # the runtime's, 5 s apart
+        for n in range(4):
+            samples.write(json.dumps({"t": 1796156236.0 + index + 5 * n, "cpu_percent": 90.0 + n, "processes": 2,
+                                      "rss_bytes": (400 + n + index % 5) * 2**20, "gpus": None}) + "\n")
     argv = ["-m", "trainer", *overrides]
     env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(block + 11), "PYTHONNOUSERSITE": "1", "HF_HUB_OFFLINE": "1"}
     write_json(job_dir / COMMAND_RECORD, {

@@ -83,6 +83,7 @@ from facts.files import (
     INCIDENTS_TABLE,
     INDEX_TABLE,
     JOB_RECORD,
+    RESOURCE_SAMPLES,
     STEPS_TABLE,
     SWEEP_RECORD,
     TABLES_DIR,
@@ -169,6 +170,7 @@ def _write_run_files(evidence: JobEvidence, job_dir: Path, out: Path, clean: San
     _copy_json(run_dir / RUN_RECORD, out / RUN_RECORD, clean)
     _copy_json(job_dir / COMMAND_PUBLIC_RECORD, out / COMMAND_PUBLIC_RECORD, clean)
     _copy_json(job_dir / JOB_RECORD, out / JOB_RECORD, clean, edit=_hide_node)
+    _copy_text(job_dir / RESOURCE_SAMPLES, out / RESOURCE_SAMPLES, clean)  # the runtime's resource samples
     for attempt in sorted((job_dir / ATTEMPTS_DIR).glob(job_files_glob(JOB_RECORD))):  # the job's earlier attempts
         _copy_json(attempt, out / ATTEMPTS_DIR / attempt.parent.name / JOB_RECORD, clean, edit=_hide_node)
     # The launcher's logs (trainer.log, runtime.log, ...) beside job.json, and any under logs/.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -17,12 +18,16 @@ from pathlib import Path
 from evidence.fileio import JSONError, read_json, write_text
 from evidence.metrics_log import COMMON_KEYS
 from evidence.sweep import read_arms
+from facts import loads_strict
 from facts.files import (
     BUNDLE_RUNS_DIR,
     EVAL_TABLE,
     EVIDENCE_SETTINGS,
     INCIDENTS_TABLE,
     INDEX_TABLE,
+    JOB_RECORD,
+    RESOURCE_SAMPLES,
+    RESOURCE_SAMPLING_FIELD,
     RUN_RECORD,
     STEPS_TABLE,
     SWEEP_RECORD,
@@ -110,6 +115,10 @@ class BundleData:
     runs: dict[tuple[str, int], dict] = field(default_factory=dict)
     step_keys: tuple[str, ...] = ()
     experiment: str | None = None  # text of data/experiment.yaml, when the bundle has one
+    # Each accepted run's resource samples (runs/<job>/resources.jsonl, the well-formed lines in order) and
+    # what its job.json says was sampled (resource_sampling: interval, and why no GPU was).
+    resources: dict[tuple[str, int], list[dict]] = field(default_factory=dict)
+    resource_sampling: dict[tuple[str, int], dict] = field(default_factory=dict)
     stages: dict[str, BundleData] = field(default_factory=dict)  # an experiment's earlier stages, data/stages/<name>/
 
     @property
@@ -143,6 +152,51 @@ class BundleData:
         if arm in arms:
             return arms[arm][0]
         return next((r["algo"] for r in self.index if _arm(r) == arm), arm)
+
+
+SAMPLE_NUMBERS = ("t", "cpu_percent", "rss_bytes")  # every resource sample's numbers
+GPU_SAMPLE_NUMBERS = ("util_percent", "mem_used_bytes")  # every GPU entry's
+
+
+def _finite_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def sample_problem(sample) -> str | None:
+    """Why one line of ``resources.jsonl`` is not a resource sample (None: it is one)."""
+    if not isinstance(sample, dict):
+        return "is not a JSON object"
+    missing = [k for k in SAMPLE_NUMBERS if not _finite_number(sample.get(k))]
+    if missing:
+        return f"has no finite {', '.join(missing)}"
+    gpus = sample.get("gpus")
+    if gpus is not None and not (isinstance(gpus, list) and all(
+            isinstance(g, dict) and all(_finite_number(g.get(k)) for k in GPU_SAMPLE_NUMBERS) for g in gpus)):
+        return "has a gpus entry without a finite util_percent and mem_used_bytes"
+    return None
+
+
+def read_resource_samples(path: Path) -> tuple[list[dict], list[str]]:
+    """The resource samples of a job's ``resources.jsonl`` (launcher.runtime.resources), in file order, and
+    a problem for each line that is not one (``line 3: is not a JSON object``); ``([], [why])`` when the
+    file is missing or unreadable."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return [], [f"cannot be read ({exc.__class__.__name__})" if path.exists() else "missing"]
+    samples, problems = [], []
+    for number, line in enumerate(text.splitlines(), start=1):
+        try:
+            sample = loads_strict(line)
+        except ValueError:
+            problems.append(f"line {number}: not JSON")
+            continue
+        why = sample_problem(sample)
+        if why:
+            problems.append(f"line {number}: {why}")
+        else:
+            samples.append(sample)
+    return samples, problems
 
 
 def load_bundle_data(data_dir: str | Path) -> BundleData:
@@ -186,6 +240,13 @@ def load_bundle_data(data_dir: str | Path) -> BundleData:
             data.runs[(arm, seed)] = read_json(data_dir / BUNDLE_RUNS_DIR / f"{arm}-{seed}" / RUN_RECORD)
         except JSONError:
             data.runs[(arm, seed)] = {}
+        job_dir = data_dir / BUNDLE_RUNS_DIR / f"{arm}-{seed}"
+        data.resources[(arm, seed)] = read_resource_samples(job_dir / RESOURCE_SAMPLES)[0]
+        try:
+            sampling = read_json(job_dir / JOB_RECORD).get(RESOURCE_SAMPLING_FIELD)
+        except (JSONError, AttributeError):
+            sampling = None
+        data.resource_sampling[(arm, seed)] = sampling if isinstance(sampling, dict) else {}
     experiment = data_dir / EXPERIMENT_FILE
     if experiment.is_file():
         data.experiment = experiment.read_text(encoding="utf-8")

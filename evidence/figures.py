@@ -197,6 +197,53 @@ def _eval_figure(data: BundleData, algos: list[str]):
     return figure
 
 
+# The resource samples' figure (runs/<job>/resources.jsonl): its file stem and title.
+RESOURCE_FIGURE = "resources"
+RESOURCE_TITLE = "Resources of each job's process tree over its run"
+GIB = 2**30
+
+
+def resource_panels(data: BundleData) -> list[tuple[str, object]]:
+    """The panels of the resource figure: ``(y label, value of one sample)``; the GPU ones only when a
+    run sampled a GPU."""
+    panels = [("CPU (% of a core)", lambda s: float(s["cpu_percent"])),
+              ("RSS (GiB)", lambda s: s["rss_bytes"] / GIB)]
+    if any(s.get("gpus") for samples in data.resources.values() for s in samples):
+        panels += [("GPU util (%, busiest)",
+                    lambda s: max((float(g["util_percent"]) for g in s.get("gpus") or []), default=0.0)),
+                   ("GPU memory (GiB)", lambda s: sum(g["mem_used_bytes"] for g in s.get("gpus") or []) / GIB)]
+    return panels
+
+
+def _resource_figure(data: BundleData, arms: list[str]):
+    """One panel per resource; each accepted run one thin line against seconds since its first sample,
+    in its arm's colour (one legend entry per arm)."""
+    panels = resource_panels(data)
+    figure = _new_figure(6.4, 1.9 * len(panels))
+    figure.suptitle(f"{RESOURCE_TITLE}\n(CPU and memory summed over the job's processes; one line per run)",
+                    fontsize=8)
+    axes = figure.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+    drawn = 0
+    for ax, (label, value) in zip(axes, panels):
+        for index, arm in enumerate(arms):
+            runs = [s for s in data.sweep["seeds"] if data.resources.get((arm, s))]
+            for n, seed in enumerate(runs):
+                samples = data.resources[(arm, seed)]
+                start = float(samples[0]["t"])
+                ax.plot([float(s["t"]) - start for s in samples], [value(s) for s in samples], color=arm_colour(index),
+                        lw=0.9, label=f"{arm_name(arm, data.arm_algo(arm))} (n={len(runs)} runs)" if n == 0 else None)
+                drawn += 1
+        ax.set_ylabel(label, fontsize=7)
+        ax.grid(alpha=0.3)
+    axes[-1].set_xlabel("seconds since the job's first sample")
+    if drawn:
+        axes[0].legend(fontsize=6, loc="best")
+    else:
+        axes[0].text(0.5, 0.5, "no accepted run has resource samples", transform=axes[0].transAxes, ha="center",
+                     va="center", fontsize=8)
+    return figure
+
+
 def render_figures(data: BundleData, out_dir: str | Path) -> list[Path]:
     """Write every figure of ``FIGURES`` that has something to draw as ``<out_dir>/<name>.svg`` (the report
     says why each figure ``left_out`` names is missing); returns the paths."""
@@ -214,4 +261,7 @@ def render_figures(data: BundleData, out_dir: str | Path) -> list[Path]:
             path = out_dir / f"{name}.svg"
             figure.savefig(path, format="svg", metadata=_METADATA)
             written.append(path)
+        path = out_dir / f"{RESOURCE_FIGURE}.svg"
+        _resource_figure(data, algos).savefig(path, format="svg", metadata=_METADATA)
+        written.append(path)
     return written

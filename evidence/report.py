@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from evidence.dataset import EXPERIMENT_FILE, BundleData
-from evidence.figures import FIGURES, left_out
+from evidence.figures import FIGURES, RESOURCE_FIGURE, RESOURCE_TITLE, left_out
 from evidence.sweep import algo_name
 from evidence.tables import (
     Table,
@@ -21,6 +21,7 @@ from evidence.tables import (
     display,
     eval_runs,
     fmt,
+    gpu_sampling,
     initial_evaluations,
     is_digest_item,
     kl_in_reward,
@@ -35,6 +36,7 @@ from facts.files import (
     FIGURES_DIR,
     INCIDENTS_TABLE,
     INDEX_TABLE,
+    RESOURCE_SAMPLES,
     STEPS_TABLE,
     TABLES_DIR,
 )
@@ -49,7 +51,8 @@ BUNDLE_FILES = (
     (f"{TABLES_DIR}/*.csv", "every table of this report at full precision"),
     (f"{TABLES_DIR}/resolved_config.csv", "appendix: every resolved setting of every run, per arm"),
     (f"{FIGURES_DIR}/*.svg", "the figures below"),
-    (f"{BUNDLE_RUNS_DIR}/<arm>-<seed>/", "metrics log, eval summary, run summary, path-free command and job record"),
+    (f"{BUNDLE_RUNS_DIR}/<arm>-<seed>/", "metrics log, eval summary, run summary, path-free command, job record and "
+     f"resource samples ({RESOURCE_SAMPLES})"),
     (f"{INITIAL_EVAL_DIR}/<key12>/", "the initial checkpoint's evaluation (summary and responses), once for the runs sharing it"),
 )
 
@@ -255,6 +258,27 @@ def _efficiency(data: BundleData, tables: dict[str, Table]) -> str:
         *(_figure(data, name) for name in ("response_len", "truncated"))])
 
 
+def _resources(data: BundleData, tables: dict[str, Table]) -> str:
+    """The jobs' resource samples: how they were taken, the peaks per arm and per run, and the figure."""
+    runs = sorted(data.resource_sampling)
+    intervals = sorted({str(data.resource_sampling[r].get("interval_s")) for r in runs
+                        if data.resource_sampling[r].get("interval_s") is not None})
+    gpus = sorted({gpu_sampling(data, *r) for r in runs})
+    every = f"every {' / '.join(intervals)} s" if intervals else "every few seconds"
+    return "\n".join([
+        "## Resources\n",
+        f"Each job's runtime sampled its process tree (itself, the trainer and everything under it) {every}: CPU "
+        f"summed over its processes (100 % is one core busy), resident memory summed over them (a shared page "
+        f"counts once per process) and, where NVML saw a GPU, each visible GPU's utilisation and memory in use "
+        f"(`{BUNDLE_RUNS_DIR}/<arm>-<seed>/{RESOURCE_SAMPLES}`). Peaks per arm, over every sample of its accepted "
+        f"runs:\n",
+        tables["resource_peaks"].markdown(),
+        "Per run:\n",
+        tables["resource_peaks_per_run"].markdown(),
+        f"GPU samples: {'; '.join(gpus) if gpus else 'not recorded'}.\n",
+        f"![{RESOURCE_TITLE}](figures/{RESOURCE_FIGURE}.svg)\n"])
+
+
 def _finals(data: BundleData) -> list[dict]:
     """Every accepted run's final-checkpoint evaluation row."""
     return [e["final"] for e in data.evals.values() if "final" in e]
@@ -368,8 +392,8 @@ def _limitations(data: BundleData, tables: dict[str, Table]) -> str:
 # The report, section by section in reading order: each a pure function of the data and its tables
 # that returns its markdown (None: the section does not apply to this bundle).
 SECTIONS = (_title, _verdict, _at_a_glance, _provenance, _scope, _algorithm_contract, _environment,
-            _training_stability, _efficiency, _evaluation, _paired_differences, _k1_activation, _incidents,
-            _limitations, _appendix)
+            _training_stability, _efficiency, _resources, _evaluation, _paired_differences, _k1_activation,
+            _incidents, _limitations, _appendix)
 
 
 def render_report(data: BundleData, tables: dict[str, Table] | None = None) -> str:

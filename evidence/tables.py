@@ -595,11 +595,82 @@ def eval_initial_table(data: BundleData) -> Table:
                   "Mean length"), md)
 
 
+# ---- resource samples (runs/<job>/resources.jsonl, launcher.runtime.resources) -------------------
+
+GIB = 2**30
+
+
+def peak_cpu_percent(samples: list[dict]) -> float | None:
+    """``max_s cpu_percent(s)``: the busiest sample of the job's process tree (100 = one core)."""
+    return max((float(s["cpu_percent"]) for s in samples), default=None)
+
+
+def peak_rss_gib(samples: list[dict]) -> float | None:
+    """``max_s rss_bytes(s) / 2^30``: the tree's largest summed resident memory, in GiB."""
+    return max((s["rss_bytes"] / GIB for s in samples), default=None)
+
+
+def peak_gpu_util_percent(samples: list[dict]) -> float | None:
+    """``max_s max_g util_percent(s, g)`` over the visible GPUs; None when no GPU was sampled."""
+    return max((float(g["util_percent"]) for s in samples for g in s.get("gpus") or []), default=None)
+
+
+def peak_gpu_mem_gib(samples: list[dict]) -> float | None:
+    """``max_s sum_g mem_used_bytes(s, g) / 2^30``: the visible GPUs' memory in use, in GiB; None when no
+    GPU was sampled."""
+    return max((sum(g["mem_used_bytes"] for g in s["gpus"]) / GIB for s in samples if s.get("gpus")), default=None)
+
+
+RESOURCE_PEAKS = (  # (CSV stem, markdown header, formula, digits)
+    ("peak_cpu_percent", "Peak CPU (% of one core)", peak_cpu_percent, 0),
+    ("peak_rss_gib", "Peak RSS (GiB)", peak_rss_gib, 2),
+    ("peak_gpu_util_percent", "Peak GPU util (%)", peak_gpu_util_percent, 0),
+    ("peak_gpu_mem_gib", "Peak GPU memory (GiB)", peak_gpu_mem_gib, 2),
+)
+
+
+def sampled_runs(data: BundleData, arm: str) -> list[int]:
+    """Seeds of the accepted runs of ``arm`` with at least one resource sample, in grid order."""
+    return [s for s in seeds(data) if data.resources.get((arm, s))]
+
+
+def gpu_sampling(data: BundleData, arm: str, seed: int) -> str:
+    """What the run's job.json says of its GPU samples (sampled through NVML, or why skipped)."""
+    return str(data.resource_sampling.get((arm, seed), {}).get("gpu") or "not recorded")
+
+
+def resource_tables(data: BundleData) -> tuple[Table, Table]:
+    """Peaks of the resource samples per arm (over all its accepted runs' samples) and per run."""
+    agg_rows, agg_md, run_rows, run_md = [], [], [], []
+    header = arm_header(data)
+    for a in arms(data):
+        algo, runs = data.arm_algo(a), sampled_runs(data, a)
+        pooled = [sample for s in runs for sample in data.resources[(a, s)]]
+        peaks = [formula(pooled) for _, _, formula, _ in RESOURCE_PEAKS]
+        agg_rows.append([a, algo, len(runs), len(pooled), *peaks])
+        agg_md.append([display(data, a), str(len(runs)), str(len(pooled)),
+                       *(fmt(v, d) for v, (*_, d) in zip(peaks, RESOURCE_PEAKS))])
+        for s in runs:
+            samples = data.resources[(a, s)]
+            peaks = [formula(samples) for _, _, formula, _ in RESOURCE_PEAKS]
+            span = float(samples[-1]["t"]) - float(samples[0]["t"])
+            run_rows.append([a, algo, s, job_id(data, a, s), len(samples), span, *peaks, gpu_sampling(data, a, s)])
+            run_md.append([display(data, a), str(s), job_id(data, a, s) or "—", str(len(samples)), fmt(span, 0),
+                           *(fmt(v, d) for v, (*_, d) in zip(peaks, RESOURCE_PEAKS))])
+    stems = tuple(stem for stem, *_ in RESOURCE_PEAKS)
+    names = tuple(name for _, name, *_ in RESOURCE_PEAKS)
+    return (Table("resource_peaks", ("arm", "algo", "n_runs", "n_samples", *stems), agg_rows,
+                  (header, "Runs sampled", "Samples", *names), agg_md),
+            Table("resource_peaks_per_run", ("arm", "algo", "seed", "job_id", "n_samples", "sampled_s", *stems, "gpu"),
+                  run_rows, (header, "Seed", "Job", "Samples", "Sampled (s)", *names), run_md))
+
+
 def compute_tables(data: BundleData) -> dict[str, Table]:
     """Every table of the report, by name (the CSV file stem under tables/)."""
     tables = [jobs_table(data), algorithm_contract_table(data), algorithm_config_table(data),
               environment_table(data), *stability_tables(data), normalisation_table(data),
               *efficiency_tables(data), eval_per_run_table(data), eval_initial_table(data),
               eval_aggregate_table(data),
-              paired_table(data), k1_table(data), incidents_table(data), resolved_config_table(data)]
+              paired_table(data), k1_table(data), incidents_table(data), resolved_config_table(data),
+              *resource_tables(data)]
     return {t.name: t for t in tables}

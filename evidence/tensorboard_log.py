@@ -181,6 +181,30 @@ def read_scalars(directory: str | Path) -> ScalarLog:
     return log
 
 
+def read_hparams(directory: str | Path) -> dict[str, bool | float | str]:
+    """The hyperparameters of the run in ``directory`` as the HParams dashboard reads them: the
+    ``session_start_info`` of the hparams plugin's summaries in its event files (the last one wins),
+    each value as its protobuf kind holds it (a number as a float). Empty when none was written."""
+    from google.protobuf.json_format import MessageToDict
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.plugins.hparams import metadata
+
+    found: dict[str, bool | float | str] = {}
+    directory = Path(directory)
+    paths = sorted(p for p in directory.glob(EVENT_FILE_GLOB) if p.is_file()) if directory.is_dir() else []
+    for path in paths:
+        for event in EventFileLoader(str(path)).Load():
+            if not event.HasField("summary"):
+                continue
+            for value in event.summary.value:
+                plugin = value.metadata.plugin_data
+                if plugin.plugin_name != metadata.PLUGIN_NAME or value.tag != metadata.SESSION_START_INFO_TAG:
+                    continue
+                info = metadata.parse_session_start_info_plugin_data(plugin.content)
+                found.update({name: MessageToDict(v) for name, v in info.hparams.items()})
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m evidence.tensorboard_log <dir>``: each tag's point count and step range, then the problems."""
     args = sys.argv[1:] if argv is None else argv

@@ -23,6 +23,10 @@ TRAINER_LOG = "trainer.log"
 RUNTIME_LOG = "runtime.log"
 RAY_START_LOG = "ray-start.log"
 ATTEMPTS_DIR = "attempts"
+# The job runtime's resource samples of its process tree (and GPUs), one JSON line each
+# (launcher.runtime.resources), and the job.json field that says what was sampled (and why not a GPU).
+RESOURCE_SAMPLES = "resources.jsonl"
+RESOURCE_SAMPLING_FIELD = "resource_sampling"
 # A run directory (the trainer's output): its summary, metrics log, evaluation and checkpoints, where
 # checkpoints/latest names the newest step_<n>/ and each holds the weights file.
 RUN_RECORD = "run.json"

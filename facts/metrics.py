@@ -17,3 +17,22 @@ OFF_POLICY_KEYS = ("train/staleness", "train/sampler_logp_gap", "train/is_ratio_
 DYNAMIC_SAMPLING_KEYS = ("rollout/dynamic_sampling_refilled", "rollout/dynamic_sampling_exhausted")
 # The run.json field that lists every key the run logs at every step (the evidence reads it).
 METRIC_KEYS_FIELD = "metric_keys"
+
+# TensorBoard-only tags: written to run/tensorboard/ beside every metrics.jsonl key, never to
+# metrics.jsonl (its keys, values and the external-trainer contract stay as they are).
+LEARNING_RATE_TAG = "train/lr"  # the optimizer's learning rate at the step
+ENTROPY_TAG = "policy/entropy"  # mean per-token entropy of the policy's sampling distribution
+REFERENCE_KL_TAG = "policy/ref_kl_k1"  # mean k1 reference KL, only where the record puts KL in the reward
+TENSORBOARD_ONLY_TAGS = (LEARNING_RATE_TAG, ENTROPY_TAG, REFERENCE_KL_TAG)
+# The evaluation on one set of tags for every checkpoint: the initial one at step 0, each evaluation
+# during training (workload.eval.every) at its step, the final one at n_updates.
+EVAL_TAG_PREFIX = "eval"
+EVAL_TAG_KEYS = ("pass@1", "pass@2", "pass@4", "mean_reward", "mean_length", "truncation")
+EVAL_SECONDS_TAG = "perf/eval_s"  # wall seconds of one evaluation during training
+# run.json's record of the evaluations during training: every, each one's step, seconds and summary.
+EVAL_DURING_TRAINING_FIELD = "eval_during_training"
+
+
+def eval_tag(key: str) -> str:
+    """The TensorBoard tag of one evaluation value: ``eval/pass@1``."""
+    return f"{EVAL_TAG_PREFIX}/{key}"

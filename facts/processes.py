@@ -10,6 +10,8 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+DEFAULT_RESOURCE_SAMPLE_S = 5.0  # cluster.resource_sample_s: how often a job's runtime samples its resources
+
 
 def boot_id() -> str | None:
     try:

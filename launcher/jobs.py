@@ -23,6 +23,7 @@ from facts.files import (
     JOB_SPEC,
     METRICS_LOG,
     RAY_START_LOG,
+    RESOURCE_SAMPLES,
     RUN_RECORD,
     RUNTIME_LOG,
     SWEEP_RECORD,
@@ -37,7 +38,8 @@ from launcher.restart_point import discard_checkpoint_past_bad_metrics
 from launcher.spec import JobSpec, Sweep
 
 ATTEMPT_RUN_FILES = (METRICS_LOG, EVAL_RECORD, RUN_RECORD)
-ATTEMPT_RECORDS = (JOB_RECORD, COMMAND_RECORD, COMMAND_PUBLIC_RECORD, TRAINER_LOG, RUNTIME_LOG, RAY_START_LOG)
+ATTEMPT_RECORDS = (JOB_RECORD, COMMAND_RECORD, COMMAND_PUBLIC_RECORD, TRAINER_LOG, RUNTIME_LOG, RAY_START_LOG,
+                   RESOURCE_SAMPLES)
 
 
 def is_accepted(job_dir: Path) -> bool:

@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from facts import atomic_write_json, sweep_jobs_dir
 from facts.files import COMMANDS_FILE, SWEEP_RECORD
 from facts.ordering import natural_key
+from facts.processes import DEFAULT_RESOURCE_SAMPLE_S
 from facts.ranks import DEFAULT_RENDEZVOUS_TIMEOUT_S
 from facts.repo import CONF_DIR, REPO_ROOT, SOURCE_COMMIT_ENV
 from facts.trainers import PROOFGRID_TRAINER
@@ -122,6 +123,10 @@ def plan_trainer(cfg: DictConfig, label: str) -> ExternalTrainer | None:
     spec = parse_spec(config["trainer"])
     if not spec.external:
         return None
+    if int(cfg.workload.eval.get("every", 0) or 0):  # proofgrid evaluates another trainer's final model only
+        raise PreflightError(f"job {label}: workload.eval.every={cfg.workload.eval.every} evaluates during "
+                             f"proofgrid's own training, and trainer {spec.name} trains on its own; set "
+                             "workload.eval.every=0 (its initial and final evaluations are still made)")
     trainer = ExternalTrainer(spec, config)
     try:
         argv = trainer.job(int(cfg.seed))["argv"]
@@ -194,6 +199,7 @@ def plan_sweep(root_cfg: DictConfig, cells: list[list[str]], sweep_dir: Path, co
             source_commit=commit, gpu_model=cluster.get("gpu_model") or None,
             arm=label, arm_overrides=dict(cell.arm), nodes=nodes, tasks_per_node=tasks_per_node,
             rendezvous_timeout_s=int(cluster.get("rendezvous_timeout_s") or DEFAULT_RENDEZVOUS_TIMEOUT_S),
+            resource_sample_s=float(cluster.get("resource_sample_s") or DEFAULT_RESOURCE_SAMPLE_S),
             external=trainers[cell.arm_key].job(seed) if trainers[cell.arm_key] is not None else None,
         ))
     if len(specs) > 1:  # a one-job sweep has nobody to share its initial evaluation with

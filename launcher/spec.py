@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from facts import TRAINER_OUTPUT_DIR, sweep_job_dir
 from facts.files import JOB_SPEC
+from facts.processes import DEFAULT_RESOURCE_SAMPLE_S
 from facts.ranks import DEFAULT_RENDEZVOUS_TIMEOUT_S
 from launcher.isolation import JobRoots, ecosystem_env
 from trainer.external.spec import fill_output_dir
@@ -56,6 +57,7 @@ class JobSpec:
     nodes: int = 1
     tasks_per_node: int = 1
     rendezvous_timeout_s: int = DEFAULT_RENDEZVOUS_TIMEOUT_S  # ranks that have not met by then fail the job (more than one task)
+    resource_sample_s: float = DEFAULT_RESOURCE_SAMPLE_S  # the runtime samples the job's CPU, memory and GPUs this often
 
     @property
     def tasks(self) -> int:

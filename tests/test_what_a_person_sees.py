@@ -105,8 +105,9 @@ def test_eval_pass_at_k_reaches_the_trainer_log_and_tensorboard(tmp_path):
         acc.Reload()
         for tag in acc.Tags()["scalars"]:
             tags[tag] = [(e.step, e.value) for e in acc.Scalars(tag)]
-    assert tags["eval/pass@2"] == [(1, pytest.approx(evaluation["final"]["pass@2"]))]
-    assert tags["eval_initial/pass@1"] == [(0, pytest.approx(evaluation["initial"]["pass@1"]))]
+    # One line per value: the initial checkpoint at step 0, the final one at n_updates.
+    assert tags["eval/pass@2"] == [(0, pytest.approx(evaluation["initial"]["pass@2"])),
+                                   (1, pytest.approx(evaluation["final"]["pass@2"]))]
     assert "grpo-3: finished" in proc.stdout
 
 

@@ -50,8 +50,10 @@ from facts import (
     algorithm,
     atomic_write_json,
 )
+from facts.algorithms import KL_IN_REWARD
 from facts.evaluation import model_files
-from facts.files import EVAL_RESPONSES_DIR, RESUMED_FROM_FIELD, RUN_COMPLETED
+from facts.files import EVAL_RESPONSES_DIR, JOB_SPEC, RESUMED_FROM_FIELD, RUN_COMPLETED
+from facts.metrics import ENTROPY_TAG, EVAL_DURING_TRAINING_FIELD, LEARNING_RATE_TAG, REFERENCE_KL_TAG
 from facts.ranks import (
     LOCAL_RANK_VAR,
     MASTER_ADDR_ENV,
@@ -71,6 +73,7 @@ from trainer.algorithms import (
     RolloutBatch,
     compute_advantages,
     get_estimator,
+    k1_kl,
     masked_global_normalize,
     overlong_penalty,
     reduce_loss,
@@ -87,7 +90,15 @@ from trainer.config import RunConfigError, validate
 from trainer.data import Example, PromptStream, load_split, mix_seed, subset_digest
 from trainer.evaluate import evaluate, shared_initial_eval
 from trainer.inputs import resolve, verify_inputs
-from trainer.metrics import KL_LOSS_KEY, MetricsLog, RankLog, log_eval, metric_keys
+from trainer.metrics import (
+    KL_LOSS_KEY,
+    MetricsLog,
+    RankLog,
+    hparam_values,
+    log_eval,
+    metric_keys,
+    split_board_only,
+)
 from trainer.policy import TokenBatch, build_token_batch, compute_context, load_policy, response_logprobs
 from trainer.preemption import (
     EXIT_CHECKPOINTED,
@@ -391,11 +402,11 @@ def logprob_stage(s: RunState, rollout: Rollout, m: StepMetrics) -> LogProbs:
         logp_ref = response_logprobs(s.reference, batch, temperature)
     lp = LogProbs(batch, logp_old=None, logp_ref=logp_ref, logp_sampler=logp_sampler, aux_ids=aux_ids)
     if s.schedule.updates_per_step == 1:
-        lp.logp, lp.logp_aux = policy_logprobs(s, batch, aux_ids)
+        (lp.logp, lp.logp_aux), entropy = policy_logprobs(s, batch, aux_ids, entropy=True)
         lp.logp_old = lp.logp.detach()
     else:
         with torch.no_grad():
-            lp.logp_old, _ = policy_logprobs(s, batch, None)
+            (lp.logp_old, _), entropy = policy_logprobs(s, batch, None, entropy=True)
 
     zero = torch.zeros((), dtype=torch.float32, device=s.device)
     n_valid = float(mask.sum())
@@ -404,17 +415,21 @@ def logprob_stage(s: RunState, rollout: Rollout, m: StepMetrics) -> LogProbs:
     m.mean("train/sampler_logp_gap", float(log_is.abs().sum()), n_valid)
     m.mean("train/is_ratio_mean", float(is_ratio.sum()), n_valid)
     m.max("train/is_ratio_max", float(is_ratio.max()) if n_valid else 0.0)
+    # The policy's entropy before the update, from the forward above (TensorBoard only).
+    m.mean(ENTROPY_TAG, float(torch.where(mask, entropy, zero).sum()), n_valid)
     return lp
 
 
-def policy_logprobs(s: RunState, batch: TokenBatch, aux_ids: torch.Tensor | None):
-    """The policy's (grad-enabled unless under no_grad) log-probs, plus auxiliary ones when asked."""
+def policy_logprobs(s: RunState, batch: TokenBatch, aux_ids: torch.Tensor | None, entropy: bool = False):
+    """The policy's (grad-enabled unless under no_grad) log-probs, plus auxiliary ones when asked;
+    with ``entropy``, ``((logp, logp_aux), H)``: each position's entropy from the same forward."""
     w = s.cfg.workload
     temperature = float(w.sampling.temperature) if float(w.sampling.temperature) > 0 else 1.0
     with compute_context(s.device, str(w.dtype)):
-        if aux_ids is None:
-            return response_logprobs(s.policy, batch, temperature), None
-        return response_logprobs(s.policy, batch, temperature, aux_ids)
+        out = response_logprobs(s.policy, batch, temperature, aux_ids, entropy=entropy)
+    if aux_ids is not None:
+        return out
+    return ((out[0], None), out[1]) if entropy else (out, None)
 
 
 def advantage_stage(s: RunState, rollout: Rollout, lp: LogProbs, step: int, m: StepMetrics) -> Advantages:
@@ -442,6 +457,8 @@ def advantage_stage(s: RunState, rollout: Rollout, lp: LogProbs, step: int, m: S
     m.total("rollout/all_zero_reward", float((rollout.reward > 0).sum()))  # a count here; a flag in train_step
     m.mean("rollout/response_len", float(mask.sum()), n)
     m.mean("rollout/truncated", float(sum(not f for f in rollout.finished)), n)
+    if algorithm(s.algo.estimator).kl_placement == KL_IN_REWARD:  # the k1 term the shaped reward carries
+        m.mean(REFERENCE_KL_TAG, float(k1_kl(lp.logp_old, lp.logp_ref, mask).sum()), float(mask.sum()))
     return adv
 
 
@@ -521,6 +538,7 @@ def train_step(s: RunState, step: int) -> dict[str, float]:
     metrics["perf/response_tok_per_s"] /= max(metrics.pop("perf/rollout_wall_s"), 1e-9)
     metrics["rollout/all_zero_reward"] = float(metrics["rollout/all_zero_reward"] == 0)
     metrics["perf/step_s"] = time.perf_counter() - t_step
+    metrics[LEARNING_RATE_TAG] = float(s.optimizer.param_groups[0]["lr"])
     return metrics
 
 
@@ -691,6 +709,8 @@ class Run:
     record: RunRecord | None  # rank 0's run.json
     metrics_log: MetricsLog | None  # rank 0's metrics.jsonl and TensorBoard events
     rank_log: RankLog | None = None  # with several ranks, each one's digest of every step's reduced values
+    evaluations: list[dict] | None = None  # rank 0's evaluations during training (workload.eval.every)
+    initial: dict | None = None  # the initial checkpoint's evaluation when it ran before training
 
     @property
     def ckpt_root(self) -> Path:
@@ -766,8 +786,80 @@ def set_up(rank: int, world: int, group, cfg: DictConfig, plan: RunPlan) -> Run:
     summary = {**run_summary(cfg, plan.algo, world, inputs), RESUMED_FROM_FIELD: resumed.record()}
     record = RunRecord(out / RUN_RECORD, summary, int(w.global_batch_size)) if rank == 0 else None
     metrics_log = MetricsLog(out, resumed.step) if rank == 0 else None
+    if metrics_log is not None and resumed.step == 0:
+        metrics_log.write_hparams(run_hparams(cfg, out))
     rank_log = RankLog(out, rank, resumed.step) if world > 1 else None
-    return Run(state, out, resumed.step, digest, inputs, eval_examples, record, metrics_log, rank_log)
+    evaluations = earlier_evaluations(out / RUN_RECORD, resumed.step) if rank == 0 else None
+    return Run(state, out, resumed.step, digest, inputs, eval_examples, record, metrics_log, rank_log, evaluations)
+
+
+def run_hparams(cfg: DictConfig, out: Path) -> dict:
+    """What the HParams dashboard filters runs by: every resolved setting of ``algo``, ``workload``,
+    ``seed`` and ``dp_size`` (``workload.lr``, ...) and, for a job of a sweep, its arm and the arm's
+    overrides as written (from the job's ``spec.json`` beside the run directory)."""
+    config = OmegaConf.to_container(OmegaConf.masked_copy(cfg, ["algo", "workload", "seed", "dp_size"]), resolve=True)
+    hparams = hparam_values(config)
+    try:
+        spec = json.loads((out.parent / JOB_SPEC).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return hparams  # a run of its own: no arm
+    if isinstance(spec, dict) and isinstance(spec.get("arm"), str):
+        hparams["arm"] = spec["arm"]
+        overrides = spec.get("arm_overrides") or {}
+        hparams["arm_overrides"] = ", ".join(f"{k}={v}" for k, v in sorted(overrides.items()))
+    return hparams
+
+
+def eval_every(cfg: DictConfig) -> int:
+    """``workload.eval.every``: evaluate every N steps during training (0, the default: never)."""
+    return int(cfg.workload.eval.get("every", 0) or 0)
+
+
+def earlier_evaluations(run_record: Path, start_step: int) -> list[dict]:
+    """The evaluations during training an earlier attempt recorded in ``run.json`` up to ``start_step``
+    (a resumed run keeps them; those after its checkpoint are done again)."""
+    try:
+        record = json.loads(run_record.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    entries = (record.get(EVAL_DURING_TRAINING_FIELD) or {}).get("evaluations", []) if start_step else []
+    return [e for e in entries if isinstance(e, dict) and isinstance(e.get("step"), int) and e["step"] <= start_step]
+
+
+def eval_record(cfg: DictConfig, evaluations: list[dict]) -> dict:
+    """run.json's ``eval_during_training``: the cadence, each evaluation (step, seconds, summary) and
+    the seconds they cost in all (the initial one at step 0 included when it ran before training)."""
+    return {EVAL_DURING_TRAINING_FIELD: {
+        "every": eval_every(cfg), "evaluations": evaluations,
+        "seconds": round(sum(e["seconds"] for e in evaluations), 3)}} if eval_every(cfg) else {}
+
+
+def evaluate_during_training(run: Run, step: int) -> None:
+    """Rank 0 evaluates the policy after ``step`` updates on the fixed subset, with the evaluation's
+    own keyed draws (``mix_seed(eval_seed, row, sample)``, as for the initial and final checkpoints, so
+    every point of the ``eval/`` line is paired with them); sampling is counter-based per key, so
+    nothing of the training's random streams is drawn or moved. Step 0 is the initial checkpoint's
+    evaluation (shared in a sweep). Its seconds go to run.json and TensorBoard."""
+    s = run.state
+    started = time.perf_counter()
+    if step == 0:
+        summary = run.initial = evaluate_initial_checkpoint(s.cfg, run.out, s.reference, s.tokenizer,
+                                                            run.eval_examples, s.device, run.inputs)
+    else:
+        e = s.cfg.workload.eval
+        current = s.sampler_step == s.optimizer_steps  # else the sampler lags: evaluate a copy of the policy
+        engine = s.engine if current else make_engine(str(s.cfg.workload.engine), s.policy,
+                                                      s.tokenizer.eos_token_id, s.tokenizer.pad_token_id)
+        with compute_context(s.device, str(s.cfg.workload.dtype)):
+            summary = evaluate(engine, s.tokenizer, run.eval_examples, int(e.k), int(e.seed),
+                               sampling_params(e, e.max_response_len), checkpoint_name(step),
+                               run.out / EVAL_RESPONSES_DIR / f"{checkpoint_name(step)}.jsonl")
+    seconds = time.perf_counter() - started
+    run.metrics_log.write_eval(step, summary, seconds)
+    run.evaluations = [e for e in run.evaluations if e["step"] != step] + [
+        {"step": step, "seconds": round(seconds, 3), "summary": summary}]
+    run.record.write("running", step, **eval_record(s.cfg, run.evaluations))  # a resumed run keeps them
+    log.info("eval at step %d: pass@1=%.4f (%.1f s)", step, summary.get("pass@1", float("nan")), seconds)
 
 
 def save_at(run: Run, done: int) -> None:
@@ -808,11 +900,14 @@ def train_steps(run: Run, stop: StopRequest | None) -> None:
     """Steps ``start_step .. n_updates - 1``; rank 0 logs each and checkpoints every ``checkpoint_every``."""
     s = run.state
     n_updates, every = int(s.cfg.workload.n_updates), int(s.cfg.workload.checkpoint_every)
+    evaluate_at = eval_every(s.cfg)
+    if evaluate_at and run.start_step == 0 and s.rank == 0:  # step 0 first: TensorBoard drops a step written late
+        evaluate_during_training(run, 0)
     for step in range(run.start_step, n_updates):
         if stop_agreed(stop, s.group, s.device):
             stop_for_requeue(run, step, stop)
         try:
-            metrics = train_step(s, step)
+            metrics, board = split_board_only(train_step(s, step))
         except NonFiniteGradientError as exc:
             log.error("%s", exc)
             if run.record is not None:
@@ -823,9 +918,11 @@ def train_steps(run: Run, stop: StopRequest | None) -> None:
         if run.rank_log is not None:  # every rank: what it holds of the step after the reductions
             run.rank_log.write(step, metrics)
         if s.rank == 0:
-            run.metrics_log.write(step, metrics)
+            run.metrics_log.write(step, metrics, board)
             log.info("step %d of %d reward=%.3f loss=%.4f", step, n_updates, metrics["rollout/raw_reward"],
                      metrics["train/loss"])
+            if evaluate_at and done % evaluate_at == 0 and done < n_updates:  # the final one is finish's
+                evaluate_during_training(run, done)
             if done % every == 0 or done == n_updates:
                 save_at(run, done)
 
@@ -844,10 +941,11 @@ def finish(run: Run) -> dict | None:
     run.metrics_log.close()
     n_updates = int(s.cfg.workload.n_updates)
     final, initial = evaluate_checkpoints(s.cfg, run.out, n_updates, s.engine, s.reference, s.tokenizer,
-                                          run.eval_examples, s.device, run.inputs)
+                                          run.eval_examples, s.device, run.inputs, initial=run.initial)
     atomic_write_json(run.out / EVAL_RECORD, {"initial": initial, "final": final})
-    log.info("%s", log_eval(run.out, n_updates, initial, final))
-    return run.record.write(RUN_COMPLETED, n_updates)
+    # With evaluations during training the initial one went to TensorBoard before the first step.
+    log.info("%s", log_eval(run.out, n_updates, initial, final, initial_logged=bool(eval_every(s.cfg))))
+    return run.record.write(RUN_COMPLETED, n_updates, **eval_record(s.cfg, run.evaluations))
 
 
 def initial_eval_identity(cfg: DictConfig, examples: list[Example], device: torch.device, inputs: dict[str, str]) -> dict:
@@ -867,16 +965,28 @@ def initial_eval_identity(cfg: DictConfig, examples: list[Example], device: torc
 
 def evaluate_checkpoints(cfg: DictConfig, out: Path, n_updates: int, engine: RolloutEngine, reference,
                          tokenizer, examples: list[Example], device: torch.device, inputs: dict[str, str],
-                         final_name: str | None = None) -> tuple[dict, dict]:
-    """The final checkpoint's evaluation and the initial checkpoint's (the control): in a sweep the
-    latter is computed once and shared (``trainer.evaluate.shared_initial_eval``), else into ``out``.
-    ``engine`` holds the final weights; ``final_name`` names them in eval.json (default: the final
-    checkpoint's ``step_<N>``; an external trainer's run names its final model directory)."""
+                         final_name: str | None = None, initial: dict | None = None) -> tuple[dict, dict]:
+    """The final checkpoint's evaluation and the initial checkpoint's (the control, unless ``initial``
+    gives it: evaluated before training): in a sweep the latter is computed once and shared
+    (``evaluate_initial_checkpoint``), else into ``out``. ``engine`` holds the final weights;
+    ``final_name`` names them in eval.json (default: the final checkpoint's ``step_<N>``; an external
+    trainer's run names its final model directory)."""
     w, e = cfg.workload, cfg.workload.eval
     eval_sampling = sampling_params(e, e.max_response_len)
     with compute_context(device, str(w.dtype)):
         final = evaluate(engine, tokenizer, examples, int(e.k), int(e.seed), eval_sampling,
                          final_name or checkpoint_name(n_updates), out / EVAL_RESPONSES_DIR / "final.jsonl")
+    if initial is None:
+        initial = evaluate_initial_checkpoint(cfg, out, reference, tokenizer, examples, device, inputs)
+    return final, initial
+
+
+def evaluate_initial_checkpoint(cfg: DictConfig, out: Path, reference, tokenizer, examples: list[Example],
+                                device: torch.device, inputs: dict[str, str]) -> dict:
+    """The initial checkpoint's evaluation (the control): in a sweep computed once and shared
+    (``trainer.evaluate.shared_initial_eval``; its entry names the shared file), else into ``out``."""
+    w, e = cfg.workload, cfg.workload.eval
+    eval_sampling = sampling_params(e, e.max_response_len)
 
     def evaluate_initial(responses_path: Path) -> dict:
         control = make_engine(str(w.engine), reference, tokenizer.eos_token_id, tokenizer.pad_token_id)
@@ -891,11 +1001,11 @@ def evaluate_checkpoints(cfg: DictConfig, out: Path, n_updates: int, engine: Rol
         if shared is None:
             log.warning("initial eval: the sweep directory's file system refuses flock; evaluating it in this run")
     if shared is None:
-        return final, evaluate_initial(out / EVAL_RESPONSES_DIR / "initial.jsonl")
+        return evaluate_initial(out / EVAL_RESPONSES_DIR / "initial.jsonl")
     log.info("initial eval: %s %s (key %s)", "computed" if shared.computed else "reused",
              shared.reference["path"], shared.reference["key"][:12])
     (out / EVAL_RESPONSES_DIR / "initial.jsonl").unlink(missing_ok=True)  # a per-run one from an earlier attempt
-    return final, {**shared.summary, "shared": shared.reference}
+    return {**shared.summary, "shared": shared.reference}
 
 
 def ranks_from_environment() -> tuple[int, int, int] | None:

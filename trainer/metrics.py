@@ -14,9 +14,10 @@ from pathlib import Path
 
 from facts import DYNAMIC_SAMPLING_KEYS, KL_LOSS_KEY, METRICS_LOG, OFF_POLICY_KEYS, REQUIRED_KEYS
 from facts.files import TENSORBOARD_DIR
+from facts.metrics import EVAL_SECONDS_TAG, EVAL_TAG_KEYS, TENSORBOARD_ONLY_TAGS, eval_tag
 from facts.ranks import rank_log, step_digest
 
-__all__ = ["KL_LOSS_KEY", "REQUIRED_KEYS", "MetricsLog", "RankLog", "metric_keys"]
+__all__ = ["KL_LOSS_KEY", "REQUIRED_KEYS", "MetricsLog", "RankLog", "metric_keys", "split_board_only"]
 
 
 def metric_keys(algo) -> list[str]:
@@ -28,6 +29,28 @@ def metric_keys(algo) -> list[str]:
     if algo.dynamic_sampling:
         keys.extend(DYNAMIC_SAMPLING_KEYS)
     return sorted(keys)
+
+
+def split_board_only(values: dict[str, float]) -> tuple[dict[str, float], dict[str, float]]:
+    """A step's values as ``(metrics.jsonl's, TensorBoard-only)``: the tags of ``TENSORBOARD_ONLY_TAGS``
+    go to TensorBoard alone, so metrics.jsonl (and each rank's digest of it) keeps exactly its keys."""
+    board = {key: values[key] for key in TENSORBOARD_ONLY_TAGS if key in values}
+    return {key: value for key, value in values.items() if key not in board}, board
+
+
+def hparam_values(settings: dict, prefix: str = "") -> dict[str, bool | int | float | str]:
+    """A nested settings mapping as the HParams dashboard's flat ``{"workload.lr": 1e-4, ...}``: numbers,
+    booleans and strings as they are, a list as its text, a null left out (the dashboard has no null)."""
+    flat: dict[str, bool | int | float | str] = {}
+    for key, value in settings.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(hparam_values(value, f"{name}."))
+        elif isinstance(value, (bool, int, float, str)):
+            flat[name] = value
+        elif value is not None:
+            flat[name] = json.dumps(value)
+    return flat
 
 
 def _keep_steps_before(path: Path, start_step: int) -> None:
@@ -90,38 +113,60 @@ class MetricsLog:
     def _truncate_to(self, start_step: int) -> None:
         _keep_steps_before(self.path, start_step)
 
-    def write(self, step: int, values: dict[str, float]) -> None:
+    def write(self, step: int, values: dict[str, float], board: dict[str, float] | None = None) -> None:
+        """One step: ``values`` to metrics.jsonl and TensorBoard, ``board`` (TensorBoard-only tags) to
+        TensorBoard alone."""
         record = {"step": step, **{k: values[k] for k in sorted(values)}}
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
-        for key, value in values.items():
+        for key, value in {**values, **(board or {})}.items():
             self._tb.add_scalar(key, value, step)
         self._tb.flush()
+
+    def write_eval(self, step: int, summary: dict, seconds: float | None = None) -> None:
+        """An evaluation on the ``eval/`` tags at ``step`` (its wall seconds on ``perf/eval_s``)."""
+        for tag, value in eval_scalars(summary).items():
+            self._tb.add_scalar(tag, value, step)
+        if seconds is not None:
+            self._tb.add_scalar(EVAL_SECONDS_TAG, seconds, step)
+        self._tb.flush()
+
+    def write_hparams(self, hparams: dict[str, bool | int | float | str]) -> None:
+        """The run's settings as the HParams dashboard's session (TensorBoard's ``hparams_pb``), in an
+        event file of its own in the same run directory."""
+        from tensorboard.plugins.hparams.summary_v2 import hparams_pb  # api.py imports tensorflow (keras)
+        from torch.utils.tensorboard.writer import FileWriter
+
+        writer = FileWriter(str(self.path.parent / TENSORBOARD_DIR))
+        writer.add_summary(hparams_pb(hparams))
+        writer.close()
 
     def close(self) -> None:
         self._file.close()
         self._tb.close()
 
 
-def eval_scalars(initial: dict, final: dict) -> dict[str, dict[str, float]]:
-    """The pass@k values of ``eval.json``'s two entries as TensorBoard tags: ``eval/pass@k`` for the
-    final checkpoint, ``eval_initial/pass@k`` for the initial-checkpoint control."""
-    return {prefix: {f"{prefix}/{key}": float(value) for key, value in sorted(entry.items())
-                     if key.startswith("pass@") and isinstance(value, (int, float))}
-            for prefix, entry in (("eval", final), ("eval_initial", initial))}
+def eval_scalars(summary: dict) -> dict[str, float]:
+    """One evaluation's values (an ``eval.json`` entry) as TensorBoard tags: ``eval/pass@1``, ...,
+    ``eval/mean_reward``; the same tags for every checkpoint, so TensorBoard draws one line."""
+    return {eval_tag(key): float(summary[key]) for key in EVAL_TAG_KEYS
+            if isinstance(summary.get(key), (int, float)) and not isinstance(summary.get(key), bool)}
 
 
-def log_eval(run_dir: Path, n_updates: int, initial: dict, final: dict) -> str:
-    """Write the eval's pass@k to the run's TensorBoard (final at step ``n_updates``, the initial
-    control at step 0) and return the one line the trainer logs."""
+def log_eval(run_dir: Path, n_updates: int, initial: dict, final: dict, initial_logged: bool = False) -> str:
+    """Write the evaluations to the run's TensorBoard on the ``eval/`` tags (the initial control at
+    step 0 unless ``initial_logged``: it was written before training, and a step written after later
+    ones would make TensorBoard drop those; the final checkpoint at step ``n_updates``) and return the
+    one line the trainer logs."""
     from torch.utils.tensorboard import SummaryWriter
 
-    scalars = eval_scalars(initial, final)
+    points = ([] if initial_logged else [(0, initial)]) + [(n_updates, final)]
     with SummaryWriter(log_dir=str(run_dir / TENSORBOARD_DIR)) as writer:
-        for prefix, step in (("eval_initial", 0), ("eval", n_updates)):
-            for tag, value in scalars[prefix].items():
+        for step, summary in points:
+            for tag, value in eval_scalars(summary).items():
                 writer.add_scalar(tag, value, step)
-    shown = {prefix: " ".join(f"{tag.split('/', 1)[1]}={value:.4f}" for tag, value in values.items())
-             for prefix, values in scalars.items()}
-    return f"eval final ({final.get('checkpoint', 'final')}): {shown['eval']}; initial control: {shown['eval_initial']}"
+    shown = {name: " ".join(f"{key}={entry[key]:.4f}" for key in EVAL_TAG_KEYS
+                            if key.startswith("pass@") and isinstance(entry.get(key), (int, float)))
+             for name, entry in (("final", final), ("initial", initial))}
+    return f"eval final ({final.get('checkpoint', 'final')}): {shown['final']}; initial control: {shown['initial']}"

@@ -188,11 +188,27 @@ def packed_input_index(batch: TokenBatch) -> torch.Tensor:
     return torch.nonzero_static(needed, size=count, fill_value=needed.numel())[:, 0]
 
 
-def response_logprobs(model, batch: TokenBatch, temperature: float = 1.0, aux_ids: torch.Tensor | None = None):
+def token_entropy(logp: torch.Tensor) -> torch.Tensor:
+    """Entropy of each position's distribution, ``H_t = -sum_v p_v log p_v`` with ``p = exp(logp)``,
+    ``[B, T]`` from log-probs ``[B, T, V]``.
+
+    Monitoring only: computed under ``no_grad`` from a detached view of log-probs already computed
+    (their values and graph are untouched; nothing is drawn), one response at a time so that only one
+    ``[T, V]`` temporary exists beside them.
+    """
+    with torch.no_grad():
+        values = logp.detach()
+        return torch.stack([-(row.exp() * row).sum(-1) for row in values])
+
+
+def response_logprobs(model, batch: TokenBatch, temperature: float = 1.0, aux_ids: torch.Tensor | None = None,
+                      entropy: bool = False):
     """``log pi(a_t | prefix)`` for every response position, ``[B, T]`` (garbage where mask is 0).
 
     With ``aux_ids`` ``[B, T, K]`` it returns ``(logp, logp_aux)``: the log-probs of the response
     tokens and of K auxiliary tokens per position, gathered from the SAME forward pass (one gather).
+    With ``entropy`` it returns ``(that, H)``: ``H`` ``[B, T]`` the entropy of every position's sampling
+    distribution (``token_entropy`` of the same log-softmax, monitoring only).
     """
     logits = response_logits(model, batch).float()
     width = batch.response_ids.shape[1]
@@ -200,6 +216,8 @@ def response_logprobs(model, batch: TokenBatch, temperature: float = 1.0, aux_id
         logits = logits / temperature
     logp = torch.log_softmax(logits, dim=-1)
     if aux_ids is None:
-        return logp.gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1)
-    gathered = logp.gather(-1, torch.cat([batch.response_ids.unsqueeze(-1), aux_ids[:, :width]], dim=-1))
-    return gathered[..., 0], gathered[..., 1:]
+        out = logp.gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1)
+    else:
+        gathered = logp.gather(-1, torch.cat([batch.response_ids.unsqueeze(-1), aux_ids[:, :width]], dim=-1))
+        out = gathered[..., 0], gathered[..., 1:]
+    return (out, token_entropy(logp)) if entropy else out

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from facts.backends import BACKEND_KINDS
+from facts.processes import DEFAULT_RESOURCE_SAMPLE_S
 from facts.ranks import DEFAULT_RENDEZVOUS_TIMEOUT_S
 from facts.slurm_formats import GRES_PATTERN, MEM_PATTERN, TIME_FORMS, time_ok
 
@@ -68,6 +69,7 @@ class EvalSchema:
     top_k: int = setting(ge=0)
     top_p: float = setting(gt=0.0, le=1.0)
     max_response_len: int = setting(ge=1)
+    every: int = setting(0, ge=0)  # evaluate every N training steps too (0: only the initial and final)
 
 
 @dataclass
@@ -130,6 +132,7 @@ class ClusterSchema:
     nodes: int = setting(1, ge=1)
     tasks_per_node: int = setting(1, ge=1)
     gpus_per_node: Optional[int] = setting(None, ge=1)  # noqa: UP045 - GPU profiles: --gpus-per-node
+    resource_sample_s: float = setting(DEFAULT_RESOURCE_SAMPLE_S, gt=0.0)  # the job's CPU/memory/GPU samples, this often
     rendezvous_timeout_s: int = setting(DEFAULT_RENDEZVOUS_TIMEOUT_S, ge=1)  # ranks that cannot meet fail the job after this long
     sbatch: dict[str, Any] = setting({})  # extra sbatch long options (checked in launcher.slurm.options)
     setup: list[str] = setting([])  # lines run in the batch script before the job (module load ...)

@@ -9,7 +9,8 @@ relative to the bag, or the archive's name, and a reason):
     bag             bagit-python's ``Bag.validate()`` plus proofgrid's rules
     runs            every accepted run re-validates and matches ``steps.csv``/``eval.csv``; the shared
                     initial evaluations (``data/initial_eval/<key12>/``) are the ones the runs reference
-    recomputation   every table CSV and every line of ``report.md``
+    resources       every accepted run's resource samples are there, well formed, their times increasing
+    recomputation   every table CSV and every line of ``report.md`` (the resource peaks among them)
     rejections      a rejected job whose bundled evidence passes every gate (cherry-picking)
     experiment      an experiment's ``verdict.json`` and its earlier stages
     records         ``bag-info.txt``, ``sweep.json``, ``index.csv`` and ``commands.txt`` agree
@@ -37,6 +38,7 @@ from evidence.audit.locate import not_a_bundle
 from evidence.audit.recomputation import check_recomputation
 from evidence.audit.records import check_records
 from evidence.audit.rejections import check_rejections
+from evidence.audit.resources import check_resources
 from evidence.audit.runs import check_runs
 from evidence.audit.signature import check_signature, check_signed_bag
 from evidence.dataset import BundleData, load_bundle_data
@@ -114,10 +116,11 @@ def _load(data_dir: Path) -> tuple[BundleData | None, list[Problem]]:
 
 
 def check_content(bag: Path, data: BundleData) -> list[Problem]:
-    """What the payload's files say, checked against each other: runs, recomputation, rejections, the
-    experiment, then the records (each shared initial evaluation read once for all of them)."""
+    """What the payload's files say, checked against each other: runs, resource samples, recomputation,
+    rejections, the experiment, then the records (each shared initial evaluation read once for all of them)."""
     data_dir, shared_checks = bag / BUNDLE_PAYLOAD, {}
     checks = (partial(check_runs, data_dir, data, shared_checks=shared_checks),
+              partial(check_resources, data_dir, data),
               partial(check_recomputation, data_dir, data),
               partial(check_rejections, data_dir, data, shared_checks=shared_checks),
               partial(check_experiment, data_dir, data),

@@ -21,6 +21,8 @@ from facts.files import (
     FIGURES_DIR,
     INCIDENTS_TABLE,
     INDEX_TABLE,
+    JOB_RECORD,
+    RESOURCE_SAMPLES,
     RUN_RECORD,
     STEPS_TABLE,
     SWEEP_RECORD,
@@ -74,7 +76,8 @@ _REDRAWN: dict[str, dict[str, bytes]] = {}
 def _inputs_digest(data_dir: Path) -> str:
     """SHA256 over the files ``load_bundle_data`` reads (the figures' only input)."""
     names = [SWEEP_RECORD, EVIDENCE_SETTINGS, INDEX_TABLE, INCIDENTS_TABLE, STEPS_TABLE, EVAL_TABLE]
-    names += sorted(p.relative_to(data_dir).as_posix() for p in data_dir.glob(f"{BUNDLE_RUNS_DIR}/{job_files_glob(RUN_RECORD)}"))
+    names += sorted(p.relative_to(data_dir).as_posix() for name in (RUN_RECORD, RESOURCE_SAMPLES, JOB_RECORD)
+                    for p in data_dir.glob(f"{BUNDLE_RUNS_DIR}/{job_files_glob(name)}"))
     lines = [f"{name} {sha256_file(data_dir / name) if (data_dir / name).is_file() else '-'}" for name in names]
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 

@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator
 
 from facts import run_dir_of_job
-from facts.files import TRAINER_LOG
+from facts.files import RESOURCE_SAMPLING_FIELD, TRAINER_LOG
 from facts.processes import runtime_identity
 from facts.ranks import rank_record_dir
 from facts.repo import REPO_ROOT, SOURCE_COMMIT_ENV
@@ -39,6 +39,7 @@ from launcher.ray_runtime import JobRay
 from launcher.records import update_job_record, write_command_records
 from launcher.runtime.hooks import JobHooks, Reaction, RunEnd
 from launcher.runtime.process import die_with_parent, leftovers, wait_for_group_exit
+from launcher.runtime.resources import ResourceSampler
 from launcher.spec import JobSpec
 from trainer.preemption import CHECKPOINT_SIGNALS, EXIT_CHECKPOINTED, EXIT_STOPPED_UNSAVED
 
@@ -104,6 +105,8 @@ class JobRun:
         self.exit_code: int | None = None
         self.failure: str | None = None
         self.cleanup: list[dict] = []
+        self.sampler: ResourceSampler | None = None
+        self.sampling: dict | None = None  # what the sampler recorded, for job.json
 
     def begin(self) -> None:
         """The RUNNING record: which job, where, started when, by which runtime process."""
@@ -142,6 +145,8 @@ class JobRun:
         """Roots, run lock, ports, Ray (and the other ranks) and the command records, then the trainer."""
         check_visible_gpu(self.spec.gpu_model)  # the profile asked for a GPU model: is it the one we got?
         self.roots.create()
+        # This runtime's process tree, from before Ray and the trainer start until they are gone.
+        self.sampler = ResourceSampler(self.record_dir, self.spec.resource_sample_s).start()
         if self.placement.leads:  # no second trainer in this run directory, ever (rank 0's holds it)
             self.run_lock = lock_job_run_dir(self.spec.job_dir)
         self.block = claim_port_block()
@@ -203,6 +208,8 @@ class JobRun:
                 os.killpg(proc.pid, signal.SIGKILL)
         if self.run_lock is not None:
             os.close(self.run_lock)
+        if self.sampler is not None:
+            self.sampling = self.sampler.stop()
 
     def end(self) -> RunEnd:
         """How the run ended. A stop signal with the trainer stopped at a checkpoint (or not started
@@ -238,6 +245,7 @@ class JobRun:
             "elapsed_s": round(time.time() - self.started_at, 3),
             "ports": self.block.as_record() if self.block is not None else None, "cleanup": self.cleanup,
             "failure": end.failure,  # None on success: never a stale failure of an earlier attempt
+            RESOURCE_SAMPLING_FIELD: self.sampling,
         })
         record = self.hooks.ended(self.record_dir, end, record)
         if end.stop_signal is not None and not end.finished_anyway:

@@ -99,6 +99,14 @@ def write_eval(run_dir: Path, final_checkpoint: str, final_pass1: float, n_promp
         (run_dir / "eval" / f"{kind}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+def write_resources(job_dir: Path, index: int) -> None:
+    """The runtime's resource samples of a job (launcher.runtime.resources): four samples, 5 s apart."""
+    with open(job_dir / "resources.jsonl", "w", encoding="utf-8") as f:
+        for n in range(4):
+            f.write(json.dumps({"t": 1700000000.0 + 5 * n + 1000 * index, "cpu_percent": 50.0 + 10 * n + index,
+                                "rss_bytes": (300 + 20 * n + index) * 2**20, "processes": 2, "gpus": None}) + "\n")
+
+
 def write_job(sweep: Path, algo: str, seed: int, index: int, n_steps: int, arm: str | None = None,
               overrides: dict | None = None, final_pass1=None, reward=None) -> Path:
     """One complete, valid job directory (of ``arm`` when given: the arm contract's records)."""
@@ -112,8 +120,11 @@ def write_job(sweep: Path, algo: str, seed: int, index: int, n_steps: int, arm: 
         "roots": {"ray": "roots/ray", "cache": "roots/cache", "tmp": "roots/tmp", "output": "run"},
         "ports": {"block": [20000 + 100 * index, 20099 + 100 * index], "master_port": 20001 + 100 * index},
         "cleanup": [],
+        "resource_sampling": {"file": "resources.jsonl", "interval_s": 5.0, "samples": 4,
+                              "gpu": "skipped: no GPU visible to the job"},
         **({"arm": arm, "arm_overrides": overrides} if arm is not None else {}),
     })
+    write_resources(job_dir, index)
     argv = ["python", "-m", "trainer", f"algo={algo}", f"seed={seed}", "workload=toy"]
     write_json(job_dir / "command.json", {
         "argv": argv + [f"output_dir={job_dir.resolve() / 'run'}"],
