@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.sweeps import REPO, launch
 
 ENV = {"OMP_NUM_THREADS": "1"}
@@ -69,6 +71,7 @@ def test_a_rerun_says_whether_it_resumed_from_a_checkpoint_or_restarted_from_scr
     assert "resumed from step_000001: continuing at step 1 of 3" in log
 
 
+@pytest.mark.slow  # runs launch.py: a process per command
 def test_refused_commands_and_experiments_leave_no_empty_directory(tmp_path):
     for args in (("workload.n_updates=-1",), ("experiment=nope",), ("-m", "algo=grpo,nope"),
                  ("-m", "workload.n_updates=-1", "dry_run=true"), ("formal=true", "seed=-3")):
@@ -80,6 +83,7 @@ def test_refused_commands_and_experiments_leave_no_empty_directory(tmp_path):
     assert [p.relative_to(tmp_path).as_posix() for p in tmp_path.glob("outputs/*")] == ["outputs/experiments"]
 
 
+@pytest.mark.slow  # runs launch.py: a process per command
 def test_an_experiments_smoke_run_and_full_run_get_their_own_default_directories(tmp_path):
     smoke = ("workload.n_updates=8", "workload.eval.n_prompts=16")
     digest = hashlib.sha256(b"workload.eval.n_prompts=16\nworkload.n_updates=8").hexdigest()[:8]
