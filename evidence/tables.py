@@ -244,18 +244,19 @@ def algorithm_contract_table(data: BundleData) -> Table:
                  [[r[0], r[1], *r[3:]] for r in rows])
 
 
-def _flatten(value, prefix: str = "") -> dict[str, str]:
+def flatten(value, prefix: str = "") -> dict[str, str]:
+    """Nested settings as dotted keys and text values: ``{"algo": {"kl_coef": 0.0}}`` -> ``{"algo.kl_coef": "0.0"}``."""
     if isinstance(value, dict):
         out = {}
         for key in sorted(value):
-            out.update(_flatten(value[key], f"{prefix}{key}."))
+            out.update(flatten(value[key], f"{prefix}{key}."))
         return out
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
     return {prefix[:-1]: text}
 
 
 def _configs(data: BundleData) -> dict[tuple[str, int], dict[str, str]]:
-    return {run: _flatten(data.runs.get(run, {}).get("config") or {}) for run in data.accepted}
+    return {run: flatten(data.runs.get(run, {}).get("config") or {}) for run in data.accepted}
 
 
 def _distinct(values) -> str:

@@ -31,7 +31,7 @@ from evidence.dataset import EVAL_FLOAT_COLUMNS, BundleData
 from evidence.measures import EVAL_PREFIX
 from evidence.problems import ExportError
 from evidence.results import read_evidence
-from evidence.tables import accepted_runs
+from evidence.tables import accepted_runs, flatten
 from evidence.tables import arms as arm_order
 from facts.files import EXPORTS_DIR, SWEEP_RECORD
 
@@ -114,16 +114,6 @@ def runs_of(data: BundleData) -> list[RunExport]:
 def sweep_digest(data: BundleData) -> str:
     """Eight hex digits naming the sweep (its plan as recorded): stable run ids across re-exports."""
     return hashlib.sha256(json.dumps(data.sweep, sort_keys=True, default=str).encode()).hexdigest()[:8]
-
-
-def flatten(value, prefix: str = "") -> dict[str, str]:
-    """Nested settings as MLflow parameters: ``{"algo": {"kl_coef": 0.0}}`` -> ``{"algo.kl_coef": "0.0"}``."""
-    if isinstance(value, dict):
-        out: dict[str, str] = {}
-        for key, item in value.items():
-            out.update(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
-        return out
-    return {prefix: value if isinstance(value, str) else json.dumps(value)}
 
 
 def mlflow_key(key: str) -> str:

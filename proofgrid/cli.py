@@ -14,13 +14,12 @@ import importlib.util
 import os
 import sys
 
-from facts.repo import REPO_ROOT
+from facts.repo import LAUNCH_SCRIPT
 
 PROG = "proofgrid"
-LAUNCH_SCRIPT = "launch.py"
 # (command, what it does, the entry point it runs)
 COMMANDS = (
-    ("run", "run a sweep (-m) or one job: proofgrid run -m algo=grpo,rpp seed=1,2", f"python {LAUNCH_SCRIPT}"),
+    ("run", "run a sweep (-m) or one job: proofgrid run -m algo=grpo,rpp seed=1,2", f"python {LAUNCH_SCRIPT.name}"),
     ("status", "each job's state, step and decision: proofgrid status <sweep_dir>", "python -m launcher status"),
     ("cancel", "cancel a Slurm sweep's queued and running jobs: proofgrid cancel <sweep_dir>",
      "python -m launcher cancel"),
@@ -61,11 +60,11 @@ def _needs_training_install(command: str) -> str | None:
 
 def run(args: list[str]) -> int:
     """``python launch.py <args>``: this process becomes it (os.execv), exactly as if typed."""
-    script = REPO_ROOT / LAUNCH_SCRIPT
+    script = LAUNCH_SCRIPT
     if (problem := _needs_training_install("run")) is not None:
         return _error(problem)
     if not script.is_file():
-        return _error(f"{PROG} run needs a checkout of proofgrid (its {LAUNCH_SCRIPT} and conf/); this install "
+        return _error(f"{PROG} run needs a checkout of proofgrid (its {script.name} and conf/); this install "
                       f"has none: clone the repository and {TRAIN_INSTALL}")
     sys.stdout.flush()
     os.execv(sys.executable, [sys.executable, str(script), *args])

@@ -9,7 +9,7 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SCANNED = ("launcher", "trainer", "evidence", "hydra_plugins", "benchmarks", "launch.py")
+SCANNED = ("launcher", "trainer", "evidence", "hydra_plugins", "benchmarks", "proofgrid", "launch.py")
 
 # Independent of facts/ on purpose: the test states what must not be spelled by hand.
 FILE_NAMES = {"sweep.json", "spec.json", "job.json", "command.json", "command.public.json", "trainer.log",
