@@ -37,6 +37,9 @@ SHIPPED = {
     "detect-secrets": "", "requests": "", "charset-normalizer": "", "idna": "", "urllib3": "", "certifi": "",
     # the bundle's RO-Crate and what it needs beyond the above and what torch brings (jinja2)
     "rocrate": "", "arcp": "", "python-dateutil": "", "tzdata": "",
+    # the job runtime's resource samples: psutil's one compiled wheel is abi3 (any CPython >= 3.6 on the
+    # same platform as this machine's, x86_64 Linux like the lent GPU machine)
+    "psutil": "",
 }
 # Ray: not on the GPU path; torch: the image's CUDA build stays; the signing library: a device trains and
 # seals, it never signs or verifies (the audit loads it only for a signed bundle or a given key).

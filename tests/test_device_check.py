@@ -46,9 +46,10 @@ WHEELS = [
     ("arcp", "0.2.1", []),
     ("python_dateutil", "4.0.0", ["tzdata"]),
     ("tzdata", "2026.1", []),
+    ("psutil", "7.1.3", []),
 ]
 SECRET_RULES = {"detect_secrets", "requests", "charset_normalizer", "idna", "urllib3", "certifi"}
-RO_CRATE = {"rocrate", "arcp", "python_dateutil", "tzdata"}
+RO_CRATE = {"rocrate", "arcp", "python_dateutil", "tzdata", "psutil"}  # and the resource samples' psutil
 # The H200 image: torch with CUDA, transformers 5.17 and what it needs; no Hydra, submitit, bagit or Ray.
 H200_IMAGE = {"torch": "2.11.0", "transformers": "5.17.0", "huggingface-hub": "1.20.0", "tokenizers": "0.23.1",
               "safetensors": "0.8.0", "numpy": "2.3.0", "pyarrow": "21.0.0", "scipy": "1.16.0", "matplotlib": "3.10.0",
