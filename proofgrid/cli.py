@@ -28,11 +28,11 @@ COMMANDS = (
     ("validate", "validate one job or run directory", "python -m evidence validate"),
     ("compare", "compare two or more sweeps or bundles, per arm", "python -m evidence compare"),
     ("export", "the accepted runs as W&B offline runs or an MLflow file store", "python -m evidence export"),
+    ("sign", "sign a bundle.tar.gz (or --generate-key a key pair); audit --public-key verifies it",
+     "python -m evidence sign"),
 )
 LAUNCHER_COMMANDS = ("status", "cancel")
-EVIDENCE_COMMANDS = ("build", "audit", "validate", "compare", "export")
-# Listed by `proofgrid --help` as not there yet, with the issue that brings it.
-NOT_YET = (("sign", "signing a bundle: comes with another issue"),)
+EVIDENCE_COMMANDS = ("build", "audit", "validate", "compare", "export", "sign")
 TRAIN_INSTALL = 'pip install -e ".[train]" in a checkout (make venv)'
 EXIT_USAGE = 2
 
@@ -41,7 +41,6 @@ def usage() -> str:
     width = max(len(name) for name, _, _ in COMMANDS)
     lines = [f"usage: {PROG} <command> [args ...]", "", "commands:"]
     lines += [f"  {name:<{width}}  {what} ({runs})" for name, what, runs in COMMANDS]
-    lines += ["", "not yet there:"] + [f"  {name:<{width}}  {what}" for name, what in NOT_YET]
     lines += ["", f"`{PROG} <command> --help` shows the command's own options."]
     return "\n".join(lines)
 
