@@ -148,8 +148,10 @@ def schema_accepts(cfg, key: str, value) -> bool:
     from trainer.schema import RunSchema, SettingError, check_settings
 
     run_settings = {f.name for f in dataclasses.fields(RunSchema)}
+    if key.split(".")[0] == "experiment":
+        return True  # an experiment's spec: its own check judges it
     if key.split(".")[0] not in run_settings:
-        return True  # not a run setting (an experiment's spec): its own check judges it
+        return False  # a top-level key no schema has (+zzz=red, +worklaod.lr=1)
     try:
         values = OmegaConf.to_container(cfg, resolve=True)
     except OmegaConfBaseException:
