@@ -38,7 +38,7 @@ from evidence.dataset import (
     write_csv,
 )
 from evidence.figures import render_figures
-from evidence.fileio import JSONError, dumps_json, read_json, sha256_file, write_text
+from evidence.fileio import JSONError, dumps_json, environment, read_json, sha256_file, write_text
 from evidence.incidents import (
     ATTEMPTS_DIR,
     INCIDENT_COLUMNS,
@@ -351,17 +351,9 @@ TOOL_DIR_VARIABLES = {"MPLCONFIGDIR": "matplotlib", "XDG_CACHE_HOME": "cache", "
 def private_tool_dirs():
     """Point the plotting tools' config and cache directories at a temporary directory while figures
     render, so that an evidence build writes nothing under ~/.cache or ~/.config (like the jobs)."""
-    saved = {name: os.environ.get(name) for name in TOOL_DIR_VARIABLES}
-    with tempfile.TemporaryDirectory(prefix="evidence-tools-") as tmp:
-        os.environ.update({name: os.path.join(tmp, sub) for name, sub in TOOL_DIR_VARIABLES.items()})
-        try:
-            yield Path(tmp)
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+    with tempfile.TemporaryDirectory(prefix="evidence-tools-") as tmp, \
+            environment({name: os.path.join(tmp, sub) for name, sub in TOOL_DIR_VARIABLES.items()}):
+        yield Path(tmp)
 
 
 def build_bundle(sweep_dir: str | Path, last_k: int = DEFAULT_LAST_K, figures: bool = True) -> BuildResult:

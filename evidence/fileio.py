@@ -4,6 +4,9 @@ deterministic writes."""
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from facts import loads_strict, read_with_sha256, sha256_file  # noqa: F401 - re-exported for evidence modules
@@ -48,3 +51,18 @@ def write_text(path: str | Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8", newline="\n") as handle:
         handle.write(text)
+
+
+@contextmanager
+def environment(values: dict[str, str]) -> Iterator[None]:
+    """``values`` set in ``os.environ`` while the block runs, the earlier values (or their absence) restored after."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

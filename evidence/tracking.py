@@ -19,15 +19,13 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
-import os
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from evidence import stats
 from evidence.dataset import EVAL_FLOAT_COLUMNS, BundleData
+from evidence.fileio import environment
 from evidence.measures import EVAL_PREFIX
 from evidence.problems import ExportError
 from evidence.results import read_evidence
@@ -132,21 +130,6 @@ def default_out(path: Path, tool: str) -> Path:
     return base / EXPORTS_DIR / tool
 
 
-@contextmanager
-def _environment(values: dict[str, str]) -> Iterator[None]:
-    """``values`` set in ``os.environ`` while the export runs, the earlier values restored after."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
 def wandb_environment(out: Path) -> dict[str, str]:
     """Offline, silent, every directory W&B writes under ``out``, no git/code capture, no error reports."""
     return {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_QUIET": "true", "WANDB_DIR": str(out),
@@ -174,7 +157,7 @@ def require(tool: str) -> None:
 
 def write_wandb(runs: list[RunExport], out: Path, project: str, digest: str) -> str:
     """One W&B offline run per accepted run under ``out/wandb/``; returns how to sync them."""
-    with _environment(wandb_environment(out)):
+    with environment(wandb_environment(out)):
         import wandb
 
         settings = wandb.Settings(mode="offline", silent=True, console="off", disable_git=True, save_code=False,
@@ -193,7 +176,7 @@ def write_wandb(runs: list[RunExport], out: Path, project: str, digest: str) -> 
 
 def write_mlflow(runs: list[RunExport], out: Path, experiment: str) -> str:
     """An MLflow file store at ``out``: one experiment, a parent run per arm, a nested run per seed."""
-    with _environment(mlflow_environment()):
+    with environment(mlflow_environment()):
         from mlflow.entities import Metric, Param, RunStatus, RunTag
         from mlflow.tracking import MlflowClient
 
