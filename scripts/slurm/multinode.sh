@@ -384,15 +384,20 @@ cmd_status() {
     return "$up"
 }
 
+# What every node command starts with: STATE_DIR's paths and the network its start built, NODE one of it.
+open_node() {
+    set_paths "$2"
+    load_network || die "no multi-node cluster at $STATE_DIR"
+    known_node "$1"
+}
+
 # The node crashes: its link goes down first (its peers see silence, not a closed connection, as when
 # a machine dies), then every process on it is killed.  slurmctld's pings time out, it marks the node
 # DOWN and ends its jobs NODE_FAIL (requeued when they may be): about 18 s later with the defaults.
 cmd_kill_node() {
     local node="${1:-}"
     [[ -n "$node" ]] || die "usage: $0 kill-node NODE [STATE_DIR]"
-    set_paths "${2:-}"
-    load_network || die "no multi-node cluster at $STATE_DIR"
-    known_node "$node"
+    open_node "$node" "${2:-}"
     ip link set "$(node_veth "$node")" down
     kill_in_netns "$(node_netns "$node")"
     rm -f "$RUN/slurmd-$node.pid"
@@ -403,9 +408,7 @@ cmd_kill_node() {
 cmd_restart_node() {
     local node="${1:-}"
     [[ -n "$node" ]] || die "usage: $0 restart-node NODE [STATE_DIR]"
-    set_paths "${2:-}"
-    load_network || die "no multi-node cluster at $STATE_DIR"
-    known_node "$node"
+    open_node "$node" "${2:-}"
     export SLURM_CONF="$SLURM_CONF_PATH"
     ip link set "$(node_veth "$node")" up
     pid_alive "$(pidfile_pid "$RUN/slurmd-$node.pid")" || start_slurmd "$node"
@@ -424,9 +427,7 @@ BLOCK_TABLE="proofgrid_block"
 cmd_block_ports() {
     local node="${1:-}" range="${2:-}"
     [[ -n "$node" && "$range" =~ ^[0-9]+-[0-9]+$ ]] || die "usage: $0 block-ports NODE FIRST-LAST [STATE_DIR]"
-    set_paths "${3:-}"
-    load_network || die "no multi-node cluster at $STATE_DIR"
-    known_node "$node"
+    open_node "$node" "${3:-}"
     command -v nft >/dev/null || die "nft is not installed: run '$0 install'"
     local ns
     ns="$(node_netns "$node")"
@@ -440,9 +441,7 @@ cmd_block_ports() {
 cmd_unblock_ports() {
     local node="${1:-}"
     [[ -n "$node" ]] || die "usage: $0 unblock-ports NODE [STATE_DIR]"
-    set_paths "${2:-}"
-    load_network || die "no multi-node cluster at $STATE_DIR"
-    known_node "$node"
+    open_node "$node" "${2:-}"
     ip netns exec "$(node_netns "$node")" nft delete table inet "$BLOCK_TABLE" 2>/dev/null || true
     log "node $node drops nothing"
 }
