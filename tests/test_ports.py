@@ -117,6 +117,36 @@ def test_listening_ports_sees_listeners_only():
         server.close()
 
 
+def test_a_listener_on_its_way_out_is_not_a_leftover_and_one_that_stays_is():
+    """A job's leftover check gives listeners a moment to close (a killed raylet's memory goes before
+    its sockets do): a process that closes its listener within the grace is not reported; one that
+    keeps listening is, once the grace is over."""
+    import time
+
+    from launcher.runtime.process import still_listening
+
+    port = BASE + 720
+    closing = subprocess.Popen([sys.executable, "-c", (
+        "import socket, sys, time\n"
+        f"s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('127.0.0.1', {port}))\n"
+        "s.listen(); print('up', flush=True); time.sleep(1.0)\n")], stdout=subprocess.PIPE, text=True)
+    assert closing.stdout.readline() == "up\n"
+    try:
+        assert still_listening(range(port, port + 1), grace_s=20.0) == []
+    finally:
+        closing.wait(timeout=30)
+    staying = socket.socket()
+    staying.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    staying.bind(("127.0.0.1", port + 1))
+    staying.listen()
+    try:
+        started = time.monotonic()
+        assert still_listening(range(port, port + 2), grace_s=0.5) == [port + 1]
+        assert time.monotonic() - started >= 0.5
+    finally:
+        staying.close()
+
+
 def test_blocks_from_different_bases_that_overlap_are_never_held_twice(tmp_path):
     """Locks are named by absolute port range: a base shifted by half a block still collides."""
     held = []

@@ -283,12 +283,15 @@ def test_the_waiting_launcher_returns_only_after_the_last_run_of_a_task_that_req
     # runs is confirmed final. A plain script keeps this to Slurm's own timing (no trainer).
     from launcher.records import update_job_record
     from launcher.slurm.backend import wait_for_jobs
-    from launcher.slurm.states import sacct_runs, squeue_states
+    from launcher.slurm.states import sacct_runs
 
-    script = tmp_path / "task.sh"
+    script, armed = tmp_path / "task.sh", tmp_path / "armed"
+    # The warning goes out once the trap is set (the marker), not once squeue says RUNNING: under load
+    # bash may not have reached the trap yet, and an untrapped USR2 kills the task (FAILED, no requeue).
     script.write_text("#!/bin/bash\n"
                       'if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then\n'
                       "  trap 'scontrol requeue $SLURM_JOB_ID; exit 143' USR2\n"
+                      f"  touch {armed}\n"
                       "  sleep 120 & wait; exit 1\n"
                       "fi\n"
                       "sleep 2\n")
@@ -299,7 +302,7 @@ def test_the_waiting_launcher_returns_only_after_the_last_run_of_a_task_that_req
     job_dir.mkdir(parents=True)
     update_job_record(job_dir, {"scheduler": "slurm", "job_id": job_id, "state": "PENDING"})
     try:
-        wait_for(lambda: squeue_states([job_id]).get(job_id, {}).get("state") == "RUNNING", 60, "the task to run")
+        wait_for(armed.exists, 60, "the task to set its USR2 trap")
         subprocess.run(["scancel", "--batch", "--signal=USR2", job_id], check=True)
         wait_for_jobs(tmp_path / "sweep", [job_dir], {"task": 1}, poll_s=0.2, timeout_s=120)
         assert [run["state"] for run in sacct_runs(job_id)] == ["REQUEUED", "COMPLETED"]

@@ -59,8 +59,10 @@ class TokenBatch:
 
         Every prompt is kept, though the slice continues only some: dropping the others changes the
         matrix shapes of the prompt-side products (the output head's row count, the backward's
-        reductions over prompt tokens), and with them the last bits of the slice's numbers, which
-        must equal the whole batch's (``test_a_mini_batch_s_log_probs_equal_the_whole_batch_s_rows_bit_for_bit``)."""
+        reductions over prompt tokens), and with them the last bits of a run's numbers from one version
+        to the next. The slice's log-probs equal the whole batch's rows to float32 rounding, bit for bit
+        where the BLAS takes one kernel for both row counts
+        (``test_a_mini_batch_s_log_probs_equal_the_whole_batch_s_rows_to_float32_rounding``)."""
         return TokenBatch(self.prompt_ids, self.prompt_mask, self.owner[rows], self.response_ids[rows],
                           self.response_mask[rows], self.lengths[rows])
 

@@ -19,6 +19,10 @@ from launcher.ray_runtime import leftover_processes
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 GROUP_EXIT_GRACE_S = 15.0  # helpers of a finished trainer (torch's resource tracker) still exiting
+# A killed process's /proc environ goes unreadable (its memory is released) before its sockets are
+# closed, so a Ray raylet that ``leftover_processes`` no longer sees may still hold its listeners for
+# a moment on a loaded node; a listener that closes within this grace was on its way out.
+LISTENER_CLOSE_GRACE_S = 10.0
 
 
 def die_with_parent(parent: int):
@@ -61,7 +65,15 @@ def leftovers(roots: JobRoots, block: PortBlock) -> list[dict]:
     """Everything the job left behind; must be empty, and a non-empty list is an incident."""
     found = leftover_processes(roots.job_dir)
     # Only listeners count: a port of the block that someone still *serves* on after the job.
-    found += [{"kind": "port", "port": p} for p in listening_ports(range(block.start, block.start + BLOCK_SIZE))]
+    found += [{"kind": "port", "port": p} for p in still_listening(range(block.start, block.start + BLOCK_SIZE))]
     if roots.ray_alias.is_symlink() or roots.ray_alias.exists():
         found.append({"kind": "directory", "path": "<RAY_ALIAS>"})
+    return found
+
+
+def still_listening(ports: range, grace_s: float = LISTENER_CLOSE_GRACE_S) -> list[int]:
+    """The ports of ``ports`` someone still listens on after ``grace_s`` (at once when none does)."""
+    deadline = time.monotonic() + grace_s
+    while (found := listening_ports(ports)) and time.monotonic() < deadline:
+        time.sleep(0.1)
     return found
