@@ -23,6 +23,7 @@ from facts.files import (
     BUNDLE_RUNS_DIR,
     EVAL_TABLE,
     EVIDENCE_SETTINGS,
+    EXPERIMENT_FILE,
     INCIDENTS_TABLE,
     INDEX_TABLE,
     JOB_RECORD,
@@ -44,8 +45,6 @@ EVAL_INT_COLUMNS = ("n_prompts", "k", "n_responses", "eval_seed")
 EVAL_FLOAT_COLUMNS = ("pass@1", "pass@2", "pass@4", "truncation", "mean_length", "mean_reward")
 ARTIFACT_COLUMNS = ("job", "path", "bytes", "sha256")
 SETTINGS_FILE = EVIDENCE_SETTINGS
-# The pre-registered experiment spec, as run, when the sweep is a stage of an experiment.
-EXPERIMENT_FILE = "experiment.yaml"
 
 
 def cell(value) -> str:

@@ -44,9 +44,8 @@ from evidence.index import JobEvidence
 from evidence.problems import IncidentsFileError
 from facts import checkpoint_name, run_dir_of_job, sweep_job_dir
 from facts.failures import failure_cause
-from facts.files import ATTEMPTS_DIR, JOB_RECORD, RESUMED_FROM_FIELD, RUN_RECORD
+from facts.files import ATTEMPTS_DIR, INCIDENTS_FILE, JOB_RECORD, RESUMED_FROM_FIELD, RUN_RECORD
 
-INCIDENTS_FILE = "incidents.yaml"
 # Earlier attempts of a job, kept by the launcher when it re-runs a rejected job.
 OPEN = "open"
 EXCLUDED = "excluded from every aggregate"

@@ -61,6 +61,23 @@ EVAL_TABLE = "eval.csv"
 RO_CRATE_METADATA = "ro-crate-metadata.json"
 TABLES_DIR = "tables"
 FIGURES_DIR = "figures"
+# More payload files: the retained artifacts' digests, the report, the user's incidents file (copied from the
+# sweep), an experiment's spec as run and its verdict; a job's logs under runs/<job>/logs/.
+ARTIFACTS_TABLE = "artifacts.csv"
+REPORT_FILE = "report.md"
+INCIDENTS_FILE = "incidents.yaml"  # <sweep>/incidents.yaml (optional), kept in the bundle as it is
+EXPERIMENT_FILE = "experiment.yaml"  # the pre-registered experiment spec, as run (an experiment's confirm stage)
+VERDICT_FILE = "verdict.json"
+LOGS_DIR = "logs"
+# An experiment's stages (sibling sweeps of its directory) and the records the launcher writes at the probe
+# stage's root; the confirm stage's bundle carries each earlier stage's data/ under data/stages/<stage>/.
+PROBE_STAGE, TUNING_STAGE, CONFIRM_STAGE = "probe", "tuning", "confirm"
+STAGES_DIR = "stages"
+PROBE_RECORD = "probe.json"  # per arm: step cost, peak memory; the declared checks and the budget
+GRADIENT_RECORD = "gradient_check.json"  # both arms' gradients on one staleness-0 batch
+# The lock every writer of a sweep's evidence holds (the launcher for its whole run, `python -m evidence
+# build` while it seals): <sweep>/.launcher.lock, an exclusive flock (facts.locks).
+SWEEP_LOCK = ".launcher.lock"
 # `python -m evidence export --to <tool>` writes into <sweep>/exports/<tool>/ unless told where (never bundled).
 EXPORTS_DIR = "exports"
 # A trainer that is not proofgrid's (a trainer spec with a command) writes its own files into this

@@ -7,6 +7,7 @@ relative to the bag, or the archive's name, and a reason):
     signature       the archive's signature, verified with the reviewer's public key (``audit(path, public_key)``)
     crate           ``ro-crate-metadata.json`` names the bag's files with their digests and every accepted run
     bag             bagit-python's ``Bag.validate()`` plus proofgrid's rules
+    layout          every payload file is one the build writes (``facts.bundle_layout``), of a job the index lists
     runs            every accepted run re-validates and matches ``steps.csv``/``eval.csv``; the shared
                     initial evaluations (``data/initial_eval/<key12>/``) are the ones the runs reference
     resources       every accepted run's resource samples are there, well formed, their times increasing
@@ -33,6 +34,7 @@ from evidence.audit.bag import check_bag
 from evidence.audit.crate import check_crate
 from evidence.audit.experiment import check_experiment
 from evidence.audit.figures import check_figures
+from evidence.audit.layout import check_layout
 from evidence.audit.leaks import scan_leaks
 from evidence.audit.locate import not_a_bundle
 from evidence.audit.recomputation import check_recomputation
@@ -131,11 +133,12 @@ def check_content(bag: Path, data: BundleData) -> list[Problem]:
 
 
 def audit_bag(bag: Path) -> list[Problem]:
-    """Audit an unpacked bag directory: the bag, its content, its figures, then the leak scan."""
+    """Audit an unpacked bag directory: the bag, its layout, its content, its figures, then the leak scan."""
     problems = check_bag(bag)
     data_dir = bag / BUNDLE_PAYLOAD
     if data_dir.is_dir():
         data, unloadable = _load(data_dir)
+        problems += check_layout(bag, data)
         problems += unloadable if data is None else check_content(bag, data)
         problems += _guarded(partial(check_figures, data_dir, data), f"{BUNDLE_PAYLOAD}/figures", "cannot redraw")
     return problems + scan_leaks(bag)

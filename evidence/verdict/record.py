@@ -19,8 +19,8 @@ from evidence.verdict.rule import Outcome, decide, mean_curve
 from evidence.verdict.selection import Selection, select_settings
 from evidence.verdict.spec import MIN_SEEDS, Experiment, parse_experiment, same_overrides
 from evidence.verdict.stages import TUNING_STAGE
+from facts.files import VERDICT_FILE
 
-VERDICT_FILE = "verdict.json"
 SCHEMA = 1
 ROLES = ("baseline", "treatment")
 

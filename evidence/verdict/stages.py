@@ -11,19 +11,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evidence.dataset import EXPERIMENT_FILE
 from evidence.fileio import write_text
 from evidence.verdict.spec import parse_experiment
-from facts.files import BUNDLE_DIR, INDEX_TABLE, bundle_payload_dir
+from facts.bundle_layout import EARLIER_STAGES, STAGE_RECORDS
+from facts.files import (
+    BUNDLE_DIR,
+    CONFIRM_STAGE,
+    EXPERIMENT_FILE,
+    GRADIENT_RECORD,
+    INDEX_TABLE,
+    PROBE_RECORD,
+    PROBE_STAGE,
+    STAGES_DIR,
+    TUNING_STAGE,
+    bundle_payload_dir,
+)
 
-PROBE_STAGE, TUNING_STAGE, CONFIRM_STAGE = "probe", "tuning", "confirm"
 STAGES = (PROBE_STAGE, TUNING_STAGE, CONFIRM_STAGE)
-# An experiment's stages before confirm, whose evidence (their whole data/) the confirm stage's bundle carries.
-EARLIER_STAGES = (PROBE_STAGE, TUNING_STAGE)
-PROBE_RECORD = "probe.json"  # per arm: step cost, peak memory; the declared checks and the budget
-GRADIENT_RECORD = "gradient_check.json"  # both arms' gradients on one staleness-0 batch
-# Records the launcher writes at a stage's root (the probe's checks), carried beside its data.
-STAGE_RECORDS = {PROBE_STAGE: (PROBE_RECORD, GRADIENT_RECORD)}
+__all__ = ["CONFIRM_STAGE", "EARLIER_STAGES", "GRADIENT_RECORD", "PROBE_RECORD", "PROBE_STAGE", "STAGES",
+           "STAGE_RECORDS", "TUNING_STAGE", "add_experiment"]
 
 
 def add_experiment(sweep_dir: Path, data_dir: Path) -> None:
@@ -43,7 +49,7 @@ def add_experiment(sweep_dir: Path, data_dir: Path) -> None:
         built = bundle_payload_dir(root / BUNDLE_DIR)
         if not (built / INDEX_TABLE).is_file():
             continue
-        target_root = Path(data_dir) / "stages" / stage
+        target_root = Path(data_dir) / STAGES_DIR / stage
         for path in sorted(p for p in built.rglob("*") if p.is_file() and not p.is_symlink()):
             target = target_root / path.relative_to(built)
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,62 @@
+"""The payload's files against the bundle's layout (``facts.bundle_layout``): every file under a payload
+directory that the build never writes there. The build refuses to seal one; the audit names each."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from evidence.dataset import BundleData
+from facts.bundle_layout import payload_member
+from facts.files import STAGES_DIR
+
+NOT_WRITTEN = "not a file the build writes (the bundle's layout, facts/bundle_layout.py, has no such member)"
+
+
+def payload_files(data_dir: Path) -> list[str]:
+    """Every regular file under ``data_dir``, ``/``-separated and relative to it, in sorted order; links are
+    not followed (the bag check reports them) and a tree of any depth is walked without recursion."""
+    found, pending = [], [""]
+    while pending:
+        rel_dir = pending.pop()
+        try:
+            entries = list(os.scandir(data_dir / rel_dir if rel_dir else data_dir))
+        except OSError:
+            continue
+        for entry in entries:
+            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+            if entry.is_symlink():
+                continue
+            if entry.is_dir():
+                pending.append(rel)
+            elif entry.is_file():
+                found.append(rel)
+    return sorted(found)
+
+
+def _index_jobs(data: BundleData | None) -> dict[str | None, set[str]] | None:
+    """The jobs of the payload's index and of each earlier stage's (by stage; None: the payload's own)."""
+    if data is None:
+        return None
+    jobs = {None: {row.get("job") for row in data.index}}
+    jobs.update({name: {row.get("job") for row in stage.index} for name, stage in data.stages.items()})
+    return jobs
+
+
+def unexpected_files(data_dir: Path, data: BundleData | None = None) -> list[tuple[str, str]]:
+    """(path relative to ``data_dir``, why) of every file the build never writes there: outside the layout,
+    or the copy of a job the index (``data``'s, when loaded) does not list."""
+    jobs = _index_jobs(data)
+    found = []
+    for rel in payload_files(data_dir):
+        member = payload_member(rel)
+        if member is None:
+            found.append((rel, NOT_WRITTEN))
+            continue
+        if jobs is not None and member.get("job") is not None:
+            stage = member.get("stage")
+            listed = jobs.get(stage)
+            if listed is not None and member["job"] not in listed:
+                where = f"{STAGES_DIR}/{stage}/" if stage else ""
+                found.append((rel, f"the copy of job {member['job']!r}, which {where}index.csv does not list"))
+    return found

@@ -1,0 +1,119 @@
+"""The layout of a bundle's payload (``data/``), stated once: every file the build writes, as a pattern
+relative to ``data/``; the build refuses to seal a file outside it and the audit names every file outside it.
+
+A pattern is a ``/``-separated path whose ``<name>`` components (or parts of a component) are placeholders:
+``<job>`` a job of the payload's index (the audit holds it to ``index.csv``), ``<key12>`` a shared initial
+evaluation's key prefix, ``<attempt>`` an earlier attempt's number, ``<rank>`` a rank's name, ``<table>`` /
+``<figure>`` a table's or a figure's name (the recomputation and the figure check hold them to the ones it
+makes), ``<log>`` any log file's name and ``<stage>`` an experiment's earlier stage. A sweep's payload is
+``SWEEP_PAYLOAD``; an experiment's confirm stage adds ``EXPERIMENT_PAYLOAD``: its spec, its verdict and each
+earlier stage's whole sweep payload (with the probe's records) under ``stages/<stage>/``.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from facts.files import (
+    ARTIFACTS_TABLE,
+    ATTEMPTS_DIR,
+    BUNDLE_RUNS_DIR,
+    COMMAND_PUBLIC_RECORD,
+    COMMANDS_FILE,
+    EVAL_RECORD,
+    EVAL_TABLE,
+    EVIDENCE_SETTINGS,
+    EXPERIMENT_FILE,
+    FIGURES_DIR,
+    GRADIENT_RECORD,
+    INCIDENTS_FILE,
+    INCIDENTS_TABLE,
+    INDEX_TABLE,
+    INITIAL_EVAL_DIR,
+    INITIAL_EVAL_RESPONSES,
+    JOB_RECORD,
+    LOGS_DIR,
+    METRICS_LOG,
+    PROBE_RECORD,
+    PROBE_STAGE,
+    REPORT_FILE,
+    RESOURCE_SAMPLES,
+    RO_CRATE_METADATA,
+    RUN_RECORD,
+    SHARED_KEY_CHARS,
+    STAGES_DIR,
+    STEPS_TABLE,
+    SWEEP_RECORD,
+    TABLES_DIR,
+    TUNING_STAGE,
+    VERDICT_FILE,
+)
+from facts.ranks import RANKS_DIR
+
+# An experiment's stages before confirm, whose evidence (their whole data/) the confirm stage's bundle carries,
+# and the records the launcher writes at a stage's root (the probe's checks), carried beside that data.
+EARLIER_STAGES = (PROBE_STAGE, TUNING_STAGE)
+STAGE_RECORDS = {PROBE_STAGE: (PROBE_RECORD, GRADIENT_RECORD)}
+
+# What each placeholder stands for: one path component (or the part of one that it is).
+PLACEHOLDERS = {
+    "job": r"[^/]+",  # a job of the index: the audit checks the name against index.csv
+    "key12": rf"[0-9a-f]{{{SHARED_KEY_CHARS}}}",
+    "attempt": r"[0-9]+",
+    "rank": r"rank[0-9]+",
+    "table": r"[a-z0-9_]+",
+    "figure": r"[a-z0-9_]+",
+    "log": r"[^/]+",
+    "stage": "|".join(EARLIER_STAGES),
+}
+
+# The files of one job's copy, runs/<job>/: the run's records and the job's, its logs, its earlier
+# attempts' job records and, for a run of several ranks, each rank's step record and log.
+RUN_FILES = (METRICS_LOG, EVAL_RECORD, RUN_RECORD, COMMAND_PUBLIC_RECORD, JOB_RECORD, RESOURCE_SAMPLES,
+             f"{ATTEMPTS_DIR}/<attempt>/{JOB_RECORD}", f"{LOGS_DIR}/<log>", f"{LOGS_DIR}/<rank>/<log>",
+             f"{RANKS_DIR}/<rank>.jsonl")
+# A sweep's payload: the build's records and tables, the derived tables and figures, the report, the crate,
+# the shared initial evaluations, and each job's copy.
+SWEEP_PAYLOAD = (
+    SWEEP_RECORD, EVIDENCE_SETTINGS, INDEX_TABLE, INCIDENTS_TABLE, ARTIFACTS_TABLE, STEPS_TABLE, EVAL_TABLE,
+    COMMANDS_FILE, INCIDENTS_FILE, REPORT_FILE, RO_CRATE_METADATA,
+    f"{TABLES_DIR}/<table>.csv", f"{FIGURES_DIR}/<figure>.svg",
+    f"{INITIAL_EVAL_DIR}/<key12>/{EVAL_RECORD}", f"{INITIAL_EVAL_DIR}/<key12>/{INITIAL_EVAL_RESPONSES}",
+    *(f"{BUNDLE_RUNS_DIR}/<job>/{name}" for name in RUN_FILES),
+)
+# What an experiment's confirm stage adds: the spec as run, the verdict, and every earlier stage.
+EXPERIMENT_PAYLOAD = (
+    EXPERIMENT_FILE, VERDICT_FILE,
+    *(f"{STAGES_DIR}/<stage>/{pattern}" for pattern in SWEEP_PAYLOAD),
+    *(f"{STAGES_DIR}/{stage}/{name}" for stage, names in STAGE_RECORDS.items() for name in names),
+)
+PAYLOAD_LAYOUT = SWEEP_PAYLOAD + EXPERIMENT_PAYLOAD
+
+
+def _regex(pattern: str) -> re.Pattern:
+    parts = re.split(r"<(\w+)>", pattern)  # literal, name, literal, name, ..., literal
+    text = "".join(re.escape(part) if i % 2 == 0 else f"(?P<{part}>{PLACEHOLDERS[part]})"
+                   for i, part in enumerate(parts))
+    return re.compile(text)
+
+
+@lru_cache(maxsize=1)
+def _compiled() -> tuple[re.Pattern, ...]:
+    return tuple(_regex(pattern) for pattern in PAYLOAD_LAYOUT)
+
+
+def payload_member(rel: str) -> dict[str, str] | None:
+    """The placeholders' values when ``rel`` (a path relative to ``data/``, ``/``-separated) is a file the
+    build writes (``{}`` for a fixed member), else None."""
+    for regex in _compiled():
+        match = regex.fullmatch(rel)
+        if match:
+            return match.groupdict()
+    return None
+
+
+def fits(placeholder: str, name: str) -> bool:
+    """Whether ``name`` is a value the layout's ``<placeholder>`` takes: the build copies only such names
+    from a sweep (an earlier attempt's number, a shared evaluation's key prefix, a rank's name)."""
+    return re.fullmatch(PLACEHOLDERS[placeholder], name) is not None
