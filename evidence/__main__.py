@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from facts import JOBS_DIR, run_dir_of_job, sweep_jobs_dir
-from facts.files import JOB_RECORD, RUN_RECORD, job_files_glob
+from facts.files import BUNDLE_ARCHIVE, JOB_RECORD, RUN_RECORD, SWEEP_RECORD, job_files_glob
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
@@ -77,6 +77,7 @@ def _fail(message: str, code: int = EXIT_USAGE) -> int:
 def _build(args, console: Console) -> int:
     from evidence.bundle import build_bundle
     from evidence.problems import IncidentsFileError, LeakError, SweepError, VerdictError
+    from facts.locks import LockHeld
 
     if args.last_k < 1:
         return _fail("--last-k must be at least 1")
@@ -85,6 +86,8 @@ def _build(args, console: Console) -> int:
                      "plans); run the sweep (or wait for its jobs to start), then build")
     try:
         result = build_bundle(args.sweep_dir, last_k=args.last_k, figures=not args.no_figures)
+    except LockHeld as exc:  # another writer of the sweep's evidence (a launcher sealing it, another build)
+        return _fail(str(exc), EXIT_FINDINGS)
     except (SweepError, IncidentsFileError, FileExistsError, VerdictError) as exc:
         return _fail(str(exc))
     except LeakError as exc:
@@ -124,9 +127,23 @@ def _audit(args) -> int:
     return EXIT_FINDINGS if findings else EXIT_OK
 
 
+def _sweep_of_archive_locked(archive: Path):
+    """The sweep's lock when ``archive`` is a sweep's own (``<sweep>/bundle.tar.gz``): no build replaces it while
+    it is signed. An archive elsewhere (copied out, downloaded) has no writer to exclude."""
+    import contextlib
+
+    from facts.locks import SIGN, sweep_lock
+
+    sweep = Path(archive).parent
+    if Path(archive).name == BUNDLE_ARCHIVE and (sweep / SWEEP_RECORD).is_file():
+        return sweep_lock(sweep, SIGN)
+    return contextlib.nullcontext()
+
+
 def _sign(args) -> int:
     from evidence.problems import SigningError
     from evidence.signing import generate_key, key_label, sign_archive
+    from facts.locks import LockHeld
 
     try:
         if args.generate_key is not None:
@@ -139,9 +156,12 @@ def _sign(args) -> int:
         if args.archive is None or args.key is None:
             return _fail("sign needs the archive and --key: python -m evidence sign <bundle.tar.gz> --key <private key> "
                          "(make a key pair with --generate-key <path>)")
-        signature, key = sign_archive(args.archive, args.key)
+        with _sweep_of_archive_locked(args.archive):
+            signature, key = sign_archive(args.archive, args.key)
     except SigningError as exc:
         return _fail(str(exc))
+    except LockHeld as exc:  # the sweep's evidence is being written: its archive is about to change
+        return _fail(str(exc), EXIT_FINDINGS)
     print(f"signed {args.archive}: {signature} (DSSE envelope, in-toto statement over the archive's SHA256 and its "
           f"bag's manifests; {key_label(key)})")
     return EXIT_OK

@@ -48,6 +48,7 @@ from evidence.incidents import (
     load_user_incidents,
 )
 from evidence.index import INDEX_COLUMNS, JobEvidence, evaluate_sweep, index_row
+from evidence.layout import unexpected_files
 from evidence.problems import LeakError, Problem, SweepError
 from evidence.ranks import (
     RENDEZVOUS_ADDRESS_PLACEHOLDER,
@@ -73,7 +74,9 @@ from facts import (
     sweep_jobs_dir,
 )
 from facts.backends import LOCAL
+from facts.bundle_layout import fits
 from facts.files import (
+    ARTIFACTS_TABLE,
     BUNDLE_ARCHIVE,
     BUNDLE_RUNS_DIR,
     COMMAND_PUBLIC_RECORD,
@@ -83,13 +86,17 @@ from facts.files import (
     INCIDENTS_TABLE,
     INDEX_TABLE,
     JOB_RECORD,
+    LOGS_DIR,
+    REPORT_FILE,
     RESOURCE_SAMPLES,
     STEPS_TABLE,
     SWEEP_RECORD,
     TABLES_DIR,
     bundle_payload_dir,
     job_files_glob,
+    payload_relpath,
 )
+from facts.locks import BUILD, sweep_lock
 from facts.processes import local_runtime_alive
 from facts.ranks import RANKS_DIR
 from facts.states import IN_FLIGHT_STATES
@@ -122,7 +129,7 @@ class BuildResult:
         rejected = [f"{row['job']} ({row['reason']})" for row in self.jobs if row["accepted"] != "yes"]
         lines = [f"evidence: {self.accepted}/{len(self.jobs)} jobs accepted, {len(self.incidents)} incident(s)"]
         lines += [f"  rejected {entry}" for entry in rejected]
-        lines += [f"  report:  {bundle_payload_dir(self.bundle_dir) / 'report.md'}",
+        lines += [f"  report:  {bundle_payload_dir(self.bundle_dir) / REPORT_FILE}",
                   f"  archive: {self.archive}", f"  sha256:  {self.archive_sha256}"]
         return "\n".join(lines)
 
@@ -172,20 +179,22 @@ def _write_run_files(evidence: JobEvidence, job_dir: Path, out: Path, clean: San
     _copy_json(job_dir / JOB_RECORD, out / JOB_RECORD, clean, edit=_hide_node)
     _copy_text(job_dir / RESOURCE_SAMPLES, out / RESOURCE_SAMPLES, clean)  # the runtime's resource samples
     for attempt in sorted((job_dir / ATTEMPTS_DIR).glob(job_files_glob(JOB_RECORD))):  # the job's earlier attempts
-        _copy_json(attempt, out / ATTEMPTS_DIR / attempt.parent.name / JOB_RECORD, clean, edit=_hide_node)
+        if fits("attempt", attempt.parent.name):  # the launcher numbers them: nothing else is an attempt
+            _copy_json(attempt, out / ATTEMPTS_DIR / attempt.parent.name / JOB_RECORD, clean, edit=_hide_node)
     # The launcher's logs (trainer.log, runtime.log, ...) beside job.json, and any under logs/.
     logs = sorted(job_dir.glob("*.log"))
-    if (job_dir / "logs").is_dir():
-        logs += sorted((job_dir / "logs").iterdir())
+    if (job_dir / LOGS_DIR).is_dir():
+        logs += sorted((job_dir / LOGS_DIR).iterdir())
     for log in logs:
         if log.is_file() and not log.is_symlink():
-            _copy_text(log, out / "logs" / log.name, clean)
+            _copy_text(log, out / LOGS_DIR / log.name, clean)
     # A run of several ranks: each rank's step record, and the logs of the other ranks' runtimes.
     for rank_log in sorted((run_dir / RANKS_DIR).glob("rank*.jsonl")):
-        _copy_text(rank_log, out / RANKS_DIR / rank_log.name, clean)
+        if fits("rank", rank_log.stem):
+            _copy_text(rank_log, out / RANKS_DIR / rank_log.name, clean)
     for log in sorted((job_dir / RANKS_DIR).glob("rank*/*.log")):
-        if log.is_file() and not log.is_symlink():
-            _copy_text(log, out / "logs" / log.parent.name / log.name, clean)
+        if log.is_file() and not log.is_symlink() and fits("rank", log.parent.name):
+            _copy_text(log, out / LOGS_DIR / log.parent.name / log.name, clean)
 
 
 def _write_payload(sweep, evidences: list[JobEvidence], incidents: list[Incident], stage: Path,
@@ -197,7 +206,7 @@ def _write_payload(sweep, evidences: list[JobEvidence], incidents: list[Incident
     write_text(stage / SETTINGS_FILE, dumps_json(settings))
     write_csv(stage / INDEX_TABLE, INDEX_COLUMNS, clean.clean_rows([index_row(e) for e in evidences]))
     write_csv(stage / INCIDENTS_TABLE, INCIDENT_COLUMNS, clean.clean_rows([i.row() for i in incidents]))
-    write_csv(stage / "artifacts.csv", ARTIFACT_COLUMNS,
+    write_csv(stage / ARTIFACTS_TABLE, ARTIFACT_COLUMNS,
               clean.clean_rows([{"job": e.job, "path": a.path, "bytes": a.bytes, "sha256": a.sha256}
                                 for e in evidences for a in e.artifacts]))
     accepted = [e for e in evidences if e.accepted]
@@ -225,12 +234,23 @@ def _copy_shared_initial_evals(sweep_dir: Path, evidences: list[JobEvidence], st
     for relpath in sorted(r for r in referenced if r):
         source, parts = sweep_dir / relpath, Path(relpath).parts
         # Only initial_eval/<name>: an absolute or escaping path is a failed eval gate, never copied.
-        if len(parts) != 2 or parts[0] != INITIAL_EVAL_DIR or parts[1] == ".." or not source.is_dir():
+        if len(parts) != 2 or parts[0] != INITIAL_EVAL_DIR or not fits("key12", parts[1]) or not source.is_dir():
             continue  # the job's eval gate has already said what is wrong with it
         for name in (EVAL_RECORD, INITIAL_EVAL_RESPONSES):
             if (source / name).is_file():
                 (stage / relpath).mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(source / name, stage / relpath / name)
+
+
+def refuse_unexpected_files(data_dir: Path, data) -> None:
+    """The payload holds only files of the bundle's layout (``facts.bundle_layout``), the one the audit
+    holds every bundle to: a file the layout does not state is refused here, before anything is sealed."""
+    unexpected = unexpected_files(data_dir, data)
+    if unexpected:
+        rel, why = unexpected[0]
+        more = f" (and {len(unexpected) - 1} more)" if len(unexpected) > 1 else ""
+        raise SweepError(f"the build wrote {payload_relpath(rel)}{more}: {why}; nothing sealed (state the file in "
+                         "facts/bundle_layout.py, or do not write it)")
 
 
 def _write_tag_file(path: Path, info: dict) -> None:
@@ -275,9 +295,22 @@ def seal(stage: Path, bag_info: dict[str, str], clean: Sanitizer) -> None:
     bagit.Bag(str(stage)).validate()
 
 
-def write_archive(bag_dir: Path, archive: Path, root_name: str = BUNDLE_DIR) -> str:
-    """Deterministic ``.tar.gz`` of ``bag_dir`` under ``root_name/``; returns its SHA256."""
+def bag_files(bag_dir: Path) -> set[str]:
+    """The files a sealed bag consists of: every file its manifests list, and the tag manifest."""
+    return set(bagit.Bag(str(bag_dir)).entries) | {"tagmanifest-sha256.txt"}
+
+
+def write_archive(bag_dir: Path, archive: Path, root_name: str = BUNDLE_DIR, expected: set[str] | None = None) -> str:
+    """Deterministic ``.tar.gz`` of ``bag_dir`` under ``root_name/``; returns its SHA256. With ``expected`` (the
+    sealed bag's files, ``bag_files``) an archive that does not hold exactly those is refused (``SweepError``)
+    and never replaces the archive: a seal that did not complete is no archive."""
     entries = [bag_dir] + sorted(bag_dir.rglob("*"), key=lambda p: p.relative_to(bag_dir).as_posix())
+    if expected is not None:
+        held = {p.relative_to(bag_dir).as_posix() for p in entries[1:] if p.is_file()}
+        if held != expected:
+            changed = sorted(held ^ expected)
+            raise SweepError(f"{bag_dir.name}/ changed after it was sealed ({len(changed)} file(s) differ, e.g. "
+                             f"{changed[0]}); nothing archived: build again")
     tmp = archive.with_name(archive.name + ".tmp")
     with open(tmp, "wb") as raw, \
             gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as gz, \
@@ -357,16 +390,25 @@ def private_tool_dirs():
 
 
 def build_bundle(sweep_dir: str | Path, last_k: int = DEFAULT_LAST_K, figures: bool = True) -> BuildResult:
-    """Validate a sweep and seal ``<sweep_dir>/bundle/``, ``bundle.tar.gz`` and its ``.sha256``.
+    """Validate a sweep and seal ``<sweep_dir>/bundle/``, ``bundle.tar.gz`` and its ``.sha256``, holding the
+    sweep's lock (``facts.locks``) throughout.
 
     Raises ``SweepError`` / ``IncidentsFileError`` for an unreadable sweep, ``LeakError`` when the
-    staged bag still contains a path, name or secret (nothing is sealed then).
+    staged bag still contains a path, name or secret (nothing is sealed then), ``LockHeld`` when another
+    writer of the sweep's evidence (a launcher, another build) holds its lock (nothing is written then).
     """
     sweep_dir = Path(sweep_dir)
     sweep = read_sweep(sweep_dir)
-    refuse_jobs_in_flight(sweep_dir)
     if last_k < 1:
         raise ValueError("last_k must be at least 1")
+    with sweep_lock(sweep_dir, BUILD):  # one writer of the sweep's evidence at a time (the launcher's seal too)
+        return _build_locked(sweep, last_k, figures)
+
+
+def _build_locked(sweep, last_k: int, figures: bool) -> BuildResult:
+    """``build_bundle`` while this process holds the sweep's lock."""
+    sweep_dir = sweep.dir
+    refuse_jobs_in_flight(sweep_dir)
     user = load_user_incidents(sweep_dir, {job_name(a, s) for a, s in sweep.jobs})
     evidences = evaluate_sweep(sweep, user.excluded_jobs)
     incidents = derive_incidents(evidences, user, sweep_dir)
@@ -383,12 +425,14 @@ def build_bundle(sweep_dir: str | Path, last_k: int = DEFAULT_LAST_K, figures: b
         tables = compute_tables(data)
         for name, table in tables.items():
             write_text(stage / TABLES_DIR / f"{name}.csv", table.csv())
-        write_text(stage / "report.md", render_report(data, tables))
+        write_text(stage / REPORT_FILE, render_report(data, tables))
         if figures:
             with private_tool_dirs():
                 render_figures(data, stage / FIGURES_DIR)
         write_crate(stage, data)  # last: it names every other payload file with its digest
+        refuse_unexpected_files(stage, data)
         seal(stage, _bag_info(sweep, evidences), clean)
+        sealed = bag_files(stage)
 
         bundle_dir = sweep_dir / BUNDLE_DIR
         if bundle_dir.exists():
@@ -398,6 +442,6 @@ def build_bundle(sweep_dir: str | Path, last_k: int = DEFAULT_LAST_K, figures: b
         os.replace(stage, bundle_dir)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-    digest = write_archive(bundle_dir, sweep_dir / ARCHIVE)
+    digest = write_archive(bundle_dir, sweep_dir / ARCHIVE, expected=sealed)
     return BuildResult(bundle_dir=bundle_dir, archive=sweep_dir / ARCHIVE, archive_sha256=digest,
                        jobs=[index_row(e) for e in evidences], incidents=incidents)

@@ -198,6 +198,12 @@ def main(argv: list[str] | None = None) -> int:
             refresh_job_records(job_dirs, {d: read_job_record(d) for d in job_dirs})
         except (OSError, SchedulerUnavailable) as exc:
             print(f"note: scheduler not reachable ({exc}); sealing the recorded states", file=sys.stderr)
-        return seal(Path(args[1]))
+        try:
+            return seal(Path(args[1]))
+        except LockHeld as exc:  # another writer of the sweep's evidence: nothing sealed
+            return _error(str(exc), code=1)
+        except (SweepError, IncidentsFileError, LeakError) as exc:
+            return _error(f"the evidence was not sealed: {one_line(exc)}; fix that, then python -m evidence build "
+                          f"{args[1]}", code=1)
     print("usage: python -m launcher status|cancel|seal <sweep_dir>", file=sys.stderr)
     return 2

@@ -11,41 +11,39 @@ The run-directory lock itself is the trainer's (``trainer.run_lock``); this modu
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 from facts import run_dir_of_job
+from facts.files import SWEEP_LOCK
+from facts.locks import LAUNCHER, refusal
+from facts.locks import sweep_lock as writer_lock
 from trainer.run_lock import (
     INHERITED_FD_ENV,
     RUN_LOCK,
     LockHeld,
-    holder_pid,
     lock_run_dir,
     record_holder,
-    try_lock,
 )
 
-SWEEP_LOCK = ".launcher.lock"  # in the sweep directory
 __all__ = ["INHERITED_FD_ENV", "RUN_LOCK", "SWEEP_LOCK", "LockHeld", "lock_job_run_dir", "record_holder",
            "sweep_lock"]
 
 
+def _refused(sweep_dir: Path, pid: str, holder: str | None) -> str:
+    if holder in (LAUNCHER, None):  # another launcher (or one that predates naming itself)
+        return (f"another launcher (pid {pid}) is running in {sweep_dir}; wait for it to end "
+                f"(python -m launcher status {sweep_dir}) or use another hydra.sweep.dir")
+    return refusal(sweep_dir, LAUNCHER, pid, holder)
+
+
 @contextlib.contextmanager
 def sweep_lock(sweep_dir: Path) -> Iterator[None]:
-    """Hold the sweep directory for one launcher; a second one is refused at once."""
+    """Hold the sweep directory for one launcher (its jobs and its seal); a second one, or a build or
+    signing of its evidence, is refused at once (``facts.locks``)."""
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    path = sweep_dir / SWEEP_LOCK
-    fd = try_lock(path)
-    if fd is None:
-        raise LockHeld(
-            f"another launcher (pid {holder_pid(path)}) is running in {sweep_dir}; wait for it to end "
-            f"(python -m launcher status {sweep_dir}) or use another hydra.sweep.dir"
-        )
-    try:
+    with writer_lock(sweep_dir, LAUNCHER, _refused):
         yield
-    finally:
-        os.close(fd)
 
 
 def lock_job_run_dir(job_dir: Path) -> int:

@@ -13,6 +13,7 @@ from facts import INITIAL_EVAL_DIR, sweep_job_dir, sweep_jobs_dir
 from facts.files import COMMANDS_FILE, JOB_SPEC, SWEEP_RECORD, TABLES_DIR, bundle_payload_dir
 from launcher.backend import backend
 from launcher.jobs import check_arms, prepare_job_dirs
+from launcher.locks import sweep_lock
 from launcher.plan import write_plan
 from launcher.spec import JobSpec, Sweep
 
@@ -42,12 +43,13 @@ def seal(sweep_dir: Path) -> int:
     # sealed: a dry run, `status` and `cancel` import this module and never seal.
     from evidence import audit, build_bundle
 
-    print(f"sealing the evidence of {sweep_dir} (validate, tables, figures, report, archive, audit)", flush=True)
-    result = build_bundle(sweep_dir)
-    print()
-    print_eval_summary(bundle_payload_dir(result.bundle_dir) / TABLES_DIR, result.jobs, job_arms(sweep_dir))
-    print(result.summary())
-    findings = audit(result.archive)
+    with sweep_lock(sweep_dir):  # one writer of its evidence: the build and the audit of what it sealed
+        print(f"sealing the evidence of {sweep_dir} (validate, tables, figures, report, archive, audit)", flush=True)
+        result = build_bundle(sweep_dir)
+        print()
+        print_eval_summary(bundle_payload_dir(result.bundle_dir) / TABLES_DIR, result.jobs, job_arms(sweep_dir))
+        print(result.summary())
+        findings = audit(result.archive)
     for finding in findings:
         print(f"audit: {finding}", file=sys.stderr)
     print(f"audit: {'clean' if not findings else f'{len(findings)} finding(s)'}")

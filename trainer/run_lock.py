@@ -1,4 +1,4 @@
-"""One trainer per run directory: an exclusive ``flock`` on ``<output_dir>/.trainer.lock``.
+"""One trainer per run directory: an exclusive ``flock`` on ``<output_dir>/.trainer.lock`` (``facts.locks``).
 
 The kernel drops the lock when the last descriptor of its holder closes, for any reason including
 SIGKILL. Under the launcher, the job runtime takes the lock before it starts the trainer and the
@@ -9,61 +9,16 @@ either lives. A trainer started by hand takes it itself.
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import os
-import stat
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from facts.locks import UNSUPPORTED, LockHeld, holder_pid, record_holder, try_lock
+
 RUN_LOCK = ".trainer.lock"  # in the run directory (output_dir)
 INHERITED_FD_ENV = "PROOFGRID_RUN_LOCK_FD"  # set by the job runtime for the trainer it starts
-UNSUPPORTED = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL}
-
-
-class LockHeld(RuntimeError):
-    """Somebody else holds the lock (the message names the holder and what to do)."""
-
-
-def record_holder(fd: int, pid: int) -> None:
-    """Name ``pid`` as the holder (informational: it names the holder in errors)."""
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{pid}\n".encode(), 0)
-
-
-def holder_pid(path: Path) -> str:
-    """The pid the current holder wrote, or ``?``."""
-    try:
-        text = path.read_text().strip()
-    except OSError:
-        return "?"
-    return text if text.isdigit() else "?"
-
-
-def try_lock(path: Path) -> int | None:
-    """A descriptor holding an exclusive lock on ``path`` (a regular file of ours, created 0600,
-    never followed through a symlink), or None when another process holds it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
-        os.close(fd)
-        raise LockHeld(f"{path} is not a regular file of yours; remove it")
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    except OSError as exc:
-        if exc.errno not in UNSUPPORTED:
-            os.close(fd)
-            raise
-        # Some parallel file systems are mounted without flock: say so, and go on unguarded
-        # rather than refusing every run.
-        print(f"note: {path.name}: this file system does not support flock ({exc.strerror}); "
-              "concurrent writers are not excluded here", file=sys.stderr)
-    record_holder(fd, os.getpid())  # ours, locked, regular: safe to rewrite
-    return fd
+__all__ = ["INHERITED_FD_ENV", "RUN_LOCK", "UNSUPPORTED", "LockHeld", "holder_pid", "lock_run_dir", "own_run_dir",
+           "record_holder", "try_lock"]
 
 
 def lock_run_dir(run_dir: Path) -> int:

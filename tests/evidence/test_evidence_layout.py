@@ -1,0 +1,129 @@
+"""No unexpected files: the bundle's layout is stated once (facts/bundle_layout.py); the build writes
+nothing outside it and the audit names, in one finding each, every payload file the build never writes,
+however the forger restated the manifests and the RO-Crate."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sweep_factory import job_dir, make_sweep
+
+from evidence import SweepError
+from evidence.__main__ import main
+from evidence.bundle import refuse_unexpected_files, write_archive
+from tests.sweeps import reseal_bag
+
+REPO = Path(__file__).resolve().parents[2]
+DEEP = 900  # directories
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    """A sweep sealed by ``python -m evidence build`` (no figures: the layout is what is tested)."""
+    sweep = make_sweep(tmp_path_factory.mktemp("layout"))
+    done = subprocess.run([sys.executable, "-m", "evidence", "build", str(sweep), "--no-figures"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return sweep
+
+
+def forged_archive(sweep: Path, tmp_path: Path, plant) -> tuple[Path, list[str]]:
+    """The sweep's bag copied, ``plant(data_dir)`` adding files (it returns their bag-relative paths), then
+    resealed as a thorough forger does (crate and manifests restated) and packed as the build packs it."""
+    bag = Path(shutil.copytree(sweep / "bundle", tmp_path / "bundle"))
+    planted = plant(bag / "data")
+    reseal_bag(bag)
+    archive = tmp_path / "bundle.tar.gz"
+    write_archive(bag, archive)
+    return archive, planted
+
+
+def audit_lines(archive: Path, capsys) -> tuple[int, list[str]]:
+    code = main(["audit", str(archive)])
+    lines = capsys.readouterr().out.splitlines()
+    return code, [line for line in lines[1:-1]]  # between the signature's line and the count
+
+
+def _write(path: Path, text: str = "x\n") -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path.as_posix()
+
+
+def _deep(data: Path) -> list[str]:
+    return [_write(data / "runs" / "grpo-42" / Path(*["d"] * DEEP) / "deep.txt", "deep\n")]
+
+
+def _copy_of_a_job_not_in_the_index(data: Path) -> list[str]:
+    shutil.copytree(data / "runs" / "grpo-42", data / "runs" / "grpo-7")
+    return sorted(p.as_posix() for p in (data / "runs" / "grpo-7").rglob("*") if p.is_file())
+
+
+# Each way of adding what the build never writes: a claim beside the tables, extra files in a run's copy,
+# a name the layout has in another place, a non-numbered attempt, a file beside the shared evaluations, a
+# nested table, a stage that is not an earlier stage, a whole run of a job the index does not list, depth.
+PLANTS = {
+    "claim": lambda d: [_write(d / "CLAIM.md", "REINFORCE++ wins, p<0.001\n")],
+    "run extras": lambda d: [_write(d / "runs" / "grpo-42" / "notes.txt"),
+                             _write(d / "runs" / "rpp-1234" / "eval" / "final.jsonl"),
+                             _write(d / "runs" / "rppb-2026" / "run" / "metrics.jsonl")],
+    "misplaced name": lambda d: [_write(d / "runs" / "grpo-42" / "index.csv"), _write(d / "tables" / "eval.json")],
+    "attempt": lambda d: [_write(d / "runs" / "grpo-42" / "attempts" / "first" / "job.json", "{}\n")],
+    "shared eval": lambda d: [_write(d / "initial_eval" / "eval.json", "{}\n")],
+    "nested table": lambda d: [_write(d / "tables" / "more" / "stability.csv")],
+    "stage": lambda d: [_write(d / "stages" / "confirm" / "notes.md"), _write(d / "stages" / "probe" / "CLAIM.md")],
+    "job not in the index": _copy_of_a_job_not_in_the_index,
+    "900 deep": _deep,
+}
+
+
+@pytest.mark.parametrize("plant", PLANTS.values(), ids=PLANTS.keys())
+def test_every_file_the_build_never_writes_is_one_finding_naming_it(built, tmp_path, capsys, plant):
+    archive, planted = forged_archive(built, tmp_path, plant)
+    code, findings = audit_lines(archive, capsys)
+    bag_relative = [f"data/{Path(p).relative_to(tmp_path / 'bundle' / 'data').as_posix()}" for p in planted]
+    assert code == 1
+    # one finding per planted file, each naming it, and nothing else: only the layout check sees the forgery
+    assert sorted(line.split(": ", 1)[0] for line in findings) == sorted(bag_relative), findings
+
+
+def test_the_audit_of_a_forged_archive_through_the_module_names_the_claim_the_extra_file_and_the_deep_one(
+        built, tmp_path):
+    archive, _ = forged_archive(built, tmp_path, lambda d: PLANTS["claim"](d) + [_write(d / "runs" / "rpp-42" / "x.md")]
+                                + _deep(d))
+    done = subprocess.run([sys.executable, "-m", "evidence", "audit", str(archive)], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 1
+    named = [line.split(": ", 1)[0] for line in done.stdout.splitlines() if line.startswith("data/")]
+    assert named == ["data/CLAIM.md", f"data/runs/grpo-42/{'d/' * DEEP}deep.txt", "data/runs/rpp-42/x.md"]
+    assert done.stdout.splitlines()[-1] == "3 finding(s)"
+
+
+def test_the_build_seals_only_files_of_the_layout(built, tmp_path):
+    """What the build writes is the layout the audit holds it to: a payload with a file the layout does not
+    state is refused before sealing, naming it; the sealed bundle audits clean."""
+    stage = Path(shutil.copytree(built / "bundle" / "data", tmp_path / "data"))
+    refuse_unexpected_files(stage, None)  # the payload as built: every file is a layout member
+    _write(stage / "runs" / "grpo-42" / "extra.json", "{}\n")
+    with pytest.raises(SweepError, match=r"the build wrote data/runs/grpo-42/extra\.json: not a file the build "
+                                         r"writes .*nothing sealed"):
+        refuse_unexpected_files(stage, None)
+
+
+def test_names_of_a_sweep_that_are_not_the_layouts_are_not_copied(tmp_path, capsys):
+    """An earlier attempt that is not numbered, a rank record that is no rank's and a shared evaluation
+    directory that is no key: the build leaves them in the sweep and seals a bundle that audits clean."""
+    sweep = make_sweep(tmp_path, algos=("grpo",), seeds=(42,))
+    job = job_dir(sweep, "grpo", 42)
+    _write(job / "attempts" / "old" / "job.json", json.dumps({"state": "FAILED"}) + "\n")
+    _write(job / "run" / "ranks" / "rank-x.jsonl", "{}\n")
+    assert main(["build", str(sweep), "--no-figures"]) == 0
+    data = sweep / "bundle" / "data" / "runs" / "grpo-42"
+    assert not (data / "attempts").exists() and not (data / "ranks").exists()
+    capsys.readouterr()
+    assert main(["audit", str(sweep / "bundle.tar.gz")]) == 0
