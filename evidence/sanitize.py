@@ -12,8 +12,33 @@ user/host field. A user named ``seed`` or a host named ``grpo`` therefore neithe
 ``seed`` elsewhere nor any JSON key. A name with a character other than a letter (``cn-042``,
 ``login1.hpc``, ``alice-jones``) is no ordinary word and is matched as a word anywhere.
 
-Placeholders: ``<SWEEP_DIR>``, ``<JOB_DIR>``, ``<HOME>``, ``<PATH>`` (any other machine path),
-``<USER>``, ``<HOST>``, ``<SECRET>`` (an environment secret or a credential-shaped string).
+Machine paths are a class, not a list of layouts. An absolute path is the machine's when
+  (a) it carries a user or host name the sanitiser knows (``$USER``, ``$LOGNAME``, the login name,
+      ``$HOSTNAME``, the host's own name, the job records' nodes) anywhere in it, as a part bounded by
+      characters other than letters and digits (``/pscratch/sd/a/alice/x``, ``/fsx/alice_runs/x``,
+      ``/lfs/nid001234/tmp``), whatever the site's layout;
+  (b) it is, or lies under, a directory of the machine that built (or audits) the bundle: the sweep and
+      job directories, the repository, ``sys.prefix`` (and the base and exec prefixes), ``$HOME`` as given
+      and resolved, the temporary directories and the working directory (``machine_directories``);
+      shared system directories (``/``, ``/usr``, ``/usr/local``, ``/opt``, ...) are no one's and do not
+      count;
+  (c) it lies under one of ``MACHINE_PATH_ROOTS`` (home, scratch and tmp layouts: another person's home
+      carries no name we know), or is ``~/...``, ``~user/...`` or ``C:\\Users\\...``.
+A path of (a) or (c), and one of (b) without a placeholder of its own, is replaced whole by ``<PATH>``
+(its remaining parts would still say which site and which person); a directory of (b) with one keeps
+the part below it (``<SWEEP_DIR>/jobs/x``). A path starts at a ``/`` that follows no letter, digit,
+``.``, ``~``, ``-`` or ``/`` and is not ``//`` (relative paths ``data/runs/x``, metric names
+``train/loss`` and URLs ``https://host/alice/x`` are no machine paths; ``file:///...`` is).
+
+E-mail addresses (``first.last@example.edu``) are replaced by ``<EMAIL>``: a local part, ``@``, and a
+domain whose labels start with a letter and whose last label is two or more letters (``pass@1``,
+``pass@4.mean``, ``@dataclass`` and Hydra's ``group@pkg.key=...`` are none). The local part of a service
+account (``git@github.com:org/repo.git``, ``GENERIC_NAMES``) names no one: a git remote stays readable;
+``alice@github.com`` is an address (and ``alice``, a known user, a name).
+
+Placeholders: ``<SWEEP_DIR>``, ``<JOB_DIR>``, ``<HOME>``, ``<REPO>``, ``<PYTHON>``, ``<PATH>`` (any other
+machine path), ``<USER>``, ``<HOST>``, ``<EMAIL>``, ``<SECRET>`` (an environment secret or a
+credential-shaped string).
 """
 
 from __future__ import annotations
@@ -29,10 +54,13 @@ import json
 import os
 import re
 import socket
+import sys
+import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from evidence.problems import Problem
+from facts.repo import REPO_ROOT
 
 RULESET = "detect-secrets 1.5.0 regex plugins + proofgrid's EXTRA_SECRET_RULES"
 
@@ -273,12 +301,26 @@ _PATH_RE = re.compile(
 )
 # Each branch's part: "/<root>/" after the look-behind, "~", or "X:\\".
 _PATH_ANCHORS = (Anchor(pattern=r"/(?:" + "|".join(MACHINE_PATH_ROOTS) + r")/"), Anchor(("~", ":\\")))
+# Any absolute path (class (a) and (b) of the module docstring): a "/" that follows no path character
+# (or follows "file://") and starts no "//" (a URL's authority).
+_ABS_PATH_RE = re.compile(r"(?:(?<![\w.~/-])|(?<=file://))/(?![/\s])" + _PATH_TAIL)
+# Directories every machine has: no one's, so no path under them is the machine's for that reason alone.
+SHARED_SYSTEM_DIRS = frozenset({
+    "/", "/usr", "/usr/local", "/usr/lib", "/usr/lib64", "/usr/share", "/usr/bin", "/bin", "/sbin", "/lib",
+    "/lib64", "/etc", "/var", "/opt", "/opt/conda", "/proc", "/sys", "/dev",
+})
+
+# An e-mail address: group 1 the local part (a service account's is no one's, see GENERIC_NAMES).
+_EMAIL_RE = re.compile(r"(?<![\w.+%-])([A-Za-z0-9][\w.+%-]*)@(?:[A-Za-z][\w-]*\.)+[A-Za-z]{2,}(?![\w-])(?!=)")
+_EMAIL_ANCHORS = (Anchor(("@",)),)
 
 # Account and host names too generic to identify anyone, or too short to scan for.
 GENERIC_NAMES = frozenset({
     "root", "user", "users", "admin", "runner", "ubuntu", "debian", "nobody", "jenkins", "ci",
     "localhost", "localhost.localdomain", "host", "node", "default", "unknown", "none",
 })
+# The local parts of addresses that are service accounts, not people (``git@github.com:org/repo``).
+SERVICE_ACCOUNTS = GENERIC_NAMES | {"git", "hg", "svn", "noreply", "no-reply"}
 MIN_NAME_LEN = 3
 # Keys (JSON fields, variables) whose value names a user or a host.
 NAME_KEY_RE = re.compile(
@@ -289,7 +331,8 @@ _NAME_KEY_IN_TEXT = r"(?i:[A-Za-z0-9_.-]*(?:user(?:name)?|logname|host(?:name)?|
 # matches a NUL (so no match runs on into the next text).
 _SEPARATOR = "\n\x00\n"
 
-PLACEHOLDERS = ("<SECRET>", "<SWEEP_DIR>", "<JOB_DIR>", "<HOME>", "<PATH>", "<USER>", "<HOST>")
+PLACEHOLDERS = ("<SECRET>", "<SWEEP_DIR>", "<JOB_DIR>", "<HOME>", "<REPO>", "<PYTHON>", "<PATH>", "<USER>",
+                "<HOST>", "<EMAIL>")
 
 
 def leak(file: str, kind: str, excerpt: str) -> Problem:
@@ -406,6 +449,61 @@ def _extra_hits(text: str, lowered: str | None) -> Iterator[_Hit]:
                 yield _Hit(start, end, kind, "<SECRET>", 0)
 
 
+def _paths_holding(text: str, rule: re.Pattern[str], kind: str) -> list[_Hit]:
+    """Every absolute path in ``text`` holding a match of ``rule`` (a name, a directory), whole; only
+    the lines with such a match are read."""
+    hits = []
+    for offset, line in _lines_with(text, rule):
+        for path in _ABS_PATH_RE.finditer(line):
+            if rule.search(path.group(0)) and not _after_placeholder(line, path.start()):
+                hits.append(_Hit(offset + path.start(), offset + path.end(), kind, "<PATH>", 3))
+    return hits
+
+
+# A placeholder (``<SWEEP_DIR>``, the launcher's ``<PORT:name>``) right before a "/": the path goes on from it.
+_PLACEHOLDER_END = re.compile(r"<[A-Z][A-Z0-9_]*(?::[\w.-]+)?>\Z")
+
+
+def _after_placeholder(text: str, at: int) -> bool:
+    """Whether the path at ``at`` is the rest of a path whose start was replaced (``<SWEEP_DIR>/jobs/x``)."""
+    return at > 0 and text[at - 1] == ">" and _PLACEHOLDER_END.search(text, max(0, at - 48), at) is not None
+
+
+# Variables naming this host (``$HOSTNAME`` is bash's; Slurm's on a compute node and for the submitting host).
+HOST_NAME_VARIABLES = ("HOSTNAME", "SLURMD_NODENAME", "SLURM_SUBMIT_HOST")
+# Variables naming temporary directories (the system's and the schedulers' per-job ones).
+TEMP_DIR_VARIABLES = ("TMPDIR", "TMP", "TEMP", "XDG_RUNTIME_DIR", "SLURM_TMPDIR", "PBS_TMPDIR", "LOCAL_SCRATCH")
+
+
+def _own_directory(path: str) -> bool:
+    """Whether ``path`` is an absolute directory specific enough to be this machine's (not ``/usr``)."""
+    return path.startswith("/") and os.path.normpath(path) not in SHARED_SYSTEM_DIRS
+
+
+def _forms(path: str) -> set[str]:
+    """A directory as given and resolved (a symlinked home, ``/tmp`` -> ``/private/tmp``), without ``/`` at the end."""
+    forms = {os.path.normpath(path)}
+    with contextlib.suppress(OSError, RuntimeError, ValueError):
+        forms.add(os.path.realpath(path))
+    return {form for form in forms if _own_directory(form)}
+
+
+def machine_directories(env: Mapping[str, str]) -> tuple[dict[str, str], set[str]]:
+    """This machine's directories (class (b) of the module docstring): those with a placeholder (home,
+    the repository, the Python prefixes), as literals, and the others (temporary and working
+    directories), whose paths are replaced whole. Each as given and resolved."""
+    named: dict[str, str] = {}
+    for path, placeholder in ((sys.prefix, "<PYTHON>"), (sys.exec_prefix, "<PYTHON>"), (sys.base_prefix, "<PYTHON>"),
+                              (str(REPO_ROOT), "<REPO>"), (env.get("HOME", ""), "<HOME>")):
+        for form in _forms(path) if path else ():
+            named[form] = placeholder  # later wins: a home that is also a prefix's parent is <HOME>
+    directories: set[str] = set()
+    for path in (tempfile.gettempdir(), os.getcwd(), *(env.get(name, "") for name in TEMP_DIR_VARIABLES)):
+        if path and path.startswith("/"):
+            directories |= _forms(path)
+    return named, directories - set(named)
+
+
 def _alternation(words: Iterable[str]) -> str:
     """A regex matching what ``(?:w1|w2|...)`` with the words longest first matches, as a trie: at each
     character one branch can go on, so a match costs its length, not the number of words (thousands of
@@ -477,13 +575,16 @@ class Sanitizer:
 
     ``literals`` maps exact strings (a sweep directory, a job directory, a home directory) to
     their placeholders; they win over the generic path pattern so that the more informative
-    placeholder is used.
+    placeholder is used. ``directories``: the machine's own directories without a placeholder (its
+    temporary and working directories): a path under one is replaced whole by ``<PATH>``, as is any
+    absolute path that carries one of ``users`` or ``hosts`` (see the module docstring).
     """
 
     literals: dict[str, str] = field(default_factory=dict)
     users: set[str] = field(default_factory=set)
     hosts: set[str] = field(default_factory=set)
     secrets: dict[str, str] = field(default_factory=dict)  # value -> variable name
+    directories: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         # The rules of these fields, compiled once (a sanitiser is built once and then only read): a
@@ -499,6 +600,19 @@ class Sanitizer:
         for names, kind, placeholder in ((self.users, "user name", "<USER>"), (self.hosts, "host name", "<HOST>")):
             if names:
                 self._name_rules.append((_name_patterns(names), kind, placeholder, (Anchor(pattern=_alternation(names)),)))
+        # Absolute paths that are the machine's by what they carry (a name) or where they lie (a
+        # directory): looked for only on the lines that hold a name or a directory.
+        self._path_rules = []
+        names = sorted({n.lower() for n in (*self.users, *self.hosts) if n})
+        if names:
+            alternation = _alternation(names)
+            self._path_rules.append((re.compile(r"(?<![A-Za-z0-9])(?:" + alternation + r")(?![A-Za-z0-9])", re.IGNORECASE),
+                                     "path with a user or host name", (Anchor(pattern=alternation, flags=re.IGNORECASE),)))
+        directories = sorted({d.rstrip("/") for d in self.directories if _own_directory(d)})
+        if directories:
+            alternation = _alternation(directories)
+            self._path_rules.append((re.compile(r"(?<![\w.~-])(?:" + alternation + r")(?![\w.-])"),
+                                     "path of this machine", (Anchor(pattern=alternation),)))
 
     @classmethod
     def from_environment(
@@ -508,25 +622,25 @@ class Sanitizer:
         hosts: Iterable[str] = (),
         users: Iterable[str] = (),
     ) -> Sanitizer:
-        """A sanitiser for this machine: its user, host, home directory and secret env values."""
+        """A sanitiser for this machine: its user and host names (``$USER``, ``$LOGNAME``, the login
+        name; ``$HOSTNAME``, ``$SLURMD_NODENAME``, ``$SLURM_SUBMIT_HOST``, the host's own name), its
+        directories (``machine_directories``) and secret env values; ``literals`` win over its own."""
         env = os.environ if env is None else env
         found_users = {env.get("USER", ""), env.get("LOGNAME", ""), *users}
         # No passwd entry in some containers: the environment's names then suffice.
         with contextlib.suppress(Exception):
             found_users.add(getpass.getuser())
-        host = socket.gethostname()
-        found_hosts = {host, host.split(".")[0], *hosts}
-        found_hosts |= {h.split(".")[0] for h in hosts if h}
-        lits = dict(literals or {})
-        home = env.get("HOME", "")
-        if len(home) > 1:
-            lits.setdefault(home.rstrip("/"), "<HOME>")
+        found_hosts = {socket.gethostname(), *(env.get(name, "") for name in HOST_NAME_VARIABLES), *hosts}
+        found_hosts |= {h.split(".")[0] for h in found_hosts if h}
+        named, directories = machine_directories(env)
+        lits = {**named, **(literals or {})}
         secrets = {value: name for name, value in env.items() if SECRET_NAME_RE.search(name) and _secret_like(value)}
         return cls(
             literals=lits,
             users={u for u in found_users if _usable_name(u)},
             hosts={h for h in found_hosts if _usable_name(h)},
             secrets=secrets,
+            directories=directories,
         )
 
     def _hits(self, text: str) -> list[_Hit]:
@@ -545,7 +659,14 @@ class Sanitizer:
             hits += [_Hit(*m.span(), "machine path", self.literals[m.group(0)], 2)
                      for m in self._literal_rule[0].finditer(text)]
         if _anchored(_PATH_ANCHORS, text, lowered):
-            hits += [_Hit(*m.span(), "absolute machine path", "<PATH>", 3) for m in _PATH_RE.finditer(text)]
+            hits += [_Hit(*m.span(), "absolute machine path", "<PATH>", 3) for m in _PATH_RE.finditer(text)
+                     if not _after_placeholder(text, m.start())]
+        for rule, kind, anchors in self._path_rules:
+            if _anchored(anchors, text, lowered):
+                hits += _paths_holding(text, rule, kind)
+        if _anchored(_EMAIL_ANCHORS, text, lowered):
+            hits += [_Hit(*m.span(), "e-mail address", "<EMAIL>", 3) for m in _EMAIL_RE.finditer(text)
+                     if m.group(1).lower() not in SERVICE_ACCOUNTS]
         for patterns, kind, placeholder, anchors in self._name_rules:
             if _anchored(anchors, text, lowered):
                 for pattern in patterns:

@@ -235,3 +235,55 @@ def test_a_name_in_a_csv_column_named_for_it_is_found_and_other_columns_are_not_
     leaks = clean.scan_document("data/index.csv", text)
     assert [str(leak) for leak in leaks if "node=" in str(leak)] == [str(leak) for leak in leaks if "grpo" in str(leak)]
     assert any("node=grpo" in str(leak) for leak in leaks) and not any("arm=grpo" in str(leak) for leak in leaks)
+
+
+# The class of machine paths (the module docstring's (a) and (b)) on layouts no rule lists: the names
+# come from the environment the sanitiser reads, the path is replaced whole.
+CLASS_ENV = {"USER": "qbrandt", "LOGNAME": "qbrandt", "HOSTNAME": "r7i3n05.ice", "HOME": "/zhome/4f/qbrandt",
+             "SLURM_TMPDIR": "/localscratch/qbrandt.881.0", "TMPDIR": "/nvme0/tmp-881"}
+
+
+@pytest.mark.parametrize("path", [
+    "/pscratch/sd/q/qbrandt/run/x", "/fsx/qbrandt/ckpt", "/export/home/qbrandt/.cache/x", "/workspace/qbrandt/x",
+    "/hpcwork/qbrandt_rl/run", "/dss/dsshome1/0A/QBrandt/x", "/lfs/r7i3n05/tmp/x", "/ssd/r7i3n05.ice/x",
+    "/nvme0/tmp-881/ray/session_2", "/nvme0/tmp-881",
+])
+def test_an_absolute_path_carrying_a_known_name_or_under_a_machine_directory_is_replaced_whole(path):
+    clean = Sanitizer.from_environment(env=CLASS_ENV)
+    assert clean.clean(f"wrote {path}, done") == "wrote <PATH>, done"
+    assert clean.scan(path) and clean.scan(clean.clean(path)) == []
+
+
+def test_the_machines_own_directories_keep_their_placeholders_and_shared_ones_count_for_nothing():
+    import sys
+
+    clean = Sanitizer.from_environment(env=CLASS_ENV)
+    assert clean.clean("/zhome/4f/qbrandt/.netrc") == "<HOME>/.netrc"
+    assert clean.clean(f"{sys.prefix}/lib/python3/site.py") == "<PYTHON>/lib/python3/site.py"
+    assert not {"/", "/usr", "/usr/local", "/opt"} & (set(clean.literals) | clean.directories)
+    # Under a placeholder a path goes on, and a name in it is still a name where it identifies someone.
+    assert clean.clean("<SWEEP_DIR>/jobs/grpo-42/x <HOST>/tmp/y") == "<SWEEP_DIR>/jobs/grpo-42/x <HOST>/tmp/y"
+
+
+def test_relative_paths_urls_and_words_holding_a_name_are_no_machine_paths():
+    clean = Sanitizer.from_environment(env=CLASS_ENV)
+    text = ("data/runs/qbrandt-1/x https://github.com/org/qbrandt-tools /usr/lib/python3.11/os.py "
+            "train/loss 3/4 tokens/s and/or </s>")
+    assert clean.clean(text) == text and clean.scan(text) == []  # an all-letter name inside a word is no name
+    assert clean.clean("file:///fsx/qbrandt/x") == "file://<PATH>"
+
+
+@pytest.mark.parametrize(("text", "cleaned"), [
+    ("mail first.last@example.edu now", "mail <EMAIL> now"),
+    ("--mail-user=a.b+slurm@lab.example.co.uk", "--mail-user=<EMAIL>"),
+    ("https://alice@github.com/org/x.git", "https://<EMAIL>/org/x.git"),
+    # A service account's address names no one: a git remote stays readable.
+    ("git@github.com:org/x.git ssh://git@gitlab.example.org/x", "git@github.com:org/x.git ssh://git@gitlab.example.org/x"),
+    # Metric names and decorators are no addresses; nor is Hydra's group@package override.
+    ("pass@1 pass@4.mean eval/pass@2 @dataclass +workload.x@pkg.sub=1 user@host",
+     "pass@1 pass@4.mean eval/pass@2 @dataclass +workload.x@pkg.sub=1 user@host"),
+])
+def test_email_addresses_are_replaced_and_service_accounts_and_metric_names_are_not(text, cleaned):
+    clean = Sanitizer()
+    assert clean.clean(text) == cleaned
+    assert bool(clean.scan(text)) == (text != cleaned) and clean.scan(cleaned) == []
