@@ -142,7 +142,7 @@ def _sweep_of_archive_locked(archive: Path):
 
 def _sign(args) -> int:
     from evidence.problems import SigningError
-    from evidence.signing import generate_key, key_label, sign_archive
+    from evidence.signing import generate_key, key_label, load_signer, sign_archive
     from facts.locks import LockHeld
 
     try:
@@ -156,6 +156,8 @@ def _sign(args) -> int:
         if args.archive is None or args.key is None:
             return _fail("sign needs the archive and --key: python -m evidence sign <bundle.tar.gz> --key <private key> "
                          "(make a key pair with --generate-key <path>)")
+        if args.archive.is_file():
+            load_signer(args.key)  # bad key input is refused before the lock (which records its holder) is taken
         with _sweep_of_archive_locked(args.archive):
             signature, key = sign_archive(args.archive, args.key)
     except SigningError as exc:
