@@ -7,6 +7,12 @@ training seed when both ran the same seeds (mean ± SD, t-interval), else unpair
 under the table. More than two: one row per measure and arm, one column per input (mean ± SD, n),
 each after the first with its difference from the first. Only accepted runs count, as in every
 other table.
+
+Held to the audit's standards: an archive is opened by the audit's reader (every member header
+checked before anything is extracted), a bundle's bag must verify (bagit: every manifest digest)
+and its ``sweep.json`` be a sweep's, and inputs that ran differently are refused unless ``--force``,
+naming each difference (``COMPARABLE``: workload, steps, evaluation subset and sampling, and each
+shared arm's trainer). Every refusal is one line (``CompareError``).
 """
 
 from __future__ import annotations
@@ -15,12 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evidence import stats
-from evidence.dataset import BundleData, csv_text
-from evidence.measures import LAST_K, POINTS_PER_UNIT, Measure, arm_values, parse_measure
+from evidence.dataset import EVAL_FLOAT_COLUMNS, BundleData, csv_text
+from evidence.fileio import JSONError
+from evidence.measures import EVAL_PREFIX, LAST_K, POINTS_PER_UNIT, Measure, arm_values, parse_measure
 from evidence.problems import CompareError, LoadError
 from evidence.results import read_evidence
 from evidence.tables import arms as arm_order
-from evidence.tables import fmt_interval
+from evidence.tables import fmt_interval, trainer_of
+from facts.trainers import PROOFGRID_TRAINER
 
 DEFAULT_METRICS = ("train/loss", "train/grad_norm", "rollout/raw_reward", "eval/pass@1")
 COLUMNS = ("metric", "at", "last_k", "arm", "n_a", "n_b", "a_mean", "a_sd", "b_mean", "b_sd", "ratio_b_over_a",
@@ -38,13 +46,105 @@ class Side:
 
 # ---- loading ---------------------------------------------------------------------------------
 
-def load_side(path: str | Path, last_k: int) -> Side:
-    """Evidence of a sweep directory, a bundle directory or a bundle archive (``CompareError``, one line)."""
+# What a bundle's files may raise when they are not what a build writes (a resealed sweep.json, CSV or
+# evidence.json): one line naming the input, never a traceback.
+READ_ERRORS = (JSONError, OSError, KeyError, ValueError, TypeError, AttributeError, OverflowError, IndexError)
+
+
+def load_side(path: str | Path, last_k: int, label: str = "") -> Side:
+    """Evidence of a sweep directory, a bundle directory or a bundle archive, verified as the audit
+    verifies it (``read_evidence(verify=True)``); ``CompareError`` (one line, starting with ``label``)."""
+    lead = f"{label}: " if label else ""
     try:
-        name, data, _ = read_evidence(path, last_k)
+        name, data, _ = read_evidence(path, last_k, verify=True)
+        side = Side(name, data)
+        _readable(side)
     except LoadError as exc:
-        raise CompareError(str(exc)) from None
-    return Side(name, data)
+        raise CompareError(f"{lead}{exc}") from None
+    except READ_ERRORS as exc:
+        raise CompareError(f"{lead}{path}: cannot read its evidence ({exc.__class__.__name__}: {exc})") from None
+    return side
+
+
+def _readable(side: Side) -> None:
+    """Read what a comparison reads of an input besides its runs (its facts, its settings, its
+    description), so that a record no build writes fails here, naming the input."""
+    for read in COMPARABLE.values():
+        read(side.data)
+    for arm in side.data.arms:
+        trainer_of(side.data, arm)
+    float(side.data.ci_level)
+    _describe("", side)
+
+
+def logged_metrics(data: BundleData) -> set[str]:
+    """The training metrics an input's accepted runs log (steps.csv's columns, or the records' keys)."""
+    return set(data.step_keys) | {k for records in data.steps.values() for r in records for k in r if k != "step"}
+
+
+def check_metrics(measures: list[Measure], requested: list[str], sides: list[Side]) -> None:
+    """A requested training metric that no input logs is refused, naming the ones they do."""
+    logged = set().union(*(logged_metrics(side.data) for side in sides))
+    for measure in measures:
+        if measure.metric in requested and not measure.is_eval and measure.metric not in logged:
+            known = [EVAL_PREFIX + c for c in EVAL_FLOAT_COLUMNS] + sorted(logged)
+            raise CompareError(f"--metric {measure.metric}: no input logs it; known: {', '.join(known)}")
+
+
+def csv_target(csv_path: str | Path) -> Path:
+    """Where ``--csv`` writes, checked before anything is read: a file in an existing directory."""
+    path = Path(csv_path)
+    if path.is_dir():
+        raise CompareError(f"--csv {path}: is a directory; name the file to write (such as {path / 'compare.csv'})")
+    if not path.parent.is_dir():
+        raise CompareError(f"--csv {path}: no directory {path.parent} to write it in")
+    return path
+
+
+# ---- what makes inputs comparable ----------------------------------------------------------------
+
+def _evaluations(data: BundleData, fields: tuple[str, ...]) -> tuple[tuple, str]:
+    """The distinct values of ``fields`` over the accepted runs' evaluations: a key and how to show it."""
+    found = sorted({tuple(str(entry.get(f)) for f in fields) for run in data.accepted
+                    for entry in data.evals.get(run, {}).values()})
+    shown = " | ".join(", ".join(f"{f} {v[:12] if f == 'subset_sha256' else v}" for f, v in zip(fields, values))
+                       for values in found)
+    return tuple(found), shown or "no evaluation"
+
+
+# Each fact two inputs' numbers must share to be compared: its name, and its key and shown value.
+COMPARABLE = {
+    "workload": lambda data: (str(data.sweep.get("workload")), repr(data.sweep.get("workload"))),
+    "steps": lambda data: (data.n_updates, str(data.n_updates)),
+    "eval subset": lambda data: _evaluations(data, ("subset_sha256", "n_prompts")),
+    "eval sampling": lambda data: _evaluations(data, ("k", "eval_seed")),
+}
+
+
+def _labels(sides: list[Side]) -> list[str]:
+    return ["A", "B"] if len(sides) == 2 else [side.name for side in sides]
+
+
+def differences(sides: list[Side], arms: list[str]) -> list[str]:
+    """Every fact of ``COMPARABLE`` the inputs differ in, and every arm of ``arms`` whose trainer
+    differs, each as ``fact (A value; B value)``."""
+    labels, found = _labels(sides), []
+    for fact, read in COMPARABLE.items():
+        values = [read(side.data) for side in sides]
+        if len({key for key, _ in values}) > 1:
+            found.append(f"{fact} ({'; '.join(f'{label} {shown}' for label, (_, shown) in zip(labels, values))})")
+    by_trainers: dict[str, list[str]] = {}  # arms whose trainers differ alike are named together
+    for arm in arms:
+        trainers = [(label, trainer_of(side.data, arm) or PROOFGRID_TRAINER)
+                    for label, side in zip(labels, sides) if arm in side.data.arms]
+        if len({trainer for _, trainer in trainers}) > 1:
+            by_trainers.setdefault("; ".join(f"{label} {t}" for label, t in trainers), []).append(arm)
+    found += [f"the trainer of {', '.join(named)} ({shown})" for shown, named in by_trainers.items()]
+    return found
+
+
+def _listed(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 # ---- the comparison ------------------------------------------------------------------------------
@@ -86,7 +186,9 @@ def compare_arm(measure: Measure, arm: str, a: BundleData, b: BundleData) -> dic
            "diff_mean": None, "diff_sd": None, "ci_low": None, "ci_high": None}
     notes = row["notes"] = []
     if not values_a or not values_b:
-        notes.append(f"no accepted run in {'A' if not values_a else 'B'}")
+        side, data = ("A", a) if not values_a else ("B", b)
+        logs = measure.is_eval or measure.metric in logged_metrics(data)
+        notes.append(f"no accepted run in {side}" if logs or not data.accepted else f"{side} does not log {measure.metric}")
     elif set(values_a) == set(values_b):
         paired = stats.paired_difference({s: scale * v for s, v in values_b.items()},
                                          {s: scale * v for s, v in values_a.items()}, a.ci_level)
@@ -110,22 +212,20 @@ def compare_arm(measure: Measure, arm: str, a: BundleData, b: BundleData) -> dic
     return row
 
 
-def _check_comparable(sides: list[Side], force: bool) -> None:
-    """Refuse inputs that ran different workloads unless ``force``."""
-    workloads = [side.data.sweep.get("workload") for side in sides]
-    if len(set(map(str, workloads))) > 1 and not force:
-        if len(sides) == 2:
-            raise CompareError(f"A ran workload {workloads[0]!r} and B {workloads[1]!r}: not comparable "
-                               f"(--force compares them anyway)")
-        named = "; ".join(f"{side.name} {w!r}" for side, w in zip(sides, workloads))
-        raise CompareError(f"the inputs ran different workloads ({named}): not comparable "
-                           f"(--force compares them anyway)")
+def _check_comparable(sides: list[Side], arms: list[str], force: bool) -> list[str]:
+    """The differences that make the inputs incomparable (``differences``): refused unless ``force``,
+    returned (to be said with the table) when forced."""
+    found = differences(sides, arms)
+    if found and not force:
+        who = "A and B" if len(sides) == 2 else "the inputs"
+        raise CompareError(f"{who} differ in {_listed(found)}: not comparable (--force compares them anyway)")
+    return found
 
 
 def compare(a: Side, b: Side, measures: list[Measure], force: bool = False) -> list[dict]:
-    """Every (measure, common arm) row; refuses different workloads or no common arm unless ``force``."""
-    _check_comparable([a, b], force)
+    """Every (measure, common arm) row; refuses incomparable inputs or no common arm unless ``force``."""
     common = [arm for arm in arm_order(a.data) if arm in b.data.arms]
+    _check_comparable([a, b], common, force)
     if not common and not force:
         raise CompareError(f"no arm in both (A: {', '.join(a.data.arms)}; B: {', '.join(b.data.arms)}); "
                            f"--force prints the empty comparison")
@@ -143,8 +243,8 @@ def shared_arms(sides: list[Side]) -> list[str]:
 def compare_many(sides: list[Side], measures: list[Measure], force: bool = False) -> list[dict]:
     """Rows of the table across inputs: one per (measure, arm, input), each with its difference from
     the first input (in points for rates) and the change in % by the same rule as ``change_pct``."""
-    _check_comparable(sides, force)
     arms = shared_arms(sides)
+    _check_comparable(sides, arms, force)
     if not arms and not force:
         listed = "; ".join(f"{side.name}: {', '.join(side.data.arms)}" for side in sides)
         raise CompareError(f"no arm in two inputs or more ({listed}); --force prints the empty comparison")
@@ -219,9 +319,13 @@ def _describe(label: str, side: Side) -> str:
             f"{len(side.data.accepted)} accepted run(s)")
 
 
-def markdown(a: Side, b: Side, rows: list[dict], level: float) -> str:
+def _forced(found: list[str]) -> list[str]:
+    return [f"- compared with --force although they differ in {_listed(found)}"] if found else []
+
+
+def markdown(a: Side, b: Side, rows: list[dict], level: float, forced: list[str] = ()) -> str:
     """The table as markdown: one line per (measure, arm); notes shared by rows are said once below."""
-    out = [f"# Compare A = {a.name} -> B = {b.name}\n", _describe("A", a), _describe("B", b), ""]
+    out = [f"# Compare A = {a.name} -> B = {b.name}\n", _describe("A", a), _describe("B", b), *_forced(forced), ""]
     if not rows:
         out.append("_No arm in both inputs: nothing to compare._")
         return "\n".join(out) + "\n"
@@ -256,10 +360,10 @@ def _many_cell(row: dict) -> str:
     return text
 
 
-def markdown_many(sides: list[Side], rows: list[dict]) -> str:
+def markdown_many(sides: list[Side], rows: list[dict], forced: list[str] = ()) -> str:
     """The table across inputs: one line per (measure, arm), one column per input."""
     out = [f"# Compare {len(sides)} inputs (differences from input 1)\n",
-           *(_describe(str(number), side) for number, side in enumerate(sides, start=1)), ""]
+           *(_describe(str(number), side) for number, side in enumerate(sides, start=1)), *_forced(forced), ""]
     if not rows:
         out.append("_No arm in two inputs or more: nothing to compare._")
         return "\n".join(out) + "\n"
@@ -287,16 +391,25 @@ def compare_paths(path_a, path_b, metrics: list[str] | None = None, last_k: int 
         measures = [parse_measure(name, None, None if name.startswith("eval/") else last_k) for name in names]
     except ValueError as exc:
         raise CompareError(f"--metric: {exc}") from None
+    target = None if csv_path is None else csv_target(csv_path)
+    paths = (path_a, path_b, *more)
+    labels = ["A", "B"] if len(paths) == 2 else [f"input {n}" for n in range(1, len(paths) + 1)]
+    sides = [load_side(path, last_k, label) for path, label in zip(paths, labels)]
+    check_metrics(measures, list(metrics or []), sides)
     try:
-        sides = [load_side(path, last_k) for path in (path_a, path_b, *more)]
-    except (OSError, ValueError, KeyError) as exc:
-        raise CompareError(f"cannot read the evidence ({exc.__class__.__name__}: {exc})") from None
-    if len(sides) == 2:
-        rows = compare(sides[0], sides[1], measures, force)
-        text, columns = markdown(sides[0], sides[1], rows, sides[0].data.ci_level), COLUMNS
-    else:
-        rows = compare_many(sides, measures, force)
-        text, columns = markdown_many(sides, rows), COLUMNS_MANY
-    if csv_path is not None:
-        Path(csv_path).write_text(csv_text(columns, rows), encoding="utf-8")
+        if len(sides) == 2:
+            rows = compare(sides[0], sides[1], measures, force)
+            forced = differences(sides, [arm for arm in arm_order(sides[0].data) if arm in sides[1].data.arms])
+            text, columns = markdown(sides[0], sides[1], rows, sides[0].data.ci_level, forced), COLUMNS
+        else:
+            rows = compare_many(sides, measures, force)
+            text, columns = markdown_many(sides, rows, differences(sides, shared_arms(sides))), COLUMNS_MANY
+    except READ_ERRORS as exc:  # runs' records no build writes
+        raise CompareError(f"cannot compare the inputs' runs ({exc.__class__.__name__}: {exc}); audit them "
+                           "with `python -m evidence audit`") from None
+    if target is not None:
+        try:
+            target.write_text(csv_text(columns, rows), encoding="utf-8")
+        except OSError as exc:
+            raise CompareError(f"--csv {target}: cannot write it ({exc.strerror or exc.__class__.__name__})") from None
     return text

@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import io
 import tarfile
-import tempfile
+import zlib
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import pyarrow as pa
 from pyarrow import csv as pa_csv
 
 from evidence import stats
+from evidence.audit.archive import check_members, extracted
+from evidence.audit.bag import check_bag
 from evidence.dataset import (
     EVAL_COLUMNS,
     SETTINGS_FILE,
@@ -36,9 +38,10 @@ from evidence.dataset import (
 from evidence.fileio import JSONError, read_json
 from evidence.incidents import INCIDENT_COLUMNS, derive_incidents, load_user_incidents
 from evidence.index import INDEX_COLUMNS, evaluate_sweep, index_row
-from evidence.problems import EvidenceError, IncidentsFileError, LoadError, SweepError
+from evidence.problems import EvidenceError, IncidentsFileError, LoadError, Problem, SweepError
 from evidence.sweep import job_name, read_sweep
 from facts.files import (
+    BUNDLE_PAYLOAD,
     INDEX_TABLE,
     RUN_RECORD,
     SWEEP_RECORD,
@@ -55,29 +58,74 @@ PANDAS_INSTALL = "pip install pandas"
 
 # ---- reading any input into BundleData ------------------------------------------------------------
 
-def _safe_members(tar: tarfile.TarFile, name: str) -> list[tarfile.TarInfo]:
-    members = tar.getmembers()
-    for member in members:
-        parts = PurePosixPath(member.name).parts
-        if member.name.startswith("/") or ".." in parts or not (member.isfile() or member.isdir()):
-            raise LoadError(f"{name}: archive member {member.name!r} is unsafe; audit it with "
-                            f"`python -m evidence audit {name}`")
-    return members
+def _refusal(problems: list[Problem], path: Path, what: str) -> LoadError:
+    """One line: the first of ``problems`` (and how many more), and how to see them all."""
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return LoadError(f"{path}: {what}: {problems[0]}{more}; audit it with `python -m evidence audit {path}`")
 
 
-def _from_archive(path: Path) -> tuple[BundleData, dict[str, str]]:
-    """The bundle inside an archive, and its tables' CSV text (read before the temporary copy goes)."""
-    with tempfile.TemporaryDirectory(prefix="evidence-load-") as tmp:
+def _verified(bag: Path, shown: Path) -> None:
+    """The audit's bag check (bagit's ``Bag.validate()``: every manifest digest and the Payload-Oxum, and
+    proofgrid's rules on top); ``LoadError`` naming the first file that fails."""
+    problems = check_bag(bag)
+    if problems:
+        raise _refusal(problems, shown, "the bundle does not verify")
+
+
+def _payload(bag: Path, shown: Path, verify: bool) -> Path:
+    """The bag's payload directory, its bag verified and its ``sweep.json`` checked as a sweep's is when
+    ``verify`` (a bundle's sweep.json that is not one reads as one line, not a traceback)."""
+    if verify:
+        _verified(bag, shown)
+    payload = bundle_payload_dir(bag)
+    if verify:
         try:
-            with tarfile.open(path, mode="r:gz") as tar:
-                tar.extractall(tmp, members=_safe_members(tar, path.name), filter="data")
-        except (tarfile.TarError, OSError, EOFError) as exc:
-            raise LoadError(f"{path}: not a readable bundle archive ({exc.__class__.__name__})") from None
-        roots = [p for p in Path(tmp).iterdir() if p.is_dir()]
-        if len(roots) != 1 or not (bundle_payload_dir(roots[0]) / INDEX_TABLE).is_file():
-            raise LoadError(f"{path}: no bundle (data/index.csv) inside the archive")
-        payload = bundle_payload_dir(roots[0])
-        return load_bundle_data(payload), _table_files(payload)
+            read_sweep(payload)
+        except SweepError as exc:
+            raise LoadError(f"{shown}: {BUNDLE_PAYLOAD}/{exc}") from None
+        problem = _settings_problem(payload)
+        if problem:
+            raise LoadError(f"{shown}: {BUNDLE_PAYLOAD}/{SETTINGS_FILE}: {problem}")
+    return payload
+
+
+# The settings a bundle's numbers were computed with (``evidence.json``, as the build writes it).
+_SETTINGS_FIELDS = {"last_k": "a positive integer", "n_updates": "a positive integer", "ci_level": "a number in (0, 1)"}
+
+
+def _settings_problem(payload: Path) -> str | None:
+    """What is wrong with a bundle's ``evidence.json``, or None."""
+    try:
+        settings = read_json(payload / SETTINGS_FILE)
+    except JSONError as exc:
+        return str(exc)
+    if not isinstance(settings, dict):
+        return "not a JSON object"
+    for name, what in _SETTINGS_FIELDS.items():
+        value = settings.get(name)
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        sound = number and (0 < value < 1 if name == "ci_level" else isinstance(value, int) and value >= 1)
+        if not sound:
+            return f"{name!r} must be {what}, not {value!r}"
+    return None
+
+
+def _from_archive(path: Path, verify: bool = False) -> tuple[BundleData, dict[str, str]]:
+    """The bundle inside an archive, and its tables' CSV text (read before the temporary copy goes).
+    The archive is opened as the audit opens it: every member header checked (names, links, sizes,
+    counts) before anything is extracted, then extracted with tarfile's data filter."""
+    try:
+        with tarfile.open(path, mode="r:gz") as tar:
+            members, root, refused = check_members(tar, path)
+            if members is None:
+                raise _refusal(refused, path, "not extracted")
+            with extracted(tar, members, root) as bag:
+                if not (bundle_payload_dir(bag) / INDEX_TABLE).is_file():
+                    raise LoadError(f"{path}: no bundle (data/index.csv) inside the archive")
+                payload = _payload(bag, path, verify)
+                return load_bundle_data(payload), _table_files(payload)
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+        raise LoadError(f"{path}: not a readable bundle archive ({exc.__class__.__name__})") from None
 
 
 def _table_files(payload: Path) -> dict[str, str]:
@@ -113,21 +161,24 @@ def input_name(path: Path) -> str:
     return f"{path.resolve().parent.name}/{path.name}" if path.name.startswith("bundle") else path.name
 
 
-def read_evidence(path: str | Path, last_k: int = stats.DEFAULT_LAST_K) -> tuple[str, BundleData, dict[str, str] | None]:
+def read_evidence(path: str | Path, last_k: int = stats.DEFAULT_LAST_K,
+                  verify: bool = False) -> tuple[str, BundleData, dict[str, str] | None]:
     """``(name, data, tables)`` of a sweep directory, a bundle directory or a bundle archive; ``tables``
-    is the bundle's sealed ``tables/*.csv`` text, None for a sweep evaluated in memory. Raises
+    is the bundle's sealed ``tables/*.csv`` text, None for a sweep evaluated in memory. With ``verify``
+    a bundle's bag must verify (manifests, Payload-Oxum) and its ``sweep.json`` be a sweep's. Raises
     ``LoadError`` (one line) for anything else."""
     path = Path(path)
     if path.is_file() and path.name.endswith(ARCHIVE_SUFFIXES):
-        data, tables = _from_archive(path)
+        data, tables = _from_archive(path, verify)
         return input_name(path), data, tables
     if path.is_dir() and (bundle_payload_dir(path) / SETTINGS_FILE).is_file():
-        payload = bundle_payload_dir(path)
+        payload = _payload(path, path, verify)
         return input_name(path), load_bundle_data(payload), _table_files(payload)
     if path.is_dir() and (path / SWEEP_RECORD).is_file():
         built = sweep_bundle_payload(path)
         if (built / SETTINGS_FILE).is_file():
-            return path.name, load_bundle_data(built), _table_files(built)
+            payload = _payload(built.parent, built.parent, verify)
+            return path.name, load_bundle_data(payload), _table_files(payload)
         try:
             return path.name, _from_sweep(path, last_k), None
         except (SweepError, IncidentsFileError) as exc:

@@ -137,9 +137,11 @@ def test_compare_refuses_different_workloads_and_no_common_arm_unless_forced(tmp
     a, b = before_after(tmp_path, workload_b="gsm8k_qwen3_0p6b")
     refused = cli(a, b)
     assert refused.returncode == 2 and refused.stdout == ""
-    assert refused.stderr == ("python -m evidence: error: A ran workload 'toy' and B 'gsm8k_qwen3_0p6b': not "
-                              "comparable (--force compares them anyway)\n")
-    assert cli(a, b, "--force").returncode == 0
+    assert refused.stderr == ("python -m evidence: error: A and B differ in workload (A 'toy'; B 'gsm8k_qwen3_0p6b'): "
+                              "not comparable (--force compares them anyway)\n")
+    forced = cli(a, b, "--force")
+    assert forced.returncode == 0
+    assert "- compared with --force although they differ in workload (A 'toy'; B 'gsm8k_qwen3_0p6b')" in forced.stdout
 
     other = make_sweep(tmp_path, seeds=(1, 2, 3), name="lr", arms={"rpp-lr3e-4": {"algo": "rpp", "workload.lr": "3e-4"},
                                                                   "rpp-lr1e-4": {"algo": "rpp", "workload.lr": "1e-4"}})
@@ -250,4 +252,168 @@ def test_compare_across_sweeps_refuses_different_workloads_in_one_line(tmp_path)
               for name, workload in (("x", "toy"), ("y", "toy"), ("z", "gsm8k_qwen3_0p6b"))]
     refused = cli(*sweeps)
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1
-    assert "the inputs ran different workloads (x 'toy'; y 'toy'; z 'gsm8k_qwen3_0p6b')" in refused.stderr
+    assert "the inputs differ in workload (x 'toy'; y 'toy'; z 'gsm8k_qwen3_0p6b'): not comparable" in refused.stderr
+
+
+# ---- held to the audit's standards (issue 21, section 4) ----------------------------------------------
+
+def one_line_refusal(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 2 and result.stdout == "" and result.stderr.count("\n") == 1, result.stderr[-3000:]
+    return result.stderr
+
+
+def test_an_archive_with_a_member_beyond_the_audits_limit_is_refused_before_anything_is_extracted(tmp_path):
+    import io
+    import resource
+    import tarfile
+
+    from evidence.audit.archive import MAX_MEMBER_BYTES
+
+    a = make_sweep(tmp_path, algos=("grpo",), seeds=(1, 2), name="a")
+    archive = tmp_path / "big" / "bundle.tar.gz"
+    archive.parent.mkdir()
+
+    class Zeros:  # the member's bytes, streamed: nothing this size is held or written here
+        def __init__(self, n):
+            self.left = n
+
+        def read(self, size=-1):
+            n = self.left if size < 0 else min(size, self.left)
+            self.left -= n
+            return bytes(n)
+
+    with tarfile.open(archive, "w:gz", compresslevel=1) as tar:
+        index = tarfile.TarInfo("bundle/data/index.csv")
+        index.size = 4
+        tar.addfile(index, io.BytesIO(b"job\n"))
+        big = tarfile.TarInfo("bundle/data/big.bin")
+        big.size = MAX_MEMBER_BYTES + 1
+        tar.addfile(big, Zeros(big.size))
+
+    def small_files():  # extracting the member would need a file far bigger than this allows
+        resource.setrlimit(resource.RLIMIT_FSIZE, (32 * 2**20, 32 * 2**20))
+
+    result = subprocess.run([sys.executable, "-m", "evidence", "compare", str(a), str(archive)], cwd=REPO,
+                            capture_output=True, text=True, timeout=300, preexec_fn=small_files)
+    message = one_line_refusal(result)
+    assert f"B: {archive}: not extracted: bundle.tar.gz:bundle/data/big.bin: member of {MAX_MEMBER_BYTES + 1} bytes" \
+        in message and f"audit it with `python -m evidence audit {archive}`" in message
+
+
+def _tamper(bundle: Path) -> None:
+    """One digit of a sealed pass@1 changed, the size kept: only the manifest's digest can tell."""
+    eval_csv = bundle / "data" / "eval.csv"
+    text = eval_csv.read_text()
+    at = text.index(",0.", text.index("\n")) + 3
+    eval_csv.write_text(text[:at] + ("1" if text[at] != "1" else "2") + text[at + 1:])
+
+
+def test_a_bundle_whose_manifest_does_not_verify_is_refused_naming_the_file(tmp_path):
+    import tarfile
+
+    a, b = before_after(tmp_path)
+    build_bundle(b, figures=False)
+    _tamper(b / "bundle")
+    retarred = tmp_path / "tampered" / "bundle.tar.gz"
+    retarred.parent.mkdir()
+    with tarfile.open(retarred, "w:gz") as tar:
+        tar.add(b / "bundle", arcname="bundle")
+    for given in (b / "bundle", b, retarred):  # the bundle, the sweep it was built in, an archive of it
+        message = one_line_refusal(cli(a, given))
+        assert "the bundle does not verify: data/eval.csv: SHA256 differs from manifest-sha256.txt" in message, given
+        assert message.startswith("python -m evidence: error: B: ") and "python -m evidence audit" in message
+
+
+def _steps(sweep, n):
+    return make_sweep(sweep, algos=("grpo", "rpp"), seeds=(1, 2, 3), name="after", n_steps=n)
+
+
+def _edit_jobs(sweep: Path, name: str, edit) -> None:
+    for path in sorted((sweep / "jobs").glob(f"*/run/{name}")):
+        record = json.loads(path.read_text())
+        edit(record)
+        path.write_text(json.dumps(record))
+
+
+@pytest.mark.parametrize(("fact", "change", "named"), [
+    ("steps", lambda b: None, "steps (A 10; B 12)"),
+    ("eval subset", lambda b: _edit_jobs(b, "eval.json", lambda r: [e.update(subset_sha256="cd" * 32) for e in r.values()]),
+     "eval subset (A subset_sha256 "),
+    ("eval sampling", lambda b: _edit_jobs(b, "eval.json", lambda r: [e.update(eval_seed=31) for e in r.values()]),
+     "eval sampling (A k 4, eval_seed 29; B k 4, eval_seed 31)"),
+    ("trainer", lambda b: _edit_jobs(b, "run.json", lambda r: r.update(algorithm={"short": r["algo"], "trainer": "trl"})),
+     "the trainer of grpo, rpp (A proofgrid; B trl)"),
+])
+def test_inputs_that_ran_differently_are_refused_naming_what_differs_unless_forced(tmp_path, fact, change, named):
+    a = make_sweep(tmp_path, algos=("grpo", "rpp"), seeds=(1, 2, 3), name="before")
+    b = make_sweep(tmp_path, algos=("grpo", "rpp"), seeds=(1, 2, 3), name="after", n_steps=12 if fact == "steps" else 10)
+    change(b)
+    message = one_line_refusal(cli(a, b))
+    assert f"A and B differ in {named}" in message and "(--force compares them anyway)" in message
+    assert message.count(" differ in ") == 1 and " and the " not in message.replace("A and B", "")  # only that fact
+    forced = cli(a, b, "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert f"- compared with --force although they differ in {named}" in forced.stdout
+    # built bundles are held to the same facts as the sweeps they came from
+    build_bundle(a, figures=False)
+    build_bundle(b, figures=False)
+    assert f"A and B differ in {named}" in one_line_refusal(cli(a / "bundle.tar.gz", b / "bundle"))
+
+
+def test_comparable_inputs_say_nothing_about_differences(tmp_path):
+    a, b = before_after(tmp_path)
+    result = cli(a, b)
+    assert result.returncode == 0 and "--force" not in result.stdout
+
+
+@pytest.mark.parametrize(("where", "message"), [
+    ("dir", "--csv {tmp}: is a directory; name the file to write (such as {tmp}/compare.csv)"),
+    ("missing parent", "--csv {tmp}/nowhere/cmp.csv: no directory {tmp}/nowhere to write it in"),
+])
+def test_a_csv_target_that_cannot_be_written_is_one_line_before_anything_is_read(tmp_path, where, message):
+    target = tmp_path if where == "dir" else tmp_path / "nowhere" / "cmp.csv"
+    refused = one_line_refusal(cli(tmp_path / "missing-a", tmp_path / "missing-b", "--csv", target))
+    assert message.format(tmp=tmp_path) in refused and not (tmp_path / "nowhere").exists()
+
+
+def _reseal(bundle: Path) -> None:
+    """Rewrite the bag's manifests after an edit, as a forger (or a careless tool) would."""
+    import bagit
+
+    bagit.Bag(str(bundle)).save(manifests=True)
+
+
+@pytest.mark.parametrize(("file", "text", "message"), [
+    ("sweep.json", "{not json", "data/sweep.json: not valid JSON"),
+    ("sweep.json", "[]", "data/sweep.json: not a JSON object"),
+    ("sweep.json", "null", "data/sweep.json: not a JSON object"),
+    ("sweep.json", '{"workload": "toy"}', "data/sweep.json: 'algos' must be a non-empty list of names"),
+    ("sweep.json", '{"workload": "toy", "algos": ["grpo", "rpp"], "seeds": "1", "n_updates": 10}',
+     "data/sweep.json: 'seeds' must be a non-empty list of integers"),
+    ("evidence.json", '{"last_k": 10, "n_updates": 10}', "data/evidence.json: 'ci_level' must be a number in (0, 1), not None"),
+    ("evidence.json", '[1]', "data/evidence.json: not a JSON object"),
+])
+def test_a_resealed_bundle_whose_records_are_malformed_is_one_line_naming_the_input(tmp_path, file, text, message):
+    a, b = before_after(tmp_path)
+    build_bundle(b, figures=False)
+    (b / "bundle" / "data" / file).write_text(text)
+    _reseal(b / "bundle")
+    refused = one_line_refusal(cli(a, b / "bundle"))
+    assert refused.startswith(f"python -m evidence: error: B: {b / 'bundle'}") and message in refused
+
+
+def test_a_malformed_sweep_json_of_a_sweep_is_one_line_naming_the_input(tmp_path):
+    a, b = before_after(tmp_path)
+    (b / "sweep.json").write_text("{not json")
+    assert "B: sweep.json: not valid JSON" in one_line_refusal(cli(a, b))
+
+
+def test_an_unknown_metric_is_named_with_the_known_ones_and_one_only_a_logs_is_said_of_b(tmp_path):
+    a, b = before_after(tmp_path)
+    refused = one_line_refusal(cli(a, b, "--metric", "train/no_such_metric"))
+    assert "--metric train/no_such_metric: no input logs it; known: eval/pass@1, eval/pass@2" in refused
+    assert "train/grad_norm" in refused and "rollout/raw_reward" in refused and "no accepted run" not in refused
+    set_metric(a, "train/only_in_a", lambda arm, seed: 0.5)
+    result = cli(a, b, "--metric", "train/only_in_a")
+    assert result.returncode == 0, result.stderr
+    assert "B does not log train/only_in_a" in result.stdout and "no accepted run in" not in result.stdout
