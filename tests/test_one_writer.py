@@ -63,8 +63,17 @@ WRITERS = {
     "build": lambda sweep: [sys.executable, "-m", "evidence", "build", str(sweep), "--no-figures"],
     "launcher seal": lambda sweep: [sys.executable, "-m", "launcher", "seal", str(sweep)],
     "sign": lambda sweep: [sys.executable, "-m", "evidence", "sign", str(sweep / "bundle.tar.gz"), "--key",
-                           str(sweep.parent / "key")],
+                           str(_signing_key(sweep.parent / "key"))],
 }
+
+
+def _signing_key(path: Path) -> Path:
+    """A real private key: sign refuses a bad key before it looks at the lock, so the lock alone must refuse."""
+    from evidence.signing import generate_key
+
+    if not path.is_file():
+        generate_key(path)
+    return path
 
 
 @pytest.mark.parametrize("holder", HOLDERS)
