@@ -137,8 +137,26 @@ class BundleData:
         """Accepted (arm, seed) pairs, in index order. Nothing else enters an aggregate."""
         return [(_arm(r), int(r["seed"])) for r in self.index if r["accepted"] == "yes"]
 
+    @cached_property
+    def _index_rows(self) -> dict[tuple[str, str], dict[str, str]]:
+        """``{(arm, seed cell): index row}``, the first row of each (the index is set once, at load)."""
+        rows: dict[tuple[str, str], dict[str, str]] = {}
+        for r in self.index:
+            rows.setdefault((_arm(r), r["seed"]), r)
+        return rows
+
+    @cached_property
+    def _index_algos(self) -> dict[str, str]:
+        """``{arm: algo}`` of the first index row of each arm."""
+        algos: dict[str, str] = {}
+        for r in self.index:
+            algos.setdefault(_arm(r), r["algo"])
+        return algos
+
     def index_row(self, arm: str, seed: int) -> dict[str, str]:
-        return next(r for r in self.index if _arm(r) == arm and r["seed"] == str(seed))
+        """The index row of one run (KeyError when the index has none): one lookup, not a walk of the index,
+        since tables and the crate ask once per run."""
+        return self._index_rows[(arm, str(seed))]
 
     @cached_property
     def arms(self) -> dict[str, tuple[str, dict[str, str]]]:
@@ -150,7 +168,7 @@ class BundleData:
         arms = self.arms
         if arm in arms:
             return arms[arm][0]
-        return next((r["algo"] for r in self.index if _arm(r) == arm), arm)
+        return self._index_algos.get(arm, arm)
 
 
 SAMPLE_NUMBERS = ("t", "cpu_percent", "rss_bytes")  # every resource sample's numbers

@@ -268,9 +268,10 @@ def evaluate_sweep(sweep: Sweep, exclusions: dict[str, str] | None = None) -> li
             evidence.anomalies.append(Problem(JOB_RECORD, f"source commit {str(commit)[:12]} differs from the sweep's",
                                               kind="commit-mismatch"))
         evidence.exclusion = exclusions.get(evidence.job)
-    arm_order = list(sweep.arms)
-    evidences.sort(key=lambda e: (arm_order.index(e.arm) if e.arm in arm_order else len(arm_order), e.arm,
-                                  sweep.seeds.index(e.seed) if e.seed in sweep.seeds else 1 << 30, e.seed))
+    # Grid order by position (dicts: one lookup per job, not a walk of the seeds); strays after the grid.
+    arm_order = {arm: i for i, arm in enumerate(sweep.arms)}
+    seed_order = {seed: i for i, seed in enumerate(sweep.seeds)}
+    evidences.sort(key=lambda e: (arm_order.get(e.arm, len(arm_order)), e.arm, seed_order.get(e.seed, 1 << 30), e.seed))
     return evidences
 
 

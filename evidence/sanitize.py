@@ -43,6 +43,7 @@ credential-shaped string).
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import csv
 import functools
@@ -380,6 +381,27 @@ def _group_spans(match: re.Match) -> Iterator[tuple[int, int]]:
         yield match.span(i)
 
 
+def _non_overlapping(hits: list[_Hit]) -> list[_Hit]:
+    """The hits kept where they overlap (by rank, then position, the longer first), in text order.
+
+    The kept spans are disjoint, so sorted by start their ends are sorted too: a new span overlaps one
+    iff the last kept span starting before its end ends after its start (one bisection, not a walk of
+    every kept span: a text can hold thousands of hits, a job path each)."""
+    chosen: list[_Hit] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    for hit in sorted(hits, key=lambda h: (h.rank, h.start, -h.end)):
+        if hit.end <= hit.start:
+            continue
+        at = bisect.bisect_left(starts, hit.end)
+        if at and ends[at - 1] > hit.start:
+            continue
+        chosen.append(hit)
+        starts.insert(at, hit.start)
+        ends.insert(at, hit.end)
+    return sorted(chosen, key=lambda h: h.start)
+
+
 def _lines_with(text: str, trigger: re.Pattern[str]) -> list[tuple[int, str]]:
     """(offset, line) of every line holding a match of ``trigger``: slow rules run on those lines only."""
     starts: dict[int, str] = {}
@@ -671,13 +693,7 @@ class Sanitizer:
             if _anchored(anchors, text, lowered):
                 for pattern in patterns:
                     hits += [_Hit(*m.span(1), kind, placeholder, 4) for m in pattern.finditer(text)]
-        chosen: list[_Hit] = []
-        taken: list[tuple[int, int]] = []
-        for hit in sorted(hits, key=lambda h: (h.rank, h.start, -h.end)):
-            if hit.end > hit.start and not any(hit.start < e and s < hit.end for s, e in taken):
-                chosen.append(hit)
-                taken.append((hit.start, hit.end))
-        return sorted(chosen, key=lambda h: h.start)
+        return _non_overlapping(hits)
 
     def clean(self, text: str) -> str:
         """The text with every secret, known path, machine path, user and host name replaced."""
