@@ -15,6 +15,7 @@ from sweep_factory import make_sweep
 
 from evidence import build_bundle
 from evidence.compare import CompareError, compare_paths
+from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]
 T_975_DF2 = 4.302652729911275  # Student t, two-sided 95 %, 2 degrees of freedom
@@ -376,13 +377,6 @@ def test_a_csv_target_that_cannot_be_written_is_one_line_before_anything_is_read
     assert message.format(tmp=tmp_path) in refused and not (tmp_path / "nowhere").exists()
 
 
-def _reseal(bundle: Path) -> None:
-    """Rewrite the bag's manifests after an edit, as a forger (or a careless tool) would."""
-    import bagit
-
-    bagit.Bag(str(bundle)).save(manifests=True)
-
-
 @pytest.mark.parametrize(("file", "text", "message"), [
     ("sweep.json", "{not json", "data/sweep.json: not valid JSON"),
     ("sweep.json", "[]", "data/sweep.json: not a JSON object"),
@@ -397,7 +391,7 @@ def test_a_resealed_bundle_whose_records_are_malformed_is_one_line_naming_the_in
     a, b = before_after(tmp_path)
     build_bundle(b, figures=False)
     (b / "bundle" / "data" / file).write_text(text)
-    _reseal(b / "bundle")
+    reseal_bag(b / "bundle")
     refused = one_line_refusal(cli(a, b / "bundle"))
     assert refused.startswith(f"python -m evidence: error: B: {b / 'bundle'}") and message in refused
 
