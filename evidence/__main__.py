@@ -11,13 +11,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
-
 from facts import JOBS_DIR, run_dir_of_job, sweep_jobs_dir
 from facts.files import BUNDLE_ARCHIVE, JOB_RECORD, RUN_RECORD, SWEEP_RECORD, job_files_glob
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+# A missing module of these is a bug of the checkout (a traceback); any other one is a missing install.
+OWN_PACKAGES = ("evidence", "facts", "launcher", "trainer", "proofgrid")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -74,7 +73,10 @@ def _fail(message: str, code: int = EXIT_USAGE) -> int:
     return code
 
 
-def _build(args, console: Console) -> int:
+def _build(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
     from evidence.bundle import build_bundle
     from evidence.problems import IncidentsFileError, LeakError, SweepError, VerdictError
     from facts.locks import LockHeld
@@ -94,6 +96,7 @@ def _build(args, console: Console) -> int:
         for leak in exc.problems:
             print(leak)
         return _fail(str(exc), EXIT_FINDINGS)
+    console = Console()
     table = Table(title="Evidence index")
     for column in ("job", "job id", "scheduler", "exit", "steps", "accepted", "reason"):
         table.add_column(column)
@@ -234,10 +237,20 @@ def _export(args) -> int:
 def main(argv: list[str] | None = None, prog: str = "python -m evidence") -> int:
     _prog[0] = prog
     args = _parser(prog).parse_args(argv)
+    try:
+        return _run(args)
+    except ModuleNotFoundError as exc:  # a Python without the evidence's libraries: one line, not a traceback
+        if exc.name is None or exc.name.partition(".")[0] in OWN_PACKAGES:
+            raise
+        return _fail(f"{exc.name} is not installed for {sys.executable}; run .venv/bin/python -m evidence ... in a "
+                     "checkout (make venv creates it), or pip install the checkout or its wheel (the reviewer's install)")
+
+
+def _run(args) -> int:
     if args.command == "compare":
         return _compare(args)
     if args.command == "build":
-        return _build(args, Console())
+        return _build(args)
     if args.command == "audit":
         return _audit(args)
     if args.command == "sign":

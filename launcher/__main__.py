@@ -1,5 +1,12 @@
 import sys
 
-from launcher.cli import main
+try:
+    from launcher.cli import main
+except ModuleNotFoundError as exc:  # a bare `python` outside the project's venv: one line, not a traceback
+    if exc.name is None or exc.name.partition(".")[0] in ("evidence", "facts", "launcher", "trainer"):
+        raise
+    print(f"python -m launcher: error: {exc.name} is not installed for {sys.executable}; run .venv/bin/python -m "
+          "launcher ... (make venv creates it) or source .venv/bin/activate first", file=sys.stderr)
+    sys.exit(2)
 
 sys.exit(main())
