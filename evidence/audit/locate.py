@@ -10,8 +10,11 @@ with this line instead, before it reads any file.
 from __future__ import annotations
 
 import os
+import tarfile
+import zlib
 from pathlib import Path
 
+from evidence.audit.archive import MAX_ARCHIVE_BYTES, MAX_MEMBERS, canonical_name, member_problem
 from evidence.bundle import TAG_FILES
 from evidence.dataset import EXPERIMENT_FILE
 from evidence.verdict.stages import CONFIRM_STAGE
@@ -27,23 +30,62 @@ ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
 # How far below the path the bundles are looked for: an experiment's stage bundles sit two levels
 # down (<experiment>/<stage>/bundle.tar.gz), a directory of experiments three.
 SEARCH_DEPTH = 3
+# How many member headers of an archive found in a directory are read to tell a bundle: a bundle's tag
+# files are its second and third.
+FIRST_HEADERS = 8
 NAMED_AT_MOST = 6  # bundles named in the line before the rest are counted
 AUDIT = "python -m evidence audit"
 BUILD = "python -m evidence build"
 
 
+def _is_file(path: Path) -> bool:
+    """``path.is_file()``, False too where it cannot be looked at (a directory the user may not read)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
 def is_bag(path: Path) -> bool:
     """A bag directory: it holds at least one BagIt tag file (a bag missing some is still audited)."""
-    return path.is_dir() and any((path / name).is_file() for name in TAG_FILES)
+    return _is_dir(path) and any(_is_file(path / name) for name in TAG_FILES)
 
 
 def is_archive(path: Path) -> bool:
-    return path.is_file() and path.name.endswith(ARCHIVE_SUFFIXES)
+    return _is_file(path) and path.name.endswith(ARCHIVE_SUFFIXES)
 
 
 def is_sweep(path: Path) -> bool:
     """A sweep directory: its plan (``sweep.json``) or its ``jobs/``."""
-    return path.is_dir() and ((path / SWEEP_RECORD).is_file() or (path / JOBS_DIR).is_dir())
+    return _is_dir(path) and (_is_file(path / SWEEP_RECORD) or _is_dir(path / JOBS_DIR))
+
+
+def holds_no_bag(archive: Path, headers: int = MAX_MEMBERS) -> bool:
+    """A readable gzip tar archive, every member header of which the audit would extract, none of them a
+    BagIt tag file of a top-level directory: a ``.tar.gz`` that is not a bundle. False at the first tag
+    file (a bundle's come third) or unsafe header, past the audit's limits, or when it is not a readable
+    gzip tar: the audit's archive check reports those as findings. With ``headers``, only that many are
+    read (an archive with no tag file among them counts as no bundle)."""
+    try:
+        with tarfile.open(archive, mode="r:gz") as tar:
+            count = total = 0
+            while count < headers and (member := tar.next()) is not None:
+                count, total = count + 1, total + member.size
+                if member_problem(member) or count > MAX_MEMBERS or total > MAX_ARCHIVE_BYTES:
+                    return False
+                parts = canonical_name(member.name).split("/")
+                if len(parts) == 2 and parts[1] in TAG_FILES and member.isfile():
+                    return False
+    except (tarfile.TarError, OSError, EOFError, zlib.error):
+        return False
+    return True
 
 
 def sweep_bundle(sweep: Path) -> Path | None:
@@ -63,7 +105,8 @@ def contained_bundles(directory: Path, depth: int = SEARCH_DEPTH) -> list[Path]:
         sealed = sweep_bundle(here)
         found += [sealed] if sealed is not None else []
         found += [here / d for d in sorted(dirs) if is_bag(here / d) and not (sealed and d == BUNDLE_DIR)]
-        found += [here / f for f in sorted(files) if f.endswith(ARCHIVE_SUFFIXES) and not (sealed and f == BUNDLE_ARCHIVE)]
+        found += [here / f for f in sorted(files) if f.endswith(ARCHIVE_SUFFIXES) and not (sealed and f == BUNDLE_ARCHIVE)
+                  and not holds_no_bag(here / f, headers=FIRST_HEADERS)]
         deeper = len(here.relative_to(directory).parts) + 1 < depth
         dirs[:] = sorted(d for d in dirs if deeper and d != JOBS_DIR and not d.startswith(".") and not is_bag(here / d))
     return found
@@ -107,7 +150,12 @@ def _several(bundles: list[Path], experiment_bundle: Path | None) -> str:
 def not_a_bundle(path: Path) -> str | None:
     """None when ``path`` is a bundle to audit (a bag directory or a ``.tar.gz``); else the one line
     saying what it is and which bundle to audit instead (or that none was found)."""
-    if is_bag(path) or is_archive(path):
+    if is_bag(path):
+        return None
+    if is_archive(path):
+        if holds_no_bag(path):
+            return (f"{path} is a gzip tar archive but not a bundle: no directory at its top holds a BagIt tag file "
+                    f"({TAG_FILES[0]}); audit a sweep's {BUNDLE_ARCHIVE} or its {BUNDLE_DIR}/ directory")
         return None
     if not path.exists():
         return f"{path}: no such file or directory"

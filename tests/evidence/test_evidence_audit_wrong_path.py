@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import bagit
@@ -34,6 +35,12 @@ def tree(clean_build, tmp_path_factory) -> Path:
     (root / "fresh" / "experiment.yaml").write_text("name: x\n")
     (root / "empty").mkdir()
     (root / "random.bin").write_bytes(b"\x00\x1b[31m\xff\xfe binary")
+    (root / "archives" / "notes" / "sub").mkdir(parents=True)  # gzip tar archives that hold no bag
+    (root / "archives" / "notes" / "sub" / "bagit.txt").write_text("a file of that name, not a bag's tag file\n")
+    for name, arcname in (("notes.tar.gz", "notes"), ("loose.tgz", "bagit.txt")):
+        with tarfile.open(root / "archives" / name, "w:gz") as tar:
+            tar.add(root / "archives" / "notes" / ("sub/bagit.txt" if name == "loose.tgz" else ""), arcname=arcname)
+    shutil.rmtree(root / "archives" / "notes")
     return root
 
 
@@ -65,6 +72,12 @@ CASES = {
     "random.bin": "random.bin is not a bundle (a bag directory or its .tar.gz), and no bundle or sweep contains it; "
                   "audit a sweep's bundle.tar.gz or its bundle/ directory",
     "missing": "missing: no such file or directory",
+    "archives/notes.tar.gz": "archives/notes.tar.gz is a gzip tar archive but not a bundle: no directory at its top "
+                             "holds a BagIt tag file (bagit.txt); audit a sweep's bundle.tar.gz or its bundle/ directory",
+    "archives/loose.tgz": "archives/loose.tgz is a gzip tar archive but not a bundle: no directory at its top holds a "
+                          "BagIt tag file (bagit.txt); audit a sweep's bundle.tar.gz or its bundle/ directory",
+    "archives": "archives is not a bundle (a bag directory or its .tar.gz) and holds none within 3 levels; seal a "
+                "sweep with python -m evidence build <sweep dir>, then audit its bundle.tar.gz",
 }
 
 
@@ -94,6 +107,16 @@ def test_a_directory_of_bundles_names_each_of_them(tree, capsys, monkeypatch):
     assert capsys.readouterr().err == ("python -m evidence: error: . is not a bundle: it contains the bundles "
                                        "exp/confirm/bundle.tar.gz, exp/probe/bundle.tar.gz, sweep/bundle.tar.gz: "
                                        f"audit one of them, e.g. {AUDIT} exp/confirm/bundle.tar.gz\n")
+
+
+def test_a_tar_gz_that_is_not_a_bundle_through_the_module_and_a_directory_that_cannot_be_read(tree):
+    proc = subprocess.run([sys.executable, "-m", "evidence", "audit", "archives/notes.tar.gz"], cwd=tree,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr == f"python -m evidence: error: {CASES['archives/notes.tar.gz']}\n"
+    from evidence.audit.locate import is_bag, is_sweep
+
+    unreadable = tree / ("x" * 300)  # its stat raises (name too long), as an unreadable directory's entries do
+    assert not is_bag(unreadable) and not is_sweep(unreadable)
 
 
 def test_no_raw_byte_of_a_name_or_a_content_reaches_the_terminal(tmp_path):
