@@ -173,14 +173,22 @@ def _sign(args) -> int:
 
 
 def _validate(args) -> int:
+    from evidence.audit.locate import is_bag, is_sweep
     from evidence.fileio import JSONError, read_json
     from evidence.index import JobEvidence, check_run_dir, evaluate_job
 
     path: Path = args.run_dir
+    if is_bag(path) or path.is_file() and path.name.endswith(".tar.gz"):
+        return _fail(f"{path} is a bundle, not a job: audit it: python -m evidence audit {path}")
     if not path.is_dir():
         return _fail(f"{path}: not a directory")
     is_job = (path / JOB_RECORD).is_file() and run_dir_of_job(path).is_dir()
     run_dir = run_dir_of_job(path) if is_job else path
+    if not is_job and not (run_dir / RUN_RECORD).is_file():  # a plausible wrong path: say what it is instead
+        if is_sweep(path):
+            return _fail(f"{path} is a sweep directory, not a job: validate one of its jobs ({path / JOBS_DIR}/<job>), "
+                         f"or validate and seal them all: python -m evidence build {path}")
+        return _fail(f"{path} is neither a job directory (with {JOB_RECORD}) nor a run directory (with {RUN_RECORD})")
 
     def field(name: str, file: Path):
         try:

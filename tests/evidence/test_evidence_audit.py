@@ -293,7 +293,8 @@ def test_cli_exit_codes(clean_build, bundle_copy, tmp_path, capsys):
     assert main(["validate", str(sweep / "jobs" / "rpp-42")]) == 0
     assert main(["validate", str(sweep / "jobs" / "rpp-42" / "run")]) == 0
     assert main(["validate", str(tmp_path)]) == 2
-    assert capsys.readouterr().err.splitlines()[-1].startswith("python -m evidence: error: cannot tell the algo")
+    assert capsys.readouterr().err.splitlines()[-1] == (f"python -m evidence: error: {tmp_path} is neither a job "
+                                                        "directory (with job.json) nor a run directory (with run.json)")
     with pytest.raises(SystemExit) as caught:
         main(["frobnicate"])
     assert caught.value.code == 2

@@ -141,3 +141,17 @@ def test_no_raw_byte_of_a_name_or_a_content_reaches_the_terminal(tmp_path):
         text.decode("utf-8")  # no undecodable byte either
     assert b"odd\\x1b[2J\\udcff.bin is not a bundle" in runs[0].stderr
     assert b"extra\\x1b[0m\\udcfd: extra entry outside the payload" in runs[1].stdout
+
+
+@pytest.mark.parametrize("given, expected", [
+    ("sweep", "sweep is a sweep directory, not a job: validate one of its jobs (sweep/jobs/<job>), or validate and "
+              "seal them all: python -m evidence build sweep"),
+    ("sweep/bundle", "sweep/bundle is a bundle, not a job: audit it: python -m evidence audit sweep/bundle"),
+    ("exp/probe/bundle.tar.gz", "exp/probe/bundle.tar.gz is a bundle, not a job: audit it: python -m evidence audit "
+                                "exp/probe/bundle.tar.gz"),
+    ("empty", "empty is neither a job directory (with job.json) nor a run directory (with run.json)"),
+])
+def test_validate_of_a_sweep_a_bundle_or_another_directory_says_what_it_is(tree, given, expected):
+    proc = subprocess.run([sys.executable, "-m", "evidence", "validate", given], cwd=tree, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr == f"python -m evidence: error: {expected}\n"
