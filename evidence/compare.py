@@ -27,7 +27,7 @@ from evidence.measures import EVAL_PREFIX, LAST_K, POINTS_PER_UNIT, Measure, arm
 from evidence.problems import CompareError, LoadError
 from evidence.results import read_evidence
 from evidence.tables import arms as arm_order
-from evidence.tables import fmt_interval, trainer_of
+from evidence.tables import trainer_of
 from facts.trainers import PROOFGRID_TRAINER
 
 DEFAULT_METRICS = ("train/loss", "train/grad_norm", "rollout/raw_reward", "eval/pass@1")
@@ -275,6 +275,11 @@ def _num(value: float | None) -> str:
     return "—" if value is None else f"{value:.4g}"
 
 
+def _interval(low: float | None, high: float | None) -> str:
+    """In significant figures as the means are (fixed decimals print [0.0000, 0.0000] for a loss of 1e-6)."""
+    return "—" if low is None else f"[{_num(low)}, {_num(high)}]"
+
+
 def _signed(value: float | None) -> str:
     return "—" if value is None else f"{value:+.4g}"
 
@@ -319,13 +324,24 @@ def _describe(label: str, side: Side) -> str:
             f"{len(side.data.accepted)} accepted run(s)")
 
 
+def _one_sided(a: Side, b: Side) -> list[str]:
+    """The arms that only one input ran: named, so that a row missing from the table is not a surprise."""
+    lines = []
+    for label, side, other in (("A", a, b), ("B", b, a)):
+        alone = [arm for arm in arm_order(side.data) if arm not in other.data.arms]
+        if alone:
+            lines.append(f"- not compared (only in {label}): {', '.join(alone)}")
+    return lines
+
+
 def _forced(found: list[str]) -> list[str]:
     return [f"- compared with --force although they differ in {_listed(found)}"] if found else []
 
 
 def markdown(a: Side, b: Side, rows: list[dict], level: float, forced: list[str] = ()) -> str:
     """The table as markdown: one line per (measure, arm); notes shared by rows are said once below."""
-    out = [f"# Compare A = {a.name} -> B = {b.name}\n", _describe("A", a), _describe("B", b), *_forced(forced), ""]
+    out = [f"# Compare A = {a.name} -> B = {b.name}\n", _describe("A", a), _describe("B", b), *_forced(forced),
+           *_one_sided(a, b), ""]
     if not rows:
         out.append("_No arm in both inputs: nothing to compare._")
         return "\n".join(out) + "\n"
@@ -339,7 +355,7 @@ def markdown(a: Side, b: Side, rows: list[dict], level: float, forced: list[str]
         units = " points" if r["diff_units"] == "points" else ""
         diff = "—" if r["diff_mean"] is None else _signed(r["diff_mean"]) + (
             f" ± {r['diff_sd']:.4g}" if r["diff_sd"] is not None else "") + units
-        interval = fmt_interval((r["ci_low"], r["ci_high"]), 4) if r["ci_low"] is not None else "—"
+        interval = _interval(r["ci_low"], r["ci_high"])
         pairing = f"{r['pairing']} (n={r['n_pairs']})" if r["pairing"] == "paired" else r["pairing"] or "—"
         pairing += notes.mark(r["notes"])
         out.append(_md_row([_metric_label(r), r["arm"], _num(r["a_mean"]), _num(r["b_mean"]),

@@ -411,3 +411,26 @@ def test_an_unknown_metric_is_named_with_the_known_ones_and_one_only_a_logs_is_s
     result = cli(a, b, "--metric", "train/only_in_a")
     assert result.returncode == 0, result.stderr
     assert "B does not log train/only_in_a" in result.stdout and "no accepted run in" not in result.stdout
+
+
+def test_an_arm_only_one_input_ran_is_named_and_a_tiny_interval_keeps_its_figures(tmp_path):
+    """A ran grpo and rpp, B grpo only: B's missing rpp is said above the table. Losses of order 1e-6 (a
+    GRPO loss at a zero-variance group) print their interval in significant figures, not [0.0000, 0.0000]."""
+    a = make_sweep(tmp_path, algos=("grpo", "rpp"), seeds=(1, 2, 3), name="before")
+    b = make_sweep(tmp_path, algos=("grpo",), seeds=(1, 2, 3), name="after",
+                   reward=lambda arm, seed, step: 0.6 + 0.02 * seed)
+    for sweep, scale in ((a, 1e-6), (b, 3e-6)):
+        for log in (sweep / "jobs").glob("*/run/metrics.jsonl"):
+            records = [json.loads(line) for line in log.read_text().splitlines()]
+            for r in records:
+                r["train/loss"] = scale * (1 + 0.1 * r["step"] + 0.05 * int(log.parent.parent.name.split("-")[1]))
+            log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    result = cli(a, b, "--csv", tmp_path / "cmp.csv")
+    assert result.returncode == 0, result.stderr
+    assert "- not compared (only in A): rpp" in result.stdout.splitlines()
+    row = csv_rows(tmp_path / "cmp.csv")[("train/loss", "grpo")]
+    low, high = float(row["ci_low"]), float(row["ci_high"])
+    assert 0 < low < high < 1e-5
+    cell = table_line(result.stdout, "train/loss", "grpo")[7]
+    shown = [float(x) for x in cell.strip("[]").split(", ")]
+    assert math.isclose(shown[0], low, rel_tol=1e-3) and math.isclose(shown[1], high, rel_tol=1e-3), cell
