@@ -77,6 +77,10 @@ def test_the_bundle_keeps_the_samples_and_the_report_states_each_arm_s_peaks(swe
         assert int(peaks[arm]["n_samples"]) == len(bundled)
         name = {"grpo": "GRPO", "rpp": "REINFORCE++"}[arm]
         assert f"| {name} | 1 | {len(bundled)} | {cpu:.0f} | {rss:.2f} |" in report
+    if shutil.which("nvidia-smi") is None:  # on the CPU the report says why no GPU was sampled, and shows none
+        why = json.loads((sweep / "jobs" / f"{ARMS[0]}-5" / "job.json").read_text())["resource_sampling"]["gpu"]
+        assert f"GPU samples: {why}." in report.splitlines()
+        assert all(row["peak_gpu_util_percent"] in ("", None) for row in peaks.values()), peaks
     assert audit(sweep / "bundle.tar.gz") == []
 
 
