@@ -173,12 +173,12 @@ def _sign(args) -> int:
 
 
 def _validate(args) -> int:
-    from evidence.audit.locate import is_bag, is_sweep
+    from evidence.audit.locate import is_archive, is_bag, is_sweep
     from evidence.fileio import JSONError, read_json
     from evidence.index import JobEvidence, check_run_dir, evaluate_job
 
     path: Path = args.run_dir
-    if is_bag(path) or path.is_file() and path.name.endswith(".tar.gz"):
+    if is_bag(path) or is_archive(path):
         return _fail(f"{path} is a bundle, not a job: audit it: python -m evidence audit {path}")
     if not path.is_dir():
         return _fail(f"{path}: not a directory")
