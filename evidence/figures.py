@@ -50,6 +50,12 @@ ARM_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
                "#bcbd22", "#17becf")
 CONTROL_COLOUR = "lightgrey"
 SMOOTHING_STEPS = 5  # centred moving average window of the drawn curves
+# An arm with more seeds than this draws the band its seeds span (SEED_BAND percentiles at each step)
+# instead of one thin line per seed, and the resource figure draws this many runs per arm: thousands of
+# lines are a blur, and each costs its points again in matplotlib's "best" legend placement (quadratic
+# in jobs: a 10,000-job sweep's figures took longer than the rest of its build).
+MAX_SEED_LINES = 20
+SEED_BAND = (10, 90)
 NOT_DRAWN = ", not drawn"
 Y_LABELS = {
     "rollout/raw_reward": "mean reward per response (0–1)",
@@ -100,14 +106,28 @@ def curves(data: BundleData, arms: list[str], key: str) -> tuple[list[Curve], li
         if not runs:
             notes.append(f"{name}: not logged by its accepted runs")
             continue
-        steps = sorted({r["step"] for records in runs.values() for r in records})
-        by_step = [[r[key] for records in runs.values() for r in records if r["step"] == st] for st in steps]
+        values_at: dict[int, list[float]] = {}
+        for records in runs.values():
+            for r in records:
+                values_at.setdefault(r["step"], []).append(r[key])
+        steps = sorted(values_at)
+        by_step = [values_at[st] for st in steps]
         if all(v == 0 for values in by_step for v in values):
             notes.append(f"{name}: 0 at every step of every seed (n={len(runs)}){NOT_DRAWN}")
             continue
         lines = [[r[key] for r in sorted(records, key=lambda r: r["step"])] for records in runs.values()]
         drawn.append(Curve(index, name, len(runs), steps, by_step, [v for v in lines if len(v) == len(steps)]))
     return drawn, notes
+
+
+def seed_band(lines: list[list[float]]) -> tuple[list[float], list[float]]:
+    """The band the seeds span at each step: the SEED_BAND percentiles (linear interpolation) of the seeds'
+    values there, ``(P_lo(x_1,t ... x_n,t), P_hi(...))`` for each step ``t``."""
+    import numpy as np  # with matplotlib: only a build that draws figures needs it
+
+    at_step = np.asarray(lines, dtype=float)
+    low, high = np.percentile(at_step, SEED_BAND, axis=0)
+    return low.tolist(), high.tolist()
 
 
 def identical_groups(drawn: list[Curve]) -> list[list[Curve]]:
@@ -138,10 +158,16 @@ def _curve_figure(data: BundleData, arms: list[str], title: str, key: str):
     figure = _new_figure(6.4, 3.2)
     ax = figure.add_subplot()
     drawn, notes = curves(data, arms, key)
+    banded = False
     for curve in drawn:
         colour = arm_colour(curve.index)
-        for values in curve.seed_lines:
-            ax.plot(curve.steps, moving_average(values), color=colour, lw=0.6, alpha=0.45, zorder=1)
+        if len(curve.seed_lines) > MAX_SEED_LINES:
+            low, high = seed_band([moving_average(values) for values in curve.seed_lines])
+            ax.fill_between(curve.steps, low, high, color=colour, alpha=0.2, lw=0, zorder=1)
+            banded = True
+        else:
+            for values in curve.seed_lines:
+                ax.plot(curve.steps, moving_average(values), color=colour, lw=0.6, alpha=0.45, zorder=1)
         ax.plot(curve.steps, moving_average(curve.mean()), color=colour, lw=1.8, zorder=2,
                 label=f"{curve.name} (n={curve.n_seeds} seeds)")
     notes += [f"{_names([c.name for c in group])}: identical at every step (one curve hides the other"
@@ -149,8 +175,12 @@ def _curve_figure(data: BundleData, arms: list[str], title: str, key: str):
     ax.set_xlabel("training step (optimizer updates)")
     ax.set_ylabel(Y_LABELS.get(key, key))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=6, loc="best", title=f"thick: mean over seeds; thin: each seed; {SMOOTHING_STEPS}-step "
-                                             "moving average", title_fontsize=6)
+    thin = "thin: each seed"
+    if banded:
+        thin += (f" (band: its {SEED_BAND[0]}th-{SEED_BAND[1]}th percentile where an arm has more than "
+                 f"{MAX_SEED_LINES})")
+    ax.legend(fontsize=6, loc="best", title=f"thick: mean over seeds; {thin}; {SMOOTHING_STEPS}-step moving average",
+              title_fontsize=6)
     if notes:  # under the title, one a line: never over the curves or the legend
         ax.set_title("\n".join([title, *notes]), fontsize=8)
     else:
@@ -215,6 +245,10 @@ def resource_panels(data: BundleData) -> list[tuple[str, object]]:
     return panels
 
 
+def _runs_drawn(n: int) -> str:
+    return f"n={n} runs" if n <= MAX_SEED_LINES else f"the first {MAX_SEED_LINES} of n={n} runs by seed"
+
+
 def _resource_figure(data: BundleData, arms: list[str]):
     """One panel per resource; each accepted run one thin line against seconds since its first sample,
     in its arm's colour (one legend entry per arm)."""
@@ -227,11 +261,11 @@ def _resource_figure(data: BundleData, arms: list[str]):
     for ax, (label, value) in zip(axes, panels):
         for index, arm in enumerate(arms):
             runs = [s for s in data.sweep["seeds"] if data.resources.get((arm, s))]
-            for n, seed in enumerate(runs):
+            for n, seed in enumerate(runs[:MAX_SEED_LINES]):
                 samples = data.resources[(arm, seed)]
                 start = float(samples[0]["t"])
                 ax.plot([float(s["t"]) - start for s in samples], [value(s) for s in samples], color=arm_colour(index),
-                        lw=0.9, label=f"{arm_name(arm, data.arm_algo(arm))} (n={len(runs)} runs)" if n == 0 else None)
+                        lw=0.9, label=f"{arm_name(arm, data.arm_algo(arm))} ({_runs_drawn(len(runs))})" if n == 0 else None)
                 drawn += 1
         ax.set_ylabel(label, fontsize=7)
         ax.grid(alpha=0.3)

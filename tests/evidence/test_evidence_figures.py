@@ -137,3 +137,31 @@ def test_the_environment_digests_are_in_the_appendix_and_pairs_are_of_arms(arm_b
     _, result = clean_build  # arms that are just their algorithms
     algos = (result.bundle_dir / "data" / "report.md").read_text()
     assert "For each pair of algorithms, d = a − b" in algos and "each pair of arms" not in algos
+
+
+def test_an_arm_with_more_seeds_than_can_be_read_draws_its_seeds_band_not_a_line_each(tmp_path):
+    """Past MAX_SEED_LINES seeds an arm draws the 10th-90th percentile band of its seeds (not thousands of
+    thin lines, each also costing its points in the legend's placement), and the resource figure the first
+    MAX_SEED_LINES runs by seed; the figures say so."""
+    from evidence.figures import MAX_SEED_LINES
+
+    n = MAX_SEED_LINES + 5
+    sweep = make_sweep(tmp_path, algos=("grpo", "rpp"), seeds=tuple(range(n)), n_steps=6)
+    figures = build_bundle(sweep).bundle_dir / "data" / "figures"
+    svg = figures / "reward.svg"
+    for colour in ARM_COLOURS[:2]:
+        assert _strokes(svg, colour) == ["1.8", "1.8"]  # the mean and its legend sample: no seed's own line
+        assert re.search(rf"fill: {colour}; fill-opacity: 0\.2", svg.read_text())  # the band
+    assert any(f"band: its 10th-90th percentile where an arm has more than {MAX_SEED_LINES}" in t for t in _texts(svg))
+    assert [t for t in _texts(svg) if "seeds)" in t] == [f"{a} (n={n} seeds)" for a in ARMS[:2]]
+    resources = _texts(figures / "resources.svg")
+    assert [t for t in resources if "runs by seed" in t] == [
+        f"{a} (the first {MAX_SEED_LINES} of n={n} runs by seed)" for a in ARMS[:2]]
+
+
+def test_the_seed_band_is_the_10th_to_90th_percentile_at_each_step():
+    from evidence.figures import seed_band
+
+    lines = [[float(i), 2.0 * i] for i in range(11)]  # at each step the values 0..10 (and 0..20)
+    # linear-interpolated percentiles of 0..10: the 10th is 1, the 90th 9
+    assert seed_band(lines) == ([1.0, 2.0], [9.0, 18.0])
