@@ -236,7 +236,7 @@ class Results:
         own = {"index": self.index, "steps": self.steps, "evaluations": self.evaluations, "incidents": self.incidents}
         table = own.get(name, self.tables.get(name))
         if table is None:
-            raise EvidenceError(f"no table {name!r}; known: {', '.join([*own, *self.tables])}")
+            raise EvidenceError(f"no table {name!r}; known: {', '.join(dict.fromkeys([*own, *self.tables]))}")
         return table.to_pandas()
 
 

@@ -75,7 +75,7 @@ def one_line_errors(sweep_dir: str | Path, body) -> int:
         ran, signum = True, signum_of(exc)
         _error(f"stopped by {signal.Signals(signum).name}; to resume (accepted jobs are kept, the others restart "
                f"from their last checkpoint, where their trainer saved one): {resume_advice(sweep_dir)}; python -m launcher status "
-               f"{sweep_dir} shows each job")
+               f"{Path(sweep_dir).resolve()} shows each job")  # absolute, as the resume command is
         return 128 + signum
     except OSError as exc:
         return _error(_os_error_line(exc, Path(sweep_dir)), code=1)

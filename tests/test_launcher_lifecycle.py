@@ -90,6 +90,8 @@ def test_a_signalled_launcher_stops_its_jobs_and_says_how_to_resume_in_one_line(
     resume = [sys.executable, str(REPO / "launch.py"), "-m", "algo=grpo", "seed=1", *LONG, f"hydra.sweep.dir={hydra_value(str(sweep_dir.resolve()))}"]
     assert f"to resume (accepted jobs are kept, the others restart from their last checkpoint, where their trainer saved one): " \
            f"{shlex.join(resume)};" in errors[0], errors[0]
+    # the status command beside it names the same absolute directory (a relative one breaks after a cd)
+    assert errors[0].endswith(f"; python -m launcher status {sweep_dir.resolve()} shows each job"), errors[0]
     assert (sweep_dir / "resume.txt").read_text() == shlex.join(resume) + "\n"
     assert _gone(trainer)
     assert leftover_processes(sweep_dir / "jobs" / "grpo-1") == []

@@ -115,8 +115,10 @@ def stop_jobs(running: dict[str, subprocess.Popen], grace_s: float = 30.0) -> No
     deadline = time.monotonic() + grace_s
     while any(proc.poll() is None for proc in running.values()):
         if kill_now or time.monotonic() > deadline:
-            if kill_now:
-                print("killing them now", file=sys.stderr, flush=True)
+            alive = [name for name, proc in running.items() if proc.poll() is None]
+            why = "killing them now" if kill_now else f"{grace_s:.0f} s passed: killing the job(s) still running"
+            print(f"{why} ({', '.join(alive)}; each restarts from its last checkpoint on the next run)",
+                  file=sys.stderr, flush=True)
             for proc in running.values():
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)

@@ -118,3 +118,15 @@ def test_load_of_a_path_that_is_no_evidence_is_one_line(tmp_path):
         evidence.load(tmp_path / "missing")
     other = make_sweep(tmp_path, algos=("grpo",), seeds=(1,), name="s")
     assert evidence.load(other).steps.num_rows == 10
+
+
+def test_to_pandas_of_an_unknown_name_is_one_line_naming_each_known_table_once(built):
+    sweep, _ = built
+    pytest.importorskip("pandas")
+    results = evidence.load(sweep / "bundle")
+    with pytest.raises(evidence.EvidenceError) as caught:
+        results.to_pandas("stepz")
+    message = str(caught.value)
+    assert message.startswith("no table 'stepz'; known: index, steps, evaluations, incidents, "), message
+    known = message.split("known: ", 1)[1].split(", ")
+    assert len(known) == len(set(known)) and set(results.tables) <= set(known), known
