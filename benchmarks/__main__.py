@@ -435,7 +435,8 @@ def bench_trl_harness(steps: int = 20) -> None:
           f"({cpu_s:.1f} CPU s, all its processes) = TRL's "
           f"process {process:.1f} s (its train() {trl_train:.1f} s, imports and model load {process - trl_train:.1f} s) "
           f"+ harness {overhead:.1f} s ({overhead / process:.2f}x TRL's process, {overhead / trl_train:.2f}x its train()): "
-          f"input check {stages['verify_inputs']:.1f} s, metrics {stages['metrics']:.1f} s, evaluation "
+          f"input check {stages['verify_inputs']:.1f} s, the evaluator's imports {stages['imports']:.1f} s, "
+          f"metrics {stages['metrics']:.1f} s, evaluation "
           f"{stages['evaluation']:.1f} s (the same evaluation every trainer gets), job start and end "
           f"{job_s - sum(stages.values()):.1f} s, plan and seal {total - job_s:.1f} s; TRL step through the harness "
           f"{median(step_s):.3f} s median (train/step_time)")

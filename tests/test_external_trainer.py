@@ -5,11 +5,13 @@ files, the toy's real model directory."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +20,8 @@ import pytest
 
 from evidence.metrics_log import validate_metrics
 from facts import METRICS_LOG, RUN_RECORD, checkpoint_name
+from facts.files import BUNDLE_ARCHIVE
+from launcher.experiment import REGISTRATION
 from tests.sweeps import REPO, index_rows, job_records, launch
 from trainer.external.checkpoint import CheckpointError, check_final_model
 from trainer.external.metrics import MetricsError, jsonl_line, read_log, to_records
@@ -97,44 +101,144 @@ def test_a_failing_command_is_a_rejected_job_naming_its_last_error_line(tmp_path
     assert "the trainer's command exited with 3: ValueError: the lab config has no lr" in record["failure"], record
 
 
+# A lab's script that trains nothing but keeps the contract (its log, the initial model copied as its final
+# one): seed 1 leaves a process behind (a new session escapes the trainer's process group), seed 2 holds a
+# file outside its job directory open for writing.
+MISBEHAVING = """import argparse, json, pathlib, shutil, subprocess, sys, time
+ap = argparse.ArgumentParser()
+ap.add_argument("--output-dir", type=pathlib.Path)
+ap.add_argument("--seed", type=int)
+ap.add_argument("--model-dir")
+ap.add_argument("--steps", type=int)
+a, _ = ap.parse_known_args()
+a.output_dir.mkdir(parents=True, exist_ok=True)
+with open(a.output_dir / "log.jsonl", "w") as log:
+    for i in range(a.steps):
+        log.write(json.dumps({"iteration": i, "reward": 0.5, "loss": 0.1, "grad_norm": 1.0, "length": 9.0,
+                              "seconds": 0.1}) + "\\n")
+shutil.copytree(a.model_dir, a.output_dir / "model")
+if a.seed == 1:
+    subprocess.Popen(["sleep", "90"], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+else:
+    with open(OUTSIDE, "w") as f:
+        f.write("a lab's habit"); f.flush(); time.sleep(1.5)
+"""
+
+
+@pytest.mark.slow
+def test_a_trainer_that_leaves_a_process_behind_or_writes_outside_its_job_is_a_rejected_job_naming_it(tmp_path):
+    outside = tmp_path / "lab_cache.log"
+    script = tmp_path / "lab_train.py"
+    script.write_text(f"OUTSIDE = {str(outside)!r}\n" + MISBEHAVING)
+    lab = tmp_path / "lab"
+    (lab / "trainer").mkdir(parents=True)
+    text = (REPO / "conf" / "trainer" / "command.yaml").read_text().replace("name: command", "name: lab")
+    (lab / "trainer" / "lab.yaml").write_text(text.replace('"{repo}/examples/trainers/reinforce.py"', f'"{script}"'))
+    sweep = tmp_path / "s"
+    proc = launch(sweep, "-cd", str(lab), "trainer=lab", "seed=1,2", "workload.n_updates=2",
+                  "workload.eval.n_prompts=4", timeout=600)
+    records = job_records(sweep)
+    try:
+        assert proc.returncode != 0 and sorted(records) == ["grpo-lab-1", "grpo-lab-2"], proc.stderr[-2000:]
+        left = records["grpo-lab-1"]["cleanup"]
+        assert [(c["kind"], c["cmd"]) for c in left] == [("process", "sleep 90")], left
+        rows = index_rows(sweep)
+        assert rows["grpo-lab-1"]["accepted"] == "no" and "1 leftover(s) after the job" in rows["grpo-lab-1"]["reason"]
+        assert "sleep 90" in rows["grpo-lab-1"]["reason"], rows["grpo-lab-1"]
+        wrote = records["grpo-lab-2"]
+        assert wrote["state"] == "FAILED" and rows["grpo-lab-2"]["accepted"] == "no"
+        assert (f"the trainer wrote outside its job directory: {outside}; point that output into {{output_dir}} "
+                "(written by pid ") in wrote["failure"], wrote
+    finally:
+        for item in records.get("grpo-lab-1", {}).get("cleanup", []):
+            if item.get("kind") == "process" and item.get("cmd") == "sleep 90":
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(item["pid"], signal.SIGKILL)
+
+
+# The TRL experiment cut down for a local run in the suite's budget: two seeds (so exploratory: a verdict
+# on fewer than three seeds must say so), a one-step probe, 2-step runs, 4 evaluation prompts.
+SMALL_TRL_EXPERIMENT = ("experiment.seeds=[1,2]", "+experiment.exploratory=true", "experiment.probe.steps=1",
+                        f"workload.n_updates={STEPS}", f"workload.checkpoint_every={STEPS}", "workload.eval.n_prompts=4")
+TRL_ARMS = {"per_sequence": "grpo", "batch_tokens": "dapo"}  # conf/experiment/loss_norm_trl.yaml: TRL's loss_type
+
+
+def _run_trl_experiment(exp: Path, *overrides: str, env: dict[str, str] | None = None,
+                        timeout: float = 1200) -> subprocess.CompletedProcess:
+    if NO_TRL:
+        pytest.fail("TRL is part of the test install (make test installs the trl extra)")
+    cmd = [sys.executable, "launch.py", "experiment=loss_norm_trl", *overrides, f"hydra.run.dir={exp}"]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+
+
+def _check_trl_experiment(exp: Path, proc: subprocess.CompletedProcess, seeds: list[int]) -> dict[str, dict]:
+    """What the TRL experiment must show after probe -> confirm -> verdict, wherever it ran: each arm TRL's
+    GRPOTrainer with its own loss_type in every stage, judged by proofgrid's one evaluation; the verdict's
+    arms are those loss types, the report's contract table names TRL's loss per arm, and the sealed bundle
+    audits clean through ``python -m evidence audit``. Returns the confirm stage's job records."""
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    labels = {arm: f"grpo-trl-loss_type_{loss_type}" for arm, loss_type in TRL_ARMS.items()}
+    data = exp / "confirm" / "bundle" / "data"
+    probe = json.loads((data / "stages" / "probe" / "probe.json").read_text())
+    assert set(probe["arms"]) == set(labels.values()) and all(a["step_s"] > 0 for a in probe["arms"].values())
+    confirm = exp / "confirm"
+    rows = index_rows(confirm)
+    assert sorted(rows) == sorted(f"{label}-{seed}" for label in labels.values() for seed in seeds), rows
+    assert all(row["accepted"] == "yes" for row in rows.values()), rows
+    for stage, stage_seeds in (("probe", [1]), ("confirm", seeds)):
+        for arm, loss_type in TRL_ARMS.items():
+            for seed in stage_seeds:
+                run = json.loads((exp / stage / "jobs" / f"{labels[arm]}-{seed}" / "run" / RUN_RECORD).read_text())
+                command = run["trainer"]["command"]
+                assert command[command.index("--loss-type") + 1] == loss_type, command
+                declared = run["algorithm"]
+                assert (declared["trainer"], declared["loss_type"]) == ("trl", loss_type), declared
+                assert f"(TRL loss_type={loss_type})" in declared["contract"]["normalization"], declared
+    verdict = json.loads((data / "verdict.json").read_text())
+    assert verdict["verdict"] in ("VALIDATED", "FAILED", "INCONCLUSIVE") and verdict["seeds"] == seeds
+    for side, arm in (("baseline", "per_sequence"), ("treatment", "batch_tokens")):
+        chosen = verdict["arms"][side]
+        assert (chosen["name"], chosen["arm"]) == (arm, labels[arm]), verdict["arms"]
+        assert chosen["overrides"] == {"algo": "grpo", "trainer": "trl", "trainer.loss_type": TRL_ARMS[arm]}
+    assert [row["seed"] for row in verdict["per_seed"]] == seeds
+    assert f"verdict: {verdict['verdict']}" in proc.stdout
+    report = (data / "report.md").read_text()
+    contract = report[report.index("## Algorithm contract"):].split("\n## ", 1)[0]  # what each arm's runs declare
+    for loss_type in TRL_ARMS.values():
+        (row,) = [line for line in contract.splitlines() if line.startswith(f"| grpo-trl-loss_type_{loss_type} |")]
+        assert row.startswith(f"| grpo-trl-loss_type_{loss_type} | trl | GRPO |") and f"(TRL loss_type={loss_type}) |" in row
+    audit = subprocess.run([sys.executable, "-m", "evidence", "audit", str(confirm / BUNDLE_ARCHIVE)], cwd=REPO,
+                           capture_output=True, text=True)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    return job_records(confirm)
+
+
+@pytest.mark.slow
+def test_the_loss_norm_trl_experiment_runs_end_to_end_locally_and_its_bundle_audits_clean(tmp_path):
+    """Seed 002's question on TRL (conf/experiment/loss_norm_trl.yaml) through ``launch.py`` on this machine,
+    cut down by overrides as a user would for a smoke run: probe -> confirm -> verdict -> sealed bundle,
+    the audit clean, the verdict marked exploratory (two seeds)."""
+    exp = tmp_path / "exp"
+    proc = _run_trl_experiment(exp, *SMALL_TRL_EXPERIMENT)
+    _check_trl_experiment(exp, proc, [1, 2])
+    assert json.loads((exp / "confirm" / "bundle" / "data" / "verdict.json").read_text())["exploratory"] is True
+    registration = json.loads((exp / REGISTRATION).read_text())  # the experiment.* overrides are in the spec
+    assert registration["overrides"] == sorted(o for o in SMALL_TRL_EXPERIMENT if o.startswith("workload."))
+    spec = (exp / "confirm" / "bundle" / "data" / "experiment.yaml").read_text()
+    assert "exploratory: true" in spec and "probe:\n  steps: 1" in spec
+
+
 @pytest.mark.slow
 @pytest.mark.usefixtures("slurm_cluster")
 def test_the_loss_norm_trl_experiment_runs_end_to_end_on_slurm_and_its_bundle_audits_clean(tmp_path):
-    """Seed 002's question on TRL (conf/experiment/loss_norm_trl.yaml) as a user runs it, on the real Slurm
-    cluster: probe -> confirm -> verdict, each arm TRL's GRPOTrainer with its own loss_type, judged by
-    proofgrid's one evaluation; the bundle carries the verdict and what each arm ran, and audits clean.
-    Small: 2 steps, 4 evaluation prompts (the spec's three seeds: a verdict needs at least three)."""
-    if NO_TRL:
-        pytest.fail("TRL is part of the test install (make test installs the trl extra)")
+    """The same experiment as its spec stands (three seeds: a verdict that is not exploratory) on the real
+    Slurm cluster. Small: 2 steps, 4 evaluation prompts."""
     exp = tmp_path / "exp"
-    cmd = [sys.executable, "launch.py", "experiment=loss_norm_trl",
-           f"workload.n_updates={STEPS}", f"workload.checkpoint_every={STEPS}", "workload.eval.n_prompts=4",
-           "cluster=slurm", f"hydra.run.dir={exp}"]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1200,
-                          env={**os.environ, "PROOFGRID_PORT_BASE": "31000"})
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    confirm = exp / "confirm"
-    rows = index_rows(confirm)
-    assert sorted(rows) == [f"grpo-trl-loss_type_{t}-{seed}" for t in ("dapo", "grpo") for seed in (1, 2, 3)], rows
-    assert all(row["accepted"] == "yes" for row in rows.values()), rows
-    assert all(r["job_id"].split("_")[0].isdigit() for r in job_records(confirm).values())  # Slurm jobs, not local
-    for job, loss_type, normalization in (("grpo-trl-loss_type_grpo-1", "grpo", "per-response token mean"),
-                                          ("grpo-trl-loss_type_dapo-2", "dapo", "the batch's token count")):
-        run = json.loads((confirm / "jobs" / job / "run" / RUN_RECORD).read_text())
-        assert "--loss-type" in run["trainer"]["command"] and run["algorithm"]["loss_type"] == loss_type
-        assert normalization in run["algorithm"]["contract"]["normalization"], run["algorithm"]["contract"]
-    data = confirm / "bundle" / "data"
-    verdict = json.loads((data / "verdict.json").read_text())
-    assert verdict["verdict"] in ("VALIDATED", "FAILED", "INCONCLUSIVE") and verdict["seeds"] == [1, 2, 3]
-    assert (verdict["arms"]["baseline"]["name"], verdict["arms"]["treatment"]["name"]) == ("per_sequence", "batch_tokens")
-    assert f"verdict: {verdict['verdict']}" in proc.stdout
-    report = (data / "report.md").read_text()
-    contract = report[report.index("## Algorithm contract"):]  # what each arm ran, as its runs declare
-    assert "| grpo-trl-loss_type_dapo | trl | GRPO |" in contract and "(TRL loss_type=dapo) |" in contract
-    assert "| grpo-trl-loss_type_grpo | trl | GRPO |" in contract and "(TRL loss_type=grpo) |" in contract
-    audit = subprocess.run([sys.executable, "-m", "evidence", "audit", str(confirm / "bundle.tar.gz")], cwd=REPO,
-                           capture_output=True, text=True)
-    assert audit.returncode == 0, audit.stdout + audit.stderr
+    proc = _run_trl_experiment(exp, f"workload.n_updates={STEPS}", f"workload.checkpoint_every={STEPS}",
+                               "workload.eval.n_prompts=4", "cluster=slurm", env={"PROOFGRID_PORT_BASE": "31000"})
+    records = _check_trl_experiment(exp, proc, [1, 2, 3])
+    assert all(r["job_id"].split("_")[0].isdigit() for r in records.values())  # Slurm jobs, not local
 
 
 # -- bad input, underneath: the metrics log -------------------------------------------------------------

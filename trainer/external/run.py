@@ -195,8 +195,9 @@ def train(run: ExternalRun, stop: StopRequest | None) -> tuple[int, str | None]:
     if watch.found:
         first = next(iter(watch.found.values()))
         more = f" (and {len(watch.found) - 1} more)" if len(watch.found) > 1 else ""
-        raise RunFailed(f"the trainer wrote outside its job directory: {first.path} (pid {first.pid}: {first.cmd}){more}; "
-                        "point that output into {output_dir}")
+        # the cause and its fix first: the job's failure line keeps the first 300 characters
+        raise RunFailed(f"the trainer wrote outside its job directory: {first.path}{more}; point that output into "
+                        f"{{output_dir}} (written by pid {first.pid}: {first.cmd})")
     return 0, None
 
 
@@ -282,19 +283,20 @@ def run_external(job_spec: dict, argv: list[str], out: Path, sweep_dir: Path | N
 
     timings = run.trainer_record.setdefault("seconds", {})  # wall seconds of each stage (make bench reads them)
     clock = time.perf_counter()
-    try:
-        verify(run)
-    except InputDigestError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
-    run.write("running")
-    steps = 0
 
     def lap(stage: str) -> None:
         nonlocal clock
         timings[stage], clock = round(time.perf_counter() - clock, 3), time.perf_counter()
 
+    try:
+        verify(run)
+    except InputDigestError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
     lap("verify_inputs")
+    run.write("running")  # imports the evaluator's torch and transformers (the record names their versions)
+    lap("imports")
+    steps = 0
     try:
         code, stopped = train(run, stop)
         lap("trainer")
