@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NamedTuple
 
+from evidence.evaluations import RESPONSES_MISSING, read_subset, rescored_problems, statistics_problems
 from evidence.fileio import JSONError, parse_json, read_json, read_with_sha256, sha256_file
 from evidence.problems import Problem
 from facts import (
@@ -33,11 +34,13 @@ from facts import (
     run_dir_of_job,
     sweep_dir_of_run,
 )
+from facts.bundle_layout import fits
 from facts.evaluation import PASS_AT, model_files, shared_evaluation_problems
 from facts.files import (
     CHECKPOINTS_DIR,
     COMMAND_PUBLIC_RECORD,
     EVAL_RESPONSES_DIR,
+    EVAL_SUBSET,
     JOB_RECORD,
     LATEST_CHECKPOINT,
     RUN_COMPLETED,
@@ -45,6 +48,7 @@ from facts.files import (
     TENSORBOARD_DIR,
     TENSORBOARD_EVENTS,
     WEIGHTS_FILE,
+    eval_responses_name,
     run_relpath,
 )
 
@@ -161,26 +165,6 @@ def check_tensorboard(run_dir: Path) -> list[Problem]:
     if not any(e.is_file() and e.stat().st_size > 0 for e in events):
         return [Problem(run_relpath(TENSORBOARD_DIR), "event files are empty", kind="tensorboard")]
     return []
-
-
-def _count_json_lines(path: Path) -> int | str:
-    """Number of JSON-object lines in a response file, or why it cannot be counted."""
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return "missing"
-    count = 0
-    for number, raw in enumerate(data.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            # Response text may say nan, NaN, Nancy or inf: it is data inside strings, not a metric.
-            if not isinstance(json.loads(raw), dict):
-                return f"line {number} is not a JSON object"
-        except ValueError:
-            return f"line {number} is not valid JSON"
-        count += 1
-    return count
 
 
 def _is_number(value) -> bool:
@@ -374,12 +358,7 @@ def check_eval(run_dir: Path, final_checkpoint: str | None, expected_responses: 
                 fail(f"{kind}.n_responses {n} != n_prompts {n_prompts} x k {k}")
             if expected_responses is not None and n != expected_responses:
                 fail(f"{kind}.n_responses {n}, expected {expected_responses}")
-        if not shared and all(isinstance(v, int) for v in (n, n_prompts, k)):
-            counted = _count_json_lines(run_dir / EVAL_RESPONSES_DIR / f"{kind}.jsonl")
-            if isinstance(counted, str):
-                fail(counted, file=run_relpath(EVAL_RESPONSES_DIR, f"{kind}.jsonl"))
-            elif counted != n:
-                fail(f"{counted} responses, eval.json says {n}", file=run_relpath(EVAL_RESPONSES_DIR, f"{kind}.jsonl"))
+        failures += [replace(p, kind="eval") for p in statistics_problems(entry, run_relpath(EVAL_RECORD), kind)]
         want = "initial" if kind == "initial" else final_checkpoint
         if want is not None and entry.get("checkpoint") != want:
             fail(f"{kind}.checkpoint is {entry.get('checkpoint')!r}, expected {want!r}")
@@ -393,7 +372,40 @@ def check_eval(run_dir: Path, final_checkpoint: str | None, expected_responses: 
         for key in ("n_prompts", "k", "eval_seed", "subset_sha256"):
             if initial.get(key) != final.get(key):
                 fail(f"initial and final differ in {key}: the control is not identically evaluated")
+        root = sweep_dir if sweep_dir is not None else sweep_dir_of_run(run_dir)
+        failures += [replace(p, kind="eval") for p in rescore_run(run_dir, summary, root)]
     return summary, failures
+
+
+def rescore_run(run_dir: Path, summary: dict, sweep_dir: Path | None) -> list[Problem]:
+    """Every response of the run's evaluations re-scored against its frozen subset (``run/eval/subset.json``,
+    pinned by the final summary's ``subset_sha256``) and each summary recomputed from the re-scored rewards
+    (``evidence.evaluations``): the final one's and the initial one's, a shared initial evaluation's responses
+    in ``sweep_dir`` (its problems named under its own file)."""
+    subset_file = run_relpath(EVAL_RESPONSES_DIR, EVAL_SUBSET)
+    labels, why = read_subset(run_dir / EVAL_RESPONSES_DIR / EVAL_SUBSET, summary["final"].get("subset_sha256"))
+    if labels is None:
+        return [Problem(subset_file, why)]
+    problems = []
+    for kind in EVAL_KINDS:
+        entry = summary[kind]
+        shared_dir = shared_initial_dir(entry) if kind == "initial" else None
+        if shared_dir is None:
+            name = run_relpath(EVAL_RESPONSES_DIR, eval_responses_name(kind))
+            path, summary_file = run_dir / EVAL_RESPONSES_DIR / eval_responses_name(kind), run_relpath(EVAL_RECORD)
+        elif sweep_dir is None or not fits("key12", Path(shared_dir).name):
+            continue  # check_eval has said where its shared evaluation must be
+        else:
+            name = f"{shared_dir}/{INITIAL_EVAL_RESPONSES}"
+            path, summary_file = sweep_dir / name, f"{shared_dir}/{EVAL_RECORD}"
+        try:
+            responses = path.read_bytes()
+        except OSError:
+            problems.append(Problem(name, RESPONSES_MISSING))
+            continue
+        problems += rescored_problems({k: v for k, v in entry.items() if k != "shared"}, responses, labels, name,
+                                      summary_file, kind)
+    return problems
 
 
 def check_cleanup(job_record: dict) -> list[Problem]:

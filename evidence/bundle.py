@@ -27,7 +27,7 @@ from pathlib import Path
 
 import bagit
 
-from evidence.artifacts import EVAL_KINDS, shared_initial_dir
+from evidence.artifacts import EVAL_KINDS, SHA256_HEX, shared_initial_dir
 from evidence.crate import write_crate
 from evidence.dataset import (
     ARTIFACT_COLUMNS,
@@ -81,6 +81,8 @@ from facts.files import (
     BUNDLE_RUNS_DIR,
     COMMAND_PUBLIC_RECORD,
     COMMANDS_FILE,
+    EVAL_RESPONSES_DIR,
+    EVAL_SUBSET,
     EVAL_TABLE,
     FIGURES_DIR,
     INCIDENTS_TABLE,
@@ -93,6 +95,8 @@ from facts.files import (
     SWEEP_RECORD,
     TABLES_DIR,
     bundle_payload_dir,
+    bundle_subset_relpath,
+    eval_responses_name,
     job_files_glob,
     payload_relpath,
 )
@@ -178,6 +182,7 @@ def _write_run_files(evidence: JobEvidence, job_dir: Path, out: Path, clean: San
     _copy_json(job_dir / COMMAND_PUBLIC_RECORD, out / COMMAND_PUBLIC_RECORD, clean)
     _copy_json(job_dir / JOB_RECORD, out / JOB_RECORD, clean, edit=_hide_node)
     _copy_text(job_dir / RESOURCE_SAMPLES, out / RESOURCE_SAMPLES, clean)  # the runtime's resource samples
+    _copy_responses(evidence, run_dir, out)
     for attempt in sorted((job_dir / ATTEMPTS_DIR).glob(job_files_glob(JOB_RECORD))):  # the job's earlier attempts
         if fits("attempt", attempt.parent.name):  # the launcher numbers them: nothing else is an attempt
             _copy_json(attempt, out / ATTEMPTS_DIR / attempt.parent.name / JOB_RECORD, clean, edit=_hide_node)
@@ -219,12 +224,40 @@ def _write_payload(sweep, evidences: list[JobEvidence], incidents: list[Incident
                                  "initial_eval": shared_initial_dir(e.eval_summary[kind])}
                                 for e in accepted for kind in EVAL_KINDS]))
     _copy_shared_initial_evals(sweep.dir, evidences, stage)
+    _copy_eval_subsets(sweep.dir, evidences, stage)
     for name in (INCIDENTS_FILE, COMMANDS_FILE):
         _copy_text(sweep.dir / name, stage / name, clean)
     for evidence in evidences:
         job_dir = sweep_job_dir(sweep.dir, evidence.job)
         if evidence.present and job_dir.is_dir():
             _write_run_files(evidence, job_dir, stage / BUNDLE_RUNS_DIR / evidence.job, clean)
+
+
+def _copy_responses(evidence: JobEvidence, run_dir: Path, out: Path) -> None:
+    """runs/<job>/eval/<kind>.jsonl: the run's evaluated responses, byte for byte (the audit re-scores them; the
+    leak scan still reads them before sealing); an initial one only when the run evaluated it itself."""
+    for kind in EVAL_KINDS:
+        entry = (evidence.eval_summary or {}).get(kind)
+        source = run_dir / EVAL_RESPONSES_DIR / eval_responses_name(kind)
+        if isinstance(entry, dict) and shared_initial_dir(entry) is None and source.is_file() and not source.is_symlink():
+            (out / EVAL_RESPONSES_DIR).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, out / EVAL_RESPONSES_DIR / source.name)
+
+
+def _copy_eval_subsets(sweep_dir: Path, evidences: list[JobEvidence], stage: Path) -> None:
+    """data/eval_subset/<subset12>.json: each frozen evaluation subset the runs were scored against, once, byte
+    for byte from the first run whose ``eval/subset.json`` hashes to its final summary's ``subset_sha256``."""
+    copied: set[str] = set()
+    for evidence in evidences:
+        digest = ((evidence.eval_summary or {}).get("final") or {}).get("subset_sha256") if evidence.present else None
+        if not isinstance(digest, str) or not SHA256_HEX.fullmatch(digest) or digest in copied:
+            continue
+        source = run_dir_of_job(sweep_job_dir(sweep_dir, evidence.job)) / EVAL_RESPONSES_DIR / EVAL_SUBSET
+        if source.is_file() and not source.is_symlink() and sha256_file(source) == digest:
+            target = stage / bundle_subset_relpath(digest)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+            copied.add(digest)
 
 
 def _copy_shared_initial_evals(sweep_dir: Path, evidences: list[JobEvidence], stage: Path) -> None:

@@ -3,7 +3,8 @@ relative to ``data/``; the build refuses to seal a file outside it and the audit
 
 A pattern is a ``/``-separated path whose ``<name>`` components (or parts of a component) are placeholders:
 ``<job>`` a job of the payload's index (the audit holds it to ``index.csv``), ``<key12>`` a shared initial
-evaluation's key prefix, ``<attempt>`` an earlier attempt's number, ``<rank>`` a rank's name, ``<table>`` /
+evaluation's key prefix, ``<subset12>`` a frozen evaluation subset's SHA256 prefix, ``<eval_kind>`` an
+evaluation a run's copy keeps the responses of (its final one; its initial one when not shared), ``<attempt>`` an earlier attempt's number, ``<rank>`` a rank's name, ``<table>`` /
 ``<figure>`` a table's or a figure's name (the recomputation and the figure check hold them to the ones it
 makes), ``<log>`` any log file's name and ``<stage>`` an experiment's earlier stage. A sweep's payload is
 ``SWEEP_PAYLOAD``; an experiment's confirm stage adds ``EXPERIMENT_PAYLOAD``: its spec, its verdict and each
@@ -22,6 +23,8 @@ from facts.files import (
     COMMAND_PUBLIC_RECORD,
     COMMANDS_FILE,
     EVAL_RECORD,
+    EVAL_RESPONSES_DIR,
+    EVAL_SUBSETS_DIR,
     EVAL_TABLE,
     EVIDENCE_SETTINGS,
     EXPERIMENT_FILE,
@@ -44,6 +47,7 @@ from facts.files import (
     SHARED_KEY_CHARS,
     STAGES_DIR,
     STEPS_TABLE,
+    SUBSET_DIGEST_CHARS,
     SWEEP_RECORD,
     TABLES_DIR,
     TUNING_STAGE,
@@ -60,6 +64,8 @@ STAGE_RECORDS = {PROBE_STAGE: (PROBE_RECORD, GRADIENT_RECORD)}
 PLACEHOLDERS = {
     "job": r"[^/]+",  # a job of the index: the audit checks the name against index.csv
     "key12": rf"[0-9a-f]{{{SHARED_KEY_CHARS}}}",
+    "subset12": rf"[0-9a-f]{{{SUBSET_DIGEST_CHARS}}}",
+    "eval_kind": "initial|final",
     "attempt": r"[0-9]+",
     "rank": r"rank[0-9]+",
     "table": r"[a-z0-9_]+",
@@ -68,18 +74,19 @@ PLACEHOLDERS = {
     "stage": "|".join(EARLIER_STAGES),
 }
 
-# The files of one job's copy, runs/<job>/: the run's records and the job's, its logs, its earlier
-# attempts' job records and, for a run of several ranks, each rank's step record and log.
-RUN_FILES = (METRICS_LOG, EVAL_RECORD, RUN_RECORD, COMMAND_PUBLIC_RECORD, JOB_RECORD, RESOURCE_SAMPLES,
+# The files of one job's copy, runs/<job>/: the run's records and the job's, its evaluated responses, its logs,
+# its earlier attempts' job records and, for a run of several ranks, each rank's step record and log.
+RUN_FILES = (METRICS_LOG, EVAL_RECORD, f"{EVAL_RESPONSES_DIR}/<eval_kind>.jsonl", RUN_RECORD, COMMAND_PUBLIC_RECORD, JOB_RECORD, RESOURCE_SAMPLES,
              f"{ATTEMPTS_DIR}/<attempt>/{JOB_RECORD}", f"{LOGS_DIR}/<log>", f"{LOGS_DIR}/<rank>/<log>",
              f"{RANKS_DIR}/<rank>.jsonl")
 # A sweep's payload: the build's records and tables, the derived tables and figures, the report, the crate,
-# the shared initial evaluations, and each job's copy.
+# the shared initial evaluations, the frozen evaluation subsets, and each job's copy.
 SWEEP_PAYLOAD = (
     SWEEP_RECORD, EVIDENCE_SETTINGS, INDEX_TABLE, INCIDENTS_TABLE, ARTIFACTS_TABLE, STEPS_TABLE, EVAL_TABLE,
     COMMANDS_FILE, INCIDENTS_FILE, REPORT_FILE, RO_CRATE_METADATA,
     f"{TABLES_DIR}/<table>.csv", f"{FIGURES_DIR}/<figure>.svg",
     f"{INITIAL_EVAL_DIR}/<key12>/{EVAL_RECORD}", f"{INITIAL_EVAL_DIR}/<key12>/{INITIAL_EVAL_RESPONSES}",
+    f"{EVAL_SUBSETS_DIR}/<subset12>.json",
     *(f"{BUNDLE_RUNS_DIR}/<job>/{name}" for name in RUN_FILES),
 )
 # What an experiment's confirm stage adds: the spec as run, the verdict, and every earlier stage.

@@ -1,6 +1,8 @@
-"""The eval's estimator, the shared initial evaluation's key and what makes a shared evaluation
-sound, stated once: the trainer computes them (and checks a shared evaluation before it reuses one),
-the evidence recomputes them (and checks it before it accepts a job that references one)."""
+"""The eval's estimator, the frozen subset's canonical form, the shared initial evaluation's key, what makes
+a shared evaluation sound and which statistics no evaluation can have, stated once: the trainer computes
+them (and checks a shared evaluation before it reuses one), the evidence recomputes them (re-scoring every
+response against the subset's label with ``facts.reward.math_reward``) and holds every stored summary to
+the rules of possible statistics."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ import hashlib
 import json
 import math
 from math import comb
+
+from facts.reward import math_reward
 
 PASS_AT = (1, 2, 4)  # the pass@j an eval reports, each only when j <= k samples were drawn per prompt
 # The fields an evaluation's identity and its summary must agree on: the key names what the summary reports.
@@ -28,6 +32,32 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - comb(n - c, k) / comb(n, k)
 
 
+def subset_bytes(rows) -> bytes:
+    """The frozen evaluation subset's canonical bytes: the compact JSON of ``[[index, question, label], ...]``
+    (non-ASCII kept) in evaluation order. Its SHA256 is the ``subset_sha256`` every eval summary records, so the
+    file the trainer writes (``EVAL_SUBSET``) is pinned by the summaries that name it."""
+    return json.dumps([[int(i), q, y] for i, q, y in rows], ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def subset_labels(data: bytes) -> dict[int, str]:
+    """The labels by row index of a subset file's bytes (``subset_bytes``' form); ``ValueError`` if it is not."""
+    rows = json.loads(data)
+    if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) == 3 and isinstance(r[0], int)
+                                             and not isinstance(r[0], bool) and all(isinstance(v, str) for v in r[1:])
+                                             for r in rows):
+        raise ValueError("not a list of [index, question, label] rows")
+    labels = {r[0]: r[2] for r in rows}
+    if len(labels) != len(rows):
+        raise ValueError("a row index appears twice")
+    return labels
+
+
+def rescore(response: dict, labels: dict[int, str]) -> float:
+    """A response record's reward as the evaluation must have scored it: ``math_reward(response, label)`` with
+    the frozen subset's label of its row (never the record's own label or reward)."""
+    return math_reward(response["response"], labels[response["index"]])
+
+
 def model_files(inputs: dict[str, str], model_path: str) -> dict[str, str]:
     """The pinned inputs (``{path: sha256}``) that lie in the model directory ``model_path``: what an
     evaluation's identity names as its model, and what the evidence holds it to."""
@@ -35,19 +65,21 @@ def model_files(inputs: dict[str, str], model_path: str) -> dict[str, str]:
     return {path: digest for path, digest in sorted(inputs.items()) if path.startswith(model_dir)}
 
 
-def recompute_eval(responses: list[dict], k: int) -> dict:
+def recompute_eval(responses: list[dict], k: int, rewards: list[float] | None = None) -> dict:
     """An eval summary's statistics from its response records: pass@j per prompt (unbiased, c =
     responses with reward > 0) averaged over prompts, mean reward, mean length, truncated share;
-    ``k`` is the samples per prompt (-1 when prompts differ)."""
+    ``k`` is the samples per prompt (-1 when prompts differ); ``rewards``: the responses' re-scored
+    rewards (``rescore``) in their order, else the records' own."""
+    rewards = [r["reward"] for r in responses] if rewards is None else rewards
     correct: dict = {}
     samples: dict = {}
-    for r in responses:
-        correct[r["index"]] = correct.get(r["index"], 0) + int(r["reward"] > 0)
+    for r, reward in zip(responses, rewards):
+        correct[r["index"]] = correct.get(r["index"], 0) + int(reward > 0)
         samples[r["index"]] = samples.get(r["index"], 0) + 1
     n = len(responses)
     per_prompt = set(samples.values())
     stats = {"n_responses": n, "n_prompts": len(correct), "k": per_prompt.pop() if len(per_prompt) == 1 else -1,
-             "mean_reward": sum(r["reward"] for r in responses) / n,
+             "mean_reward": sum(rewards) / n,
              "mean_length": sum(r["length"] for r in responses) / n,
              "truncation": sum(not r["finished"] for r in responses) / n}
     for j in PASS_AT:
@@ -85,3 +117,81 @@ def shared_evaluation_problems(record, responses: bytes) -> tuple[dict | None, t
                           for name, value in recomputed.items()
                           if not (_finite_number(summary.get(name))
                                   and math.isclose(summary[name], value, rel_tol=1e-12, abs_tol=1e-12)))
+
+
+# Impossible statistics: what no evaluation of n_prompts prompts x k samples (rewards 0 or 1, lengths in
+# tokens) can report, whatever its responses. One short function per rule, each returning the reason or None.
+LATTICE_TOLERANCE = 1e-6  # a count recovered from a float rate: float rounding stays far below this
+
+
+def _off_lattice(value: float, cells: int) -> bool:
+    return abs(value * cells - round(value * cells)) > LATTICE_TOLERANCE
+
+
+def responses_are_prompts_times_k(s: dict) -> str | None:
+    """``n_responses = n_prompts x k``: every prompt is sampled k times."""
+    if s["n_responses"] != s["n_prompts"] * s["k"]:
+        return f"n_responses {s['n_responses']} is not n_prompts {s['n_prompts']} x k {s['k']}"
+    return None
+
+
+def pass_at_is_on_its_lattice(s: dict) -> str | None:
+    """pass@j x n_prompts x C(k, j) is an integer: pass@j = 1 - sum_i C(k - c_i, j) / (n_prompts C(k, j)) with
+    integer c_i (the unbiased estimator averaged over prompts), so for j = 1 pass@1 x n_prompts x k is the
+    number of correct responses."""
+    for j in _pass_levels(s):
+        cells = s["n_prompts"] * comb(s["k"], j)
+        if _off_lattice(s[f"pass@{j}"], cells):
+            return (f"pass@{j} {s[f'pass@{j}']!r} is not a whole multiple of 1/{cells} (1 / (n_prompts x C(k, {j}))): "
+                    f"no {s['n_prompts']} prompts x {s['k']} samples give it")
+    return None
+
+
+def pass_at_does_not_decrease(s: dict) -> str | None:
+    """pass@j <= pass@j' for j < j': one more draw of a prompt's samples cannot lower the chance one is correct."""
+    levels = _pass_levels(s)
+    for a, b in zip(levels, levels[1:]):
+        if s[f"pass@{b}"] < s[f"pass@{a}"] - LATTICE_TOLERANCE:
+            return f"pass@{b} {s[f'pass@{b}']!r} < pass@{a} {s[f'pass@{a}']!r}: pass@j cannot decrease with j"
+    return None
+
+
+def pass_at_within_union_bound(s: dict) -> str | None:
+    """pass@j <= min(1, j x pass@1): j draws find a correct sample at most j times as often as one draw
+    (a union bound, per prompt and so on the mean)."""
+    for j in _pass_levels(s)[1:]:
+        bound = min(1.0, j * s["pass@1"])
+        if s[f"pass@{j}"] > bound + LATTICE_TOLERANCE:
+            return f"pass@{j} {s[f'pass@{j}']!r} > min(1, {j} x pass@1) = {bound!r}"
+    return None
+
+
+def shares_are_whole_responses(s: dict) -> str | None:
+    """truncation x n_responses, mean_reward x n_responses and mean_length x n_responses are integers: a share
+    of responses, of 0/1 rewards (``math_reward``) and of token counts."""
+    for name in ("truncation", "mean_reward", "mean_length"):
+        if name in s and _off_lattice(s[name], s["n_responses"]):
+            return f"{name} {s[name]!r} is not a whole multiple of 1/{s['n_responses']} (1 / n_responses)"
+    return None
+
+
+def _pass_levels(s: dict) -> list[int]:
+    return [j for j in PASS_AT if j <= s["k"] and f"pass@{j}" in s]
+
+
+STATISTIC_RULES = (responses_are_prompts_times_k, pass_at_is_on_its_lattice, pass_at_does_not_decrease,
+                   pass_at_within_union_bound, shares_are_whole_responses)
+
+
+def impossible_statistics(summary: dict) -> list[str]:
+    """What in an eval summary no evaluation can report (``STATISTIC_RULES``); [] when every rule holds or the
+    summary lacks positive integer counts and finite rates to apply them to (the field checks report that)."""
+    summary = {name: value for name, value in summary.items() if value is not None}  # a CSV's pass@j with j > k
+    counts = [summary.get(name) for name in ("n_prompts", "k", "n_responses")]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in counts):
+        return []
+    rates = {name: value for name, value in summary.items()
+             if name in ("truncation", "mean_reward", "mean_length") or name.startswith("pass@")}
+    if not all(_finite_number(v) for v in rates.values()) or "pass@1" not in summary:
+        return []
+    return [reason for rule in STATISTIC_RULES if (reason := rule(summary)) is not None]

@@ -40,6 +40,12 @@ WEIGHTS_FILE = "model.safetensors"
 TENSORBOARD_DIR = "tensorboard"  # run/tensorboard/: the trainer's event files
 TENSORBOARD_EVENTS = "events.out.tfevents.*"
 EVAL_RESPONSES_DIR = "eval"  # run/eval/<initial|final>.jsonl: every evaluated response
+# Beside an evaluation's responses (run/eval/, a shared initial evaluation's directory): the frozen evaluation
+# subset it scored, [[index, question, label], ...] in facts.evaluation.subset_bytes' form, so its SHA256 is
+# the summary's subset_sha256. A bundle keeps one copy per subset: data/eval_subset/<subset12>.json.
+EVAL_SUBSET = "subset.json"
+EVAL_SUBSETS_DIR = "eval_subset"
+SUBSET_DIGEST_CHARS = 12  # the subset SHA256's prefix that names its bundle copy
 # A sweep's bundle: <sweep>/bundle/ is a BagIt bag whose payload data/ keeps runs/<job>/, a copy of each
 # job's run files and records.
 BUNDLE_DIR = "bundle"
@@ -101,6 +107,16 @@ CHUNK = 1 << 20  # 1 MiB: large enough that hashing runs at sha256sum speed
 def checkpoint_name(step: int) -> str:
     """Name of the checkpoint written after ``step`` optimizer updates: ``step_000050``."""
     return f"step_{step:06d}"
+
+
+def eval_responses_name(kind: str) -> str:
+    """The responses file of an evaluation of ``kind`` (initial, final, step_<n>) in run/eval/: ``final.jsonl``."""
+    return f"{kind}.jsonl"
+
+
+def bundle_subset_relpath(subset_sha256: str) -> str:
+    """Where a bundle keeps the evaluation subset with this SHA256, relative to ``data/``."""
+    return f"{EVAL_SUBSETS_DIR}/{subset_sha256[:SUBSET_DIGEST_CHARS]}.json"
 
 
 def initial_eval_relpath(key: str) -> str:

@@ -23,7 +23,15 @@ import pytest
 
 from evidence import audit
 from facts import sha256_file
-from tests.evidence.sweep_factory import COMMIT, SUBSET_SHA
+from tests.evidence.sweep_factory import (
+    COMMIT,
+    N_PROMPTS,
+    SUBSET_SHA,
+    K,
+    correct_counts,
+    eval_responses,
+    summary_of,
+)
 from tests.sweeps import REPO, launch, reseal_bag
 from trainer.evaluate import identity_key, read_shared_initial, shared_initial_eval
 
@@ -256,29 +264,23 @@ SAMPLING = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_new_tokens": 48}
 # What the trainer's identity names (trainer.loop.initial_eval_identity), as the synthetic runs record it
 # (tests/evidence/sweep_factory.py: run.json's inputs, versions and source commit; the workload below).
 SYNTHETIC_IDENTITY = {"model_files": {"model/model.safetensors": "ab" * 32}, "subset_sha256": SUBSET_SHA,
-                      "n_prompts": 4, "k": 4, "eval_seed": 29, "sampling": SAMPLING, "engine": "torch",
+                      "n_prompts": N_PROMPTS, "k": K, "eval_seed": 29, "sampling": SAMPLING, "engine": "torch",
                       "dtype": "float32", "device": "cpu", "num_threads": 1,
                       "versions": {"python": "3.11.7", "torch": "2.13.0"}, "source_commit": COMMIT}
 SYNTHETIC_WORKLOAD = {"model_path": "model", "engine": "torch", "dtype": "float32", "device": "cpu",
-                      "eval": {"k": 4, "seed": 29, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_response_len": 48}}
+                      "eval": {"k": K, "seed": 29, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_response_len": 48}}
 SYNTHETIC_JOBS = ("grpo-42", "rpp-42")
+SYNTHETIC_PASS1 = 0.25  # the shared control's pass@1: every prompt answered once in four
 
 
 def _synthetic_responses(path: Path) -> dict:
-    """Four prompts x four samples, prompt i answered correctly i times; the summary from the
-    formulas: pass@j = mean over prompts of 1 - C(4-c, j) / C(4, j), reward, length and truncation means."""
-    from math import comb
-
-    rows = [{"index": i, "sample": j, "response": "#### 7", "reward": float(j < i), "length": 10 + j,
-             "finished": j != 3} for i in range(4) for j in range(4)]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    correct = [sum(j < i for j in range(4)) for i in range(4)]
-    summary = {"checkpoint": "initial", "n_prompts": 4, "k": 4, "n_responses": 16, "eval_seed": 29,
-               "subset_sha256": SUBSET_SHA, "truncation": 4 / 16, "mean_length": sum(10 + j for j in range(4)) / 4,
-               "mean_reward": sum(correct) / 16, "all_zero_reward": False}
-    for j in (1, 2, 4):
-        summary[f"pass@{j}"] = sum(1 - comb(4 - c, j) / comb(4, j) for c in correct) / 4
-    return summary
+    """The synthetic sweep's real evaluation (tests/evidence/sweep_factory.py: its 25 frozen prompts x 4 samples,
+    one correct per prompt, scored against the subset's labels), written as the trainer writes one; the summary
+    derived from the counts in float64."""
+    counts = correct_counts(SYNTHETIC_PASS1, N_PROMPTS, K)
+    records = eval_responses(counts, K)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return summary_of(records, counts, "initial", K)
 
 
 def _race(sweep_dir: str, counter: str, barrier, results) -> None:
@@ -483,7 +485,9 @@ def _tamper(case: str, shared_dir: Path, run_evals: list[Path], run_json: Path) 
         _flip_first_reward(responses)
         _rewrite_json(record_path, lambda record: record.update({"responses_sha256": sha256_file(responses)}))
         _point_runs_at(run_evals, sha256=sha256_file(record_path))
-        return "shared", "mean_reward 0.375 does not recompute from its responses (0.4375)"
+        n = N_PROMPTS * K  # the first response is a correct one (sample 0 of every prompt is): one fewer
+        return "shared", (f"mean_reward {SYNTHETIC_PASS1 * n / n!r} does not recompute from its responses "
+                          f"({(SYNTHETIC_PASS1 * n - 1) / n!r})")
     if case == "identity":
         _rewrite_json(record_path, lambda record: record["identity"].update({"eval_seed": 30}))
         _point_runs_at(run_evals, sha256=sha256_file(record_path))

@@ -9,12 +9,12 @@ number of prompts consumed, and any data-parallel split of a step sees the same 
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from facts.evaluation import subset_bytes
 from trainer.reward import normalize_label
 
 PROMPT_TEMPLATE = "Question: {question}\nAnswer:"
@@ -39,9 +39,14 @@ def load_split(path: str | Path) -> list[Example]:
 
 
 def subset_digest(examples: list[Example]) -> str:
-    """SHA256 of the canonical JSON of a (frozen) subset: its rows, order and scalar labels."""
-    canonical = json.dumps([[e.index, e.question, e.label] for e in examples], ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    """SHA256 of the canonical JSON of a (frozen) subset (``facts.evaluation.subset_bytes``): its rows, order and
+    scalar labels."""
+    return hashlib.sha256(subset_rows_bytes(examples)).hexdigest()
+
+
+def subset_rows_bytes(examples: list[Example]) -> bytes:
+    """The subset file's bytes (``facts.files.EVAL_SUBSET``): what ``subset_digest`` hashes."""
+    return subset_bytes([e.index, e.question, e.label] for e in examples)
 
 
 def mix_seed(*parts: int) -> int:

@@ -28,7 +28,8 @@ from facts import (
     sha256_file,
 )
 from facts.evaluation import PASS_AT, identity_key, pass_at_k, shared_evaluation_problems
-from trainer.data import Example, mix_seed, subset_digest
+from facts.files import EVAL_SUBSET
+from trainer.data import Example, mix_seed, subset_digest, subset_rows_bytes
 from trainer.reward import math_reward
 from trainer.rollout import RolloutEngine, SamplingParams
 
@@ -46,6 +47,7 @@ def evaluate(engine: RolloutEngine, tokenizer, examples: list[Example], k: int, 
     correct_per_prompt: dict[int, int] = {}
     rewards, lengths, truncated = [], [], 0
     responses_path.parent.mkdir(parents=True, exist_ok=True)
+    write_subset(responses_path.parent / EVAL_SUBSET, examples)
     with open(responses_path, "w", encoding="utf-8") as f:
         for (ex, j), gen in zip(owners, batch.generations):
             text = tokenizer.decode(gen.response_ids, skip_special_tokens=True)
@@ -73,6 +75,14 @@ def evaluate(engine: RolloutEngine, tokenizer, examples: list[Example], k: int, 
         if kk <= k:
             summary[f"pass@{kk}"] = sum(pass_at_k(k, c, kk) for c in correct_per_prompt.values()) / len(examples)
     return summary
+
+
+def write_subset(path: Path, examples: list[Example]) -> None:
+    """The frozen subset beside the responses (``EVAL_SUBSET``): the labels the evidence re-scores them against,
+    pinned by the summary's ``subset_sha256``. Renamed into place: a reader never sees a torn one."""
+    partial = path.with_name(path.name + ".tmp")
+    partial.write_bytes(subset_rows_bytes(examples))
+    os.replace(partial, path)
 
 
 @dataclass(frozen=True)

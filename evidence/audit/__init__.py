@@ -10,6 +10,8 @@ relative to the bag, or the archive's name, and a reason):
     layout          every payload file is one the build writes (``facts.bundle_layout``), of a job the index lists
     runs            every accepted run re-validates and matches ``steps.csv``/``eval.csv``; the shared
                     initial evaluations (``data/initial_eval/<key12>/``) are the ones the runs reference
+    evaluations     every evaluation's responses re-scored against the frozen subset (its pinned SHA256),
+                    its statistics recomputed from them; no stored summary reports impossible statistics
     resources       every accepted run's resource samples are there, well formed, their times increasing
     recomputation   every table CSV and every line of ``report.md`` (the resource peaks among them)
     rejections      a rejected job whose bundled evidence passes every gate (cherry-picking)
@@ -32,6 +34,7 @@ from pathlib import Path
 from evidence.audit.archive import check_members, check_sidecar, extracted
 from evidence.audit.bag import check_bag
 from evidence.audit.crate import check_crate
+from evidence.audit.evaluations import check_evaluations
 from evidence.audit.experiment import check_experiment
 from evidence.audit.figures import check_figures
 from evidence.audit.layout import check_layout
@@ -122,6 +125,7 @@ def check_content(bag: Path, data: BundleData) -> list[Problem]:
     rejections, the experiment, then the records (each shared initial evaluation read once for all of them)."""
     data_dir, shared_checks = bag / BUNDLE_PAYLOAD, {}
     checks = (partial(check_runs, data_dir, data, shared_checks=shared_checks),
+              partial(check_evaluations, data_dir, data),
               partial(check_resources, data_dir, data),
               partial(check_recomputation, data_dir, data),
               partial(check_rejections, data_dir, data, shared_checks=shared_checks),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from evidence.artifacts import check_cleanup, check_run_summary, check_shared_reference, checkpoint_name
+from evidence.audit.evaluations import run_evaluation_problems
 from evidence.dataset import BundleData, read_csv
 from evidence.fileio import JSONError, read_json
 from evidence.metrics_log import validate_metrics
@@ -28,7 +29,7 @@ from facts.files import (
 def _still_rejected(data_dir: Path, data: BundleData, row: dict, majority: tuple | None, artifacts: set[tuple[str, str]],
                     shared_checks: dict) -> list[str]:
     """The gates that still reject ``row``'s job on the evidence the bundle carries (the bundled
-    metrics log, run.json, eval.json and the shared initial evaluation it references, job.json,
+    metrics log, run.json, eval.json, its responses re-scored, the shared initial evaluation it references, job.json,
     command.public.json, and artifacts.csv's listing)."""
     job, algo, seed, n = row["job"], row["algo"], int(row["seed"]), data.n_updates
     run = data_dir / BUNDLE_RUNS_DIR / job
@@ -53,6 +54,8 @@ def _still_rejected(data_dir: Path, data: BundleData, row: dict, majority: tuple
         found = check_shared_reference(data_dir, entries[0], run_summary, shared_checks)
         if found.of_shared or found.of_run:
             failures.append("eval-shared")
+    if run_evaluation_problems(data_dir, job):  # responses that do not re-score, impossible statistics
+        failures.append("eval-rescored")
     if (job, run_relpath(CHECKPOINTS_DIR, checkpoint_name(n), WEIGHTS_FILE)) not in artifacts:
         failures.append("checkpoint")
     if not any(j == job and p.startswith(run_relpath(TENSORBOARD_DIR, TENSORBOARD_EVENTS.rstrip("*"))) for j, p in artifacts):

@@ -2,14 +2,18 @@
 
 The real trainer and launcher will produce these files; this helper only lets the tests control
 their content. Values are deterministic functions of (algo, seed, step) unless a test passes its
-own: ``final_pass1(arm, seed)`` and ``reward(arm, seed, step)``. ``arms`` writes the arm contract
+own: ``final_pass1(arm, seed)`` and ``reward(arm, seed, step)``. Evaluations are real: responses to a frozen
+subset of 25 prompts x 4 samples, each scored as the trainer scores it, the statistics derived from their counts
+(so a requested pass@1 becomes the possible value nearest it, a multiple of 1/100). ``arms`` writes the arm contract
 (``sweep.json`` "arms", ``job.json`` "arm"/"arm_overrides", jobs named ``<arm>-<seed>``); without
 it the sweep is an older one, one arm per algo and no arm fields.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import random
 from pathlib import Path
 
@@ -19,7 +23,6 @@ from safetensors.numpy import save_file
 ALGOS = ("grpo", "rpp", "rppb")
 SEEDS = (42, 1234, 2026)
 COMMIT = "5f7cd574372288391bb1c41ca0677422cd31e725"
-SUBSET_SHA = "b4a52290777ef180e5af2602e6dfc1614dda35b4b8534109acb13abbccfb4fce"
 NODE = "cn-042.cluster.example"
 RESPONSE_TEXTS = (
     "Nancy has 3 apples and buys 4 more, so she has 7. #### 7",
@@ -75,28 +78,85 @@ def write_metrics(run_dir: Path, records: list[dict]) -> None:
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
 
 
-def _pass_at(k: int, base: float) -> float:
-    return round(1 - (1 - base) ** k, 6)
+N_PROMPTS, K = 25, 4  # the synthetic evaluation: 25 frozen prompts x 4 samples each
 
 
-def eval_entry(checkpoint: str, pass1: float, n_prompts: int, k: int) -> dict:
-    return {
-        "checkpoint": checkpoint, "n_prompts": n_prompts, "k": k, "n_responses": n_prompts * k, "eval_seed": 29,
-        "subset_sha256": SUBSET_SHA, "pass@1": pass1, "pass@2": _pass_at(2, pass1), "pass@4": _pass_at(4, pass1),
-        "truncation": 0.4, "mean_length": 84.5, "mean_reward": pass1, "all_zero_reward": pass1 == 0,
+def subset_rows(n_prompts: int = N_PROMPTS) -> list[list]:
+    """The frozen evaluation subset: ``[index, question, label]`` rows, the label a scalar answer."""
+    return [[i, f"Tom has {i} apples and buys {i + 1} more. How many apples does he have?", str(2 * i + 1)]
+            for i in range(n_prompts)]
+
+
+def subset_file_bytes(n_prompts: int = N_PROMPTS) -> bytes:
+    """The subset file as the trainer writes it (compact JSON, non-ASCII kept): its SHA256 is subset_sha256."""
+    return json.dumps(subset_rows(n_prompts), ensure_ascii=False, separators=(",", ":")).encode()
+
+
+SUBSET_SHA = hashlib.sha256(subset_file_bytes()).hexdigest()
+
+
+def correct_counts(pass1: float, n_prompts: int, k: int) -> list[int]:
+    """Correct samples per prompt giving the nearest possible pass@1 (``round(pass1 x n_prompts x k)`` correct in
+    all), spread as evenly as the counts allow."""
+    total = max(0, min(n_prompts * k, round(pass1 * n_prompts * k)))
+    base, extra = divmod(total, n_prompts)
+    return [base + (i < extra) for i in range(n_prompts)]
+
+
+def unbiased_pass_at(k: int, counts: list[int], j: int) -> float:
+    """The reference estimator in float64: mean over prompts of ``1 - C(k - c, j) / C(k, j)``."""
+    return float(np.mean([1.0 - math.comb(k - c, j) / math.comb(k, j) for c in counts]))
+
+
+def eval_responses(counts: list[int], k: int) -> list[dict]:
+    """Real responses to the subset's prompts: sample j of prompt i ends with the label when j < c_i, else with a
+    wrong number (each scored as the trainer would: the last number against the label)."""
+    records = []
+    for (index, _, label), c in zip(subset_rows(len(counts)), counts):
+        for j in range(k):
+            answer = int(label) if j < c else int(label) + 1
+            records.append({"index": index, "sample": j, "label": label,
+                            "response": f"{RESPONSE_TEXTS[(index + j) % len(RESPONSE_TEXTS)]} So he has {answer}.",
+                            "reward": 1.0 if j < c else 0.0, "length": 80 + (index + 3 * j) % 11,
+                            "finished": (index + j) % 5 != 0})
+    return records
+
+
+def summary_of(records: list[dict], counts: list[int], checkpoint: str, k: int) -> dict:
+    """The eval summary derived from the responses' own counts (the estimator above, in float64)."""
+    n = len(records)
+    summary = {
+        "checkpoint": checkpoint, "n_prompts": len(counts), "k": k, "n_responses": n, "eval_seed": 29,
+        "subset_sha256": hashlib.sha256(subset_file_bytes(len(counts))).hexdigest(),
+        "truncation": sum(not r["finished"] for r in records) / n,
+        "mean_length": sum(r["length"] for r in records) / n,
+        "mean_reward": sum(r["reward"] for r in records) / n, "all_zero_reward": not any(r["reward"] for r in records),
     }
+    summary.update({f"pass@{j}": unbiased_pass_at(k, counts, j) for j in (1, 2, 4) if j <= k})
+    return summary
 
 
-def write_eval(run_dir: Path, final_checkpoint: str, final_pass1: float, n_prompts: int = 4, k: int = 4,
-               initial_pass1: float = 0.25) -> None:
-    summary = {"initial": eval_entry("initial", initial_pass1, n_prompts, k),
-               "final": eval_entry(final_checkpoint, final_pass1, n_prompts, k)}
+def eval_entry(checkpoint: str, pass1: float, n_prompts: int = N_PROMPTS, k: int = K) -> dict:
+    """The summary of an evaluation whose pass@1 is the possible one nearest ``pass1``."""
+    counts = correct_counts(pass1, n_prompts, k)
+    return summary_of(eval_responses(counts, k), counts, checkpoint, k)
+
+
+def write_eval(run_dir: Path, final_checkpoint: str, final_pass1: float, n_prompts: int = N_PROMPTS, k: int = K,
+               initial_pass1: float = 0.25) -> dict:
+    """eval.json, eval/<initial|final>.jsonl and eval/subset.json of a run, as the trainer writes them; returns
+    eval.json's summary (pass@1 the possible value nearest the one asked for)."""
+    summary = {}
+    (run_dir / "eval").mkdir(parents=True, exist_ok=True)
+    for kind, checkpoint, pass1 in (("initial", "initial", initial_pass1), ("final", final_checkpoint, final_pass1)):
+        counts = correct_counts(pass1, n_prompts, k)
+        records = eval_responses(counts, k)
+        summary[kind] = summary_of(records, counts, checkpoint, k)
+        (run_dir / "eval" / f"{kind}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records),
+                                                         encoding="utf-8")
+    (run_dir / "eval" / "subset.json").write_bytes(subset_file_bytes(n_prompts))
     write_json(run_dir / "eval.json", summary)
-    for kind in ("initial", "final"):
-        lines = [json.dumps({"prompt": i // k, "sample": i % k, "response": RESPONSE_TEXTS[i % len(RESPONSE_TEXTS)],
-                             "reward": float(i % 2)}) for i in range(n_prompts * k)]
-        (run_dir / "eval" / f"{kind}.jsonl").parent.mkdir(parents=True, exist_ok=True)
-        (run_dir / "eval" / f"{kind}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return summary
 
 
 def write_resources(job_dir: Path, index: int) -> None:
@@ -208,3 +268,44 @@ def set_job_fields(sweep: Path, algo: str, seed: int, **fields) -> None:
     record = json.loads(path.read_text())
     record.update(fields)
     write_json(path, record)
+
+
+# A shared initial evaluation as the trainer's shared_initial_eval writes it, and what the runs that reference it
+# record of their setup (run.json's config.workload), so that it is their control (evidence.artifacts).
+SAMPLING = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_new_tokens": 48}
+WORKLOAD = {"model_path": "model", "engine": "torch", "dtype": "float32", "device": "cpu",
+            "eval": {"k": K, "seed": 29, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_response_len": 48}}
+
+
+def share_initial_eval(sweep: Path, jobs, pass1: float = 0.25) -> Path:
+    """Make the jobs' initial control one shared evaluation, ``<sweep>/initial_eval/<key12>/`` (eval.json with its
+    key, identity, summary and responses' SHA256; responses.jsonl), referenced by each job's eval.json (path, key,
+    SHA256); returns its directory."""
+    counts = correct_counts(pass1, N_PROMPTS, K)
+    records = eval_responses(counts, K)
+    summary = summary_of(records, counts, "initial", K)
+    identity = {"model_files": {"model/model.safetensors": "ab" * 32}, "subset_sha256": SUBSET_SHA,
+                "n_prompts": N_PROMPTS, "k": K, "eval_seed": 29, "sampling": SAMPLING, "engine": "torch",
+                "dtype": "float32", "device": "cpu", "num_threads": 1,
+                "versions": {"python": "3.11.7", "torch": "2.13.0"}, "source_commit": COMMIT}
+    key = hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    directory = sweep / "initial_eval" / key[:12]
+    directory.mkdir(parents=True)
+    responses = "".join(json.dumps(r) + "\n" for r in records).encode()
+    (directory / "responses.jsonl").write_bytes(responses)
+    record = {"key": key, "identity": identity, "initial": summary,
+              "responses_sha256": hashlib.sha256(responses).hexdigest()}
+    text = (json.dumps(record, indent=1, sort_keys=True) + "\n").encode()
+    (directory / "eval.json").write_bytes(text)
+    reference = {"path": f"initial_eval/{key[:12]}/eval.json", "key": key, "sha256": hashlib.sha256(text).hexdigest()}
+    for job in jobs:
+        run = sweep / "jobs" / job / "run"
+        evaluation = json.loads((run / "eval.json").read_text())
+        evaluation["initial"] = {**summary, "shared": reference}
+        write_json(run / "eval.json", evaluation)
+        (run / "eval" / "initial.jsonl").unlink()
+        summary_record = json.loads((run / "run.json").read_text())
+        summary_record["config"]["workload"] = json.loads(json.dumps(WORKLOAD))
+        summary_record["source_commit"] = COMMIT
+        write_json(run / "run.json", summary_record)
+    return directory

@@ -70,7 +70,7 @@ def _copy_of_a_job_not_in_the_index(data: Path) -> list[str]:
 PLANTS = {
     "claim": lambda d: [_write(d / "CLAIM.md", "REINFORCE++ wins, p<0.001\n")],
     "run extras": lambda d: [_write(d / "runs" / "grpo-42" / "notes.txt"),
-                             _write(d / "runs" / "rpp-1234" / "eval" / "final.jsonl"),
+                             _write(d / "runs" / "rpp-1234" / "eval" / "step_000005.jsonl"),  # only initial/final
                              _write(d / "runs" / "rppb-2026" / "run" / "metrics.jsonl")],
     "misplaced name": lambda d: [_write(d / "runs" / "grpo-42" / "index.csv"), _write(d / "tables" / "eval.json")],
     "attempt": lambda d: [_write(d / "runs" / "grpo-42" / "attempts" / "first" / "job.json", "{}\n")],

@@ -1,0 +1,142 @@
+"""The evaluations re-derived: every accepted run's final evaluation and every shared initial evaluation of the
+bundle (and of each earlier stage's) re-scored response by response against the frozen subset the bundle
+carries (``data/eval_subset/<subset12>.json``, its SHA256 the summaries' pinned ``subset_sha256``), each summary's
+statistics recomputed from the re-scored rewards, and every stored summary (``eval.json`` entries, ``eval.csv``
+rows, the shared evaluations' records) held to the statistics an evaluation can have."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from evidence.artifacts import EVAL_KINDS, shared_initial_dir
+from evidence.dataset import BundleData
+from evidence.evaluations import RESPONSES_MISSING, read_subset, rescored_problems, statistics_problems
+from evidence.fileio import JSONError, read_json
+from evidence.problems import Problem
+from facts.bundle_layout import fits
+from facts.files import (
+    BUNDLE_PAYLOAD,
+    BUNDLE_RUNS_DIR,
+    EVAL_RECORD,
+    EVAL_RESPONSES_DIR,
+    EVAL_TABLE,
+    INITIAL_EVAL_DIR,
+    INITIAL_EVAL_RESPONSES,
+    STAGES_DIR,
+    bundle_subset_relpath,
+    eval_responses_name,
+)
+
+
+class _Payload:
+    """One payload root (``data/`` or ``data/stages/<stage>/``): where its files are, how findings name them,
+    and each subset and shared evaluation it has read (once)."""
+
+    def __init__(self, root: Path, prefix: str):
+        self.root, self.prefix = root, prefix
+        self.subsets: dict[str, tuple[dict | None, list[Problem]]] = {}
+        self.shared_done: set[str] = set()
+
+    def name(self, rel: str) -> str:
+        return f"{self.prefix}/{rel}"
+
+    def labels(self, digest) -> tuple[dict | None, list[Problem]]:
+        """The labels of the subset with this SHA256; its problem the first time it is asked for."""
+        key = str(digest)
+        if key in self.subsets:
+            return self.subsets[key][0], []
+        if not isinstance(digest, str) or not fits("subset12", digest[:12]) or len(digest) != 64:
+            labels, why, rel = None, f"subset_sha256 {digest!r} is not a SHA256 hex digest", EVAL_TABLE
+        else:
+            rel = bundle_subset_relpath(digest)
+            labels, why = read_subset(self.root / rel, digest)
+        problems = [] if why is None else [Problem(self.name(rel), why)]
+        self.subsets[key] = (labels, problems)
+        return labels, problems
+
+
+def _responses(payload: _Payload, rel: str) -> tuple[bytes | None, list[Problem]]:
+    try:
+        return (payload.root / rel).read_bytes(), []
+    except OSError:
+        return None, [Problem(payload.name(rel), RESPONSES_MISSING)]
+
+
+def _check_shared(payload: _Payload, shared_dir: str) -> list[Problem]:
+    """A shared initial evaluation, once: its record's statistics possible, its responses re-scored."""
+    if shared_dir in payload.shared_done or not fits("key12", Path(shared_dir).name):
+        return []
+    payload.shared_done.add(shared_dir)
+    record_rel = f"{shared_dir}/{EVAL_RECORD}"
+    try:
+        record = read_json(payload.root / record_rel)
+        summary = record["initial"]
+        if not isinstance(summary, dict):
+            raise TypeError
+    except (JSONError, KeyError, TypeError):
+        return []  # the runs check reports an unreadable or missing shared evaluation
+    problems = statistics_problems(summary, payload.name(record_rel), "initial")
+    labels, problems_of_subset = payload.labels(summary.get("subset_sha256"))
+    responses_rel = f"{shared_dir}/{INITIAL_EVAL_RESPONSES}"
+    responses, missing = _responses(payload, responses_rel)
+    if labels is None or responses is None:
+        return problems + problems_of_subset + missing
+    return problems + rescored_problems(summary, responses, labels, payload.name(responses_rel),
+                                        payload.name(record_rel), "initial")
+
+
+def _check_run(payload: _Payload, job: str) -> list[Problem]:
+    """An accepted run's evaluations: each entry's statistics possible, its own responses re-scored (the final
+    one's, and the initial one's unless it is shared: then the shared evaluation is checked, once)."""
+    record_rel = f"{BUNDLE_RUNS_DIR}/{job}/{EVAL_RECORD}"
+    try:
+        summary = read_json(payload.root / record_rel)
+    except JSONError:
+        return []  # the runs check reports it
+    problems = []
+    for kind in EVAL_KINDS:
+        entry = summary.get(kind) if isinstance(summary, dict) else None
+        if not isinstance(entry, dict):
+            continue  # the runs check reports it
+        problems += statistics_problems(entry, payload.name(record_rel), kind)
+        shared_dir = shared_initial_dir(entry)
+        if shared_dir is not None:
+            problems += _check_shared(payload, shared_dir)
+            continue
+        labels, problems_of_subset = payload.labels(entry.get("subset_sha256"))
+        responses_rel = f"{BUNDLE_RUNS_DIR}/{job}/{EVAL_RESPONSES_DIR}/{eval_responses_name(kind)}"
+        responses, missing = _responses(payload, responses_rel)
+        problems += problems_of_subset + missing
+        if labels is not None and responses is not None:
+            problems += rescored_problems(entry, responses, labels, payload.name(responses_rel),
+                                          payload.name(record_rel), kind)
+    return problems
+
+
+def _check_payload(payload: _Payload, data: BundleData) -> list[Problem]:
+    problems = []
+    for (arm, seed), kinds in sorted(data.evals.items()):
+        for kind, row in sorted(kinds.items()):
+            problems += statistics_problems(row, payload.name(EVAL_TABLE), f"{arm}-{seed} {kind}")
+    for row in data.index:
+        if row.get("accepted") == "yes":
+            problems += _check_run(payload, row["job"])
+    for directory in sorted((payload.root / INITIAL_EVAL_DIR).glob("*")):  # one no accepted run references too
+        if directory.is_dir():
+            problems += _check_shared(payload, f"{INITIAL_EVAL_DIR}/{directory.name}")
+    return problems
+
+
+def check_evaluations(data_dir: Path, data: BundleData) -> list[Problem]:
+    """Every evaluation of the bundle and of its earlier stages re-scored, recomputed and held to the
+    statistics an evaluation can have (module docstring)."""
+    problems = _check_payload(_Payload(data_dir, BUNDLE_PAYLOAD), data)
+    for name, stage in sorted(data.stages.items()):
+        problems += _check_payload(_Payload(data_dir / STAGES_DIR / name, f"{BUNDLE_PAYLOAD}/{STAGES_DIR}/{name}"), stage)
+    return problems
+
+
+def run_evaluation_problems(data_dir: Path, job: str) -> list[Problem]:
+    """One bundled run's evaluations re-derived, as for an accepted run: what the rejections check asks of a
+    rejected one (its responses that do not re-score still reject it)."""
+    return _check_run(_Payload(data_dir, BUNDLE_PAYLOAD), job)
