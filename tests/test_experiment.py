@@ -120,6 +120,71 @@ def test_bad_experiment_input_is_refused_in_one_line_before_anything_starts(tmp_
     assert not (tmp_path / "probe").exists()
 
 
+SWAPPED = ("~experiment.arms.per_example", "~experiment.arms.token_mean", "experiment.criterion.baseline=grpo",
+           "experiment.criterion.treatment=rpp")
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    # a spec arm named like the label of another arm's runs: refused, whichever arm it names
+    ((*SWAPPED, "+experiment.arms.grpo={algo:rpp}", "+experiment.arms.rpp={algo:grpo}"),
+     "spec arm grpo (algo=rpp) is named like the label of arm rpp's runs (grpo-1); rename the spec arm"),
+    ((*SWAPPED[:2], "experiment.criterion.baseline=rpp", "experiment.criterion.treatment=other",
+      "+experiment.arms.rpp={algo:grpo}", "+experiment.arms.other={algo:rpp}"),
+     "spec arm rpp (algo=grpo) is named like the label of arm other's runs (rpp-1)"),
+    # arms that differ only by what the config already sets: the resolved settings, any default
+    (("~experiment.arms.per_example", "+experiment.arms.per_example={algo:dapo}"),
+     "arms token_mean and per_example resolve to the same settings (algo.loss_reduction=token_mean is what the "
+     "config already sets)"),
+    (("~experiment.arms.per_example", "+experiment.arms.per_example={algo:dapo,workload.lr:2e-4}"), None),
+    (("~experiment.arms.per_example", "+experiment.arms.per_example={algo:dapo,algo.clip_low:0.2}"),
+     "(algo.clip_low=0.2, algo.loss_reduction=token_mean is what the config already sets)"),
+    # derived settings (the algorithm record's identity), in an arm and on the command line
+    (("~experiment.arms.per_example", "+experiment.arms.per_example={algo:dapo,algo.short:foo}"),
+     "arm per_example: the setting algo.short is derived: the algorithm's record sets it through algo=<short>"),
+    (("algo.short=foo",), "the setting algo.short is derived"),
+    (("algo.display_name=Foo",), "the setting algo.display_name is derived"),
+    (("algo.estimator=grpo",), "the setting algo.estimator is derived"),
+])
+def test_arms_that_cannot_be_told_apart_or_derived_settings_are_refused_before_anything_starts(
+        tmp_path, overrides, message):
+    proc = _experiment(tmp_path, "experiment=loss_norm", *overrides, "dry_run=true")
+    if message is None:  # arms that differ by settings the config does not set by default are fine
+        assert proc.returncode == 0, proc.stderr
+        return
+    assert proc.returncode == 2, proc.stdout[-2000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("proofgrid: error: ") and message in line, line
+    assert not (tmp_path / REGISTRATION).exists()
+    assert not any((tmp_path / stage / "jobs").exists() for stage in ("probe", "tuning", "confirm"))
+
+
+def test_a_plain_sweep_refuses_a_derived_setting_in_one_line(tmp_path):
+    proc = launch_in_process(tmp_path, "algo=grpo,rpp", "algo.short=foo", "dry_run=true")
+    assert proc.returncode == 2, proc.stdout[-2000:]
+    assert "the setting algo.short is derived" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_extending_a_grid_that_is_not_numeric_is_refused_before_anything_starts(tmp_path):
+    proc = _experiment(tmp_path, "experiment=stale_score_centering", "experiment.tuning.setting=workload.name",
+                       "experiment.tuning.values=[toy,other,third]", "dry_run=true")
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.endswith("tuning: on_edge: extend needs a numeric grid, and is_pg's grid of workload.name has 'toy'; "
+                         "use on_edge: provisional or numeric values")
+
+
+@pytest.mark.parametrize("text", ['{"spec_sha256": "ab', '[]', '{"overrides": []}', '{"spec_sha256": 7, "overrides": []}',
+                                  '{"spec_sha256": "' + "a" * 64 + '", "overrides": "x"}', '\xff\xfe'])
+def test_a_corrupt_registration_is_one_line_naming_the_file_and_the_fix(tmp_path, text):
+    (tmp_path / REGISTRATION).write_bytes(text.encode().decode("unicode_escape").encode("latin-1"))
+    proc = _experiment(tmp_path, "experiment=loss_norm", "dry_run=true")
+    assert proc.returncode == 2, proc.stdout[-2000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"proofgrid: error: {tmp_path / REGISTRATION}: ")
+    assert line.endswith("restore it (its spec_sha256 is the SHA256 of the experiment.yaml beside it), or run the "
+                         "experiment in a new hydra.run.dir")
+
+
 @pytest.mark.parametrize(("spec", "message"), [
     (_spec(arms={"base": {"algo": "is_pg"}, "treat": {"algo": "is_pg"}}), "arms base and treat are identical"),
     (_spec(arms={"base": {"algo": "is_pg", "workload.lrr": 1}, "treat": {"algo": "score_centering"}}),

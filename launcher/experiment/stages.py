@@ -39,13 +39,19 @@ def run_probe(runner: Runner, recorded: list[str]) -> dict:
     return probe_checks(runner, load_bundle_data(_bundle_data(runner, PROBE_STAGE)))
 
 
-def check_planned_budget(runner: Runner, record: dict, grids: dict[str, list[str]]) -> None:
-    """The budget against every planned later run (confirm at each arm's first tuning value), recorded in
-    ``probe.json`` (written first without it, so that the probe's checks stay when the budget refuses)."""
+def plan_later_stages(runner: Runner, grids: dict[str, list[str]]) -> list:
+    """Every stage after the probe planned (and checked) before the first job starts: tuning, and confirm at
+    each arm's first tuning value (what the budget counts; the real confirm runs at the winners)."""
     tuning = runner.study.experiment.tuning
     planned = [runner.plan(TUNING_STAGE, runner.tuning_cells(grids))] if grids else []
     planned.append(runner.plan(CONFIRM_STAGE, runner.confirm_cells(
         {a: {tuning.setting: v[0]} for a, v in tuning.values.items()} if grids else {})))
+    return planned
+
+
+def check_planned_budget(runner: Runner, record: dict, planned: list) -> None:
+    """The budget against every planned later run (``plan_later_stages``), recorded in ``probe.json``
+    (written first without it, so that the probe's checks stay when the budget refuses)."""
     atomic_write_json(runner.stage_dir(PROBE_STAGE) / PROBE_RECORD, record)  # kept when the budget refuses
     record["budget"] = check_budget(runner.study, record, planned)
     atomic_write_json(runner.stage_dir(PROBE_STAGE) / PROBE_RECORD, record)
@@ -106,8 +112,9 @@ def run_confirm(runner: Runner, selected: dict[str, dict[str, str]]) -> int:
 
 def run_stages(runner: Runner, recorded: list[str]) -> int:
     """probe -> (budget) -> tuning -> confirm -> verdict; each stage resumes from its own sweep."""
-    record = run_probe(runner, recorded)
     grids = runner.tuning_grids() if runner.study.experiment.tuning is not None else {}
-    check_planned_budget(runner, record, grids)
+    planned = plan_later_stages(runner, grids)
+    record = run_probe(runner, recorded)
+    check_planned_budget(runner, record, planned)
     selected = run_tuning(runner, grids) if grids else {}
     return run_confirm(runner, selected)
