@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import pytest
 from omegaconf import OmegaConf
 
+from evidence.verdict.stages import CONFIRM_STAGE
 from launcher.experiment import (
     REGISTRATION,
     ExperimentError,
@@ -24,6 +25,7 @@ from launcher.experiment import (
     register,
     spec_changes,
 )
+from launcher.experiment.runner import Runner
 from tests.launch_in_process import launch_in_process
 from tests.sweeps import REPO
 
@@ -215,6 +217,45 @@ def test_a_changed_spec_in_a_pre_registered_directory_is_refused_naming_the_chan
     assert other.returncode == 2 and "ran with overrides [], not [workload.n_updates=8]" in other.stderr
 
 
+def _finished(exp: Path) -> dict[str, bytes]:
+    """An experiment directory as a finished run leaves it (its registration, each stage's records and jobs);
+    returns every file's bytes."""
+    study = load_study(compose(["experiment=loss_norm"]).experiment, "loss_norm")
+    register(exp, study, [])
+    for stage in ("probe", "confirm"):
+        (exp / stage / "jobs" / "x-1").mkdir(parents=True)
+        (exp / stage / "jobs" / "x-1" / "job.json").write_text('{"state": "COMPLETED"}\n')
+        record = {"jobs": ["x-1"], "arms": {}, **({"experiment_sha256": study.sha256} if stage == "confirm" else {})}
+        (exp / stage / "sweep.json").write_text(json.dumps(record) + "\n")
+        (exp / stage / "commands.txt").write_text("[0] x-1: python -m trainer\n")
+    return {str(p.relative_to(exp)): p.read_bytes() for p in sorted(exp.rglob("*")) if p.is_file()}
+
+
+def test_a_dry_run_in_a_finished_experiment_writes_nothing_a_real_run_reads(tmp_path):
+    before = _finished(tmp_path)
+    proc = _experiment(tmp_path, "experiment=loss_norm", "dry_run=true")
+    assert proc.returncode == 0, proc.stderr
+    assert "nothing submitted or written" in proc.stdout
+    after = {str(p.relative_to(tmp_path)): p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()}
+    assert after == before  # confirm/sweep.json keeps its experiment_sha256; no file added
+
+
+@pytest.mark.parametrize("kept", ["experiment.yaml", "stage jobs"])
+def test_a_run_directory_that_lost_its_registration_is_refused_not_reused_under_a_new_spec(tmp_path, kept):
+    _finished(tmp_path)
+    (tmp_path / REGISTRATION).unlink()
+    if kept != "experiment.yaml":
+        (tmp_path / "experiment.yaml").unlink()
+    proc = _experiment(tmp_path, "experiment=loss_norm", "experiment.criterion.threshold_points=1",
+                       "experiment.criterion.inconclusive_below_points=0.5", "dry_run=true")
+    assert proc.returncode == 2, proc.stdout[-2000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert line == (f"proofgrid: error: {tmp_path.name} has run an experiment ({kept if kept == 'experiment.yaml' else 'probe/jobs/'}) "
+                    f"but its registration.json is gone: its finished runs cannot be reused under a spec nobody "
+                    f"registered; restore registration.json, or run the experiment in a new hydra.run.dir")
+    assert not (tmp_path / REGISTRATION).exists()
+
+
 BETAS = "workload.adam_betas=[0.9,0.99]"  # a list-valued setting, as Hydra writes it on a command line
 LIST_ARM = "+experiment.arms.token_mean={algo:dapo,algo.loss_reduction:token_mean,workload.adam_betas:[0.9,0.99]}"
 
@@ -234,9 +275,11 @@ def test_a_list_valued_arm_setting_is_one_override_for_the_launcher_and_the_verd
     assert len(_jobs(proc.stdout, "loss_reduction=token_mean")) == 1 + 3  # probe, then confirm over 3 seeds
     assert _jobs(proc.stdout, "loss_reduction=token_mean") == _jobs(proc.stdout, "loss_reduction=token_mean",
                                                                     f" {BETAS} ")
-    recorded = json.loads((tmp_path / "confirm" / "sweep.json").read_text())["arms"]
-    (ran,) = [overrides for overrides in recorded.values() if overrides["algo.loss_reduction"] == "token_mean"]
+    assert not (tmp_path / "confirm").exists()  # a dry run writes nothing a real run reads
     study = load_study(compose(["experiment=loss_norm", "~experiment.arms.token_mean", LIST_ARM]).experiment, "t")
+    runner = Runner(study, tmp_path, {}, ["dry_run=true"], True)
+    recorded = runner.plan(CONFIRM_STAGE, runner.confirm_cells({})).arms  # what sweep.json records in a real run
+    (ran,) = [overrides for overrides in recorded.values() if overrides["algo.loss_reduction"] == "token_mean"]
     verdict_arms = parse_experiment(study.text).arms  # what the verdict reads from data/experiment.yaml
     assert ran["workload.adam_betas"] == verdict_arms["token_mean"]["workload.adam_betas"] == "[0.9,0.99]"
     assert study.experiment.arms == verdict_arms and same_overrides(verdict_arms["token_mean"], ran)

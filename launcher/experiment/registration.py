@@ -1,5 +1,6 @@
 """Pre-registration: the spec's SHA256 and the run's overrides, recorded as the first job starts and
-never rewritten; a changed spec (or other overrides) in a directory that already ran is refused."""
+never rewritten; a changed spec (or other overrides) in a directory that already ran is refused, and so
+is a directory that ran but lost its registration (its runs are never reused under an unregistered spec)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import yaml
 
 from evidence.dataset import EXPERIMENT_FILE
 from evidence.verdict.spec import Study
-from facts import atomic_write_json, sha256_file
+from evidence.verdict.stages import STAGES
+from facts import atomic_write_json, sha256_file, sweep_jobs_dir
 from launcher.experiment.errors import ExperimentError
 from launcher.grid import LAUNCHER_KEYS
 
@@ -41,6 +43,17 @@ def overrides_for_record(overrides: list[str]) -> list[str]:
                   if o.split("=", 1)[0].lstrip("+~").split(".")[0] not in (*LAUNCHER_KEYS, "hydra", "experiment"))
 
 
+def ran_without_registration(exp_dir: Path) -> str | None:
+    """What in ``exp_dir`` shows that an experiment ran there (the spec the first job registered, a stage's
+    jobs), or None: a dry run leaves neither."""
+    if (exp_dir / EXPERIMENT_FILE).is_file():
+        return EXPERIMENT_FILE
+    for stage in STAGES:
+        if sweep_jobs_dir(exp_dir / stage).is_dir():
+            return f"{stage}/{sweep_jobs_dir(exp_dir / stage).name}/"
+    return None
+
+
 def read_registration(path: Path) -> dict:
     """``registration.json``, checked: a JSON object with the spec's SHA256 (64 hex digits) and the
     overrides (a list of strings); anything else is one line naming the file and the fix."""
@@ -65,6 +78,11 @@ def check_registration(exp_dir: Path, study: Study, overrides: list[str]) -> Non
     """Refuse a changed spec (or other run settings) in an experiment directory that already ran."""
     path = exp_dir / REGISTRATION
     if not path.is_file():
+        ran = ran_without_registration(exp_dir)
+        if ran:
+            raise ExperimentError(f"{exp_dir.name} has run an experiment ({ran}) but its {REGISTRATION} is gone: its "
+                                  f"finished runs cannot be reused under a spec nobody registered; restore "
+                                  f"{REGISTRATION}, or run the experiment in a new hydra.run.dir")
         return
     record = read_registration(path)
     if record["spec_sha256"] != study.sha256:

@@ -146,3 +146,15 @@ def test_a_tuned_experiment_without_its_tuning_stage_is_a_finding(tmp_path):
     assert code == 1
     assert ("data/stages/tuning: missing: the spec tunes, and the verdict's selection is recomputed from this stage"
             in lines), lines
+
+
+def test_an_experiment_bundle_without_its_pre_registration_link_is_a_finding(experiment_bag, tmp_path):
+    def drop(data: Path) -> None:
+        record = json.loads((data / "sweep.json").read_text())
+        del record["experiment_sha256"]
+        (data / "sweep.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+
+    code, lines = audit_cli(forged(experiment_bag, tmp_path, drop))
+    assert code == 1
+    assert ("data/sweep.json: no experiment_sha256: an experiment's bundle carries the pre-registration link of its "
+            "spec (the launcher records it in the confirm stage's sweep.json)") in lines, lines
