@@ -406,3 +406,26 @@ def test_a_failed_probe_or_an_unaffordable_plan_stops_before_tuning(tmp_path, ov
     assert last.endswith(("fix the sampler", "plan fewer runs")), last
     assert (tmp_path / "probe" / "jobs").is_dir() and (tmp_path / REGISTRATION).is_file()
     assert not (tmp_path / "tuning").exists() and not (tmp_path / "confirm").exists()  # nothing else ran
+
+
+@pytest.mark.slow
+def test_a_stage_whose_sweep_another_writer_holds_is_refused_in_one_line_before_its_jobs_start(tmp_path):
+    """Each stage's writing takes its sweep's lock, as a plain launcher does: while a build holds the probe
+    stage, the experiment is refused in one line naming the holder, and no probe job starts."""
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\nfrom facts.locks import BUILD, sweep_lock\nfrom pathlib import Path\n"
+        f"Path({str(tmp_path / 'probe')!r}).mkdir(parents=True)\n"
+        f"with sweep_lock({str(tmp_path / 'probe')!r}, BUILD):\n    print('held', flush=True)\n    time.sleep(120)\n")],
+        cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        proc = subprocess.run([sys.executable, "launch.py", "experiment=loss_norm", f"hydra.run.dir={tmp_path}"],
+                              cwd=REPO, capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+    finally:
+        holder.kill()
+        holder.wait()
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    (line,) = [ln for ln in proc.stderr.strip().splitlines() if ln.startswith("proofgrid: ")]
+    assert f"refused: {tmp_path / 'probe'} is held by python -m evidence build (pid {holder.pid}" in line, line
+    assert not (tmp_path / "probe" / "jobs").exists()
