@@ -37,6 +37,7 @@ from facts import (
 from facts.bundle_layout import fits
 from facts.evaluation import PASS_AT, model_files, shared_evaluation_problems
 from facts.files import (
+    BUNDLE_RUNS_DIR,
     CHECKPOINTS_DIR,
     COMMAND_PUBLIC_RECORD,
     EVAL_RESPONSES_DIR,
@@ -49,6 +50,7 @@ from facts.files import (
     TENSORBOARD_EVENTS,
     WEIGHTS_FILE,
     eval_responses_name,
+    linked_part,
     run_relpath,
 )
 
@@ -211,6 +213,38 @@ def read_shared_evaluation(record_path: Path) -> SharedEvaluation:
     return SharedEvaluation(digest, record, summary, problems)
 
 
+def shared_readers(root: Path, path: str) -> dict[str, str]:
+    """Job name -> the SHA256 its ``eval.json`` records having read the shared evaluation ``path``, for every
+    run of ``root`` (a sweep's ``jobs/<job>/run/`` or a bundle's ``runs/<job>/``) that references it."""
+    readers = {}
+    for run_eval in [*Path(root).glob(f"{JOBS_DIR}/*/{JOB_RUN_DIR}/{EVAL_RECORD}"),
+                     *Path(root).glob(f"{BUNDLE_RUNS_DIR}/*/{EVAL_RECORD}")]:
+        try:
+            shared = read_json(run_eval).get("initial", {}).get("shared", {})
+        except (JSONError, AttributeError):
+            continue
+        if isinstance(shared, dict) and shared.get("path") == path and isinstance(shared.get("sha256"), str):
+            job = run_eval.parent.parent.name if run_eval.parent.name == JOB_RUN_DIR else run_eval.parent.name
+            readers[job] = shared["sha256"]
+    return readers
+
+
+def readers_agree(root: Path, path: str, shared: SharedEvaluation) -> SharedEvaluation:
+    """The shared evaluation with one more problem when a run read other bytes than the file holds now (it was
+    replaced after a job read it): every run is judged against the same bytes, so none of its readers is
+    accepted on it, and the jobs whose digest differs are named."""
+    if shared.sha256 is None:
+        return shared
+    differ = {job: sha for job, sha in shared_readers(root, path).items() if sha != shared.sha256}
+    if not differ:
+        return shared
+    named = ", ".join(f"{job} read {sha[:12]}" for job, sha in sorted(differ.items())[:3])
+    more = f" (+{len(differ) - 3} more)" if len(differ) > 3 else ""
+    return replace(shared, problems=(*shared.problems, f"replaced after a run read it: {named}{more}, the file "
+                                                      f"is {shared.sha256[:12]}; no run is judged on other bytes "
+                                                      f"than its readers read"))
+
+
 def check_shared_initial(root: Path, reference, checked: dict[Path, SharedEvaluation]
                          ) -> tuple[SharedEvaluation | None, list[str], list[str]]:
     """A shared initial evaluation, as a job's eval.json references it (``{"path", "key", "sha256"}``;
@@ -228,7 +262,10 @@ def check_shared_initial(root: Path, reference, checked: dict[Path, SharedEvalua
         return None, [], [f"initial.shared.path {path!r} is not {INITIAL_EVAL_DIR}/<key12>/{EVAL_RECORD}"]
     record_path = root / path
     if record_path not in checked:
-        checked[record_path] = read_shared_evaluation(record_path)
+        link = linked_part(root, initial_eval_relpath(key))
+        checked[record_path] = (SharedEvaluation(None, None, None, (
+            f"{link} is a symbolic link: a shared evaluation lives inside its sweep, and a link is never followed",))
+            if link is not None else readers_agree(root, path, read_shared_evaluation(record_path)))
     shared: SharedEvaluation = checked[record_path]
     if shared.sha256 is None:
         return shared, list(shared.problems), []

@@ -98,6 +98,7 @@ from facts.files import (
     bundle_subset_relpath,
     eval_responses_name,
     job_files_glob,
+    linked_part,
     payload_relpath,
 )
 from facts.locks import BUILD, sweep_lock
@@ -267,7 +268,8 @@ def _copy_shared_initial_evals(sweep_dir: Path, evidences: list[JobEvidence], st
     for relpath in sorted(r for r in referenced if r):
         source, parts = sweep_dir / relpath, Path(relpath).parts
         # Only initial_eval/<name>: an absolute or escaping path is a failed eval gate, never copied.
-        if len(parts) != 2 or parts[0] != INITIAL_EVAL_DIR or not fits("key12", parts[1]) or not source.is_dir():
+        if len(parts) != 2 or parts[0] != INITIAL_EVAL_DIR or not fits("key12", parts[1]) or not source.is_dir() \
+                or linked_part(sweep_dir, relpath) is not None:  # a link is never followed out of the sweep
             continue  # the job's eval gate has already said what is wrong with it
         for name in (EVAL_RECORD, INITIAL_EVAL_RESPONSES):
             if (source / name).is_file():

@@ -124,6 +124,22 @@ def initial_eval_relpath(key: str) -> str:
     return f"{INITIAL_EVAL_DIR}/{key[:SHARED_KEY_CHARS]}"
 
 
+def linked_part(root: str | Path, relpath: str, names: tuple[str, ...] = (EVAL_RECORD, INITIAL_EVAL_RESPONSES)
+                ) -> str | None:
+    """The first component of ``root/relpath`` (or of ``names`` inside it) that is a symbolic link, relative to
+    ``root``, else None. A shared evaluation lives inside its sweep: a link there is never followed."""
+    path = Path(root)
+    for part in Path(relpath).parts:
+        path = path / part
+        if path.is_symlink():
+            return path.relative_to(root).as_posix()
+    for name in names:
+        beside = Path(os.path.normpath(path / name))  # "../<key12>.lock": the lock file beside the directory
+        if beside.is_symlink():
+            return Path(os.path.relpath(beside, root)).as_posix()
+    return None
+
+
 def sweep_jobs_dir(sweep_dir: str | Path) -> Path:
     """Where a sweep's job directories live: ``<sweep>/jobs``."""
     return Path(sweep_dir) / JOBS_DIR

@@ -31,6 +31,10 @@ GROUPS = ("algo", "workload", "cluster", "experiment", "trainer")
 VALUE_OPTIONS = ("-cp", "--config-path", "-cn", "--config-name", "-cd", "--config-dir", "--cfg", "-c", "-p",
                  "--package", "--experimental-rerun")
 CONFIG_DIR_OPTIONS = ("-cd", "--config-dir")
+# The algorithm's identity: its record sets these through the group choice (algo=<short>); an override
+# would run one algorithm under another's name (trainer.config.DESCRIPTIVE_ALGO_KEYS and the estimator
+# that names the record), and the evidence, which knows algorithms by their records, fails after training.
+DERIVED_ALGO_KEYS = ("short", "display_name", "estimator")
 
 
 def split_command_line(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -129,6 +133,9 @@ def check_overrides(argv: list[str], compose=None) -> str | None:
     missing = object()
     for o in parsed:
         key = o.key_or_group.lstrip("+~")
+        derived = derived_setting(key)
+        if derived is not None:
+            return derived
         if key.split(".")[0] in GROUPS and "." not in key or key.startswith("hydra"):
             continue
         if OmegaConf.select(cfg, key, default=missing) is not missing:
@@ -138,6 +145,15 @@ def check_overrides(argv: list[str], compose=None) -> str | None:
         if key in ("cluster.nodes", "cluster.tasks_per_node") and cfg.cluster.get("kind") == "local":
             return MULTINODE_NEEDS_SLURM.format(setting=f"{key}={o.value()}")
         return unknown_setting(cfg, key, o)
+    return None
+
+
+def derived_setting(key: str) -> str | None:
+    """The one line for an override of a setting the algorithm's record derives (``algo.short=foo``), else None."""
+    group, _, leaf = key.partition(".")
+    if group == "algo" and leaf in DERIVED_ALGO_KEYS:
+        return (f"the setting {key} is derived: the algorithm's record sets it through algo=<short>; choose the "
+                f"algorithm with algo=<short> (the options are conf/algo/) and drop {key}")
     return None
 
 

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import pytest
 from omegaconf import OmegaConf
 
+from evidence.verdict.stages import CONFIRM_STAGE
 from launcher.experiment import (
     REGISTRATION,
     ExperimentError,
@@ -24,6 +25,7 @@ from launcher.experiment import (
     register,
     spec_changes,
 )
+from launcher.experiment.runner import Runner
 from tests.launch_in_process import launch_in_process
 from tests.sweeps import REPO
 
@@ -120,6 +122,71 @@ def test_bad_experiment_input_is_refused_in_one_line_before_anything_starts(tmp_
     assert not (tmp_path / "probe").exists()
 
 
+SWAPPED = ("~experiment.arms.per_example", "~experiment.arms.token_mean", "experiment.criterion.baseline=grpo",
+           "experiment.criterion.treatment=rpp")
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    # a spec arm named like the label of another arm's runs: refused, whichever arm it names
+    ((*SWAPPED, "+experiment.arms.grpo={algo:rpp}", "+experiment.arms.rpp={algo:grpo}"),
+     "spec arm grpo (algo=rpp) is named like the label of arm rpp's runs (grpo-1); rename the spec arm"),
+    ((*SWAPPED[:2], "experiment.criterion.baseline=rpp", "experiment.criterion.treatment=other",
+      "+experiment.arms.rpp={algo:grpo}", "+experiment.arms.other={algo:rpp}"),
+     "spec arm rpp (algo=grpo) is named like the label of arm other's runs (rpp-1)"),
+    # arms that differ only by what the config already sets: the resolved settings, any default
+    (("~experiment.arms.per_example", "+experiment.arms.per_example={algo:dapo}"),
+     "arms token_mean and per_example resolve to the same settings (algo.loss_reduction=token_mean is what the "
+     "config already sets)"),
+    (("~experiment.arms.per_example", "+experiment.arms.per_example={algo:dapo,workload.lr:2e-4}"), None),
+    (("~experiment.arms.per_example", "+experiment.arms.per_example={algo:dapo,algo.clip_low:0.2}"),
+     "(algo.clip_low=0.2, algo.loss_reduction=token_mean is what the config already sets)"),
+    # derived settings (the algorithm record's identity), in an arm and on the command line
+    (("~experiment.arms.per_example", "+experiment.arms.per_example={algo:dapo,algo.short:foo}"),
+     "arm per_example: the setting algo.short is derived: the algorithm's record sets it through algo=<short>"),
+    (("algo.short=foo",), "the setting algo.short is derived"),
+    (("algo.display_name=Foo",), "the setting algo.display_name is derived"),
+    (("algo.estimator=grpo",), "the setting algo.estimator is derived"),
+])
+def test_arms_that_cannot_be_told_apart_or_derived_settings_are_refused_before_anything_starts(
+        tmp_path, overrides, message):
+    proc = _experiment(tmp_path, "experiment=loss_norm", *overrides, "dry_run=true")
+    if message is None:  # arms that differ by settings the config does not set by default are fine
+        assert proc.returncode == 0, proc.stderr
+        return
+    assert proc.returncode == 2, proc.stdout[-2000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("proofgrid: error: ") and message in line, line
+    assert not (tmp_path / REGISTRATION).exists()
+    assert not any((tmp_path / stage / "jobs").exists() for stage in ("probe", "tuning", "confirm"))
+
+
+def test_a_plain_sweep_refuses_a_derived_setting_in_one_line(tmp_path):
+    proc = launch_in_process(tmp_path, "algo=grpo,rpp", "algo.short=foo", "dry_run=true")
+    assert proc.returncode == 2, proc.stdout[-2000:]
+    assert "the setting algo.short is derived" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_extending_a_grid_that_is_not_numeric_is_refused_before_anything_starts(tmp_path):
+    proc = _experiment(tmp_path, "experiment=stale_score_centering", "experiment.tuning.setting=workload.name",
+                       "experiment.tuning.values=[toy,other,third]", "dry_run=true")
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.endswith("tuning: on_edge: extend needs a numeric grid, and is_pg's grid of workload.name has 'toy'; "
+                         "use on_edge: provisional or numeric values")
+
+
+@pytest.mark.parametrize("text", ['{"spec_sha256": "ab', '[]', '{"overrides": []}', '{"spec_sha256": 7, "overrides": []}',
+                                  '{"spec_sha256": "' + "a" * 64 + '", "overrides": "x"}', '\xff\xfe'])
+def test_a_corrupt_registration_is_one_line_naming_the_file_and_the_fix(tmp_path, text):
+    (tmp_path / REGISTRATION).write_bytes(text.encode().decode("unicode_escape").encode("latin-1"))
+    proc = _experiment(tmp_path, "experiment=loss_norm", "dry_run=true")
+    assert proc.returncode == 2, proc.stdout[-2000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"proofgrid: error: {tmp_path / REGISTRATION}: ")
+    assert line.endswith("restore it (its spec_sha256 is the SHA256 of the experiment.yaml beside it), or run the "
+                         "experiment in a new hydra.run.dir")
+
+
 @pytest.mark.parametrize(("spec", "message"), [
     (_spec(arms={"base": {"algo": "is_pg"}, "treat": {"algo": "is_pg"}}), "arms base and treat are identical"),
     (_spec(arms={"base": {"algo": "is_pg", "workload.lrr": 1}, "treat": {"algo": "score_centering"}}),
@@ -150,6 +217,45 @@ def test_a_changed_spec_in_a_pre_registered_directory_is_refused_naming_the_chan
     assert other.returncode == 2 and "ran with overrides [], not [workload.n_updates=8]" in other.stderr
 
 
+def _finished(exp: Path) -> dict[str, bytes]:
+    """An experiment directory as a finished run leaves it (its registration, each stage's records and jobs);
+    returns every file's bytes."""
+    study = load_study(compose(["experiment=loss_norm"]).experiment, "loss_norm")
+    register(exp, study, [])
+    for stage in ("probe", "confirm"):
+        (exp / stage / "jobs" / "x-1").mkdir(parents=True)
+        (exp / stage / "jobs" / "x-1" / "job.json").write_text('{"state": "COMPLETED"}\n')
+        record = {"jobs": ["x-1"], "arms": {}, **({"experiment_sha256": study.sha256} if stage == "confirm" else {})}
+        (exp / stage / "sweep.json").write_text(json.dumps(record) + "\n")
+        (exp / stage / "commands.txt").write_text("[0] x-1: python -m trainer\n")
+    return {str(p.relative_to(exp)): p.read_bytes() for p in sorted(exp.rglob("*")) if p.is_file()}
+
+
+def test_a_dry_run_in_a_finished_experiment_writes_nothing_a_real_run_reads(tmp_path):
+    before = _finished(tmp_path)
+    proc = _experiment(tmp_path, "experiment=loss_norm", "dry_run=true")
+    assert proc.returncode == 0, proc.stderr
+    assert "nothing submitted or written" in proc.stdout
+    after = {str(p.relative_to(tmp_path)): p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()}
+    assert after == before  # confirm/sweep.json keeps its experiment_sha256; no file added
+
+
+@pytest.mark.parametrize("kept", ["experiment.yaml", "stage jobs"])
+def test_a_run_directory_that_lost_its_registration_is_refused_not_reused_under_a_new_spec(tmp_path, kept):
+    _finished(tmp_path)
+    (tmp_path / REGISTRATION).unlink()
+    if kept != "experiment.yaml":
+        (tmp_path / "experiment.yaml").unlink()
+    proc = _experiment(tmp_path, "experiment=loss_norm", "experiment.criterion.threshold_points=1",
+                       "experiment.criterion.inconclusive_below_points=0.5", "dry_run=true")
+    assert proc.returncode == 2, proc.stdout[-2000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert line == (f"proofgrid: error: {tmp_path.name} has run an experiment ({kept if kept == 'experiment.yaml' else 'probe/jobs/'}) "
+                    f"but its registration.json is gone: its finished runs cannot be reused under a spec nobody "
+                    f"registered; restore registration.json, or run the experiment in a new hydra.run.dir")
+    assert not (tmp_path / REGISTRATION).exists()
+
+
 BETAS = "workload.adam_betas=[0.9,0.99]"  # a list-valued setting, as Hydra writes it on a command line
 LIST_ARM = "+experiment.arms.token_mean={algo:dapo,algo.loss_reduction:token_mean,workload.adam_betas:[0.9,0.99]}"
 
@@ -169,9 +275,11 @@ def test_a_list_valued_arm_setting_is_one_override_for_the_launcher_and_the_verd
     assert len(_jobs(proc.stdout, "loss_reduction=token_mean")) == 1 + 3  # probe, then confirm over 3 seeds
     assert _jobs(proc.stdout, "loss_reduction=token_mean") == _jobs(proc.stdout, "loss_reduction=token_mean",
                                                                     f" {BETAS} ")
-    recorded = json.loads((tmp_path / "confirm" / "sweep.json").read_text())["arms"]
-    (ran,) = [overrides for overrides in recorded.values() if overrides["algo.loss_reduction"] == "token_mean"]
+    assert not (tmp_path / "confirm").exists()  # a dry run writes nothing a real run reads
     study = load_study(compose(["experiment=loss_norm", "~experiment.arms.token_mean", LIST_ARM]).experiment, "t")
+    runner = Runner(study, tmp_path, {}, ["dry_run=true"], True)
+    recorded = runner.plan(CONFIRM_STAGE, runner.confirm_cells({})).arms  # what sweep.json records in a real run
+    (ran,) = [overrides for overrides in recorded.values() if overrides["algo.loss_reduction"] == "token_mean"]
     verdict_arms = parse_experiment(study.text).arms  # what the verdict reads from data/experiment.yaml
     assert ran["workload.adam_betas"] == verdict_arms["token_mean"]["workload.adam_betas"] == "[0.9,0.99]"
     assert study.experiment.arms == verdict_arms and same_overrides(verdict_arms["token_mean"], ran)
@@ -298,3 +406,26 @@ def test_a_failed_probe_or_an_unaffordable_plan_stops_before_tuning(tmp_path, ov
     assert last.endswith(("fix the sampler", "plan fewer runs")), last
     assert (tmp_path / "probe" / "jobs").is_dir() and (tmp_path / REGISTRATION).is_file()
     assert not (tmp_path / "tuning").exists() and not (tmp_path / "confirm").exists()  # nothing else ran
+
+
+@pytest.mark.slow
+def test_a_stage_whose_sweep_another_writer_holds_is_refused_in_one_line_before_its_jobs_start(tmp_path):
+    """Each stage's writing takes its sweep's lock, as a plain launcher does: while a build holds the probe
+    stage, the experiment is refused in one line naming the holder, and no probe job starts."""
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\nfrom facts.locks import BUILD, sweep_lock\nfrom pathlib import Path\n"
+        f"Path({str(tmp_path / 'probe')!r}).mkdir(parents=True)\n"
+        f"with sweep_lock({str(tmp_path / 'probe')!r}, BUILD):\n    print('held', flush=True)\n    time.sleep(120)\n")],
+        cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        proc = subprocess.run([sys.executable, "launch.py", "experiment=loss_norm", f"hydra.run.dir={tmp_path}"],
+                              cwd=REPO, capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+    finally:
+        holder.kill()
+        holder.wait()
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    (line,) = [ln for ln in proc.stderr.strip().splitlines() if ln.startswith("proofgrid: ")]
+    assert f"refused: {tmp_path / 'probe'} is held by python -m evidence build (pid {holder.pid}" in line, line
+    assert not (tmp_path / "probe" / "jobs").exists()

@@ -28,7 +28,7 @@ from facts import (
     sha256_file,
 )
 from facts.evaluation import PASS_AT, identity_key, pass_at_k, shared_evaluation_problems
-from facts.files import EVAL_SUBSET
+from facts.files import EVAL_SUBSET, linked_part
 from trainer.data import Example, mix_seed, subset_digest, subset_rows_bytes
 from trainer.reward import math_reward
 from trainer.rollout import RolloutEngine, SamplingParams
@@ -85,6 +85,10 @@ def write_subset(path: Path, examples: list[Example]) -> None:
     os.replace(partial, path)
 
 
+class SharedEvaluationLinkError(RuntimeError):
+    """A symbolic link where the sweep's shared initial evaluation lives (one line: the link and the fix)."""
+
+
 @dataclass(frozen=True)
 class SharedInitial:
     """The sweep's initial-checkpoint evaluation as one job sees it."""
@@ -127,6 +131,10 @@ def shared_initial_eval(sweep_dir: Path, identity: dict, compute: Callable[[Path
     relpath = initial_eval_relpath(key)
     directory = sweep_dir / relpath
     directory.parent.mkdir(parents=True, exist_ok=True)
+    link = linked_part(sweep_dir, relpath, (EVAL_RECORD, INITIAL_EVAL_RESPONSES, f"../{directory.name}.lock"))
+    if link is not None:  # never read (nor written) through a link: the evaluation would not be the sweep's
+        raise SharedEvaluationLinkError(f"{sweep_dir / link} is a symbolic link: a sweep's shared initial evaluation "
+                                        f"lives inside the sweep; remove the link and run the job again")
     with open(directory.parent / f"{directory.name}.lock", "a") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)

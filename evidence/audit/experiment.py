@@ -1,6 +1,8 @@
 """An experiment's bundle: its ``verdict.json`` recomputes from the CSVs and ``data/experiment.yaml``
-(``evidence.verdict.recompute``), and each earlier stage carried under ``data/stages/<name>/`` passes
-the run and recomputation checks, its problems named under that directory."""
+(``evidence.verdict.recompute``); the earlier stages its spec runs are there (the probe always, tuning when
+the spec tunes), each passes the run and recomputation checks, its problems named under
+``data/stages/<name>/``, and the probe's record recomputes from the probe's runs and the plan
+(``evidence.verdict.probe``)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from evidence.audit.recomputation import check_recomputation
 from evidence.audit.runs import check_runs
 from evidence.dataset import BundleData
 from evidence.problems import Problem
+from evidence.verdict.probe import check_probe, check_stages_present
 from evidence.verdict.recompute import check_verdict
 from facts.files import BUNDLE_PAYLOAD
 
@@ -23,8 +26,11 @@ def _inside(problem: Problem, stage_dir: str) -> Problem:
 
 
 def check_experiment(data_dir: Path, data: BundleData) -> list[Problem]:
-    """The verdict recomputes; every earlier stage's runs and tables do."""
+    """The verdict recomputes; the spec's earlier stages are there; every earlier stage's runs and tables
+    recompute, and so does the probe's record."""
     problems = check_verdict(data_dir, data)
+    if data.experiment is not None:
+        problems += check_stages_present(data) + check_probe(data_dir, data)
     for name, stage in data.stages.items():
         inside = f"{BUNDLE_PAYLOAD}/stages/{name}/"
         for check in (check_runs, check_recomputation):

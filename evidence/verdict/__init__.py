@@ -24,6 +24,7 @@ from evidence.verdict.spec import (
     Experiment,
     Study,
     Tuning,
+    arm_owner,
     check_logged,
     override_text,
     parse_experiment,
@@ -34,7 +35,7 @@ from evidence.verdict.stages import add_experiment
 
 __all__ = [
     "FAILED", "INCONCLUSIVE", "VALIDATED", "VERDICT_FILE", "Criterion", "Experiment", "Outcome", "Selection",
-    "Study", "Tuning", "VerdictError", "add_experiment", "bundle_verdict", "check_logged", "check_verdict",
+    "Study", "Tuning", "VerdictError", "add_experiment", "arm_owner", "bundle_verdict", "check_logged", "check_verdict",
     "decide", "experiment_verdict", "extend_grid", "override_text", "parse_experiment", "parse_study",
     "same_overrides", "select_from_bundle", "select_setting", "select_settings", "verdict_section",
     "write_verdict",

@@ -1,7 +1,7 @@
 """The audit's recomputation of ``verdict.json``: the verdict the bundle's own CSVs and spec give, field by field.
 
 A spec whose SHA256 differs from the pre-registered ``experiment_sha256`` in ``sweep.json`` is a
-problem too, and so is a verdict without its spec or a spec without its verdict.
+problem too, and so is a spec without that link, a verdict without its spec or a spec without its verdict.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from evidence.dataset import EXPERIMENT_FILE, BundleData
 from evidence.fileio import JSONError, read_json, sha256_file
 from evidence.problems import Problem, VerdictError
 from evidence.verdict.record import VERDICT_FILE, bundle_verdict
+from facts.files import SWEEP_RECORD
 
 # Differing fields named one by one before the rest are counted.
 MAX_DIFFERENCES = 10
@@ -44,8 +45,8 @@ def _differences(recorded, recomputed, path: str = "") -> list[str]:
 def check_verdict(data_dir: Path, data: BundleData) -> list[Problem]:
     """A problem for every way ``verdict.json`` differs from what the bundle's CSVs and spec give.
 
-    Also: a verdict without its spec or a spec without its verdict, and a spec whose SHA256 differs
-    from the one ``sweep.json`` pre-registered (``experiment_sha256``), when it records one.
+    Also: a verdict without its spec or a spec without its verdict, a spec whose SHA256 differs from the
+    one ``sweep.json`` pre-registered (``experiment_sha256``), and a spec without that link.
     """
     data_dir = Path(data_dir)
     rel_verdict, rel_spec = f"data/{VERDICT_FILE}", f"data/{EXPERIMENT_FILE}"
@@ -54,7 +55,11 @@ def check_verdict(data_dir: Path, data: BundleData) -> list[Problem]:
         return [Problem(rel_verdict, f"present without {rel_spec}: nothing to recompute it from")] if has_verdict else []
     findings = []
     registered = data.sweep.get("experiment_sha256")
-    if registered is not None and registered != sha256_file(data_dir / EXPERIMENT_FILE):
+    if registered is None:
+        findings.append(Problem(f"data/{SWEEP_RECORD}", "no experiment_sha256: an experiment's bundle carries the "
+                                                        "pre-registration link of its spec (the launcher records it "
+                                                        "in the confirm stage's sweep.json)"))
+    elif registered != sha256_file(data_dir / EXPERIMENT_FILE):
         findings.append(Problem(rel_spec, "SHA256 differs from the pre-registered experiment_sha256 in sweep.json"))
     if not has_verdict:
         return findings + [Problem(rel_verdict, "missing (the bundle carries an experiment spec)")]

@@ -17,7 +17,7 @@ from evidence.measures import arm_values, trajectory
 from evidence.problems import VerdictError
 from evidence.verdict.rule import Outcome, decide, mean_curve
 from evidence.verdict.selection import Selection, select_settings
-from evidence.verdict.spec import MIN_SEEDS, Experiment, parse_experiment, same_overrides
+from evidence.verdict.spec import MIN_SEEDS, Experiment, arm_owner, parse_experiment, same_overrides
 from evidence.verdict.stages import TUNING_STAGE
 from facts.files import VERDICT_FILE
 
@@ -25,13 +25,13 @@ SCHEMA = 1
 ROLES = ("baseline", "treatment")
 
 
-def resolve_arm(name: str, wanted: Mapping[str, str], data: BundleData, selected: Mapping[str, str] | None = None) -> str:
-    """The sweep's arm label that runs spec arm ``name``: the label itself, else the one arm carrying
-    all of its overrides (and its selected tuning value)."""
-    if name in data.arms and not selected:
-        return name
-    wanted = {**wanted, **(selected or {})}
-    matches = [label for label, (_, overrides) in data.arms.items() if same_overrides(wanted, overrides)]
+def resolve_arm(experiment: Experiment, name: str, data: BundleData, selected: Mapping[str, str] | None = None) -> str:
+    """The sweep's arm label that runs spec arm ``name``: the one arm whose overrides it owns
+    (``arm_owner``) carrying its selected tuning value too; never found by label (a label can be any
+    arm's name)."""
+    wanted = {**experiment.arms[name], **(selected or {})}
+    matches = [label for label, (_, overrides) in data.arms.items()
+               if arm_owner(experiment.arms, overrides) == name and same_overrides(wanted, overrides)]
     if len(matches) != 1:
         shown = ", ".join(f"{k}={v}" for k, v in wanted.items())
         raise VerdictError(f"spec arm {name} ({shown}) matches {len(matches)} arms of the sweep "
@@ -71,7 +71,7 @@ def experiment_verdict(experiment: Experiment, data: BundleData, tuning_data: Bu
         selections = select_settings(experiment.tuning, experiment.arms, tuning_data)
     selected = {name: {s.setting: s.value} for name, s in selections.items()}
     names = {"baseline": criterion.baseline, "treatment": criterion.treatment}
-    labels = {role: resolve_arm(name, experiment.arms[name], data, selected.get(name)) for role, name in names.items()}
+    labels = {role: resolve_arm(experiment, name, data, selected.get(name)) for role, name in names.items()}
     values = _role_values(experiment, data, labels)
     paired = [s for s in values["baseline"] if s in values["treatment"]]
     curves = {role: mean_curve([trajectory(data, criterion.measure, labels[role], s) for s in paired])

@@ -14,7 +14,7 @@ from evidence import stats
 from evidence.dataset import BundleData, load_bundle_data
 from evidence.measures import arm_values
 from evidence.problems import VerdictError
-from evidence.verdict.spec import Experiment, Tuning, canonical, same_overrides
+from evidence.verdict.spec import Experiment, Tuning, arm_owner, canonical
 from facts.files import bundle_payload_dir
 
 
@@ -67,7 +67,7 @@ def extend_grid(values: Sequence[str], side: str) -> str:
 def tuning_scores(tuning: Tuning, arms: Mapping[str, Mapping[str, str]], data: BundleData) -> dict[str, dict[str, float | None]]:
     """``{spec arm: {grid value: mean selection metric}}`` from the tuning stage's evidence.
 
-    A tuning-stage arm belongs to a spec arm when it carries all the spec arm's overrides; its
+    A tuning-stage arm belongs to the spec arm that owns its overrides (``arm_owner``); its
     grid value is its ``tuning.setting`` override, named as the sweep recorded it (YAML may have
     turned the spec's ``1.6e-4`` into 0.00016). Values run beyond the declared grid (an
     extension) join it.
@@ -75,12 +75,12 @@ def tuning_scores(tuning: Tuning, arms: Mapping[str, Mapping[str, str]], data: B
     # canonical value -> (text, score); a value that ran is named as the sweep recorded it
     grids = {name: {canonical(v): (v, None) for v in tuning.values[name]} for name in arms}
     for label, (_, overrides) in data.arms.items():
-        owners = [name for name, wanted in arms.items() if same_overrides(wanted, overrides)]
-        if len(owners) != 1 or tuning.setting not in overrides:
+        owner = arm_owner(arms, overrides)
+        if owner is None or tuning.setting not in overrides:
             continue
         values = list(arm_values(data, tuning.measure, label).values())
         text = overrides[tuning.setting]
-        grids[owners[0]][canonical(text)] = (text, stats.mean(values) if values else None)
+        grids[owner][canonical(text)] = (text, stats.mean(values) if values else None)
     return {name: dict(grid.values()) for name, grid in grids.items()}
 
 

@@ -99,6 +99,17 @@ def same_overrides(wanted: Mapping[str, str], have: Mapping[str, str]) -> bool:
     return all(k in have and canonical(str(have[k])) == canonical(str(v)) for k, v in wanted.items())
 
 
+def arm_owner(arms: Mapping[str, Mapping[str, str]], have: Mapping[str, str]) -> str | None:
+    """The spec arm a sweep arm's overrides ``have`` run, or None unless exactly one: the arm whose every
+    override ``have`` sets to the same value, and which sets every key of the spec's arms that ``have``
+    sets (so ``{algo: dapo}`` never owns the runs of ``{algo: dapo, algo.loss_reduction: x}``). Never
+    by label: a spec arm named like another arm's label (``grpo: {algo: rpp}``) still owns its own runs."""
+    keys = {k for overrides in arms.values() for k in overrides}
+    owners = [name for name, wanted in arms.items()
+              if same_overrides(wanted, have) and not (keys - set(wanted)) & set(have)]
+    return owners[0] if len(owners) == 1 else None
+
+
 # ---- the verdict's part -------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -252,6 +263,12 @@ def parse_tuning(block, arms: Mapping[str, Mapping], criterion: Criterion) -> Tu
         raise VerdictError(f"tuning: goal must be max or min, not {goal!r}")
     if on_edge not in ("extend", "provisional"):
         raise VerdictError(f"tuning: on_edge must be extend or provisional, not {on_edge!r}")
+    if on_edge == "extend":  # extend_grid continues a numeric grid's outer ratio: nothing else extends
+        for name, grid in grids.items():
+            words = [v for v in grid if not isinstance(canonical(v), float)]
+            if words:
+                raise VerdictError(f"tuning: on_edge: extend needs a numeric grid, and {name}'s grid of {setting} "
+                                   f"has {words[0]!r}; use on_edge: provisional or numeric values")
     return Tuning(setting, grids, measure, goal, on_edge)
 
 

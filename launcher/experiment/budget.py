@@ -7,32 +7,26 @@ import math
 
 from omegaconf import DictConfig
 
+from evidence.verdict.probe import over_budget, plan_cost
 from evidence.verdict.spec import Study
 from facts.backends import SLURM
 from launcher.experiment.errors import ExperimentError
 
 
 def check_budget(study: Study, record: dict, planned: list) -> dict:
-    """Planned hours = the probe's slowest step cost x every planned step, times each job's CPUs
-    (``cpu_hours``) or one device per job (``gpu_hours``); refused when above the spec's budget, or
-    when one run would exceed the wall cap. Evaluation time is not in the step cost."""
+    """The plan's cost at the probe's slowest step (``evidence.verdict.probe.plan_cost``: every planned
+    step, times each job's CPUs or one device per job), with the spec's budget; refused when above the
+    budget, or when one run would exceed the wall cap. Evaluation time is not in the step cost."""
     step_s = max(a["step_s"] for a in record["arms"].values())
-    budget = study.budget
-    runs = [(spec.n_updates, spec.cpus) for sweep in planned for spec in sweep.specs]
-    longest_min = max((n for n, _ in runs), default=0) * step_s / 60
-    cpu_h = sum(n * step_s * cpus for n, cpus in runs) / 3600
-    gpu_h = sum(n * step_s for n, _ in runs) / 3600
-    out = {"step_s": step_s, "runs": len(runs), "steps": sum(n for n, _ in runs), "cpu_hours": cpu_h,
-           "gpu_hours": gpu_h, "longest_run_minutes": longest_min, "budget": dict(budget)}
-    cap = budget.get("wall_minutes_per_run")
-    if cap is not None and longest_min > cap:
-        raise ExperimentError(f"budget: a run needs about {longest_min:.1f} min at the probe's {step_s:.2f} s/step, over "
-                              f"the wall cap of {cap:g} min; raise budget.wall_minutes_per_run or shorten the runs")
-    for unit, need in (("cpu_hours", cpu_h), ("gpu_hours", gpu_h)):
-        if budget.get(unit) is not None and need > budget[unit]:
-            raise ExperimentError(f"budget: the plan needs about {need:.3g} {unit.replace('_', '-')} ({len(runs)} runs, "
-                                  f"{out['steps']} steps at the probe's {step_s:.2f} s/step), over the budget of "
-                                  f"{budget[unit]:g}; raise budget.{unit} or plan fewer runs")
+    cost = plan_cost(step_s, [(spec.n_updates, spec.cpus) for sweep in planned for spec in sweep.specs])
+    out = {**cost, "budget": dict(study.budget)}
+    for key, need, cap in over_budget(cost, study.budget):
+        if key == "wall_minutes_per_run":
+            raise ExperimentError(f"budget: a run needs about {need:.1f} min at the probe's {step_s:.2f} s/step, over "
+                                  f"the wall cap of {cap:g} min; raise budget.wall_minutes_per_run or shorten the runs")
+        raise ExperimentError(f"budget: the plan needs about {need:.3g} {key.replace('_', '-')} ({cost['runs']} runs, "
+                              f"{cost['steps']} steps at the probe's {step_s:.2f} s/step), over the budget of "
+                              f"{cap:g}; raise budget.{key} or plan fewer runs")
     return out
 
 

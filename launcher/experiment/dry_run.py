@@ -1,7 +1,8 @@
 """The experiment's dry run: every stage's plan and commands, checked and printed, nothing started.
 
 A stage that depends on an earlier one's result says so: confirm is shown at each arm's middle tuning
-value, as commands only (no plan recorded that a real run would contradict).
+value. A dry run writes nothing into the experiment's directory (no ``sweep.json``, no ``commands.txt``):
+a real run reads those, and a finished experiment's confirm stage keeps its pre-registration link.
 """
 
 from __future__ import annotations
@@ -9,8 +10,16 @@ from __future__ import annotations
 from evidence.verdict.stages import CONFIRM_STAGE, PROBE_STAGE, TUNING_STAGE
 from launcher.experiment.probe import DEFAULT_MIN_COSINE
 from launcher.experiment.runner import Runner, stage_header
+from launcher.jobs import check_arms
 from launcher.plan import expanded_commands
-from launcher.sweep import run_sweep
+from launcher.spec import Sweep
+
+
+def show(sweep: Sweep) -> None:
+    """A stage's plan, checked against what its directory already ran and printed; nothing is written."""
+    check_arms(sweep.sweep_dir, sweep.arms)
+    print("\n".join(expanded_commands(sweep)))
+    print(f"dry run: {len(sweep.specs)} job(s) checked, nothing submitted or written")
 
 
 def dry_run(runner: Runner) -> int:
@@ -19,7 +28,7 @@ def dry_run(runner: Runner) -> int:
     print(f"experiment {study.name}: {study.experiment.criterion.treatment} vs {study.experiment.criterion.baseline}, "
           f"spec sha256 {study.sha256}")
     stage_header(PROBE_STAGE, f"{runner.probe_steps()} step(s) of every arm, seed {study.experiment.seeds[0]}")
-    run_sweep(runner.plan(PROBE_STAGE, runner.probe_cells()))
+    show(runner.plan(PROBE_STAGE, runner.probe_cells()))
     grad = study.probe.get("gradient_check")
     if grad:
         print(f"   gradient check: python -m trainer.probe ({grad['treatment']} vs {grad['baseline']}, staleness 0, "
@@ -32,16 +41,16 @@ def dry_run(runner: Runner) -> int:
         t = study.experiment.tuning
         stage_header(TUNING_STAGE, f"{t.setting} per arm, selected on {t.measure.label()} ({t.goal}); "
                                    f"edge of grid: {t.on_edge}")
-        run_sweep(runner.plan(TUNING_STAGE, runner.tuning_cells(runner.tuning_grids())))
+        show(runner.plan(TUNING_STAGE, runner.tuning_cells(runner.tuning_grids())))
         selected = {arm: {t.setting: values[len(values) // 2]} for arm, values in runner.tuning_grids().items()}
         print(f"   confirm runs at each arm's tuning winner; shown here at "
               f"{', '.join(f'{a}: {t.setting}={v[t.setting]}' for a, v in selected.items())}")
     stage_header(CONFIRM_STAGE, f"every arm over seeds {', '.join(map(str, study.experiment.seeds))}")
     confirm = runner.plan(CONFIRM_STAGE, runner.confirm_cells(selected))
-    if selected:  # illustrative settings: print the commands, record no plan a real run would contradict
+    if selected:  # illustrative settings: a directory that ran other winners is no contradiction
         print("\n".join(expanded_commands(confirm)))
     else:
-        run_sweep(confirm)
+        show(confirm)
     c = study.experiment.criterion
     stage_header("verdict", f"{c.measure.label()}: {c.treatment} - {c.baseline} >= {c.threshold:g} {c.units}")
     return 0

@@ -10,60 +10,44 @@ import subprocess
 import sys
 
 from evidence.dataset import BundleData
-from evidence.verdict.spec import same_overrides
+from evidence.verdict.probe import (
+    DEFAULT_MIN_COSINE,
+    DEFAULT_MIN_RATIO,
+    DEFAULT_STALENESS_METRIC,
+    arm_costs,
+    arm_steps,
+    staleness_levels,
+    staleness_passes,
+)
 from evidence.verdict.stages import GRADIENT_RECORD, PROBE_STAGE
 from facts.files import BUNDLE_DIR
 from facts.repo import REPO_ROOT
 from launcher.experiment.errors import ExperimentFailed
 from launcher.experiment.runner import Runner
 
-DEFAULT_MIN_COSINE = 0.9
-DEFAULT_MIN_RATIO = 2.0
-DEFAULT_STALENESS_METRIC = "train/sampler_logp_gap"
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else float("nan")
-
-
-def _arm_steps(data: BundleData, label: str) -> list[dict]:
-    return [row for (arm, _), rows in data.steps.items() if arm == label for row in rows]
-
 
 def measure_arms(runner: Runner, data: BundleData) -> dict[str, dict]:
-    """Per probe arm: its overrides, mean seconds per step (after the first, which also warms up) and
-    peak memory; refused when an arm has no accepted probe run or logged a non-finite loss or gradient."""
-    arms: dict[str, dict] = {}
-    for label, (_, overrides) in data.arms.items():
-        steps = _arm_steps(data, label)
+    """Per probe arm: its overrides, seconds per step and peak memory (``evidence.verdict.probe.arm_costs``);
+    refused when an arm has no accepted probe run or logged a non-finite loss or gradient."""
+    costs = arm_costs(data)
+    for label in data.arms:
+        steps = arm_steps(data, label)
         if (label, runner.study.experiment.seeds[0]) not in data.accepted or not steps:
             raise ExperimentFailed(f"probe failed: arm {label} has no accepted probe run (see "
                                    f"{runner.stage_dir(PROBE_STAGE).name}/{BUNDLE_DIR}/report.md)")
         for key in ("train/loss", "train/grad_norm"):
             if not all(isinstance(r.get(key), float) and math.isfinite(r[key]) for r in steps):
                 raise ExperimentFailed(f"probe failed: arm {label} logged a non-finite {key}")
-        timed = [r["perf/step_s"] for r in steps[1:] or steps]  # the first step also warms up
-        arms[label] = {"overrides": overrides, "step_s": _mean(timed),
-                       "peak_mem_gib": max(r.get("perf/peak_mem_gib") or 0.0 for r in steps)}
-    return arms
+    return costs
 
 
 def staleness_check(runner: Runner, data: BundleData, arms: dict[str, dict], stale: dict) -> dict:
     """The baseline's stale probe arm against its fresh one (``stale.settings``): the metric's mean over the
     probe steps must be positive and at least ``min_ratio`` times the fresh one's."""
-    own = runner.study.experiment.arms[stale["arm"]]
-    fresh = {**own, **stale["settings"]}
     metric = stale.get("metric", DEFAULT_STALENESS_METRIC)
-
-    def level(fresh_arm: bool) -> float:
-        """The metric's mean over the probe steps of the baseline's fresh (or stale) probe arm."""
-        (label,) = [lb for lb, a in arms.items() if same_overrides(own, a["overrides"])
-                    and same_overrides(fresh, a["overrides"]) == fresh_arm]
-        return _mean([r[metric] for r in _arm_steps(data, label)])
-
-    stale_value, fresh_value = level(False), level(True)
+    stale_value, fresh_value = staleness_levels(runner.study, data, arms)
     ratio = float(stale.get("min_ratio", DEFAULT_MIN_RATIO))
-    passed = stale_value > 0 and stale_value >= ratio * fresh_value
+    passed = staleness_passes(stale_value, fresh_value, ratio)
     if not passed:
         raise ExperimentFailed(f"probe failed: staleness has no effect on {metric} (stale {stale_value:.4g} vs "
                                f"fresh {fresh_value:.4g}, needs {ratio:g}x); raise the staleness or fix the sampler")

@@ -1,9 +1,11 @@
 """Pre-registration: the spec's SHA256 and the run's overrides, recorded as the first job starts and
-never rewritten; a changed spec (or other overrides) in a directory that already ran is refused."""
+never rewritten; a changed spec (or other overrides) in a directory that already ran is refused, and so
+is a directory that ran but lost its registration (its runs are never reused under an unregistered spec)."""
 
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -11,7 +13,8 @@ import yaml
 
 from evidence.dataset import EXPERIMENT_FILE
 from evidence.verdict.spec import Study
-from facts import atomic_write_json, sha256_file
+from evidence.verdict.stages import STAGES
+from facts import atomic_write_json, sha256_file, sweep_jobs_dir
 from launcher.experiment.errors import ExperimentError
 from launcher.grid import LAUNCHER_KEYS
 
@@ -40,12 +43,48 @@ def overrides_for_record(overrides: list[str]) -> list[str]:
                   if o.split("=", 1)[0].lstrip("+~").split(".")[0] not in (*LAUNCHER_KEYS, "hydra", "experiment"))
 
 
+def ran_without_registration(exp_dir: Path) -> str | None:
+    """What in ``exp_dir`` shows that an experiment ran there (the spec the first job registered, a stage's
+    jobs), or None: a dry run leaves neither."""
+    if (exp_dir / EXPERIMENT_FILE).is_file():
+        return EXPERIMENT_FILE
+    for stage in STAGES:
+        if sweep_jobs_dir(exp_dir / stage).is_dir():
+            return f"{stage}/{sweep_jobs_dir(exp_dir / stage).name}/"
+    return None
+
+
+def read_registration(path: Path) -> dict:
+    """``registration.json``, checked: a JSON object with the spec's SHA256 (64 hex digits) and the
+    overrides (a list of strings); anything else is one line naming the file and the fix."""
+    fix = (f"restore it (its spec_sha256 is the SHA256 of the {EXPERIMENT_FILE} beside it), or run the experiment "
+           f"in a new hydra.run.dir")
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ExperimentError(f"{path}: not a readable registration ({exc.__class__.__name__}); {fix}") from None
+    if not isinstance(record, dict):
+        raise ExperimentError(f"{path}: not a registration record (a JSON object); {fix}")
+    sha, overrides = record.get("spec_sha256"), record.get("overrides")
+    if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{64}", sha):
+        raise ExperimentError(f"{path}: spec_sha256 is {'missing' if sha is None else 'not a SHA256'}; {fix}")
+    if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+        raise ExperimentError(f"{path}: overrides is {'missing' if overrides is None else 'not a list of strings'}; "
+                              f"{fix}")
+    return record
+
+
 def check_registration(exp_dir: Path, study: Study, overrides: list[str]) -> None:
     """Refuse a changed spec (or other run settings) in an experiment directory that already ran."""
     path = exp_dir / REGISTRATION
     if not path.is_file():
+        ran = ran_without_registration(exp_dir)
+        if ran:
+            raise ExperimentError(f"{exp_dir.name} has run an experiment ({ran}) but its {REGISTRATION} is gone: its "
+                                  f"finished runs cannot be reused under a spec nobody registered; restore "
+                                  f"{REGISTRATION}, or run the experiment in a new hydra.run.dir")
         return
-    record = json.loads(path.read_text())
+    record = read_registration(path)
     if record["spec_sha256"] != study.sha256:
         old = (exp_dir / EXPERIMENT_FILE).read_text() if (exp_dir / EXPERIMENT_FILE).is_file() else ""
         changed = spec_changes(old, study.text) or ["the text"]

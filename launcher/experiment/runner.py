@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evidence.verdict.spec import DEFAULT_PROBE_STEPS, Study
+from launcher.experiment.study import check_arm_labels
 from launcher.grid import LAUNCHER_KEYS
 from launcher.plan import plan_cells
 
@@ -45,7 +46,10 @@ class Runner:
         return self.exp_dir / stage
 
     def plan(self, stage: str, cells: list[list[str]]):
-        return plan_cells(cells, self.stage_dir(stage))
+        """A stage's sweep, planned and checked (a spec arm named like another arm's label is refused)."""
+        sweep = plan_cells(cells, self.stage_dir(stage))
+        check_arm_labels(self.study, sweep)
+        return sweep
 
     def probe_steps(self) -> int:
         return self.study.probe.get("steps", DEFAULT_PROBE_STEPS)

@@ -1,7 +1,9 @@
 """The experiment's real run, stage by stage: probe -> (budget) -> tuning -> confirm -> verdict.
 
 Each stage is an ordinary sweep of its own (jobs, evidence, bundle), so the same command resumes:
-accepted jobs are never re-run. The spec is pre-registered as the first job starts.
+accepted jobs are never re-run. The spec is pre-registered as the first job starts. A stage's writing
+(its jobs, its seal, the records the runner puts beside it) holds the stage's sweep lock, as a plain
+launcher does: a second launcher, a build or a signing of its evidence meanwhile is refused at once.
 """
 
 from __future__ import annotations
@@ -21,7 +23,14 @@ from launcher.experiment.errors import ExperimentFailed
 from launcher.experiment.probe import probe_checks
 from launcher.experiment.registration import register
 from launcher.experiment.runner import Runner, stage_header
+from launcher.locks import sweep_lock
 from launcher.sweep import run_sweep
+
+
+def _run(sweep) -> int:
+    """One stage's sweep, run holding its directory's lock (``launcher.locks.sweep_lock``)."""
+    with sweep_lock(sweep.sweep_dir):
+        return run_sweep(sweep)
 
 
 def _bundle_data(runner: Runner, stage: str) -> Path:
@@ -33,22 +42,29 @@ def run_probe(runner: Runner, recorded: list[str]) -> dict:
     probe = runner.plan(PROBE_STAGE, runner.probe_cells())
     register(runner.exp_dir, runner.study, recorded)  # the first job is about to start
     stage_header(PROBE_STAGE, f"{len(probe.specs)} job(s)")
-    code = run_sweep(probe)
+    code = _run(probe)
     if code != 0 and not (_bundle_data(runner, PROBE_STAGE) / INDEX_TABLE).is_file():
         raise ExperimentFailed("probe failed: its sweep did not complete; see the messages above")
     return probe_checks(runner, load_bundle_data(_bundle_data(runner, PROBE_STAGE)))
 
 
-def check_planned_budget(runner: Runner, record: dict, grids: dict[str, list[str]]) -> None:
-    """The budget against every planned later run (confirm at each arm's first tuning value), recorded in
-    ``probe.json`` (written first without it, so that the probe's checks stay when the budget refuses)."""
+def plan_later_stages(runner: Runner, grids: dict[str, list[str]]) -> list:
+    """Every stage after the probe planned (and checked) before the first job starts: tuning, and confirm at
+    each arm's first tuning value (what the budget counts; the real confirm runs at the winners)."""
     tuning = runner.study.experiment.tuning
     planned = [runner.plan(TUNING_STAGE, runner.tuning_cells(grids))] if grids else []
     planned.append(runner.plan(CONFIRM_STAGE, runner.confirm_cells(
         {a: {tuning.setting: v[0]} for a, v in tuning.values.items()} if grids else {})))
-    atomic_write_json(runner.stage_dir(PROBE_STAGE) / PROBE_RECORD, record)  # kept when the budget refuses
-    record["budget"] = check_budget(runner.study, record, planned)
-    atomic_write_json(runner.stage_dir(PROBE_STAGE) / PROBE_RECORD, record)
+    return planned
+
+
+def check_planned_budget(runner: Runner, record: dict, planned: list) -> None:
+    """The budget against every planned later run (``plan_later_stages``), recorded in ``probe.json``
+    (written first without it, so that the probe's checks stay when the budget refuses)."""
+    with sweep_lock(runner.stage_dir(PROBE_STAGE)):
+        atomic_write_json(runner.stage_dir(PROBE_STAGE) / PROBE_RECORD, record)  # kept when the budget refuses
+        record["budget"] = check_budget(runner.study, record, planned)
+        atomic_write_json(runner.stage_dir(PROBE_STAGE) / PROBE_RECORD, record)
     speeds = ", ".join(f"{arm} {v['step_s']:.2f} s/step" for arm, v in record["arms"].items())
     print(f"probe passed: {speeds}; plan {record['budget']['cpu_hours']:.3g} CPU-h")
 
@@ -65,7 +81,7 @@ def run_tuning(runner: Runner, grids: dict[str, list[str]]) -> dict[str, dict[st
     tuning = runner.study.experiment.tuning
     bundle = runner.stage_dir(TUNING_STAGE) / BUNDLE_DIR
     stage_header(TUNING_STAGE, f"{sum(map(len, grids.values())) * len(runner.study.tuning_seeds)} job(s)")
-    run_sweep(runner.plan(TUNING_STAGE, runner.tuning_cells(grids)))
+    _run(runner.plan(TUNING_STAGE, runner.tuning_cells(grids)))
     chosen = _select(runner, bundle)
     if tuning.on_edge == "extend":
         edges = {arm: s.edge for arm, s in chosen.items() if s.edge}
@@ -75,7 +91,7 @@ def run_tuning(runner: Runner, grids: dict[str, list[str]]) -> dict[str, dict[st
                 grids[arm] = [value, *grids[arm]] if side == "low" else [*grids[arm], value]
                 print(f"tuning: {arm}'s best {tuning.setting}={chosen[arm].value} is on the {side} edge; "
                       f"extending its grid once with {value}")
-            run_sweep(runner.plan(TUNING_STAGE, runner.tuning_cells(grids)))
+            _run(runner.plan(TUNING_STAGE, runner.tuning_cells(grids)))
             chosen = _select(runner, bundle)
     print("tuning selected: " + "; ".join(
         f"{arm} {s.setting}={s.value}" + (f" (on the {s.edge} edge)" if s.edge else "") for arm, s in chosen.items()))
@@ -88,10 +104,10 @@ def run_confirm(runner: Runner, selected: dict[str, dict[str, str]]) -> int:
     study = runner.study
     confirm = runner.plan(CONFIRM_STAGE, runner.confirm_cells(selected))
     confirm.experiment_sha256 = study.sha256
-    runner.stage_dir(CONFIRM_STAGE).mkdir(parents=True, exist_ok=True)
-    (runner.stage_dir(CONFIRM_STAGE) / EXPERIMENT_FILE).write_text(study.text)
-    stage_header(CONFIRM_STAGE, f"{len(confirm.specs)} job(s)")
-    code = run_sweep(confirm)
+    with sweep_lock(runner.stage_dir(CONFIRM_STAGE)):  # the spec beside the sweep, its jobs and its seal
+        (runner.stage_dir(CONFIRM_STAGE) / EXPERIMENT_FILE).write_text(study.text)
+        stage_header(CONFIRM_STAGE, f"{len(confirm.specs)} job(s)")
+        code = run_sweep(confirm)
     verdict = _bundle_data(runner, CONFIRM_STAGE) / VERDICT_FILE
     if not verdict.is_file():
         raise ExperimentFailed("no verdict: the confirm stage's bundle was not built; see the messages above")
@@ -106,8 +122,9 @@ def run_confirm(runner: Runner, selected: dict[str, dict[str, str]]) -> int:
 
 def run_stages(runner: Runner, recorded: list[str]) -> int:
     """probe -> (budget) -> tuning -> confirm -> verdict; each stage resumes from its own sweep."""
-    record = run_probe(runner, recorded)
     grids = runner.tuning_grids() if runner.study.experiment.tuning is not None else {}
-    check_planned_budget(runner, record, grids)
+    planned = plan_later_stages(runner, grids)
+    record = run_probe(runner, recorded)
+    check_planned_budget(runner, record, planned)
     selected = run_tuning(runner, grids) if grids else {}
     return run_confirm(runner, selected)

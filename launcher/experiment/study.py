@@ -3,11 +3,13 @@ against the config (every setting real, the criterion's metric logged) and the c
 
 from __future__ import annotations
 
+import json
+
 from hydra import compose as hydra_compose
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
-from evidence.verdict.spec import Study, VerdictError, parse_study
+from evidence.verdict.spec import Study, VerdictError, arm_owner, parse_study
 from launcher.experiment.errors import ExperimentError
 from launcher.overrides import check_overrides
 from trainer.config import algo_config
@@ -50,8 +52,10 @@ def check_arm_settings(study: Study, user: dict[str, str] | None = None) -> None
         if problem is not None:
             raise ExperimentError(f"experiment {study.name}: {where}: {problem}")
     measure = study.experiment.criterion.measure
-    for arm, overrides in study.experiment.arms.items():
-        cfg = compose([f"{k}={v}" for k, v in {**study.settings, **overrides, **(user or {})}.items()])
+    cfgs = {arm: compose([f"{k}={v}" for k, v in {**study.settings, **overrides, **(user or {})}.items()])
+            for arm, overrides in study.experiment.arms.items()}
+    check_arms_differ(study, cfgs)
+    for arm, cfg in cfgs.items():
         if measure.is_eval:
             k = int(cfg.workload.eval.k)
             logged = {"eval/mean_reward", "eval/truncation", *(f"eval/pass@{j}" for j in range(1, k + 1))}
@@ -67,3 +71,41 @@ def compose(overrides: list[str]) -> DictConfig:
     if GlobalHydra.instance().is_initialized():
         return hydra_compose(config_name="config", overrides=list(overrides))
     return trainer_compose(overrides)
+
+
+def _resolved(cfg: DictConfig) -> str:
+    """A composed config's every setting as text (Hydra's own node aside): what a run of it is given."""
+    values = OmegaConf.to_container(cfg, resolve=False)
+    values.pop("hydra", None)
+    return json.dumps(values, sort_keys=True, default=str)
+
+
+def check_arms_differ(study: Study, cfgs: dict[str, DictConfig]) -> None:
+    """Two arms whose composed settings are equal (they differ only by a value that is the default,
+    ``{algo: dapo}`` vs ``{algo: dapo, algo.loss_reduction: token_mean}``) would run the same jobs twice
+    under two labels: refused, naming the overrides that change nothing."""
+    seen: dict[str, str] = {}
+    arms = study.experiment.arms
+    for arm, cfg in cfgs.items():
+        key = _resolved(cfg)
+        if key in seen:
+            first = seen[key]
+            idle = sorted(set(arms[first].items()) ^ set(arms[arm].items()))
+            shown = ", ".join(f"{k}={v}" for k, v in idle) or "nothing"
+            raise ExperimentError(f"experiment {study.name}: arms {first} and {arm} resolve to the same settings "
+                                  f"({shown} is what the config already sets); make the arms differ in a setting")
+        seen[key] = arm
+
+
+def check_arm_labels(study: Study, sweep) -> None:
+    """A spec arm named like the label the sweep gives another arm's runs (``grpo: {algo: rpp}`` beside
+    ``rpp: {algo: grpo}``) reads as the other arm in every table and job name: refused before the stage runs.
+    The verdict finds each arm by its overrides (``arm_owner``), never by label."""
+    arms = study.experiment.arms
+    for spec in sweep.specs:
+        owner = arm_owner(arms, spec.arm_overrides)
+        if spec.arm in arms and owner != spec.arm:
+            shown = " ".join(f"{k}={v}" for k, v in arms[spec.arm].items())
+            runs = f"arm {owner}'s" if owner is not None else "another arm's"
+            raise ExperimentError(f"experiment {study.name}: spec arm {spec.arm} ({shown}) is named like the label of "
+                                  f"{runs} runs ({spec.name}); rename the spec arm")

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from experiment_stages import add_launcher_stages, set_cpus
 from sweep_factory import make_sweep
 
 from evidence import audit, build_bundle
@@ -61,12 +62,15 @@ def spec_with(**criterion) -> dict:
     return spec
 
 
-def eval_sweep(tmp_path: Path, differences_points: dict[int, float], name="sweep") -> Path:
-    """Baseline arm grpo at BASE, treatment arm rppb at BASE + d/100, by seed; only algo varies."""
+def eval_sweep(tmp_path: Path, differences_points: dict[int, float], name="sweep", stages: bool = False) -> Path:
+    """Baseline arm grpo at BASE, treatment arm rppb at BASE + d/100, by seed; only algo varies.
+    ``stages``: with the probe stage and the registration link the launcher leaves (an audited experiment)."""
     treat = {s: BASE[s] + differences_points[s] / 100 for s in SEEDS}
     sweep = make_sweep(tmp_path, seeds=SEEDS, name=name, arms={"grpo": {"algo": "grpo"}, "rppb": {"algo": "rppb"}},
                        final_pass1=lambda arm, seed: BASE[seed] if arm == "grpo" else treat[seed])
     (sweep / "experiment.yaml").write_text(SPEC, encoding="utf-8")
+    if stages:
+        add_launcher_stages(sweep, SPEC)
     return sweep
 
 
@@ -277,6 +281,7 @@ def tuned_experiment(tmp_path: Path, extension: dict | None = None, rewards: dic
     tuning = make_sweep(tmp_path / "exp", seeds=(1, 2), name="tuning", arms=arms,
                         reward=lambda arm, seed, step: rewards[(arms[arm]["algo"], arms[arm]["workload.lr"])]
                         + 0.01 * seed)
+    set_cpus(tuning)
     build_bundle(tuning, figures=False)
     confirm_arms = {"grpo-lr4e-5": {"algo": "grpo", "workload.lr": "4e-5"},
                     "rppb-lr1.6e-4": {"algo": "rppb", "workload.lr": "1.6e-4"}}
@@ -284,6 +289,7 @@ def tuned_experiment(tmp_path: Path, extension: dict | None = None, rewards: dic
     confirm = make_sweep(tmp_path / "exp", seeds=SEEDS, name="confirm", arms=confirm_arms,
                          final_pass1=lambda arm, seed: BASE[seed] if arm.startswith("grpo") else treat[seed])
     (confirm / "experiment.yaml").write_text(TUNED_SPEC, encoding="utf-8")
+    add_launcher_stages(confirm, TUNED_SPEC, tuning_steps=10)
     return confirm
 
 
@@ -352,7 +358,7 @@ def reseal(bag: Path) -> None:
 
 
 def test_a_hand_edited_verdict_resealed_does_not_pass_the_audit(tmp_path):
-    sweep = eval_sweep(tmp_path, {1: 1, 2: 0, 3: 2})
+    sweep = eval_sweep(tmp_path, {1: 1, 2: 0, 3: 2}, stages=True)
     bag = build_bundle(sweep, figures=False).bundle_dir
     assert audit(bag) == []
     edited = Path(shutil.copytree(bag, tmp_path / "edited"))
@@ -373,7 +379,7 @@ def test_a_hand_edited_verdict_resealed_does_not_pass_the_audit(tmp_path):
 
 
 def test_a_loosened_spec_resealed_is_caught_by_the_report_and_by_the_pre_registered_digest(tmp_path):
-    sweep = eval_sweep(tmp_path, {1: 3, 2: 2, 3: 4})
+    sweep = eval_sweep(tmp_path, {1: 3, 2: 2, 3: 4}, stages=True)
     record = json.loads((sweep / "sweep.json").read_text())
     import hashlib
 

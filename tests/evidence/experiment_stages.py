@@ -1,0 +1,79 @@
+"""What ``launch.py experiment=<name>`` leaves beside a confirm sweep, for synthetic experiments: the probe
+stage (a built sweep with ``probe.json``, its numbers computed here from the probe's ``metrics.jsonl``), the
+pre-registration link in the confirm stage's ``sweep.json`` and each run's CPUs in its ``run.json`` config.
+
+The probe record is computed from the definitions (mean seconds per step after the first step, the
+largest peak memory, CPU-hours = steps x s/step x CPUs / 3600 over the planned runs), never by the code
+under test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import yaml
+from sweep_factory import make_sweep
+
+from evidence.bundle import build_bundle
+
+CPUS = 2
+
+
+def set_cpus(sweep: Path, cpus: int = CPUS) -> None:
+    """Every run's ``run.json`` config says its job's CPUs (``workload.cpus_per_job``), as the trainer writes it."""
+    for path in sorted((sweep / "jobs").glob("*/run/run.json")):
+        record = json.loads(path.read_text())
+        record["config"].setdefault("workload", {})["cpus_per_job"] = cpus
+        path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+
+
+def register(confirm: Path, spec_text: str) -> str:
+    """The confirm stage's ``sweep.json`` records the spec's SHA256 (the launcher's pre-registration link)."""
+    digest = hashlib.sha256(spec_text.encode()).hexdigest()
+    path = confirm / "sweep.json"
+    record = json.loads(path.read_text())
+    record["experiment_sha256"] = digest
+    path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    return digest
+
+
+def probe_record(probe: Path, spec: dict, confirm_steps: int, tuning_steps: int | None) -> dict:
+    """``probe.json`` as the launcher writes it, from the probe's own metrics and the planned later runs."""
+    arms = {}
+    for label, overrides in json.loads((probe / "sweep.json").read_text())["arms"].items():
+        (metrics,) = sorted((probe / "jobs").glob(f"{label}-*/run/metrics.jsonl"))
+        steps = [json.loads(line) for line in metrics.read_text().splitlines()]
+        timed = [s["perf/step_s"] for s in steps[1:]]
+        arms[label] = {"overrides": overrides, "step_s": sum(timed) / len(timed),
+                       "peak_mem_gib": max(s["perf/peak_mem_gib"] for s in steps)}
+    step_s = max(a["step_s"] for a in arms.values())
+    runs = [confirm_steps] * (len(spec["arms"]) * len(spec["seeds"]))
+    if spec.get("tuning"):
+        values = spec["tuning"]["values"]
+        per_arm = sum(len(v) for v in values.values()) if isinstance(values, dict) else len(values) * len(spec["arms"])
+        runs += [tuning_steps] * (per_arm * len(spec.get("tuning_seeds", spec["seeds"])))
+    budget = {"step_s": step_s, "runs": len(runs), "steps": sum(runs), "cpu_hours": sum(runs) * step_s * CPUS / 3600,
+              "gpu_hours": sum(runs) * step_s / 3600, "longest_run_minutes": max(runs) * step_s / 60,
+              "budget": spec.get("budget") or {}}
+    return {"arms": arms, "checks": {}, "budget": budget}
+
+
+def add_launcher_stages(confirm: Path, spec_text: str, tuning_steps: int | None = None, probe_steps: int = 3) -> Path:
+    """Beside ``confirm`` (a sweep of the experiment's arms, the spec written into it): the built probe stage
+    of every confirm arm at its first seed, with ``probe.json``; the registration link; each run's CPUs.
+    Returns the probe stage's directory."""
+    spec = yaml.safe_load(spec_text)
+    confirm_record = json.loads((confirm / "sweep.json").read_text())
+    arms = {label: {k: v for k, v in overrides.items() if k != "workload.lr"}
+            for label, overrides in confirm_record["arms"].items()}
+    arms = {overrides["algo"]: overrides for overrides in arms.values()}  # the probe runs without the tuned value
+    probe = make_sweep(confirm.parent, seeds=(spec["seeds"][0],), n_steps=probe_steps, name="probe", arms=arms)
+    set_cpus(probe)
+    build_bundle(probe, figures=False)
+    record = probe_record(probe, spec, confirm_record["n_updates"], tuning_steps)
+    (probe / "probe.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    set_cpus(confirm)
+    register(confirm, spec_text)
+    return probe

@@ -1,0 +1,160 @@
+"""An experiment bundle's stage evidence is checked, not trusted: the stages its spec runs are there, and
+the probe's record (seconds per step, peak memory, the plan's cost against the budget) recomputes from
+the probe's own runs and the later stages' records. Forgeries are resealed as a thorough forger does
+(``tests.sweeps.reseal_bag``) and audited through ``python -m evidence audit``."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from experiment_stages import CPUS, add_launcher_stages
+from sweep_factory import make_sweep
+
+from evidence import build_bundle
+from tests.sweeps import reseal_bag
+
+REPO = Path(__file__).resolve().parents[2]
+SEEDS = (1, 2, 3)
+SPEC = """\
+title: toy probe evidence
+hypothesis: rppb reaches at least 4 points higher pass@1 than grpo
+arms:
+  isp: {algo: grpo}
+  sc: {algo: rppb}
+seeds: [1, 2, 3]
+budget: {cpu_hours: 5.0}
+criterion:
+  metric: eval/pass@1
+  at: final
+  baseline: isp
+  treatment: sc
+  threshold_points: 4
+"""
+
+
+@pytest.fixture(scope="module")
+def experiment_bag(tmp_path_factory) -> Path:
+    """A confirm bundle with the probe stage and the registration link the launcher leaves; audits clean."""
+    root = tmp_path_factory.mktemp("exp")
+    confirm = make_sweep(root, seeds=SEEDS, name="confirm", arms={"grpo": {"algo": "grpo"}, "rppb": {"algo": "rppb"}})
+    (confirm / "experiment.yaml").write_text(SPEC, encoding="utf-8")
+    add_launcher_stages(confirm, SPEC)
+    return build_bundle(confirm, figures=False).bundle_dir
+
+
+def audit_cli(bag: Path) -> tuple[int, list[str]]:
+    proc = subprocess.run([sys.executable, "-m", "evidence", "audit", str(bag)], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    return proc.returncode, proc.stdout.splitlines()
+
+
+def forged(bag: Path, tmp_path: Path, edit) -> Path:
+    copy = Path(shutil.copytree(bag, tmp_path / "forged"))
+    edit(copy / "data")
+    reseal_bag(copy)
+    return copy
+
+
+def test_the_honest_experiment_bundle_audits_clean(experiment_bag):
+    code, lines = audit_cli(experiment_bag)
+    assert code == 0, lines
+    record = json.loads((experiment_bag / "data" / "stages" / "probe" / "probe.json").read_text())
+    # 6 confirm runs x 10 steps at the slower arm's s/step x 2 CPUs, by hand
+    step_s = max(a["step_s"] for a in record["arms"].values())
+    assert record["budget"]["cpu_hours"] == pytest.approx(60 * step_s * CPUS / 3600, rel=1e-12)
+
+
+@pytest.mark.parametrize("gone", ["stages", "stages/probe", "stages/probe/probe.json"])
+def test_deleted_stage_evidence_resealed_is_a_finding(experiment_bag, tmp_path, gone):
+    def delete(data: Path) -> None:
+        target = data / gone
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
+
+    code, lines = audit_cli(forged(experiment_bag, tmp_path, delete))
+    assert code == 1
+    if gone == "stages/probe/probe.json":
+        assert any(line.startswith("data/stages/probe/probe.json: ") for line in lines), lines
+    else:
+        assert any(line.startswith("data/stages/probe: missing: an experiment's bundle carries its probe stage")
+                   for line in lines), lines
+
+
+def test_a_probe_record_edited_to_a_slow_step_and_an_over_budget_plan_does_not_pass(experiment_bag, tmp_path):
+    honest = json.loads((experiment_bag / "data" / "stages" / "probe" / "probe.json").read_text())
+
+    def edit(data: Path) -> None:
+        path = data / "stages" / "probe" / "probe.json"
+        record = json.loads(path.read_text())
+        record["arms"]["rppb"]["step_s"] = 9999.0
+        record["budget"].update(step_s=9999.0, cpu_hours=99.0)
+        path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+
+    code, lines = audit_cli(forged(experiment_bag, tmp_path, edit))
+    assert code == 1
+    step_s = honest["arms"]["rppb"]["step_s"]
+    assert any(line.startswith(f"data/stages/probe/probe.json: arms.rppb.step_s: recorded 9999.0, recomputed "
+                               f"{step_s!r} from the probe's runs") for line in lines), lines
+    assert any(line.startswith("data/stages/probe/probe.json: budget.cpu_hours: recorded 99.0, recomputed ")
+               for line in lines), lines
+
+
+def test_a_plan_over_the_spec_budget_is_a_finding_even_when_the_record_agrees(experiment_bag, tmp_path):
+    """The probe's runs were slow (their metrics say 700 s/step); the record and the spec's digest are
+    restated to agree with them: the plan, recomputed, is over the budget the launcher stops at."""
+    import hashlib
+
+    def edit(data: Path) -> None:
+        probe = data / "stages" / "probe"
+        for path in [*probe.glob("runs/*/metrics.jsonl")]:
+            rows = [json.loads(line) for line in path.read_text().splitlines()]
+            for row in rows:
+                row["perf/step_s"] = 700.0
+            path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        header, *rows = (probe / "steps.csv").read_text().splitlines()
+        column = header.split(",").index("perf/step_s")
+        rows = [",".join("700.0" if i == column else c for i, c in enumerate(r.split(","))) for r in rows]
+        (probe / "steps.csv").write_text("\n".join([header, *rows]) + "\n")
+        record = json.loads((probe / "probe.json").read_text())
+        for arm in record["arms"].values():
+            arm["step_s"] = 700.0
+        record["budget"].update(step_s=700.0, cpu_hours=60 * 700.0 * CPUS / 3600, gpu_hours=60 * 700.0 / 3600,
+                                longest_run_minutes=10 * 700.0 / 60)
+        (probe / "probe.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        assert hashlib.sha256((data / "experiment.yaml").read_bytes()).hexdigest()  # the spec is unchanged
+
+    code, lines = audit_cli(forged(experiment_bag, tmp_path, edit))
+    assert code == 1
+    assert any(line.startswith("data/stages/probe/probe.json: the plan needs 23.33 (cpu hours) at the probe's 700 "
+                               "s/step, over the spec's budget.cpu_hours of 5") for line in lines), lines
+
+
+def test_a_tuned_experiment_without_its_tuning_stage_is_a_finding(tmp_path):
+    spec = SPEC + "tuning: {setting: workload.lr, values: [1e-5, 4e-5], metric: rollout/raw_reward, at: last_k, " \
+                  "last_k: 3, on_edge: provisional}\n"
+    confirm = make_sweep(tmp_path, seeds=SEEDS, name="confirm",
+                         arms={"grpo-lr1e-5": {"algo": "grpo", "workload.lr": "1e-5"},
+                               "rppb-lr4e-5": {"algo": "rppb", "workload.lr": "4e-5"}})
+    (confirm / "experiment.yaml").write_text(spec, encoding="utf-8")
+    add_launcher_stages(confirm, spec, tuning_steps=10)
+    bag = build_bundle(confirm, figures=False).bundle_dir
+    code, lines = audit_cli(bag)
+    assert code == 1
+    assert ("data/stages/tuning: missing: the spec tunes, and the verdict's selection is recomputed from this stage"
+            in lines), lines
+
+
+def test_an_experiment_bundle_without_its_pre_registration_link_is_a_finding(experiment_bag, tmp_path):
+    def drop(data: Path) -> None:
+        record = json.loads((data / "sweep.json").read_text())
+        del record["experiment_sha256"]
+        (data / "sweep.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+
+    code, lines = audit_cli(forged(experiment_bag, tmp_path, drop))
+    assert code == 1
+    assert ("data/sweep.json: no experiment_sha256: an experiment's bundle carries the pre-registration link of its "
+            "spec (the launcher records it in the confirm stage's sweep.json)") in lines, lines
