@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from evidence.dataset import EXPERIMENT_FILE, BundleData
 from evidence.figures import FIGURES, RESOURCE_FIGURE, RESOURCE_TITLE, left_out
+from evidence.statistics import MDE_POWER
 from evidence.sweep import algo_name
 from evidence.tables import (
     Table,
@@ -309,6 +310,10 @@ def _paired_differences(data: BundleData, tables: dict[str, Table]) -> str:
         f"For each pair of {_compared(data)}, d = a − b per training seed (seeds both have accepted), then mean ± "
         f"sample SD and an exploratory {data.ci_level * 100:g}% t-interval with df = n − 1. Few seeds make these "
         f"intervals wide; they support a repeatability check, not a significance claim.\n",
+        f"MDE is the minimum detectable effect: the smallest true mean difference this design (n paired seeds, "
+        f"the observed SD of their differences) detects with {MDE_POWER * 100:g}% power in a two-sided paired t-test "
+        f"at α = {1 - data.ci_level:.2g} (the interval's level), from the noncentral t distribution. A difference "
+        f"below it may be real and still go unseen: more seeds lower it.\n",
         tables["paired_differences"].markdown()])
 
 

@@ -14,6 +14,7 @@ from itertools import combinations
 
 from evidence import stats
 from evidence.dataset import BundleData, csv_text
+from evidence.statistics import MDE_POWER, minimum_detectable_effect
 from evidence.sweep import algo_name, algo_sort_key, arm_name
 from facts import ALGORITHM_FIELD, ALGORITHMS, KL_IN_REWARD
 from facts.trainers import PROOFGRID_TRAINER
@@ -525,6 +526,11 @@ def paired_values(data: BundleData, metric: str, arm: str) -> dict[int, float]:
     return {s: v for s, v in values.items() if v is not None}
 
 
+def paired_mde(data: BundleData, diff: stats.PairedDifference) -> float | None:
+    """The smallest difference the pair's design detects at 80 % power, at the interval's α = 1 − CI level."""
+    return minimum_detectable_effect(diff.summary.sd, diff.summary.n, 1 - data.ci_level, MDE_POWER)
+
+
 def paired_table(data: BundleData) -> Table:
     all_seeds = seeds(data)
     rows, md = [], []
@@ -533,15 +539,18 @@ def paired_table(data: BundleData) -> Table:
         for a, b in arm_pairs(data):
             diff = stats.paired_difference(paired_values(data, metric, a), paired_values(data, metric, b), data.ci_level)
             lo, hi = diff.interval if diff.interval else (None, None)
+            mde = paired_mde(data, diff)
             rows.append([metric, a, b] + [diff.by_seed.get(s) for s in all_seeds]
-                        + [diff.summary.n, diff.summary.mean, diff.summary.sd, lo, hi])
+                        + [diff.summary.n, diff.summary.mean, diff.summary.sd, lo, hi, mde])
             md.append([label, f"{display(data, a)} − {display(data, b)}"] + [fmt_signed(diff.by_seed.get(s)) for s in all_seeds]
-                      + [fmt_summary(diff.summary, 4, signed=True), fmt_interval(diff.interval)])
+                      + [fmt_summary(diff.summary, 4, signed=True), fmt_interval(diff.interval),
+                         "n<2" if mde is None else fmt(mde, 4)])
     level = f"{data.ci_level * 100:g}%"
     return Table("paired_differences",
-                 ("metric", "a", "b") + tuple(f"seed_{s}" for s in all_seeds) + ("n", "mean", "sd", "ci_low", "ci_high"),
+                 ("metric", "a", "b") + tuple(f"seed_{s}" for s in all_seeds)
+                 + ("n", "mean", "sd", "ci_low", "ci_high", "mde"),
                  rows, ("Metric", "Comparison (a − b)") + tuple(f"Seed {s}" for s in all_seeds)
-                 + ("Mean ± sample SD", f"Exploratory {level} t-CI"), md)
+                 + ("Mean ± sample SD", f"Exploratory {level} t-CI", f"MDE ({MDE_POWER * 100:g}% power)"), md)
 
 
 def k1_table(data: BundleData) -> Table:
