@@ -11,6 +11,7 @@ from dataclasses import replace
 from evidence.dataset import EXPERIMENT_FILE, BundleData
 from evidence.figures import FIGURES, RESOURCE_FIGURE, RESOURCE_TITLE, left_out
 from evidence.statistics import MDE_POWER
+from evidence.statistics.family import family_level
 from evidence.sweep import algo_name
 from evidence.tables import (
     Table,
@@ -21,6 +22,7 @@ from evidence.tables import (
     compute_tables,
     display,
     eval_runs,
+    families,
     fmt,
     gpu_sampling,
     initial_evaluations,
@@ -317,6 +319,29 @@ def _paired_differences(data: BundleData, tables: dict[str, Table]) -> str:
         tables["paired_differences"].markdown()])
 
 
+def _family(data: BundleData, tables: dict[str, Table]) -> str | None:
+    """Several pairs on one metric as one family (three arms or more): Holm's p-values and simultaneous intervals."""
+    found = families(data)
+    if not found:
+        return None
+    names = ", ".join(display(data, a) for a in arms(data))
+    sizes = sorted({len(members) for members in found.values()})
+    m = "/".join(str(n) for n in sizes)
+    level = data.ci_level * 100
+    return "\n".join([
+        "## The family of comparisons\n",
+        f"With {len(arms(data))} arms ({names}) the paired table compares {m} pairs per metric, and some interval "
+        f"excludes 0 by chance more often than one alone would. Each metric's pairs (those with two or more paired "
+        f"seeds) are one family: the family is (these arms, that metric). Per pair, the two-sided paired t-test's "
+        f"p-value and Holm's step-down adjustment (sorted p_(1) ≤ … ≤ p_(m): p̃_(i) = max over j ≤ i of "
+        f"min(1, (m − j + 1)·p_(j))), which holds the family-wise error at α = {1 - data.ci_level:.2g}; beside it "
+        f"Bonferroni's simultaneous intervals, each a t-interval at level 1 − α/m "
+        f"({', '.join(f'{family_level(data.ci_level, n) * 100:.4g}% for m = {n}' for n in sizes)}), which cover "
+        f"all m differences together with probability at least {level:g}%. An interval excluding 0 implies Holm "
+        f"rejects that pair; Holm may reject a pair whose interval still includes 0.\n",
+        tables["paired_family"].markdown()])
+
+
 def _k1_arms(data: BundleData) -> list[str]:
     """The report names of the arms whose reference KL is k1 inside the reward (a trait, not a name)."""
     return [display(data, a) for a in arms(data) if kl_in_reward(data, a)]
@@ -397,7 +422,7 @@ def _limitations(data: BundleData, tables: dict[str, Table]) -> str:
 # The report, section by section in reading order: each a pure function of the data and its tables
 # that returns its markdown (None: the section does not apply to this bundle).
 SECTIONS = (_title, _verdict, _at_a_glance, _provenance, _scope, _algorithm_contract, _environment,
-            _training_stability, _efficiency, _resources, _evaluation, _paired_differences, _k1_activation,
+            _training_stability, _efficiency, _resources, _evaluation, _paired_differences, _family, _k1_activation,
             _incidents, _limitations, _appendix)
 
 

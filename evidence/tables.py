@@ -14,7 +14,7 @@ from itertools import combinations
 
 from evidence import stats
 from evidence.dataset import BundleData, csv_text
-from evidence.statistics import MDE_POWER, minimum_detectable_effect
+from evidence.statistics import MDE_POWER, family, minimum_detectable_effect
 from evidence.sweep import algo_name, algo_sort_key, arm_name
 from facts import ALGORITHM_FIELD, ALGORITHMS, KL_IN_REWARD
 from facts.trainers import PROOFGRID_TRAINER
@@ -531,26 +531,85 @@ def paired_mde(data: BundleData, diff: stats.PairedDifference) -> float | None:
     return minimum_detectable_effect(diff.summary.sd, diff.summary.n, 1 - data.ci_level, MDE_POWER)
 
 
-def paired_table(data: BundleData) -> Table:
-    all_seeds = seeds(data)
-    rows, md = [], []
+@dataclass(frozen=True)
+class Comparison:
+    """One pair of arms compared on one metric: d = a − b by seed."""
+
+    metric: str
+    label: str
+    a: str
+    b: str
+    diff: stats.PairedDifference
+
+
+def paired_comparisons(data: BundleData) -> list[Comparison]:
+    """Every pair of arms on every paired metric, in the paired table's order."""
+    out = []
     for metric, label in PAIRED_METRICS:
         label = label.replace("Last-K", f"Last-{data.last_k}")
         for a, b in arm_pairs(data):
             diff = stats.paired_difference(paired_values(data, metric, a), paired_values(data, metric, b), data.ci_level)
-            lo, hi = diff.interval if diff.interval else (None, None)
-            mde = paired_mde(data, diff)
-            rows.append([metric, a, b] + [diff.by_seed.get(s) for s in all_seeds]
-                        + [diff.summary.n, diff.summary.mean, diff.summary.sd, lo, hi, mde])
-            md.append([label, f"{display(data, a)} − {display(data, b)}"] + [fmt_signed(diff.by_seed.get(s)) for s in all_seeds]
-                      + [fmt_summary(diff.summary, 4, signed=True), fmt_interval(diff.interval),
-                         "n<2" if mde is None else fmt(mde, 4)])
+            out.append(Comparison(metric, label, a, b, diff))
+    return out
+
+
+def paired_table(data: BundleData) -> Table:
+    all_seeds = seeds(data)
+    rows, md = [], []
+    for c in paired_comparisons(data):
+        diff = c.diff
+        lo, hi = diff.interval if diff.interval else (None, None)
+        mde = paired_mde(data, diff)
+        rows.append([c.metric, c.a, c.b] + [diff.by_seed.get(s) for s in all_seeds]
+                    + [diff.summary.n, diff.summary.mean, diff.summary.sd, lo, hi, mde])
+        md.append([c.label, f"{display(data, c.a)} − {display(data, c.b)}"]
+                  + [fmt_signed(diff.by_seed.get(s)) for s in all_seeds]
+                  + [fmt_summary(diff.summary, 4, signed=True), fmt_interval(diff.interval),
+                     "n<2" if mde is None else fmt(mde, 4)])
     level = f"{data.ci_level * 100:g}%"
     return Table("paired_differences",
                  ("metric", "a", "b") + tuple(f"seed_{s}" for s in all_seeds)
                  + ("n", "mean", "sd", "ci_low", "ci_high", "mde"),
                  rows, ("Metric", "Comparison (a − b)") + tuple(f"Seed {s}" for s in all_seeds)
                  + ("Mean ± sample SD", f"Exploratory {level} t-CI", f"MDE ({MDE_POWER * 100:g}% power)"), md)
+
+
+# A family needs this many arms: with two there is one pair and nothing to correct.
+FAMILY_MIN_ARMS = 3
+
+
+def families(data: BundleData) -> dict[str, list[Comparison]]:
+    """Per paired metric, its family: every pair of the sweep's arms with two or more paired seeds (its
+    p-value exists), when the sweep has at least three arms; else no family."""
+    if len(arms(data)) < FAMILY_MIN_ARMS:
+        return {}
+    out: dict[str, list[Comparison]] = {}
+    for c in paired_comparisons(data):
+        if c.diff.summary.sd is not None:
+            out.setdefault(c.metric, []).append(c)
+    return out
+
+
+def family_table(data: BundleData) -> Table:
+    """Each metric's pairs as one family: paired t p-values, Holm-adjusted, and Bonferroni simultaneous intervals."""
+    rows, md = [], []
+    named = ",".join(arms(data))
+    for metric, members in families(data).items():
+        m = len(members)
+        values = [list(c.diff.by_seed.values()) for c in members]
+        p = [family.paired_t_p_value(v) for v in values]
+        adjusted = family.holm(p)
+        level = family.family_level(data.ci_level, m)
+        for c, v, p_raw, p_holm in zip(members, values, p, adjusted):
+            lo, hi = family.family_interval(v, data.ci_level, m)
+            rows.append([metric, named, m, c.a, c.b, c.diff.summary.n, c.diff.summary.mean, p_raw, p_holm, level, lo, hi])
+            md.append([c.label, f"{display(data, c.a)} − {display(data, c.b)}", str(c.diff.summary.n),
+                       fmt(p_raw, 4), fmt(p_holm, 4), fmt_interval((lo, hi))])
+    return Table("paired_family",
+                 ("metric", "family_arms", "m", "a", "b", "n", "mean", "p_value", "p_holm", "pair_level",
+                  "family_ci_low", "family_ci_high"), rows,
+                 ("Metric", "Comparison (a − b)", "n", "p (paired t)", "Holm-adjusted p",
+                  f"Simultaneous {data.ci_level * 100:g}% interval (Bonferroni)"), md)
 
 
 def k1_table(data: BundleData) -> Table:
@@ -681,6 +740,6 @@ def compute_tables(data: BundleData) -> dict[str, Table]:
               environment_table(data), *stability_tables(data), normalisation_table(data),
               *efficiency_tables(data), eval_per_run_table(data), eval_initial_table(data),
               eval_aggregate_table(data),
-              paired_table(data), k1_table(data), incidents_table(data), resolved_config_table(data),
+              paired_table(data), family_table(data), k1_table(data), incidents_table(data), resolved_config_table(data),
               *resource_tables(data)]
     return {t.name: t for t in tables}

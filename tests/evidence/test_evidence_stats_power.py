@@ -89,6 +89,15 @@ def rows(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+def edit_cell(path: Path, line: int, column: str, value) -> None:
+    """Overwrite one CSV cell (line 2 is the first row), as a forger editing the table would."""
+    with open(path, newline="") as f:
+        table = list(csv.reader(f))
+    table[line - 1][table[0].index(column)] = str(value)
+    with open(path, "w", newline="") as f:
+        csv.writer(f, lineterminator="\n").writerows(table)
+
+
 def final_pass1(sweep: Path, arm: str, seed: int) -> float:
     return json.loads((sweep / "jobs" / f"{arm}-{seed}" / "run" / "eval.json").read_text())["final"]["pass@1"]
 
@@ -173,11 +182,7 @@ def test_an_edited_mde_resealed_is_caught_in_the_table_the_report_and_the_verdic
     sweep = experiment_sweep(tmp_path, {1: 4, 2: -3, 3: 1})
     bag = Path(shutil.copytree(build_bundle(sweep, figures=False).bundle_dir, tmp_path / "edited"))
     table = bag / "data" / "tables" / "paired_differences.csv"
-    lines = table.read_text().splitlines()
-    header = lines[0].split(",")
-    first = lines[1].split(",")
-    first[header.index("mde")] = str(float(first[header.index("mde")]) / 2)  # claim twice the sensitivity
-    table.write_text("\n".join([lines[0], ",".join(first), *lines[2:]]) + "\n")
+    edit_cell(table, 2, "mde", float(rows(table)[0]["mde"]) / 2)  # claim twice the sensitivity
     record = json.loads((bag / "data" / "verdict.json").read_text())
     record["mde"]["value"] = 1.0
     record["under_powered"] = False
