@@ -14,7 +14,13 @@ from itertools import combinations
 
 from evidence import stats
 from evidence.dataset import BundleData, csv_text
-from evidence.statistics import MDE_POWER, family, minimum_detectable_effect
+from evidence.statistics import MDE_POWER, family, minimum_detectable_effect, robust
+from evidence.statistics.resampling import (
+    BOOTSTRAP_METHOD,
+    BOOTSTRAP_RESAMPLES,
+    BOOTSTRAP_SEED,
+    paired_bootstrap_interval,
+)
 from evidence.sweep import algo_name, algo_sort_key, arm_name
 from facts import ALGORITHM_FIELD, ALGORITHMS, KL_IN_REWARD
 from facts.trainers import PROOFGRID_TRAINER
@@ -560,18 +566,46 @@ def paired_table(data: BundleData) -> Table:
         diff = c.diff
         lo, hi = diff.interval if diff.interval else (None, None)
         mde = paired_mde(data, diff)
+        boot = paired_bootstrap_interval(list(diff.by_seed.values()), data.ci_level)
+        boot_lo, boot_hi = boot if boot else (None, None)
         rows.append([c.metric, c.a, c.b] + [diff.by_seed.get(s) for s in all_seeds]
-                    + [diff.summary.n, diff.summary.mean, diff.summary.sd, lo, hi, mde])
+                    + [diff.summary.n, diff.summary.mean, diff.summary.sd, lo, hi, mde, boot_lo, boot_hi,
+                       BOOTSTRAP_METHOD, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED])
         md.append([c.label, f"{display(data, c.a)} − {display(data, c.b)}"]
                   + [fmt_signed(diff.by_seed.get(s)) for s in all_seeds]
-                  + [fmt_summary(diff.summary, 4, signed=True), fmt_interval(diff.interval),
+                  + [fmt_summary(diff.summary, 4, signed=True), fmt_interval(diff.interval), fmt_interval(boot),
                      "n<2" if mde is None else fmt(mde, 4)])
     level = f"{data.ci_level * 100:g}%"
     return Table("paired_differences",
                  ("metric", "a", "b") + tuple(f"seed_{s}" for s in all_seeds)
-                 + ("n", "mean", "sd", "ci_low", "ci_high", "mde"),
+                 + ("n", "mean", "sd", "ci_low", "ci_high", "mde", "boot_low", "boot_high", "boot_method",
+                    "boot_resamples", "boot_seed"),
                  rows, ("Metric", "Comparison (a − b)") + tuple(f"Seed {s}" for s in all_seeds)
-                 + ("Mean ± sample SD", f"Exploratory {level} t-CI", f"MDE ({MDE_POWER * 100:g}% power)"), md)
+                 + ("Mean ± sample SD", f"Exploratory {level} t-CI", f"Bootstrap {level} CI",
+                    f"MDE ({MDE_POWER * 100:g}% power)"), md)
+
+
+def robust_table(data: BundleData) -> Table:
+    """rliable's measures per paired metric: each arm's interquartile mean, each pair's probability of
+    improvement (a over b); a cell below the minimum number of runs is refused and says why."""
+    rows, md = [], []
+    for metric, label in PAIRED_METRICS:
+        label = label.replace("Last-K", f"Last-{data.last_k}")
+        values = {a: list(paired_values(data, metric, a).values()) for a in arms(data)}
+        for a in arms(data):
+            iqm = robust.interquartile_mean(values[a])
+            refused = "" if iqm is not None else f"n={len(values[a])} < {robust.MIN_RUNS}"
+            rows.append([metric, "iqm", a, "", len(values[a]), "", iqm, refused])
+            md.append([label, "IQM", display(data, a), str(len(values[a])),
+                       fmt(iqm, 4) if iqm is not None else f"refused ({refused})"])
+        for a, b in arm_pairs(data):
+            poi = robust.probability_of_improvement(values[a], values[b])
+            refused = "" if poi is not None else f"n={min(len(values[a]), len(values[b]))} < {robust.MIN_RUNS}"
+            rows.append([metric, "probability_of_improvement", a, b, len(values[a]), len(values[b]), poi, refused])
+            md.append([label, "P(a > b)", f"{display(data, a)} over {display(data, b)}",
+                       f"{len(values[a])} / {len(values[b])}", fmt(poi, 4) if poi is not None else f"refused ({refused})"])
+    return Table("robust_measures", ("metric", "measure", "a", "b", "n_a", "n_b", "value", "refused"), rows,
+                 ("Metric", "Measure", "Arm(s)", "Runs", "Value"), md)
 
 
 # A family needs this many arms: with two there is one pair and nothing to correct.
@@ -740,6 +774,6 @@ def compute_tables(data: BundleData) -> dict[str, Table]:
               environment_table(data), *stability_tables(data), normalisation_table(data),
               *efficiency_tables(data), eval_per_run_table(data), eval_initial_table(data),
               eval_aggregate_table(data),
-              paired_table(data), family_table(data), k1_table(data), incidents_table(data), resolved_config_table(data),
+              paired_table(data), family_table(data), robust_table(data), k1_table(data), incidents_table(data), resolved_config_table(data),
               *resource_tables(data)]
     return {t.name: t for t in tables}

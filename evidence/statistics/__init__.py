@@ -6,7 +6,7 @@ mean and probability of improvement. ``evidence.stats`` keeps seed 000's definit
 on them and, like it, reads no file.
 """
 
-from evidence.statistics import family
+from evidence.statistics import family, resampling, robust
 from evidence.statistics.power import MDE_POWER, minimum_detectable_effect, paired_t_power
 
-__all__ = ["MDE_POWER", "family", "minimum_detectable_effect", "paired_t_power"]
+__all__ = ["MDE_POWER", "family", "resampling", "robust", "minimum_detectable_effect", "paired_t_power"]
