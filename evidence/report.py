@@ -153,6 +153,11 @@ def _title(data: BundleData, tables: dict[str, Table]) -> str:
     return f"# {data.sweep.get('workload', 'Sweep')}: {', '.join(display(data, a) for a in arms(data))}\n"
 
 
+def _headline(data: BundleData, tables: dict[str, Table]) -> str:
+    """The answer in one sentence, from the intervals (table ``headline``): the report's first line after its title."""
+    return tables["headline"].csv_rows[0][1] + "\n"
+
+
 def _verdict(data: BundleData, tables: dict[str, Table]) -> str | None:
     """An experiment's verdict opens the report (None: the bundle carries no experiment spec)."""
     verdict = bundle_verdict(data)
@@ -442,7 +447,7 @@ def _limitations(data: BundleData, tables: dict[str, Table]) -> str:
 
 # The report, section by section in reading order: each a pure function of the data and its tables
 # that returns its markdown (None: the section does not apply to this bundle).
-SECTIONS = (_title, _verdict, _at_a_glance, _provenance, _scope, _algorithm_contract, _environment,
+SECTIONS = (_title, _headline, _verdict, _at_a_glance, _provenance, _scope, _algorithm_contract, _environment,
             _training_stability, _efficiency, _resources, _evaluation, _paired_differences, _family, _robust, _k1_activation,
             _incidents, _limitations, _appendix)
 

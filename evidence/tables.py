@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import combinations
 
-from evidence import stats
+from evidence import headline, stats
 from evidence.dataset import BundleData, csv_text
 from evidence.statistics import MDE_POWER, family, minimum_detectable_effect, robust
 from evidence.statistics.resampling import (
@@ -585,6 +585,21 @@ def paired_table(data: BundleData) -> Table:
                     f"MDE ({MDE_POWER * 100:g}% power)"), md)
 
 
+def headline_table(data: BundleData) -> Table:
+    """The report's first sentence (``evidence.headline``), from the headline metric's paired comparisons; one row."""
+    adjusted = {}
+    for metric, members in families(data).items():
+        p = family.holm([family.paired_t_p_value(list(c.diff.by_seed.values())) for c in members])
+        adjusted.update({(metric, c.a, c.b): q for c, q in zip(members, p)})
+    pairs = [headline.Pair(display(data, c.a), display(data, c.b), c.diff.summary.n, c.diff.summary.mean,
+                           c.diff.interval, paired_mde(data, c.diff), adjusted.get((c.metric, c.a, c.b)))
+             for c in paired_comparisons(data) if c.metric == headline.HEADLINE_METRIC]
+    sentence = headline.headline_sentence([display(data, a) for a in arms(data)], pairs, data.ci_level,
+                                          1 - data.ci_level)
+    return Table("headline", ("metric", "sentence"), [[headline.HEADLINE_METRIC, sentence]],
+                 ("Metric", "Result"), [[headline.HEADLINE_WORDS, sentence]])
+
+
 def robust_table(data: BundleData) -> Table:
     """rliable's measures per paired metric: each arm's interquartile mean, each pair's probability of
     improvement (a over b); a cell below the minimum number of runs is refused and says why."""
@@ -774,6 +789,6 @@ def compute_tables(data: BundleData) -> dict[str, Table]:
               environment_table(data), *stability_tables(data), normalisation_table(data),
               *efficiency_tables(data), eval_per_run_table(data), eval_initial_table(data),
               eval_aggregate_table(data),
-              paired_table(data), family_table(data), robust_table(data), k1_table(data), incidents_table(data), resolved_config_table(data),
+              paired_table(data), family_table(data), robust_table(data), headline_table(data), k1_table(data), incidents_table(data), resolved_config_table(data),
               *resource_tables(data)]
     return {t.name: t for t in tables}
