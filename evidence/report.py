@@ -10,6 +10,9 @@ from dataclasses import replace
 
 from evidence.dataset import EXPERIMENT_FILE, BundleData
 from evidence.figures import FIGURES, RESOURCE_FIGURE, RESOURCE_TITLE, left_out
+from evidence.statistics import MDE_POWER, robust
+from evidence.statistics.family import family_level
+from evidence.statistics.resampling import BOOTSTRAP_METHOD, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
 from evidence.sweep import algo_name
 from evidence.tables import (
     Table,
@@ -20,6 +23,7 @@ from evidence.tables import (
     compute_tables,
     display,
     eval_runs,
+    families,
     fmt,
     gpu_sampling,
     initial_evaluations,
@@ -147,6 +151,11 @@ def _at_a_glance(data: BundleData, tables: dict[str, Table]) -> str:
 
 def _title(data: BundleData, tables: dict[str, Table]) -> str:
     return f"# {data.sweep.get('workload', 'Sweep')}: {', '.join(display(data, a) for a in arms(data))}\n"
+
+
+def _headline(data: BundleData, tables: dict[str, Table]) -> str:
+    """The answer in one sentence, from the intervals (table ``headline``): the report's first line after its title."""
+    return tables["headline"].csv_rows[0][1] + "\n"
 
 
 def _verdict(data: BundleData, tables: dict[str, Table]) -> str | None:
@@ -309,7 +318,54 @@ def _paired_differences(data: BundleData, tables: dict[str, Table]) -> str:
         f"For each pair of {_compared(data)}, d = a − b per training seed (seeds both have accepted), then mean ± "
         f"sample SD and an exploratory {data.ci_level * 100:g}% t-interval with df = n − 1. Few seeds make these "
         f"intervals wide; they support a repeatability check, not a significance claim.\n",
+        f"MDE is the minimum detectable effect: the smallest true mean difference this design (n paired seeds, "
+        f"the observed SD of their differences) detects with {MDE_POWER * 100:g}% power in a two-sided paired t-test "
+        f"at α = {1 - data.ci_level:.2g} (the interval's level), from the noncentral t distribution. A difference "
+        f"below it may be real and still go unseen: more seeds lower it. The bootstrap interval resamples the "
+        f"seeds with their pairs ({BOOTSTRAP_RESAMPLES} resamples, {BOOTSTRAP_METHOD} method, "
+        f"`scipy.stats.bootstrap` with seed {BOOTSTRAP_SEED}, recorded in each row of `tables/paired_differences.csv`): "
+        f"it assumes no normality, but with a handful of seeds it can only span the observed differences and is "
+        f"narrower than the t-interval, not more trustworthy.\n",
         tables["paired_differences"].markdown()])
+
+
+def _family(data: BundleData, tables: dict[str, Table]) -> str | None:
+    """Several pairs on one metric as one family (three arms or more): Holm's p-values and simultaneous intervals."""
+    found = families(data)
+    if not found:
+        return None
+    names = ", ".join(display(data, a) for a in arms(data))
+    sizes = sorted({len(members) for members in found.values()})
+    m = "/".join(str(n) for n in sizes)
+    level = data.ci_level * 100
+    return "\n".join([
+        "## The family of comparisons\n",
+        f"With {len(arms(data))} arms ({names}) the paired table compares {m} pairs per metric, and some interval "
+        f"excludes 0 by chance more often than one alone would. Each metric's pairs (those with two or more paired "
+        f"seeds) are one family: the family is (these arms, that metric). Per pair, the two-sided paired t-test's "
+        f"p-value and Holm's step-down adjustment (sorted p_(1) ≤ … ≤ p_(m): p̃_(i) = max over j ≤ i of "
+        f"min(1, (m − j + 1)·p_(j))), which holds the family-wise error at α = {1 - data.ci_level:.2g}; beside it "
+        f"Bonferroni's simultaneous intervals, each a t-interval at level 1 − α/m "
+        f"({', '.join(f'{family_level(data.ci_level, n) * 100:.4g}% for m = {n}' for n in sizes)}), which cover "
+        f"all m differences together with probability at least {level:g}%. An interval excluding 0 implies Holm "
+        f"rejects that pair; Holm may reject a pair whose interval still includes 0.\n",
+        tables["paired_family"].markdown()])
+
+
+def _robust(data: BundleData, tables: dict[str, Table]) -> str:
+    """rliable's interquartile mean and probability of improvement, or why they are refused."""
+    table = tables["robust_measures"]
+    short = sorted({n for r in table.csv_rows for n in (r[4], r[5]) if n != "" and n < robust.MIN_RUNS})
+    out = ["## Robust measures (rliable)\n",
+           f"rliable's aggregate measures of runs (Agarwal et al. 2021): the interquartile mean (IQM, the mean of "
+           f"the runs left after dropping the lowest and the highest quarter, floor(n/4) each) per arm, and the "
+           f"probability of improvement of a over b (P(X_a > X_b) + ½·P(X_a = X_b) over every pair of their runs, "
+           f"unpaired). Both need at least {robust.MIN_RUNS} accepted runs per arm: with fewer, the IQM trims "
+           f"nothing and is the plain mean, and neither measure says more than the table above."]
+    if short:
+        out.append(f"Refused here where an arm has {'/'.join(map(str, short))} run(s): run at least "
+                   f"{robust.MIN_RUNS} seeds per arm to have them.")
+    return "\n".join([out[0], " ".join(out[1:]) + "\n", table.markdown()])
 
 
 def _k1_arms(data: BundleData) -> list[str]:
@@ -391,8 +447,8 @@ def _limitations(data: BundleData, tables: dict[str, Table]) -> str:
 
 # The report, section by section in reading order: each a pure function of the data and its tables
 # that returns its markdown (None: the section does not apply to this bundle).
-SECTIONS = (_title, _verdict, _at_a_glance, _provenance, _scope, _algorithm_contract, _environment,
-            _training_stability, _efficiency, _resources, _evaluation, _paired_differences, _k1_activation,
+SECTIONS = (_title, _headline, _verdict, _at_a_glance, _provenance, _scope, _algorithm_contract, _environment,
+            _training_stability, _efficiency, _resources, _evaluation, _paired_differences, _family, _robust, _k1_activation,
             _incidents, _limitations, _appendix)
 
 

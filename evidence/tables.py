@@ -12,8 +12,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import combinations
 
-from evidence import stats
+from evidence import headline, stats
 from evidence.dataset import BundleData, csv_text
+from evidence.statistics import MDE_POWER, family, minimum_detectable_effect, robust
+from evidence.statistics.resampling import (
+    BOOTSTRAP_METHOD,
+    BOOTSTRAP_RESAMPLES,
+    BOOTSTRAP_SEED,
+    paired_bootstrap_interval,
+)
 from evidence.sweep import algo_name, algo_sort_key, arm_name
 from facts import ALGORITHM_FIELD, ALGORITHMS, KL_IN_REWARD
 from facts.trainers import PROOFGRID_TRAINER
@@ -525,23 +532,133 @@ def paired_values(data: BundleData, metric: str, arm: str) -> dict[int, float]:
     return {s: v for s, v in values.items() if v is not None}
 
 
-def paired_table(data: BundleData) -> Table:
-    all_seeds = seeds(data)
-    rows, md = [], []
+def paired_mde(data: BundleData, diff: stats.PairedDifference) -> float | None:
+    """The smallest difference the pair's design detects at 80 % power, at the interval's α = 1 − CI level."""
+    return minimum_detectable_effect(diff.summary.sd, diff.summary.n, 1 - data.ci_level, MDE_POWER)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One pair of arms compared on one metric: d = a − b by seed."""
+
+    metric: str
+    label: str
+    a: str
+    b: str
+    diff: stats.PairedDifference
+
+
+def paired_comparisons(data: BundleData) -> list[Comparison]:
+    """Every pair of arms on every paired metric, in the paired table's order."""
+    out = []
     for metric, label in PAIRED_METRICS:
         label = label.replace("Last-K", f"Last-{data.last_k}")
         for a, b in arm_pairs(data):
             diff = stats.paired_difference(paired_values(data, metric, a), paired_values(data, metric, b), data.ci_level)
-            lo, hi = diff.interval if diff.interval else (None, None)
-            rows.append([metric, a, b] + [diff.by_seed.get(s) for s in all_seeds]
-                        + [diff.summary.n, diff.summary.mean, diff.summary.sd, lo, hi])
-            md.append([label, f"{display(data, a)} − {display(data, b)}"] + [fmt_signed(diff.by_seed.get(s)) for s in all_seeds]
-                      + [fmt_summary(diff.summary, 4, signed=True), fmt_interval(diff.interval)])
+            out.append(Comparison(metric, label, a, b, diff))
+    return out
+
+
+def paired_table(data: BundleData) -> Table:
+    all_seeds = seeds(data)
+    rows, md = [], []
+    for c in paired_comparisons(data):
+        diff = c.diff
+        lo, hi = diff.interval if diff.interval else (None, None)
+        mde = paired_mde(data, diff)
+        boot = paired_bootstrap_interval(list(diff.by_seed.values()), data.ci_level)
+        boot_lo, boot_hi = boot if boot else (None, None)
+        rows.append([c.metric, c.a, c.b] + [diff.by_seed.get(s) for s in all_seeds]
+                    + [diff.summary.n, diff.summary.mean, diff.summary.sd, lo, hi, mde, boot_lo, boot_hi,
+                       BOOTSTRAP_METHOD, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED])
+        md.append([c.label, f"{display(data, c.a)} − {display(data, c.b)}"]
+                  + [fmt_signed(diff.by_seed.get(s)) for s in all_seeds]
+                  + [fmt_summary(diff.summary, 4, signed=True), fmt_interval(diff.interval), fmt_interval(boot),
+                     "n<2" if mde is None else fmt(mde, 4)])
     level = f"{data.ci_level * 100:g}%"
     return Table("paired_differences",
-                 ("metric", "a", "b") + tuple(f"seed_{s}" for s in all_seeds) + ("n", "mean", "sd", "ci_low", "ci_high"),
+                 ("metric", "a", "b") + tuple(f"seed_{s}" for s in all_seeds)
+                 + ("n", "mean", "sd", "ci_low", "ci_high", "mde", "boot_low", "boot_high", "boot_method",
+                    "boot_resamples", "boot_seed"),
                  rows, ("Metric", "Comparison (a − b)") + tuple(f"Seed {s}" for s in all_seeds)
-                 + ("Mean ± sample SD", f"Exploratory {level} t-CI"), md)
+                 + ("Mean ± sample SD", f"Exploratory {level} t-CI", f"Bootstrap {level} CI",
+                    f"MDE ({MDE_POWER * 100:g}% power)"), md)
+
+
+def headline_table(data: BundleData) -> Table:
+    """The report's first sentence (``evidence.headline``), from the headline metric's paired comparisons; one row."""
+    adjusted = {}
+    for metric, members in families(data).items():
+        p = family.holm([family.paired_t_p_value(list(c.diff.by_seed.values())) for c in members])
+        adjusted.update({(metric, c.a, c.b): q for c, q in zip(members, p)})
+    pairs = [headline.Pair(display(data, c.a), display(data, c.b), c.diff.summary.n, c.diff.summary.mean,
+                           c.diff.interval, paired_mde(data, c.diff), adjusted.get((c.metric, c.a, c.b)))
+             for c in paired_comparisons(data) if c.metric == headline.HEADLINE_METRIC]
+    sentence = headline.headline_sentence([display(data, a) for a in arms(data)], pairs, data.ci_level,
+                                          1 - data.ci_level)
+    return Table("headline", ("metric", "sentence"), [[headline.HEADLINE_METRIC, sentence]],
+                 ("Metric", "Result"), [[headline.HEADLINE_WORDS, sentence]])
+
+
+def robust_table(data: BundleData) -> Table:
+    """rliable's measures per paired metric: each arm's interquartile mean, each pair's probability of
+    improvement (a over b); a cell below the minimum number of runs is refused and says why."""
+    rows, md = [], []
+    for metric, label in PAIRED_METRICS:
+        label = label.replace("Last-K", f"Last-{data.last_k}")
+        values = {a: list(paired_values(data, metric, a).values()) for a in arms(data)}
+        for a in arms(data):
+            iqm = robust.interquartile_mean(values[a])
+            refused = "" if iqm is not None else f"n={len(values[a])} < {robust.MIN_RUNS}"
+            rows.append([metric, "iqm", a, "", len(values[a]), "", iqm, refused])
+            md.append([label, "IQM", display(data, a), str(len(values[a])),
+                       fmt(iqm, 4) if iqm is not None else f"refused ({refused})"])
+        for a, b in arm_pairs(data):
+            poi = robust.probability_of_improvement(values[a], values[b])
+            refused = "" if poi is not None else f"n={min(len(values[a]), len(values[b]))} < {robust.MIN_RUNS}"
+            rows.append([metric, "probability_of_improvement", a, b, len(values[a]), len(values[b]), poi, refused])
+            md.append([label, "P(a > b)", f"{display(data, a)} over {display(data, b)}",
+                       f"{len(values[a])} / {len(values[b])}", fmt(poi, 4) if poi is not None else f"refused ({refused})"])
+    return Table("robust_measures", ("metric", "measure", "a", "b", "n_a", "n_b", "value", "refused"), rows,
+                 ("Metric", "Measure", "Arm(s)", "Runs", "Value"), md)
+
+
+# A family needs this many arms: with two there is one pair and nothing to correct.
+FAMILY_MIN_ARMS = 3
+
+
+def families(data: BundleData) -> dict[str, list[Comparison]]:
+    """Per paired metric, its family: every pair of the sweep's arms with two or more paired seeds (its
+    p-value exists), when the sweep has at least three arms; else no family."""
+    if len(arms(data)) < FAMILY_MIN_ARMS:
+        return {}
+    out: dict[str, list[Comparison]] = {}
+    for c in paired_comparisons(data):
+        if c.diff.summary.sd is not None:
+            out.setdefault(c.metric, []).append(c)
+    return out
+
+
+def family_table(data: BundleData) -> Table:
+    """Each metric's pairs as one family: paired t p-values, Holm-adjusted, and Bonferroni simultaneous intervals."""
+    rows, md = [], []
+    named = ",".join(arms(data))
+    for metric, members in families(data).items():
+        m = len(members)
+        values = [list(c.diff.by_seed.values()) for c in members]
+        p = [family.paired_t_p_value(v) for v in values]
+        adjusted = family.holm(p)
+        level = family.family_level(data.ci_level, m)
+        for c, v, p_raw, p_holm in zip(members, values, p, adjusted):
+            lo, hi = family.family_interval(v, data.ci_level, m)
+            rows.append([metric, named, m, c.a, c.b, c.diff.summary.n, c.diff.summary.mean, p_raw, p_holm, level, lo, hi])
+            md.append([c.label, f"{display(data, c.a)} − {display(data, c.b)}", str(c.diff.summary.n),
+                       fmt(p_raw, 4), fmt(p_holm, 4), fmt_interval((lo, hi))])
+    return Table("paired_family",
+                 ("metric", "family_arms", "m", "a", "b", "n", "mean", "p_value", "p_holm", "pair_level",
+                  "family_ci_low", "family_ci_high"), rows,
+                 ("Metric", "Comparison (a − b)", "n", "p (paired t)", "Holm-adjusted p",
+                  f"Simultaneous {data.ci_level * 100:g}% interval (Bonferroni)"), md)
 
 
 def k1_table(data: BundleData) -> Table:
@@ -672,6 +789,6 @@ def compute_tables(data: BundleData) -> dict[str, Table]:
               environment_table(data), *stability_tables(data), normalisation_table(data),
               *efficiency_tables(data), eval_per_run_table(data), eval_initial_table(data),
               eval_aggregate_table(data),
-              paired_table(data), k1_table(data), incidents_table(data), resolved_config_table(data),
+              paired_table(data), family_table(data), robust_table(data), headline_table(data), k1_table(data), incidents_table(data), resolved_config_table(data),
               *resource_tables(data)]
     return {t.name: t for t in tables}

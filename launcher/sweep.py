@@ -17,6 +17,8 @@ from launcher.locks import sweep_lock
 from launcher.plan import write_plan
 from launcher.spec import JobSpec, Sweep
 
+HEADLINE_TABLE = "headline.csv"  # evidence.tables.headline_table: one row, the report's first sentence
+
 
 def run_sweep(sweep: Sweep) -> int:
     """Dry-run or run the sweep; returns the process exit code."""
@@ -47,6 +49,7 @@ def seal(sweep_dir: Path) -> int:
         print(f"sealing the evidence of {sweep_dir} (validate, tables, figures, report, archive, audit)", flush=True)
         result = build_bundle(sweep_dir)
         print()
+        print_headline(bundle_payload_dir(result.bundle_dir) / TABLES_DIR)
         print_eval_summary(bundle_payload_dir(result.bundle_dir) / TABLES_DIR, result.jobs, job_arms(sweep_dir))
         print(result.summary())
         findings = audit(result.archive)
@@ -67,6 +70,16 @@ def job_arms(sweep_dir: Path) -> dict[str, str]:
 def _arm(row: dict) -> str:
     """A row's arm; rows of evidence older than arms name only the algo, which is then the arm."""
     return row.get("arm") or row["algo"]
+
+
+def print_headline(tables_dir: Path) -> None:
+    """The report's first sentence, the result from the intervals, as the build wrote it (``tables/headline.csv``)."""
+    path = tables_dir / HEADLINE_TABLE
+    if path.is_file():
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                print(row["sentence"])
+        print()
 
 
 def print_eval_summary(tables_dir: Path, jobs: list[dict], arms: dict[str, str]) -> None:

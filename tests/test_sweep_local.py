@@ -105,6 +105,16 @@ def test_the_bundle_is_sealed_and_audits_clean(sweep):
 
 
 @pytest.mark.slow
+def test_the_launcher_prints_the_reports_one_sentence_result(sweep):
+    sweep_dir, proc = sweep
+    lines = (sweep_dir / "bundle" / "data" / "report.md").read_text().splitlines()
+    sentence = lines[2]  # after the title: the result from the paired intervals of eval pass@1
+    assert sentence.startswith(("No two arms differ on eval pass@1: every 95 % interval", "On eval pass@1, "))
+    assert "this design detects differences of" in sentence
+    assert sentence in proc.stdout.splitlines()
+
+
+@pytest.mark.slow
 def test_rerunning_the_sweep_resubmits_nothing_and_reseals_the_same_bundle(sweep):
     sweep_dir, _ = sweep
     before = (sweep_dir / "bundle.tar.gz.sha256").read_text()

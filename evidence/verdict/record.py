@@ -15,7 +15,8 @@ from evidence.dataset import BundleData
 from evidence.fileio import dumps_json, write_text
 from evidence.measures import arm_values, trajectory
 from evidence.problems import VerdictError
-from evidence.verdict.rule import Outcome, decide, mean_curve
+from evidence.statistics import MDE_POWER, minimum_detectable_effect
+from evidence.verdict.rule import Outcome, decide, mean_curve, under_powered
 from evidence.verdict.selection import Selection, select_settings
 from evidence.verdict.spec import MIN_SEEDS, Experiment, arm_owner, parse_experiment, same_overrides
 from evidence.verdict.stages import TUNING_STAGE
@@ -101,6 +102,9 @@ def experiment_verdict(experiment: Experiment, data: BundleData, tuning_data: Bu
         "difference_mean": outcome.summary.mean, "difference_sd": outcome.summary.sd,
         "difference_ci95": list(outcome.interval) if outcome.interval else None,
         "ci_level": data.ci_level, "threshold": criterion.threshold,
+        "mde": {"power": MDE_POWER, "alpha": 1 - data.ci_level,
+                "value": minimum_detectable_effect(outcome.summary.sd, outcome.summary.n, 1 - data.ci_level)},
+        "under_powered": under_powered(outcome, criterion),
         "inconclusive_below": criterion.inconclusive_below, "ci_excludes_zero": criterion.ci_excludes_zero,
         "collapse": _collapse_record(experiment, outcome),
         "edge_of_grid": edges,

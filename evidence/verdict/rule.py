@@ -99,3 +99,11 @@ def decide(criterion: Criterion, baseline: Mapping[int, float], treatment: Mappi
     against = collapse and collapse["treatment"].collapsed and not collapse["baseline"].collapsed
     return outcome(FAILED, "below-threshold", f"{shown} < {floor:g}{unit}, "
                    + ("and the treatment collapsed where the baseline did not" if against else "with no collapse difference"))
+
+
+def under_powered(outcome: Outcome, criterion: Criterion) -> bool:
+    """A FAILED verdict whose interval still reaches the threshold (high end >= threshold): the design could not
+    tell a difference of the threshold's size from the one observed. A mark beside the verdict, never a change
+    of it: the pre-registered rule decided."""
+    return outcome.verdict == FAILED and outcome.interval is not None \
+        and outcome.interval[1] >= criterion.threshold - THRESHOLD_SLACK

@@ -18,7 +18,8 @@ def verdict_section(record: dict) -> str:
     base, treat = arms["baseline"], arms["treatment"]
     where = "at the final checkpoint" if metric["at"] == "final" else f"as the last-{metric['last_k']} mean"
     provisional = " (provisional: a tuning winner sits on the edge of its grid)" if record["provisional"] else ""
-    out = [f"## Verdict: {record['verdict']}{provisional}\n",
+    marked = " (under-powered)" if record["under_powered"] else ""
+    out = [f"## Verdict: {record['verdict']}{marked}{provisional}\n",
            f"Pre-registered criterion (`data/experiment.yaml`): treatment `{treat['name']}` (arm {treat['arm']}) − "
            f"baseline `{base['name']}` (arm {base['arm']}) on `{metric['name']}` {where}, paired by training seed, "
            f"must reach {record['threshold']:g}{unit}"
@@ -45,6 +46,7 @@ def verdict_section(record: dict) -> str:
     out.append(f"| mean ± SD | {_plain(record['baseline']['mean'])} | {_plain(record['treatment']['mean'])} | "
                f"{_signed(record['difference_mean'])}" + (f" ± {sd:.2f}" if sd is not None else " (n<2)")
                + (f", 95% t-interval [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else "") + " |\n")
+    out.append(_power_sentence(record, unit))
     collapse = record["collapse"]
     if collapse and "baseline" in collapse:
         out.append("Collapse check (mean curve over the paired seeds): " + "; ".join(
@@ -61,3 +63,18 @@ def verdict_section(record: dict) -> str:
     if record["edge_of_grid"]:
         out.append("")
     return "\n".join(out)
+
+
+def _power_sentence(record: dict, unit: str) -> str:
+    """What the design could detect (its minimum detectable effect), and the under-powered mark's reason."""
+    mde = record["mde"]
+    if mde["value"] is None:
+        return "Minimum detectable effect: none (fewer than two paired seeds).\n"
+    text = (f"Minimum detectable effect: {mde['value']:.2f}{unit} (the smallest true difference this design, "
+            f"{len(record['seeds'])} paired seeds with the observed SD of their differences, detects with "
+            f"{mde['power'] * 100:g}% power in a two-sided paired t-test at α = {mde['alpha']:.2g}).")
+    if record["under_powered"]:
+        text += (f" Under-powered: the verdict FAILED, yet its interval still reaches the threshold "
+                 f"{record['threshold']:g}{unit}; the design cannot tell a difference of the threshold's size "
+                 f"from the one observed. The pre-registered rule's verdict stands.")
+    return text + "\n"

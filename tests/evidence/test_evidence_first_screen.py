@@ -15,7 +15,7 @@ def test_the_report_leads_with_the_arms_the_eval_table_and_figure(clean_build):
     _, result = clean_build
     lines = (result.bundle_dir / "data" / "report.md").read_text().splitlines()
     first_screen = lines[: lines.index("## Scope and evidence boundary")]
-    assert first_screen[2] == "## At a glance"
+    assert first_screen[4] == "## At a glance"  # after the title and the headline sentence
     assert [ln for ln in first_screen if ln.startswith("- ") and "accepted seed(s)" in ln] == [
         "- GRPO: 3 accepted seed(s)", "- REINFORCE++: 3 accepted seed(s)", "- REINFORCE++-baseline: 3 accepted seed(s)"]
     assert any(ln.startswith("| GRPO | final − initial |") for ln in first_screen)

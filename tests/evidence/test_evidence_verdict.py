@@ -315,7 +315,7 @@ def test_tuned_experiment_selects_per_arm_flags_the_edge_and_audits_clean_throug
     assert (data / "experiment.yaml").read_text() == TUNED_SPEC
     assert (data / "stages" / "tuning" / "steps.csv").is_file()
     report = (data / "report.md").read_text()
-    assert report.splitlines()[2] == "## Verdict: VALIDATED (provisional: a tuning winner sits on the edge of its grid)"
+    assert report.splitlines()[4] == "## Verdict: VALIDATED (provisional: a tuning winner sits on the edge of its grid)"
     assert "| mean ± SD | 50.00 | 55.67 | +5.67 ± 0.58, 95% t-interval [+4.23, +7.10] |" in report
 
     audited = subprocess.run([sys.executable, "-m", "evidence", "audit", str(confirm / "bundle.tar.gz")],

@@ -1,0 +1,130 @@
+"""The answer in one sentence (issue 22, section 4): the report's first line after its title, generated from
+the intervals, printed by the launcher, recomputed by the audit.
+
+Expected sentences are written here from the sweep's own eval files (scipy's t-interval, the MDE by
+integrating the power over the SD's chi-square), never from the code under test.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from scipy import stats as sps
+from sweep_factory import make_sweep
+from test_evidence_stats_power import independent_mde as mde  # the power integrated over the SD
+
+from evidence import audit
+from evidence.headline import Pair, headline_sentence
+from tests.sweeps import reseal_bag
+
+REPO = Path(__file__).resolve().parents[2]
+NAMES = {"grpo": "GRPO", "rpp": "REINFORCE++", "rppb": "REINFORCE++-baseline"}
+
+
+def final_pass1(sweep: Path, arm: str, seed: int) -> float:
+    return json.loads((sweep / "jobs" / f"{arm}-{seed}" / "run" / "eval.json").read_text())["final"]["pass@1"]
+
+
+def t_interval(d: list[float]) -> tuple[float, float]:
+    return sps.t.interval(0.95, len(d) - 1, loc=np.mean(d), scale=sps.sem(d))
+
+
+def test_the_sentence_for_each_kind_of_result():
+    assert headline_sentence(["GRPO"], [], 0.95, 0.05) == (
+        "Only GRPO ran: there is no paired comparison on eval pass@1 to state.")
+    assert headline_sentence(["A", "B"], [Pair("B", "A", 1, 0.01, None, None)], 0.95, 0.05) == (
+        "No paired comparison on eval pass@1 has two seeds accepted in both arms: no 95 % interval of the paired "
+        "differences exists.")
+    one = Pair("B", "A", 3, -0.01, (-0.073, 0.03), 0.041)
+    assert headline_sentence(["A", "B"], [one], 0.95, 0.05) == (
+        "B does not differ from A on eval pass@1: the 95 % interval of the paired differences, [-7.3, +3.0] points, "
+        "includes 0 (3 seeds; this design detects differences of 4.1 points or more).")
+    two = [one, Pair("C", "A", 2, 0.0, (-0.1, 0.1), 0.2)]
+    assert headline_sentence(["A", "B", "C"], two, 0.95, 0.05) == (
+        "No arm differs from A on eval pass@1: every 95 % interval of the 2 paired differences includes 0 "
+        "(2–3 seeds; this design detects differences of 20.0 points or more in every pair).")
+    apart = [Pair("B", "A", 3, 0.05, (0.01, 0.09), 0.04, 0.12), Pair("C", "A", 3, 0.0, (-0.1, 0.1), 0.2, 0.9),
+             Pair("B", "C", 3, 0.05, (0.04, 0.06), 0.01, 0.0004)]
+    assert headline_sentence(["A", "B", "C"], apart, 0.95, 0.05) == (
+        "On eval pass@1, B − A is +5.0 points (95 % interval [+1.0, +9.0]; does not hold after Holm's correction "
+        "across the 3 pairs, adjusted p 0.120); B − C is +5.0 points (95 % interval [+4.0, +6.0]; holds after "
+        "Holm's correction across the 3 pairs, adjusted p < 0.001); every other interval includes 0 (3 seeds; this "
+        "design detects differences of 20.0 points or more in every pair).")
+
+
+def test_the_report_opens_with_the_sentence_its_intervals_give_through_python_m_evidence_build(tmp_path):
+    seeds = (42, 1234, 2026)
+    sweep = make_sweep(tmp_path, algos=("grpo", "rpp"),
+                       final_pass1=lambda arm, seed: {42: 0.50, 1234: 0.55, 2026: 0.47}[seed]
+                       + (0.0 if arm == "grpo" else {42: 0.02, 1234: -0.01, 2026: 0.03}[seed]))
+    built = subprocess.run([sys.executable, "-m", "evidence", "build", str(sweep), "--no-figures"], cwd=REPO,
+                           capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr
+    d = [final_pass1(sweep, "rpp", s) - final_pass1(sweep, "grpo", s) for s in seeds]
+    low, high = t_interval(d)
+    assert low < 0 < high
+    expected = (f"REINFORCE++ does not differ from GRPO on eval pass@1: the 95 % interval of the paired differences, "
+                f"[{100 * low:+.1f}, {100 * high:+.1f}] points, includes 0 (3 seeds; this design detects differences "
+                f"of {100 * mde(d):.1f} points or more).")
+    lines = (sweep / "bundle" / "data" / "report.md").read_text().splitlines()
+    assert lines[:4] == ["# toy: GRPO, REINFORCE++", "", expected, ""]
+    with open(sweep / "bundle" / "data" / "tables" / "headline.csv", newline="") as f:
+        assert list(csv.DictReader(f)) == [{"metric": "eval_final_pass@1", "sentence": expected}]
+
+
+def test_three_arms_name_what_their_intervals_say(clean_build):
+    sweep, result = clean_build
+    seeds = json.loads((sweep / "sweep.json").read_text())["seeds"]
+    sentence = (result.bundle_dir / "data" / "report.md").read_text().splitlines()[2]
+    pairs = [("rpp", "grpo"), ("rppb", "grpo"), ("rpp", "rppb")]
+    diffs = {p: [final_pass1(sweep, p[0], s) - final_pass1(sweep, p[1], s) for s in seeds] for p in pairs}
+    apart = [p for p, d in diffs.items() if not t_interval(d)[0] <= 0 <= t_interval(d)[1]]
+    design = f"{len(seeds)} seeds; this design detects differences of {100 * max(mde(d) for d in diffs.values()):.1f} " \
+             "points or more in every pair)."
+    if not apart:
+        assert sentence == ("No two arms differ on eval pass@1: every 95 % interval of the 3 paired differences "
+                            f"includes 0 ({design}")
+    else:
+        assert sentence.startswith("On eval pass@1, ") and sentence.endswith(design)
+        for a, b in apart:
+            assert f"{NAMES[a]} − {NAMES[b]} is " in sentence
+
+
+def test_an_edited_headline_resealed_is_caught_by_the_audit(clean_build, tmp_path):
+    _, result = clean_build
+    bag = Path(shutil.copytree(result.bundle_dir, tmp_path / "edited"))
+    report = bag / "data" / "report.md"
+    lines = report.read_text().split("\n")
+    lines[2] = "REINFORCE++ beats GRPO on eval pass@1 by 9.0 points (3 seeds)."
+    report.write_text("\n".join(lines))
+    table = bag / "data" / "tables" / "headline.csv"
+    with open(table, newline="") as f:
+        rows = list(csv.reader(f))
+    rows[1][1] = lines[2]
+    with open(table, "w", newline="") as f:
+        csv.writer(f, lineterminator="\n").writerows(rows)
+    reseal_bag(bag)
+    reasons = [str(f) for f in audit(bag)]
+    assert any(r.startswith("data/report.md: line 3: does not recompute (recorded 'REINFORCE++ beats GRPO")
+               for r in reasons), reasons
+    assert any(r.startswith("data/tables/headline.csv: line 2, column sentence:") for r in reasons), reasons
+    assert not any("SHA256" in r for r in reasons)
+
+
+def test_the_launchers_seal_prints_the_sentence_first(tmp_path, capsys):
+    from launcher.sweep import seal
+
+    sweep = make_sweep(tmp_path, arms={"grpo": {"algo": "grpo"}, "rpp": {"algo": "rpp"}})
+    seal(sweep)
+    out = capsys.readouterr().out.splitlines()
+    sentence = (sweep / "bundle" / "data" / "report.md").read_text().splitlines()[2]
+    assert sentence.startswith(("REINFORCE++ does not differ from GRPO on eval pass@1", "On eval pass@1, "))
+    start = out.index(sentence)
+    assert out[start + 2] == "final eval pass@1 (mean ± SD over seeds) vs the initial checkpoint"
+    assert out[-1].startswith("training curves:")

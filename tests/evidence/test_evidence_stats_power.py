@@ -1,0 +1,198 @@
+"""The minimum detectable effect of a paired design (issue 22, section 1) against simulation and scipy.stats.
+
+The references are written here: a Monte Carlo run of the paired t-test at the claimed MDE (its rejection
+rate must be 80 %), the power integrated over the SD's chi-square with scipy.integrate, the normal approximation for large n, and
+the sweep's own eval files for the numbers the build writes.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import optimize
+from scipy import stats as sps
+from sweep_factory import make_sweep
+
+from evidence import audit, build_bundle
+from evidence.statistics import minimum_detectable_effect, paired_t_power
+from tests.sweeps import reseal_bag
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def simulated_power(delta: float, sd: float, n: int, alpha: float, reps: int = 200_000, seed: int = 7) -> float:
+    """The share of simulated paired designs (n differences ~ N(δ, σ²)) the two-sided t-test rejects."""
+    rng = np.random.default_rng(seed)
+    d = rng.normal(delta, sd, size=(reps, n))
+    t = d.mean(axis=1) / (d.std(axis=1, ddof=1) / math.sqrt(n))
+    return float(np.mean(np.abs(t) > sps.t.ppf(1 - alpha / 2, n - 1)))
+
+
+@pytest.mark.parametrize("n, sd, alpha", [(3, 1.0, 0.05), (5, 0.02, 0.05), (10, 2.5, 0.05), (4, 3.0, 0.1)])
+def test_the_paired_mde_is_detected_80_percent_of_the_time_in_simulation(n, sd, alpha):
+    mde = minimum_detectable_effect(sd, n, alpha)
+    reps = 200_000
+    tolerance = 4 * math.sqrt(0.8 * 0.2 / reps)  # four binomial standard errors
+    assert simulated_power(mde, sd, n, alpha, reps) == pytest.approx(0.8, abs=tolerance)
+    assert simulated_power(0.9 * mde, sd, n, alpha, reps) < 0.8 - tolerance  # a smaller effect is missed more often
+
+
+def integrated_power(delta: float, sd: float, n: int, alpha: float) -> float:
+    """The paired t-test's power by integrating over the chi-square of the SD: T = (Z + λ)/√(V/df), so
+    P(|T| > c) = ∫ [Φ(λ − c√(v/df)) + Φ(−λ − c√(v/df))] f_χ²(v; df) dv (no noncentral t code at all)."""
+    from scipy import integrate
+
+    df, lam = n - 1, delta * math.sqrt(n) / sd
+    c = sps.t.ppf(1 - alpha / 2, df)
+
+    def integrand(v):
+        s = c * math.sqrt(v / df)
+        return (sps.norm.cdf(lam - s) + sps.norm.cdf(-lam - s)) * sps.chi2.pdf(v, df)
+    return integrate.quad(integrand, 0, np.inf, epsabs=1e-13, epsrel=1e-11, limit=200)[0]
+
+
+def test_the_power_matches_the_integral_over_the_sd_and_is_alpha_at_zero():
+    for n, delta, sd in ((3, 2.0, 1.0), (8, 0.5, 1.3), (2, 20.0, 1.0), (30, 0.4, 1.0), (5, 0.0, 1.0)):
+        assert paired_t_power(delta, sd, n, 0.05) == pytest.approx(integrated_power(delta, sd, n, 0.05), rel=1e-7)
+    assert paired_t_power(0.0, 1.0, 5, 0.05) == pytest.approx(0.05, rel=1e-12)
+
+
+def test_the_mde_solves_power_080_by_the_integral_and_meets_the_normal_formula_at_large_n():
+    def reference_mde(sd, n, alpha):
+        return optimize.bisect(lambda d: integrated_power(d, sd, n, alpha) - 0.8, 0.0, 50 * sd, xtol=1e-12)
+
+    for n, sd in ((3, 1.0), (6, 0.7), (12, 4.0)):
+        assert minimum_detectable_effect(sd, n, 0.05) == pytest.approx(reference_mde(sd, n, 0.05), rel=1e-7)
+    normal = (sps.norm.ppf(0.975) + sps.norm.ppf(0.8)) / math.sqrt(400)
+    assert minimum_detectable_effect(1.0, 400, 0.05) == pytest.approx(normal, rel=5e-3)
+    assert minimum_detectable_effect(1.0, 3, 0.05) > 1.5 * (sps.norm.ppf(0.975) + sps.norm.ppf(0.8)) / math.sqrt(3)
+
+
+def test_no_mde_without_two_seeds_and_zero_without_spread():
+    assert minimum_detectable_effect(None, 1, 0.05) is None
+    assert minimum_detectable_effect(0.3, 1, 0.05) is None
+    assert minimum_detectable_effect(0.0, 3, 0.05) == 0.0
+
+
+# ---- through the build and the audit ------------------------------------------------------------
+
+def rows(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def edit_cell(path: Path, line: int, column: str, value) -> None:
+    """Overwrite one CSV cell (line 2 is the first row), as a forger editing the table would."""
+    with open(path, newline="") as f:
+        table = list(csv.reader(f))
+    table[line - 1][table[0].index(column)] = str(value)
+    with open(path, "w", newline="") as f:
+        csv.writer(f, lineterminator="\n").writerows(table)
+
+
+def final_pass1(sweep: Path, arm: str, seed: int) -> float:
+    return json.loads((sweep / "jobs" / f"{arm}-{seed}" / "run" / "eval.json").read_text())["final"]["pass@1"]
+
+
+def independent_mde(differences: list[float]) -> float:
+    """MDE at 80 % power, α 0.05, by bisection on the integrated power (not the code under test)."""
+    n, sd = len(differences), float(np.std(differences, ddof=1))
+    return optimize.bisect(lambda d: integrated_power(d, sd, n, 0.05) - 0.8, 0.0, 100 * sd, xtol=1e-14 * sd)
+
+
+def test_the_paired_table_states_each_pairs_mde_through_python_m_evidence_build(tmp_path):
+    sweep = make_sweep(tmp_path)
+    built = subprocess.run([sys.executable, "-m", "evidence", "build", str(sweep), "--no-figures"], cwd=REPO,
+                           capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr
+    data = sweep / "bundle" / "data"
+    checked = 0
+    for row in rows(data / "tables" / "paired_differences.csv"):
+        if row["metric"] != "eval_final_pass@1":
+            continue
+        seeds = json.loads((sweep / "sweep.json").read_text())["seeds"]
+        diffs = [final_pass1(sweep, row["a"], s) - final_pass1(sweep, row["b"], s) for s in seeds]
+        assert float(row["mde"]) == pytest.approx(independent_mde(diffs), rel=1e-7)
+        checked += 1
+    assert checked == 3
+    report = (data / "report.md").read_text()
+    assert "| MDE (80% power) |" in report and "with 80% power in a two-sided paired t-test at α = 0.05" in report
+
+
+BASE = {1: 0.50, 2: 0.52, 3: 0.48}
+SPEC = """\
+arms:
+  isp: {algo: grpo}
+  sc: {algo: rppb}
+seeds: [1, 2, 3]
+criterion:
+  metric: eval/pass@1
+  at: final
+  baseline: isp
+  treatment: sc
+  threshold_points: 4
+  inconclusive_below_points: 2
+"""
+
+
+def experiment_sweep(tmp_path: Path, points: dict[int, float]) -> Path:
+    sweep = make_sweep(tmp_path, seeds=(1, 2, 3), arms={"grpo": {"algo": "grpo"}, "rppb": {"algo": "rppb"}},
+                       final_pass1=lambda arm, seed: BASE[seed] + (points[seed] / 100 if arm == "rppb" else 0))
+    (sweep / "experiment.yaml").write_text(SPEC, encoding="utf-8")
+    return sweep
+
+
+def verdict_points(sweep: Path) -> list[float]:
+    """The per-seed differences in points, from the sweep's own eval files."""
+    return [100 * (final_pass1(sweep, "rppb", s) - final_pass1(sweep, "grpo", s)) for s in (1, 2, 3)]
+
+
+def test_a_failed_verdict_whose_interval_reaches_the_threshold_is_marked_under_powered(tmp_path):
+    sweep = experiment_sweep(tmp_path, {1: 4, 2: -3, 3: 1})
+    bag = build_bundle(sweep, figures=False).bundle_dir
+    verdict = json.loads((bag / "data" / "verdict.json").read_text())
+    d = verdict_points(sweep)
+    half = sps.t.ppf(0.975, 2) * np.std(d, ddof=1) / math.sqrt(3)
+    assert np.mean(d) < 2 and np.mean(d) + half >= 4  # FAILED by the rule, yet the interval reaches 4 points
+    assert (verdict["verdict"], verdict["rule"], verdict["under_powered"]) == ("FAILED", "below-threshold", True)
+    assert verdict["mde"]["power"] == 0.8 and verdict["mde"]["alpha"] == pytest.approx(0.05)
+    assert verdict["mde"]["value"] == pytest.approx(independent_mde(d), rel=1e-7)
+    report = (bag / "data" / "report.md").read_text()
+    assert "## Verdict: FAILED (under-powered)" in report
+    assert f"Minimum detectable effect: {independent_mde(d):.2f} points" in report
+    assert "The pre-registered rule's verdict stands." in report
+    assert audit(bag) == []
+
+
+def test_a_failed_verdict_with_a_tight_interval_is_not_under_powered(tmp_path):
+    verdict = json.loads((build_bundle(experiment_sweep(tmp_path, {1: 1, 2: 0, 3: 2}), figures=False).bundle_dir
+                          / "data" / "verdict.json").read_text())
+    assert verdict["verdict"] == "FAILED" and verdict["under_powered"] is False  # interval high 1 + 2.48 < 4
+
+
+def test_an_edited_mde_resealed_is_caught_in_the_table_the_report_and_the_verdict(tmp_path):
+    sweep = experiment_sweep(tmp_path, {1: 4, 2: -3, 3: 1})
+    bag = Path(shutil.copytree(build_bundle(sweep, figures=False).bundle_dir, tmp_path / "edited"))
+    table = bag / "data" / "tables" / "paired_differences.csv"
+    edit_cell(table, 2, "mde", float(rows(table)[0]["mde"]) / 2)  # claim twice the sensitivity
+    record = json.loads((bag / "data" / "verdict.json").read_text())
+    record["mde"]["value"] = 1.0
+    record["under_powered"] = False
+    (bag / "data" / "verdict.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    report = bag / "data" / "report.md"
+    report.write_text(report.read_text().replace("## Verdict: FAILED (under-powered)", "## Verdict: FAILED"))
+    reseal_bag(bag)
+    reasons = [str(f) for f in audit(bag)]
+    assert any(r.startswith("data/tables/paired_differences.csv: line 2, column mde:") for r in reasons), reasons
+    assert any(r.startswith("data/verdict.json: does not recompute: mde.value") for r in reasons), reasons
+    assert "data/verdict.json: does not recompute: under_powered: recorded False, recomputed True" in reasons
+    assert any(r.startswith("data/report.md: line") and "under-powered" in r for r in reasons), reasons
+    assert not any("SHA256" in r for r in reasons)
