@@ -410,15 +410,17 @@ def check_eval(run_dir: Path, final_checkpoint: str | None, expected_responses: 
             if initial.get(key) != final.get(key):
                 fail(f"initial and final differ in {key}: the control is not identically evaluated")
         root = sweep_dir if sweep_dir is not None else sweep_dir_of_run(run_dir)
-        failures += [replace(p, kind="eval") for p in rescore_run(run_dir, summary, root)]
+        failures += [replace(p, kind="eval") for p in
+                     rescore_run(run_dir, summary, root, {} if shared_checks is None else shared_checks)]
     return summary, failures
 
 
-def rescore_run(run_dir: Path, summary: dict, sweep_dir: Path | None) -> list[Problem]:
+def rescore_run(run_dir: Path, summary: dict, sweep_dir: Path | None, shared_checks: dict) -> list[Problem]:
     """Every response of the run's evaluations re-scored against its frozen subset (``run/eval/subset.json``,
     pinned by the final summary's ``subset_sha256``) and each summary recomputed from the re-scored rewards
     (``evidence.evaluations``): the final one's and the initial one's, a shared initial evaluation's responses
-    in ``sweep_dir`` (its problems named under its own file)."""
+    in ``sweep_dir`` (its problems named under its own file), re-scored once per ``shared_checks`` (the
+    cache ``check_shared_reference`` keeps across a sweep's jobs: each job's entry equals the shared one)."""
     subset_file = run_relpath(EVAL_RESPONSES_DIR, EVAL_SUBSET)
     labels, why = read_subset(run_dir / EVAL_RESPONSES_DIR / EVAL_SUBSET, summary["final"].get("subset_sha256"))
     if labels is None:
@@ -435,13 +437,22 @@ def rescore_run(run_dir: Path, summary: dict, sweep_dir: Path | None) -> list[Pr
         else:
             name = f"{shared_dir}/{INITIAL_EVAL_RESPONSES}"
             path, summary_file = sweep_dir / name, f"{shared_dir}/{EVAL_RECORD}"
-        try:
-            responses = path.read_bytes()
-        except OSError:
-            problems.append(Problem(name, RESPONSES_MISSING))
+        cached = path if shared_dir is not None else None  # keyed by its file, as check_shared_reference's
+        if cached in shared_checks:
+            problems += shared_checks[cached]
             continue
-        problems += rescored_problems({k: v for k, v in entry.items() if k != "shared"}, responses, labels, name,
-                                      summary_file, kind)
+        stated = {k: v for k, v in entry.items() if k != "shared"}
+        if cached is not None:  # the shared file's own summary: the run's copy of it is check_shared_reference's
+            shared = shared_checks.get(sweep_dir / shared_dir / EVAL_RECORD)
+            if shared is not None and shared.summary is not None:
+                stated = shared.summary
+        try:
+            found = rescored_problems(stated, path.read_bytes(), labels, name, summary_file, kind)
+        except OSError:
+            found = [Problem(name, RESPONSES_MISSING)]
+        if cached is not None:
+            shared_checks[cached] = found
+        problems += found
     return problems
 
 

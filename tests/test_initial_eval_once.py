@@ -597,7 +597,8 @@ def test_a_sweeps_jobs_read_and_validate_their_shared_evaluation_once(synthetic,
     sweep_dir = Path(shutil.copytree(synthetic[0], tmp_path / "sweep", ignore=shutil.ignore_patterns("bundle*")))
     checked: dict = {}
     first = evaluate_job(sweep_dir / "jobs" / SYNTHETIC_JOBS[0], shared_checks=checked)
-    assert first.failures == [] and list(checked) == [_shared_dir(sweep_dir) / "eval.json"]
+    # the shared summary checked and its responses re-scored, each once
+    assert first.failures == [] and list(checked) == [_shared_dir(sweep_dir) / f for f in ("eval.json", "responses.jsonl")]
     shutil.rmtree(sweep_dir / "initial_eval")
     assert evaluate_job(sweep_dir / "jobs" / SYNTHETIC_JOBS[1], shared_checks=checked).failures == []
     alone = evaluate_job(sweep_dir / "jobs" / SYNTHETIC_JOBS[1])  # a fresh validation reads the disk again

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from experiment_stages import add_launcher_stages
 from scipy import optimize
 from scipy import stats as sps
 from sweep_factory import make_sweep
@@ -129,6 +130,8 @@ def test_the_paired_table_states_each_pairs_mde_through_python_m_evidence_build(
 
 BASE = {1: 0.50, 2: 0.52, 3: 0.48}
 SPEC = """\
+title: rppb against grpo, sized to miss
+hypothesis: rppb reaches at least 4 points higher pass@1 than grpo
 arms:
   isp: {algo: grpo}
   sc: {algo: rppb}
@@ -147,6 +150,7 @@ def experiment_sweep(tmp_path: Path, points: dict[int, float]) -> Path:
     sweep = make_sweep(tmp_path, seeds=(1, 2, 3), arms={"grpo": {"algo": "grpo"}, "rppb": {"algo": "rppb"}},
                        final_pass1=lambda arm, seed: BASE[seed] + (points[seed] / 100 if arm == "rppb" else 0))
     (sweep / "experiment.yaml").write_text(SPEC, encoding="utf-8")
+    add_launcher_stages(sweep, SPEC)  # the probe stage and the registration link an experiment's bundle carries
     return sweep
 
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from experiment_stages import add_launcher_stages
 from sweep_factory import make_sweep
 
 from evidence.verdict import arm_owner
@@ -38,6 +39,7 @@ def test_spec_arms_named_like_the_other_arms_labels_decide_about_their_own_runs(
     sweep = make_sweep(tmp_path, seeds=SEEDS, arms={"grpo": {"algo": "grpo"}, "rppb": {"algo": "rppb"}},
                        final_pass1=lambda arm, seed: treat[seed] if arm == "rppb" else BASE[seed])
     (sweep / "experiment.yaml").write_text(SWAPPED, encoding="utf-8")
+    add_launcher_stages(sweep, SWAPPED)  # the probe stage and the registration link an experiment's bundle carries
     run = subprocess.run([sys.executable, "-m", "evidence", "build", str(sweep), "--no-figures"],
                          cwd=REPO, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
