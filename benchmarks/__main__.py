@@ -6,6 +6,7 @@ None of these is a pass/fail test; record the numbers in BENCHMARKS.md with the 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import platform
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from facts.files import BUNDLE_ARCHIVE, JOB_RUN_DIR, METRICS_LOG
+from facts.files import BUNDLE_ARCHIVE, BUNDLE_DIR, BUNDLE_PAYLOAD, INDEX_TABLE, JOB_RUN_DIR, METRICS_LOG
 from facts.repo import REPO_ROOT
 
 REPO = REPO_ROOT
@@ -195,6 +196,15 @@ def _timed_child(cmd: list[str]) -> tuple[float, float, float]:
 EVIDENCE_SIZES = ((10, 50), (100, 50), (1000, 50))
 
 
+def _all_accepted(sweep: Path, jobs: int) -> None:
+    """Every synthetic job accepted by the build: a rejected one skips the checks and copies being timed."""
+    with open(sweep / BUNDLE_DIR / BUNDLE_PAYLOAD / INDEX_TABLE, newline="", encoding="utf-8") as f:
+        accepted = sum(row["accepted"] == "yes" for row in csv.DictReader(f))
+    if accepted != jobs:
+        raise SystemExit(f"benchmarks: the synthetic sweep's build accepted {accepted} of {jobs} jobs; "
+                         "benchmarks/synthetic_sweep.py no longer writes what the evidence accepts")
+
+
 def bench_evidence(sizes=EVIDENCE_SIZES) -> None:
     """``python -m evidence build`` and ``audit`` of synthetic sweeps of accepted jobs
     (benchmarks/synthetic_sweep.py) at growing sizes: wall, CPU and peak memory, and the CPU cost per
@@ -207,6 +217,7 @@ def bench_evidence(sizes=EVIDENCE_SIZES) -> None:
             subprocess.run([sys.executable, "-m", "benchmarks.synthetic_sweep", str(sweep), f"--jobs={jobs}",
                             f"--steps={steps}"], cwd=REPO, check=True)
             build = _timed_child([sys.executable, "-m", "evidence", "build", str(sweep)])
+            _all_accepted(sweep, jobs)
             audit = _timed_child([sys.executable, "-m", "evidence", "audit", str(sweep / BUNDLE_ARCHIVE)])
             rows.append((jobs, steps, build, audit))
             shutil.rmtree(sweep)

@@ -5,9 +5,9 @@ sweep of ``N`` jobs (arms grpo, rpp, rppb, or the first two or one where three d
 by seeds 0, 1, ...) of ``S`` updates each: the
 sweep record, and per job the plan's spec, the job record, both command records, the trainer log and
 a complete run directory (run record with the algorithm's declaration and metric keys, one metrics
-record per step with every key the run declares, the final checkpoint, the evaluation summary and
-responses, a TensorBoard event file). Names, keys and layout are the ones in ``facts/``; the
-records have the fields the launcher and the trainer write (compare a real ``make run`` sweep).
+record per step with every key the run declares, the final checkpoint, the evaluation summary,
+responses (each reward the trainer's own score of its text) and frozen subset, a TensorBoard event
+file). Names, keys and layout are the ones in ``facts/``; the records have the fields the launcher and the trainer write (compare a real ``make run`` sweep).
 Values are deterministic functions of (arm, seed, step), so two sweeps of one size are byte-identical.
 What differs from a real sweep, by design: the checkpoint is a small safetensors file (the evidence
 hashes checkpoints, it does not load them), the initial evaluation is each job's own (not shared),
@@ -41,11 +41,13 @@ from facts import (
     run_dir_of_job,
     sweep_job_dir,
 )
+from facts.evaluation import recompute_eval, subset_bytes
 from facts.files import (
     COMMAND_PUBLIC_RECORD,
     COMMAND_RECORD,
     COMMANDS_FILE,
     EVAL_RESPONSES_DIR,
+    EVAL_SUBSET,
     JOB_RECORD,
     JOB_SPEC,
     LATEST_CHECKPOINT,
@@ -56,14 +58,16 @@ from facts.files import (
     TRAINER_LOG,
     TRAINER_STATE,
     WEIGHTS_FILE,
+    eval_responses_name,
 )
+from facts.reward import math_reward
 from facts.states import COMPLETED
 
 ARMS = ("grpo", "rpp", "rppb")
 COMMIT = "5f7cd574372288391bb1c41ca0677422cd31e725"
 NODE = "cn-042.cluster.example"
-RESPONSES = (" 10 + 20 = 30\n#### 30", " 3 apples and 4 more make 7\n#### 7", " x = 5, so 2x = 10\n#### 12")
-EVAL_PROMPTS, EVAL_K = 16, 4
+RESPONSES = (" 10 + 20 = 30\n#### 30",)  # the trainer log's sample
+EVAL_PROMPTS, EVAL_K = 25, 4
 
 
 def write_json(path: Path, value) -> None:
@@ -99,22 +103,45 @@ def metrics_lines(arm: str, seed: int, steps: int) -> str:
     return "".join(lines)
 
 
-def eval_summary(checkpoint: str, pass1: float) -> dict:
-    n = EVAL_PROMPTS * EVAL_K
-    return {"checkpoint": checkpoint, "n_prompts": EVAL_PROMPTS, "k": EVAL_K, "n_responses": n, "eval_seed": 29,
-            "subset_sha256": hashlib.sha256(b"toy test subset").hexdigest(), "pass@1": pass1,
-            "pass@2": round(1 - (1 - pass1) ** 2, 6), "pass@4": round(1 - (1 - pass1) ** 4, 6), "truncation": 0.0,
-            "mean_length": 14.5, "mean_reward": pass1, "all_zero_reward": pass1 == 0}
+def subset_rows() -> list[list]:
+    """The frozen evaluation subset: ``[index, question, label]`` rows."""
+    return [[i, f"Tom has {i} apples and buys {i + 1} more. How many apples does he have?", str(2 * i + 1)]
+            for i in range(EVAL_PROMPTS)]
+
+
+def eval_responses(pass1: float) -> list[dict]:
+    """Responses to the subset, ``round(pass1 x responses)`` of them correct, spread over the prompts; each
+    record's reward is the trainer's own score of its text, so the evidence's re-scoring agrees."""
+    correct = round(pass1 * EVAL_PROMPTS * EVAL_K)
+    records = []
+    for index, _, label in subset_rows():
+        right = correct // EVAL_PROMPTS + (index < correct % EVAL_PROMPTS)
+        for sample in range(EVAL_K):
+            answer = int(label) + (sample >= right)
+            response = f" {index} + {index + 1} = {answer}\n#### {answer}"
+            records.append({"index": index, "sample": sample, "response": response, "label": label,
+                            "reward": math_reward(response, label), "length": 13, "finished": True})
+    return records
+
+
+def eval_summary(checkpoint: str, records: list[dict]) -> dict:
+    """The summary the trainer writes of ``records``: their statistics, the subset's digest, the eval seed."""
+    stats = recompute_eval(records, EVAL_K)
+    return {"checkpoint": checkpoint, "eval_seed": 29, "subset_sha256": hashlib.sha256(subset_bytes(subset_rows())).hexdigest(),
+            "all_zero_reward": stats["mean_reward"] == 0, **stats}
 
 
 def write_eval(run_dir: Path, checkpoint: str, pass1: float) -> None:
-    write_json(run_dir / EVAL_RECORD, {"initial": eval_summary("initial", 0.25), "final": eval_summary(checkpoint, pass1)})
-    for kind in ("initial", "final"):
-        lines = [json.dumps({"index": i // EVAL_K, "sample": i % EVAL_K, "response": RESPONSES[i % len(RESPONSES)],
-                             "label": "30", "reward": float(i % 2), "length": 13, "finished": True})
-                 for i in range(EVAL_PROMPTS * EVAL_K)]
-        (run_dir / EVAL_RESPONSES_DIR).mkdir(parents=True, exist_ok=True)
-        (run_dir / EVAL_RESPONSES_DIR / f"{kind}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    """eval.json, both evaluations' responses and the frozen subset they are scored against."""
+    summary = {}
+    (run_dir / EVAL_RESPONSES_DIR).mkdir(parents=True, exist_ok=True)
+    for kind, name, rate in (("initial", "initial", 0.25), ("final", checkpoint, pass1)):
+        records = eval_responses(rate)
+        summary[kind] = eval_summary(name, records)
+        (run_dir / EVAL_RESPONSES_DIR / eval_responses_name(kind)).write_text(
+            "".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    (run_dir / EVAL_RESPONSES_DIR / EVAL_SUBSET).write_bytes(subset_bytes(subset_rows()))
+    write_json(run_dir / EVAL_RECORD, summary)
 
 
 def write_run_dir(run_dir: Path, arm: str, seed: int, steps: int, index: int) -> None:
@@ -141,7 +168,7 @@ def write_run_dir(run_dir: Path, arm: str, seed: int, steps: int, index: int) ->
     (ckpt / "optimizer.pt").write_bytes(b"optimizer-state")
     write_json(ckpt / TRAINER_STATE, {"step": steps})
     (run_dir / CHECKPOINTS_DIR / LATEST_CHECKPOINT).write_text(checkpoint + "\n", encoding="utf-8")
-    write_eval(run_dir, checkpoint, round(0.4 + random.Random(f"eval-{arm}-{seed}").uniform(-0.1, 0.1), 4))
+    write_eval(run_dir, checkpoint, 0.4 + random.Random(f"eval-{arm}-{seed}").uniform(-0.1, 0.1))
 
 
 def write_job(sweep: Path, name: str, arm: str, seed: int, steps: int, index: int) -> None:
