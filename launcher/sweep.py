@@ -14,7 +14,7 @@ from facts.files import COMMANDS_FILE, JOB_SPEC, SWEEP_RECORD, TABLES_DIR, bundl
 from launcher.backend import backend
 from launcher.jobs import check_arms, prepare_job_dirs
 from launcher.locks import sweep_lock
-from launcher.plan import write_plan
+from launcher.plan import expanded_commands, write_plan
 from launcher.spec import JobSpec, Sweep
 
 HEADLINE_TABLE = "headline.csv"  # evidence.tables.headline_table: one row, the report's first sentence
@@ -23,6 +23,13 @@ HEADLINE_TABLE = "headline.csv"  # evidence.tables.headline_table: one row, the 
 def run_sweep(sweep: Sweep) -> int:
     """Dry-run or run the sweep; returns the process exit code."""
     check_arms(sweep.sweep_dir, sweep.arms)
+    if sweep.dry_run and (sweep.sweep_dir / SWEEP_RECORD).is_file():
+        # A sweep's records are what its runs, its seal and an experiment's pre-registration link read
+        # (confirm/sweep.json's experiment_sha256): a dry run prints and changes none of them.
+        print("\n".join(expanded_commands(sweep)))
+        print(f"dry run: {len(sweep.specs)} job(s) checked, nothing submitted; {sweep.sweep_dir} already holds a "
+              f"sweep, whose {SWEEP_RECORD} and {COMMANDS_FILE} are left as they are")
+        return 0
     commands = write_plan(sweep)
     if sweep.dry_run:
         print("\n".join(commands))
