@@ -8,7 +8,6 @@ import json
 import sys
 from pathlib import Path
 
-from evidence.tables import fmt
 from facts import INITIAL_EVAL_DIR, sweep_job_dir, sweep_jobs_dir
 from facts.files import COMMANDS_FILE, JOB_SPEC, SWEEP_RECORD, TABLES_DIR, bundle_payload_dir
 from launcher.backend import backend
@@ -101,6 +100,9 @@ def print_eval_summary(tables_dir: Path, jobs: list[dict], arms: dict[str, str])
             return []
         with open(tables_dir / name, newline="") as f:
             return list(csv.DictReader(f))
+
+    # imported here, as seal's evidence is: a dry run, status and cancel skip its ~0.3 s
+    from evidence.tables import fmt
 
     rows = {(_arm(r), r["checkpoint"]): r for r in read("eval_aggregate.csv")}
     initial = read("eval_initial.csv")
