@@ -61,7 +61,7 @@ def _shared_dir(sweep_dir: Path) -> Path:
 
 def test_a_two_by_two_sweep_evaluates_the_initial_checkpoint_once(sweep):
     directory = _shared_dir(sweep)
-    assert sorted(p.name for p in directory.iterdir()) == ["eval.json", "responses.jsonl"]
+    assert sorted(p.name for p in directory.iterdir()) == ["eval.json", "responses.jsonl", "subset.json"]
     assert [p.relative_to(sweep) for p in sweep.rglob("*.jsonl") if "initial" in p.name or p.parent == directory] \
         == [directory.relative_to(sweep) / "responses.jsonl"]  # no run/eval/initial.jsonl anywhere
     assert len(_initial_eval_lines(sweep, "computed")) == 1

@@ -80,15 +80,20 @@ def test_refused_commands_and_experiments_leave_no_empty_directory(tmp_path):
         assert list(tmp_path.iterdir()) == [], (args, sorted(p for p in tmp_path.rglob("*")))
     proc = _launch_py(tmp_path, "experiment=loss_norm", "dry_run=true")
     assert proc.returncode == 0, proc.stderr
-    assert [p.relative_to(tmp_path).as_posix() for p in tmp_path.glob("outputs/*")] == ["outputs/experiments"]
+    assert list(tmp_path.iterdir()) == []  # an experiment's dry run writes nothing, not even its directory
 
 
 @pytest.mark.slow  # runs launch.py: a process per command
 def test_an_experiments_smoke_run_and_full_run_get_their_own_default_directories(tmp_path):
     smoke = ("workload.n_updates=8", "workload.eval.n_prompts=16")
     digest = hashlib.sha256(b"workload.eval.n_prompts=16\nworkload.n_updates=8").hexdigest()[:8]
+    made = set()
     for args in ((), smoke, (*smoke[::-1], "cluster=local")):
         proc = _launch_py(tmp_path, "experiment=loss_norm", *args, "dry_run=true")
         assert proc.returncode == 0, proc.stderr
-    made = sorted(p.name for p in (tmp_path / "outputs" / "experiments").iterdir())
+        # the dry run names the directory a run would use, and makes none
+        (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("directory: ")]
+        made.add(Path(line.split(": ", 1)[1].split(" (", 1)[0]).relative_to(tmp_path / "outputs" / "experiments").as_posix())
+    assert not (tmp_path / "outputs").exists()
+    made = sorted(made)
     assert made == ["loss_norm", f"loss_norm-{digest}"]  # the order of the overrides, or a launcher setting: the same

@@ -27,6 +27,7 @@ def dry_run(runner: Runner) -> int:
     study = runner.study
     print(f"experiment {study.name}: {study.experiment.criterion.treatment} vs {study.experiment.criterion.baseline}, "
           f"spec sha256 {study.sha256}")
+    print(f"directory: {runner.exp_dir} (a run of this command writes there; this dry run writes nothing)")
     stage_header(PROBE_STAGE, f"{runner.probe_steps()} step(s) of every arm, seed {study.experiment.seeds[0]}")
     show(runner.plan(PROBE_STAGE, runner.probe_cells()))
     grad = study.probe.get("gradient_check")
