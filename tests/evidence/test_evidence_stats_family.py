@@ -7,13 +7,13 @@ intervals' joint coverage, and the sweep's own eval files for what the build wri
 
 from __future__ import annotations
 
-import csv
 import json
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from bundle_tables import edit_cell, final_pass1, rows
 from scipy import stats as sps
 from sweep_factory import make_sweep
 
@@ -81,22 +81,6 @@ def test_bonferroni_intervals_cover_all_pairs_together_at_least_95_percent_in_si
 
 # ---- through the build and the audit ------------------------------------------------------------
 
-def rows(path: Path) -> list[dict]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def edit_cell(path: Path, line: int, column: str, value) -> None:
-    """Overwrite one CSV cell (line 2 is the first row), as a forger editing the table would."""
-    with open(path, newline="") as f:
-        table = list(csv.reader(f))
-    table[line - 1][table[0].index(column)] = str(value)
-    with open(path, "w", newline="") as f:
-        csv.writer(f, lineterminator="\n").writerows(table)
-
-
-def final_pass1(sweep: Path, arm: str, seed: int) -> float:
-    return json.loads((sweep / "jobs" / f"{arm}-{seed}" / "run" / "eval.json").read_text())["final"]["pass@1"]
 
 
 def test_a_three_arm_sweep_reports_each_metric_as_a_family_of_three_pairs(tmp_path):

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from bundle_tables import final_pass1
 from scipy import stats as sps
 from sweep_factory import make_sweep
 from test_evidence_stats_power import independent_mde as mde  # the power integrated over the SD
@@ -25,10 +26,6 @@ from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]
 NAMES = {"grpo": "GRPO", "rpp": "REINFORCE++", "rppb": "REINFORCE++-baseline"}
-
-
-def final_pass1(sweep: Path, arm: str, seed: int) -> float:
-    return json.loads((sweep / "jobs" / f"{arm}-{seed}" / "run" / "eval.json").read_text())["final"]["pass@1"]
 
 
 def t_interval(d: list[float]) -> tuple[float, float]:

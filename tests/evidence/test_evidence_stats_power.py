@@ -7,7 +7,6 @@ the sweep's own eval files for the numbers the build writes.
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import shutil
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from bundle_tables import edit_cell, final_pass1, rows
 from experiment_stages import add_launcher_stages
 from scipy import optimize
 from scipy import stats as sps
@@ -85,22 +85,6 @@ def test_no_mde_without_two_seeds_and_zero_without_spread():
 
 # ---- through the build and the audit ------------------------------------------------------------
 
-def rows(path: Path) -> list[dict]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def edit_cell(path: Path, line: int, column: str, value) -> None:
-    """Overwrite one CSV cell (line 2 is the first row), as a forger editing the table would."""
-    with open(path, newline="") as f:
-        table = list(csv.reader(f))
-    table[line - 1][table[0].index(column)] = str(value)
-    with open(path, "w", newline="") as f:
-        csv.writer(f, lineterminator="\n").writerows(table)
-
-
-def final_pass1(sweep: Path, arm: str, seed: int) -> float:
-    return json.loads((sweep / "jobs" / f"{arm}-{seed}" / "run" / "eval.json").read_text())["final"]["pass@1"]
 
 
 def independent_mde(differences: list[float]) -> float:

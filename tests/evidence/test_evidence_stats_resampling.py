@@ -8,14 +8,13 @@ from their definitions by sorting and counting, and the sweep's own eval files f
 
 from __future__ import annotations
 
-import csv
 import itertools
-import json
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from bundle_tables import edit_cell, final_pass1, rows
 from scipy import stats as sps
 from sweep_factory import make_sweep
 
@@ -80,22 +79,6 @@ def test_iqm_and_probability_of_improvement_by_their_definitions_and_refused_bel
 
 # ---- through the build and the audit ------------------------------------------------------------
 
-def rows(path: Path) -> list[dict]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def edit_cell(path: Path, line: int, column: str, value) -> None:
-    """Overwrite one CSV cell (line 2 is the first row), as a forger editing the table would."""
-    with open(path, newline="") as f:
-        table = list(csv.reader(f))
-    table[line - 1][table[0].index(column)] = str(value)
-    with open(path, "w", newline="") as f:
-        csv.writer(f, lineterminator="\n").writerows(table)
-
-
-def final_pass1(sweep: Path, arm: str, seed: int) -> float:
-    return json.loads((sweep / "jobs" / f"{arm}-{seed}" / "run" / "eval.json").read_text())["final"]["pass@1"]
 
 
 def test_five_seeds_give_the_bootstrap_the_iqm_and_the_probability_of_improvement_and_the_audit_redraws_them(tmp_path):
