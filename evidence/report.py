@@ -323,7 +323,8 @@ def _paired_differences(data: BundleData, tables: dict[str, Table]) -> str:
         f"at α = {1 - data.ci_level:.2g} (the interval's level), from the noncentral t distribution. A difference "
         f"below it may be real and still go unseen: more seeds lower it. The bootstrap interval resamples the "
         f"seeds with their pairs ({BOOTSTRAP_RESAMPLES} resamples, {BOOTSTRAP_METHOD} method, "
-        f"`scipy.stats.bootstrap` with seed {BOOTSTRAP_SEED}, recorded in each row of `tables/paired_differences.csv`): "
+        f"the draws `scipy.stats.bootstrap` makes from `numpy.random.default_rng({BOOTSTRAP_SEED})`, recorded in each row of "
+        f"`tables/paired_differences.csv`): "
         f"it assumes no normality, but with a handful of seeds it can only span the observed differences and is "
         f"narrower than the t-interval, not more trustworthy.\n",
         tables["paired_differences"].markdown()])

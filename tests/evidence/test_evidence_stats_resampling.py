@@ -72,6 +72,10 @@ def test_iqm_and_probability_of_improvement_by_their_definitions_and_refused_bel
         other = list(np.round(rng.normal(size=n + 1), 1))
         mine = list(np.round(values, 1))  # ties
         assert robust.probability_of_improvement(mine, other) == pytest.approx(reference_poi(mine, other), rel=1e-12)
+        # the library definitions the docstrings name (computed in numpy there: scipy.stats costs a second to import)
+        assert robust.interquartile_mean(values) == pytest.approx(sps.trim_mean(values, 0.25), rel=1e-12)
+        u = sps.mannwhitneyu(mine, other, alternative="two-sided").statistic
+        assert robust.probability_of_improvement(mine, other) == pytest.approx(u / (len(mine) * len(other)), rel=1e-12)
     assert robust.interquartile_mean([1.0, 2.0, 100.0, 3.0, 4.0]) == pytest.approx(3.0)  # 100 trimmed
     assert robust.interquartile_mean([1.0, 2.0, 3.0]) is None
     assert robust.probability_of_improvement([1.0, 2.0, 3.0], [0.0, 1.0, 2.0, 3.0]) is None
