@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from sweep_factory import job_dir, make_sweep
 
 from evidence import SweepError
 from evidence.__main__ import main
+from evidence.audit.archive import checked_member_filter
 from evidence.bundle import refuse_unexpected_files, write_archive
 from tests.sweeps import reseal_bag
 
@@ -127,3 +129,15 @@ def test_names_of_a_sweep_that_are_not_the_layouts_are_not_copied(tmp_path, caps
     assert not (data / "attempts").exists() and not (data / "ranks").exists()
     capsys.readouterr()
     assert main(["audit", str(sweep / "bundle.tar.gz")]) == 0
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o755, 0o777, 0o4755, 0o600, 0o444, 0o111, 0o2770])
+@pytest.mark.parametrize("kind", [tarfile.REGTYPE, tarfile.DIRTYPE])
+def test_the_audits_extraction_filter_sets_what_tarfiles_data_filter_sets(tmp_path, mode, kind):
+    """The audit extracts checked members without the data filter's per-member realpath (quadratic in a deep
+    tree's depth); modes and owners come out as the data filter leaves them."""
+    member = tarfile.TarInfo("bundle/data/x")
+    member.type, member.mode, member.uid, member.gid, member.uname, member.gname = kind, mode, 7, 8, "u", "g"
+    ours, reference = checked_member_filter(member, str(tmp_path)), tarfile.data_filter(member, str(tmp_path))
+    assert (ours.mode, ours.uid, ours.gid, ours.uname, ours.gname) == (
+        reference.mode, reference.uid, reference.gid, reference.uname, reference.gname)
