@@ -35,18 +35,28 @@ def minimum_detectable_effect(sd: float | None, n: int, alpha: float, power: flo
     """The smallest true mean difference δ ≥ 0 the paired t-test detects with probability ``power``.
 
     δ solves power(δ) = ``power`` (``paired_t_power``: noncentral t, df = n − 1, λ = δ·√n/σ) with σ the
-    observed SD of the paired differences, by Brent's method; no normal approximation (which, at
-    (z_{1−α/2} + z_power)·σ/√n, understates δ badly for few seeds). None when n < 2 (no SD); 0 when
+    observed SD of the paired differences, by bisection (``_rising_root``); no normal approximation (which,
+    at (z_{1−α/2} + z_power)·σ/√n, understates δ badly for few seeds). None when n < 2 (no SD); 0 when
     the differences have no spread.
     """
     if sd is None or n < 2:
         return None
     if sd == 0:
         return 0.0
-    from scipy import optimize
+    return _rising_root(lambda d: paired_t_power(d, sd, n, alpha) - power, sd)
 
-    high = sd
-    while paired_t_power(high, sd, n, alpha) < power:  # the power rises with δ: bracket the root
-        high *= 2
-    return float(optimize.brentq(lambda d: paired_t_power(d, sd, n, alpha) - power, 0.0, high, xtol=1e-14 * high,
-                                 rtol=1e-13))
+
+def _rising_root(f, scale: float) -> float:
+    """The root of an increasing f with f(0) < 0: bracket it by doubling from ``scale``, then halve the bracket
+    until it is 1e-14 of its upper end wide (about 50 steps). Bisection, not ``scipy.optimize.brentq``: importing
+    scipy.optimize costs half a second in every evidence process, and fifty power evaluations cost nothing."""
+    low, high = 0.0, scale
+    while f(high) < 0:
+        low, high = high, high * 2
+    while high - low > 1e-14 * high:
+        middle = (low + high) / 2
+        if f(middle) < 0:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2
