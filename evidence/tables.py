@@ -14,7 +14,7 @@ from itertools import combinations
 
 from evidence import headline, stats
 from evidence.dataset import BundleData, csv_text
-from evidence.statistics import MDE_POWER, family, minimum_detectable_effect, robust
+from evidence.statistics import MDE_POWER, family, minimum_detectable_effect, noise, robust
 from evidence.statistics.resampling import (
     BOOTSTRAP_METHOD,
     BOOTSTRAP_RESAMPLES,
@@ -623,6 +623,32 @@ def robust_table(data: BundleData) -> Table:
                  ("Metric", "Measure", "Arm(s)", "Runs", "Value"), md)
 
 
+# ---- the evaluation's own noise (evidence.statistics.noise) ---------------------------------------
+
+def prompt_rates(data: BundleData, arm: str, seed: int) -> dict[int, float] | None:
+    """A run's final evaluation per prompt: {row index: correct / responses}, from its responses; None without them."""
+    counts = data.final_prompts.get((arm, seed))
+    return None if not counts else {index: c / n for index, (c, n) in counts.items()}
+
+
+def eval_se_table(data: BundleData) -> Table:
+    """Per accepted run, its final evaluation's own sampling error: pass@1 from its responses (the mean of its
+    prompts' pass rates) and its standard error clustered by prompt (``noise.eval_standard_error``)."""
+    rows, md = [], []
+    for a in arms(data):
+        for s in eval_runs(data, a):
+            rates = prompt_rates(data, a, s)
+            values = list(rates.values()) if rates else []
+            k = {n for _, n in data.final_prompts[(a, s)].values()} if rates else set()
+            pass1 = stats.mean(values) if values else None
+            se = noise.eval_standard_error(values)
+            rows.append([a, data.arm_algo(a), s, job_id(data, a, s), len(values), k.pop() if len(k) == 1 else None,
+                         pass1, se])
+            md.append([display(data, a), str(s), str(len(values)), fmt(pass1, 4), fmt(se, 4)])
+    return Table("eval_se", ("arm", "algo", "seed", "job_id", "n_prompts", "k", "pass@1", "se"), rows,
+                 (arm_header(data), "Seed", "Prompts", "pass@1 (from responses)", "SE (clustered by prompt)"), md)
+
+
 # A family needs this many arms: with two there is one pair and nothing to correct.
 FAMILY_MIN_ARMS = 3
 
@@ -789,6 +815,7 @@ def compute_tables(data: BundleData) -> dict[str, Table]:
               environment_table(data), *stability_tables(data), normalisation_table(data),
               *efficiency_tables(data), eval_per_run_table(data), eval_initial_table(data),
               eval_aggregate_table(data),
-              paired_table(data), family_table(data), robust_table(data), headline_table(data), k1_table(data), incidents_table(data), resolved_config_table(data),
+              paired_table(data), family_table(data), robust_table(data), eval_se_table(data), headline_table(data),
+              k1_table(data), incidents_table(data), resolved_config_table(data),
               *resource_tables(data)]
     return {t.name: t for t in tables}

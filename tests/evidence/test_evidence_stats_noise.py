@@ -1,0 +1,152 @@
+"""The evaluation's own noise apart from the seeds' spread (issue 22, section 3): each run's pass@1 standard error
+clustered by prompt.
+
+References written here: the SE by a float64 loop over the prompts; its coverage of a simulated population of
+prompts of differing difficulty (and the responses-as-independent SE's failure there); and, for what the build
+writes, each run's own responses file read here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from bundle_tables import edit_cell, rows
+from sweep_factory import N_PROMPTS, K, make_sweep
+
+from evidence import audit
+from evidence.statistics import noise
+from tests.sweeps import reseal_bag
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def reference_se(rates: list[float]) -> float:
+    """Float64 loop: the prompts' pass rates' sample SD (ddof=1) over √P."""
+    p = len(rates)
+    mean = 0.0
+    for r in rates:
+        mean += r
+    mean /= p
+    ss = 0.0
+    for r in rates:
+        ss += (r - mean) ** 2
+    return math.sqrt(ss / (p - 1)) / math.sqrt(p)
+
+
+def test_the_eval_se_is_the_sd_of_the_prompts_pass_rates_over_root_p():
+    rng = np.random.default_rng(3)
+    for p in (2, 5, 25, 200):
+        rates = list(rng.integers(0, K + 1, p) / K)
+        assert noise.eval_standard_error(rates) == pytest.approx(reference_se(rates), rel=1e-12)
+        other = list(rng.integers(0, K + 1, p) / K)
+        diffs = [a - b for a, b in zip(rates, other)]
+        assert noise.paired_eval_standard_error(rates, other) == pytest.approx(reference_se(diffs), rel=1e-12)
+    assert noise.eval_standard_error([0.5]) is None
+    assert noise.eval_standard_error([0.25, 0.25, 0.25]) == 0.0
+
+
+def test_the_clustered_se_covers_the_population_pass_rate_and_the_responses_as_independent_se_does_not():
+    """Prompts differ in difficulty (true rates ~ Beta(0.3, 0.3), mean 0.5): 4,000 evaluations of 50 prompts x 4
+    responses. pass@1 ± 1.96·SE covers the population's pass rate ~95 % of the time with the SE clustered by
+    prompt; √(p(1 − p)/(P·k)), which treats the 200 responses as independent, covers it far less often."""
+    rng = np.random.default_rng(22)
+    reps, p, k = 4000, 50, 4
+    truth = rng.beta(0.3, 0.3, (reps, p))
+    rates = rng.binomial(k, truth) / k
+    covered = naive_covered = 0
+    for row in rates:
+        estimate = row.mean()
+        se = noise.eval_standard_error(list(row))
+        naive = math.sqrt(estimate * (1 - estimate) / (p * k))
+        covered += abs(estimate - 0.5) <= 1.96 * se
+        naive_covered += abs(estimate - 0.5) <= 1.96 * naive
+    assert 0.93 <= covered / reps <= 0.965
+    assert naive_covered / reps < 0.85
+
+
+# ---- through python -m evidence build and audit ----------------------------------------------------
+
+# Prompt difficulty: half the prompts are always solved, half never (SE ~0.1 at 25 prompts). GRPO's seeds move one
+# sample or two (their pass@1 0.53, 0.54, 0.52: within the evaluation's noise); REINFORCE++'s seeds solve 0, 12 or all
+# of the hard prompts (0.52, 0.76, 1.0: far beyond it).
+EASY = [K if i % 2 == 0 else 0 for i in range(N_PROMPTS)]
+
+
+def counts(arm: str, seed: int) -> list[int]:
+    if arm == "grpo":
+        shifted = list(EASY)
+        shifted[{1: 1, 2: 3, 3: 5}[seed]] += {1: 1, 2: 2, 3: 0}[seed]
+        return shifted
+    solved = {1: 0, 2: 6, 3: 12}[seed]
+    return [K if c == K or i // 2 < solved else 0 for i, c in enumerate(EASY)]
+
+
+def run_rates(sweep: Path, arm: str, seed: int) -> dict[int, float]:
+    """Per prompt: the share of the run's final responses whose reward is > 0, read from its responses file."""
+    correct, total = {}, {}
+    for line in (sweep / "jobs" / f"{arm}-{seed}" / "run" / "eval" / "final.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        correct[record["index"]] = correct.get(record["index"], 0) + (record["reward"] > 0)
+        total[record["index"]] = total.get(record["index"], 0) + 1
+    return {i: correct[i] / total[i] for i in sorted(total)}
+
+
+@pytest.fixture(scope="module")
+def noisy(tmp_path_factory):
+    """A 2-arm x 3-seed sweep whose prompts differ in difficulty, built as users build it; its audit is clean."""
+    root = tmp_path_factory.mktemp("noise")
+    sweep = make_sweep(root, algos=("grpo", "rpp"), seeds=(1, 2, 3), final_counts=counts)
+    done = subprocess.run([sys.executable, "-m", "evidence", "build", str(sweep), "--no-figures"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert audit(sweep / "bundle") == []
+    return sweep, sweep / "bundle"
+
+
+def test_each_runs_eval_se_is_recomputed_from_its_own_responses(noisy):
+    sweep, bag = noisy
+    table = rows(bag / "data" / "tables" / "eval_se.csv")
+    assert [(r["arm"], r["seed"]) for r in table] == [(a, str(s)) for a in ("grpo", "rpp") for s in (1, 2, 3)]
+    for row in table:
+        rates = list(run_rates(sweep, row["arm"], int(row["seed"])).values())
+        assert (int(row["n_prompts"]), int(row["k"])) == (N_PROMPTS, K)
+        assert float(row["pass@1"]) == pytest.approx(sum(rates) / len(rates), rel=1e-12)
+        assert float(row["se"]) == pytest.approx(reference_se(rates), rel=1e-12)
+
+
+def test_the_audit_flags_an_edited_se_and_its_report_cell(noisy, tmp_path):
+    _, bag = noisy
+    edited = Path(shutil.copytree(bag, tmp_path / "edited"))
+    edit_cell(edited / "data" / "tables" / "eval_se.csv", 2, "se", 0.05)
+    report = edited / "data" / "report.md"
+    line = "| GRPO | 1 | 25 | 0.5300 | 0.1003 |"
+    assert line in report.read_text()
+    report.write_text(report.read_text().replace(line, "| GRPO | 1 | 25 | 0.5300 | 0.0500 |"))
+    reseal_bag(edited)
+    reasons = [str(f) for f in audit(edited)]
+    assert any(r.startswith("data/tables/eval_se.csv: line 2, column se:") for r in reasons), reasons
+    assert any(r.startswith("data/report.md: line") and "0.0500" in r for r in reasons), reasons
+
+
+def test_a_reward_edited_in_a_runs_responses_is_caught_and_moves_its_se(noisy, tmp_path):
+    """The SE is read from the bundle's responses: a response re-marked correct is the re-scoring's finding, and the
+    tables built on the stored rewards no longer recompute to what was sealed."""
+    _, bag = noisy
+    edited = Path(shutil.copytree(bag, tmp_path / "edited"))
+    responses = edited / "data" / "runs" / "grpo-2" / "eval" / "final.jsonl"
+    lines = responses.read_text().splitlines()
+    record = json.loads(lines[4])  # prompt 1 (a hard one), sample 0: wrong
+    assert record["reward"] == 0.0
+    lines[4] = json.dumps({**record, "reward": 1.0})
+    responses.write_text("\n".join(lines) + "\n")
+    reseal_bag(edited)
+    reasons = [str(f) for f in audit(edited)]
+    assert any("grpo-2/eval/final.jsonl" in r and "re-scores to 0.0" in r for r in reasons), reasons
+    assert any(r.startswith("data/tables/eval_se.csv: line 3, column se:") for r in reasons), reasons
