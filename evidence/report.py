@@ -12,6 +12,7 @@ from evidence.dataset import EXPERIMENT_FILE, BundleData
 from evidence.figures import FIGURES, RESOURCE_FIGURE, RESOURCE_TITLE, left_out
 from evidence.statistics import MDE_POWER, robust
 from evidence.statistics.family import family_level
+from evidence.statistics.hierarchical import HIERARCHICAL_METHOD, HIERARCHICAL_RESAMPLES, HIERARCHICAL_SEED
 from evidence.statistics.resampling import BOOTSTRAP_METHOD, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
 from evidence.sweep import algo_name
 from evidence.tables import (
@@ -208,7 +209,7 @@ def _scope(data: BundleData, tables: dict[str, Table]) -> str:
     out.append("Checkpoints and TensorBoard event files stay with the sweep; none is needed to recompute the "
                "tables. Each accepted run's evaluated responses are in the bundle "
                f"(`{BUNDLE_RUNS_DIR}/<arm>-<seed>/eval/`): the audit re-scores them, and the evaluation's noise "
-               "(table `eval_se`) is recomputed from them.\n")
+               "(tables `eval_se`, `eval_noise`) is recomputed from them.\n")
     out.append(tables["jobs"].markdown())
     return "\n".join(out)
 
@@ -371,7 +372,8 @@ def _robust(data: BundleData, tables: dict[str, Table]) -> str:
 
 
 def _eval_noise(data: BundleData, tables: dict[str, Table]) -> str:
-    """The evaluation's own sampling error per run."""
+    """The evaluation's own sampling error per run; per arm and per pair, the hierarchical bootstrap."""
+    level = f"{data.ci_level * 100:g}%"
     return "\n".join([
         "## Evaluation noise\n",
         "Each run's final pass@1 is itself an estimate from a sample of prompts and of responses. Its standard "
@@ -380,7 +382,11 @@ def _eval_noise(data: BundleData, tables: dict[str, Table]) -> str:
         "share its difficulty and are not independent draws from the population of prompts (table `eval_se`, "
         "from each run's responses in this bundle):\n",
         tables["eval_se"].markdown(),
-        ""])
+        f"Per arm and per pair (the paired differences above) on final eval pass@1, the hierarchical "
+        f"bootstrap resamples the seeds, then each chosen seed's prompts ({HIERARCHICAL_RESAMPLES} resamples, "
+        f"{HIERARCHICAL_METHOD}, `numpy.random.default_rng({HIERARCHICAL_SEED})`, recorded in each row of "
+        f"`tables/eval_noise.csv`) and gives a {level} interval that counts both sources.\n",
+        tables["eval_noise"].markdown()])
 
 
 def _k1_arms(data: BundleData) -> list[str]:

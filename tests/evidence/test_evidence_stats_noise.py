@@ -1,9 +1,10 @@
 """The evaluation's own noise apart from the seeds' spread (issue 22, section 3): each run's pass@1 standard error
-clustered by prompt.
+clustered by prompt and the hierarchical bootstrap over seeds then prompts.
 
 References written here: the SE by a float64 loop over the prompts; its coverage of a simulated population of
-prompts of differing difficulty (and the responses-as-independent SE's failure there); and, for what the build
-writes, each run's own responses file read here.
+prompts of differing difficulty (and the responses-as-independent SE's failure there); the bootstrap's draws
+replayed by plain loops and its distribution against the two-stage bootstrap's exact mean and variance; and, for
+what the build writes, each run's own responses file read here.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from bundle_tables import edit_cell, rows
 from sweep_factory import N_PROMPTS, K, make_sweep
 
 from evidence import audit
-from evidence.statistics import noise
+from evidence.statistics import hierarchical, noise
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,6 +70,58 @@ def test_the_clustered_se_covers_the_population_pass_rate_and_the_responses_as_i
         naive_covered += abs(estimate - 0.5) <= 1.96 * naive
     assert 0.93 <= covered / reps <= 0.965
     assert naive_covered / reps < 0.85
+
+
+def replayed_means(rates: list[list[float]], n_resamples: int, seed: int) -> list[float]:
+    """The documented draws replayed with plain loops: S seed indices per resample, then P prompt indices per drawn
+    seed (one chunk: the matrices here are small), each resample's mean summed value by value."""
+    rng = np.random.default_rng(seed)
+    s, p = len(rates), len(rates[0])
+    seeds, prompts = rng.integers(0, s, (n_resamples, s)), rng.integers(0, p, (n_resamples, s, p))
+    means = []
+    for b in range(n_resamples):
+        total = 0.0
+        for j in range(s):
+            for i in range(p):
+                total += rates[int(seeds[b, j])][int(prompts[b, j, i])]
+        means.append(total / (s * p))
+    return means
+
+
+def test_the_hierarchical_bootstrap_replays_its_recorded_draws():
+    rates = (np.random.default_rng(1).integers(0, K + 1, (3, 7)) / K).tolist()
+    means = replayed_means(rates, 500, 22)
+    assert hierarchical.hierarchical_means(rates, 500, 22) == pytest.approx(means, rel=1e-12)
+    low, high = hierarchical.hierarchical_interval(rates, 0.95, 500, 22)
+    assert (low, high) == pytest.approx(tuple(np.quantile(means, [0.025, 0.975])), rel=1e-12)
+    assert hierarchical.hierarchical_interval([rates[0]], 0.95) is None  # one seed: nothing to resample
+    assert hierarchical.hierarchical_interval([[0.5], [0.25]], 0.95) is None  # one prompt
+
+
+def test_the_hierarchical_bootstrap_has_the_two_stage_bootstraps_mean_and_variance():
+    """Resampling S seeds, then P prompts of each: E[T*] = the grand mean, Var[T*] = (Var_s(m_s) + mean_s(v_s)/P)/S
+    with m_s, v_s seed s's mean and variance (ddof=0) over its prompts, Var_s over seeds (ddof=0)."""
+    rng = np.random.default_rng(5)
+    rates = rng.binomial(K, rng.beta(0.5, 0.5, (6, 40)) + 0.0 * np.arange(6)[:, None]) / K
+    rates[0] = np.clip(rates[0] + 0.25, 0, 1)  # one seed well apart from the others
+    draws = hierarchical.hierarchical_means(rates, 20000, 7)
+    seed_means = rates.mean(axis=1)
+    variance = (np.var(seed_means) + np.mean(rates.var(axis=1)) / rates.shape[1]) / rates.shape[0]
+    assert draws.mean() == pytest.approx(rates.mean(), abs=4 * math.sqrt(variance / 20000))
+    assert draws.var() == pytest.approx(variance, rel=0.05)  # 20,000 draws: ~1 % sampling error of a variance
+
+
+def test_the_hierarchical_bootstrap_draws_chunk_by_chunk_as_documented():
+    """50 seeds x 1,000 prompts: 83 resamples fit in a chunk, so 200 are drawn as 83, 83 and 34, each chunk's seed
+    draws before its prompt draws; replayed here one resample at a time."""
+    rates = np.random.default_rng(9).integers(0, K + 1, (50, 1000)) / K
+    chunk = hierarchical.CHUNK_VALUES // rates.size
+    assert chunk == 83
+    rng, expected = np.random.default_rng(4), []
+    for size in (83, 83, 34):
+        seeds, prompts = rng.integers(0, 50, (size, 50)), rng.integers(0, 1000, (size, 50, 1000))
+        expected += [rates[seeds[b][:, None], prompts[b]].mean() for b in range(size)]
+    assert hierarchical.hierarchical_means(rates, 200, 4) == pytest.approx(expected, rel=1e-12)
 
 
 # ---- through python -m evidence build and audit ----------------------------------------------------
@@ -121,18 +174,35 @@ def test_each_runs_eval_se_is_recomputed_from_its_own_responses(noisy):
         assert float(row["se"]) == pytest.approx(reference_se(rates), rel=1e-12)
 
 
-def test_the_audit_flags_an_edited_se_and_its_report_cell(noisy, tmp_path):
+def test_the_hierarchical_interval_per_arm_and_pair_is_redrawn_from_the_runs_responses(noisy):
+    sweep, bag = noisy
+    table = {(r["a"], r["b"]): r for r in rows(bag / "data" / "tables" / "eval_noise.csv")}
+    assert set(table) == {("grpo", ""), ("rpp", ""), ("rpp", "grpo")}
+    rates = {(a, s): run_rates(sweep, a, s) for a in ("grpo", "rpp") for s in (1, 2, 3)}
+    for (a, b), row in table.items():
+        per_seed = [list(rates[(a, s)].values()) if not b else
+                    [rates[(a, s)][i] - rates[(b, s)][i] for i in rates[(a, s)]] for s in (1, 2, 3)]
+        assert float(row["mean"]) == pytest.approx(sum(sum(r) / len(r) for r in per_seed) / 3, rel=1e-12)
+        replay = replayed_means(per_seed, int(row["hb_resamples"]), int(row["hb_seed"]))
+        assert (float(row["hb_low"]), float(row["hb_high"])) == pytest.approx(
+            tuple(np.quantile(replay, [0.025, 0.975])), rel=1e-12)
+    report = (bag / "data" / "report.md").read_text()
+    assert "| GRPO | 1 | 25 | 0.5300 | 0.1003 |" in report  # the per-run SE table
+    assert "(2000 resamples, percentile, seeds then prompts, `numpy.random.default_rng(22)`" in report
+
+
+def test_the_audit_flags_an_edited_se_and_an_edited_hierarchical_interval(noisy, tmp_path):
     _, bag = noisy
     edited = Path(shutil.copytree(bag, tmp_path / "edited"))
-    edit_cell(edited / "data" / "tables" / "eval_se.csv", 2, "se", 0.05)
-    report = edited / "data" / "report.md"
-    line = "| GRPO | 1 | 25 | 0.5300 | 0.1003 |"
-    assert line in report.read_text()
-    report.write_text(report.read_text().replace(line, "| GRPO | 1 | 25 | 0.5300 | 0.0500 |"))
+    tables = edited / "data" / "tables"
+    edit_cell(tables / "eval_se.csv", 2, "se", 0.05)
+    edit_cell(tables / "eval_noise.csv", 2, "hb_low", 0.3)
+    edit_cell(tables / "eval_noise.csv", 3, "hb_seed", 7)
     reseal_bag(edited)
     reasons = [str(f) for f in audit(edited)]
-    assert any(r.startswith("data/tables/eval_se.csv: line 2, column se:") for r in reasons), reasons
-    assert any(r.startswith("data/report.md: line") and "0.0500" in r for r in reasons), reasons
+    for where in ("data/tables/eval_se.csv: line 2, column se:", "data/tables/eval_noise.csv: line 2, column hb_low:",
+                  "data/tables/eval_noise.csv: line 3, column hb_seed:"):
+        assert any(r.startswith(where) for r in reasons), (where, reasons)
 
 
 def test_a_reward_edited_in_a_runs_responses_is_caught_and_moves_its_se(noisy, tmp_path):
