@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from evidence.dataset import EXPERIMENT_FILE, BundleData
 from evidence.figures import FIGURES, RESOURCE_FIGURE, RESOURCE_TITLE, left_out
-from evidence.statistics import MDE_POWER, robust
+from evidence.statistics import MDE_POWER, noise, robust
 from evidence.statistics.family import family_level
 from evidence.statistics.hierarchical import HIERARCHICAL_METHOD, HIERARCHICAL_RESAMPLES, HIERARCHICAL_SEED
 from evidence.statistics.resampling import BOOTSTRAP_METHOD, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
@@ -371,22 +371,46 @@ def _robust(data: BundleData, tables: dict[str, Table]) -> str:
     return "\n".join([out[0], " ".join(out[1:]) + "\n", table.markdown()])
 
 
+def _spread_line(data: BundleData, row: list) -> str:
+    """What one row of ``eval_noise`` says of its comparison, from its numbers (``noise.spread_source``'s rule)."""
+    _, a, b, n, _, _, seed_var, eval_var, _, spread, *_ = row
+    who = display(data, a) if not b else f"{display(data, a)} − {display(data, b)}"
+    if spread == noise.TOO_FEW:
+        return f"- {who}: fewer than two seeds with responses ({n}): no seed variance to set against the evaluation's."
+    numbers = f"s² = {seed_var:.3g} against σ²_eval = {eval_var:.3g}"
+    if spread == noise.NO_SPREAD:
+        return f"- {who}: neither the seeds nor the evaluation vary ({numbers})."
+    what = "this comparison" if b else "this arm's pass@1"
+    if spread == noise.SEEDS_EXCEED:
+        return (f"- {who}: the seed-to-seed spread exceeds the evaluation's noise ({numbers}): the training seeds, "
+                f"not the evaluation, hold the precision of {what}.")
+    return (f"- {who}: the seed-to-seed spread does not exceed the evaluation's noise ({numbers}): more evaluation "
+            f"prompts, not more seeds, is what {what} needs.")
+
+
 def _eval_noise(data: BundleData, tables: dict[str, Table]) -> str:
-    """The evaluation's own sampling error per run; per arm and per pair, the hierarchical bootstrap."""
+    """The evaluation's own sampling error per run, against the seeds' spread per arm and per pair."""
     level = f"{data.ci_level * 100:g}%"
     return "\n".join([
-        "## Evaluation noise\n",
+        "## Evaluation noise and seed variance\n",
         "Each run's final pass@1 is itself an estimate from a sample of prompts and of responses. Its standard "
         "error is clustered by prompt: with p_i the share of prompt i's k responses that are correct, pass@1 = "
         "mean of p_i and SE = s_p/√P (s_p the sample SD of the P prompts' p_i), since one prompt's responses "
         "share its difficulty and are not independent draws from the population of prompts (table `eval_se`, "
         "from each run's responses in this bundle):\n",
         tables["eval_se"].markdown(),
-        f"Per arm and per pair (the paired differences above) on final eval pass@1, the hierarchical "
+        f"Per arm and per pair (the paired differences above) on final eval pass@1: the seeds' variance s² (ddof=1) "
+        f"of the per-seed value against the evaluation's noise σ²_eval, the mean over the seeds of their squared "
+        f"SE (for a pair, the SE of the per-prompt differences of its two runs on the same prompts). The rule: "
+        f"the seed-to-seed spread exceeds the evaluation's noise when s² > σ²_eval. When it does not, the seeds "
+        f"differ no more than evaluating one checkpoint again on fresh prompts would make them, and more "
+        f"evaluation prompts (σ²_eval shrinks as 1/P), not more seeds, sharpen the comparison. The hierarchical "
         f"bootstrap resamples the seeds, then each chosen seed's prompts ({HIERARCHICAL_RESAMPLES} resamples, "
         f"{HIERARCHICAL_METHOD}, `numpy.random.default_rng({HIERARCHICAL_SEED})`, recorded in each row of "
         f"`tables/eval_noise.csv`) and gives a {level} interval that counts both sources.\n",
-        tables["eval_noise"].markdown()])
+        tables["eval_noise"].markdown(),
+        *(_spread_line(data, row) for row in tables["eval_noise"].csv_rows),
+        ""])
 
 
 def _k1_arms(data: BundleData) -> list[str]:

@@ -699,24 +699,36 @@ def noise_rows(data: BundleData) -> list[NoiseRow]:
 
 
 def eval_noise_table(data: BundleData) -> Table:
-    """Per arm and per pair on final eval pass@1: the hierarchical bootstrap interval over seeds, then prompts."""
+    """Per arm and per pair on final eval pass@1: the seeds' variance against the evaluation's noise (the rule
+    of ``noise.spread_source``) and the hierarchical bootstrap interval over seeds, then prompts."""
     rows, md = [], []
     level = data.ci_level
     for r in noise_rows(data):
+        seed_var, eval_var = noise.seed_variance(r.values), noise.eval_noise_variance(r.ses)
+        ratio = seed_var / eval_var if seed_var is not None and eval_var else None
+        spread = noise.spread_source(seed_var, eval_var)
         interval = hierarchical.hierarchical_interval(r.rates, level) if r.rates else None
         low, high = interval if interval else (None, None)
         n_prompts = len(r.rates[0]) if r.rates else None
         mean = stats.mean(r.values) if r.values else None
-        rows.append([headline.HEADLINE_METRIC, r.a, r.b, len(r.values), n_prompts, mean, low, high, hierarchical.HIERARCHICAL_METHOD, hierarchical.HIERARCHICAL_RESAMPLES,
+        rows.append([headline.HEADLINE_METRIC, r.a, r.b, len(r.values), n_prompts, mean, seed_var, eval_var, ratio,
+                     spread, low, high, hierarchical.HIERARCHICAL_METHOD, hierarchical.HIERARCHICAL_RESAMPLES,
                      hierarchical.HIERARCHICAL_SEED])
         who = display(data, r.a) if not r.b else f"{display(data, r.a)} − {display(data, r.b)}"
         md.append([who, str(len(r.values)), "—" if n_prompts is None else str(n_prompts),
                    fmt_signed(mean) if r.b else fmt(mean, 4),
+                   fmt(None if seed_var is None else seed_var ** 0.5, 4),
+                   fmt(None if eval_var is None else eval_var ** 0.5, 4), fmt(ratio, 2), SPREAD_WORDS[spread],
                    "—" if interval is None else fmt_interval(interval)])
     return Table("eval_noise",
-                 ("metric", "a", "b", "n_seeds", "n_prompts", "mean", "hb_low", "hb_high", "hb_method", "hb_resamples", "hb_seed"), rows,
-                 (f"{arm_header(data)} or comparison (a − b)", "Seeds", "Prompts", "Mean",
-                  f"Hierarchical {level * 100:g}% interval"), md)
+                 ("metric", "a", "b", "n_seeds", "n_prompts", "mean", "seed_var", "eval_var", "ratio", "spread",
+                  "hb_low", "hb_high", "hb_method", "hb_resamples", "hb_seed"), rows,
+                 (f"{arm_header(data)} or comparison (a − b)", "Seeds", "Prompts", "Mean", "Seed SD s",
+                  "Eval SE (RMS) σ_eval", "s²/σ²_eval", "Spread", f"Hierarchical {level * 100:g}% interval"), md)
+
+
+SPREAD_WORDS = {noise.SEEDS_EXCEED: "seeds exceed the eval's noise", noise.WITHIN_NOISE: "within the eval's noise",
+                noise.NO_SPREAD: "none", noise.TOO_FEW: "n<2"}
 
 
 # A family needs this many arms: with two there is one pair and nothing to correct.

@@ -2,7 +2,7 @@
 
 ``power``: the smallest difference a paired design detects; ``family``: p-values and Holm's correction
 across several pairs; ``resampling``: the paired bootstrap interval; ``robust``: rliable's interquartile
-mean and probability of improvement; ``noise``: an evaluation's own sampling error;
+mean and probability of improvement; ``noise``: an evaluation's own sampling error against the seeds' spread;
 ``hierarchical``: the bootstrap over seeds, then prompts. ``evidence.stats`` keeps seed 000's definitions; this package builds
 on them and, like it, reads no file.
 """

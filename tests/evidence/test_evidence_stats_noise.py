@@ -1,5 +1,6 @@
 """The evaluation's own noise apart from the seeds' spread (issue 22, section 3): each run's pass@1 standard error
-clustered by prompt and the hierarchical bootstrap over seeds then prompts.
+clustered by prompt, the hierarchical bootstrap over seeds then prompts, and the rule that says which of the two
+holds a comparison's precision.
 
 References written here: the SE by a float64 loop over the prompts; its coverage of a simulated population of
 prompts of differing difficulty (and the responses-as-independent SE's failure there); the bootstrap's draws
@@ -70,6 +71,17 @@ def test_the_clustered_se_covers_the_population_pass_rate_and_the_responses_as_i
         naive_covered += abs(estimate - 0.5) <= 1.96 * naive
     assert 0.93 <= covered / reps <= 0.965
     assert naive_covered / reps < 0.85
+
+
+def test_the_rule_compares_the_seeds_variance_with_the_mean_squared_se():
+    assert noise.seed_variance([0.40, 0.50, 0.60]) == pytest.approx(0.01, rel=1e-12)
+    assert noise.eval_noise_variance([0.1, 0.2]) == pytest.approx((0.01 + 0.04) / 2, rel=1e-12)
+    assert noise.spread_source(0.01, 0.005) == noise.SEEDS_EXCEED
+    assert noise.spread_source(0.005, 0.01) == noise.WITHIN_NOISE
+    assert noise.spread_source(0.01, 0.01) == noise.WITHIN_NOISE  # not larger: no more than the evaluation gives
+    assert noise.spread_source(0.0, 0.0) == noise.NO_SPREAD
+    assert noise.spread_source(None, 0.01) == noise.TOO_FEW
+    assert noise.seed_variance([0.4]) is None and noise.eval_noise_variance([]) is None
 
 
 def replayed_means(rates: list[list[float]], n_resamples: int, seed: int) -> list[float]:
@@ -151,6 +163,11 @@ def run_rates(sweep: Path, arm: str, seed: int) -> dict[int, float]:
     return {i: correct[i] / total[i] for i in sorted(total)}
 
 
+def sample_var(values: list[float]) -> float:
+    mean = sum(values) / len(values)
+    return sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+
+
 @pytest.fixture(scope="module")
 def noisy(tmp_path_factory):
     """A 2-arm x 3-seed sweep whose prompts differ in difficulty, built as users build it; its audit is clean."""
@@ -174,7 +191,7 @@ def test_each_runs_eval_se_is_recomputed_from_its_own_responses(noisy):
         assert float(row["se"]) == pytest.approx(reference_se(rates), rel=1e-12)
 
 
-def test_the_hierarchical_interval_per_arm_and_pair_is_redrawn_from_the_runs_responses(noisy):
+def test_the_report_says_which_comparison_needs_more_prompts_and_which_more_seeds(noisy):
     sweep, bag = noisy
     table = {(r["a"], r["b"]): r for r in rows(bag / "data" / "tables" / "eval_noise.csv")}
     assert set(table) == {("grpo", ""), ("rpp", ""), ("rpp", "grpo")}
@@ -182,27 +199,44 @@ def test_the_hierarchical_interval_per_arm_and_pair_is_redrawn_from_the_runs_res
     for (a, b), row in table.items():
         per_seed = [list(rates[(a, s)].values()) if not b else
                     [rates[(a, s)][i] - rates[(b, s)][i] for i in rates[(a, s)]] for s in (1, 2, 3)]
-        assert float(row["mean"]) == pytest.approx(sum(sum(r) / len(r) for r in per_seed) / 3, rel=1e-12)
+        values = [sum(r) / len(r) for r in per_seed]
+        assert float(row["mean"]) == pytest.approx(sum(values) / 3, rel=1e-12)
+        seed_var, eval_var = sample_var(values), sum(reference_se(r) ** 2 for r in per_seed) / 3
+        assert float(row["seed_var"]) == pytest.approx(seed_var, rel=1e-9)
+        assert float(row["eval_var"]) == pytest.approx(eval_var, rel=1e-12)
+        assert row["spread"] == ("seeds" if seed_var > eval_var else "evaluation")
         replay = replayed_means(per_seed, int(row["hb_resamples"]), int(row["hb_seed"]))
         assert (float(row["hb_low"]), float(row["hb_high"])) == pytest.approx(
             tuple(np.quantile(replay, [0.025, 0.975])), rel=1e-12)
+    assert table[("grpo", "")]["spread"] == "evaluation" and table[("rpp", "")]["spread"] == "seeds"
     report = (bag / "data" / "report.md").read_text()
+    assert ("- GRPO: the seed-to-seed spread does not exceed the evaluation's noise (s² = 0.0001 against σ²_eval = "
+            "0.0101): more evaluation prompts, not more seeds, is what this arm's pass@1 needs.") in report
+    assert "- REINFORCE++: the seed-to-seed spread exceeds the evaluation's noise" in report
     assert "| GRPO | 1 | 25 | 0.5300 | 0.1003 |" in report  # the per-run SE table
-    assert "(2000 resamples, percentile, seeds then prompts, `numpy.random.default_rng(22)`" in report
+    assert "| GRPO | 3 | 25 | 0.5300 | 0.0100 | 0.1007 | 0.01 | within the eval's noise |" in report
 
 
-def test_the_audit_flags_an_edited_se_and_an_edited_hierarchical_interval(noisy, tmp_path):
+def test_the_audit_flags_an_edited_se_an_edited_noise_cell_and_an_edited_report_line(noisy, tmp_path):
     _, bag = noisy
     edited = Path(shutil.copytree(bag, tmp_path / "edited"))
     tables = edited / "data" / "tables"
     edit_cell(tables / "eval_se.csv", 2, "se", 0.05)
+    edit_cell(tables / "eval_noise.csv", 2, "spread", "seeds")
     edit_cell(tables / "eval_noise.csv", 2, "hb_low", 0.3)
     edit_cell(tables / "eval_noise.csv", 3, "hb_seed", 7)
+    report = edited / "data" / "report.md"
+    text = report.read_text()
+    line = "- GRPO: the seed-to-seed spread does not exceed the evaluation's noise"
+    assert line in text
+    report.write_text(text.replace(line, "- GRPO: the seed-to-seed spread exceeds the evaluation's noise"))
     reseal_bag(edited)
     reasons = [str(f) for f in audit(edited)]
-    for where in ("data/tables/eval_se.csv: line 2, column se:", "data/tables/eval_noise.csv: line 2, column hb_low:",
-                  "data/tables/eval_noise.csv: line 3, column hb_seed:"):
+    for where in ("data/tables/eval_se.csv: line 2, column se:", "data/tables/eval_noise.csv: line 2, column spread:",
+                  "data/tables/eval_noise.csv: line 2, column hb_low:", "data/tables/eval_noise.csv: line 3, column hb_seed:"):
         assert any(r.startswith(where) for r in reasons), (where, reasons)
+    assert any(r.startswith("data/report.md: line") and "GRPO: the seed-to-seed spread exceeds" in r
+               for r in reasons), reasons
 
 
 def test_a_reward_edited_in_a_runs_responses_is_caught_and_moves_its_se(noisy, tmp_path):
