@@ -3,10 +3,11 @@
 Inputs are sweep directories (their built ``bundle/`` when present, else the jobs evaluated in
 memory; nothing is written), bundle directories, or bundle archives. Two inputs: per measure and per
 arm present in both, A, B, B/A, the change in % (and in points for rates), and B − A paired by
-training seed when both ran the same seeds (mean ± SD, t-interval), else unpaired (Welch), said once
-under the table. More than two: one row per measure and arm, one column per input (mean ± SD, n),
-each after the first with its difference from the first. Only accepted runs count, as in every
-other table.
+training seed when both ran the same seeds (mean ± SD, t-interval; beside it the minimum detectable
+effect and the paired bootstrap interval, ``evidence.statistics`` as in the report's paired table), else
+unpaired (Welch), said once under the table. More than two: one row per measure and arm, one column per
+input (mean ± SD, n), each after the first with its difference from the first. Only accepted runs count,
+as in every other table.
 
 Held to the audit's standards: an archive is opened by the audit's reader (every member header
 checked before anything is extracted), a bundle's bag must verify (bagit: every manifest digest)
@@ -26,6 +27,13 @@ from evidence.fileio import JSONError
 from evidence.measures import EVAL_PREFIX, LAST_K, POINTS_PER_UNIT, Measure, arm_values, parse_measure
 from evidence.problems import CompareError, LoadError
 from evidence.results import read_evidence
+from evidence.statistics import MDE_POWER, minimum_detectable_effect
+from evidence.statistics.resampling import (
+    BOOTSTRAP_METHOD,
+    BOOTSTRAP_RESAMPLES,
+    BOOTSTRAP_SEED,
+    paired_bootstrap_interval,
+)
 from evidence.tables import arms as arm_order
 from evidence.tables import trainer_of
 from facts.trainers import PROOFGRID_TRAINER
@@ -33,7 +41,7 @@ from facts.trainers import PROOFGRID_TRAINER
 DEFAULT_METRICS = ("train/loss", "train/grad_norm", "rollout/raw_reward", "eval/pass@1")
 COLUMNS = ("metric", "at", "last_k", "arm", "n_a", "n_b", "a_mean", "a_sd", "b_mean", "b_sd", "ratio_b_over_a",
            "change_pct", "change_points", "pairing", "n_pairs", "diff_mean", "diff_sd", "ci_low", "ci_high",
-           "diff_units", "note")
+           "mde", "boot_low", "boot_high", "boot_method", "boot_resamples", "boot_seed", "diff_units", "note")
 
 
 @dataclass
@@ -183,7 +191,8 @@ def compare_arm(measure: Measure, arm: str, a: BundleData, b: BundleData) -> dic
            "change_points": None if not measure.is_rate or sum_a.n == 0 or sum_b.n == 0
            else (sum_b.mean - sum_a.mean) * POINTS_PER_UNIT,
            "diff_units": "points" if measure.is_rate else "units", "pairing": "", "n_pairs": 0,
-           "diff_mean": None, "diff_sd": None, "ci_low": None, "ci_high": None}
+           "diff_mean": None, "diff_sd": None, "ci_low": None, "ci_high": None, "mde": None, "boot_low": None,
+           "boot_high": None, "boot_method": None, "boot_resamples": None, "boot_seed": None}
     notes = row["notes"] = []
     if not values_a or not values_b:
         side, data = ("A", a) if not values_a else ("B", b)
@@ -196,6 +205,7 @@ def compare_arm(measure: Measure, arm: str, a: BundleData, b: BundleData) -> dic
                    diff_sd=paired.summary.sd)
         if paired.interval:
             row["ci_low"], row["ci_high"] = paired.interval
+            row.update(_beside_the_interval(list(paired.by_seed.values()), paired.summary, a.ci_level))
         else:
             notes.append("one seed: no SD or interval")
     else:
@@ -210,6 +220,16 @@ def compare_arm(measure: Measure, arm: str, a: BundleData, b: BundleData) -> dic
         notes.append("A and B differ in sign: no B/A or %; read B − A")
     row["note"] = "; ".join(notes)
     return row
+
+
+def _beside_the_interval(differences: list[float], summary: stats.Summary, level: float) -> dict:
+    """What the report's paired table gives beside a t-interval (``evidence.statistics``): the minimum detectable
+    effect at 80 % power and α = 1 − ``level`` from the differences' SD and n, and the paired bootstrap interval
+    (resampling the seeds with their pairs), its method, resamples and seed."""
+    low, high = paired_bootstrap_interval(differences, level)
+    return {"mde": minimum_detectable_effect(summary.sd, summary.n, 1 - level, MDE_POWER), "boot_low": low,
+            "boot_high": high, "boot_method": BOOTSTRAP_METHOD, "boot_resamples": BOOTSTRAP_RESAMPLES,
+            "boot_seed": BOOTSTRAP_SEED}
 
 
 def _check_comparable(sides: list[Side], arms: list[str], force: bool) -> list[str]:
@@ -312,7 +332,10 @@ LEGEND = ("B/A: ratio of the across-seed means, shown when both are positive. Ch
           "its sign that of B − A (−80 % = B lower by 80 % of |A|, for a negative loss: more negative), "
           "not shown when A is 0 or A and B differ in sign; in points (100 × the difference) for rates. "
           "B − A: per seed when both ran the same seeds (paired: mean ± SD, t-interval), else the "
-          "difference of the means (unpaired, Welch interval).")
+          "difference of the means (unpaired, Welch interval). Paired only: MDE, the smallest true B − A a "
+          f"two-sided paired t-test at α = 1 − the interval's level detects with {MDE_POWER * 100:g} % power "
+          "(noncentral t, from the differences' SD and n), and the bootstrap interval, resampling the seeds with "
+          f"their pairs ({BOOTSTRAP_RESAMPLES} resamples, {BOOTSTRAP_METHOD}, seed {BOOTSTRAP_SEED}), in B − A's units.")
 LEGEND_MANY = ("Each input after the first: mean ± SD (n), then its difference from the first input (in points "
                "for rates) and the change (B − A) / |A| in %, shown when both have the same sign.")
 
@@ -345,8 +368,9 @@ def markdown(a: Side, b: Side, rows: list[dict], level: float, forced: list[str]
     if not rows:
         out.append("_No arm in both inputs: nothing to compare._")
         return "\n".join(out) + "\n"
-    out.append(f"| Metric | Arm | A | B | B/A | Change | B − A (mean ± SD) | {level * 100:g}% t-interval | Pairing |")
-    out.append("|---|---|---|---|---|---|---|---|---|")
+    out.append(f"| Metric | Arm | A | B | B/A | Change | B − A (mean ± SD) | {level * 100:g}% t-interval | "
+               f"MDE ({MDE_POWER * 100:g}% power) | Bootstrap {level * 100:g}% interval | Pairing |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|")
     notes = _Notes()
     for r in rows:
         change = "—" if r["change_pct"] is None else f"{r['change_pct']:+.1f}%"
@@ -360,7 +384,7 @@ def markdown(a: Side, b: Side, rows: list[dict], level: float, forced: list[str]
         pairing += notes.mark(r["notes"])
         out.append(_md_row([_metric_label(r), r["arm"], _num(r["a_mean"]), _num(r["b_mean"]),
                             "—" if r["ratio_b_over_a"] is None else f"{r['ratio_b_over_a']:.3g}x", change, diff,
-                            interval, pairing]))
+                            interval, _num(r["mde"]), _interval(r["boot_low"], r["boot_high"]), pairing]))
     out += ["", LEGEND, *([""] + notes.lines() if notes.texts else [])]
     return "\n".join(out) + "\n"
 

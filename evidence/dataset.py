@@ -19,8 +19,10 @@ from evidence.fileio import JSONError, read_json, write_text
 from evidence.metrics_log import COMMON_KEYS
 from evidence.sweep import read_arms
 from facts import loads_strict
+from facts.evaluation import prompt_counts
 from facts.files import (
     BUNDLE_RUNS_DIR,
+    EVAL_RESPONSES_DIR,
     EVAL_TABLE,
     EVIDENCE_SETTINGS,
     EXPERIMENT_FILE,
@@ -32,6 +34,7 @@ from facts.files import (
     RUN_RECORD,
     STEPS_TABLE,
     SWEEP_RECORD,
+    eval_responses_name,
 )
 
 STEP_ID_COLUMNS = ("arm", "algo", "seed", "step")
@@ -119,6 +122,9 @@ class BundleData:
     resources: dict[tuple[str, int], list[dict]] = field(default_factory=dict)
     resource_sampling: dict[tuple[str, int], dict] = field(default_factory=dict)
     stages: dict[str, BundleData] = field(default_factory=dict)  # an experiment's earlier stages, data/stages/<name>/
+    # Each accepted run's final evaluation per prompt, {row index: (correct, responses)}, from its responses
+    # (runs/<job>/eval/final.jsonl; ``read_prompt_counts``); absent when the file is missing or unreadable.
+    final_prompts: dict[tuple[str, int], dict[int, tuple[int, int]]] = field(default_factory=dict)
 
     @property
     def last_k(self) -> int:
@@ -216,6 +222,21 @@ def read_resource_samples(path: Path) -> tuple[list[dict], list[str]]:
     return samples, problems
 
 
+def read_prompt_counts(path: Path) -> dict[int, tuple[int, int]] | None:
+    """An evaluation's responses file (``eval/<kind>.jsonl``) per prompt: ``facts.evaluation.prompt_counts`` of
+    its response records (a response correct when its stored reward is > 0: the audit re-scores every one);
+    None when the file is missing, unreadable or holds a line that is not a response record."""
+    try:
+        lines = path.read_bytes().decode("utf-8").splitlines()
+        records = [loads_strict(line) for line in lines if line.strip()]
+        if not records or not all(isinstance(r, dict) and isinstance(r.get("index"), int)
+                                  and _finite_number(r.get("reward")) for r in records):
+            return None
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return prompt_counts(records)
+
+
 def load_bundle_data(data_dir: str | Path) -> BundleData:
     """Load ``data/``: sweep.json, evidence.json, index/incidents/steps/eval CSVs, runs/*/run.json.
 
@@ -264,6 +285,9 @@ def load_bundle_data(data_dir: str | Path) -> BundleData:
         except (JSONError, AttributeError):
             sampling = None
         data.resource_sampling[(arm, seed)] = sampling if isinstance(sampling, dict) else {}
+        counts = read_prompt_counts(job_dir / EVAL_RESPONSES_DIR / eval_responses_name("final"))
+        if counts is not None:
+            data.final_prompts[(arm, seed)] = counts
     experiment = data_dir / EXPERIMENT_FILE
     if experiment.is_file():
         data.experiment = experiment.read_text(encoding="utf-8")

@@ -33,6 +33,7 @@ from evidence.dataset import (
     cell,
     csv_text,
     load_bundle_data,
+    read_prompt_counts,
     step_columns,
 )
 from evidence.fileio import JSONError, read_json
@@ -42,11 +43,13 @@ from evidence.problems import EvidenceError, IncidentsFileError, LoadError, Prob
 from evidence.sweep import job_name, read_sweep
 from facts.files import (
     BUNDLE_PAYLOAD,
+    EVAL_RESPONSES_DIR,
     INDEX_TABLE,
     RUN_RECORD,
     SWEEP_RECORD,
     TABLES_DIR,
     bundle_payload_dir,
+    eval_responses_name,
     run_dir_of_job,
     sweep_bundle_payload,
     sweep_job_dir,
@@ -148,10 +151,14 @@ def _from_sweep(path: Path, last_k: int) -> BundleData:
         if e.accepted:
             data.steps[(e.arm, e.seed)] = sorted(e.metrics.records, key=lambda r: r["step"])
             data.evals[(e.arm, e.seed)] = {k: v for k, v in (e.eval_summary or {}).items() if isinstance(v, dict)}
+            run_dir = run_dir_of_job(sweep_job_dir(path, e.job))
             try:
-                data.runs[(e.arm, e.seed)] = read_json(run_dir_of_job(sweep_job_dir(path, e.job)) / RUN_RECORD)
+                data.runs[(e.arm, e.seed)] = read_json(run_dir / RUN_RECORD)
             except JSONError:
                 data.runs[(e.arm, e.seed)] = {}
+            counts = read_prompt_counts(run_dir / EVAL_RESPONSES_DIR / eval_responses_name("final"))
+            if counts is not None:
+                data.final_prompts[(e.arm, e.seed)] = counts
     return data
 
 

@@ -14,7 +14,7 @@ from itertools import combinations
 
 from evidence import headline, stats
 from evidence.dataset import BundleData, csv_text
-from evidence.statistics import MDE_POWER, family, minimum_detectable_effect, robust
+from evidence.statistics import MDE_POWER, family, hierarchical, minimum_detectable_effect, noise, robust
 from evidence.statistics.resampling import (
     BOOTSTRAP_METHOD,
     BOOTSTRAP_RESAMPLES,
@@ -623,6 +623,114 @@ def robust_table(data: BundleData) -> Table:
                  ("Metric", "Measure", "Arm(s)", "Runs", "Value"), md)
 
 
+# ---- the evaluation's own noise (evidence.statistics.noise, .hierarchical) -------------------------
+
+def prompt_rates(data: BundleData, arm: str, seed: int) -> dict[int, float] | None:
+    """A run's final evaluation per prompt: {row index: correct / responses}, from its responses; None without them."""
+    counts = data.final_prompts.get((arm, seed))
+    return None if not counts else {index: c / n for index, (c, n) in counts.items()}
+
+
+def _rate_rows(data: BundleData, arm: str, seeds_: list[int]) -> tuple[list[int], list[list[float]]] | None:
+    """The seeds' per-prompt rates as rows over the same prompts (by row index, ascending); None when a seed has
+    no responses or the seeds' evaluations cover different prompts."""
+    rates = [prompt_rates(data, arm, s) for s in seeds_]
+    if not rates or any(r is None for r in rates) or len({frozenset(r) for r in rates}) != 1:
+        return None
+    prompts = sorted(rates[0])
+    return prompts, [[r[i] for i in prompts] for r in rates]
+
+
+def eval_se_table(data: BundleData) -> Table:
+    """Per accepted run, its final evaluation's own sampling error: pass@1 from its responses (the mean of its
+    prompts' pass rates) and its standard error clustered by prompt (``noise.eval_standard_error``)."""
+    rows, md = [], []
+    for a in arms(data):
+        for s in eval_runs(data, a):
+            rates = prompt_rates(data, a, s)
+            values = list(rates.values()) if rates else []
+            k = {n for _, n in data.final_prompts[(a, s)].values()} if rates else set()
+            pass1 = stats.mean(values) if values else None
+            se = noise.eval_standard_error(values)
+            rows.append([a, data.arm_algo(a), s, job_id(data, a, s), len(values), k.pop() if len(k) == 1 else None,
+                         pass1, se])
+            md.append([display(data, a), str(s), str(len(values)), fmt(pass1, 4), fmt(se, 4)])
+    return Table("eval_se", ("arm", "algo", "seed", "job_id", "n_prompts", "k", "pass@1", "se"), rows,
+                 (arm_header(data), "Seed", "Prompts", "pass@1 (from responses)", "SE (clustered by prompt)"), md)
+
+
+@dataclass(frozen=True)
+class NoiseRow:
+    """Final eval pass@1 of one arm (b empty) or one pair (a − b): per-seed values, their evaluation SEs and
+    the per-prompt rates (or differences) the hierarchical bootstrap resamples."""
+
+    a: str
+    b: str
+    values: list[float]
+    ses: list[float]
+    rates: list[list[float]] | None
+
+
+def noise_rows(data: BundleData) -> list[NoiseRow]:
+    """Each arm, then each pair of the paired table, on final eval pass@1: the seeds with an SE (both arms'
+    for a pair, its SE that of the per-prompt differences, the prompts the same in both)."""
+    metric = headline.HEADLINE_METRIC
+    out = []
+    for a in arms(data):
+        values = paired_values(data, metric, a)
+        seeds_ = [s for s in values if (rates := prompt_rates(data, a, s)) and len(rates) >= 2]
+        block = _rate_rows(data, a, seeds_)
+        out.append(NoiseRow(a, "", [values[s] for s in seeds_],
+                            [noise.eval_standard_error(list(prompt_rates(data, a, s).values())) for s in seeds_],
+                            block[1] if block else None))
+    for a, b in arm_pairs(data):
+        va, vb = paired_values(data, metric, a), paired_values(data, metric, b)
+        seeds_, ses, diffs = [], [], []
+        for s in (s for s in va if s in vb):
+            ra, rb = prompt_rates(data, a, s), prompt_rates(data, b, s)
+            if ra and rb and set(ra) == set(rb) and len(ra) >= 2:
+                prompts = sorted(ra)
+                seeds_.append(s)
+                diffs.append([ra[i] - rb[i] for i in prompts])
+                ses.append(noise.eval_standard_error(diffs[-1]))
+        same = len({len(d) for d in diffs}) == 1 and len({frozenset(prompt_rates(data, a, s)) for s in seeds_}) == 1
+        out.append(NoiseRow(a, b, [va[s] - vb[s] for s in seeds_], ses, diffs if same else None))
+    return out
+
+
+def eval_noise_table(data: BundleData) -> Table:
+    """Per arm and per pair on final eval pass@1: the seeds' variance against the evaluation's noise (the rule
+    of ``noise.spread_source``) and the hierarchical bootstrap interval over seeds, then prompts."""
+    rows, md = [], []
+    level = data.ci_level
+    for r in noise_rows(data):
+        seed_var, eval_var = noise.seed_variance(r.values), noise.eval_noise_variance(r.ses)
+        ratio = seed_var / eval_var if seed_var is not None and eval_var else None
+        spread = noise.spread_source(seed_var, eval_var)
+        interval = hierarchical.hierarchical_interval(r.rates, level) if r.rates else None
+        low, high = interval if interval else (None, None)
+        n_prompts = len(r.rates[0]) if r.rates else None
+        mean = stats.mean(r.values) if r.values else None
+        rows.append([headline.HEADLINE_METRIC, r.a, r.b, len(r.values), n_prompts, mean, seed_var, eval_var, ratio,
+                     spread, low, high, hierarchical.HIERARCHICAL_METHOD, hierarchical.HIERARCHICAL_RESAMPLES,
+                     hierarchical.HIERARCHICAL_SEED])
+        who = display(data, r.a) if not r.b else f"{display(data, r.a)} − {display(data, r.b)}"
+        md.append([who, str(len(r.values)), "—" if n_prompts is None else str(n_prompts),
+                   fmt_signed(mean) if r.b else fmt(mean, 4),
+                   fmt(None if seed_var is None else seed_var ** 0.5, 4),
+                   fmt(None if eval_var is None else eval_var ** 0.5, 4), fmt(ratio, 2), SPREAD_WORDS[spread],
+                   "—" if interval is None else fmt_interval(interval)])
+    return Table("eval_noise",
+                 ("metric", "a", "b", "n_seeds", "n_prompts", "mean", "seed_var", "eval_var", "ratio", "spread",
+                  "hb_low", "hb_high", "hb_method", "hb_resamples", "hb_seed"), rows,
+                 (f"{arm_header(data)} or comparison (a − b)", "Seeds", "Prompts", "Mean", "Seed SD s",
+                  "Eval SE (RMS) σ_eval", "s²/σ²_eval", "Spread", f"Hierarchical {level * 100:g}% interval"), md)
+
+
+SPREAD_WORDS = {noise.SEEDS_EXCEED: "seeds exceed the eval's noise", noise.WITHIN_NOISE: "within the eval's noise",
+                noise.NO_SPREAD: "none", noise.TOO_FEW: "n<2"}
+
+
 # A family needs this many arms: with two there is one pair and nothing to correct.
 FAMILY_MIN_ARMS = 3
 
@@ -789,6 +897,7 @@ def compute_tables(data: BundleData) -> dict[str, Table]:
               environment_table(data), *stability_tables(data), normalisation_table(data),
               *efficiency_tables(data), eval_per_run_table(data), eval_initial_table(data),
               eval_aggregate_table(data),
-              paired_table(data), family_table(data), robust_table(data), headline_table(data), k1_table(data), incidents_table(data), resolved_config_table(data),
+              paired_table(data), family_table(data), robust_table(data), eval_se_table(data), eval_noise_table(data),
+              headline_table(data), k1_table(data), incidents_table(data), resolved_config_table(data),
               *resource_tables(data)]
     return {t.name: t for t in tables}

@@ -65,17 +65,26 @@ def model_files(inputs: dict[str, str], model_path: str) -> dict[str, str]:
     return {path: digest for path, digest in sorted(inputs.items()) if path.startswith(model_dir)}
 
 
+def prompt_counts(responses: list[dict], rewards: list[float] | None = None) -> dict[int, tuple[int, int]]:
+    """Per prompt (its row ``index``), in first-seen order: (correct responses, responses), a response correct
+    when its reward is > 0; ``rewards``: the responses' re-scored rewards in their order, else the records' own."""
+    rewards = [r["reward"] for r in responses] if rewards is None else rewards
+    counts: dict[int, tuple[int, int]] = {}
+    for r, reward in zip(responses, rewards):
+        c, n = counts.get(r["index"], (0, 0))
+        counts[r["index"]] = (c + int(reward > 0), n + 1)
+    return counts
+
+
 def recompute_eval(responses: list[dict], k: int, rewards: list[float] | None = None) -> dict:
     """An eval summary's statistics from its response records: pass@j per prompt (unbiased, c =
     responses with reward > 0) averaged over prompts, mean reward, mean length, truncated share;
     ``k`` is the samples per prompt (-1 when prompts differ); ``rewards``: the responses' re-scored
     rewards (``rescore``) in their order, else the records' own."""
     rewards = [r["reward"] for r in responses] if rewards is None else rewards
-    correct: dict = {}
-    samples: dict = {}
-    for r, reward in zip(responses, rewards):
-        correct[r["index"]] = correct.get(r["index"], 0) + int(reward > 0)
-        samples[r["index"]] = samples.get(r["index"], 0) + 1
+    counts = prompt_counts(responses, rewards)
+    correct = {index: c for index, (c, _) in counts.items()}
+    samples = {index: n for index, (_, n) in counts.items()}
     n = len(responses)
     per_prompt = set(samples.values())
     stats = {"n_responses": n, "n_prompts": len(correct), "k": per_prompt.pop() if len(per_prompt) == 1 else -1,

@@ -143,13 +143,14 @@ def eval_entry(checkpoint: str, pass1: float, n_prompts: int = N_PROMPTS, k: int
 
 
 def write_eval(run_dir: Path, final_checkpoint: str, final_pass1: float, n_prompts: int = N_PROMPTS, k: int = K,
-               initial_pass1: float = 0.25) -> dict:
+               initial_pass1: float = 0.25, final_counts: list[int] | None = None) -> dict:
     """eval.json, eval/<initial|final>.jsonl and eval/subset.json of a run, as the trainer writes them; returns
-    eval.json's summary (pass@1 the possible value nearest the one asked for)."""
+    eval.json's summary (pass@1 the possible value nearest the one asked for, or ``final_counts`` correct samples
+    of prompt i in the final evaluation)."""
     summary = {}
     (run_dir / "eval").mkdir(parents=True, exist_ok=True)
     for kind, checkpoint, pass1 in (("initial", "initial", initial_pass1), ("final", final_checkpoint, final_pass1)):
-        counts = correct_counts(pass1, n_prompts, k)
+        counts = final_counts if kind == "final" and final_counts is not None else correct_counts(pass1, n_prompts, k)
         records = eval_responses(counts, k)
         summary[kind] = summary_of(records, counts, checkpoint, k)
         (run_dir / "eval" / f"{kind}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records),
@@ -168,7 +169,7 @@ def write_resources(job_dir: Path, index: int) -> None:
 
 
 def write_job(sweep: Path, algo: str, seed: int, index: int, n_steps: int, arm: str | None = None,
-              overrides: dict | None = None, final_pass1=None, reward=None) -> Path:
+              overrides: dict | None = None, final_pass1=None, reward=None, final_counts=None) -> Path:
     """One complete, valid job directory (of ``arm`` when given: the arm contract's records)."""
     job_dir = sweep / "jobs" / f"{arm or algo}-{seed}"
     run_dir = job_dir / "run"
@@ -212,7 +213,7 @@ def write_job(sweep: Path, algo: str, seed: int, index: int, n_steps: int, arm: 
     (run_dir / "checkpoints" / "latest").write_text(checkpoint + "\n", encoding="utf-8")
     rng = random.Random(f"eval-{algo}-{seed}")
     pass1 = round(0.5 + rng.uniform(-0.1, 0.1), 4) if final_pass1 is None else final_pass1(arm or algo, seed)
-    write_eval(run_dir, checkpoint, pass1)
+    write_eval(run_dir, checkpoint, pass1, final_counts=final_counts and final_counts(arm or algo, seed))
     write_json(run_dir / "run.json", {
         "algo": algo, "algo_name": {"grpo": "grpo", "rpp": "reinforce_plus_plus",
                                     "rppb": "reinforce_plus_plus_baseline"}[algo],
@@ -230,8 +231,11 @@ def write_job(sweep: Path, algo: str, seed: int, index: int, n_steps: int, arm: 
 
 
 def make_sweep(root: Path, algos=ALGOS, seeds=SEEDS, n_steps: int = 10, name: str = "sweep", arms: dict | None = None,
-               final_pass1=None, reward=None, workload: str = "toy") -> Path:
+               final_pass1=None, reward=None, workload: str = "toy", final_counts=None) -> Path:
     """A complete sweep: every job valid and accepted unless a test changes it.
+
+    ``final_counts(arm, seed)``: the correct samples (of ``K``) of each of the ``N_PROMPTS`` prompts in the run's
+    final evaluation, in place of ``final_pass1``'s evenly spread ones (prompts that differ in difficulty).
 
     ``arms``: ``{label: {"algo": ..., other overrides}}`` (the arm contract); ``algos`` is then derived.
     """
@@ -251,7 +255,7 @@ def make_sweep(root: Path, algos=ALGOS, seeds=SEEDS, n_steps: int = 10, name: st
     commands = []
     for i, (label, algo, overrides, seed) in enumerate(cells):
         write_job(sweep, algo, seed, i, n_steps, arm=label if arms is not None else None, overrides=overrides,
-                  final_pass1=final_pass1, reward=reward)
+                  final_pass1=final_pass1, reward=reward, final_counts=final_counts)
         extra = "".join(f" {k}={v}" for k, v in (overrides or {}).items() if k != "algo")
         commands.append(f"[{i}] {label}-{seed}: python -m trainer algo={algo} seed={seed}{extra} workload=toy "
                         "output_dir=<JOB_DIR>/run")

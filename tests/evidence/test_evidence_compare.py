@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 from sweep_factory import make_sweep
@@ -201,7 +202,7 @@ def test_negative_and_sign_crossing_means_have_no_ratio_and_a_change_that_reads_
     grpo = table_line(result.stdout, "train/loss", "grpo")
     assert grpo[2:6] == ["-0.1", "-0.18", "—", "-80.0%"]
     rpp = table_line(result.stdout, "train/loss", "rpp")
-    assert rpp[2:6] == ["-0.1", "0.05", "—", "—"] and rpp[8] == "paired (n=3) [1]"
+    assert rpp[2:6] == ["-0.1", "0.05", "—", "—"] and rpp[10] == "paired (n=3) [1]"
     assert "[1] A and B differ in sign: no B/A or %; read B − A" in result.stdout.splitlines()
     assert any(line.startswith("B/A: ratio of the across-seed means, shown when both are positive.")
                for line in result.stdout.splitlines())
@@ -215,7 +216,7 @@ def test_the_unpaired_note_is_said_once_under_the_table(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("seeds differ") == 1
     assert "[1] seeds differ (A 1, 2, 3; B 4, 5): unpaired, Welch interval" in result.stdout.splitlines()
-    pairings = [cells[8] for cells in (table_line(result.stdout, m, arm)
+    pairings = [cells[10] for cells in (table_line(result.stdout, m, arm)
                                        for m in ("train/grad_norm", "eval/pass@1") for arm in ("grpo", "rpp"))]
     assert pairings == ["unpaired [1]"] * 4
 
@@ -434,3 +435,52 @@ def test_an_arm_only_one_input_ran_is_named_and_a_tiny_interval_keeps_its_figure
     cell = table_line(result.stdout, "train/loss", "grpo")[7]
     shown = [float(x) for x in cell.strip("[]").split(", ")]
     assert math.isclose(shown[0], low, rel_tol=1e-3) and math.isclose(shown[1], high, rel_tol=1e-3), cell
+
+
+def reference_mde(sd: float, n: int, alpha: float = 0.05, power: float = 0.8) -> float:
+    """The paired t-test's power from scipy.stats' noncentral t, solved for δ by bisection in float64."""
+    critical = scipy_stats.t.ppf(1 - alpha / 2, n - 1)
+
+    def power_at(delta: float) -> float:
+        lam = delta * math.sqrt(n) / sd
+        return scipy_stats.nct.sf(critical, n - 1, lam) + scipy_stats.nct.cdf(-critical, n - 1, lam)
+
+    low, high = 0.0, 100 * sd
+    for _ in range(200):
+        mid = (low + high) / 2
+        low, high = (mid, high) if power_at(mid) < power else (low, mid)
+    return (low + high) / 2
+
+
+def final_pass1_points(sweep: Path, arm: str, seed: int) -> float:
+    return 100 * json.loads((sweep / "jobs" / f"{arm}-{seed}" / "run" / "eval.json").read_text())["final"]["pass@1"]
+
+
+def test_compare_gives_the_mde_and_the_paired_bootstrap_interval_beside_the_t_interval(tmp_path):
+    a, b = before_after(tmp_path)
+    result = cli(a, b, "--csv", tmp_path / "cmp.csv")
+    assert result.returncode == 0, result.stderr
+    row = csv_rows(tmp_path / "cmp.csv")[("eval/pass@1", "grpo")]
+    d = [final_pass1_points(b, "grpo", s) - final_pass1_points(a, "grpo", s) for s in (1, 2, 3)]  # (-2, -6, -3)
+    sd = math.sqrt(sum((x - sum(d) / 3) ** 2 for x in d) / 2)
+    assert math.isclose(float(row["mde"]), reference_mde(sd, 3), rel_tol=1e-9)
+    boot = scipy_stats.bootstrap((np.array(d),), np.mean, n_resamples=int(row["boot_resamples"]), confidence_level=0.95,
+                                 method=row["boot_method"], rng=np.random.default_rng(int(row["boot_seed"])))
+    assert math.isclose(float(row["boot_low"]), boot.confidence_interval.low, rel_tol=1e-9)
+    assert math.isclose(float(row["boot_high"]), boot.confidence_interval.high, rel_tol=1e-9)
+    assert min(d) <= float(row["boot_low"]) < float(row["boot_high"]) <= max(d)  # it can only span what it saw
+    cells = table_line(result.stdout, "eval/pass@1", "grpo")
+    assert cells[8] == f"{float(row['mde']):.4g}"
+    assert cells[9] == f"[{float(row['boot_low']):.4g}, {float(row['boot_high']):.4g}]"
+    assert "| MDE (80% power) | Bootstrap 95% interval | Pairing |" in result.stdout
+    assert any(line.endswith("(9999 resamples, percentile, seed 22), in B − A's units.")
+               for line in result.stdout.splitlines())
+
+
+def test_an_unpaired_comparison_has_no_mde_or_bootstrap_interval(tmp_path):
+    a, b = before_after(tmp_path, seeds_b=(4, 5))
+    result = cli(a, b, "--csv", tmp_path / "cmp.csv")
+    assert result.returncode == 0, result.stderr
+    row = csv_rows(tmp_path / "cmp.csv")[("eval/pass@1", "grpo")]
+    assert row["pairing"] == "unpaired" and row["mde"] == row["boot_low"] == row["boot_high"] == ""
+    assert table_line(result.stdout, "eval/pass@1", "grpo")[8:10] == ["—", "—"]
