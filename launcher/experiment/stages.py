@@ -18,6 +18,7 @@ from evidence.verdict.spec import VerdictError
 from evidence.verdict.stages import CONFIRM_STAGE, PROBE_RECORD, PROBE_STAGE, TUNING_STAGE
 from facts import atomic_write_json
 from facts.files import BUNDLE_ARCHIVE, BUNDLE_DIR, INDEX_TABLE, bundle_payload_dir
+from facts.states import FAILED
 from launcher.experiment.budget import check_budget
 from launcher.experiment.errors import ExperimentFailed
 from launcher.experiment.probe import probe_checks
@@ -111,13 +112,20 @@ def run_confirm(runner: Runner, selected: dict[str, dict[str, str]]) -> int:
     verdict = _bundle_data(runner, CONFIRM_STAGE) / VERDICT_FILE
     if not verdict.is_file():
         raise ExperimentFailed("no verdict: the confirm stage's bundle was not built; see the messages above")
-    v = json.loads(verdict.read_text())
-    ci = v["difference_ci95"]
-    print(f"verdict: {v['verdict']}{' (provisional)' if v['provisional'] else ''} by rule {v['rule']}: "
-          f"{v['metric']['name']} difference {v['difference_mean']:+.3g}"
-          + (f" [{ci[0]:+.3g}, {ci[1]:+.3g}]" if ci else "") + f" {v['metric']['units']}; bundle "
-          f"{runner.stage_dir(CONFIRM_STAGE).name}/{BUNDLE_ARCHIVE}")
+    print(verdict_line(json.loads(verdict.read_text()), f"{runner.stage_dir(CONFIRM_STAGE).name}/{BUNDLE_ARCHIVE}"))
     return code
+
+
+def verdict_line(v: dict, bundle: str) -> str:
+    """The confirm stage's printed line, from its ``verdict.json``: the verdict with its marks (under-powered:
+    a FAILED verdict whose interval still reaches the threshold; provisional), the rule, the mean difference
+    with its interval and the bundle."""
+    ci = v["difference_ci95"]
+    marks = (" (under-powered)" if v["verdict"] == FAILED and v.get("under_powered") else "") \
+        + (" (provisional)" if v["provisional"] else "")
+    return (f"verdict: {v['verdict']}{marks} by rule {v['rule']}: {v['metric']['name']} difference "
+            f"{v['difference_mean']:+.3g}" + (f" [{ci[0]:+.3g}, {ci[1]:+.3g}]" if ci else "")
+            + f" {v['metric']['units']}; bundle {bundle}")
 
 
 def run_stages(runner: Runner, recorded: list[str]) -> int:
