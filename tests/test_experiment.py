@@ -197,11 +197,25 @@ def test_a_corrupt_registration_is_one_line_naming_the_file_and_the_fix(tmp_path
     (_spec(colour="red"), "unknown key 'colour'"),
     (_spec(probe={"gradient_check": {"baseline": "base", "treatment": "nobody"}}),
      "probe.gradient_check.treatment 'nobody' is not an arm"),
+    (_spec(criterion={**SPEC["criterion"], "treatment": ["treat", "treat"]}),
+     "criterion: treatment lists treat twice; name each treatment once"),
+    (_spec(criterion={k: v for k, v in SPEC["criterion"].items() if k != "baseline"}), "criterion: no baseline"),
 ])
 def test_bad_spec_is_one_line_naming_the_problem(spec, message):
     with pytest.raises(ExperimentError) as err:
         check_arm_settings(_study(spec))
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_family_spec_dry_run_names_every_treatment_and_the_holm_correction(tmp_path):
+    proc = _experiment(tmp_path, "experiment=loss_norm", "+experiment.arms.lr_high={algo:dapo,workload.lr:2e-4}",
+                       "experiment.criterion.treatment=[token_mean,lr_high]", "dry_run=true")
+    assert proc.returncode == 0, proc.stderr
+    lines = _plan_lines(proc.stdout)
+    assert lines[0].startswith("experiment loss_norm: token_mean, lr_high vs per_example, spec sha256 ")
+    assert lines[-1] == ("== verdict: eval/pass@1 (final checkpoint): token_mean, lr_high - per_example >= 4 points "
+                         "each, Holm-corrected across 2 treatments")
+    assert len(_jobs(proc.stdout)) == 3 + 9  # the probe's every arm, then every arm over the 3 seeds
 
 
 def test_a_changed_spec_in_a_pre_registered_directory_is_refused_naming_the_change(tmp_path):

@@ -54,7 +54,7 @@ class Outcome:
 
 def decide(criterion: Criterion, baseline: Mapping[int, float], treatment: Mapping[int, float],
            baseline_curve: Sequence[float] = (), treatment_curve: Sequence[float] = (),
-           level: float = stats.CI_LEVEL, min_seeds: int = 2) -> Outcome:
+           level: float = stats.CI_LEVEL, min_seeds: int = 2, holm: tuple[float, float] | None = None) -> Outcome:
     """The pre-registered rule, on raw metric values by seed and each arm's mean curve.
 
     d_s = scale · (treatment_s − baseline_s) over the seeds both arms have (scale 100 for points);
@@ -64,6 +64,8 @@ def decide(criterion: Criterion, baseline: Mapping[int, float], treatment: Mappi
     mean d >= threshold -> VALIDATED (threshold), unless ci_excludes_zero and the interval reaches 0 ->
     INCONCLUSIVE (threshold-within-noise);
     mean d >= inconclusive_below -> INCONCLUSIVE (inconclusive-band); otherwise FAILED (below-threshold).
+    In a family (several treatments against one baseline) ``holm`` is (Holm-adjusted p, family-wise α): the
+    difference is told from 0 when the adjusted p < α and mean d > 0, in place of the interval's low end > 0.
     """
     scale, unit = criterion.scale, " points" if criterion.units == "points" else ""
     seeds = [s for s in baseline if s in treatment]
@@ -88,7 +90,11 @@ def decide(criterion: Criterion, baseline: Mapping[int, float], treatment: Mappi
                        f"the baseline dropped {collapse['baseline'].drop:.4g}{unit} from its peak (limit "
                        f"{criterion.collapse_drop:g}), the treatment {collapse['treatment'].drop:.4g}{unit}; {shown}")
     if mean >= criterion.threshold - THRESHOLD_SLACK:
-        if criterion.ci_excludes_zero and low <= 0:
+        if criterion.ci_excludes_zero and holm is not None and not (holm[0] < holm[1] and mean > 0):
+            return outcome(INCONCLUSIVE, "threshold-within-noise",
+                           f"{shown} reaches the threshold {criterion.threshold:g}{unit} but its Holm-adjusted p "
+                           f"{holm[0]:.3g} is not below the family-wise α {holm[1]:g}")
+        if criterion.ci_excludes_zero and holm is None and low <= 0:
             return outcome(INCONCLUSIVE, "threshold-within-noise",
                            f"{shown} reaches the threshold {criterion.threshold:g}{unit} but the interval includes 0")
         return outcome(VALIDATED, "threshold", f"{shown} >= threshold {criterion.threshold:g}{unit}")

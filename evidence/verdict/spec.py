@@ -16,7 +16,7 @@ criterion and tuning (``parse_experiment``), the launcher's experiment runner th
       metric: eval/pass@1          # eval/<name> at: final, or a training metric at: last_k (+ last_k: 10)
       at: final
       baseline: isp
-      treatment: sc
+      treatment: sc                # or several: [sc, ent], each against the baseline, Holm-corrected
       threshold_points: 4          # mean over seeds of (treatment - baseline) must reach this;
                                    # `threshold:` instead states it in the metric's own units
       inconclusive_below_points: 2 # below this the treatment failed; between the two: INCONCLUSIVE
@@ -118,7 +118,7 @@ class Criterion:
 
     measure: Measure
     baseline: str
-    treatment: str
+    treatments: tuple[str, ...]  # one, or several against the one baseline (a Holm-corrected family)
     threshold: float
     inconclusive_below: float | None
     collapse_drop: float | None
@@ -128,6 +128,16 @@ class Criterion:
     @property
     def scale(self) -> float:
         return POINTS_PER_UNIT if self.units == "points" else 1.0
+
+    @property
+    def treatment(self) -> str:
+        """The treatments' names as text (the one treatment's name in a two-arm spec)."""
+        return ", ".join(self.treatments)
+
+    @property
+    def family(self) -> bool:
+        """Several treatments against the baseline: the verdict corrects for them (Holm)."""
+        return len(self.treatments) > 1
 
 
 @dataclass(frozen=True)
@@ -187,12 +197,11 @@ def parse_criterion(block, arms: Mapping[str, Mapping]) -> Criterion:
     if unknown:
         raise VerdictError(f"criterion: unknown key {unknown[0]!r}; known: {', '.join(sorted(_CRITERION_KEYS))}")
     measure = _measure(block, "criterion")
-    for role in ("baseline", "treatment"):
-        if block.get(role) not in arms:
-            raise VerdictError(f"criterion: {role} {block.get(role)!r} is not an arm of the spec "
-                               f"(arms: {', '.join(arms) or 'none'})")
-    if block["baseline"] == block["treatment"]:
-        raise VerdictError("criterion: baseline and treatment are the same arm")
+    treatments = _treatments(block, arms)
+    if block["baseline"] in treatments:
+        raise VerdictError("criterion: baseline and treatment are the same arm" if len(treatments) == 1 else
+                           f"criterion: the baseline {block['baseline']} is also listed as a treatment; compare each "
+                           f"treatment with the baseline, not the baseline with itself")
     units = "points" if "threshold_points" in block else "units"
     if units == "points" and not measure.is_rate:
         raise VerdictError(f"criterion: {measure.metric} is not a rate, so it has no points; state threshold "
@@ -214,7 +223,32 @@ def parse_criterion(block, arms: Mapping[str, Mapping]) -> Criterion:
     ci = block.get("ci_excludes_zero", True)
     if not isinstance(ci, bool):
         raise VerdictError("criterion: ci_excludes_zero must be true or false")
-    return Criterion(measure, block["baseline"], block["treatment"], threshold, below, drop, units, ci)
+    return Criterion(measure, block["baseline"], treatments, threshold, below, drop, units, ci)
+
+
+def _treatments(block: Mapping, arms: Mapping[str, Mapping]) -> tuple[str, ...]:
+    """The criterion's baseline checked and its treatments: one arm (``treatment: sc``) or a list of distinct arms
+    (``treatment: [sc, ent]``), each a spec arm; every problem one line naming the fix."""
+    shown = ", ".join(arms) or "none"
+    for role in ("baseline", "treatment"):
+        if role not in block or block[role] is None:
+            raise VerdictError(f"criterion: no {role}; name " + (
+                "the arm every treatment is compared with (baseline: <arm>)" if role == "baseline" else
+                "the arm compared with the baseline (treatment: <arm>), or a list of them (treatment: [a, b])")
+                + f" (arms: {shown})")
+    if block["baseline"] not in arms:
+        raise VerdictError(f"criterion: baseline {block['baseline']!r} is not an arm of the spec (arms: {shown})")
+    named = block["treatment"]
+    treatments = list(named) if isinstance(named, (list, tuple)) else [named]
+    if not treatments:
+        raise VerdictError("criterion: treatment is an empty list; name at least one arm")
+    for name in treatments:
+        if name not in arms:
+            raise VerdictError(f"criterion: treatment {name!r} is not an arm of the spec (arms: {shown})")
+    twice = sorted({name for name in treatments if treatments.count(name) > 1})
+    if twice:
+        raise VerdictError(f"criterion: treatment lists {twice[0]} twice; name each treatment once")
+    return tuple(treatments)
 
 
 def _tuning_grids(block: Mapping, arms: Mapping[str, Mapping], setting: str) -> dict[str, tuple[str, ...]]:

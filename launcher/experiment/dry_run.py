@@ -53,5 +53,6 @@ def dry_run(runner: Runner) -> int:
     else:
         show(confirm)
     c = study.experiment.criterion
-    stage_header("verdict", f"{c.measure.label()}: {c.treatment} - {c.baseline} >= {c.threshold:g} {c.units}")
+    stage_header("verdict", f"{c.measure.label()}: {c.treatment} - {c.baseline} >= {c.threshold:g} {c.units}"
+                            + (f" each, Holm-corrected across {len(c.treatments)} treatments" if c.family else ""))
     return 0

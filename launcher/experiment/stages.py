@@ -119,7 +119,16 @@ def run_confirm(runner: Runner, selected: dict[str, dict[str, str]]) -> int:
 def verdict_line(v: dict, bundle: str) -> str:
     """The confirm stage's printed line, from its ``verdict.json``: the verdict with its marks (under-powered:
     a FAILED verdict whose interval still reaches the threshold; provisional), the rule, the mean difference
-    with its interval and the bundle."""
+    with its interval and the bundle; a family's verdict, then a line per treatment with its Holm-adjusted p."""
+    if "family" in v:
+        family = v["family"]
+        return "\n".join([
+            f"verdict: {v['verdict']}{' (provisional)' if v['provisional'] else ''} by rule {v['rule']}: "
+            f"{len(family['treatments'])} treatments against {family['baseline']}, Holm-corrected at family-wise "
+            f"α {family['alpha']:.2g}; bundle {bundle}",
+            *(f"   {c['arms']['treatment']['name']}: " + verdict_line(c, bundle).split(": ", 1)[1].rsplit(
+                "; bundle ", 1)[0] + f"; Holm-adjusted p {c['holm']['adjusted_p_value']:.3g}"
+              for c in v["comparisons"])])
     ci = v["difference_ci95"]
     marks = (" (under-powered)" if v["verdict"] == FAILED and v.get("under_powered") else "") \
         + (" (provisional)" if v["provisional"] else "")
