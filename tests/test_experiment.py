@@ -5,6 +5,7 @@ run end to end (probe -> confirm -> verdict, then resumed)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -327,6 +328,46 @@ def test_a_budget_the_probe_shows_cannot_be_met_is_refused():
     assert fits["cpu_hours"] == pytest.approx(4800 / 3600)
     with pytest.raises(ExperimentError, match="a run needs about 6.7 min"):
         check_budget(_study(_spec(budget={"wall_minutes_per_run": 5})), record, [runs])
+
+
+SIZED = {"n": "auto", "min": 3, "max": 10}
+
+
+def test_a_sized_design_is_refused_only_when_its_first_look_does_not_fit_the_budget():
+    """The plan at the design's most (10 seeds) is recorded against the budget; only the first look (3 seeds)
+    must fit before anything starts."""
+    record = {"arms": {"a": {"step_s": 2.0}, "b": {"step_s": 4.0}}}
+    most = SimpleNamespace(specs=[SimpleNamespace(n_updates=100, cpus=2)] * 20)  # 2 arms x 10 seeds
+    first = SimpleNamespace(specs=[SimpleNamespace(n_updates=100, cpus=2)] * 6)  # 2 arms x 3 seeds
+    # 20 x 100 x 4 s x 2 CPUs = 4.44 CPU-h at the most; 6 x 100 x 4 x 2 = 1.33 CPU-h at the first look
+    fits = check_budget(_study(_spec(seeds=SIZED, budget={"cpu_hours": 2})), record, [most], [first])
+    assert fits["cpu_hours"] == pytest.approx(16000 / 3600) and fits["first_look"]["cpu_hours"] == pytest.approx(4800 / 3600)
+    with pytest.raises(ExperimentError, match=r"^budget: the first look's plan needs about 1.33 cpu-hours \(6 runs"):
+        check_budget(_study(_spec(seeds=SIZED, budget={"cpu_hours": 1})), record, [most], [first])
+
+
+def test_the_registration_records_the_sized_designs_rule_before_any_seed_runs(tmp_path):
+    study = _study(_spec(seeds=SIZED))
+    assert study.experiment.seeds == tuple(range(1, 11))
+    assert "spending: obrien-fleming" in study.text  # the spec as run names the default rule: its SHA256 registers it
+    register(tmp_path, study, [])
+    sizing = json.loads((tmp_path / REGISTRATION).read_text())["sizing"]
+    assert {k: sizing[k] for k in ("n", "min", "max", "spending", "power")} == {
+        "n": "auto", "min": 3, "max": 10, "spending": "obrien-fleming", "power": 0.8}
+    assert sizing["alpha"] == pytest.approx(0.05) and sizing["information_fraction"] == pytest.approx(0.3)
+    assert sizing["weights"] == pytest.approx([math.sqrt(0.3), math.sqrt(0.7)])
+    # O'Brien-Fleming-type spending at t = 0.3: c1 = z_{0.975} / sqrt(0.3)
+    assert sizing["boundaries"][0] == pytest.approx(1.959963984540054 / math.sqrt(0.3), rel=1e-9)
+
+
+def test_a_sized_design_dry_run_shows_its_first_look_and_names_its_rule(tmp_path):
+    proc = _experiment(tmp_path, "experiment=loss_norm", "~experiment.seeds", "+experiment.seeds={n:auto,min:3,max:6,"
+                       "spending:pocock}", "dry_run=true")
+    assert proc.returncode == 0, proc.stderr
+    assert ("== confirm: every arm over seeds 1..3 (the first look), then seeds up to 6 as the first look sizes them "
+            "(pocock spending, registered before any seed runs)") in proc.stdout
+    assert len(_jobs(proc.stdout)) == 2 + 6  # the probe, then the first look: 2 arms x 3 seeds
+    assert not (tmp_path / REGISTRATION).exists()
 
 
 def test_experiment_with_dash_m_is_refused(tmp_path):

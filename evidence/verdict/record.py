@@ -18,8 +18,18 @@ from evidence.measures import arm_values, trajectory
 from evidence.problems import VerdictError
 from evidence.statistics import MDE_POWER, minimum_detectable_effect
 from evidence.statistics.family import holm, paired_t_p_value
-from evidence.verdict.rule import FAILED, INCONCLUSIVE, VALIDATED, Outcome, decide, mean_curve, under_powered
+from evidence.verdict.rule import (
+    FAILED,
+    INCONCLUSIVE,
+    VALIDATED,
+    Outcome,
+    decide,
+    holm_test,
+    mean_curve,
+    under_powered,
+)
 from evidence.verdict.selection import Selection, select_settings
+from evidence.verdict.sizing import SECOND_LOOK_PENDING, sized_look
 from evidence.verdict.spec import MIN_SEEDS, Experiment, arm_owner, parse_experiment, same_overrides
 from evidence.verdict.stages import TUNING_STAGE
 from facts.files import VERDICT_FILE
@@ -84,10 +94,24 @@ def _comparison_record(experiment: Experiment, data: BundleData, treatment: str,
     selected = {name: {s.setting: s.value} for name, s in selections.items()}
     criterion, labels, values, paired = _comparison(experiment, data, treatment, selected)
     names = {"baseline": criterion.baseline, "treatment": treatment}
+    look, design = None, list(experiment.seeds)
+    if experiment.sizing is not None:  # the current look's seeds, and its test of 0
+        look = sized_look(experiment.sizing, criterion, {s: criterion.scale * (values["treatment"][s] -
+                                                                                values["baseline"][s])
+                                                         for s in paired}, 1 - data.ci_level)
+        values = {role: {s: v for s, v in by_seed.items() if s in look.seeds} for role, by_seed in values.items()}
+        paired, design = [s for s in paired if s in look.seeds], look.design
     curves = {role: mean_curve([trajectory(data, criterion.measure, labels[role], s) for s in paired])
               if paired else [] for role in labels}
+    test = None
+    if holm is not None:
+        diffs = [criterion.scale * (values["treatment"][s] - values["baseline"][s]) for s in paired]
+        test = holm_test(holm[0], holm[1], stats.mean(diffs) if diffs else None)
     outcome = decide(criterion, values["baseline"], values["treatment"], curves["baseline"], curves["treatment"],
-                     data.ci_level, min_seeds=2 if experiment.exploratory else MIN_SEEDS, holm=holm)
+                     data.ci_level, min_seeds=2 if experiment.exploratory else MIN_SEEDS,
+                     test=look.test if look is not None else test)
+    if look is not None and look.pending is not None and outcome.rule != "too-few-seeds":
+        outcome.verdict, outcome.rule, outcome.reason = INCONCLUSIVE, SECOND_LOOK_PENDING, look.pending
     edges = [{"arm": s.arm, "setting": s.setting, "value": s.value, "side": s.edge}
              for s in selections.values() if s.edge]
 
@@ -104,7 +128,7 @@ def _comparison_record(experiment: Experiment, data: BundleData, treatment: str,
         "arms": {role: {"name": name, "arm": labels[role], "overrides": {**experiment.arms[name], **selected.get(name, {})}}
                  for role, name in names.items()},
         "seeds": paired,
-        "seeds_missing": [s for s in experiment.seeds if s not in paired],  # pre-registered, not paired here
+        "seeds_missing": [s for s in design if s not in paired],  # pre-registered (at this look), not paired here
         "per_seed": [{"seed": s, "baseline": b, "treatment": t, "difference": d}
                      for s, (b, t, d) in outcome.by_seed.items()],
         "baseline": summary("baseline"), "treatment": summary("treatment"),
@@ -120,6 +144,7 @@ def _comparison_record(experiment: Experiment, data: BundleData, treatment: str,
         "selected": selected,
         "tuning": _tuning_record(experiment, selections, tuning_data),
         "exploratory": experiment.exploratory,
+        **({"sizing": look.record} if look is not None else {}),
     }
 
 

@@ -89,6 +89,8 @@ def comparison_section(record: dict, heading: str) -> str:
                f"{_signed(record['difference_mean'])}" + (f" ± {sd:.2f}" if sd is not None else " (n<2)")
                + (f", 95% t-interval [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else "") + " |\n")
     out.append(_power_sentence(record, unit))
+    if "sizing" in record:
+        out.append(_sizing_sentence(record["sizing"]))
     collapse = record["collapse"]
     if collapse and "baseline" in collapse:
         out.append("Collapse check (mean curve over the paired seeds): " + "; ".join(
@@ -119,4 +121,33 @@ def _power_sentence(record: dict, unit: str) -> str:
         text += (f" Under-powered: the verdict FAILED, yet its interval still reaches the threshold "
                  f"{record['threshold']:g}{unit}; the design cannot tell a difference of the threshold's size "
                  f"from the one observed. The pre-registered rule's verdict stands.")
+    return text + "\n"
+
+
+def _z(value: float | None) -> str:
+    return "±∞ (no spread)" if value is None else f"{value:.3f}"
+
+
+def _sizing_sentence(sizing: dict) -> str:
+    """A sized design's looks: the rule, the boundaries, each look's statistic and the seeds the first look sized."""
+    first, second = sizing["first_look"], sizing["second_look"]
+    w1, w2 = sizing["weights"]
+    c1, c2 = sizing["boundaries"]
+    a1, a2 = sizing["nominal_alpha"]
+    text = (f"Sized design (`seeds: {{n: auto, min: {sizing['min']}, max: {sizing['max']}}}`), registered before any "
+            f"seed ran: two looks spending α = {sizing['alpha']:.2g} by the {sizing['rule']} rule (Lan-DeMets) at "
+            f"information fraction {sizing['information_fraction']:.3g}; boundaries |Z| ≥ {c1:.3f} at the first look "
+            f"(nominal p {a1:.3g}) and {c2:.3f} at the second (nominal p {a2:.3g}); each stage's paired t statistic "
+            f"is mapped to a standard normal and the second look combines them as Z = {w1:.3f}·z₁ + {w2:.3f}·z₂. "
+            f"First look: seeds {', '.join(map(str, first['seeds']))}, SD of the differences "
+            + ("—" if first["sd"] is None else f"{first['sd']:.2f}") + f", Z = {_z(first['z'])}"
+            + (" (crossed)" if first["crossed"] else "") + f"; the threshold needs {first['required_seeds']} seeds at "
+            f"{sizing['power'] * 100:g}% power.")
+    if sizing["stopped_early"]:
+        text += " The first look crossed its boundary with a mean difference at the threshold: the design stopped there."
+    elif second is not None:
+        text += (f" Second look: seeds {', '.join(map(str, second['seeds']))}, stage Z = {_z(second['z_stage'])}, "
+                 f"combined Z = {_z(second['z'])}" + (" (crossed)" if second["crossed"] else " (not crossed)") + ".")
+    if sizing["seeds_outside_design"]:
+        text += (" Seeds outside the design, not read: " + ", ".join(map(str, sizing["seeds_outside_design"])) + ".")
     return text + "\n"
