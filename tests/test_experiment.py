@@ -484,3 +484,36 @@ def test_a_stage_whose_sweep_another_writer_holds_is_refused_in_one_line_before_
     (line,) = [ln for ln in proc.stderr.strip().splitlines() if ln.startswith("proofgrid: ")]
     assert f"refused: {tmp_path / 'probe'} is held by python -m evidence build (pid {holder.pid}" in line, line
     assert not (tmp_path / "probe" / "jobs").exists()
+
+
+@pytest.mark.slow
+def test_a_sized_design_runs_its_first_look_then_the_seeds_it_sizes_through_launch_py(tmp_path):
+    """``seeds: {n: auto, min: 2, max: 4}`` (exploratory) through ``launch.py`` on tiny runs: the registration names
+    the rule before any seed runs, the probe's record prices the design at its most and its first look, the
+    first look's two seeds run, then the seeds it sizes (here always 3..4: max is min + 2), and the bundle's
+    verdict carries both looks and passes the audit."""
+    exp = tmp_path / "exp"
+    cmd = [sys.executable, "launch.py", "experiment=loss_norm", "~experiment.seeds",
+           "+experiment.seeds={n:auto,min:2,max:4}", "+experiment.exploratory=true", "workload.n_updates=3",
+           "workload.eval.n_prompts=4", f"hydra.run.dir={exp}"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
+    registration = json.loads((exp / REGISTRATION).read_text())
+    assert registration["sizing"]["spending"] == "obrien-fleming" and registration["sizing"]["max"] == 4
+    probe = json.loads((exp / "probe" / "probe.json").read_text())
+    assert probe["budget"]["runs"] == 8 and probe["budget"]["first_look"]["runs"] == 4  # 2 arms x 4, x 2 seeds
+    data = exp / "confirm" / "bundle" / "data"
+    verdict = json.loads((data / "verdict.json").read_text())
+    sizing = verdict["sizing"]
+    jobs = sorted(p.name for p in (exp / "confirm" / "jobs").iterdir())
+    if sizing["stopped_early"]:  # the first look crossed its boundary with a mean at the threshold
+        assert len(jobs) == 4 and sizing["look"] == 1
+    else:
+        assert "first look: 2 seeds, Z = " in proc.stdout and "the second look runs seeds 3..4" in proc.stdout
+        assert len(jobs) == 8 and sizing["look"] == 2 and sizing["second_look"]["seeds"] == [3, 4]
+        assert verdict["seeds"] == [1, 2, 3, 4]
+    assert f"verdict: {verdict['verdict']}" in proc.stdout
+    audit = subprocess.run([sys.executable, "-m", "evidence", "audit", str(exp / "confirm" / "bundle.tar.gz")],
+                           cwd=REPO, capture_output=True, text=True)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
