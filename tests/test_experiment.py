@@ -517,3 +517,9 @@ def test_a_sized_design_runs_its_first_look_then_the_seeds_it_sizes_through_laun
     audit = subprocess.run([sys.executable, "-m", "evidence", "audit", str(exp / "confirm" / "bundle.tar.gz")],
                            cwd=REPO, capture_output=True, text=True)
     assert audit.returncode == 0, audit.stdout + audit.stderr
+    # The same command again starts nothing: the confirm stage resumes at the look it reached
+    again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900,
+                           env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert again.returncode in (0, 1), again.stdout[-3000:] + again.stderr[-3000:]
+    assert f"{len(jobs)} job(s) already accepted" in again.stdout and "first look: " not in again.stdout
+    assert json.loads((data / "verdict.json").read_text()) == verdict

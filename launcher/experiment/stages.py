@@ -152,12 +152,25 @@ def second_look_seeds(runner: Runner, v: dict, record: dict) -> int | None:
     return need
 
 
+def _sized_before(runner: Runner) -> int | None:
+    """The seeds an earlier run of this experiment's first look sized (its confirm bundle's verdict at the second
+    look), or None. Accepted jobs never re-run, so the first look's differences, and the size they give, are fixed."""
+    try:
+        sizing = json.loads((_bundle_data(runner, CONFIRM_STAGE) / VERDICT_FILE).read_text()).get("sizing")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return sizing["first_look"]["required_seeds"] if isinstance(sizing, dict) and sizing.get("look") == 2 else None
+
+
 def run_confirm(runner: Runner, selected: dict[str, dict[str, str]], record: dict) -> int:
     """Every arm at its selected setting over the spec's seeds (a sized design: its first look's, then the
     seeds its first look sizes); prints the verdict line."""
     sizing = runner.study.experiment.sizing
+    sized = _sized_before(runner)
     if sizing is None:
         code, v = _confirm_look(runner, selected, None, "")
+    elif sized is not None:  # resumed after the second look was sized: its first look's seeds never re-run
+        code, v = _confirm_look(runner, selected, sized, f", the second look: seeds 1..{sized}")
     else:
         code, v = _confirm_look(runner, selected, sizing.min, f", the first look of a sized design ({sizing.spending})")
         need = second_look_seeds(runner, v, record)
