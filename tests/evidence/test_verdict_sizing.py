@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import yaml
 from experiment_stages import add_launcher_stages
-from scipy import special
+from scipy import optimize, special
 from scipy import stats as sps
 from sweep_factory import make_sweep
 
@@ -79,9 +79,13 @@ def simulate(rule: str, n1: int, n_max: int, threshold: float, reps: int, seed: 
     c1, c2 = boundaries(rule, n1 / n_max, ALPHA)
     d = rng.normal(0.0, 1.0, size=(reps, n_max))
     s1 = d[:, :n1].std(1, ddof=1)
+    # the power falls as the SD rises: n suffices below the SD at which its power is 0.8 (root by brentq)
+    level = 2 * sps.norm.sf(c2)
+    largest_sd = {n: optimize.brentq(lambda sd, n=n: power_by_hand(threshold, np.array([sd]), n, level)[0] - 0.8,
+                                     1e-3, 100.0, xtol=1e-13) for n in range(n1 + 2, n_max + 1)}
     need = np.full(reps, n_max)
     for n in range(n_max, n1 + 1, -1):
-        need = np.where(power_by_hand(threshold, s1, n, 2 * sps.norm.sf(c2)) >= 0.8, n, need)
+        need = np.where(s1 <= largest_sd[n], n, need)
     z1 = t_to_z(d[:, :n1])
     w1 = math.sqrt(n1 / n_max)
     combined = np.zeros(reps)
