@@ -198,6 +198,16 @@ def test_the_first_look_sizes_the_second_and_waits_for_it(tmp_path):
     assert "Sized design (`seeds: {n: auto, min: 3, max: 6}`), registered before any seed ran" in report
     assert verdict_line(verdict, "b").startswith("verdict: INCONCLUSIVE by rule second-look-pending")
     assert audit(bag) == []
+    # probe.json prices the design at its most (max seeds) and its first look; an edited first look is caught
+    probe = json.loads((bag / "data" / "stages" / "probe" / "probe.json").read_text())
+    assert (probe["budget"]["runs"], probe["budget"]["first_look"]["runs"]) == (12, 6)  # 2 arms x 6, x 3 seeds
+    edited = Path(shutil.copytree(bag, tmp_path / "edited"))
+    path = edited / "data" / "stages" / "probe" / "probe.json"
+    probe["budget"]["first_look"]["cpu_hours"] = 0.001
+    path.write_text(json.dumps(probe, indent=2, sort_keys=True) + "\n")
+    reseal_bag(edited)
+    assert any(str(f).startswith("data/stages/probe/probe.json: budget.first_look.cpu_hours: recorded 0.001")
+               for f in audit(edited))
 
 
 def test_the_second_look_combines_both_stages_and_the_audit_recomputes_it(tmp_path):
