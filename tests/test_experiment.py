@@ -5,6 +5,7 @@ run end to end (probe -> confirm -> verdict, then resumed)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -197,11 +198,25 @@ def test_a_corrupt_registration_is_one_line_naming_the_file_and_the_fix(tmp_path
     (_spec(colour="red"), "unknown key 'colour'"),
     (_spec(probe={"gradient_check": {"baseline": "base", "treatment": "nobody"}}),
      "probe.gradient_check.treatment 'nobody' is not an arm"),
+    (_spec(criterion={**SPEC["criterion"], "treatment": ["treat", "treat"]}),
+     "criterion: treatment lists treat twice; name each treatment once"),
+    (_spec(criterion={k: v for k, v in SPEC["criterion"].items() if k != "baseline"}), "criterion: no baseline"),
 ])
 def test_bad_spec_is_one_line_naming_the_problem(spec, message):
     with pytest.raises(ExperimentError) as err:
         check_arm_settings(_study(spec))
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_family_spec_dry_run_names_every_treatment_and_the_holm_correction(tmp_path):
+    proc = _experiment(tmp_path, "experiment=loss_norm", "+experiment.arms.lr_high={algo:dapo,workload.lr:2e-4}",
+                       "experiment.criterion.treatment=[token_mean,lr_high]", "dry_run=true")
+    assert proc.returncode == 0, proc.stderr
+    lines = _plan_lines(proc.stdout)
+    assert lines[0].startswith("experiment loss_norm: token_mean, lr_high vs per_example, spec sha256 ")
+    assert lines[-1] == ("== verdict: eval/pass@1 (final checkpoint): token_mean, lr_high - per_example >= 4 points "
+                         "each, Holm-corrected across 2 treatments")
+    assert len(_jobs(proc.stdout)) == 3 + 9  # the probe's every arm, then every arm over the 3 seeds
 
 
 def test_a_changed_spec_in_a_pre_registered_directory_is_refused_naming_the_change(tmp_path):
@@ -313,6 +328,46 @@ def test_a_budget_the_probe_shows_cannot_be_met_is_refused():
     assert fits["cpu_hours"] == pytest.approx(4800 / 3600)
     with pytest.raises(ExperimentError, match="a run needs about 6.7 min"):
         check_budget(_study(_spec(budget={"wall_minutes_per_run": 5})), record, [runs])
+
+
+SIZED = {"n": "auto", "min": 3, "max": 10}
+
+
+def test_a_sized_design_is_refused_only_when_its_first_look_does_not_fit_the_budget():
+    """The plan at the design's most (10 seeds) is recorded against the budget; only the first look (3 seeds)
+    must fit before anything starts."""
+    record = {"arms": {"a": {"step_s": 2.0}, "b": {"step_s": 4.0}}}
+    most = SimpleNamespace(specs=[SimpleNamespace(n_updates=100, cpus=2)] * 20)  # 2 arms x 10 seeds
+    first = SimpleNamespace(specs=[SimpleNamespace(n_updates=100, cpus=2)] * 6)  # 2 arms x 3 seeds
+    # 20 x 100 x 4 s x 2 CPUs = 4.44 CPU-h at the most; 6 x 100 x 4 x 2 = 1.33 CPU-h at the first look
+    fits = check_budget(_study(_spec(seeds=SIZED, budget={"cpu_hours": 2})), record, [most], [first])
+    assert fits["cpu_hours"] == pytest.approx(16000 / 3600) and fits["first_look"]["cpu_hours"] == pytest.approx(4800 / 3600)
+    with pytest.raises(ExperimentError, match=r"^budget: the first look's plan needs about 1.33 cpu-hours \(6 runs"):
+        check_budget(_study(_spec(seeds=SIZED, budget={"cpu_hours": 1})), record, [most], [first])
+
+
+def test_the_registration_records_the_sized_designs_rule_before_any_seed_runs(tmp_path):
+    study = _study(_spec(seeds=SIZED))
+    assert study.experiment.seeds == tuple(range(1, 11))
+    assert "spending: obrien-fleming" in study.text  # the spec as run names the default rule: its SHA256 registers it
+    register(tmp_path, study, [])
+    sizing = json.loads((tmp_path / REGISTRATION).read_text())["sizing"]
+    assert {k: sizing[k] for k in ("n", "min", "max", "spending", "power")} == {
+        "n": "auto", "min": 3, "max": 10, "spending": "obrien-fleming", "power": 0.8}
+    assert sizing["alpha"] == pytest.approx(0.05) and sizing["information_fraction"] == pytest.approx(0.3)
+    assert sizing["weights"] == pytest.approx([math.sqrt(0.3), math.sqrt(0.7)])
+    # O'Brien-Fleming-type spending at t = 0.3: c1 = z_{0.975} / sqrt(0.3)
+    assert sizing["boundaries"][0] == pytest.approx(1.959963984540054 / math.sqrt(0.3), rel=1e-9)
+
+
+def test_a_sized_design_dry_run_shows_its_first_look_and_names_its_rule(tmp_path):
+    proc = _experiment(tmp_path, "experiment=loss_norm", "~experiment.seeds", "+experiment.seeds={n:auto,min:3,max:6,"
+                       "spending:pocock}", "dry_run=true")
+    assert proc.returncode == 0, proc.stderr
+    assert ("== confirm: every arm over seeds 1..3 (the first look), then seeds up to 6 as the first look sizes them "
+            "(pocock spending, registered before any seed runs)") in proc.stdout
+    assert len(_jobs(proc.stdout)) == 2 + 6  # the probe, then the first look: 2 arms x 3 seeds
+    assert not (tmp_path / REGISTRATION).exists()
 
 
 def test_experiment_with_dash_m_is_refused(tmp_path):
@@ -429,3 +484,42 @@ def test_a_stage_whose_sweep_another_writer_holds_is_refused_in_one_line_before_
     (line,) = [ln for ln in proc.stderr.strip().splitlines() if ln.startswith("proofgrid: ")]
     assert f"refused: {tmp_path / 'probe'} is held by python -m evidence build (pid {holder.pid}" in line, line
     assert not (tmp_path / "probe" / "jobs").exists()
+
+
+@pytest.mark.slow
+def test_a_sized_design_runs_its_first_look_then_the_seeds_it_sizes_through_launch_py(tmp_path):
+    """``seeds: {n: auto, min: 2, max: 4}`` (exploratory) through ``launch.py`` on tiny runs: the registration names
+    the rule before any seed runs, the probe's record prices the design at its most and its first look, the
+    first look's two seeds run, then the seeds it sizes (here always 3..4: max is min + 2), and the bundle's
+    verdict carries both looks and passes the audit."""
+    exp = tmp_path / "exp"
+    cmd = [sys.executable, "launch.py", "experiment=loss_norm", "~experiment.seeds",
+           "+experiment.seeds={n:auto,min:2,max:4}", "+experiment.exploratory=true", "workload.n_updates=3",
+           "workload.eval.n_prompts=4", f"hydra.run.dir={exp}"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
+    registration = json.loads((exp / REGISTRATION).read_text())
+    assert registration["sizing"]["spending"] == "obrien-fleming" and registration["sizing"]["max"] == 4
+    probe = json.loads((exp / "probe" / "probe.json").read_text())
+    assert probe["budget"]["runs"] == 8 and probe["budget"]["first_look"]["runs"] == 4  # 2 arms x 4, x 2 seeds
+    data = exp / "confirm" / "bundle" / "data"
+    verdict = json.loads((data / "verdict.json").read_text())
+    sizing = verdict["sizing"]
+    jobs = sorted(p.name for p in (exp / "confirm" / "jobs").iterdir())
+    if sizing["stopped_early"]:  # the first look crossed its boundary with a mean at the threshold
+        assert len(jobs) == 4 and sizing["look"] == 1
+    else:
+        assert "first look: 2 seeds, Z = " in proc.stdout and "the second look runs seeds 3..4" in proc.stdout
+        assert len(jobs) == 8 and sizing["look"] == 2 and sizing["second_look"]["seeds"] == [3, 4]
+        assert verdict["seeds"] == [1, 2, 3, 4]
+    assert f"verdict: {verdict['verdict']}" in proc.stdout
+    audit = subprocess.run([sys.executable, "-m", "evidence", "audit", str(exp / "confirm" / "bundle.tar.gz")],
+                           cwd=REPO, capture_output=True, text=True)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    # The same command again starts nothing: the confirm stage resumes at the look it reached
+    again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900,
+                           env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert again.returncode in (0, 1), again.stdout[-3000:] + again.stderr[-3000:]
+    assert f"{len(jobs)} job(s) already accepted" in again.stdout and "first look: " not in again.stdout
+    assert json.loads((data / "verdict.json").read_text()) == verdict

@@ -22,6 +22,7 @@ from evidence.verdict.selection import (
 from evidence.verdict.spec import (
     Criterion,
     Experiment,
+    Sizing,
     Study,
     Tuning,
     arm_owner,
@@ -35,7 +36,7 @@ from evidence.verdict.stages import add_experiment
 
 __all__ = [
     "FAILED", "INCONCLUSIVE", "VALIDATED", "VERDICT_FILE", "Criterion", "Experiment", "Outcome", "Selection",
-    "Study", "Tuning", "VerdictError", "add_experiment", "arm_owner", "bundle_verdict", "check_logged", "check_verdict",
+    "Sizing", "Study", "Tuning", "VerdictError", "add_experiment", "arm_owner", "bundle_verdict", "check_logged", "check_verdict",
     "decide", "experiment_verdict", "extend_grid", "override_text", "parse_experiment", "parse_study",
     "same_overrides", "select_from_bundle", "select_setting", "select_settings", "verdict_section",
     "write_verdict",

@@ -117,11 +117,12 @@ def _stage_cpus(stage: BundleData) -> int | None:
     return found.pop() if len(found) == 1 else None
 
 
-def planned_runs(study: Study, data: BundleData) -> list[tuple[int, int]] | str:
+def planned_runs(study: Study, data: BundleData, seeds: int | None = None) -> list[tuple[int, int]] | str:
     """The later stages' runs as the launcher planned them when it checked the budget, as (steps, CPUs):
     each arm's declared tuning grid over the tuning seeds (the tuning stage's run length), then every arm
-    over the seeds (the confirm stage's); a reason when the bundle's records cannot say."""
-    stages = [(data, len(study.experiment.arms) * len(study.experiment.seeds), "the confirm stage")]
+    over the seeds (the confirm stage's; its first ``seeds``: a sized design's first look); a reason when the
+    bundle's records cannot say."""
+    stages = [(data, len(study.experiment.arms) * len(study.experiment.seeds[:seeds]), "the confirm stage")]
     if study.experiment.tuning is not None:
         count = sum(len(values) for values in study.experiment.tuning.values.values()) * len(study.tuning_seeds)
         if TUNING_STAGE in data.stages:
@@ -204,12 +205,21 @@ def _check_budget(study: Study, data: BundleData, record: dict, arms: dict, wher
     runs = planned_runs(study, data)
     if isinstance(runs, str):
         return [Problem(where, f"budget cannot be recomputed: {runs}")]
-    cost = plan_cost(max(a["step_s"] for a in arms.values()), runs)
+    step_s = max(a["step_s"] for a in arms.values())
+    cost = plan_cost(step_s, runs)
     out = [Problem(where, f"budget.{key}: recorded {budget.get(key)!r}, recomputed {cost[key]!r} from the probe's "
                           f"runs and the plan")
            for key in COST_FIELDS if not _close(budget.get(key), cost[key])]
     if budget.get("budget") != study.budget:
         out.append(Problem(where, f"budget.budget: recorded {budget.get('budget')!r}, the spec's is {study.budget!r}"))
+    sizing = study.experiment.sizing
+    if sizing is not None:  # the sized design: its largest plan is recorded; its first look must fit
+        first = plan_cost(step_s, planned_runs(study, data, sizing.min))
+        got = budget.get("first_look") if isinstance(budget.get("first_look"), dict) else {}
+        out += [Problem(where, f"budget.first_look.{key}: recorded {got.get(key)!r}, recomputed {first[key]!r} from "
+                               f"the probe's runs and the first look's plan")
+                for key in COST_FIELDS if not _close(got.get(key), first[key])]
+        cost = first
     for key, need, cap in over_budget(cost, study.budget):
         out.append(Problem(where, f"the plan needs {need:.4g} ({key.replace('_', ' ')}) at the probe's "
                                   f"{cost['step_s']:.4g} s/step, over the spec's budget.{key} of {cap:g}: the launcher "

@@ -8,6 +8,7 @@ Values in the record are in the criterion's units (points for ``*_points``).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from evidence import stats
@@ -16,14 +17,26 @@ from evidence.fileio import dumps_json, write_text
 from evidence.measures import arm_values, trajectory
 from evidence.problems import VerdictError
 from evidence.statistics import MDE_POWER, minimum_detectable_effect
-from evidence.verdict.rule import Outcome, decide, mean_curve, under_powered
+from evidence.statistics.family import holm, paired_t_p_value
+from evidence.verdict.rule import (
+    FAILED,
+    INCONCLUSIVE,
+    VALIDATED,
+    Outcome,
+    decide,
+    holm_test,
+    mean_curve,
+    under_powered,
+)
 from evidence.verdict.selection import Selection, select_settings
+from evidence.verdict.sizing import SECOND_LOOK_PENDING, sized_look
 from evidence.verdict.spec import MIN_SEEDS, Experiment, arm_owner, parse_experiment, same_overrides
 from evidence.verdict.stages import TUNING_STAGE
 from facts.files import VERDICT_FILE
 
 SCHEMA = 1
 ROLES = ("baseline", "treatment")
+FAMILY_RULE = "holm-family"  # the rule of a family's verdict (several treatments against one baseline)
 
 
 def resolve_arm(experiment: Experiment, name: str, data: BundleData, selected: Mapping[str, str] | None = None) -> str:
@@ -64,21 +77,41 @@ def _collapse_record(experiment: Experiment, outcome: Outcome):
     return None if drop is None else {"drop": drop, **{role: vars(check) for role, check in outcome.collapse.items()}}
 
 
-def experiment_verdict(experiment: Experiment, data: BundleData, tuning_data: BundleData | None = None) -> dict:
-    """The ``verdict.json`` record of an experiment, from its confirm-stage evidence (and its tuning stage's)."""
-    criterion = experiment.criterion
-    selections: dict[str, Selection] = {}
-    if experiment.tuning is not None and tuning_data is not None:
-        selections = select_settings(experiment.tuning, experiment.arms, tuning_data)
-    selected = {name: {s.setting: s.value} for name, s in selections.items()}
-    names = {"baseline": criterion.baseline, "treatment": criterion.treatment}
+def _comparison(experiment: Experiment, data: BundleData, treatment: str, selected: dict[str, dict[str, str]]):
+    """One treatment against the baseline: (criterion narrowed to it, role -> sweep arm label, role -> values by
+    seed, the paired seeds)."""
+    criterion = replace(experiment.criterion, treatments=(treatment,))
+    names = {"baseline": criterion.baseline, "treatment": treatment}
     labels = {role: resolve_arm(experiment, name, data, selected.get(name)) for role, name in names.items()}
     values = _role_values(experiment, data, labels)
     paired = [s for s in values["baseline"] if s in values["treatment"]]
+    return criterion, labels, values, paired
+
+
+def _comparison_record(experiment: Experiment, data: BundleData, treatment: str, selections: dict[str, Selection],
+                       tuning_data: BundleData | None, holm: tuple[float, float] | None = None) -> dict:
+    """The ``verdict.json`` record of one treatment against the baseline (a two-arm spec's whole record)."""
+    selected = {name: {s.setting: s.value} for name, s in selections.items()}
+    criterion, labels, values, paired = _comparison(experiment, data, treatment, selected)
+    names = {"baseline": criterion.baseline, "treatment": treatment}
+    look, design = None, list(experiment.seeds)
+    if experiment.sizing is not None:  # the current look's seeds, and its test of 0
+        look = sized_look(experiment.sizing, criterion, {s: criterion.scale * (values["treatment"][s] -
+                                                                                values["baseline"][s])
+                                                         for s in paired}, 1 - data.ci_level)
+        values = {role: {s: v for s, v in by_seed.items() if s in look.seeds} for role, by_seed in values.items()}
+        paired, design = [s for s in paired if s in look.seeds], look.design
     curves = {role: mean_curve([trajectory(data, criterion.measure, labels[role], s) for s in paired])
               if paired else [] for role in labels}
+    test = None
+    if holm is not None:
+        diffs = [criterion.scale * (values["treatment"][s] - values["baseline"][s]) for s in paired]
+        test = holm_test(holm[0], holm[1], stats.mean(diffs) if diffs else None)
     outcome = decide(criterion, values["baseline"], values["treatment"], curves["baseline"], curves["treatment"],
-                     data.ci_level, min_seeds=2 if experiment.exploratory else MIN_SEEDS)
+                     data.ci_level, min_seeds=2 if experiment.exploratory else MIN_SEEDS,
+                     test=look.test if look is not None else test)
+    if look is not None and look.pending is not None and outcome.rule != "too-few-seeds":
+        outcome.verdict, outcome.rule, outcome.reason = INCONCLUSIVE, SECOND_LOOK_PENDING, look.pending
     edges = [{"arm": s.arm, "setting": s.setting, "value": s.value, "side": s.edge}
              for s in selections.values() if s.edge]
 
@@ -95,7 +128,7 @@ def experiment_verdict(experiment: Experiment, data: BundleData, tuning_data: Bu
         "arms": {role: {"name": name, "arm": labels[role], "overrides": {**experiment.arms[name], **selected.get(name, {})}}
                  for role, name in names.items()},
         "seeds": paired,
-        "seeds_missing": [s for s in experiment.seeds if s not in paired],  # pre-registered, not paired here
+        "seeds_missing": [s for s in design if s not in paired],  # pre-registered (at this look), not paired here
         "per_seed": [{"seed": s, "baseline": b, "treatment": t, "difference": d}
                      for s, (b, t, d) in outcome.by_seed.items()],
         "baseline": summary("baseline"), "treatment": summary("treatment"),
@@ -111,7 +144,62 @@ def experiment_verdict(experiment: Experiment, data: BundleData, tuning_data: Bu
         "selected": selected,
         "tuning": _tuning_record(experiment, selections, tuning_data),
         "exploratory": experiment.exploratory,
+        **({"sizing": look.record} if look is not None else {}),
     }
+
+
+def family_verdict(verdicts: list[str]) -> str:
+    """A family's verdict from its treatments' (each Holm-corrected): VALIDATED when any treatment is (Holm holds
+    the chance of any false one at α), FAILED when every one failed, else INCONCLUSIVE."""
+    if VALIDATED in verdicts:
+        return VALIDATED
+    return FAILED if all(v == FAILED for v in verdicts) else INCONCLUSIVE
+
+
+def _family_record(experiment: Experiment, data: BundleData, selections: dict[str, Selection],
+                   tuning_data: BundleData | None) -> dict:
+    """Several treatments against one baseline: each comparison's paired t p-value, Holm's adjusted p-values
+    across them at family-wise α = 1 − CI level, each treatment's verdict with the adjusted p in place of its
+    interval's test of 0, and the family's verdict (``family_verdict``)."""
+    criterion, alpha = experiment.criterion, 1 - data.ci_level
+    selected = {name: {s.setting: s.value} for name, s in selections.items()}
+    p_values = []
+    for name in criterion.treatments:
+        crit, _, values, paired = _comparison(experiment, data, name, selected)
+        p_values.append(paired_t_p_value([crit.scale * (values["treatment"][s] - values["baseline"][s])
+                                          for s in paired]))
+    adjusted = holm([1.0 if p is None else p for p in p_values])  # no p (n < 2): no evidence against 0
+    comparisons = [{**_comparison_record(experiment, data, name, selections, tuning_data, (p_adj, alpha)),
+                    "holm": {"p_value": p, "adjusted_p_value": p_adj}}
+                   for name, p, p_adj in zip(criterion.treatments, p_values, adjusted)]
+    verdict = family_verdict([c["verdict"] for c in comparisons])
+    return {
+        "schema": SCHEMA, "verdict": verdict, "rule": FAMILY_RULE,
+        "reason": "; ".join(f"{c['arms']['treatment']['name']} {c['verdict']} ({c['rule']}, Holm-adjusted p "
+                            + ("—" if c["holm"]["p_value"] is None else f"{c['holm']['adjusted_p_value']:.3g}") + ")"
+                            for c in comparisons)
+        + f"; Holm's correction across {len(comparisons)} treatments against {criterion.baseline} at family-wise "
+          f"α = {alpha:.2g}",
+        "provisional": any(c["provisional"] for c in comparisons),
+        "metric": comparisons[0]["metric"],
+        "family": {"correction": "holm", "alpha": alpha, "metric": criterion.measure.metric,
+                   "baseline": criterion.baseline, "treatments": list(criterion.treatments),
+                   "p_values": p_values, "adjusted_p_values": adjusted,
+                   "verdicts": [c["verdict"] for c in comparisons]},
+        "comparisons": comparisons,
+        "exploratory": experiment.exploratory,
+    }
+
+
+def experiment_verdict(experiment: Experiment, data: BundleData, tuning_data: BundleData | None = None) -> dict:
+    """The ``verdict.json`` record of an experiment, from its confirm-stage evidence (and its tuning stage's):
+    one comparison's record for one treatment, a family's (``_family_record``) for several."""
+    selections: dict[str, Selection] = {}
+    if experiment.tuning is not None and tuning_data is not None:
+        selections = select_settings(experiment.tuning, experiment.arms, tuning_data)
+    if experiment.criterion.family:
+        return _family_record(experiment, data, selections, tuning_data)
+    return _comparison_record(experiment, data, experiment.criterion.treatments[0], selections, tuning_data)
 
 
 def bundle_verdict(data: BundleData) -> dict | None:

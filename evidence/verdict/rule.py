@@ -54,7 +54,7 @@ class Outcome:
 
 def decide(criterion: Criterion, baseline: Mapping[int, float], treatment: Mapping[int, float],
            baseline_curve: Sequence[float] = (), treatment_curve: Sequence[float] = (),
-           level: float = stats.CI_LEVEL, min_seeds: int = 2) -> Outcome:
+           level: float = stats.CI_LEVEL, min_seeds: int = 2, test: tuple[bool, str] | None = None) -> Outcome:
     """The pre-registered rule, on raw metric values by seed and each arm's mean curve.
 
     d_s = scale · (treatment_s − baseline_s) over the seeds both arms have (scale 100 for points);
@@ -64,6 +64,9 @@ def decide(criterion: Criterion, baseline: Mapping[int, float], treatment: Mappi
     mean d >= threshold -> VALIDATED (threshold), unless ci_excludes_zero and the interval reaches 0 ->
     INCONCLUSIVE (threshold-within-noise);
     mean d >= inconclusive_below -> INCONCLUSIVE (inconclusive-band); otherwise FAILED (below-threshold).
+    ``test`` replaces "the interval's low end > 0" where the design tests 0 another way: (told from 0, why not in
+    words): in a family, Holm's adjusted p < α and mean d > 0 (``holm_test``); in a sized design, the look's
+    boundary crossed upward (``evidence.verdict.sizing``).
     """
     scale, unit = criterion.scale, " points" if criterion.units == "points" else ""
     seeds = [s for s in baseline if s in treatment]
@@ -88,7 +91,10 @@ def decide(criterion: Criterion, baseline: Mapping[int, float], treatment: Mappi
                        f"the baseline dropped {collapse['baseline'].drop:.4g}{unit} from its peak (limit "
                        f"{criterion.collapse_drop:g}), the treatment {collapse['treatment'].drop:.4g}{unit}; {shown}")
     if mean >= criterion.threshold - THRESHOLD_SLACK:
-        if criterion.ci_excludes_zero and low <= 0:
+        if criterion.ci_excludes_zero and test is not None and not test[0]:
+            return outcome(INCONCLUSIVE, "threshold-within-noise",
+                           f"{shown} reaches the threshold {criterion.threshold:g}{unit} but {test[1]}")
+        if criterion.ci_excludes_zero and test is None and low <= 0:
             return outcome(INCONCLUSIVE, "threshold-within-noise",
                            f"{shown} reaches the threshold {criterion.threshold:g}{unit} but the interval includes 0")
         return outcome(VALIDATED, "threshold", f"{shown} >= threshold {criterion.threshold:g}{unit}")
@@ -99,6 +105,12 @@ def decide(criterion: Criterion, baseline: Mapping[int, float], treatment: Mappi
     against = collapse and collapse["treatment"].collapsed and not collapse["baseline"].collapsed
     return outcome(FAILED, "below-threshold", f"{shown} < {floor:g}{unit}, "
                    + ("and the treatment collapsed where the baseline did not" if against else "with no collapse difference"))
+
+
+def holm_test(adjusted_p: float, alpha: float, mean: float | None) -> tuple[bool, str]:
+    """A family's test of 0 for one treatment: told from 0 when its Holm-adjusted p < α and mean d > 0."""
+    return (adjusted_p < alpha and mean is not None and mean > 0,
+            f"its Holm-adjusted p {adjusted_p:.3g} is not below the family-wise α {alpha:g}")
 
 
 def under_powered(outcome: Outcome, criterion: Criterion) -> bool:

@@ -11,21 +11,63 @@ def _plain(value: float | None) -> str:
     return "—" if value is None else f"{value:.2f}"
 
 
+def _where(metric: dict) -> str:
+    return "at the final checkpoint" if metric["at"] == "final" else f"as the last-{metric['last_k']} mean"
+
+
 def verdict_section(record: dict) -> str:
-    """The report's opening section: the verdict, the rule that decided it and every number it used."""
+    """The report's opening section: the verdict, the rule that decided it and every number it used (a family's:
+    its table, then each treatment's comparison)."""
+    if "family" in record:
+        return family_section(record)
+    return comparison_section(record, "## Verdict: ")
+
+
+def family_section(record: dict) -> str:
+    """Several treatments against one baseline: the family named (arms, metric, correction), one row per
+    treatment (mean difference, t-interval, p, Holm-adjusted p, verdict), then each comparison in full."""
+    family, metric = record["family"], record["metric"]
+    unit = " points" if metric["units"] == "points" else ""
+    provisional = " (provisional: a tuning winner sits on the edge of its grid)" if record["provisional"] else ""
+    names = ", ".join(f"`{t}`" for t in family["treatments"])
+    out = [f"## Verdict: {record['verdict']}{provisional}\n",
+           f"Pre-registered family (`data/experiment.yaml`): treatments {names}, each against baseline "
+           f"`{family['baseline']}` on `{family['metric']}` {_where(metric)}, paired by training seed; Holm's "
+           f"step-down correction across the {len(family['treatments'])} comparisons at family-wise "
+           f"α = {family['alpha']:.2g}: a treatment's difference is told from 0 when its Holm-adjusted p is below α. "
+           f"The family is VALIDATED when any treatment is, FAILED when every one failed, else INCONCLUSIVE.\n",
+           f"Decided by rule `{record['rule']}`: {record['reason']}.\n",
+           f"| Treatment | Treatment − baseline{unit} | 95% t-interval | p (paired t) | Holm-adjusted p | Verdict |",
+           "|---|---|---|---|---|---|"]
+    for c in record["comparisons"]:
+        ci, h = c["difference_ci95"], c["holm"]
+        out.append(f"| {c['arms']['treatment']['name']} | {_signed(c['difference_mean'])} | "
+                   + (f"[{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else "—") + " | "
+                   + ("—" if h["p_value"] is None else f"{h['p_value']:.3g}") + f" | {h['adjusted_p_value']:.3g} | "
+                   + c["verdict"] + (" (under-powered)" if c["under_powered"] else "") + " |")
+    out.append("")
+    for c in record["comparisons"]:
+        out.append(comparison_section(c, f"### {c['arms']['treatment']['name']} against {family['baseline']}: "))
+    return "\n".join(out)
+
+
+def comparison_section(record: dict, heading: str) -> str:
+    """One treatment against the baseline: the verdict under ``heading``, the rule and every number it used."""
     arms, metric = record["arms"], record["metric"]
     unit = " points" if metric["units"] == "points" else ""
     base, treat = arms["baseline"], arms["treatment"]
-    where = "at the final checkpoint" if metric["at"] == "final" else f"as the last-{metric['last_k']} mean"
+    where = _where(metric)
     provisional = " (provisional: a tuning winner sits on the edge of its grid)" if record["provisional"] else ""
     marked = " (under-powered)" if record["under_powered"] else ""
-    out = [f"## Verdict: {record['verdict']}{marked}{provisional}\n",
+    test = "its Holm-adjusted p must be below the family-wise α" if "holm" in record else \
+        "the 95% t-interval must exclude 0"
+    out = [f"{heading}{record['verdict']}{marked}{provisional}\n",
            f"Pre-registered criterion (`data/experiment.yaml`): treatment `{treat['name']}` (arm {treat['arm']}) − "
            f"baseline `{base['name']}` (arm {base['arm']}) on `{metric['name']}` {where}, paired by training seed, "
            f"must reach {record['threshold']:g}{unit}"
            + (f"; below {record['inconclusive_below']:g}{unit} it failed, in between it is inconclusive"
               if record["inconclusive_below"] is not None else "")
-           + ("; the 95% t-interval must exclude 0" if record["ci_excludes_zero"] else "")
+           + (f"; {test}" if record["ci_excludes_zero"] else "")
            + (f"; also validated when the baseline drops more than {record['collapse']['drop']:g}{unit} from its "
               f"own peak while the treatment does not" if record["collapse"] else "") + ".\n",
            f"Decided by rule `{record['rule']}`: {record['reason']}.\n"]
@@ -47,6 +89,8 @@ def verdict_section(record: dict) -> str:
                f"{_signed(record['difference_mean'])}" + (f" ± {sd:.2f}" if sd is not None else " (n<2)")
                + (f", 95% t-interval [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else "") + " |\n")
     out.append(_power_sentence(record, unit))
+    if "sizing" in record:
+        out.append(_sizing_sentence(record["sizing"]))
     collapse = record["collapse"]
     if collapse and "baseline" in collapse:
         out.append("Collapse check (mean curve over the paired seeds): " + "; ".join(
@@ -77,4 +121,33 @@ def _power_sentence(record: dict, unit: str) -> str:
         text += (f" Under-powered: the verdict FAILED, yet its interval still reaches the threshold "
                  f"{record['threshold']:g}{unit}; the design cannot tell a difference of the threshold's size "
                  f"from the one observed. The pre-registered rule's verdict stands.")
+    return text + "\n"
+
+
+def _z(value: float | None) -> str:
+    return "±∞ (no spread)" if value is None else f"{value:.3f}"
+
+
+def _sizing_sentence(sizing: dict) -> str:
+    """A sized design's looks: the rule, the boundaries, each look's statistic and the seeds the first look sized."""
+    first, second = sizing["first_look"], sizing["second_look"]
+    w1, w2 = sizing["weights"]
+    c1, c2 = sizing["boundaries"]
+    a1, a2 = sizing["nominal_alpha"]
+    text = (f"Sized design (`seeds: {{n: auto, min: {sizing['min']}, max: {sizing['max']}}}`), registered before any "
+            f"seed ran: two looks spending α = {sizing['alpha']:.2g} by the {sizing['rule']} rule (Lan-DeMets) at "
+            f"information fraction {sizing['information_fraction']:.3g}; boundaries |Z| ≥ {c1:.3f} at the first look "
+            f"(nominal p {a1:.3g}) and {c2:.3f} at the second (nominal p {a2:.3g}); each stage's paired t statistic "
+            f"is mapped to a standard normal and the second look combines them as Z = {w1:.3f}·z₁ + {w2:.3f}·z₂. "
+            f"First look: seeds {', '.join(map(str, first['seeds']))}, SD of the differences "
+            + ("—" if first["sd"] is None else f"{first['sd']:.2f}") + f", Z = {_z(first['z'])}"
+            + (" (crossed)" if first["crossed"] else "") + f"; the threshold needs {first['required_seeds']} seeds at "
+            f"{sizing['power'] * 100:g}% power.")
+    if sizing["stopped_early"]:
+        text += " The first look crossed its boundary with a mean difference at the threshold: the design stopped there."
+    elif second is not None:
+        text += (f" Second look: seeds {', '.join(map(str, second['seeds']))}, stage Z = {_z(second['z_stage'])}, "
+                 f"combined Z = {_z(second['z'])}" + (" (crossed)" if second["crossed"] else " (not crossed)") + ".")
+    if sizing["seeds_outside_design"]:
+        text += (" Seeds outside the design, not read: " + ", ".join(map(str, sizing["seeds_outside_design"])) + ".")
     return text + "\n"

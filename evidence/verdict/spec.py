@@ -10,13 +10,14 @@ criterion and tuning (``parse_experiment``), the launcher's experiment runner th
       isp: {algo: is_pg}
       sc:  {algo: score_centering}
     settings: {workload.n_updates: 32}   # every arm of every stage
-    seeds: [1, 2, 3]               # a verdict needs >= 3 unless `exploratory: true`
+    seeds: [1, 2, 3]               # a verdict needs >= 3 unless `exploratory: true`; or a sized design:
+                                   # {n: auto, min: 3, max: 10, spending: obrien-fleming} (or pocock)
     tuning_seeds: [101]            # the tuning stage's seeds (default: seeds)
     criterion:
       metric: eval/pass@1          # eval/<name> at: final, or a training metric at: last_k (+ last_k: 10)
       at: final
       baseline: isp
-      treatment: sc
+      treatment: sc                # or several: [sc, ent], each against the baseline, Holm-corrected
       threshold_points: 4          # mean over seeds of (treatment - baseline) must reach this;
                                    # `threshold:` instead states it in the metric's own units
       inconclusive_below_points: 2 # below this the treatment failed; between the two: INCONCLUSIVE
@@ -50,6 +51,8 @@ import yaml
 from evidence.dataset import BundleData
 from evidence.measures import POINTS_PER_UNIT, Measure, MeasureError, arm_values, parse_measure
 from evidence.problems import VerdictError
+from evidence.statistics.power import MDE_POWER
+from evidence.statistics.sequential import SPENDING_RULES
 
 MIN_SEEDS = 3  # for a verdict that is not exploratory
 # The spec's keys: the verdict's, and the ones only the launcher's stages read.
@@ -61,6 +64,7 @@ DEFAULT_PROBE_STEPS = 2
 _CRITERION_KEYS = {"metric", "at", "last_k", "baseline", "treatment", "threshold", "threshold_points",
                    "inconclusive_below", "inconclusive_below_points", "collapse", "ci_excludes_zero"}
 _TUNING_KEYS = {"setting", "values", "metric", "at", "last_k", "goal", "on_edge"}
+_SIZING_KEYS = {"n", "min", "max", "spending"}
 # The probe's declared checks and the spec arms each one names.
 _PROBE_CHECK_ROLES = (("gradient_check", ("baseline", "treatment")), ("staleness_check", ("arm",)))
 
@@ -118,7 +122,7 @@ class Criterion:
 
     measure: Measure
     baseline: str
-    treatment: str
+    treatments: tuple[str, ...]  # one, or several against the one baseline (a Holm-corrected family)
     threshold: float
     inconclusive_below: float | None
     collapse_drop: float | None
@@ -128,6 +132,16 @@ class Criterion:
     @property
     def scale(self) -> float:
         return POINTS_PER_UNIT if self.units == "points" else 1.0
+
+    @property
+    def treatment(self) -> str:
+        """The treatments' names as text (the one treatment's name in a two-arm spec)."""
+        return ", ".join(self.treatments)
+
+    @property
+    def family(self) -> bool:
+        """Several treatments against the baseline: the verdict corrects for them (Holm)."""
+        return len(self.treatments) > 1
 
 
 @dataclass(frozen=True)
@@ -142,14 +156,31 @@ class Tuning:
 
 
 @dataclass(frozen=True)
+class Sizing:
+    """``seeds: {n: auto, min: 3, max: 10, spending: obrien-fleming}``: seeds 1..min run first, the verdict's first
+    look sizes the rest (up to ``max``), and the looks spend α by the named rule (``evidence.statistics.sequential``)."""
+
+    min: int
+    max: int
+    spending: str
+    power: float = MDE_POWER
+
+    @property
+    def information_fraction(self) -> float:
+        """The first look's share of the design's largest size, fixed before any seed runs: min/max."""
+        return self.min / self.max
+
+
+@dataclass(frozen=True)
 class Experiment:
     """The parts of an experiment spec that the verdict reads."""
 
     arms: dict[str, dict[str, str]]
-    seeds: tuple[int, ...]
+    seeds: tuple[int, ...]  # a sized design's every possible seed: 1..max
     criterion: Criterion
     tuning: Tuning | None = None
     exploratory: bool = False
+    sizing: Sizing | None = None
 
 
 def _number(value, what: str) -> float:
@@ -187,12 +218,11 @@ def parse_criterion(block, arms: Mapping[str, Mapping]) -> Criterion:
     if unknown:
         raise VerdictError(f"criterion: unknown key {unknown[0]!r}; known: {', '.join(sorted(_CRITERION_KEYS))}")
     measure = _measure(block, "criterion")
-    for role in ("baseline", "treatment"):
-        if block.get(role) not in arms:
-            raise VerdictError(f"criterion: {role} {block.get(role)!r} is not an arm of the spec "
-                               f"(arms: {', '.join(arms) or 'none'})")
-    if block["baseline"] == block["treatment"]:
-        raise VerdictError("criterion: baseline and treatment are the same arm")
+    treatments = _treatments(block, arms)
+    if block["baseline"] in treatments:
+        raise VerdictError("criterion: baseline and treatment are the same arm" if len(treatments) == 1 else
+                           f"criterion: the baseline {block['baseline']} is also listed as a treatment; compare each "
+                           f"treatment with the baseline, not the baseline with itself")
     units = "points" if "threshold_points" in block else "units"
     if units == "points" and not measure.is_rate:
         raise VerdictError(f"criterion: {measure.metric} is not a rate, so it has no points; state threshold "
@@ -214,7 +244,32 @@ def parse_criterion(block, arms: Mapping[str, Mapping]) -> Criterion:
     ci = block.get("ci_excludes_zero", True)
     if not isinstance(ci, bool):
         raise VerdictError("criterion: ci_excludes_zero must be true or false")
-    return Criterion(measure, block["baseline"], block["treatment"], threshold, below, drop, units, ci)
+    return Criterion(measure, block["baseline"], treatments, threshold, below, drop, units, ci)
+
+
+def _treatments(block: Mapping, arms: Mapping[str, Mapping]) -> tuple[str, ...]:
+    """The criterion's baseline checked and its treatments: one arm (``treatment: sc``) or a list of distinct arms
+    (``treatment: [sc, ent]``), each a spec arm; every problem one line naming the fix."""
+    shown = ", ".join(arms) or "none"
+    for role in ("baseline", "treatment"):
+        if role not in block or block[role] is None:
+            raise VerdictError(f"criterion: no {role}; name " + (
+                "the arm every treatment is compared with (baseline: <arm>)" if role == "baseline" else
+                "the arm compared with the baseline (treatment: <arm>), or a list of them (treatment: [a, b])")
+                + f" (arms: {shown})")
+    if block["baseline"] not in arms:
+        raise VerdictError(f"criterion: baseline {block['baseline']!r} is not an arm of the spec (arms: {shown})")
+    named = block["treatment"]
+    treatments = list(named) if isinstance(named, (list, tuple)) else [named]
+    if not treatments:
+        raise VerdictError("criterion: treatment is an empty list; name at least one arm")
+    for name in treatments:
+        if name not in arms:
+            raise VerdictError(f"criterion: treatment {name!r} is not an arm of the spec (arms: {shown})")
+    twice = sorted({name for name in treatments if treatments.count(name) > 1})
+    if twice:
+        raise VerdictError(f"criterion: treatment lists {twice[0]} twice; name each treatment once")
+    return tuple(treatments)
 
 
 def _tuning_grids(block: Mapping, arms: Mapping[str, Mapping], setting: str) -> dict[str, tuple[str, ...]]:
@@ -302,19 +357,55 @@ def parse_experiment(spec) -> Experiment:
     if not isinstance(spec, Mapping):
         raise VerdictError("experiment spec: not a mapping")
     arms = _arms(spec.get("arms"))
-    seeds = spec.get("seeds")
-    if not isinstance(seeds, (list, tuple)) or not seeds or not all(
-            isinstance(s, int) and not isinstance(s, bool) for s in seeds) or len(set(seeds)) != len(seeds):
-        raise VerdictError("experiment: 'seeds' must be a list of distinct integers")
     exploratory = spec.get("exploratory", False)
     if not isinstance(exploratory, bool):
         raise VerdictError("experiment: exploratory must be true or false")
+    seeds = spec.get("seeds")
+    sizing = parse_sizing(seeds, exploratory) if isinstance(seeds, Mapping) else None
+    if sizing is not None:
+        seeds = list(range(1, sizing.max + 1))
+    if not isinstance(seeds, (list, tuple)) or not seeds or not all(
+            isinstance(s, int) and not isinstance(s, bool) for s in seeds) or len(set(seeds)) != len(seeds):
+        raise VerdictError("experiment: 'seeds' must be a list of distinct integers, or {n: auto, min: 3, max: 10} "
+                           "for a sized design")
     if len(seeds) < MIN_SEEDS and not exploratory:
         raise VerdictError(f"experiment: {len(seeds)} seed(s); a verdict needs at least {MIN_SEEDS} "
                            f"(or declare exploratory: true)")
     criterion = parse_criterion(spec.get("criterion"), arms)
+    if sizing is not None and criterion.family:
+        raise VerdictError("seeds: n: auto sizes one comparison, and the criterion names several treatments; name one "
+                           "treatment, or list the seeds")
+    if sizing is not None and not criterion.ci_excludes_zero:
+        raise VerdictError("seeds: n: auto decides by the looks' test of 0; drop ci_excludes_zero: false, or list "
+                           "the seeds")
     tuning = parse_tuning(spec["tuning"], arms, criterion) if spec.get("tuning") is not None else None
-    return Experiment(arms, tuple(seeds), criterion, tuning, exploratory)
+    return Experiment(arms, tuple(seeds), criterion, tuning, exploratory, sizing)
+
+
+def parse_sizing(block: Mapping, exploratory: bool) -> Sizing:
+    """``seeds: {n: auto, min, max, spending}`` checked: min >= 3 (2 when exploratory), max >= min + 2 (the second
+    look tests at least two new seeds of its own), a known spending rule; every problem one line."""
+    unknown = sorted(set(block) - _SIZING_KEYS)
+    if unknown:
+        raise VerdictError(f"seeds: unknown key {unknown[0]!r}; a sized design is {{n: auto, min: 3, max: 10, "
+                           f"spending: {SPENDING_RULES[0]}}}")
+    if block.get("n") != "auto":
+        raise VerdictError(f"seeds: n is {block.get('n')!r}; write n: auto for a sized design, or list the seeds")
+    lowest = 2 if exploratory else MIN_SEEDS
+    low, high = block.get("min"), block.get("max")
+    for key, value in (("min", low), ("max", high)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise VerdictError(f"seeds: {key} must be an integer, not {value!r}")
+    if low < lowest:
+        raise VerdictError(f"seeds: min is {low}; the first look needs at least {lowest} seeds"
+                           + ("" if exploratory else " (or declare exploratory: true)"))
+    if high < low + 2:
+        raise VerdictError(f"seeds: max is {high}; it must be at least min + 2 = {low + 2} (the second look tests "
+                           f"two new seeds or more of its own)")
+    spending = block.get("spending", SPENDING_RULES[0])
+    if spending not in SPENDING_RULES:
+        raise VerdictError(f"seeds: spending {spending!r} is not a rule; choose {' or '.join(SPENDING_RULES)}")
+    return Sizing(low, high, spending)
 
 
 def check_logged(experiment: Experiment, data: BundleData) -> None:
@@ -381,7 +472,8 @@ def parse_study(spec: Mapping, name: str) -> Study:
         shared = sorted(set(overrides) & set(settings))
         if shared:
             raise VerdictError(f"arm {arm} and settings both set {shared[0]}; set it in one place")
-    tuning_seeds = spec.get("tuning_seeds", list(experiment.seeds))
+    sized = experiment.sizing
+    tuning_seeds = spec.get("tuning_seeds", list(experiment.seeds[:sized.min] if sized else experiment.seeds))
     if not isinstance(tuning_seeds, list) or not tuning_seeds or not all(
             isinstance(s, int) and not isinstance(s, bool) for s in tuning_seeds):
         raise VerdictError("tuning_seeds must be a list of integers")
@@ -396,4 +488,6 @@ def parse_study(spec: Mapping, name: str) -> Study:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise VerdictError(f"budget.{key} must be a positive number")
     probe = _probe_checks(probe, experiment.arms)
+    if experiment.sizing is not None:  # the spec as run names its spending rule, default or not: it is registered
+        spec = {**spec, "seeds": {**spec["seeds"], "spending": experiment.sizing.spending}}
     return Study(name, spec_text(spec), experiment, settings, tuple(tuning_seeds), probe, dict(budget))

@@ -46,12 +46,19 @@ def dry_run(runner: Runner) -> int:
         selected = {arm: {t.setting: values[len(values) // 2]} for arm, values in runner.tuning_grids().items()}
         print(f"   confirm runs at each arm's tuning winner; shown here at "
               f"{', '.join(f'{a}: {t.setting}={v[t.setting]}' for a, v in selected.items())}")
-    stage_header(CONFIRM_STAGE, f"every arm over seeds {', '.join(map(str, study.experiment.seeds))}")
-    confirm = runner.plan(CONFIRM_STAGE, runner.confirm_cells(selected))
+    sizing = study.experiment.sizing
+    if sizing is None:
+        stage_header(CONFIRM_STAGE, f"every arm over seeds {', '.join(map(str, study.experiment.seeds))}")
+    else:
+        stage_header(CONFIRM_STAGE, f"every arm over seeds 1..{sizing.min} (the first look), then seeds up to "
+                                    f"{sizing.max} as the first look sizes them ({sizing.spending} spending, "
+                                    f"registered before any seed runs)")
+    confirm = runner.plan(CONFIRM_STAGE, runner.confirm_cells(selected, sizing.min if sizing else None))
     if selected:  # illustrative settings: a directory that ran other winners is no contradiction
         print("\n".join(expanded_commands(confirm)))
     else:
         show(confirm)
     c = study.experiment.criterion
-    stage_header("verdict", f"{c.measure.label()}: {c.treatment} - {c.baseline} >= {c.threshold:g} {c.units}")
+    stage_header("verdict", f"{c.measure.label()}: {c.treatment} - {c.baseline} >= {c.threshold:g} {c.units}"
+                            + (f" each, Holm-corrected across {len(c.treatments)} treatments" if c.family else ""))
     return 0

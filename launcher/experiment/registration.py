@@ -12,6 +12,8 @@ from pathlib import Path
 import yaml
 
 from evidence.dataset import EXPERIMENT_FILE
+from evidence.statistics.sequential import Weights, boundaries, nominal_alpha
+from evidence.stats import CI_LEVEL
 from evidence.verdict.spec import Study
 from evidence.verdict.stages import STAGES
 from facts import atomic_write_json, sha256_file, sweep_jobs_dir
@@ -104,4 +106,17 @@ def register(exp_dir: Path, study: Study, overrides: list[str]) -> None:
     (exp_dir / EXPERIMENT_FILE).write_text(study.text)
     atomic_write_json(exp_dir / REGISTRATION, {
         "experiment": study.name, "spec_sha256": sha256_file(exp_dir / EXPERIMENT_FILE), "overrides": overrides,
-        "registered": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+        "registered": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **({"sizing": sizing_record(study)} if study.experiment.sizing is not None else {})})
+
+
+def sizing_record(study: Study) -> dict:
+    """A sized design's rule as registered before any seed runs: the seeds, the spending rule, the looks'
+    weights and boundaries at the rule's α (``evidence.statistics.sequential``)."""
+    sizing, alpha = study.experiment.sizing, 1 - CI_LEVEL
+    c1, c2 = boundaries(sizing.spending, sizing.information_fraction, alpha)
+    weights = Weights.planned(sizing.min, sizing.max)
+    return {"n": "auto", "min": sizing.min, "max": sizing.max, "spending": sizing.spending, "alpha": alpha,
+            "power": sizing.power, "information_fraction": sizing.information_fraction,
+            "weights": [weights.first, weights.second], "boundaries": [c1, c2],
+            "nominal_alpha": [nominal_alpha(c1), nominal_alpha(c2)]}

@@ -74,10 +74,11 @@ class Runner:
         return [_cell(s.settings, s.experiment.arms[arm], {setting: value}, self.user, seed=seed, launcher=self.launcher)
                 for arm, values in grids.items() for value in values for seed in s.tuning_seeds]
 
-    def confirm_cells(self, selected: dict[str, dict[str, str]]) -> list[list[str]]:
+    def confirm_cells(self, selected: dict[str, dict[str, str]], seeds: int | None = None) -> list[list[str]]:
+        """Every arm at its selected setting over the spec's seeds (its first ``seeds`` of them: a sized design's look)."""
         s = self.study
         return [_cell(s.settings, overrides, selected.get(arm, {}), self.user, seed=seed, launcher=self.launcher)
-                for arm, overrides in s.experiment.arms.items() for seed in s.experiment.seeds]
+                for arm, overrides in s.experiment.arms.items() for seed in s.experiment.seeds[:seeds]]
 
 
 def stage_header(stage: str, text: str) -> None:

@@ -49,15 +49,27 @@ def probe_record(probe: Path, spec: dict, confirm_steps: int, tuning_steps: int 
         arms[label] = {"overrides": overrides, "step_s": sum(timed) / len(timed),
                        "peak_mem_gib": max(s["perf/peak_mem_gib"] for s in steps)}
     step_s = max(a["step_s"] for a in arms.values())
-    runs = [confirm_steps] * (len(spec["arms"]) * len(spec["seeds"]))
-    if spec.get("tuning"):
-        values = spec["tuning"]["values"]
-        per_arm = sum(len(v) for v in values.values()) if isinstance(values, dict) else len(values) * len(spec["arms"])
-        runs += [tuning_steps] * (per_arm * len(spec.get("tuning_seeds", spec["seeds"])))
-    budget = {"step_s": step_s, "runs": len(runs), "steps": sum(runs), "cpu_hours": sum(runs) * step_s * CPUS / 3600,
-              "gpu_hours": sum(runs) * step_s / 3600, "longest_run_minutes": max(runs) * step_s / 60,
-              "budget": spec.get("budget") or {}}
+
+    def cost(n_seeds: int) -> dict:
+        runs = [confirm_steps] * (len(spec["arms"]) * n_seeds)
+        if spec.get("tuning"):
+            values = spec["tuning"]["values"]
+            per_arm = sum(len(v) for v in values.values()) if isinstance(values, dict) else len(values) * len(spec["arms"])
+            runs += [tuning_steps] * (per_arm * len(spec.get("tuning_seeds", seed_list(spec))))
+        return {"step_s": step_s, "runs": len(runs), "steps": sum(runs), "cpu_hours": sum(runs) * step_s * CPUS / 3600,
+                "gpu_hours": sum(runs) * step_s / 3600, "longest_run_minutes": max(runs) * step_s / 60}
+
+    sized = isinstance(spec["seeds"], dict)  # {n: auto, min, max}: the largest plan, and the first look's
+    budget = {**cost(spec["seeds"]["max"] if sized else len(spec["seeds"])), "budget": spec.get("budget") or {}}
+    if sized:
+        budget["first_look"] = cost(spec["seeds"]["min"])
     return {"arms": arms, "checks": {}, "budget": budget}
+
+
+def seed_list(spec: dict) -> list[int]:
+    """The spec's seeds: its list, or a sized design's first look (1..min), which the tuning stage defaults to."""
+    seeds = spec["seeds"]
+    return list(range(1, seeds["min"] + 1)) if isinstance(seeds, dict) else seeds
 
 
 def add_launcher_stages(confirm: Path, spec_text: str, tuning_steps: int | None = None, probe_steps: int = 3) -> Path:
@@ -69,7 +81,7 @@ def add_launcher_stages(confirm: Path, spec_text: str, tuning_steps: int | None 
     arms = {label: {k: v for k, v in overrides.items() if k != "workload.lr"}
             for label, overrides in confirm_record["arms"].items()}
     arms = {overrides["algo"]: overrides for overrides in arms.values()}  # the probe runs without the tuned value
-    probe = make_sweep(confirm.parent, seeds=(spec["seeds"][0],), n_steps=probe_steps, name="probe", arms=arms)
+    probe = make_sweep(confirm.parent, seeds=(seed_list(spec)[0],), n_steps=probe_steps, name="probe", arms=arms)
     set_cpus(probe)
     build_bundle(probe, figures=False)
     record = probe_record(probe, spec, confirm_record["n_updates"], tuning_steps)

@@ -24,6 +24,7 @@ from sweep_factory import make_sweep
 
 from evidence import audit, build_bundle
 from evidence.statistics import minimum_detectable_effect, paired_t_power
+from launcher.experiment.stages import verdict_line
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]
@@ -162,12 +163,18 @@ def test_a_failed_verdict_whose_interval_reaches_the_threshold_is_marked_under_p
     assert f"Minimum detectable effect: {independent_mde(d):.2f} points" in report
     assert "The pre-registered rule's verdict stands." in report
     assert audit(bag) == []
+    # the line the launcher prints after the confirm stage carries the mark too
+    assert verdict_line(verdict, "confirm/bundle.tar.gz").startswith(
+        "verdict: FAILED (under-powered) by rule below-threshold: eval/pass@1 difference ")
 
 
 def test_a_failed_verdict_with_a_tight_interval_is_not_under_powered(tmp_path):
     verdict = json.loads((build_bundle(experiment_sweep(tmp_path, {1: 1, 2: 0, 3: 2}), figures=False).bundle_dir
                           / "data" / "verdict.json").read_text())
     assert verdict["verdict"] == "FAILED" and verdict["under_powered"] is False  # interval high 1 + 2.48 < 4
+    assert verdict_line(verdict, "confirm/bundle.tar.gz") == (
+        "verdict: FAILED by rule below-threshold: eval/pass@1 difference +1 [-1.48, +3.48] points; bundle "
+        "confirm/bundle.tar.gz")
 
 
 def test_an_edited_mde_resealed_is_caught_in_the_table_the_report_and_the_verdict(tmp_path):
