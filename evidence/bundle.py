@@ -184,9 +184,13 @@ def _write_run_files(evidence: JobEvidence, job_dir: Path, out: Path, clean: San
     _copy_json(job_dir / JOB_RECORD, out / JOB_RECORD, clean, edit=_hide_node)
     _copy_text(job_dir / RESOURCE_SAMPLES, out / RESOURCE_SAMPLES, clean)  # the runtime's resource samples
     _copy_responses(evidence, run_dir, out)
-    for attempt in sorted((job_dir / ATTEMPTS_DIR).glob(job_files_glob(JOB_RECORD))):  # the job's earlier attempts
-        if fits("attempt", attempt.parent.name):  # the launcher numbers them: nothing else is an attempt
-            _copy_json(attempt, out / ATTEMPTS_DIR / attempt.parent.name / JOB_RECORD, clean, edit=_hide_node)
+    for attempt in sorted((job_dir / ATTEMPTS_DIR).glob("*")):  # the job's earlier attempts
+        if not fits("attempt", attempt.name) or attempt.is_symlink():  # the launcher numbers them: nothing else is one
+            continue
+        _copy_json(attempt / JOB_RECORD, out / ATTEMPTS_DIR / attempt.name / JOB_RECORD, clean, edit=_hide_node)
+        attempt_eval = run_dir_of_job(attempt) / EVAL_RECORD  # the shared evaluation it read (readers_agree)
+        if attempt_eval.is_file() and not attempt_eval.is_symlink():
+            _copy_json(attempt_eval, out / ATTEMPTS_DIR / attempt.name / EVAL_RECORD, clean)
     # The launcher's logs (trainer.log, runtime.log, ...) beside job.json, and any under logs/.
     logs = sorted(job_dir.glob("*.log"))
     if (job_dir / LOGS_DIR).is_dir():

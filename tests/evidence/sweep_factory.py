@@ -290,7 +290,7 @@ def share_initial_eval(sweep: Path, jobs, pass1: float = 0.25) -> Path:
                 "versions": {"python": "3.11.7", "torch": "2.13.0"}, "source_commit": COMMIT}
     key = hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     directory = sweep / "initial_eval" / key[:12]
-    directory.mkdir(parents=True)
+    directory.mkdir(parents=True, exist_ok=True)  # a second call replaces it
     responses = "".join(json.dumps(r) + "\n" for r in records).encode()
     (directory / "responses.jsonl").write_bytes(responses)
     record = {"key": key, "identity": identity, "initial": summary,
@@ -303,7 +303,7 @@ def share_initial_eval(sweep: Path, jobs, pass1: float = 0.25) -> Path:
         evaluation = json.loads((run / "eval.json").read_text())
         evaluation["initial"] = {**summary, "shared": reference}
         write_json(run / "eval.json", evaluation)
-        (run / "eval" / "initial.jsonl").unlink()
+        (run / "eval" / "initial.jsonl").unlink(missing_ok=True)  # a second call: the control replaced
         summary_record = json.loads((run / "run.json").read_text())
         summary_record["config"]["workload"] = json.loads(json.dumps(WORKLOAD))
         summary_record["source_commit"] = COMMIT
