@@ -61,6 +61,7 @@ from evidence.sanitize import Sanitizer, strip_abs_keys
 from evidence.stats import CI_LEVEL, DEFAULT_LAST_K
 from evidence.sweep import job_name, read_sweep
 from evidence.tables import compute_tables
+from evidence.verdict.probe import refuse_failed_probe
 from evidence.verdict.record import write_verdict
 from evidence.verdict.stages import add_experiment
 from facts import (
@@ -460,6 +461,7 @@ def _build_locked(sweep, last_k: int, figures: bool) -> BuildResult:
         _write_payload(sweep, evidences, incidents, stage, clean, last_k, figures)
         add_experiment(sweep_dir, stage)  # an experiment's spec and tuning stage -> data/verdict.json
         data = load_bundle_data(stage)
+        refuse_failed_probe(stage, data)  # a verdict past a probe check that fails is never sealed
         write_verdict(stage, data)
         tables = compute_tables(data)
         for name, table in tables.items():

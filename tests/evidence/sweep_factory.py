@@ -4,7 +4,9 @@ The real trainer and launcher will produce these files; this helper only lets th
 their content. Values are deterministic functions of (algo, seed, step) unless a test passes its
 own: ``final_pass1(arm, seed)`` and ``reward(arm, seed, step)``. Evaluations are real: responses to a frozen
 subset of 25 prompts x 4 samples, each scored as the trainer scores it, the statistics derived from their counts
-(so a requested pass@1 becomes the possible value nearest it, a multiple of 1/100). ``arms`` writes the arm contract
+(so a requested pass@1 becomes the possible value nearest it, a multiple of 1/100). ``off_policy(arm, seed, step)``
+(opt-in) returns ``(staleness, sampler_logp_gap)``: every step then logs the off-policy keys (facts.metrics
+OFF_POLICY_KEYS), which a probe's staleness check reads. ``arms`` writes the arm contract
 (``sweep.json`` "arms", ``job.json`` "arm"/"arm_overrides", jobs named ``<arm>-<seed>``); without
 it the sweep is an older one, one arm per algo and no arm fields.
 """
@@ -37,8 +39,9 @@ def write_json(path: Path, value) -> None:
     path.write_text(json.dumps(value, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def metric_records(algo: str, seed: int, n_steps: int, reward=None) -> list[dict]:
-    """One record per step with every key the contract requires of ``algo``; ``reward(step)`` sets the raw reward."""
+def metric_records(algo: str, seed: int, n_steps: int, reward=None, off_policy=None) -> list[dict]:
+    """One record per step with every key the contract requires of ``algo``; ``reward(step)`` sets the raw reward,
+    ``off_policy(step)`` -> (staleness, sampler log-prob gap) adds the off-policy diagnostics."""
     rng = random.Random(f"{algo}-{seed}")
     records = []
     for step in range(n_steps):
@@ -70,6 +73,10 @@ def metric_records(algo: str, seed: int, n_steps: int, reward=None) -> list[dict
         }
         if algo != "rpp":
             record["train/kl_loss"] = round(0.006 + rng.uniform(-0.001, 0.001), 6)
+        if off_policy is not None:
+            staleness, gap = off_policy(step)
+            record.update({"train/staleness": staleness, "train/sampler_logp_gap": gap,
+                           "train/is_ratio_mean": round(1.0 + gap / 10, 6), "train/is_ratio_max": round(1.0 + gap, 6)})
         records.append(record)
     return records
 
@@ -168,7 +175,7 @@ def write_resources(job_dir: Path, index: int) -> None:
 
 
 def write_job(sweep: Path, algo: str, seed: int, index: int, n_steps: int, arm: str | None = None,
-              overrides: dict | None = None, final_pass1=None, reward=None) -> Path:
+              overrides: dict | None = None, final_pass1=None, reward=None, off_policy=None) -> Path:
     """One complete, valid job directory (of ``arm`` when given: the arm contract's records)."""
     job_dir = sweep / "jobs" / f"{arm or algo}-{seed}"
     run_dir = job_dir / "run"
@@ -200,7 +207,8 @@ def write_job(sweep: Path, algo: str, seed: int, index: int, n_steps: int, arm: 
         f"step 0 loss 0.01\nsample: {RESPONSE_TEXTS[0]}\nsample: {RESPONSE_TEXTS[1]}\ndone\n", encoding="utf-8")
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_metrics(run_dir, metric_records(algo, seed, n_steps, reward and (lambda step: reward(arm or algo, seed, step))))
+    write_metrics(run_dir, metric_records(algo, seed, n_steps, reward and (lambda step: reward(arm or algo, seed, step)),
+                                          off_policy and (lambda step: off_policy(arm or algo, seed, step))))
     (run_dir / "tensorboard").mkdir(exist_ok=True)
     (run_dir / "tensorboard" / f"events.out.tfevents.1700000000.{NODE}.{index}").write_bytes(b"\x18\x00" * 64)
     checkpoint = f"step_{n_steps:06d}"
@@ -230,7 +238,7 @@ def write_job(sweep: Path, algo: str, seed: int, index: int, n_steps: int, arm: 
 
 
 def make_sweep(root: Path, algos=ALGOS, seeds=SEEDS, n_steps: int = 10, name: str = "sweep", arms: dict | None = None,
-               final_pass1=None, reward=None, workload: str = "toy") -> Path:
+               final_pass1=None, reward=None, workload: str = "toy", off_policy=None) -> Path:
     """A complete sweep: every job valid and accepted unless a test changes it.
 
     ``arms``: ``{label: {"algo": ..., other overrides}}`` (the arm contract); ``algos`` is then derived.
@@ -251,7 +259,7 @@ def make_sweep(root: Path, algos=ALGOS, seeds=SEEDS, n_steps: int = 10, name: st
     commands = []
     for i, (label, algo, overrides, seed) in enumerate(cells):
         write_job(sweep, algo, seed, i, n_steps, arm=label if arms is not None else None, overrides=overrides,
-                  final_pass1=final_pass1, reward=reward)
+                  final_pass1=final_pass1, reward=reward, off_policy=off_policy)
         extra = "".join(f" {k}={v}" for k, v in (overrides or {}).items() if k != "algo")
         commands.append(f"[{i}] {label}-{seed}: python -m trainer algo={algo} seed={seed}{extra} workload=toy "
                         "output_dir=<JOB_DIR>/run")
