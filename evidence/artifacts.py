@@ -37,6 +37,7 @@ from facts import (
 from facts.bundle_layout import fits
 from facts.evaluation import PASS_AT, model_files, shared_evaluation_problems
 from facts.files import (
+    ATTEMPTS_DIR,
     BUNDLE_RUNS_DIR,
     CHECKPOINTS_DIR,
     COMMAND_PUBLIC_RECORD,
@@ -213,32 +214,49 @@ def read_shared_evaluation(record_path: Path) -> SharedEvaluation:
     return SharedEvaluation(digest, record, summary, problems)
 
 
+def _reader_records(root: Path):
+    """(reader, eval.json) of every run of ``root`` and of every earlier attempt of one: a sweep's
+    ``jobs/<job>/run/`` and ``jobs/<job>/attempts/<n>/run/``, a bundle's ``runs/<job>/`` and
+    ``runs/<job>/attempts/<n>/``; a reader is named ``<job>`` or ``<job> attempt <n>``."""
+    root = Path(root)
+    for run_eval in sorted(root.glob(f"{JOBS_DIR}/*/{JOB_RUN_DIR}/{EVAL_RECORD}")):
+        yield run_eval.parent.parent.name, run_eval
+    for run_eval in sorted(root.glob(f"{BUNDLE_RUNS_DIR}/*/{EVAL_RECORD}")):
+        yield run_eval.parent.name, run_eval
+    for pattern in (f"{JOBS_DIR}/*/{ATTEMPTS_DIR}/*/{JOB_RUN_DIR}/{EVAL_RECORD}",
+                    f"{BUNDLE_RUNS_DIR}/*/{ATTEMPTS_DIR}/*/{EVAL_RECORD}"):
+        for run_eval in sorted(root.glob(pattern)):
+            attempt = run_eval.parent.parent if run_eval.parent.name == JOB_RUN_DIR else run_eval.parent
+            if fits("attempt", attempt.name):  # the launcher numbers them: nothing else is an attempt
+                yield f"{attempt.parent.parent.name} attempt {attempt.name}", run_eval
+
+
 def shared_readers(root: Path, path: str) -> dict[str, str]:
-    """Job name -> the SHA256 its ``eval.json`` records having read the shared evaluation ``path``, for every
-    run of ``root`` (a sweep's ``jobs/<job>/run/`` or a bundle's ``runs/<job>/``) that references it."""
+    """Reader -> the SHA256 its ``eval.json`` records having read the shared evaluation ``path``, for every
+    run of ``root`` (a sweep's ``jobs/<job>/run/`` or a bundle's ``runs/<job>/``) that references it and
+    every earlier attempt of one (``attempts/<n>/``: a re-run job's attempt read it too), named
+    ``<job>`` or ``<job> attempt <n>``."""
     readers = {}
-    for run_eval in [*Path(root).glob(f"{JOBS_DIR}/*/{JOB_RUN_DIR}/{EVAL_RECORD}"),
-                     *Path(root).glob(f"{BUNDLE_RUNS_DIR}/*/{EVAL_RECORD}")]:
+    for reader, run_eval in _reader_records(root):
         try:
             shared = read_json(run_eval).get("initial", {}).get("shared", {})
         except (JSONError, AttributeError):
             continue
         if isinstance(shared, dict) and shared.get("path") == path and isinstance(shared.get("sha256"), str):
-            job = run_eval.parent.parent.name if run_eval.parent.name == JOB_RUN_DIR else run_eval.parent.name
-            readers[job] = shared["sha256"]
+            readers[reader] = shared["sha256"]
     return readers
 
 
 def readers_agree(root: Path, path: str, shared: SharedEvaluation) -> SharedEvaluation:
-    """The shared evaluation with one more problem when a run read other bytes than the file holds now (it was
-    replaced after a job read it): every run is judged against the same bytes, so none of its readers is
-    accepted on it, and the jobs whose digest differs are named."""
+    """The shared evaluation with one more problem when a run, or an earlier attempt of one, read other bytes
+    than the file holds now (it was replaced after a job read it): every run is judged against the same bytes,
+    so none of its readers is accepted on it, and the readers whose digest differs are named."""
     if shared.sha256 is None:
         return shared
-    differ = {job: sha for job, sha in shared_readers(root, path).items() if sha != shared.sha256}
+    differ = {reader: sha for reader, sha in shared_readers(root, path).items() if sha != shared.sha256}
     if not differ:
         return shared
-    named = ", ".join(f"{job} read {sha[:12]}" for job, sha in sorted(differ.items())[:3])
+    named = ", ".join(f"{reader} read {sha[:12]}" for reader, sha in sorted(differ.items())[:3])
     more = f" (+{len(differ) - 3} more)" if len(differ) > 3 else ""
     return replace(shared, problems=(*shared.problems, f"replaced after a run read it: {named}{more}, the file "
                                                       f"is {shared.sha256[:12]}; no run is judged on other bytes "

@@ -61,6 +61,7 @@ from evidence.sanitize import Sanitizer, strip_abs_keys
 from evidence.stats import CI_LEVEL, DEFAULT_LAST_K
 from evidence.sweep import job_name, read_sweep
 from evidence.tables import compute_tables
+from evidence.verdict.probe import refuse_failed_probe
 from evidence.verdict.record import write_verdict
 from evidence.verdict.stages import add_experiment
 from facts import (
@@ -184,9 +185,13 @@ def _write_run_files(evidence: JobEvidence, job_dir: Path, out: Path, clean: San
     _copy_json(job_dir / JOB_RECORD, out / JOB_RECORD, clean, edit=_hide_node)
     _copy_text(job_dir / RESOURCE_SAMPLES, out / RESOURCE_SAMPLES, clean)  # the runtime's resource samples
     _copy_responses(evidence, run_dir, out)
-    for attempt in sorted((job_dir / ATTEMPTS_DIR).glob(job_files_glob(JOB_RECORD))):  # the job's earlier attempts
-        if fits("attempt", attempt.parent.name):  # the launcher numbers them: nothing else is an attempt
-            _copy_json(attempt, out / ATTEMPTS_DIR / attempt.parent.name / JOB_RECORD, clean, edit=_hide_node)
+    for attempt in sorted((job_dir / ATTEMPTS_DIR).glob("*")):  # the job's earlier attempts
+        if not fits("attempt", attempt.name) or attempt.is_symlink():  # the launcher numbers them: nothing else is one
+            continue
+        _copy_json(attempt / JOB_RECORD, out / ATTEMPTS_DIR / attempt.name / JOB_RECORD, clean, edit=_hide_node)
+        attempt_eval = run_dir_of_job(attempt) / EVAL_RECORD  # the shared evaluation it read (readers_agree)
+        if attempt_eval.is_file() and not attempt_eval.is_symlink():
+            _copy_json(attempt_eval, out / ATTEMPTS_DIR / attempt.name / EVAL_RECORD, clean)
     # The launcher's logs (trainer.log, runtime.log, ...) beside job.json, and any under logs/.
     logs = sorted(job_dir.glob("*.log"))
     if (job_dir / LOGS_DIR).is_dir():
@@ -456,6 +461,7 @@ def _build_locked(sweep, last_k: int, figures: bool) -> BuildResult:
         _write_payload(sweep, evidences, incidents, stage, clean, last_k, figures)
         add_experiment(sweep_dir, stage)  # an experiment's spec and tuning stage -> data/verdict.json
         data = load_bundle_data(stage)
+        refuse_failed_probe(stage, data)  # a verdict past a probe check that fails is never sealed
         write_verdict(stage, data)
         tables = compute_tables(data)
         for name, table in tables.items():

@@ -75,9 +75,11 @@ PLACEHOLDERS = {
 }
 
 # The files of one job's copy, runs/<job>/: the run's records and the job's, its evaluated responses, its logs,
-# its earlier attempts' job records and, for a run of several ranks, each rank's step record and log.
+# its earlier attempts' job records and evaluation summaries (which shared evaluation each attempt read) and, for
+# a run of several ranks, each rank's step record and log.
 RUN_FILES = (METRICS_LOG, EVAL_RECORD, f"{EVAL_RESPONSES_DIR}/<eval_kind>.jsonl", RUN_RECORD, COMMAND_PUBLIC_RECORD, JOB_RECORD, RESOURCE_SAMPLES,
-             f"{ATTEMPTS_DIR}/<attempt>/{JOB_RECORD}", f"{LOGS_DIR}/<log>", f"{LOGS_DIR}/<rank>/<log>",
+             f"{ATTEMPTS_DIR}/<attempt>/{JOB_RECORD}", f"{ATTEMPTS_DIR}/<attempt>/{EVAL_RECORD}",
+             f"{LOGS_DIR}/<log>", f"{LOGS_DIR}/<rank>/<log>",
              f"{RANKS_DIR}/<rank>.jsonl")
 # A sweep's payload: the build's records and tables, the derived tables and figures, the report, the crate,
 # the shared initial evaluations, the frozen evaluation subsets, and each job's copy.

@@ -192,6 +192,25 @@ STATISTIC_RULES = (responses_are_prompts_times_k, pass_at_is_on_its_lattice, pas
                    pass_at_within_union_bound, shares_are_whole_responses)
 
 
+# The statistics that are shares of an evaluation's responses (or of its prompts' draws), so in [0, 1].
+SHARE_STATISTICS = (*(f"pass@{j}" for j in PASS_AT), "truncation", "mean_reward")
+
+
+def impossible_value(name: str, value, n_prompts: int, k: int) -> list[str]:
+    """What no evaluation of ``n_prompts`` prompts x ``k`` samples can report as its statistic ``name`` (a pass@j,
+    truncation, mean reward or length) when it is stored alone, as a verdict stores a run's value: a share outside
+    [0, 1], and the ``STATISTIC_RULES`` that one value is held to (its lattice). [] for another name, or counts
+    and a value the rules cannot be applied to (the recomputation reports those)."""
+    if not (name in SHARE_STATISTICS or name == "mean_length") or not _finite_number(value):
+        return []
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (n_prompts, k)):
+        return []
+    if name in SHARE_STATISTICS and not 0 <= value <= 1:
+        return [f"{name} {value!r} is outside [0, 1]: it is a share of the responses"]
+    summary = {"n_prompts": n_prompts, "k": k, "n_responses": n_prompts * k, name: value}
+    return [reason for rule in STATISTIC_RULES if (reason := rule(summary)) is not None]
+
+
 def impossible_statistics(summary: dict) -> list[str]:
     """What in an eval summary no evaluation can report (``STATISTIC_RULES``); [] when every rule holds or the
     summary lacks positive integer counts and finite rates to apply them to (the field checks report that)."""

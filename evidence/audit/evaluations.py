@@ -2,7 +2,8 @@
 bundle (and of each earlier stage's) re-scored response by response against the frozen subset the bundle
 carries (``data/eval_subset/<subset12>.json``, its SHA256 the summaries' pinned ``subset_sha256``), each summary's
 statistics recomputed from the re-scored rewards, and every stored summary (``eval.json`` entries, ``eval.csv``
-rows, the shared evaluations' records) held to the statistics an evaluation can have."""
+rows, the shared evaluations' records, an experiment's ``verdict.json`` per-run values) held to the statistics an
+evaluation can have."""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ from evidence.artifacts import EVAL_KINDS, shared_initial_dir
 from evidence.dataset import BundleData
 from evidence.evaluations import RESPONSES_MISSING, read_subset, rescored_problems, statistics_problems
 from evidence.fileio import JSONError, read_json
-from evidence.problems import Problem
+from evidence.measures import EVAL_PREFIX
+from evidence.problems import Problem, VerdictError
+from evidence.verdict.spec import parse_experiment
 from facts.bundle_layout import fits
+from facts.evaluation import impossible_value
 from facts.files import (
     BUNDLE_PAYLOAD,
     BUNDLE_RUNS_DIR,
@@ -23,6 +27,7 @@ from facts.files import (
     INITIAL_EVAL_DIR,
     INITIAL_EVAL_RESPONSES,
     STAGES_DIR,
+    VERDICT_FILE,
     bundle_subset_relpath,
     eval_responses_name,
 )
@@ -127,10 +132,44 @@ def _check_payload(payload: _Payload, data: BundleData) -> list[Problem]:
     return problems
 
 
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_verdict_values(data_dir: Path, data: BundleData) -> list[Problem]:
+    """``verdict.json``'s per-run values held to the statistics an evaluation can have, as eval.json's are: with
+    an eval criterion, each ``per_seed[i].baseline`` / ``.treatment`` (in the criterion's units) is that
+    statistic of the role's run, an evaluation of its eval.csv ``n_prompts`` x ``k`` (``impossible_value``).
+    Whether the values are the runs' is the verdict's recomputation (``evidence.verdict.recompute``)."""
+    rel = f"{BUNDLE_PAYLOAD}/{VERDICT_FILE}"
+    if data.experiment is None or not (data_dir / VERDICT_FILE).is_file():
+        return []
+    try:
+        recorded, criterion = read_json(data_dir / VERDICT_FILE), parse_experiment(data.experiment).criterion
+    except (JSONError, VerdictError, TypeError, ValueError):
+        return []  # the verdict's recomputation reports an unreadable verdict or spec
+    if not criterion.measure.is_eval or not isinstance(recorded, dict) or not isinstance(recorded.get("arms"), dict):
+        return []
+    name, unit = criterion.measure.metric.removeprefix(EVAL_PREFIX), " points" if criterion.units == "points" else ""
+    problems = []
+    for i, row in enumerate(recorded.get("per_seed") if isinstance(recorded.get("per_seed"), list) else []):
+        for role in ("baseline", "treatment"):
+            arm = recorded["arms"].get(role, {}).get("arm") if isinstance(recorded["arms"].get(role), dict) else None
+            seed, value = (row.get("seed"), row.get(role)) if isinstance(row, dict) else (None, None)
+            entry = data.evals.get((arm, seed), {}).get("final") if isinstance(seed, int) else None
+            if entry is None or not _number(value):
+                continue  # no such run, or not a number: the recomputation names the field
+            rate = value / criterion.scale if criterion.scale == 1 else round(value / criterion.scale, 12)
+            problems += [Problem(rel, f"{value!r}{unit}: {reason}", f"per_seed[{i}].{role} ({arm}-{seed} final)")
+                         for reason in impossible_value(name, rate, entry.get("n_prompts"), entry.get("k"))]
+    return problems
+
+
 def check_evaluations(data_dir: Path, data: BundleData) -> list[Problem]:
     """Every evaluation of the bundle and of its earlier stages re-scored, recomputed and held to the
-    statistics an evaluation can have (module docstring)."""
-    problems = _check_payload(_Payload(data_dir, BUNDLE_PAYLOAD), data)
+    statistics an evaluation can have, and so are the per-run values of an experiment's verdict (module
+    docstring)."""
+    problems = _check_payload(_Payload(data_dir, BUNDLE_PAYLOAD), data) + check_verdict_values(data_dir, data)
     for name, stage in sorted(data.stages.items()):
         problems += _check_payload(_Payload(data_dir / STAGES_DIR / name, f"{BUNDLE_PAYLOAD}/{STAGES_DIR}/{name}"), stage)
     return problems

@@ -4,6 +4,8 @@ the staleness check's levels, the gradient check's outcome and the plan's cost a
 The launcher records them in ``probe.json`` (``launcher.experiment.probe``, ``budget``) from the probe stage's
 built bundle; the confirm bundle carries that bundle and the record under ``data/stages/probe/``, and
 ``check_probe`` recomputes every number of the record from the probe's runs and the later stages' records.
+A declared check that fails on the probe's own evidence (``failed_checks``) is where the launcher stops: the
+confirm stage's build refuses to seal past it (``refuse_failed_probe``) and the audit names it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,15 @@ from evidence.dataset import BundleData
 from evidence.fileio import JSONError, read_json
 from evidence.problems import Problem, VerdictError
 from evidence.verdict.spec import Study, parse_study, same_overrides
-from facts.files import BUNDLE_PAYLOAD, GRADIENT_RECORD, PROBE_RECORD, PROBE_STAGE, STAGES_DIR, TUNING_STAGE
+from facts.files import (
+    BUNDLE_PAYLOAD,
+    GRADIENT_RECORD,
+    PROBE_RECORD,
+    PROBE_STAGE,
+    STAGES_DIR,
+    STEPS_TABLE,
+    TUNING_STAGE,
+)
 
 DEFAULT_MIN_COSINE = 0.9
 DEFAULT_MIN_RATIO = 2.0
@@ -98,6 +108,62 @@ def over_budget(cost: Mapping, budget: Mapping) -> list[tuple[str, float, float]
              "gpu_hours": cost["gpu_hours"]}
     return [(key, needs[key], float(budget[key])) for key in needs if budget.get(key) is not None
             and needs[key] > float(budget[key])]
+
+
+def gradient_passes(measured: Mapping, floor: float) -> bool:
+    """Both arms' gradients agree at staleness 0: finite, and their cosine at least ``floor``."""
+    cosine = measured.get("cosine")
+    return measured.get("finite") is True and isinstance(cosine, (int, float)) and not isinstance(cosine, bool) \
+        and cosine >= floor
+
+
+def failed_checks(study: Study, stage: BundleData, stage_dir: Path) -> list[tuple[str, str]]:
+    """(file, reason) of each check the spec declares that fails on the probe's own evidence, recomputed: the
+    staleness levels from its runs' metrics (``steps.csv``), the gradient agreement from ``gradient_check.json``
+    in ``stage_dir``. The launcher stops an experiment at such a check; a record that cannot be read is
+    ``check_probe``'s finding, not a failure here."""
+    out = []
+    stale = study.probe.get("staleness_check")
+    if stale:
+        metric, ratio = stale.get("metric", DEFAULT_STALENESS_METRIC), float(stale.get("min_ratio", DEFAULT_MIN_RATIO))
+        try:
+            level, fresh = staleness_levels(study, stage, arm_costs(stage))
+        except (VerdictError, KeyError, TypeError):
+            level = fresh = None
+        if level is not None and not staleness_passes(level, fresh, ratio):
+            out.append((f"{BUNDLE_PAYLOAD}/{STEPS_TABLE}", f"staleness check: mean {metric} of {stale['arm']} over "
+                        f"the probe steps, stale {level!r} vs fresh {fresh!r}, needs a positive stale mean at least "
+                        f"{ratio:g}x the fresh one"))
+    grad = study.probe.get("gradient_check")
+    if grad:
+        floor = float(grad.get("min_cosine", DEFAULT_MIN_COSINE))
+        try:
+            measured = read_json(stage_dir / GRADIENT_RECORD)
+        except JSONError:
+            measured = None
+        if isinstance(measured, dict) and not gradient_passes(measured, floor):
+            out.append((GRADIENT_RECORD, f"gradient check: {grad['treatment']} vs {grad['baseline']} at staleness 0 "
+                        f"has cosine {measured.get('cosine')!r} (finite {measured.get('finite')!r}), needs finite "
+                        f"gradients with cosine >= {floor:g}"))
+    return out
+
+
+def refuse_failed_probe(data_dir: Path, data: BundleData) -> None:
+    """Build hook, after the data is loaded: an experiment's confirm bundle is not sealed on a probe whose declared
+    check fails on its own evidence (``failed_checks``; the launcher stops there, so a verdict past it was forced).
+    ``VerdictError`` (one line) names the check, its values and the file."""
+    stage = data.stages.get(PROBE_STAGE)
+    if data.experiment is None or stage is None:
+        return
+    try:
+        study = _study(data.experiment)
+    except (VerdictError, TypeError, ValueError, yaml.YAMLError):
+        return  # the verdict's own parse refuses it
+    failures = failed_checks(study, stage, Path(data_dir) / STAGES_DIR / PROBE_STAGE)
+    if failures:
+        file, reason = failures[0]
+        raise VerdictError(f"the probe's {reason} ({STAGES_DIR}/{PROBE_STAGE}/{file.removeprefix(BUNDLE_PAYLOAD + '/')}"
+                           f"); the launcher stops an experiment at a failed probe check: nothing sealed")
 
 
 # ---- the audit ----------------------------------------------------------------------------------
@@ -188,8 +254,7 @@ def _check_checks(study: Study, stage: BundleData, record: dict, stage_dir: Path
             if grad.get(key) != measured.get(key):
                 out.append(Problem(where, f"checks.gradient.{key}: recorded {grad.get(key)!r}, {GRADIENT_RECORD} "
                                           f"has {measured.get(key)!r}"))
-        cosine = measured.get("cosine")
-        passed = measured.get("finite") is True and isinstance(cosine, (int, float)) and cosine >= floor
+        passed = gradient_passes(measured, floor)
         if grad.get("passed") is not passed or not _close(grad.get("min_cosine"), floor):
             out.append(Problem(where, f"checks.gradient: passed {grad.get('passed')!r} at min_cosine "
                                       f"{grad.get('min_cosine')!r}; recomputed {passed!r} at {floor:g}"))
@@ -249,9 +314,12 @@ def check_probe(data_dir: Path, data: BundleData) -> list[Problem]:
     except (VerdictError, TypeError, ValueError, yaml.YAMLError) as exc:
         return [Problem(f"{BUNDLE_PAYLOAD}/experiment.yaml", f"not a spec the launcher runs ({exc})")]
     arms = arm_costs(stage)
+    failed = [Problem(f"{stage_rel}/{file.removeprefix(BUNDLE_PAYLOAD + '/')}", f"{reason}: the check fails on the "
+                      "probe's own evidence, and the launcher stops an experiment here")
+              for file, reason in failed_checks(study, stage, stage_dir)]
     try:
         return (_check_arms(record.get("arms"), arms, where) + _check_checks(study, stage, record, stage_dir, where)
-                + _check_budget(study, data, record, arms, where))
+                + failed + _check_budget(study, data, record, arms, where))
     except (VerdictError, KeyError, TypeError, ValueError) as exc:
         return [Problem(where, f"cannot recompute ({exc})")]
 

@@ -16,6 +16,7 @@ from evidence.verdict.probe import (
     DEFAULT_STALENESS_METRIC,
     arm_costs,
     arm_steps,
+    gradient_passes,
     staleness_levels,
     staleness_passes,
 )
@@ -74,7 +75,7 @@ def gradient_agreement(runner: Runner, grad: dict) -> dict:
     """The gradient check's record: finite gradients whose cosine reaches ``min_cosine``, else refused."""
     out = gradient_check(runner, grad)
     floor = float(grad.get("min_cosine", DEFAULT_MIN_COSINE))
-    passed = out["finite"] and out["cosine"] >= floor
+    passed = gradient_passes(out, floor)
     if not passed:
         raise ExperimentFailed(f"probe failed: {grad['treatment']} and {grad['baseline']} gradients disagree at "
                                f"staleness 0 (cosine {out['cosine']:.4f} < {floor:g}); check the treatment's loss")

@@ -1,10 +1,13 @@
 """What ``launch.py experiment=<name>`` leaves beside a confirm sweep, for synthetic experiments: the probe
 stage (a built sweep with ``probe.json``, its numbers computed here from the probe's ``metrics.jsonl``), the
-pre-registration link in the confirm stage's ``sweep.json`` and each run's CPUs in its ``run.json`` config.
+pre-registration link in the confirm stage's ``sweep.json`` and each run's CPUs in its ``run.json`` config. A spec
+that declares the probe's checks gets them: the staleness check's fresh probe arm (``<algo>-fresh``) and every probe
+run's logged ``train/sampler_logp_gap`` (``off_policy``), the gradient check's ``gradient_check.json`` (``gradient``).
 
 The probe record is computed from the definitions (mean seconds per step after the first step, the
-largest peak memory, CPU-hours = steps x s/step x CPUs / 3600 over the planned runs), never by the code
-under test.
+largest peak memory, CPU-hours = steps x s/step x CPUs / 3600 over the planned runs; the staleness levels as
+the mean gap over the probe steps, passed when the stale one is positive and at least min_ratio x the fresh one;
+the gradient check passed when finite with cosine >= min_cosine), never by the code under test.
 """
 
 from __future__ import annotations
@@ -41,13 +44,15 @@ def register(confirm: Path, spec_text: str) -> str:
 
 def probe_record(probe: Path, spec: dict, confirm_steps: int, tuning_steps: int | None) -> dict:
     """``probe.json`` as the launcher writes it, from the probe's own metrics and the planned later runs."""
-    arms = {}
+    arms, gaps = {}, {}
     for label, overrides in json.loads((probe / "sweep.json").read_text())["arms"].items():
-        (metrics,) = sorted((probe / "jobs").glob(f"{label}-*/run/metrics.jsonl"))
+        metrics = probe / "jobs" / f"{label}-{seed_list(spec)[0]}" / "run" / "metrics.jsonl"
         steps = [json.loads(line) for line in metrics.read_text().splitlines()]
         timed = [s["perf/step_s"] for s in steps[1:]]
         arms[label] = {"overrides": overrides, "step_s": sum(timed) / len(timed),
                        "peak_mem_gib": max(s["perf/peak_mem_gib"] for s in steps)}
+        if "train/sampler_logp_gap" in steps[0]:
+            gaps[label] = sum(s["train/sampler_logp_gap"] for s in steps) / len(steps)
     step_s = max(a["step_s"] for a in arms.values())
 
     def cost(n_seeds: int) -> dict:
@@ -63,7 +68,28 @@ def probe_record(probe: Path, spec: dict, confirm_steps: int, tuning_steps: int 
     budget = {**cost(spec["seeds"]["max"] if sized else len(spec["seeds"])), "budget": spec.get("budget") or {}}
     if sized:
         budget["first_look"] = cost(spec["seeds"]["min"])
-    return {"arms": arms, "checks": {}, "budget": budget}
+    checks = {}
+    stale = (spec.get("probe") or {}).get("staleness_check")
+    if stale:
+        algo = spec["arms"][stale["arm"]]["algo"]
+        ratio = float(stale.get("min_ratio", 2.0))
+        level, fresh = gaps[algo], gaps[f"{algo}-fresh"]
+        checks["staleness"] = {"metric": stale.get("metric", "train/sampler_logp_gap"), "stale": level, "fresh": fresh,
+                               "min_ratio": ratio, "passed": level > 0 and level >= ratio * fresh}
+    grad = (spec.get("probe") or {}).get("gradient_check")
+    if grad:
+        measured = json.loads((probe / "gradient_check.json").read_text())
+        floor = float(grad.get("min_cosine", 0.9))
+        checks["gradient"] = {**measured, "min_cosine": floor,
+                              "passed": measured["finite"] is True and measured["cosine"] >= floor}
+    return {"arms": arms, "checks": checks, "budget": budget}
+
+
+def gradient_record(cosine: float, finite: bool = True) -> dict:
+    """``gradient_check.json`` as ``python -m trainer.probe`` writes it (norms and counts made up, the cosine given)."""
+    return {"staleness": 0, "responses": 32, "valid_tokens": 1536, "baseline": {"algo": "grpo", "grad_norm": 1.25},
+            "treatment": {"algo": "rppb", "grad_norm": 1.31}, "cosine": cosine, "relative_difference": 0.21,
+            "finite": finite}
 
 
 def seed_list(spec: dict) -> list[int]:
@@ -72,18 +98,27 @@ def seed_list(spec: dict) -> list[int]:
     return list(range(1, seeds["min"] + 1)) if isinstance(seeds, dict) else seeds
 
 
-def add_launcher_stages(confirm: Path, spec_text: str, tuning_steps: int | None = None, probe_steps: int = 3) -> Path:
+def add_launcher_stages(confirm: Path, spec_text: str, tuning_steps: int | None = None, probe_steps: int = 3,
+                        off_policy=None, gradient: dict | None = None) -> Path:
     """Beside ``confirm`` (a sweep of the experiment's arms, the spec written into it): the built probe stage
-    of every confirm arm at its first seed, with ``probe.json``; the registration link; each run's CPUs.
-    Returns the probe stage's directory."""
+    of every confirm arm at its first seed (and the staleness check's fresh arm, ``off_policy`` giving its runs'
+    staleness and gap as make_sweep's does), with ``gradient`` as its ``gradient_check.json`` and ``probe.json``;
+    the registration link; each run's CPUs. Returns the probe stage's directory."""
     spec = yaml.safe_load(spec_text)
     confirm_record = json.loads((confirm / "sweep.json").read_text())
     arms = {label: {k: v for k, v in overrides.items() if k != "workload.lr"}
             for label, overrides in confirm_record["arms"].items()}
     arms = {overrides["algo"]: overrides for overrides in arms.values()}  # the probe runs without the tuned value
-    probe = make_sweep(confirm.parent, seeds=(seed_list(spec)[0],), n_steps=probe_steps, name="probe", arms=arms)
+    stale = (spec.get("probe") or {}).get("staleness_check")
+    if stale:  # the checked arm at staleness 0: its overrides and the check's settings (as override text)
+        own = spec["arms"][stale["arm"]]
+        arms[f"{own['algo']}-fresh"] = {**own, **{k: str(v) for k, v in stale["settings"].items()}}
+    probe = make_sweep(confirm.parent, seeds=(seed_list(spec)[0],), n_steps=probe_steps, name="probe", arms=arms,
+                       off_policy=off_policy)
     set_cpus(probe)
     build_bundle(probe, figures=False)
+    if gradient is not None:
+        (probe / "gradient_check.json").write_text(json.dumps(gradient, indent=2, sort_keys=True) + "\n")
     record = probe_record(probe, spec, confirm_record["n_updates"], tuning_steps)
     (probe / "probe.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     set_cpus(confirm)

@@ -4,7 +4,9 @@ The real trainer and launcher will produce these files; this helper only lets th
 their content. Values are deterministic functions of (algo, seed, step) unless a test passes its
 own: ``final_pass1(arm, seed)`` and ``reward(arm, seed, step)``. Evaluations are real: responses to a frozen
 subset of 25 prompts x 4 samples, each scored as the trainer scores it, the statistics derived from their counts
-(so a requested pass@1 becomes the possible value nearest it, a multiple of 1/100). ``arms`` writes the arm contract
+(so a requested pass@1 becomes the possible value nearest it, a multiple of 1/100). ``off_policy(arm, seed, step)``
+(opt-in) returns ``(staleness, sampler_logp_gap)``: every step then logs the off-policy keys (facts.metrics
+OFF_POLICY_KEYS), which a probe's staleness check reads. ``arms`` writes the arm contract
 (``sweep.json`` "arms", ``job.json`` "arm"/"arm_overrides", jobs named ``<arm>-<seed>``); without
 it the sweep is an older one, one arm per algo and no arm fields.
 """
@@ -37,8 +39,9 @@ def write_json(path: Path, value) -> None:
     path.write_text(json.dumps(value, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def metric_records(algo: str, seed: int, n_steps: int, reward=None) -> list[dict]:
-    """One record per step with every key the contract requires of ``algo``; ``reward(step)`` sets the raw reward."""
+def metric_records(algo: str, seed: int, n_steps: int, reward=None, off_policy=None) -> list[dict]:
+    """One record per step with every key the contract requires of ``algo``; ``reward(step)`` sets the raw reward,
+    ``off_policy(step)`` -> (staleness, sampler log-prob gap) adds the off-policy diagnostics."""
     rng = random.Random(f"{algo}-{seed}")
     records = []
     for step in range(n_steps):
@@ -70,6 +73,10 @@ def metric_records(algo: str, seed: int, n_steps: int, reward=None) -> list[dict
         }
         if algo != "rpp":
             record["train/kl_loss"] = round(0.006 + rng.uniform(-0.001, 0.001), 6)
+        if off_policy is not None:
+            staleness, gap = off_policy(step)
+            record.update({"train/staleness": staleness, "train/sampler_logp_gap": gap,
+                           "train/is_ratio_mean": round(1.0 + gap / 10, 6), "train/is_ratio_max": round(1.0 + gap, 6)})
         records.append(record)
     return records
 
@@ -169,7 +176,8 @@ def write_resources(job_dir: Path, index: int) -> None:
 
 
 def write_job(sweep: Path, algo: str, seed: int, index: int, n_steps: int, arm: str | None = None,
-              overrides: dict | None = None, final_pass1=None, reward=None, final_counts=None) -> Path:
+              overrides: dict | None = None, final_pass1=None, reward=None, final_counts=None,
+              off_policy=None) -> Path:
     """One complete, valid job directory (of ``arm`` when given: the arm contract's records)."""
     job_dir = sweep / "jobs" / f"{arm or algo}-{seed}"
     run_dir = job_dir / "run"
@@ -201,7 +209,8 @@ def write_job(sweep: Path, algo: str, seed: int, index: int, n_steps: int, arm: 
         f"step 0 loss 0.01\nsample: {RESPONSE_TEXTS[0]}\nsample: {RESPONSE_TEXTS[1]}\ndone\n", encoding="utf-8")
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_metrics(run_dir, metric_records(algo, seed, n_steps, reward and (lambda step: reward(arm or algo, seed, step))))
+    write_metrics(run_dir, metric_records(algo, seed, n_steps, reward and (lambda step: reward(arm or algo, seed, step)),
+                                          off_policy and (lambda step: off_policy(arm or algo, seed, step))))
     (run_dir / "tensorboard").mkdir(exist_ok=True)
     (run_dir / "tensorboard" / f"events.out.tfevents.1700000000.{NODE}.{index}").write_bytes(b"\x18\x00" * 64)
     checkpoint = f"step_{n_steps:06d}"
@@ -231,7 +240,7 @@ def write_job(sweep: Path, algo: str, seed: int, index: int, n_steps: int, arm: 
 
 
 def make_sweep(root: Path, algos=ALGOS, seeds=SEEDS, n_steps: int = 10, name: str = "sweep", arms: dict | None = None,
-               final_pass1=None, reward=None, workload: str = "toy", final_counts=None) -> Path:
+               final_pass1=None, reward=None, workload: str = "toy", final_counts=None, off_policy=None) -> Path:
     """A complete sweep: every job valid and accepted unless a test changes it.
 
     ``final_counts(arm, seed)``: the correct samples (of ``K``) of each of the ``N_PROMPTS`` prompts in the run's
@@ -255,7 +264,7 @@ def make_sweep(root: Path, algos=ALGOS, seeds=SEEDS, n_steps: int = 10, name: st
     commands = []
     for i, (label, algo, overrides, seed) in enumerate(cells):
         write_job(sweep, algo, seed, i, n_steps, arm=label if arms is not None else None, overrides=overrides,
-                  final_pass1=final_pass1, reward=reward, final_counts=final_counts)
+                  final_pass1=final_pass1, reward=reward, final_counts=final_counts, off_policy=off_policy)
         extra = "".join(f" {k}={v}" for k, v in (overrides or {}).items() if k != "algo")
         commands.append(f"[{i}] {label}-{seed}: python -m trainer algo={algo} seed={seed}{extra} workload=toy "
                         "output_dir=<JOB_DIR>/run")
@@ -294,7 +303,7 @@ def share_initial_eval(sweep: Path, jobs, pass1: float = 0.25) -> Path:
                 "versions": {"python": "3.11.7", "torch": "2.13.0"}, "source_commit": COMMIT}
     key = hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     directory = sweep / "initial_eval" / key[:12]
-    directory.mkdir(parents=True)
+    directory.mkdir(parents=True, exist_ok=True)  # a second call replaces it
     responses = "".join(json.dumps(r) + "\n" for r in records).encode()
     (directory / "responses.jsonl").write_bytes(responses)
     record = {"key": key, "identity": identity, "initial": summary,
@@ -307,7 +316,7 @@ def share_initial_eval(sweep: Path, jobs, pass1: float = 0.25) -> Path:
         evaluation = json.loads((run / "eval.json").read_text())
         evaluation["initial"] = {**summary, "shared": reference}
         write_json(run / "eval.json", evaluation)
-        (run / "eval" / "initial.jsonl").unlink()
+        (run / "eval" / "initial.jsonl").unlink(missing_ok=True)  # a second call: the control replaced
         summary_record = json.loads((run / "run.json").read_text())
         summary_record["config"]["workload"] = json.loads(json.dumps(WORKLOAD))
         summary_record["source_commit"] = COMMIT

@@ -158,3 +158,51 @@ def test_an_experiment_bundle_without_its_pre_registration_link_is_a_finding(exp
     assert code == 1
     assert ("data/sweep.json: no experiment_sha256: an experiment's bundle carries the pre-registration link of its "
             "spec (the launcher records it in the confirm stage's sweep.json)") in lines, lines
+
+
+def _forge_verdict_value(bag: Path, tmp_path: Path, value: float) -> tuple[Path, float]:
+    """verdict.json's first treatment value replaced (in the criterion's points), resealed; returns the honest one."""
+    honest = json.loads((bag / "data" / "verdict.json").read_text())["per_seed"][0]["treatment"]
+
+    def edit(data: Path) -> None:
+        record = json.loads((data / "verdict.json").read_text())
+        record["per_seed"][0]["treatment"] = value
+        (data / "verdict.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+
+    return forged(bag, tmp_path, edit), honest
+
+
+@pytest.mark.parametrize(("value", "reason"), [
+    (46.33, "46.33 points: pass@1 0.4633 is not a whole multiple of 1/100 (1 / (n_prompts x C(k, 1))): no 25 prompts "
+            "x 4 samples give it"),
+    (150.0, "150.0 points: pass@1 1.5 is outside [0, 1]: it is a share of the responses"),
+    (-3.0, "-3.0 points: pass@1 -0.03 is outside [0, 1]: it is a share of the responses"),
+], ids=["off-lattice", "above-one", "negative"])
+def test_an_impossible_per_run_value_in_the_verdict_is_a_statistics_finding_naming_the_field(experiment_bag, tmp_path,
+                                                                                            value, reason):
+    from evidence import audit
+
+    bag, honest = _forge_verdict_value(experiment_bag, tmp_path, value)
+    findings = [str(f) for f in audit(bag)]
+    assert f"data/verdict.json: per_seed[0].treatment (rppb-1 final): {reason}" in findings, findings
+    assert (f"data/verdict.json: does not recompute: per_seed[0].treatment: recorded {value!r}, recomputed "
+            f"{honest!r}") in findings, findings
+
+
+def test_a_possible_but_wrong_verdict_value_is_the_recomputation_s_finding_only(experiment_bag, tmp_path):
+    from evidence import audit
+
+    honest = json.loads((experiment_bag / "data" / "verdict.json").read_text())["per_seed"][0]["treatment"]
+    bag, _ = _forge_verdict_value(experiment_bag, tmp_path, honest + 1.0 if honest < 100 else honest - 1.0)
+    findings = [str(f) for f in audit(bag)]
+    assert not any("per_seed[0].treatment (" in f for f in findings), findings  # one more correct of 100: possible
+    assert any(f.startswith("data/verdict.json: does not recompute: per_seed[0].treatment: recorded ")
+               for f in findings), findings
+
+
+def test_python_m_evidence_audit_names_an_off_lattice_verdict_value(experiment_bag, tmp_path):
+    bag, _ = _forge_verdict_value(experiment_bag, tmp_path, 46.33)
+    code, lines = audit_cli(bag)
+    assert code == 1
+    assert ("data/verdict.json: per_seed[0].treatment (rppb-1 final): 46.33 points: pass@1 0.4633 is not a whole "
+            "multiple of 1/100 (1 / (n_prompts x C(k, 1))): no 25 prompts x 4 samples give it") in lines, lines
