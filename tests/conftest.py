@@ -8,9 +8,10 @@ a test without one fails and says how to start it).
 Tiers: ``make test-fast`` runs ``-m "not slow"`` (unit, numerics, evidence on synthetic sweeps: no
 trainer or launcher processes, no Slurm); ``make test`` runs everything. A test is ``slow`` when it
 says so, or, found here so that a new test cannot slip into the fast tier by forgetting the marker,
-when it uses a real-service fixture (``SLOW_FIXTURES``) or runs the trainer or the launcher (through
-the helpers of tests/trainer_runs.py and tests/sweeps.py, or a command list it spells out), itself or
-through a fixture or helper function of its module or of a conftest.py above it.
+when it uses a real-service fixture (``SLOW_FIXTURES``), spawns a torch.distributed process group (the
+``distributed`` mark) or runs the trainer or the launcher (through the helpers of tests/trainer_runs.py,
+tests/sweeps.py and tests/launch_in_process.py, or a command list it spells out), itself or through a
+fixture or helper function of its module or of a conftest.py above it.
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ TESTS = Path(__file__).resolve().parent
 # The real-service fixtures, each with the pytest-xdist group its tests share (see _xdist_group).
 CLUSTER_GROUPS = {"slurm_cluster": "slurm", "slurm_multinode_cluster": "slurm-mn"}
 SLOW_FIXTURES = frozenset(CLUSTER_GROUPS)
-# Helpers that run the trainer or the launcher (tests/trainer_runs.py, tests/sweeps.py): as processes,
-# or, for the trainer, in this process (seconds of training either way).
-PROCESS_HELPERS = frozenset({"run_trainer", "trainer_cmd", "train_in_process", "launch"})
+# Helpers that run the trainer or the launcher (tests/trainer_runs.py, tests/sweeps.py,
+# tests/launch_in_process.py): as processes, or in this process (seconds of training, or of Hydra composing
+# every arm of a plan, 1-4 s a dry run: the fast tier's budget is 90 s for all of it).
+PROCESS_HELPERS = frozenset({"run_trainer", "trainer_cmd", "train_in_process", "launch", "launch_in_process"})
 # `python -m <these>` trains (trainer.external runs another trainer's command; the TRL adapter is one)
 PROCESS_MODULES = frozenset({"trainer", "launcher.runtime", "benchmarks", "trainer.external", "trainer.adapters.trl_grpo"})
 # A fast-tier test slower than this is named at the end of the run: it belongs in the slow tier.
@@ -184,7 +186,8 @@ def _xdist_group(item: pytest.Item) -> str | None:
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("slow") is None and (
-                SLOW_FIXTURES & set(item.fixturenames) or _starts_processes(item)):
+                SLOW_FIXTURES & set(item.fixturenames) or _starts_processes(item)
+                or item.get_closest_marker("distributed") is not None):  # it spawns a process group
             item.add_marker(pytest.mark.slow)
         group = _xdist_group(item)
         if group is not None:

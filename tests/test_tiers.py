@@ -15,6 +15,7 @@ import subprocess, sys
 import pytest
 from tests.trainer_runs import run_trainer, train_in_process
 from tests.sweeps import launch
+from tests.launch_in_process import launch_in_process
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +52,10 @@ def test_trains_in_process(tmp_path):
     train_in_process(tmp_path, "algo=grpo")
 
 
+def test_dry_runs_the_launcher_in_process(tmp_path):
+    launch_in_process(tmp_path, "algo=grpo", "dry_run=true")
+
+
 def test_pure_unit():
     assert sorted([3, 1]) == [1, 3]
 
@@ -65,7 +70,7 @@ def test_fixtures_helpers_and_spelled_out_commands_that_start_processes_are_foun
     path.write_text(textwrap.dedent(SAMPLE))
     assert _process_starters(path) == {"trained", "_sweep_twice", "_via_helper", "test_spells_out_the_trainer",
                                        "test_spells_out_the_launcher", "test_through_two_helpers",
-                                       "test_trains_in_process"}
+                                       "test_trains_in_process", "test_dry_runs_the_launcher_in_process"}
 
 
 def test_the_module_scoped_runs_that_group_a_module_s_tests_are_found(tmp_path):
@@ -144,3 +149,12 @@ def test_a_test_of_both_throwaway_clusters_is_refused_and_one_of_either_joins_it
     assert _xdist_group(item("slurm_multinode_cluster")) == "slurm-mn"
     assert _xdist_group(item("slurm_cluster")) == "slurm"
     assert _xdist_group(item()) is None
+
+
+def test_dry_runs_and_process_groups_are_slow(request):
+    collected = {name: item.get_closest_marker("slow") is not None for name, item in _by_test(request).items()}
+    dry_run = "tests/test_launcher_dry_run.py::test_dry_run_expands_the_grid_deterministically_and_matches_the_golden_file"
+    groups = [name for name in collected if name.startswith("tests/test_algorithms_distributed.py::")]
+    if dry_run not in collected or not groups:
+        pytest.skip("needs tests/test_launcher_dry_run.py and tests/test_algorithms_distributed.py collected")
+    assert collected[dry_run] and all(collected[name] for name in groups)
