@@ -26,23 +26,29 @@ def run_sweep(sweep: Sweep) -> int:
         # A sweep's records are what its runs, its seal and an experiment's pre-registration link read
         # (confirm/sweep.json's experiment_sha256): a dry run prints and changes none of them.
         print("\n".join(expanded_commands(sweep)))
-        print(f"dry run: {len(sweep.specs)} job(s) checked, nothing submitted; {sweep.sweep_dir} already holds a "
+        print(f"dry run: {_jobs_checked(sweep)} checked, nothing submitted; {sweep.sweep_dir} already holds a "
               f"sweep, whose {SWEEP_RECORD} and {COMMANDS_FILE} are left as they are")
         return 0
     commands = write_plan(sweep)
     if sweep.dry_run:
         print("\n".join(commands))
-        print(f"dry run: {len(sweep.specs)} job(s) checked, nothing submitted; commands in "
+        print(f"dry run: {_jobs_checked(sweep)} checked, nothing submitted; commands in "
               f"{sweep.sweep_dir / COMMANDS_FILE}")
         return 0
     todo = prepare_job_dirs(sweep)
-    skipped = len(sweep.specs) - len(todo)
+    skipped = len(sweep.all_specs) - len(todo)
     if skipped:
         print(f"{skipped} job(s) already accepted in {sweep.sweep_dir}; not re-submitted")
     finished = backend(sweep.cluster.kind).submit(sweep, todo)
     if not finished:
         return 0  # wait=false: `python -m evidence build` (or `launcher status`) seals it later
     return seal(sweep.sweep_dir)
+
+
+def _jobs_checked(sweep: Sweep) -> str:
+    """``9 job(s)``, and ``+ 6 certificate job(s)`` when the sweep certifies (certify=true)."""
+    extra = f" + {len(sweep.certify)} certificate job(s) (certify=true, outside the grid)" if sweep.certify else ""
+    return f"{len(sweep.specs)} job(s){extra}"
 
 
 def seal(sweep_dir: Path) -> int:
