@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from evidence.certificates import compute_certificates
 from evidence.fileio import JSONError, read_json, write_text
 from evidence.metrics_log import COMMON_KEYS
 from evidence.sweep import read_arms
@@ -119,6 +120,9 @@ class BundleData:
     resources: dict[tuple[str, int], list[dict]] = field(default_factory=dict)
     resource_sampling: dict[tuple[str, int], dict] = field(default_factory=dict)
     stages: dict[str, BundleData] = field(default_factory=dict)  # an experiment's earlier stages, data/stages/<name>/
+    # certify=true: the reproducibility certificates recomputed from the payload's files (evidence.certificates);
+    # None for a sweep that certifies nothing.
+    certificates: dict | None = None
 
     @property
     def last_k(self) -> int:
@@ -264,6 +268,7 @@ def load_bundle_data(data_dir: str | Path) -> BundleData:
         except (JSONError, AttributeError):
             sampling = None
         data.resource_sampling[(arm, seed)] = sampling if isinstance(sampling, dict) else {}
+    data.certificates = compute_certificates(data_dir, sweep, {r["job"] for r in index if r["accepted"] == "yes"})
     experiment = data_dir / EXPERIMENT_FILE
     if experiment.is_file():
         data.experiment = experiment.read_text(encoding="utf-8")

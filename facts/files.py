@@ -78,6 +78,9 @@ INCIDENTS_FILE = "incidents.yaml"  # <sweep>/incidents.yaml (optional), kept in 
 EXPERIMENT_FILE = "experiment.yaml"  # the pre-registered experiment spec, as run (an experiment's confirm stage)
 VERDICT_FILE = "verdict.json"
 CERTIFICATES_FILE = "certificates.json"  # data/certificates.json: the sweep's reproducibility certificates
+# data/certify/checkpoints.csv: the content digest of each file of the final checkpoint of every certified job and
+# certificate job (the checkpoints are not in the bundle); data/certify/<job>.<kind>/: each certificate job's copy.
+CERTIFY_CHECKPOINTS = f"{CERTIFY_DIR}/checkpoints.csv"
 LOGS_DIR = "logs"
 # An experiment's stages (sibling sweeps of its directory) and the records the launcher writes at the probe
 # stage's root; the confirm stage's bundle carries each earlier stage's data/ under data/stages/<stage>/.
