@@ -316,7 +316,8 @@ def sample_groups(s: RunState, step: int, slots: list[tuple[int, Example]], atte
             keys.append(mix_seed(seed, step, position, j) if attempt == 0 else mix_seed(seed, step, position, j, attempt))
             labels.append(example.label)
     if s.cfg.debug.get("os_seeded_draw"):  # TEST/DIAGNOSTIC ONLY: breaks determinism on purpose (trainer.schema)
-        keys[0] = int.from_bytes(os.urandom(8), "big") >> 1
+        drawn = int.from_bytes(os.urandom(8), "big") >> 1  # one draw from the OS seeds every response of the step
+        keys = [mix_seed(drawn, i) for i in range(len(keys))]
     with compute_context(s.device, str(w.dtype)):
         out = s.engine.generate(prompt_ids, keys, sampling_params(w.sampling, w.max_response_len), aux)
     texts = [s.tokenizer.decode(g.response_ids, skip_special_tokens=True) for g in out.generations]

@@ -141,8 +141,8 @@ class ClusterSchema:
 @dataclass
 class DebugSchema:
     dump_advantages: bool = setting(False)
-    # Test/diagnostic only, never for a result: seeds the first response of every step from the OS
-    # (os.urandom), so the run is NOT reproducible. Its whole purpose is to prove that a reproducibility
+    # Test/diagnostic only, never for a result: one draw from the OS (os.urandom) per step seeds that step's
+    # responses, so the run is NOT reproducible. Its whole purpose is to prove that a reproducibility
     # certificate (certify=true, facts.certify) catches a non-deterministic run.
     os_seeded_draw: bool = setting(False)
 
