@@ -33,13 +33,13 @@ def run_sweep(sweep: Sweep) -> int:
         # A sweep's records are what its runs, its seal and an experiment's pre-registration link read
         # (confirm/sweep.json's experiment_sha256): a dry run prints and changes none of them.
         print("\n".join(expanded_commands(sweep)))
-        print(f"dry run: {_jobs_checked(sweep)} checked, nothing submitted; {sweep.sweep_dir} already holds a "
+        print(f"dry run: {jobs_checked(sweep)} checked, nothing submitted; {sweep.sweep_dir} already holds a "
               f"sweep, whose {SWEEP_RECORD} and {COMMANDS_FILE} are left as they are")
         return 0
     commands = write_plan(sweep)
     if sweep.dry_run:
         print("\n".join(commands))
-        print(f"dry run: {_jobs_checked(sweep)} checked, nothing submitted; commands in "
+        print(f"dry run: {jobs_checked(sweep)} checked, nothing submitted; commands in "
               f"{sweep.sweep_dir / COMMANDS_FILE}")
         return 0
     todo = prepare_job_dirs(sweep)
@@ -52,7 +52,7 @@ def run_sweep(sweep: Sweep) -> int:
     return seal(sweep.sweep_dir)
 
 
-def _jobs_checked(sweep: Sweep) -> str:
+def jobs_checked(sweep: Sweep) -> str:
     """``9 job(s)``, and ``+ 6 certificate job(s)`` when the sweep certifies (certify=true)."""
     extra = f" + {len(sweep.certify)} certificate job(s) (certify=true, outside the grid)" if sweep.certify else ""
     return f"{len(sweep.specs)} job(s){extra}"

@@ -18,7 +18,8 @@ def check_budget(study: Study, record: dict, planned: list) -> dict:
     step, times each job's CPUs or one device per job), with the spec's budget; refused when above the
     budget, or when one run would exceed the wall cap. Evaluation time is not in the step cost."""
     step_s = max(a["step_s"] for a in record["arms"].values())
-    cost = plan_cost(step_s, [(spec.n_updates, spec.cpus) for sweep in planned for spec in sweep.specs])
+    # every planned job, a stage's certificate jobs (the spec's certify block) among them
+    cost = plan_cost(step_s, [(spec.n_updates, spec.cpus) for sweep in planned for spec in sweep.all_specs])
     out = {**cost, "budget": dict(study.budget)}
     for key, need, cap in over_budget(cost, study.budget):
         if key == "wall_minutes_per_run":
