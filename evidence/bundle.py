@@ -450,7 +450,9 @@ def refuse_jobs_in_flight(sweep_dir: Path) -> None:
     would be sealed as rejected while it may yet complete. A local job whose runtime process is
     provably gone (pid, start time and boot id no longer match) will never complete: it is
     evaluated as it stands rather than waited for."""
-    for record_path in sorted(sweep_jobs_dir(sweep_dir).glob(job_files_glob(JOB_RECORD))):
+    records = sorted(sweep_jobs_dir(sweep_dir).glob(job_files_glob(JOB_RECORD)))
+    records += sorted((sweep_dir / CERTIFY_DIR).glob(f"*/{JOB_RECORD}"))  # certify=true: its certificate jobs too
+    for record_path in records:
         try:
             record = read_json(record_path)
         except JSONError:

@@ -114,3 +114,18 @@ def test_a_certify_dry_run_lists_the_certificate_jobs_and_refuses_a_run_too_shor
                               "dry_run=true")
     assert short.returncode == 2 and "certify=true stops a run and resumes it, which needs workload.n_updates >= 2" \
         in short.stderr
+
+
+def test_launcher_status_lists_the_certificate_jobs_after_the_grid_with_their_outcome(certified):
+    import subprocess
+    import sys
+
+    from tests.sweeps import REPO
+
+    sweep, _ = certified
+    out = subprocess.run([sys.executable, "-m", "launcher", "status", str(sweep)], cwd=REPO, capture_output=True,
+                         text=True, timeout=120).stdout
+    rows = [line for line in out.splitlines() if "grpo-os_seeded_draw" in line]
+    assert [next(w for w in row.split("│") if "-7" in w).strip() for row in rows] == [
+        GOOD, BAD, f"{GOOD}.rerun", f"{GOOD}.resume", f"{BAD}.rerun", f"{BAD}.resume"]
+    assert "certificate: reproduced" in rows[2] and "certificate: NOT reproduced" in rows[4]
