@@ -129,3 +129,18 @@ def test_launcher_status_lists_the_certificate_jobs_after_the_grid_with_their_ou
     assert [next(w for w in row.split("│") if "-7" in w).strip() for row in rows] == [
         GOOD, BAD, f"{GOOD}.rerun", f"{GOOD}.resume", f"{BAD}.rerun", f"{BAD}.resume"]
     assert "certificate: reproduced" in rows[2] and "certificate: NOT reproduced" in rows[4]
+
+
+def test_a_rerun_keeps_accepted_certificate_jobs_and_runs_a_rejected_one_again_from_scratch(certified, tmp_path):
+    sweep, _ = certified
+    copy = Path(shutil.copytree(sweep, tmp_path / "sweep", symlinks=True))
+    job = copy / "certify" / f"{GOOD}.rerun"
+    log = job / "run" / "metrics.jsonl"
+    log.write_text(log.read_text().splitlines()[0] + "\n")  # a torn log: the evidence rejects the job
+    proc = launch(copy, *TINY, *ARMS, timeout=900)
+    assert "5 job(s) already accepted" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (job / "attempts" / "0" / "run" / "checkpoints").is_dir()  # its checkpoint kept aside, never resumed
+    assert json.loads((job / "run" / "run.json").read_text())["resumed_from"] is None
+    certs = {c["certificate_job"]: c for c in json.loads((copy / "bundle" / "data" / "certificates.json").read_text())
+             ["certificates"]}
+    assert certs[f"{GOOD}.rerun"]["reproduced"] and not certs[f"{BAD}.rerun"]["reproduced"]
