@@ -43,6 +43,7 @@ SCHEMA = 1
 CHECKS = ("run", "metrics", "checkpoint", "responses")
 CHECKPOINT_COLUMNS = ("job", "checkpoint", "file", "sha256")
 FINAL = "final"
+ABSENT = "<absent>"  # how a difference names a key one side does not have
 
 
 # ---- the tolerance ---------------------------------------------------------------------------------------------
@@ -186,7 +187,8 @@ def _json(path: Path) -> dict:
 
 def certified_jobs(sweep: dict) -> dict[str, dict]:
     """sweep.json's certificate jobs: ``{name: {"of", "kind", "arm", "seed"[, "stop_at_step"]}}`` (empty: none)."""
-    jobs = (sweep.get(CERTIFY_FIELD) or {}).get("jobs") if isinstance(sweep.get(CERTIFY_FIELD), dict) else None
+    record = sweep.get(CERTIFY_FIELD)
+    jobs = record.get("jobs") if isinstance(record, dict) else None
     return jobs if isinstance(jobs, dict) else {}
 
 
@@ -245,7 +247,8 @@ def certificate(name: str, job: dict, data_dir: Path, accepted: set[str], checkp
     of = job["of"]
     original_dir, copy_dir = data_dir / BUNDLE_RUNS_DIR / of, data_dir / CERTIFY_DIR / name
     ok, detail = _run_check(job, of in accepted, _json(copy_dir / RUN_RECORD), _json(copy_dir / JOB_RECORD))
-    metrics = first_metrics_difference(_jsonl(original_dir / METRICS_LOG), _jsonl(copy_dir / METRICS_LOG), rel_tol)
+    original_metrics = _jsonl(original_dir / METRICS_LOG)
+    metrics = first_metrics_difference(original_metrics, _jsonl(copy_dir / METRICS_LOG), rel_tol)
     final = f"{EVAL_RESPONSES_DIR}/{eval_responses_name(FINAL)}"
     original_responses, copy_responses = _jsonl(original_dir / final), _jsonl(copy_dir / final)
     responses = first_response_difference(original_responses, copy_responses)
@@ -256,7 +259,7 @@ def certificate(name: str, job: dict, data_dir: Path, accepted: set[str], checkp
         ckpt = {"file": "(none)", "original": None, "copy": None}  # nothing recorded: nothing certified
     checks = {
         "run": {"ok": ok, "detail": detail},
-        "metrics": {"ok": metrics is None, "steps": len(_jsonl(original_dir / METRICS_LOG)), "first_difference": metrics},
+        "metrics": {"ok": metrics is None, "steps": len(original_metrics), "first_difference": metrics},
         "checkpoint": {"ok": ckpt is None, "checkpoint": ckpt_name, "original_sha256": checkpoint_digest(original_files),
                        "copy_sha256": checkpoint_digest(copy_files), "first_difference": ckpt},
         "responses": {"ok": responses is None and bool(original_responses), "n": len(original_responses),
@@ -314,8 +317,10 @@ def differences(recorded, recomputed, where: str = "") -> list[tuple[str, object
         found = []
         for key in sorted(set(recorded) | set(recomputed), key=str):
             path = f"{where}.{key}" if where else str(key)
-            found += differences(recorded.get(key, "<absent>"), recomputed.get(key, "<absent>"), path) \
-                if key in recorded and key in recomputed else [(path, recorded.get(key, "<absent>"), recomputed.get(key, "<absent>"))]
+            if key in recorded and key in recomputed:
+                found += differences(recorded[key], recomputed[key], path)
+            else:  # a key on one side only
+                found.append((path, recorded.get(key, ABSENT), recomputed.get(key, ABSENT)))
         return found
     if isinstance(recorded, list) and isinstance(recomputed, list) and len(recorded) == len(recomputed):
         return [d for i, (a, b) in enumerate(zip(recorded, recomputed)) for d in differences(a, b, f"{where}[{i}]")]

@@ -21,6 +21,7 @@ from evidence.bundle import build_bundle
 from evidence.certificates import (
     checkpoint_digest,
     content_sha256,
+    differences,
     first_checkpoint_difference,
     first_metrics_difference,
     first_response_difference,
@@ -108,6 +109,18 @@ def test_the_checkpoint_difference_names_the_first_differing_file_and_the_digest
     lines = f"model.safetensors {'1' * 64}\noptimizer.pt {'2' * 64}\nrng.pt {'3' * 64}\n"
     assert checkpoint_digest(a) == hashlib.sha256(lines.encode()).hexdigest()
     assert checkpoint_digest({}) is None
+
+
+def test_the_audit_s_json_comparison_names_every_differing_leaf_by_its_path():
+    recomputed = {"reproduced": "1/2", "certificates": [{"reproduced": False, "checks": {"metrics": {"step": 3}}}]}
+    assert differences(json.loads(json.dumps(recomputed)), recomputed) == []
+    edited = {"reproduced": "2/2", "extra": 1,
+              "certificates": [{"reproduced": True, "checks": {"metrics": {"step": 3.0}}}]}
+    assert differences(edited, recomputed) == [
+        ("certificates[0].checks.metrics.step", 3.0, 3),  # 3.0 is not the integer step 3
+        ("certificates[0].reproduced", True, False), ("extra", 1, "<absent>"), ("reproduced", "2/2", "1/2")]
+    assert differences({"certificates": []}, recomputed) == [("certificates", [], recomputed["certificates"]),
+                                                             ("reproduced", "<absent>", "1/2")]
 
 
 def test_the_stop_step_is_chosen_from_the_seed_strictly_inside_the_run():
