@@ -23,6 +23,7 @@ from evidence.statistics.resampling import (
 )
 from evidence.sweep import algo_name, algo_sort_key, arm_name
 from facts import ALGORITHM_FIELD, ALGORITHMS, KL_IN_REWARD
+from facts.certify import RESUME
 from facts.trainers import PROOFGRID_TRAINER
 
 # |adv_norm_std - 1| below this counts as "exactly 1" in the normalisation diagnostics.
@@ -700,7 +701,7 @@ def certificates_table(data: BundleData) -> Table:
         stop = "" if c["stop_at_step"] is None else c["stop_at_step"]
         rows.append([c["certificate_job"], c["job"], c["arm"], c["kind"], stop, *checks,
                      "yes" if c["reproduced"] else "no", c["first_difference"]])
-        what = f"resume at step {stop}" if c["kind"] == "resume" else "rerun from scratch"
+        what = f"resume at step {stop}" if c["kind"] == RESUME else "rerun from scratch"
         md.append([c["job"], what, *checks, "**yes**" if c["reproduced"] else "**NO**", c["first_difference"] or "—"])
     return Table("certificates", cols, rows, ("Job", "Certificate job", "Ran as planned", "Metrics", "Final checkpoint",
                                               "Eval responses", "Reproduced", "First difference"), md)

@@ -17,6 +17,7 @@ STOP_SETTING = "stop_at_step"  # the trainer setting that stops a run before tha
 # each step): a certified sweep run with it must fail its certificate.
 NONDETERMINISTIC_SETTING = "debug.os_seeded_draw"
 PERF_PREFIX = "perf/"  # wall-clock measurements (seconds, tokens per second, memory): never bit-identical
+PLANNED_RESTART_FIELD = "planned_restart"  # a resume job's job.json: where its first trainer stopped, as planned
 NOT_REPRODUCED = "not-reproduced"  # the incident kind of a certificate job that does not reproduce its original
 
 

@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterator
 
 from facts import run_dir_of_job
+from facts.certify import PLANNED_RESTART_FIELD
 from facts.files import RESOURCE_SAMPLING_FIELD, TRAINER_LOG
 from facts.processes import runtime_identity
 from facts.ranks import rank_record_dir
@@ -44,7 +45,6 @@ from launcher.spec import JobSpec
 from trainer.preemption import CHECKPOINT_SIGNALS, EXIT_CHECKPOINTED, EXIT_STOPPED_UNSAVED
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR2)
-PLANNED_RESTART_FIELD = "planned_restart"  # job.json: a certificate's resume job stopped where planned and went on
 TRAINER_STOP_GRACE_S = 20  # a trainer told to stop (SIGTERM to its group) is killed after this
 
 
