@@ -78,7 +78,6 @@ from facts import (
     RUN_RECORD,
     run_dir_of_job,
     sweep_job_dir,
-    sweep_jobs_dir,
 )
 from facts.backends import LOCAL
 from facts.bundle_layout import fits
@@ -111,6 +110,7 @@ from facts.files import (
     job_files_glob,
     linked_part,
     payload_relpath,
+    recorded_job_dirs,
 )
 from facts.locks import BUILD, sweep_lock
 from facts.processes import local_runtime_alive
@@ -450,9 +450,7 @@ def refuse_jobs_in_flight(sweep_dir: Path) -> None:
     would be sealed as rejected while it may yet complete. A local job whose runtime process is
     provably gone (pid, start time and boot id no longer match) will never complete: it is
     evaluated as it stands rather than waited for."""
-    records = sorted(sweep_jobs_dir(sweep_dir).glob(job_files_glob(JOB_RECORD)))
-    records += sorted((sweep_dir / CERTIFY_DIR).glob(f"*/{JOB_RECORD}"))  # certify=true: its certificate jobs too
-    for record_path in records:
+    for record_path in (d / JOB_RECORD for d in recorded_job_dirs(sweep_dir)):  # certificate jobs too
         try:
             record = read_json(record_path)
         except JSONError:

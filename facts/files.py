@@ -157,6 +157,15 @@ def sweep_job_dir(sweep_dir: str | Path, job: str) -> Path:
     return sweep_jobs_dir(sweep_dir) / job
 
 
+def recorded_job_dirs(sweep_dir: str | Path) -> list[Path]:
+    """Every job directory of a sweep that holds a ``job.json``: the grid's (``jobs/``), then its certificate
+    jobs' (``certify/``, certify=true), each sorted by name."""
+    found = []
+    for root in (sweep_jobs_dir(sweep_dir), Path(sweep_dir) / CERTIFY_DIR):
+        found += sorted(p for p in root.glob("*") if (p / JOB_RECORD).is_file()) if root.is_dir() else []
+    return found
+
+
 def certify_job_dir(sweep_dir: str | Path, job: str) -> Path:
     """The directory of the sweep's certificate job named ``job``: ``<sweep>/certify/<job>``."""
     return Path(sweep_dir) / CERTIFY_DIR / job

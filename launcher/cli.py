@@ -26,6 +26,7 @@ from facts.files import (
     JOB_RECORD,
     JOB_SPEC,
     SWEEP_RECORD,
+    recorded_job_dirs,
     sweep_bundle_payload,
 )
 from facts.states import COMPLETED, FAILED, IN_FLIGHT_STATES, PENDING, VIEW_QUEUED
@@ -214,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return cancel_sweep(Path(args[1]))
     if len(args) == 2 and args[0] == "seal":  # what the wait=false seal job runs once the array has ended
-        job_dirs = sorted(p for p in sweep_jobs_dir(args[1]).glob("*") if (p / JOB_RECORD).is_file())
+        job_dirs = recorded_job_dirs(args[1])  # the grid's and its certificate jobs (certify=true)
         try:
             refresh_job_records(job_dirs, {d: read_job_record(d) for d in job_dirs})
         except (OSError, SchedulerUnavailable) as exc:

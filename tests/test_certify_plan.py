@@ -60,3 +60,15 @@ def test_the_trainer_refuses_a_stop_at_or_past_the_run_s_end_in_one_line():
     validate(compose(["workload.n_updates=3", "stop_at_step=2"]))
     with pytest.raises(RunConfigError, match=r"stop_at_step=3 must be below workload.n_updates=3"):
         validate(compose(["workload.n_updates=3", "stop_at_step=3"]))
+
+
+def test_every_recorded_job_directory_of_a_sweep_is_the_grid_s_then_its_certificate_jobs(tmp_path):
+    from facts.files import recorded_job_dirs
+
+    for rel in ("jobs/rpp-1", "jobs/grpo-1", "certify/grpo-1.rerun", "certify/grpo-1.resume", "jobs/unstarted"):
+        (tmp_path / rel).mkdir(parents=True)
+        if rel != "jobs/unstarted":
+            (tmp_path / rel / "job.json").write_text("{}")
+    assert [p.relative_to(tmp_path).as_posix() for p in recorded_job_dirs(tmp_path)] == [
+        "jobs/grpo-1", "jobs/rpp-1", "certify/grpo-1.rerun", "certify/grpo-1.resume"]
+    assert recorded_job_dirs(tmp_path / "nothing") == []
