@@ -28,6 +28,13 @@ from pathlib import Path
 import bagit
 
 from evidence.artifacts import EVAL_KINDS, SHA256_HEX, shared_initial_dir
+from evidence.certificates import (
+    CHECKPOINT_COLUMNS,
+    certificate_incidents,
+    certified_jobs,
+    checkpoint_rows,
+    compute_certificates,
+)
 from evidence.crate import write_crate
 from evidence.dataset import (
     ARTIFACT_COLUMNS,
@@ -72,7 +79,6 @@ from facts import (
     RUN_RECORD,
     run_dir_of_job,
     sweep_job_dir,
-    sweep_jobs_dir,
 )
 from facts.backends import LOCAL
 from facts.bundle_layout import fits
@@ -80,6 +86,9 @@ from facts.files import (
     ARTIFACTS_TABLE,
     BUNDLE_ARCHIVE,
     BUNDLE_RUNS_DIR,
+    CERTIFICATES_FILE,
+    CERTIFY_CHECKPOINTS,
+    CERTIFY_DIR,
     COMMAND_PUBLIC_RECORD,
     COMMANDS_FILE,
     EVAL_RESPONSES_DIR,
@@ -97,10 +106,12 @@ from facts.files import (
     TABLES_DIR,
     bundle_payload_dir,
     bundle_subset_relpath,
+    certify_job_dir,
     eval_responses_name,
     job_files_glob,
     linked_part,
     payload_relpath,
+    recorded_job_dirs,
 )
 from facts.locks import BUILD, sweep_lock
 from facts.processes import local_runtime_alive
@@ -140,13 +151,19 @@ class BuildResult:
         return "\n".join(lines)
 
 
-def _sanitizer(sweep_dir: Path, evidences: list[JobEvidence]) -> Sanitizer:
+def _sanitizer(sweep_dir: Path, evidences: list[JobEvidence], certified: dict[str, dict] | None = None) -> Sanitizer:
     literals = {}
     for form in {str(sweep_dir.resolve()), os.path.abspath(sweep_dir)}:
         literals[form] = "<SWEEP_DIR>"
         for evidence in evidences:
             literals[str(sweep_job_dir(form, evidence.job))] = "<JOB_DIR>"
+        for name in certified or {}:  # certify=true: each certificate job's directory too
+            literals[str(certify_job_dir(form, name))] = "<JOB_DIR>"
     hosts = [str(e.job_record.get("node")) for e in evidences if e.job_record.get("node")]
+    for name in certified or {}:
+        with contextlib.suppress(JSONError, OSError, AttributeError):
+            if node := read_json(certify_job_dir(sweep_dir, name) / JOB_RECORD).get("node"):
+                hosts.append(str(node))
     hosts += [h for e in evidences for h in placement_hosts(e.job_record)]  # every node of a job of several
     literals.update({a: RENDEZVOUS_ADDRESS_PLACEHOLDER for e in evidences for a in placement_addresses(e.job_record)})
     return Sanitizer.from_environment(literals=literals, hosts=hosts)
@@ -237,6 +254,52 @@ def _write_payload(sweep, evidences: list[JobEvidence], incidents: list[Incident
         job_dir = sweep_job_dir(sweep.dir, evidence.job)
         if evidence.present and job_dir.is_dir():
             _write_run_files(evidence, job_dir, stage / BUNDLE_RUNS_DIR / evidence.job, clean)
+    if certified_jobs(sweep.record):
+        _write_certify_files(sweep, stage, clean)
+
+
+def _write_certify_files(sweep, stage: Path, clean: Sanitizer) -> None:
+    """certify=true: data/certify/<job>.<kind>/, each certificate job's copy (metrics, final responses byte for
+    byte, records, logs), and data/certify/checkpoints.csv, the content digest of each file of the final checkpoint
+    of every certified job and certificate job (``evidence.certificates``; the checkpoints are not in the bundle)."""
+    jobs = certified_jobs(sweep.record)
+    rows = []
+    for job in dict.fromkeys(j["of"] for j in jobs.values()):
+        rows += checkpoint_rows(job, sweep_job_dir(sweep.dir, job), sweep.n_updates)
+    final = eval_responses_name("final")
+    for name in jobs:
+        job_dir, out = certify_job_dir(sweep.dir, name), stage / CERTIFY_DIR / name
+        if not job_dir.is_dir():
+            continue  # never ran: its certificate fails its run check
+        run_dir = run_dir_of_job(job_dir)
+        rows += checkpoint_rows(name, job_dir, sweep.n_updates)
+        _copy_text(run_dir / METRICS_LOG, out / METRICS_LOG, clean)
+        _copy_json(run_dir / EVAL_RECORD, out / EVAL_RECORD, clean)
+        _copy_json(run_dir / RUN_RECORD, out / RUN_RECORD, clean)
+        _copy_json(job_dir / COMMAND_PUBLIC_RECORD, out / COMMAND_PUBLIC_RECORD, clean)
+        _copy_json(job_dir / JOB_RECORD, out / JOB_RECORD, clean, edit=_hide_node)
+        source = run_dir / EVAL_RESPONSES_DIR / final
+        if source.is_file() and not source.is_symlink():  # byte for byte, as a run's copy keeps them
+            (out / EVAL_RESPONSES_DIR).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, out / EVAL_RESPONSES_DIR / final)
+        for log in sorted(job_dir.glob("*.log")):
+            if log.is_file() and not log.is_symlink():
+                _copy_text(log, out / LOGS_DIR / log.name, clean)
+    write_csv(stage / CERTIFY_CHECKPOINTS, CHECKPOINT_COLUMNS, rows)
+
+
+def _certify(sweep, evidences: list[JobEvidence], user, stage: Path, clean: Sanitizer) -> list[Incident] | None:
+    """certify=true: the certificates computed from the staged copies (as the audit recomputes them) into
+    data/certificates.json, and incidents.csv again with a ``not-reproduced`` incident per failed one; returns
+    the incidents (None for a sweep that certifies nothing)."""
+    accepted = {e.job for e in evidences if e.accepted}
+    certificates = compute_certificates(stage, read_json(stage / SWEEP_RECORD), accepted)
+    if certificates is None:
+        return None
+    incidents = derive_incidents(evidences, user, sweep.dir, certificate_incidents(certificates))
+    write_csv(stage / INCIDENTS_TABLE, INCIDENT_COLUMNS, clean.clean_rows([i.row() for i in incidents]))
+    write_text(stage / CERTIFICATES_FILE, dumps_json(certificates))
+    return incidents
 
 
 def _copy_responses(evidence: JobEvidence, run_dir: Path, out: Path) -> None:
@@ -392,7 +455,7 @@ def refuse_jobs_in_flight(sweep_dir: Path) -> None:
     would be sealed as rejected while it may yet complete. A local job whose runtime process is
     provably gone (pid, start time and boot id no longer match) will never complete: it is
     evaluated as it stands rather than waited for."""
-    for record_path in sorted(sweep_jobs_dir(sweep_dir).glob(job_files_glob(JOB_RECORD))):
+    for record_path in (d / JOB_RECORD for d in recorded_job_dirs(sweep_dir)):  # certificate jobs too
         try:
             record = read_json(record_path)
         except JSONError:
@@ -452,13 +515,14 @@ def _build_locked(sweep, last_k: int, figures: bool) -> BuildResult:
     user = load_user_incidents(sweep_dir, {job_name(a, s) for a, s in sweep.jobs})
     evidences = evaluate_sweep(sweep, user.excluded_jobs)
     incidents = derive_incidents(evidences, user, sweep_dir)
-    clean = _sanitizer(sweep_dir, evidences)
+    clean = _sanitizer(sweep_dir, evidences, certified_jobs(sweep.record))
 
     stage = sweep_dir / _STAGING
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir()
     try:
         _write_payload(sweep, evidences, incidents, stage, clean, last_k, figures)
+        incidents = _certify(sweep, evidences, user, stage, clean) or incidents
         add_experiment(sweep_dir, stage)  # an experiment's spec and tuning stage -> data/verdict.json
         data = load_bundle_data(stage)
         refuse_failed_probe(stage, data)  # a verdict past a probe check that fails is never sealed

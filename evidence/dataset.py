@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from evidence.certificates import compute_certificates
 from evidence.fileio import JSONError, read_json, write_text
 from evidence.metrics_log import COMMON_KEYS
 from evidence.sweep import read_arms
@@ -125,6 +126,9 @@ class BundleData:
     # Each accepted run's final evaluation per prompt, {row index: (correct, responses)}, from its responses
     # (runs/<job>/eval/final.jsonl; ``read_prompt_counts``); absent when the file is missing or unreadable.
     final_prompts: dict[tuple[str, int], dict[int, tuple[int, int]]] = field(default_factory=dict)
+    # certify=true: the reproducibility certificates recomputed from the payload's files (evidence.certificates);
+    # None for a sweep that certifies nothing.
+    certificates: dict | None = None
 
     @property
     def last_k(self) -> int:
@@ -288,6 +292,7 @@ def load_bundle_data(data_dir: str | Path) -> BundleData:
         counts = read_prompt_counts(job_dir / EVAL_RESPONSES_DIR / eval_responses_name("final"))
         if counts is not None:
             data.final_prompts[(arm, seed)] = counts
+    data.certificates = compute_certificates(data_dir, sweep, {r["job"] for r in index if r["accepted"] == "yes"})
     experiment = data_dir / EXPERIMENT_FILE
     if experiment.is_file():
         data.experiment = experiment.read_text(encoding="utf-8")

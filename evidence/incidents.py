@@ -21,7 +21,8 @@ smoke allocation) in ``<sweep_dir>/incidents.yaml``; the bundle keeps that file.
         job: rppb-2026           # optional
 
 Automatic kinds: ``missing-job``, ``rejected``, ``all-zero-eval-reward``, ``manual-exclusion``,
-``scheduler-state``, ``commit-mismatch``, ``all-zero-train-reward``; user incidents are ``user``.
+``scheduler-state``, ``commit-mismatch``, ``all-zero-train-reward``, ``not-reproduced`` (a certificate job of
+``certify=true`` that does not reproduce its original); user incidents are ``user``.
 
 A job's history is part of its evidence even after a successful re-run: every earlier attempt
 (``attempts/<n>/job.json``: cancelled, failed, timed out, node failure, ...) is an
@@ -227,9 +228,11 @@ def history_incidents(run_dir: str | Path) -> list[tuple[str, str, str, str, str
     return found
 
 
-def derive_incidents(evidences: list[JobEvidence], user: UserIncidents, sweep_dir: str | Path | None = None) -> list[Incident]:
+def derive_incidents(evidences: list[JobEvidence], user: UserIncidents, sweep_dir: str | Path | None = None,
+                     certificates: list[dict] = ()) -> list[Incident]:
     """Every incident of the sweep, numbered in job order, user-only incidents last. With
-    ``sweep_dir``, each job's earlier attempts and recorded stops come first in its rows."""
+    ``sweep_dir``, each job's earlier attempts and recorded stops come first in its rows. ``certificates``:
+    the failed reproducibility certificates' rows (``evidence.certificates.certificate_incidents``), after the jobs'."""
     rows: list[dict] = []
     for evidence in evidences:
         if sweep_dir is not None and evidence.present:
@@ -249,6 +252,7 @@ def derive_incidents(evidences: list[JobEvidence], user: UserIncidents, sweep_di
                 "title": title, "evidence_boundary": evidence.evidence_boundary(), "action": action,
                 "resolution": "; ".join(resolutions) or OPEN,
             })
+    rows += [{**row, "resolution": OPEN} for row in certificates]
     by_job = {e.job: e for e in evidences}
     for entry in user.incidents:
         job = entry.get("job", "")

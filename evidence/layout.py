@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from evidence.certificates import certified_jobs
 from evidence.dataset import BundleData
 from facts.bundle_layout import payload_member
 from facts.files import STAGES_DIR
@@ -47,6 +48,7 @@ def unexpected_files(data_dir: Path, data: BundleData | None = None) -> list[tup
     """(path relative to ``data_dir``, why) of every file the build never writes there: outside the layout,
     or the copy of a job the index (``data``'s, when loaded) does not list."""
     jobs = _index_jobs(data)
+    certified = _certificate_jobs(data)
     found = []
     for rel in payload_files(data_dir):
         member = payload_member(rel)
@@ -59,4 +61,19 @@ def unexpected_files(data_dir: Path, data: BundleData | None = None) -> list[tup
             if listed is not None and member["job"] not in listed:
                 where = f"{STAGES_DIR}/{stage}/" if stage else ""
                 found.append((rel, f"the copy of job {member['job']!r}, which {where}index.csv does not list"))
+        if certified is not None and member.get("certjob") is not None:
+            listed = certified.get(member.get("stage"))
+            if listed is not None and member["certjob"] not in listed:
+                where = f"{STAGES_DIR}/{member['stage']}/" if member.get("stage") else ""
+                found.append((rel, f"the copy of certificate job {member['certjob']!r}, which {where}sweep.json's "
+                                   "certify does not list"))
     return found
+
+
+def _certificate_jobs(data: BundleData | None) -> dict[str | None, set[str]] | None:
+    """The certificate jobs sweep.json names, of the payload and of each earlier stage (by stage)."""
+    if data is None:
+        return None
+    jobs = {None: set(certified_jobs(data.sweep))}
+    jobs.update({name: set(certified_jobs(stage.sweep)) for name, stage in data.stages.items()})
+    return jobs

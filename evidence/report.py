@@ -455,6 +455,23 @@ def _incidents(data: BundleData, tables: dict[str, Table]) -> str:
         tables["incidents"].markdown() if data.incidents else "No incidents.\n"])
 
 
+def _certificates(data: BundleData, tables: dict[str, Table]) -> str | None:
+    """certify=true: whether each certified run reproduced, under which tolerance, and the first difference."""
+    if data.certificates is None:
+        return None
+    rule = data.certificates["tolerance"]
+    return "\n".join([
+        "## Reproducibility certificates\n",
+        f"{data.certificates['reproduced']} certificate job(s) reproduced their original. Per arm, one seed's job ran "
+        "again from scratch and one was stopped before a step chosen from its seed and resumed from its checkpoint by "
+        "a new trainer process, each a job of its own outside the grid (not in any statistic). Each is compared with "
+        "its original: every step's metrics, the final checkpoint's content digest and the final evaluation's "
+        f"responses. Tolerance: {'exact, 0' if rule['exact'] else rule['metrics_rel_tol']} ({rule['why']}); "
+        f"not compared: {rule['not_compared']}. The audit recomputes `certificates.json` from the copies in "
+        "`certify/` and the runs in `runs/`.\n",
+        tables["certificates"].markdown()])
+
+
 def _limits(data: BundleData) -> list[str]:
     """The report's numbered limitations: seeds, evaluation size, the control, seeding, truncation, rejections."""
     per_arm = {display(data, a): len(accepted_runs(data, a)) for a in arms(data)}
@@ -495,7 +512,7 @@ def _limitations(data: BundleData, tables: dict[str, Table]) -> str:
 # that returns its markdown (None: the section does not apply to this bundle).
 SECTIONS = (_title, _headline, _verdict, _at_a_glance, _provenance, _scope, _algorithm_contract, _environment,
             _training_stability, _efficiency, _resources, _evaluation, _paired_differences, _family, _robust,
-            _eval_noise, _k1_activation, _incidents, _limitations, _appendix)
+            _eval_noise, _k1_activation, _certificates, _incidents, _limitations, _appendix)
 
 
 def render_report(data: BundleData, tables: dict[str, Table] | None = None) -> str:

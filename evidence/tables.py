@@ -23,6 +23,7 @@ from evidence.statistics.resampling import (
 )
 from evidence.sweep import algo_name, algo_sort_key, arm_name
 from facts import ALGORITHM_FIELD, ALGORITHMS, KL_IN_REWARD
+from facts.certify import RESUME
 from facts.trainers import PROOFGRID_TRAINER
 
 # |adv_norm_std - 1| below this counts as "exactly 1" in the normalisation diagnostics.
@@ -798,6 +799,22 @@ def incidents_table(data: BundleData) -> Table:
                  ("ID", "Job", "Incident", "Evidence boundary", "Action", "Resolution"), md)
 
 
+def certificates_table(data: BundleData) -> Table:
+    """One row per reproducibility certificate (certify=true): each check's outcome and the first difference."""
+    cols = ("certificate_job", "job", "arm", "kind", "stop_at_step", "run", "metrics", "checkpoint", "responses",
+            "reproduced", "first_difference")
+    rows, md = [], []
+    for c in (data.certificates or {}).get("certificates", []):
+        checks = ["yes" if c["checks"][k]["ok"] else "no" for k in ("run", "metrics", "checkpoint", "responses")]
+        stop = "" if c["stop_at_step"] is None else c["stop_at_step"]
+        rows.append([c["certificate_job"], c["job"], c["arm"], c["kind"], stop, *checks,
+                     "yes" if c["reproduced"] else "no", c["first_difference"]])
+        what = f"resume at step {stop}" if c["kind"] == RESUME else "rerun from scratch"
+        md.append([c["job"], what, *checks, "**yes**" if c["reproduced"] else "**NO**", c["first_difference"] or "—"])
+    return Table("certificates", cols, rows, ("Job", "Certificate job", "Ran as planned", "Metrics", "Final checkpoint",
+                                              "Eval responses", "Reproduced", "First difference"), md)
+
+
 def initial_evaluations(data: BundleData) -> dict[str, list[tuple[str, int]]]:
     """Each distinct initial-checkpoint evaluation -> the accepted runs that use it, in report order:
     a shared one by its directory (``initial_eval/<key12>``), a run's own by the run's name."""
@@ -900,4 +917,6 @@ def compute_tables(data: BundleData) -> dict[str, Table]:
               paired_table(data), family_table(data), robust_table(data), eval_se_table(data), eval_noise_table(data),
               headline_table(data), k1_table(data), incidents_table(data), resolved_config_table(data),
               *resource_tables(data)]
+    if data.certificates is not None:  # certify=true only: other sweeps' tables stay as they were
+        tables.append(certificates_table(data))
     return {t.name: t for t in tables}

@@ -6,7 +6,8 @@ A pattern is a ``/``-separated path whose ``<name>`` components (or parts of a c
 evaluation's key prefix, ``<subset12>`` a frozen evaluation subset's SHA256 prefix, ``<eval_kind>`` an
 evaluation a run's copy keeps the responses of (its final one; its initial one when not shared), ``<attempt>`` an earlier attempt's number, ``<rank>`` a rank's name, ``<table>`` /
 ``<figure>`` a table's or a figure's name (the recomputation and the figure check hold them to the ones it
-makes), ``<log>`` any log file's name and ``<stage>`` an experiment's earlier stage. A sweep's payload is
+makes), ``<log>`` any log file's name, ``<stage>`` an experiment's earlier stage and ``<certjob>`` a certificate
+job (``certify=true``; the audit holds it to ``sweep.json``'s ``certify``). A sweep's payload is
 ``SWEEP_PAYLOAD``; an experiment's confirm stage adds ``EXPERIMENT_PAYLOAD``: its spec, its verdict and each
 earlier stage's whole sweep payload (with the probe's records) under ``stages/<stage>/``.
 """
@@ -16,10 +17,14 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from facts.certify import KINDS
 from facts.files import (
     ARTIFACTS_TABLE,
     ATTEMPTS_DIR,
     BUNDLE_RUNS_DIR,
+    CERTIFICATES_FILE,
+    CERTIFY_CHECKPOINTS,
+    CERTIFY_DIR,
     COMMAND_PUBLIC_RECORD,
     COMMANDS_FILE,
     EVAL_RECORD,
@@ -72,6 +77,7 @@ PLACEHOLDERS = {
     "figure": r"[a-z0-9_]+",
     "log": r"[^/]+",
     "stage": "|".join(EARLIER_STAGES),
+    "certjob": r"[^/]+\.(?:" + "|".join(KINDS) + ")",  # a certificate job: the audit holds it to sweep.json's certify
 }
 
 # The files of one job's copy, runs/<job>/: the run's records and the job's, its evaluated responses, its logs,
@@ -81,6 +87,9 @@ RUN_FILES = (METRICS_LOG, EVAL_RECORD, f"{EVAL_RESPONSES_DIR}/<eval_kind>.jsonl"
              f"{ATTEMPTS_DIR}/<attempt>/{JOB_RECORD}", f"{ATTEMPTS_DIR}/<attempt>/{EVAL_RECORD}",
              f"{LOGS_DIR}/<log>", f"{LOGS_DIR}/<rank>/<log>",
              f"{RANKS_DIR}/<rank>.jsonl")
+# The files of a certificate job's copy, certify/<certjob>/ (certify=true): what its certificate compares and says.
+CERTIFY_RUN_FILES = (METRICS_LOG, EVAL_RECORD, f"{EVAL_RESPONSES_DIR}/final.jsonl", RUN_RECORD, COMMAND_PUBLIC_RECORD,
+                     JOB_RECORD, f"{LOGS_DIR}/<log>")
 # A sweep's payload: the build's records and tables, the derived tables and figures, the report, the crate,
 # the shared initial evaluations, the frozen evaluation subsets, and each job's copy.
 SWEEP_PAYLOAD = (
@@ -90,6 +99,7 @@ SWEEP_PAYLOAD = (
     f"{INITIAL_EVAL_DIR}/<key12>/{EVAL_RECORD}", f"{INITIAL_EVAL_DIR}/<key12>/{INITIAL_EVAL_RESPONSES}",
     f"{EVAL_SUBSETS_DIR}/<subset12>.json",
     *(f"{BUNDLE_RUNS_DIR}/<job>/{name}" for name in RUN_FILES),
+    CERTIFICATES_FILE, CERTIFY_CHECKPOINTS, *(f"{CERTIFY_DIR}/<certjob>/{name}" for name in CERTIFY_RUN_FILES),
 )
 # What an experiment's confirm stage adds: the spec as run, the verdict, and every earlier stage.
 EXPERIMENT_PAYLOAD = (

@@ -9,6 +9,9 @@ from pathlib import Path
 
 # A sweep's jobs live in <sweep>/jobs/<job>/, each job's trainer output in its run/ directory.
 JOBS_DIR = "jobs"
+# <sweep>/certify/<job>.<rerun|resume>/: a reproducibility certificate's job (certify=true), laid out as a job of
+# jobs/ is (its own roots, run/, records) but outside the grid: it never enters the seed statistics.
+CERTIFY_DIR = "certify"
 JOB_RUN_DIR = "run"
 SWEEP_RECORD = "sweep.json"  # <sweep>/sweep.json: the plan, written before any job starts
 RESUME_COMMAND = "resume.txt"  # <sweep>/resume.txt: the exact command that resumes it (not bundled)
@@ -74,6 +77,10 @@ REPORT_FILE = "report.md"
 INCIDENTS_FILE = "incidents.yaml"  # <sweep>/incidents.yaml (optional), kept in the bundle as it is
 EXPERIMENT_FILE = "experiment.yaml"  # the pre-registered experiment spec, as run (an experiment's confirm stage)
 VERDICT_FILE = "verdict.json"
+CERTIFICATES_FILE = "certificates.json"  # data/certificates.json: the sweep's reproducibility certificates
+# data/certify/checkpoints.csv: the content digest of each file of the final checkpoint of every certified job and
+# certificate job (the checkpoints are not in the bundle); data/certify/<job>.<kind>/: each certificate job's copy.
+CERTIFY_CHECKPOINTS = f"{CERTIFY_DIR}/checkpoints.csv"
 LOGS_DIR = "logs"
 # An experiment's stages (sibling sweeps of its directory) and the records the launcher writes at the probe
 # stage's root; the confirm stage's bundle carries each earlier stage's data/ under data/stages/<stage>/.
@@ -150,17 +157,31 @@ def sweep_job_dir(sweep_dir: str | Path, job: str) -> Path:
     return sweep_jobs_dir(sweep_dir) / job
 
 
+def recorded_job_dirs(sweep_dir: str | Path) -> list[Path]:
+    """Every job directory of a sweep that holds a ``job.json``: the grid's (``jobs/``), then its certificate
+    jobs' (``certify/``, certify=true), each sorted by name."""
+    found = []
+    for root in (sweep_jobs_dir(sweep_dir), Path(sweep_dir) / CERTIFY_DIR):
+        found += sorted(p for p in root.glob("*") if (p / JOB_RECORD).is_file()) if root.is_dir() else []
+    return found
+
+
+def certify_job_dir(sweep_dir: str | Path, job: str) -> Path:
+    """The directory of the sweep's certificate job named ``job``: ``<sweep>/certify/<job>``."""
+    return Path(sweep_dir) / CERTIFY_DIR / job
+
+
 def run_dir_of_job(job_dir: str | Path) -> Path:
     """A job's trainer output directory, ``<job>/run`` (an attempt's archive ``<job>/attempts/<n>`` alike)."""
     return Path(job_dir) / JOB_RUN_DIR
 
 
 def sweep_dir_of_run(run_dir: str | Path) -> Path | None:
-    """The sweep directory of a job's run directory, ``<sweep>/jobs/<job>/run`` -> ``<sweep>``
-    (the inverse of ``run_dir_of_job(sweep_job_dir(...))``), or None when ``run_dir`` is not laid out so (a run of its own,
-    or a copy taken out of its sweep)."""
+    """The sweep directory of a job's run directory, ``<sweep>/jobs/<job>/run`` (or a certificate job's,
+    ``<sweep>/certify/<job>/run``) -> ``<sweep>`` (the inverse of ``run_dir_of_job(sweep_job_dir(...))``), or None
+    when ``run_dir`` is not laid out so (a run of its own, or a copy taken out of its sweep)."""
     run_dir = Path(run_dir).absolute()
-    if run_dir.name != JOB_RUN_DIR or run_dir.parent.parent.name != JOBS_DIR:
+    if run_dir.name != JOB_RUN_DIR or run_dir.parent.parent.name not in (JOBS_DIR, CERTIFY_DIR):
         return None
     return run_dir.parent.parent.parent
 

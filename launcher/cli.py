@@ -19,7 +19,16 @@ from rich.table import Table
 from evidence import IncidentsFileError, LeakError, SweepError
 from facts import JOBS_DIR, sweep_jobs_dir
 from facts.failures import failure_cause
-from facts.files import INDEX_TABLE, JOB_RECORD, JOB_SPEC, SWEEP_RECORD, sweep_bundle_payload
+from facts.files import (
+    CERTIFICATES_FILE,
+    CERTIFY_DIR,
+    INDEX_TABLE,
+    JOB_RECORD,
+    JOB_SPEC,
+    SWEEP_RECORD,
+    recorded_job_dirs,
+    sweep_bundle_payload,
+)
 from facts.states import COMPLETED, FAILED, IN_FLIGHT_STATES, PENDING, VIEW_QUEUED
 from launcher.backend import refresh_job_records
 from launcher.errors import LockHeld, PreflightError, SchedulerUnavailable
@@ -117,6 +126,8 @@ def status(sweep_dir: Path) -> int:
         print(f"proofgrid: error: {sweep_dir} has no {JOBS_DIR}/ directory; is it a sweep directory?", file=sys.stderr)
         return 2
     job_dirs = sorted(p for p in jobs_root.iterdir() if p.is_dir())
+    certify_root = sweep_dir / CERTIFY_DIR  # certify=true: the certificate jobs, after the grid's
+    job_dirs += sorted(p for p in certify_root.iterdir() if p.is_dir()) if certify_root.is_dir() else []
     try:
         refresh_job_records(job_dirs, {d: read_job_record(d) for d in job_dirs})
     except (OSError, SchedulerUnavailable) as exc:  # no sacct here: show what the records say
@@ -129,8 +140,9 @@ def status(sweep_dir: Path) -> int:
         spec = json.loads((d / JOB_SPEC).read_text()) if (d / JOB_SPEC).is_file() else {}
         arm = r.get("arm") or spec.get("arm") or r.get("algo") or spec.get("algo", "")
         rows.append((arm, d, r, spec.get("n_updates", "")))
-    rows.sort(key=lambda row: (natural_key(row[0]), natural_key(row[1].name)))
+    rows.sort(key=lambda row: (row[1].parent.name == CERTIFY_DIR, natural_key(row[0]), natural_key(row[1].name)))
     decisions = _sealed_decisions(sweep_dir, {d: r for _, d, r, _ in rows})
+    decisions.update(_sealed_certificates(sweep_dir))
     table = Table(title=str(sweep_dir.name))
     for col in ("arm", "job", "scheduler id", "state", "step", "exit", "elapsed s", "decision"):
         table.add_column(col)
@@ -158,7 +170,8 @@ def status(sweep_dir: Path) -> int:
     return 0
 
 
-DECISIONS = {"yes": "accepted", "no": "rejected"}  # the index's accepted column, as the table says it
+DECISIONS = {"yes": "accepted", "no": "rejected", "reproduced": "certificate: reproduced",
+             "not reproduced": "certificate: NOT reproduced"}  # the index's accepted column; a certificate's outcome
 
 
 def _sealed_decisions(sweep_dir: Path, records: dict[Path, dict]) -> dict[str, dict]:
@@ -173,6 +186,15 @@ def _sealed_decisions(sweep_dir: Path, records: dict[Path, dict]) -> dict[str, d
                and (d / JOB_RECORD).is_file() and (d / JOB_RECORD).stat().st_mtime <= sealed_at}
     with open(index, newline="") as f:
         return {row["job"]: row for row in csv.DictReader(f) if row["job"] in current}
+
+
+def _sealed_certificates(sweep_dir: Path) -> dict[str, dict]:
+    """certify=true: each certificate job's outcome in the sealed ``certificates.json``, as a decision row."""
+    path = sweep_bundle_payload(sweep_dir) / CERTIFICATES_FILE
+    if not path.is_file():
+        return {}
+    return {c["certificate_job"]: {"accepted": "reproduced" if c["reproduced"] else "not reproduced"}
+            for c in json.loads(path.read_text())["certificates"]}
 
 
 def _shown(value, missing: str = "—") -> str:
@@ -193,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return cancel_sweep(Path(args[1]))
     if len(args) == 2 and args[0] == "seal":  # what the wait=false seal job runs once the array has ended
-        job_dirs = sorted(p for p in sweep_jobs_dir(args[1]).glob("*") if (p / JOB_RECORD).is_file())
+        job_dirs = recorded_job_dirs(args[1])  # the grid's and its certificate jobs (certify=true)
         try:
             refresh_job_records(job_dirs, {d: read_job_record(d) for d in job_dirs})
         except (OSError, SchedulerUnavailable) as exc:

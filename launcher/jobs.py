@@ -34,7 +34,7 @@ from launcher.backend import BACKENDS, backend, refresh_job_records
 from launcher.errors import PreflightError, SchedulerUnavailable
 from launcher.liveness import mark_dead_local_jobs
 from launcher.records import read_job_record
-from launcher.restart_point import discard_checkpoint_past_bad_metrics
+from launcher.restart_point import RUN_STATE_DIRS, discard_checkpoint_past_bad_metrics
 from launcher.spec import JobSpec, Sweep
 
 ATTEMPT_RUN_FILES = (METRICS_LOG, EVAL_RECORD, RUN_RECORD)
@@ -91,15 +91,15 @@ def prepare_job_dirs(sweep: Sweep) -> list[JobSpec]:
     """Jobs that still need to run. An accepted job is never re-run; a job still queued or running
     refuses the re-run; a rejected one runs again (resuming from its checkpoint) after its records
     and its run's evidence files are copied to ``attempts/<n>/``: nothing is lost."""
-    existing = [s.job_dir for s in sweep.specs if (s.job_dir / JOB_RECORD).is_file()]
+    existing = [s.job_dir for s in sweep.all_specs if (s.job_dir / JOB_RECORD).is_file()]
     if existing:
         with contextlib.suppress(OSError, SchedulerUnavailable):  # no scheduler here: records decide
             refresh_job_records(existing, {d: read_job_record(d) for d in existing})
         mark_dead_local_jobs(existing)
-    for spec in sweep.specs:
+    for spec in sweep.all_specs:
         check_rerun(spec)
     todo = []
-    for spec in sweep.specs:
+    for spec in sweep.all_specs:
         job_dir = spec.job_dir
         if (job_dir / JOB_RECORD).is_file():
             if is_accepted(job_dir):
@@ -113,7 +113,11 @@ def prepare_job_dirs(sweep: Sweep) -> list[JobSpec]:
             for name in ATTEMPT_RUN_FILES:  # the resumed run rewrites these: keep the rejected ones
                 if (run_dir_of_job(job_dir) / name).exists():
                     shutil.copy2(run_dir_of_job(job_dir) / name, run_dir_of_job(attempt) / name)
-            if note := discard_checkpoint_past_bad_metrics(job_dir, spec.algo, spec.n_updates, attempt):
+            if spec.certify is not None:  # a certificate proves a run from its start: never from a checkpoint
+                for name in RUN_STATE_DIRS:
+                    if (run_dir_of_job(job_dir) / name).exists():
+                        shutil.move(str(run_dir_of_job(job_dir) / name), str(run_dir_of_job(attempt) / name))
+            elif note := discard_checkpoint_past_bad_metrics(job_dir, spec.algo, spec.n_updates, attempt):
                 print(f"job {spec.name}: {note}")
         job_dir.mkdir(parents=True, exist_ok=True)
         (job_dir / JOB_SPEC).write_text(spec.to_json() + "\n")

@@ -22,7 +22,8 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
 from facts import atomic_write_json, sweep_jobs_dir
-from facts.files import COMMANDS_FILE, SWEEP_RECORD
+from facts.certify import RERUN, RESUME, STOP_SETTING, certificate_job_name, stop_step
+from facts.files import CERTIFY_DIR, COMMANDS_FILE, SWEEP_RECORD
 from facts.ordering import natural_key
 from facts.processes import DEFAULT_RESOURCE_SAMPLE_S
 from facts.ranks import DEFAULT_RENDEZVOUS_TIMEOUT_S
@@ -76,7 +77,7 @@ def _one_arm_per_setting(cells: list[Cell]) -> None:
     """Refuse launcher settings that vary, arms that differ only in how a value was written
     (``1e-4`` and ``0.0001``), and repeated cells."""
     if len({cell.launcher for cell in cells}) > 1:
-        raise PreflightError("launcher settings (dry_run, wait, formal, cluster) cannot vary within a sweep; "
+        raise PreflightError("launcher settings (dry_run, wait, formal, certify, cluster) cannot vary within a sweep; "
                              "run one sweep per setting")
     written: dict[tuple, tuple] = {}
     for cell in cells:
@@ -202,14 +203,40 @@ def plan_sweep(root_cfg: DictConfig, cells: list[list[str]], sweep_dir: Path, co
             resource_sample_s=float(cluster.get("resource_sample_s") or DEFAULT_RESOURCE_SAMPLE_S),
             external=trainers[cell.arm_key].job(seed) if trainers[cell.arm_key] is not None else None,
         ))
-    if len(specs) > 1:  # a one-job sweep has nobody to share its initial evaluation with
+    specs = sorted(specs, key=lambda s: (natural_key(s.arm), s.seed))
+    certify = plan_certificates(specs, n_updates) if bool(root_cfg.get("certify")) else []
+    if len(specs) + len(certify) > 1:  # a one-job sweep has nobody to share its initial evaluation with
         specs = [dataclasses.replace(s, share_initial_eval=True) for s in specs]
     names = [s.name for s in specs]
     if len(set(names)) != len(names):  # only a label that ends like another's seed could do this
         dup = sorted({n for n in names if names.count(n) > 1})
         raise PreflightError(f"grid cells share the job name(s) {', '.join(dup)}; rename a setting's value")
-    return Sweep(sweep_dir, cluster, sorted(specs, key=lambda s: (natural_key(s.arm), s.seed)), bool(root_cfg.dry_run),
-                 bool(root_cfg.wait), formal, commit, n_updates, eval_responses, workload)
+    return Sweep(sweep_dir, cluster, specs, bool(root_cfg.dry_run), bool(root_cfg.wait), formal, commit, n_updates,
+                 eval_responses, workload, certify=certify)
+
+
+def plan_certificates(specs: list[JobSpec], n_updates: int) -> list[JobSpec]:
+    """``certify=true``: per arm (in job order), its first seed's job again from scratch (``rerun``) and its
+    last seed's job stopped before ``facts.certify.stop_step`` and resumed by a fresh trainer process
+    (``resume``); each is a job of its own in ``<sweep>/certify/<job>.<kind>/``, outside the grid."""
+    if n_updates < 2:
+        raise PreflightError(f"certify=true stops a run and resumes it, which needs workload.n_updates >= 2 "
+                             f"(it is {n_updates}); raise workload.n_updates or drop certify=true")
+    by_arm: dict[str, list[JobSpec]] = {}
+    for spec in specs:
+        by_arm.setdefault(spec.arm, []).append(spec)
+    planned = []
+    for arm, jobs in by_arm.items():
+        if jobs[0].external is not None:
+            raise PreflightError(f"certify=true: arm {arm} runs trainer {jobs[0].external['spec']['name']}, which has no "
+                                 f"{STOP_SETTING} to stop and resume at; certify a sweep of proofgrid's trainer")
+        for kind, job in ((RERUN, jobs[0]), (RESUME, jobs[-1])):
+            record = {"of": job.name, "kind": kind}
+            if kind == RESUME:
+                record[STOP_SETTING] = stop_step(job.seed, n_updates)
+            planned.append(dataclasses.replace(job, name=certificate_job_name(job.name, kind), certify=record,
+                                               share_initial_eval=True))
+    return planned
 
 
 def plan_grid(grid: Sequence[str], sweep_dir: Path, config_name: str = "config") -> Sweep:
@@ -267,6 +294,8 @@ class _JobCleaner:
     def __init__(self, sweep: Sweep) -> None:
         self.clean_once = functools.lru_cache(maxsize=None)(sweep_sanitizer(sweep.sweep_dir, REPO_ROOT).clean)
         jobs_root = re.escape(str(sweep_jobs_dir(sweep.sweep_dir)))
+        if sweep.certify:  # a certificate job's directory is <JOB_DIR> in its own line too
+            jobs_root = f"(?:{jobs_root}|{re.escape(str(sweep.sweep_dir / CERTIFY_DIR))})"
         self.job_dirs = re.compile(r"(?<![\w.-])" + jobs_root + r"/([\w.-]+)(?![\w.-])")
         self.name = ""
 
@@ -289,7 +318,21 @@ def expanded_commands(sweep: Sweep) -> list[str]:
         env = " ".join(f"{k}={v}" for k, v in cmd["env"].items())
         lines.append(f"[{i}] {spec.name}: env -u RAY_ADDRESS {env} {argv}" if not spec.ray_cpus
                      else f"[{i}] {spec.name}: env {env} {argv}")
+    for i, spec in enumerate(sweep.certify, start=len(sweep.specs)):
+        cmd = public_copy(expanded_command(spec), cleaner.for_job(spec))
+        argv = " ".join(cmd["argv"])
+        env = " ".join(f"{k}={v}" for k, v in cmd["env"].items())
+        unset = "" if spec.ray_cpus else "-u RAY_ADDRESS "
+        lines.append(f"[{i}] {spec.name}: (certificate: {certificate_line(spec)}, outside the grid) env {unset}{env} {argv}")
     return lines
+
+
+def certificate_line(spec: JobSpec) -> str:
+    """What a certificate job does, in words: ``grpo-42 again from scratch``, ``grpo-42 stopped before step 2 and resumed``."""
+    of = spec.certify["of"]
+    if spec.certify["kind"] == RESUME:
+        return f"{of} stopped before step {spec.certify[STOP_SETTING]} and resumed by a new trainer process"
+    return f"{of} again from scratch"
 
 
 def write_plan(sweep: Sweep) -> list[str]:

@@ -16,7 +16,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from facts import TRAINER_OUTPUT_DIR, sweep_job_dir
-from facts.files import JOB_SPEC
+from facts.certify import CERTIFY_FIELD, RESUME, STOP_SETTING
+from facts.files import JOB_SPEC, certify_job_dir
 from facts.processes import DEFAULT_RESOURCE_SAMPLE_S
 from facts.ranks import DEFAULT_RENDEZVOUS_TIMEOUT_S
 from launcher.isolation import JobRoots, ecosystem_env
@@ -68,18 +69,28 @@ class JobSpec:
     # placeholder filled but {output_dir}, "spec": the spec as data (trainer.external.spec.to_record),
     # "config": the job's resolved, validated config}. None: proofgrid's own trainer.
     external: dict | None = None
+    # A reproducibility certificate's job (certify=true, facts.certify): {"of": the grid's job it repeats,
+    # "kind": "rerun" | "resume", "stop_at_step": K for a resume}. None: a job of the grid.
+    certify: dict | None = None
 
     @property
     def arm_label(self) -> str:
         return self.arm or self.algo
 
     def identity(self) -> dict:
-        """What ``job.json`` records about which job this is (the arm contract)."""
-        return {"algo": self.algo, "seed": self.seed, "arm": self.arm_label, "arm_overrides": dict(self.arm_overrides)}
+        """What ``job.json`` records about which job this is (the arm contract; a certificate job says so)."""
+        identity = {"algo": self.algo, "seed": self.seed, "arm": self.arm_label, "arm_overrides": dict(self.arm_overrides)}
+        return identity if self.certify is None else {**identity, CERTIFY_FIELD: dict(self.certify)}
 
     @property
     def job_dir(self) -> Path:
-        return sweep_job_dir(self.sweep_dir, self.name)
+        """``<sweep>/jobs/<name>``; a certificate job's ``<sweep>/certify/<name>``, outside the grid."""
+        return sweep_job_dir(self.sweep_dir, self.name) if self.certify is None else certify_job_dir(self.sweep_dir, self.name)
+
+    @property
+    def planned_stop(self) -> int | None:
+        """The step a certificate's resume job stops before (its runtime then starts the trainer again), or None."""
+        return int(self.certify[STOP_SETTING]) if self.certify is not None and self.certify.get("kind") == RESUME else None
 
     def trainer_argv(self, output_dir: Path) -> list[str]:
         """The command this job runs, writing its run into ``output_dir``: proofgrid's trainer with
@@ -96,8 +107,9 @@ class JobSpec:
             return [sys.executable, "-m", "trainer.external", "--job-spec", str(self.job_dir / JOB_SPEC),
                     "--output-dir", str(output_dir), *shared, "--", *fill_output_dir(self.external["argv"], own)]
         shared = [f"sweep_dir={hydra_value(self.sweep_dir)}"] if self.share_initial_eval else []
+        stop = [f"{STOP_SETTING}={self.planned_stop}"] if self.planned_stop is not None else []
         return [sys.executable, "-m", "trainer", *self.trainer_overrides, f"output_dir={hydra_value(str(output_dir))}",
-                *shared]
+                *shared, *stop]
 
     def trainer_env(self, roots: JobRoots) -> dict[str, str]:
         """What the job's environment adds for its trainer beyond the isolation every job has: the
@@ -105,7 +117,10 @@ class JobSpec:
         return ecosystem_env(roots) if self.external is not None else {}
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1, sort_keys=True)
+        data = asdict(self)
+        if data["certify"] is None:  # a grid job's spec.json is as it was before certificates
+            del data["certify"]
+        return json.dumps(data, indent=1, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> JobSpec:
@@ -140,11 +155,21 @@ class Sweep:
     eval_responses: int
     workload: str
     experiment_sha256: str | None = None  # an experiment's stage: the pre-registered spec's digest
+    certify: list[JobSpec] = field(default_factory=list)  # certify=true: the certificate jobs, outside the grid
 
     @property
     def arms(self) -> dict[str, dict[str, str]]:
         """Arm label -> its overrides (as written), in job order."""
         return {s.arm: dict(s.arm_overrides) for s in self.specs}
+
+    @property
+    def all_specs(self) -> list[JobSpec]:
+        """Every job the sweep runs: the grid's, then the certificate jobs."""
+        return [*self.specs, *self.certify]
+
+    def certify_record(self) -> dict:
+        """``sweep.json``'s ``certify``: each certificate job, the grid job it repeats, its kind (and stop step)."""
+        return {"jobs": {s.name: {**s.certify, "arm": s.arm_label, "seed": s.seed} for s in self.certify}}
 
     def record(self) -> dict:
         return {
@@ -158,4 +183,5 @@ class Sweep:
             "source_commit": self.source_commit,
             "cluster": OmegaConf.to_container(self.cluster, resolve=True),
             **({"experiment_sha256": self.experiment_sha256} if self.experiment_sha256 else {}),
+            **({CERTIFY_FIELD: self.certify_record()} if self.certify else {}),
         }

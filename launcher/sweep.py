@@ -9,7 +9,14 @@ import sys
 from pathlib import Path
 
 from facts import INITIAL_EVAL_DIR, sweep_job_dir, sweep_jobs_dir
-from facts.files import COMMANDS_FILE, JOB_SPEC, SWEEP_RECORD, TABLES_DIR, bundle_payload_dir
+from facts.files import (
+    CERTIFICATES_FILE,
+    COMMANDS_FILE,
+    JOB_SPEC,
+    SWEEP_RECORD,
+    TABLES_DIR,
+    bundle_payload_dir,
+)
 from launcher.backend import backend
 from launcher.jobs import check_arms, prepare_job_dirs
 from launcher.locks import sweep_lock
@@ -26,23 +33,29 @@ def run_sweep(sweep: Sweep) -> int:
         # A sweep's records are what its runs, its seal and an experiment's pre-registration link read
         # (confirm/sweep.json's experiment_sha256): a dry run prints and changes none of them.
         print("\n".join(expanded_commands(sweep)))
-        print(f"dry run: {len(sweep.specs)} job(s) checked, nothing submitted; {sweep.sweep_dir} already holds a "
+        print(f"dry run: {jobs_checked(sweep)} checked, nothing submitted; {sweep.sweep_dir} already holds a "
               f"sweep, whose {SWEEP_RECORD} and {COMMANDS_FILE} are left as they are")
         return 0
     commands = write_plan(sweep)
     if sweep.dry_run:
         print("\n".join(commands))
-        print(f"dry run: {len(sweep.specs)} job(s) checked, nothing submitted; commands in "
+        print(f"dry run: {jobs_checked(sweep)} checked, nothing submitted; commands in "
               f"{sweep.sweep_dir / COMMANDS_FILE}")
         return 0
     todo = prepare_job_dirs(sweep)
-    skipped = len(sweep.specs) - len(todo)
+    skipped = len(sweep.all_specs) - len(todo)
     if skipped:
         print(f"{skipped} job(s) already accepted in {sweep.sweep_dir}; not re-submitted")
     finished = backend(sweep.cluster.kind).submit(sweep, todo)
     if not finished:
         return 0  # wait=false: `python -m evidence build` (or `launcher status`) seals it later
     return seal(sweep.sweep_dir)
+
+
+def jobs_checked(sweep: Sweep) -> str:
+    """``9 job(s)``, and ``+ 6 certificate job(s)`` when the sweep certifies (certify=true)."""
+    extra = f" + {len(sweep.certify)} certificate job(s) (certify=true, outside the grid)" if sweep.certify else ""
+    return f"{len(sweep.specs)} job(s){extra}"
 
 
 def seal(sweep_dir: Path) -> int:
@@ -58,12 +71,34 @@ def seal(sweep_dir: Path) -> int:
         print_headline(bundle_payload_dir(result.bundle_dir) / TABLES_DIR)
         print_eval_summary(bundle_payload_dir(result.bundle_dir) / TABLES_DIR, result.jobs, job_arms(sweep_dir))
         print(result.summary())
+        certified = print_certificates(bundle_payload_dir(result.bundle_dir) / CERTIFICATES_FILE)
         findings = audit(result.archive)
     for finding in findings:
         print(f"audit: {finding}", file=sys.stderr)
     print(f"audit: {'clean' if not findings else f'{len(findings)} finding(s)'}")
     print(f"training curves: tensorboard --logdir {sweep_jobs_dir(sweep_dir)}")
-    return 0 if not findings and result.accepted == len(result.jobs) else 1
+    return 0 if not findings and result.accepted == len(result.jobs) and certified else 1
+
+
+def print_certificates(path: Path) -> bool:
+    """certify=true: how many certificate jobs reproduced their original, under which tolerance, and each
+    that did not with its first difference (``certificates.json`` as the build wrote it); False when one did not."""
+    if not path.is_file():
+        return True
+    certificates = json.loads(path.read_text())
+    rule = certificates["tolerance"]
+    tolerance = "exact, tolerance 0" if rule["exact"] else f"relative tolerance {rule['metrics_rel_tol']}"
+    print(f"reproducibility certificates: {certificates['reproduced']} reproduced ({tolerance} on "
+          f"{'/'.join(rule['devices'])}; {certificates_relpath(path)})")
+    failed = [c for c in certificates["certificates"] if not c["reproduced"]]
+    for cert in failed:
+        print(f"  NOT REPRODUCED: {cert['certificate_job']} does not reproduce {cert['job']}: {cert['first_difference']}")
+    return not failed
+
+
+def certificates_relpath(path: Path) -> str:
+    """``bundle/data/certificates.json``: where the summary says the certificates are, relative to the sweep."""
+    return "/".join(path.parts[-3:])
 
 
 def job_arms(sweep_dir: Path) -> dict[str, str]:

@@ -201,6 +201,11 @@ def test_a_corrupt_registration_is_one_line_naming_the_file_and_the_fix(tmp_path
     (_spec(criterion={**SPEC["criterion"], "treatment": ["treat", "treat"]}),
      "criterion: treatment lists treat twice; name each treatment once"),
     (_spec(criterion={k: v for k, v in SPEC["criterion"].items() if k != "baseline"}), "criterion: no baseline"),
+    (_spec(certify=True), "certify takes {stages: [...]}, a list of distinct stages out of tuning, confirm"),
+    (_spec(certify={"stages": ["probe"]}), "certify takes {stages: [...]}"),
+    (_spec(certify={"stages": ["tuning"]}), "certify.stages names tuning, but the spec has no tuning stage"),
+    (_spec(seeds={"n": "auto", "min": 3, "max": 10}, certify={"stages": ["confirm"]}),
+     "certify.stages names confirm, but its seeds are sized (seeds: {n: auto}); certify a design with a fixed list"),
 ])
 def test_bad_spec_is_one_line_naming_the_problem(spec, message):
     with pytest.raises(ExperimentError) as err:
@@ -319,7 +324,7 @@ def test_spec_changes_names_every_changed_and_added_key():
 def test_a_budget_the_probe_shows_cannot_be_met_is_refused():
     study = _study(_spec(budget={"cpu_hours": 0.5, "wall_minutes_per_run": 30}))
     record = {"arms": {"a": {"step_s": 2.0}, "b": {"step_s": 4.0}}}  # the slowest arm's step cost counts
-    runs = SimpleNamespace(specs=[SimpleNamespace(n_updates=100, cpus=2)] * 6)
+    runs = SimpleNamespace(all_specs=[SimpleNamespace(n_updates=100, cpus=2)] * 6)  # a stage's jobs, certificate jobs too
     # 6 runs x 100 steps x 4 s x 2 CPUs = 4800 CPU-s = 1.33 CPU-h > 0.5
     with pytest.raises(ExperimentError, match=r"needs about 1.33 cpu-hours \(6 runs, 600 steps at the probe's 4.00 "
                                               r"s/step\), over the budget of 0.5"):
@@ -523,3 +528,27 @@ def test_a_sized_design_runs_its_first_look_then_the_seeds_it_sizes_through_laun
     assert again.returncode in (0, 1), again.stdout[-3000:] + again.stderr[-3000:]
     assert f"{len(jobs)} job(s) already accepted" in again.stdout and "first look: " not in again.stdout
     assert json.loads((data / "verdict.json").read_text()) == verdict
+
+
+def test_a_certify_block_certifies_the_stages_it_names_and_the_budget_counts_their_certificate_jobs(tmp_path):
+    from evidence.dataset import BundleData
+    from evidence.verdict.probe import planned_runs
+
+    study = _study(_spec(certify={"stages": ["confirm"]}))
+    assert study.certify == ("confirm",) and _study(_spec()).certify == ()
+    # the audit's recount of the plan: 2 arms x 3 seeds, and a rerun and a resume per arm, each of 4 steps x 2 CPUs
+    confirm = BundleData(sweep={"n_updates": 4}, settings={}, index=[], incidents=[],
+                         runs={("base", 1): {"config": {"workload": {"cpus_per_job": 2}}}})
+    assert planned_runs(study, confirm) == [(4, 2)] * (6 + 4)
+    assert planned_runs(_study(_spec()), confirm) == [(4, 2)] * 6
+    proc = _experiment(tmp_path / "e", "experiment=loss_norm", "+experiment.certify={stages:[confirm]}", "dry_run=true")
+    assert proc.returncode == 0, proc.stderr
+    lines = _plan_lines(proc.stdout)
+    confirm_at = lines.index(next(line for line in lines if line.startswith("== confirm")))
+    certificates = [line.split(":")[0] for line in lines if "(certificate:" in line]
+    assert certificates == ["[6] dapo-loss_reduction_response_mean-1.rerun", "[7] dapo-loss_reduction_response_mean-3.resume",
+                            "[8] dapo-loss_reduction_token_mean-1.rerun", "[9] dapo-loss_reduction_token_mean-3.resume"]
+    assert all(lines.index(next(x for x in lines if x.startswith(c))) > confirm_at for c in certificates)  # confirm's only
+    assert "6 job(s) + 4 certificate job(s)" in proc.stdout
+    refused = _experiment(tmp_path / "r", "experiment=loss_norm", "certify=true", "dry_run=true")
+    assert refused.returncode == 2 and "an experiment certifies through its spec, inside its budget" in refused.stderr

@@ -77,6 +77,10 @@ def validate(cfg: DictConfig) -> AlgoConfig:
             "workload.sampling.top_k/top_p filter the rollout policy, but the PPO ratio and the KL terms use "
             "the unfiltered policy's log-probs; keep top_k=0 top_p=1.0 for training (eval may filter)"
         )
+    stop = int(cfg.get("stop_at_step") or 0)
+    if stop and stop >= int(w.n_updates):
+        raise RunConfigError(f"stop_at_step={stop} must be below workload.n_updates={w.n_updates} (it stops before "
+                             "that step; the resumed run does the rest); lower it, or 0 for no stop")
     if str(w.device).startswith("cuda") and int(w.gpus_per_job) < 1:
         raise RunConfigError(f"workload.device={w.device} needs workload.gpus_per_job>=1 (the GPUs a job asks for)")
     return algo

@@ -315,6 +315,9 @@ def sample_groups(s: RunState, step: int, slots: list[tuple[int, Example]], atte
             prompt_ids.append(ids)
             keys.append(mix_seed(seed, step, position, j) if attempt == 0 else mix_seed(seed, step, position, j, attempt))
             labels.append(example.label)
+    if s.cfg.debug.get("os_seeded_draw"):  # TEST/DIAGNOSTIC ONLY: breaks determinism on purpose (trainer.schema)
+        drawn = int.from_bytes(os.urandom(8), "big") >> 1  # one draw from the OS seeds every response of the step
+        keys = [mix_seed(drawn, i) for i in range(len(keys))]
     with compute_context(s.device, str(w.dtype)):
         out = s.engine.generate(prompt_ids, keys, sampling_params(w.sampling, w.max_response_len), aux)
     texts = [s.tokenizer.decode(g.response_ids, skip_special_tokens=True) for g in out.generations]
@@ -872,8 +875,9 @@ def save_at(run: Run, done: int) -> None:
                     sampler_state=s.engine.state_dict() if lagging else None)
 
 
-def stop_for_requeue(run: Run, step: int, stop: StopRequest | None) -> None:
-    """The scheduler's warning reached a rank: save what is done and exit for a requeue, every rank together."""
+def stop_for_requeue(run: Run, step: int, stop: StopRequest | None, planned: bool = False) -> None:
+    """The scheduler's warning reached a rank (or ``planned``: ``stop_at_step``): save what is done and exit
+    for a requeue, every rank together."""
     s = run.state
     if s.rank == 0:
         if step > run.start_step and step % int(s.cfg.workload.checkpoint_every):
@@ -882,6 +886,8 @@ def stop_for_requeue(run: Run, step: int, stop: StopRequest | None) -> None:
         signum = stop.signum if stop is not None else None  # None: another rank got it
         # Steps are 0-based (as metrics.jsonl and TensorBoard count them): steps 0..step-1 are done.
         n_updates, sender = int(s.cfg.workload.n_updates), signum or "to a rank"
+        if planned:
+            sender = f"none (stop_at_step={step})"
         if step:
             log.info("signal %s: stopping before step %d of %d for a requeue; checkpoint %s holds steps 0-%d",
                      sender, step, n_updates, checkpoint_name(step), step - 1)
@@ -903,7 +909,11 @@ def train_steps(run: Run, stop: StopRequest | None) -> None:
     evaluate_at = eval_every(s.cfg)
     if evaluate_at and run.start_step == 0 and s.rank == 0:  # step 0 first: TensorBoard drops a step written late
         evaluate_during_training(run, 0)
+    stop_at = int(s.cfg.get("stop_at_step") or 0)
+    planned_stop = stop_at if run.start_step < stop_at else None  # a run resumed at or past it goes on
     for step in range(run.start_step, n_updates):
+        if step == planned_stop:  # every rank reads the same setting: they stop together
+            stop_for_requeue(run, step, stop, planned=True)
         if stop_agreed(stop, s.group, s.device):
             stop_for_requeue(run, step, stop)
         try:

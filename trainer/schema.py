@@ -141,6 +141,10 @@ class ClusterSchema:
 @dataclass
 class DebugSchema:
     dump_advantages: bool = setting(False)
+    # Test/diagnostic only, never for a result: one draw from the OS (os.urandom) per step seeds that step's
+    # responses, so the run is NOT reproducible. Its whole purpose is to prove that a reproducibility
+    # certificate (certify=true, facts.certify) catches a non-deterministic run.
+    os_seeded_draw: bool = setting(False)
 
 
 @dataclass
@@ -156,10 +160,14 @@ class RunSchema:
     output_dir: str = setting()
     sweep_dir: Optional[str] = setting(None)  # noqa: UP045 - set by the launcher: share the initial eval
     resume: bool = setting()
+    # 0: off. K >= 1: a run that starts before step K checkpoints there and exits 75 (as on a scheduler's
+    # warning); a run resumed at K or later goes on. A certificate's resume job (facts.certify) uses it.
+    stop_at_step: int = setting(0, ge=0)
     debug: DebugSchema = field(default_factory=DebugSchema)
     dry_run: bool = setting(False)
     wait: bool = setting(True)
     formal: bool = setting(False)
+    certify: bool = setting(False)  # launcher: per arm, a rerun and a stop-and-resume job certify reproducibility
 
 
 def _shown(value: Any) -> str:

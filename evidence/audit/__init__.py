@@ -14,6 +14,8 @@ relative to the bag, or the archive's name, and a reason):
                     its statistics recomputed from them; no stored summary reports impossible statistics
     resources       every accepted run's resource samples are there, well formed, their times increasing
     recomputation   every table CSV and every line of ``report.md`` (the resource peaks among them)
+    certificates    certify=true: ``certificates.json`` recomputed from the certificate jobs' copies and the runs
+                    they repeat (each difference named by record and value); each failure has its incident
     rejections      a rejected job whose bundled evidence passes every gate (cherry-picking)
     experiment      an experiment's ``verdict.json`` and its earlier stages
     records         ``bag-info.txt``, ``sweep.json``, ``index.csv`` and ``commands.txt`` agree
@@ -33,6 +35,7 @@ from pathlib import Path
 
 from evidence.audit.archive import check_members, check_sidecar, extracted
 from evidence.audit.bag import check_bag
+from evidence.audit.certificates import check_certificates
 from evidence.audit.crate import check_crate
 from evidence.audit.evaluations import check_evaluations
 from evidence.audit.experiment import check_experiment
@@ -128,6 +131,7 @@ def check_content(bag: Path, data: BundleData) -> list[Problem]:
               partial(check_evaluations, data_dir, data),
               partial(check_resources, data_dir, data),
               partial(check_recomputation, data_dir, data),
+              partial(check_certificates, data_dir, data),
               partial(check_rejections, data_dir, data, shared_checks=shared_checks),
               partial(check_experiment, data_dir, data),
               partial(check_crate, data_dir, data))

@@ -9,6 +9,7 @@ from pathlib import Path
 from evidence.audit.bag import read_tags
 from evidence.dataset import BundleData
 from evidence.problems import Problem
+from facts.certify import CERTIFY_FIELD
 from facts.files import BUNDLE_PAYLOAD, COMMANDS_FILE, INDEX_TABLE, payload_relpath
 
 
@@ -43,12 +44,14 @@ def check_records(bag: Path, data: BundleData) -> list[Problem]:
              f"{data.n_updates} updates")
     if not str(info.get("External-Description", "")).endswith(shape):
         findings.append(Problem("bag-info.txt", f"External-Description does not end with sweep.json's {shape!r}"))
-    findings += _check_commands(bag / BUNDLE_PAYLOAD / COMMANDS_FILE, grid)
+    certify = (sweep.get(CERTIFY_FIELD) or {}).get("jobs") or {}  # certify=true: the certificate jobs' commands too
+    findings += _check_commands(bag / BUNDLE_PAYLOAD / COMMANDS_FILE, grid | set(certify))
     return findings
 
 
 def _check_commands(path: Path, grid: set[str]) -> list[Problem]:
-    """commands.txt has one line per grid job (``[i] <job>: ...``, or ``... algo=A seed=S ...``)."""
+    """commands.txt has one line per job of ``grid`` (``[i] <job>: ...``, or ``... algo=A seed=S ...``): the
+    sweep.json grid's, and its certificate jobs' (certify=true)."""
     if not path.is_file():
         return [Problem(payload_relpath(COMMANDS_FILE), "missing")]
     lines = [ln for ln in path.read_text(encoding="utf-8", errors="replace").splitlines()

@@ -22,6 +22,7 @@ from evidence.problems import Problem, VerdictError
 from evidence.verdict.spec import Study, parse_study, same_overrides
 from facts.files import (
     BUNDLE_PAYLOAD,
+    CONFIRM_STAGE,
     GRADIENT_RECORD,
     PROBE_RECORD,
     PROBE_STAGE,
@@ -186,11 +187,15 @@ def _stage_cpus(stage: BundleData) -> int | None:
 def planned_runs(study: Study, data: BundleData, seeds: int | None = None) -> list[tuple[int, int]] | str:
     """The later stages' runs as the launcher planned them when it checked the budget, as (steps, CPUs):
     each arm's declared tuning grid over the tuning seeds (the tuning stage's run length), then every arm
-    over the seeds (the confirm stage's; its first ``seeds``: a sized design's first look); a reason when the
-    bundle's records cannot say."""
-    stages = [(data, len(study.experiment.arms) * len(study.experiment.seeds[:seeds]), "the confirm stage")]
+    over the seeds (the confirm stage's; its first ``seeds``: a sized design's first look), each with two
+    certificate jobs per arm of a stage the spec certifies; a reason when the bundle's records cannot say."""
+    arms = len(study.experiment.arms)
+    # certify: {stages: [...]}: two certificate jobs (a rerun, a resume) per arm of a certified stage
+    certificates = 2 * arms if CONFIRM_STAGE in study.certify else 0
+    stages = [(data, arms * len(study.experiment.seeds[:seeds]) + certificates, "the confirm stage")]
     if study.experiment.tuning is not None:
-        count = sum(len(values) for values in study.experiment.tuning.values.values()) * len(study.tuning_seeds)
+        tuned = sum(len(values) for values in study.experiment.tuning.values.values())
+        count = tuned * len(study.tuning_seeds) + (2 * tuned if TUNING_STAGE in study.certify else 0)
         if TUNING_STAGE in data.stages:
             stages.insert(0, (data.stages[TUNING_STAGE], count, "the tuning stage"))
     runs = []

@@ -33,6 +33,7 @@ criterion and tuning (``parse_experiment``), the launcher's experiment runner th
       goal: max                    # or min
       on_edge: extend              # a winner on the edge of its grid: extend once, or mark provisional
     budget: {wall_minutes_per_run: 10, cpu_hours: 1.0}   # checked against the probe's step cost
+    certify: {stages: [confirm]}   # reproducibility certificates (certify=true) of these stages, inside the budget
     probe: {steps: 2, gradient_check: {...}, staleness_check: {...}}
 
 Every setting's value becomes override text the one way (``override_text``: ``true``/``false``,
@@ -53,11 +54,13 @@ from evidence.measures import POINTS_PER_UNIT, Measure, MeasureError, arm_values
 from evidence.problems import VerdictError
 from evidence.statistics.power import MDE_POWER
 from evidence.statistics.sequential import SPENDING_RULES
+from facts.files import CONFIRM_STAGE, TUNING_STAGE
 
 MIN_SEEDS = 3  # for a verdict that is not exploratory
 # The spec's keys: the verdict's, and the ones only the launcher's stages read.
 VERDICT_KEYS = {"arms", "seeds", "exploratory", "criterion", "tuning"}
-LAUNCHER_KEYS = {"name", "title", "hypothesis", "settings", "tuning_seeds", "budget", "probe"}
+LAUNCHER_KEYS = {"name", "title", "hypothesis", "settings", "tuning_seeds", "budget", "probe", "certify"}
+CERTIFY_STAGES = (TUNING_STAGE, CONFIRM_STAGE)  # the stages a spec's certify block may name
 PROBE_KEYS = {"steps", "gradient_check", "staleness_check"}
 BUDGET_KEYS = {"wall_minutes_per_run", "cpu_hours", "gpu_hours"}
 DEFAULT_PROBE_STEPS = 2
@@ -433,6 +436,7 @@ class Study:
     tuning_seeds: tuple[int, ...]
     probe: dict  # steps, and each declared check with its settings as override text
     budget: dict
+    certify: tuple[str, ...] = ()  # the stages run with certify=true (reproducibility certificates)
 
     @property
     def sha256(self) -> str:
@@ -490,4 +494,22 @@ def parse_study(spec: Mapping, name: str) -> Study:
     probe = _probe_checks(probe, experiment.arms)
     if experiment.sizing is not None:  # the spec as run names its spending rule, default or not: it is registered
         spec = {**spec, "seeds": {**spec["seeds"], "spending": experiment.sizing.spending}}
-    return Study(name, spec_text(spec), experiment, settings, tuple(tuning_seeds), probe, dict(budget))
+    certify = _certify_block(spec.get("certify"), experiment)
+    return Study(name, spec_text(spec), experiment, settings, tuple(tuning_seeds), probe, dict(budget), certify)
+
+
+def _certify_block(block, experiment: Experiment) -> tuple[str, ...]:
+    """The stages a spec's ``certify: {stages: [confirm]}`` names (``tuning`` only with a tuning stage)."""
+    if block is None:
+        return ()
+    stages = block.get("stages") if isinstance(block, Mapping) and set(block) == {"stages"} else None
+    if not isinstance(stages, list) or not stages or not all(s in CERTIFY_STAGES for s in stages) \
+            or len(set(stages)) != len(stages):
+        raise VerdictError(f"certify takes {{stages: [...]}}, a list of distinct stages out of {', '.join(CERTIFY_STAGES)}")
+    if "tuning" in stages and experiment.tuning is None:
+        raise VerdictError("certify.stages names tuning, but the spec has no tuning stage")
+    if "confirm" in stages and experiment.sizing is not None:
+        # A sized design's confirm sweep grows at its second look, and with it the seeds a certificate would pick.
+        raise VerdictError("certify.stages names confirm, but its seeds are sized (seeds: {n: auto}); "
+                           "certify a design with a fixed list of seeds")
+    return tuple(s for s in CERTIFY_STAGES if s in stages)

@@ -20,7 +20,8 @@ def check_budget(study: Study, record: dict, planned: list, first_look: list | N
     A sized design's plan is its largest (every arm over ``max`` seeds), recorded with the cost of its first
     look (``first_look``: ``min`` seeds), which alone must fit: the second look is checked when it is sized."""
     step_s = max(a["step_s"] for a in record["arms"].values())
-    cost = plan_cost(step_s, [(spec.n_updates, spec.cpus) for sweep in planned for spec in sweep.specs])
+    # every planned job, a stage's certificate jobs (the spec's certify block) among them
+    cost = plan_cost(step_s, [(spec.n_updates, spec.cpus) for sweep in planned for spec in sweep.all_specs])
     out = {**cost, "budget": dict(study.budget)}
     if first_look is not None:
         out["first_look"] = plan_cost(step_s, [(spec.n_updates, spec.cpus) for sweep in first_look

@@ -13,13 +13,14 @@ from launcher.experiment.runner import Runner, stage_header
 from launcher.jobs import check_arms
 from launcher.plan import expanded_commands
 from launcher.spec import Sweep
+from launcher.sweep import jobs_checked
 
 
 def show(sweep: Sweep) -> None:
     """A stage's plan, checked against what its directory already ran and printed; nothing is written."""
     check_arms(sweep.sweep_dir, sweep.arms)
     print("\n".join(expanded_commands(sweep)))
-    print(f"dry run: {len(sweep.specs)} job(s) checked, nothing submitted or written")
+    print(f"dry run: {jobs_checked(sweep)} checked, nothing submitted or written")
 
 
 def dry_run(runner: Runner) -> int:

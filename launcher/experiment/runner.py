@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evidence.verdict.spec import DEFAULT_PROBE_STEPS, Study
+from evidence.verdict.stages import CONFIRM_STAGE, TUNING_STAGE
+from facts.certify import CERTIFY_FIELD
+from launcher.experiment.errors import ExperimentError
 from launcher.experiment.study import check_arm_labels
 from launcher.grid import LAUNCHER_KEYS
 from launcher.plan import plan_cells
@@ -69,15 +72,22 @@ class Runner:
         t = self.study.experiment.tuning
         return {arm: list(values) for arm, values in t.values.items()}
 
+    def stage_launcher(self, stage: str) -> list[str]:
+        """The launcher settings of a stage's jobs: the command line's, and ``certify=true`` for a stage the spec's
+        ``certify`` block names (its certificate jobs are planned, and counted in the budget, with the stage)."""
+        return [*self.launcher, f"{CERTIFY_FIELD}=true"] if stage in self.study.certify else list(self.launcher)
+
     def tuning_cells(self, grids: dict[str, list[str]]) -> list[list[str]]:
         s, setting = self.study, self.study.experiment.tuning.setting
-        return [_cell(s.settings, s.experiment.arms[arm], {setting: value}, self.user, seed=seed, launcher=self.launcher)
+        launcher = self.stage_launcher(TUNING_STAGE)
+        return [_cell(s.settings, s.experiment.arms[arm], {setting: value}, self.user, seed=seed, launcher=launcher)
                 for arm, values in grids.items() for value in values for seed in s.tuning_seeds]
 
     def confirm_cells(self, selected: dict[str, dict[str, str]], seeds: int | None = None) -> list[list[str]]:
         """Every arm at its selected setting over the spec's seeds (its first ``seeds`` of them: a sized design's look)."""
         s = self.study
-        return [_cell(s.settings, overrides, selected.get(arm, {}), self.user, seed=seed, launcher=self.launcher)
+        launcher = self.stage_launcher(CONFIRM_STAGE)
+        return [_cell(s.settings, overrides, selected.get(arm, {}), self.user, seed=seed, launcher=launcher)
                 for arm, overrides in s.experiment.arms.items() for seed in s.experiment.seeds[:seeds]]
 
 
@@ -92,6 +102,9 @@ def split_overrides(overrides: list[str]) -> tuple[dict[str, str], list[str]]:
         key = o.split("=", 1)[0].lstrip("+~")
         if key == "experiment" or key.startswith("experiment.") or key.startswith("hydra"):
             continue
+        if key == CERTIFY_FIELD:
+            raise ExperimentError(f"{o}: an experiment certifies through its spec, inside its budget: "
+                                  "certify: {stages: [confirm]}; drop it from the command line")
         if key.split(".")[0] in LAUNCHER_KEYS:
             launcher.append(o)
         else:

@@ -41,7 +41,7 @@ def submit(sweep: Sweep, todo: list[JobSpec]) -> bool:
     if not todo:
         return True
     parallel = min(len(todo), local_concurrency(max(s.cpus for s in todo), sweep.cluster.get("max_parallel")))
-    index = {s.name: i for i, s in enumerate(sweep.specs)}
+    index = {s.name: i for i, s in enumerate(sweep.all_specs)}
     dirs = {s.name: s.job_dir for s in todo}
     view = SweepProgress.of(sweep.sweep_dir, dirs, {s.name: s.n_updates for s in todo})
     queue = sorted(todo, key=lambda s: natural_key(s.name))

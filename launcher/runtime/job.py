@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterator
 
 from facts import run_dir_of_job
+from facts.certify import PLANNED_RESTART_FIELD
 from facts.files import RESOURCE_SAMPLING_FIELD, TRAINER_LOG
 from facts.processes import runtime_identity
 from facts.ranks import rank_record_dir
@@ -99,6 +100,8 @@ class JobRun:
         self.signals: list[int] = []  # stop signals received, in order
         self.killed_by_scheduler = False
         self.proc: subprocess.Popen | None = None  # bound before a stop signal can be handled: it reads it
+        self.argv: list[str] = []  # the trainer's command and environment, as start made them
+        self.env: dict[str, str] = {}
         self.run_lock: int | None = None
         self.block: PortBlock | None = None
         self.ray: JobRay | None = None
@@ -161,6 +164,12 @@ class JobRun:
                                   sbatch=self.hooks.submission_script())
         if self.run_lock is not None:
             env[INHERITED_FD_ENV] = str(self.run_lock)  # the trainer holds the lock it inherits (not a record)
+        self.argv, self.env = argv, env
+        self.start_trainer()
+
+    def start_trainer(self) -> None:
+        """The trainer in the isolated environment ``start`` made (again, for a certificate's planned resume)."""
+        argv, env = self.argv, self.env
         with open(self.record_dir / TRAINER_LOG, "ab") as log:
             # Own process group (torn down as one); the run lock is inherited, so it stays held
             # while the trainer lives even if this runtime is killed. Started with the stop signals
@@ -179,8 +188,16 @@ class JobRun:
             record_holder(self.run_lock, self.proc.pid)
 
     def watch(self) -> None:
-        """Wait for the trainer; a non-zero exit is a failure with the cause its logs end with."""
+        """Wait for the trainer; a non-zero exit is a failure with the cause its logs end with. A certificate's
+        resume job (``JobSpec.planned_stop``) whose trainer stopped there with its checkpoint (exit 75, no
+        signal) starts a new trainer process once, which resumes from that checkpoint."""
         self.exit_code = self.proc.wait()
+        if self.exit_code == EXIT_CHECKPOINTED and not self.signals and self.spec.planned_stop is not None:
+            update_job_record(self.record_dir, {PLANNED_RESTART_FIELD: {"exit_code": self.exit_code,
+                                                                        "stopped_before_step": self.spec.planned_stop}})
+            wait_for_group_exit(self.proc.pid)  # nothing of the first trainer is left when the second starts
+            self.start_trainer()
+            self.exit_code = self.proc.wait()
         if self.exit_code != 0:
             self.failure = death_cause(self.record_dir, f"the trainer exited with {self.exit_code}")
 

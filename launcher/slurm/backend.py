@@ -22,10 +22,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 
-from facts import atomic_write_json, sweep_job_dir, sweep_jobs_dir
+from facts import atomic_write_json
 from facts.backends import SLURM
 from facts.failures import scheduler_reason
-from facts.files import JOB_RECORD, JOB_SPEC, SWEEP_RECORD
+from facts.files import JOB_SPEC, SWEEP_RECORD, recorded_job_dirs
 from facts.repo import REPO_ROOT
 from facts.states import (
     COMPLETED,
@@ -262,7 +262,7 @@ def wait_for_jobs(sweep_dir: Path, job_dirs: list[Path], n_updates: dict[str, in
 def cancel_sweep(sweep_dir: Path) -> int:
     """``python -m launcher cancel <sweep_dir>``: scancel every task of the sweep that Slurm still
     holds (never a finished one), then record the states Slurm confirms. Returns an exit code."""
-    job_dirs = sorted(p for p in sweep_jobs_dir(sweep_dir).iterdir() if (p / JOB_RECORD).is_file())
+    job_dirs = recorded_job_dirs(sweep_dir)  # the grid's and its certificate jobs (certify=true)
     try:
         states = refresh_job_records(job_dirs)
     except SchedulerUnavailable as exc:  # which jobs still run is unknown: cancel none rather than guess
@@ -279,7 +279,7 @@ def cancel_sweep(sweep_dir: Path) -> int:
         return 1
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        states = refresh_job_records([sweep_job_dir(sweep_dir, n) for n in live])
+        states = refresh_job_records([d for d in job_dirs if d.name in live])
         if all(s in TERMINAL_STATES for s in states.values()):
             break
         time.sleep(1)

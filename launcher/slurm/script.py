@@ -125,13 +125,13 @@ def describe(sweep: Sweep) -> list[str]:
     the cluster's MaxArraySize; then how the waiting launcher will look at Slurm (``# watch |``)."""
     folder = sweep.sweep_dir / SUBMITIT_DIR / "run-0"
     limit = max_array_size(sweep.cluster)
-    chunks = array_chunks(len(sweep.specs), limit)
+    chunks = array_chunks(len(sweep.all_specs), limit)
     lines = []
     for k, chunk in enumerate(chunks):
         if len(chunks) > 1:
             lines.append(f"# sbatch | # array {k + 1} of {len(chunks)} (MaxArraySize {limit}): "
                          f"jobs [{chunk.start}]-[{chunk.stop - 1}]")
-        name = chunk_name(sweep.sweep_dir, [sweep.specs[i] for i in chunk])
+        name = chunk_name(sweep.sweep_dir, [sweep.all_specs[i] for i in chunk])
         script = path_free_script(sbatch_script(sweep.cluster, len(chunk), folder, name), folder)
         lines += [f"# sbatch | {line}".rstrip() for line in script.splitlines()]
     return [*lines, describe_watch(sweep.cluster)]
