@@ -108,7 +108,6 @@ from facts.files import (
     bundle_subset_relpath,
     certify_job_dir,
     eval_responses_name,
-    job_files_glob,
     linked_part,
     payload_relpath,
     recorded_job_dirs,
