@@ -3,8 +3,9 @@ the leak scan (before sealing and in the audit), so whatever the scan can find t
 
 The secret rules are Yelp's ``detect-secrets`` plugins (used through their public plugin API: each
 plugin's ``analyze_string`` and ``denylist``), plus ``EXTRA_SECRET_RULES`` for what those plugins miss:
-a private key's body and END line, cloud secret access keys, credentials embedded in URLs, bearer
-tokens, webhook URLs, more providers' key shapes, and values assigned to secret-named variables.
+a private key's body and END line, cloud secret access keys (also a bare one beside its key id or after
+an aws/secret word), netrc entries' login and password, credentials embedded in URLs, bearer tokens, webhook URLs, more
+providers' key shapes, and values assigned to secret-named variables.
 
 Names are matched only where they identify someone: as a path component, in ``user@host``, as a
 dot-separated part of a file name, assigned to a user/host variable, or as the whole value of a
@@ -22,8 +23,11 @@ Machine paths are a class, not a list of layouts. An absolute path is the machin
       and resolved, the temporary directories and the working directory (``machine_directories``);
       shared system directories (``/``, ``/usr``, ``/usr/local``, ``/opt``, ...) are no one's and do not
       count;
-  (c) it lies under one of ``MACHINE_PATH_ROOTS`` (home, scratch and tmp layouts: another person's home
-      carries no name we know), or is ``~/...``, ``~user/...`` or ``C:\\Users\\...``.
+  (c) it is any other absolute path of two or more components, whatever its layout (``/fsx/jdoe/x``,
+      ``/Volumes/jdoe-ssd/x``: another person's path carries no name we know), in POSIX, Windows drive
+      (``D:\\data\\x``), UNC (``\\\\server\\share\\x``), ``file://`` and percent-encoded (``%2Ffsx%2Fx``)
+      form, or ``~/...``, ``~user/...``; except under a shared system location (``SYSTEM_PATH_PREFIXES``:
+      ``/usr/lib/python3...``, ``/proc``, ``/dev/null``, ...), a short allow-list that names no one.
 A path of (a) or (c), and one of (b) without a placeholder of its own, is replaced whole by ``<PATH>``
 (its remaining parts would still say which site and which person); a directory of (b) with one keeps
 the part below it (``<SWEEP_DIR>/jobs/x``). A path starts at a ``/`` that follows no letter, digit,
@@ -243,6 +247,16 @@ EXTRA_SECRET_RULES = {
         r"(?i)\bhttps?://[^\s\"'<>]*?(?:/webhooks?/|\.webhook\.office\.com/|hooks\.[a-z0-9.-]+/)[^\s\"'<>]+"),
     "bearer token": re.compile(r"(?i)\b(?:bearer|token|basic)\s+([A-Za-z0-9\-._~+/]{16,}=*)"),
     "secret assignment": re.compile(_SECRET_VAR + r"[\"']?\s*[:=]\s*[\"']?([^\s\"'&,;<>]{8,})", re.IGNORECASE),
+    # netrc form (``machine api.wandb.ai login jdoe password ...``, on one line or several): each value.
+    "netrc credentials": re.compile(
+        r"(?i)(?<![\w-])(?:machine\s+\S+|default)(?:\s+(?:port|protocol)\s+\S+)*"
+        + r"\s+(?:login|password|account)\s+(\S+)" + r"(?:\s+(?:login|password|account)\s+(\S+))?" * 2),
+    # A bare 40-character AWS secret access key beside its key id, or after an aws/secret word
+    # (``aws_secret wJalr...``, ``secret: wJalr...``); a 40-hex commit id is none (see ``_extra_hits``).
+    "AWS secret access key": re.compile(
+        r"(?:(?<![A-Za-z0-9])(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}[\s,:;=\"'|]{1,8}"
+        + r"|(?i:(?<![A-Za-z0-9])(?:aws|secret)[\w.-]{0,30}[\"']?(?:\s*[:=]\s*|\s+)[\"']?))"
+        + r"([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"),
     "JSON Web Token": re.compile(r"(?<![\w-])eyJ[\w-]{8,}\.eyJ[\w-]{4,}\.[\w-]+"),
     "GitLab token": re.compile(r"(?<![\w-])gl(?:pat|dt|ft|soat|rt|cbt|imt|ptt|agent|oas)-[\w-]{20,}"),
 }
@@ -264,6 +278,8 @@ EXTRA_RULE_ANCHORS: dict[str, tuple[Anchor, ...]] = {
                                   "access_key", "accesskey", "private_key", "privatekey"),
                                  re.IGNORECASE, then=r"(?![A-Za-z0-9])[\"']?\s*[:=]"),
                           Anchor(("credential",), re.IGNORECASE, then=r"s?(?![A-Za-z0-9])[\"']?\s*[:=]")),
+    "netrc credentials": (Anchor(("machine", "default"), re.IGNORECASE, then=r"\s"),),
+    "AWS secret access key": (Anchor(("aws", "secret"), re.IGNORECASE), Anchor(("A3T", "AKIA", "ASIA", "ABIA", "ACCA"))),
     "JSON Web Token": (Anchor(("eyJ",)),),
     "GitLab token": (Anchor(("glpat-", "gldt-", "glft-", "glsoat-", "glrt-", "glcbt-", "glimt-", "glptt-", "glagent-",
                              "gloas-")),),
@@ -282,26 +298,31 @@ SECRET_NAME_RE = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASS|CREDENTIAL", re.IGN
 # Shorter values would match ordinary text and numbers; a real credential is longer.
 MIN_SECRET_LEN = 8
 
-# Top-level directories under which an absolute path is specific to one machine, site or person:
-# the usual Unix ones and the home, scratch and project layouts of common HPC centres.
-MACHINE_PATH_ROOTS = (
-    r"home\d*", r"root", r"tmp", r"var/tmp", r"var/folders", r"run/user", r"dev/shm", r"private",
-    r"work\d*", r"scratch\d*", r"local_?scratch", r"lustre\d*", r"gpfs\d*", r"ptmp", r"project\w*",
-    r"p", r"global", r"users", r"Users", r"fs", r"mnt", r"media", r"nfs", r"net", r"autofs", r"storage",
-    r"data\d*", r"shared", r"opt", r"srv", r"lus", r"pfs", r"hpc", r"cluster", r"beegfs", r"nobackup",
-    r"ocean", r"expanse", r"anvil", r"flash", r"appl",
+# Machine paths are a class (the module docstring's (c)): any absolute path of two or more components
+# is someone's, whatever its layout, unless it lies under one of these shared system locations, which
+# every machine has and which name no one (a traceback's /usr/lib/python3.11/os.py, /proc/self/status,
+# /dev/null). A small allow-list of system prefixes, not a list of user layouts.
+SYSTEM_PATH_PREFIXES = (
+    r"usr/(?:local/)?(?:lib\d*|libexec|share|bin|sbin|include|src)", r"usr/local/cuda[\w.-]*",
+    r"bin", r"sbin", r"lib\d*", r"etc", r"proc", r"sys", r"dev(?!/shm/)",
 )
-# The lookbehind keeps relative paths ("roots/tmp/x") and URLs ("example.org/home/x") out.
+_SYSTEM = r"(?!(?:" + "|".join(SYSTEM_PATH_PREFIXES) + r")/)"
 # A path ends before trailing punctuation ("see /tmp/x, then" keeps its comma).
 _PATH_TAIL = r"[^\s\"'<>`|]*[^\s\"'<>`|,.;:!?)\]}]"
+# One component of a path (no separator, no space or quote).
+_COMPONENT = r"[^/\\\s\"'<>`|%]+"
+# The look-behind keeps relative paths ("roots/tmp/x") and URLs ("example.org/home/x") out; file:// is in.
 _PATH_RE = re.compile(
-    r"(?<![\w.~/-])/(?:" + "|".join(MACHINE_PATH_ROOTS) + r")/" + _PATH_TAIL
+    r"(?:(?<![\w.~/-])|(?<=file://))/" + _SYSTEM + _COMPONENT + r"/" + _PATH_TAIL      # POSIX, 2+ components
     + r"|(?<![\w/])~[a-z_][\w.-]*/" + _PATH_TAIL
     + r"|(?<![\w/])~/" + _PATH_TAIL
-    + r"|\b[A-Za-z]:\\(?:Users|home)\\" + _PATH_TAIL
+    + r"|(?<![\w\\])[A-Za-z]:(?:\\\\|\\|/)" + _COMPONENT + r"[\\/]" + _PATH_TAIL       # D:\data\x, C:/x/y
+    + r"|(?<![\w\\])\\\\(?:\\\\)?[\w$-][\w.$-]*\\\\?" + _PATH_TAIL   # \\server\share\x (UNC)
+    + r"|(?i:(?<![\w%])%2F(?!%2F)[^%\s\"'<>&]+%2F)[^\s\"'<>&|`]*[^\s\"'<>&|`,.;:!?)\]}]"  # %2Fa%2Fb
 )
-# Each branch's part: "/<root>/" after the look-behind, "~", or "X:\\".
-_PATH_ANCHORS = (Anchor(pattern=r"/(?:" + "|".join(MACHINE_PATH_ROOTS) + r")/"), Anchor(("~", ":\\")))
+# Each branch's part: a "/" after no path character, "~", a drive's ":", a UNC's "\\", a "%2F".
+_PATH_ANCHORS = (Anchor(pattern=r"(?:^|[^\w.~/-])/[^/\s]"), Anchor(("~", ":\\", ":/", "\\\\", "file://")),
+                 Anchor(("%2f",), re.IGNORECASE))
 # Any absolute path (class (a) and (b) of the module docstring): a "/" that follows no path character
 # (or follows "file://") and starts no "//" (a URL's authority).
 _ABS_PATH_RE = re.compile(r"(?:(?<![\w.~/-])|(?<=file://))/(?![/\s])" + _PATH_TAIL)
@@ -457,13 +478,21 @@ def _keyword_hits(text: str, lowered: str | None) -> Iterator[_Hit]:
                     yield _Hit(offset + match.start(group), offset + match.end(group), "secret keyword", "<SECRET>", 1)
 
 
+# A commit id or SHA-1 digest: 40 lower-case hex digits, no secret key.
+_HEX_DIGEST = re.compile(r"[0-9a-f]{40}")
+
+
 def _extra_hits(text: str, lowered: str | None) -> Iterator[_Hit]:
     for kind, pattern in EXTRA_SECRET_RULES.items():
         if not _anchored(EXTRA_RULE_ANCHORS.get(kind), text, lowered):
             continue
         for match in pattern.finditer(text):
             for start, end in _group_spans(match):
-                if kind in ("secret assignment", "bearer token") and _NOT_A_SECRET.fullmatch(text[start:end]):
+                if kind == "netrc credentials" and "password" not in match.group(0).lower():
+                    break  # "machine learning login page": a netrc entry has a password
+                if kind in ("secret assignment", "bearer token", "netrc credentials") and _NOT_A_SECRET.fullmatch(text[start:end]):
+                    continue
+                if kind == "AWS secret access key" and _HEX_DIGEST.fullmatch(text, start, end):
                     continue
                 if kind == "secret assignment" and _TOKENIZER_FIELD.search(text, max(0, match.start() - 24),
                                                                            match.start() + 6):

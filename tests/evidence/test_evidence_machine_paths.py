@@ -20,7 +20,7 @@ USER, HOST = "tmarlow", "gx17-b09"
 # A scheduler's per-job temporary directory under a root no rule lists (it need not exist).
 JOB_TMP = "/local_ssd/job4242"
 
-# Layouts invented for this test: none of them is under a root of MACHINE_PATH_ROOTS, and the name
+# Layouts invented for this test: no rule lists them (machine paths are a class), and the name
 # sits in several places (a whole component, inside one, in another case; a host instead of a user).
 LAYOUTS = [
     f"/pscratch/sd/t/{USER}/proofgrid/ckpt/step_000010",
@@ -33,6 +33,13 @@ LAYOUTS = [
     f"/raid0/scratch-{HOST}/run",
     f"/cephfs/{USER}.lab/x",
 ]
+# A colleague's paths (a name the builder does not know) in layouts and syntaxes no rule was written for,
+# and credentials in netrc form and a bare AWS secret beside its key id.
+OTHERS = ["/projappl/project_123/kvoss/run", "/afs/cern.ch/user/k/kvoss/run", "/Volumes/kvoss-ssd/run",
+          "/var/spool/slurmd/job12345/slurm_script", r"D:\data\kvoss\run", r"\\fileserver\share\kvoss\run",
+          "%2Fpscratch%2Fsd%2Fk%2Fkvoss%2Frun"]
+CREDENTIALS = ["machine api.wandb.ai login kvoss password 0123456789abcdef0123456789abcdef01234567",
+               "AKIAIOSFODNN7EXAMPLE wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"]
 EMAILS = ["first.last@example.edu", "t.marlow+slurm@lab.example.org"]
 # Lines a bundle may hold that no rule must touch.
 ORDINARY = [
@@ -78,6 +85,7 @@ def test_paths_names_and_addresses_of_layouts_no_rule_lists_are_sealed_out(tmp_p
                f"{JOB_TMP}/ray/session_1", f"file://{LAYOUTS[0]}", f"PATH=/usr/bin:{LAYOUTS[1]}/bin"]
     log = job_dir(sweep, "rpp", 42) / "logs" / "stdout.log"
     log.write_text(log.read_text() + "".join(f"saving to {p}, done\n" for p in LAYOUTS + machine)
+                   + "".join(f"other {p}, done\n" for p in OTHERS) + "".join(f"cred {c}\n" for c in CREDENTIALS)
                    + "".join(f"#SBATCH --mail-user={e}\n" for e in EMAILS) + "".join(f"{o}\n" for o in ORDINARY))
     run_json = job_dir(sweep, "grpo", 1234) / "run" / "run.json"
     record = json.loads(run_json.read_text())
@@ -91,7 +99,7 @@ def test_paths_names_and_addresses_of_layouts_no_rule_lists_are_sealed_out(tmp_p
     everything = "\n".join([*members, *members.values()])
     for leaked in (*LAYOUTS, *EMAILS, USER, HOST, "example.edu", "example.org", JOB_TMP, str(link), str(real),
                    str(REPO), str(prefix), "pscratch", "/fsx/", "/export/home", "/workspace/", "/vast/", "/nvme/",
-                   "/raid0/", "/cephfs/"):
+                   "/raid0/", "/cephfs/", *OTHERS, "kvoss", "0123456789abcdef", "wJalrXUtnFEMI"):
         assert leaked.lower() not in everything.lower(), leaked
 
     bundled = next(text for name, text in members.items() if name.endswith("runs/rpp-42/logs/stdout.log"))
@@ -102,6 +110,9 @@ def test_paths_names_and_addresses_of_layouts_no_rule_lists_are_sealed_out(tmp_p
         "saving to <REPO>/trainer/loop.py, done", "saving to <PYTHON>/lib/site.py, done",
         "saving to <PATH>, done", "saving to file://<PATH>, done", "saving to PATH=<PATH>, done"]
     assert lines.count("#SBATCH --mail-user=<EMAIL>") == len(EMAILS)
+    assert [line for line in lines if line.startswith("other ")] == ["other <PATH>, done"] * len(OTHERS)
+    assert [line for line in lines if line.startswith("cred ")] == [
+        "cred machine api.wandb.ai login <SECRET> password <SECRET>", "cred <SECRET> <SECRET>"]
     for line in ORDINARY:  # no false positive: relative paths, a git remote, pass@k, fractions
         assert line in lines, line
     notes = json.loads(next(text for name, text in members.items() if name.endswith("runs/grpo-1234/run.json")))

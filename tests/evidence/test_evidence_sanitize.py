@@ -287,3 +287,88 @@ def test_email_addresses_are_replaced_and_service_accounts_and_metric_names_are_
     clean = Sanitizer()
     assert clean.clean(text) == cleaned
     assert bool(clean.scan(text)) == (text != cleaned) and clean.scan(cleaned) == []
+
+
+# B15: machine paths are a class. Layouts of a user the sanitiser does not know (no $USER of theirs,
+# no root of any list), and a known user's name in other path syntaxes, are replaced whole.
+UNKNOWN_LAYOUTS = [
+    "/pscratch/sd/j/jdoe/run", "/fsx/jdoe/run", "/export/home/jdoe/run", "/workspace/jdoe/run",
+    "/projappl/project_123/jdoe/run", "/afs/cern.ch/user/j/jdoe/run", "/eos/user/j/jdoe/run", "/vast/jdoe/run",
+    "/u/jdoe/run", "/g/g20/jdoe/run", "/usr/workspace/jdoe/run", "/Volumes/jdoe-ssd/run",
+    "/var/spool/slurmd/job12345/slurm_script", "/dev/shm/jdoe/x",
+    r"D:\data\jdoe\run", r"C:\Users\jdoe\x", "E:/runs/jdoe/x", r"\\fileserver\share\jdoe\run",
+    "%2Fpscratch%2Fsd%2Fj%2Fjdoe%2Frun", "%2ffsx%2fjdoe%2frun", "file:///fsx/jdoe/run",
+]
+# Shared system locations and ordinary content: left as they are.
+SYSTEM_AND_ORDINARY = [
+    "/usr/lib/python3.11/os.py", "/usr/local/lib/python3.11/site-packages/torch/nn.py", "/proc/self/status",
+    "/dev/null", "/etc/hosts", "/usr/bin/env", "/sys/fs/cgroup/cpu.max", "/usr/local/cuda-12.4/lib64/x.so",
+    "data/runs/grpo-42/metrics.jsonl", "train/kl_loss", "eval/pass@2", "3/4", "tokens/s", "and/or", "</s>",
+    "https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-0.5B", "https://github.com/org/x/blob/main/a.py",
+    "1 / 2", "pass@1 0.5", "a: b/c",
+]
+
+
+@pytest.mark.parametrize("path", UNKNOWN_LAYOUTS)
+def test_an_absolute_path_of_any_layout_or_syntax_is_a_machine_path(path):
+    clean = Sanitizer()
+    out = clean.clean(f"saved {path}, done")
+    assert out in ("saved <PATH>, done", "saved file://<PATH>, done"), out
+    assert "jdoe" not in out and clean.scan(path) and clean.scan(out) == []
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_random_layouts_no_rule_was_written_for_are_replaced_and_system_ones_are_not(seed):
+    import random
+
+    rng = random.Random(seed)
+    letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-."  # a trailing "." is punctuation
+    clean = Sanitizer()
+    for _ in range(200):
+        parts = ["".join(rng.choice(letters) for _ in range(rng.randint(1, 12))).strip(".") or "x"
+                 for _ in range(rng.randint(2, 6))]
+        posix = "/" + "/".join(parts)
+        if any(posix.startswith(p) for p in ("/usr/", "/bin/", "/sbin/", "/lib", "/etc/", "/proc/", "/sys/", "/dev/")):
+            continue
+        for form in (posix, "C:\\" + "\\".join(parts), "\\\\" + "\\".join(parts), posix.replace("/", "%2F")):
+            out = clean.clean(f"wrote {form} ok")
+            assert out == "wrote <PATH> ok", (form, out)
+    for text in SYSTEM_AND_ORDINARY:
+        assert clean.clean(text) == text and clean.scan(text) == [], text
+
+
+# B11: credentials in netrc form, a bare AWS secret access key, and key/value pairs naming a secret.
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+CREDENTIALS = {
+    "netrc on one line": ("machine api.wandb.ai login jdoe password 0123456789abcdef0123456789abcdef01234567",
+                          ("jdoe", "0123456789abcdef")),
+    "netrc on several lines": ("machine huggingface.co\n  login jdoe\n  password hunter2xyz\n", ("jdoe", "hunter2xyz")),
+    "netrc password first": ("machine x.org password Pa55w0rd! login jdoe", ("jdoe", "Pa55w0rd!")),
+    "netrc default entry": ("default login anon password s3cretpw", ("anon", "s3cretpw")),
+    "AWS secret beside its key id": (f"AKIAIOSFODNN7EXAMPLE {AWS_SECRET}", (AWS_SECRET[:12],)),
+    "AWS secret in CSV beside its key id": (f"AKIAIOSFODNN7EXAMPLE,{AWS_SECRET}", (AWS_SECRET[:12],)),
+    "AWS secret under an aws word": (f"aws_secret {AWS_SECRET}", (AWS_SECRET[:12],)),
+    "AWS secret under a secret word": (f"secret: {AWS_SECRET}", (AWS_SECRET[:12],)),
+    "AWS secret in a credentials file": (f"aws_secret_access_key = {AWS_SECRET}", (AWS_SECRET[:12],)),
+    "password pair": ("DB_PASSWORD=Tr0ub4dor3x", ("Tr0ub4dor3x",)),
+    "token pair": ("wandb_token: 'abcd1234efgh5678'", ("abcd1234efgh5678",)),
+    "secret pair in JSON": ('{"client_secret": "q8W2e4R6t8Y0"}', ("q8W2e4R6t8Y0",)),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CREDENTIALS))
+def test_netrc_credentials_aws_secrets_and_secret_named_pairs_are_replaced(kind):
+    text, secrets = CREDENTIALS[kind]
+    clean = Sanitizer()
+    out = clean.clean(f"before {text} after")
+    assert all(s not in out for s in secrets) and "<SECRET>" in out, out
+    assert clean.scan(text) and clean.scan(out) == []
+
+
+@pytest.mark.parametrize("text", [
+    "the default machine learning login page", "commit 0123456789abcdef0123456789abcdef01234567 secret sauce",
+    "aws region us-east-1", "pad_token: <|endoftext|>",
+])
+def test_words_that_look_like_netrc_or_aws_are_left_alone(text):
+    clean = Sanitizer()
+    assert clean.clean(text) == text and clean.scan(text) == []
