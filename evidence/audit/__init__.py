@@ -32,7 +32,7 @@ from functools import partial
 from pathlib import Path
 
 from evidence.audit.archive import check_members, check_sidecar, extracted
-from evidence.audit.bag import check_bag
+from evidence.audit.bag import check_bag, tree_problems
 from evidence.audit.crate import check_crate
 from evidence.audit.evaluations import check_evaluations
 from evidence.audit.experiment import check_experiment
@@ -138,6 +138,9 @@ def check_content(bag: Path, data: BundleData) -> list[Problem]:
 
 def audit_bag(bag: Path) -> list[Problem]:
     """Audit an unpacked bag directory: the bag, its layout, its content, its figures, then the leak scan."""
+    problems = tree_problems(bag)
+    if problems:
+        return problems  # a tree no build writes (too deep, or too long a name): the other checks walk it
     problems = check_bag(bag)
     data_dir = bag / BUNDLE_PAYLOAD
     if data_dir.is_dir():
