@@ -205,11 +205,31 @@ def test_a_bag_directory_with_a_deep_tree_is_one_finding_for_the_audit_and_compa
         for _ in range(2500):
             os.mkdir("d")
             os.chdir("d")
+        os.chdir(cwd)
+        findings = audit(bag)
+        assert len(findings) == 1 and findings[0].file == "data/runs/grpo-42/logs/" + "d/" * 27 + "d", findings
+        assert f"{MAX_MEMBER_DEPTH + 1} levels deep" in findings[0].reason
+        capsys.readouterr()
+        assert main(["compare", str(built / "bundle"), str(bag)]) == 2
+        assert "levels deep" in capsys.readouterr().err
     finally:
         os.chdir(cwd)
-    findings = audit(bag)
-    assert len(findings) == 1 and findings[0].file == "data/runs/grpo-42/logs/" + "d/" * 27 + "d", findings
-    assert f"{MAX_MEMBER_DEPTH + 1} levels deep" in findings[0].reason
-    capsys.readouterr()
-    assert main(["compare", str(built / "bundle"), str(bag)]) == 2
-    assert "levels deep" in capsys.readouterr().err
+        _remove_chain(here / "d")  # pytest's own clean-up (shutil.rmtree) recurses: it would fail on this tree
+
+
+def _remove_chain(top: Path) -> None:
+    """Remove a chain of single directories of any depth, without recursion."""
+    if not top.is_dir():
+        return
+    cwd, names = Path.cwd(), []
+    try:
+        os.chdir(top)
+        while (subdirs := [e.name for e in os.scandir(".") if e.is_dir(follow_symlinks=False)]):
+            os.chdir(subdirs[0])
+            names.append(subdirs[0])
+        for name in reversed(names):
+            os.chdir("..")
+            os.rmdir(name)
+    finally:
+        os.chdir(cwd)
+    top.rmdir()
