@@ -7,7 +7,8 @@ relative to the bag, or the archive's name, and a reason):
     signature       the archive's signature, verified with the reviewer's public key (``audit(path, public_key)``)
     crate           ``ro-crate-metadata.json`` names the bag's files with their digests and every accepted run
     bag             bagit-python's ``Bag.validate()`` plus proofgrid's rules
-    layout          every payload file is one the build writes (``facts.bundle_layout``), of a job the index lists
+    layout          every payload file is one the build writes (``facts.bundle_layout``), of a job the index lists;
+                    no empty directory
     runs            every accepted run re-validates and matches ``steps.csv``/``eval.csv``; the shared
                     initial evaluations (``data/initial_eval/<key12>/``) are the ones the runs reference
     evaluations     every evaluation's responses re-scored against the frozen subset (its pinned SHA256),

@@ -233,3 +233,20 @@ def _remove_chain(top: Path) -> None:
     finally:
         os.chdir(cwd)
     top.rmdir()
+
+
+def _empty_dirs(data: Path) -> list[str]:
+    made = [data / "runs" / "grpo-42" / "REINFORCE++ wins p=0.0001 (replicated)", data / "stages" / "probe"]
+    for directory in made:
+        directory.mkdir(parents=True)
+    return [f"{d.as_posix()}/" for d in made]
+
+
+def test_every_empty_directory_in_the_payload_is_one_finding_naming_it(built, tmp_path, capsys):
+    """Directories the build never creates: empty ones hold no file for the file check to name (B20)."""
+    archive, planted = forged_archive(built, tmp_path, _empty_dirs)
+    code, findings = audit_lines(archive, capsys)
+    bag_relative = [f"data/{Path(p).relative_to(tmp_path / 'bundle' / 'data').as_posix()}/" for p in planted]
+    assert code == 1
+    assert sorted(line.split(": ", 1)[0] for line in findings) == sorted(bag_relative), findings
+    assert all("an empty directory" in line for line in findings)
