@@ -79,7 +79,7 @@ def _build(args) -> int:
 
     from evidence.bundle import build_bundle
     from evidence.problems import IncidentsFileError, LeakError, SweepError, VerdictError
-    from facts.locks import LockHeld
+    from facts.locks import LockHeld, LockPathError
 
     if args.last_k < 1:
         return _fail("--last-k must be at least 1")
@@ -90,6 +90,8 @@ def _build(args) -> int:
         result = build_bundle(args.sweep_dir, last_k=args.last_k, figures=not args.no_figures)
     except LockHeld as exc:  # another writer of the sweep's evidence (a launcher sealing it, another build)
         return _fail(str(exc), EXIT_FINDINGS)
+    except LockPathError as exc:  # its .launcher.lock is a symlink, a directory or not ours to open: the launcher's line
+        return _fail(exc.line)
     except (SweepError, IncidentsFileError, FileExistsError, VerdictError) as exc:
         return _fail(str(exc))
     except LeakError as exc:
@@ -146,7 +148,7 @@ def _sweep_of_archive_locked(archive: Path):
 def _sign(args) -> int:
     from evidence.problems import SigningError
     from evidence.signing import generate_key, key_label, load_signer, sign_archive
-    from facts.locks import LockHeld
+    from facts.locks import LockHeld, LockPathError
 
     try:
         if args.generate_key is not None:
@@ -167,6 +169,8 @@ def _sign(args) -> int:
         return _fail(str(exc))
     except LockHeld as exc:  # the sweep's evidence is being written: its archive is about to change
         return _fail(str(exc), EXIT_FINDINGS)
+    except LockPathError as exc:
+        return _fail(exc.line)
     print(f"signed {args.archive}: {signature} (DSSE envelope, in-toto statement over the archive's SHA256 and its "
           f"bag's manifests; {key_label(key)})")
     return EXIT_OK

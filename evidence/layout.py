@@ -12,11 +12,13 @@ from facts.bundle_layout import payload_member
 from facts.files import STAGES_DIR
 
 NOT_WRITTEN = "not a file the build writes (the bundle's layout, facts/bundle_layout.py, has no such member)"
+EMPTY_DIR = "an empty directory: the build creates a directory only for the files it writes there"
 
 
-def payload_files(data_dir: Path) -> list[str]:
+def payload_files(data_dir: Path, empty_dirs: list[str] | None = None) -> list[str]:
     """Every regular file under ``data_dir``, ``/``-separated and relative to it, in sorted order; links are
-    not followed (the bag check reports them) and a tree of any depth is walked without recursion."""
+    not followed (the bag check reports them) and a tree of any depth is walked without recursion. With
+    ``empty_dirs``, every directory holding nothing is appended to it."""
     found, pending = [], [""]
     while pending:
         rel_dir = pending.pop()
@@ -24,6 +26,8 @@ def payload_files(data_dir: Path) -> list[str]:
             entries = list(os.scandir(data_dir / rel_dir if rel_dir else data_dir))
         except OSError:
             continue
+        if not entries and rel_dir and empty_dirs is not None:
+            empty_dirs.append(rel_dir)
         for entry in entries:
             rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
             if entry.is_symlink():
@@ -46,11 +50,12 @@ def _index_jobs(data: BundleData | None) -> dict[str | None, set[str]] | None:
 
 def unexpected_files(data_dir: Path, data: BundleData | None = None) -> list[tuple[str, str]]:
     """(path relative to ``data_dir``, why) of every file the build never writes there: outside the layout,
-    or the copy of a job the index (``data``'s, when loaded) does not list."""
+    or the copy of a job the index (``data``'s, when loaded) does not list; and of every empty directory
+    (a name the build never creates: a claim in a directory's name, a stage no plain sweep has)."""
     jobs = _index_jobs(data)
     certified = _certificate_jobs(data)
-    found = []
-    for rel in payload_files(data_dir):
+    found, empty = [], []
+    for rel in payload_files(data_dir, empty):
         member = payload_member(rel)
         if member is None:
             found.append((rel, NOT_WRITTEN))
@@ -67,7 +72,7 @@ def unexpected_files(data_dir: Path, data: BundleData | None = None) -> list[tup
                 where = f"{STAGES_DIR}/{member['stage']}/" if member.get("stage") else ""
                 found.append((rel, f"the copy of certificate job {member['certjob']!r}, which {where}sweep.json's "
                                    "certify does not list"))
-    return found
+    return found + [(f"{rel}/", EMPTY_DIR) for rel in sorted(empty)]
 
 
 def _certificate_jobs(data: BundleData | None) -> dict[str | None, set[str]] | None:

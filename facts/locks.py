@@ -34,6 +34,15 @@ _ADVICE = {
 }
 
 
+class LockPathError(OSError):
+    """The lock file cannot be opened as one (a symlink, a directory, no permission): an ``OSError`` whose
+    ``line`` says so in one line with the fix."""
+
+    @property
+    def line(self) -> str:
+        return f"{self.strerror} at {self.filename}; fix the path or its permissions, then re-run the same command"
+
+
 class LockHeld(RuntimeError):
     """Somebody else holds the lock (the message names the holder and what to do)."""
 
@@ -66,7 +75,10 @@ def holder_writer(path: Path) -> str | None:
 def try_lock(path: Path) -> int | None:
     """A descriptor holding an exclusive lock on ``path`` (a regular file of ours, created 0600,
     never followed through a symlink), or None when another process holds it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:  # a symlink (ELOOP), a directory (EISDIR), no permission: one line, never followed
+        raise LockPathError(exc.errno, exc.strerror, str(path)) from None
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
         os.close(fd)

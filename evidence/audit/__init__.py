@@ -7,7 +7,8 @@ relative to the bag, or the archive's name, and a reason):
     signature       the archive's signature, verified with the reviewer's public key (``audit(path, public_key)``)
     crate           ``ro-crate-metadata.json`` names the bag's files with their digests and every accepted run
     bag             bagit-python's ``Bag.validate()`` plus proofgrid's rules
-    layout          every payload file is one the build writes (``facts.bundle_layout``), of a job the index lists
+    layout          every payload file is one the build writes (``facts.bundle_layout``), of a job the index lists;
+                    no empty directory
     runs            every accepted run re-validates and matches ``steps.csv``/``eval.csv``; the shared
                     initial evaluations (``data/initial_eval/<key12>/``) are the ones the runs reference
     evaluations     every evaluation's responses re-scored against the frozen subset (its pinned SHA256),
@@ -34,7 +35,7 @@ from functools import partial
 from pathlib import Path
 
 from evidence.audit.archive import check_members, check_sidecar, extracted
-from evidence.audit.bag import check_bag
+from evidence.audit.bag import check_bag, tree_problems
 from evidence.audit.certificates import check_certificates
 from evidence.audit.crate import check_crate
 from evidence.audit.evaluations import check_evaluations
@@ -142,6 +143,9 @@ def check_content(bag: Path, data: BundleData) -> list[Problem]:
 
 def audit_bag(bag: Path) -> list[Problem]:
     """Audit an unpacked bag directory: the bag, its layout, its content, its figures, then the leak scan."""
+    problems = tree_problems(bag)
+    if problems:
+        return problems  # a tree no build writes (too deep, or too long a name): the other checks walk it
     problems = check_bag(bag)
     data_dir = bag / BUNDLE_PAYLOAD
     if data_dir.is_dir():

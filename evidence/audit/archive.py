@@ -1,8 +1,8 @@
 """The archive before anything is extracted: every member header checked, then extraction (data filter) when all are safe.
 
-Refused, header by header: ``..`` or absolute names, links, devices, sparse or oversized members,
-alias spellings such as ``./bundle/x`` or ``bundle//x`` that duplicate a member, a member that
-case-folds onto another; and more than one top-level directory. A sidecar ``.sha256`` must match.
+Refused, header by header: ``..`` or absolute names, links, devices, sparse or oversized members, names
+too deep or too long, alias spellings such as ``./bundle/x`` or ``bundle//x`` that duplicate a member, a
+member that case-folds onto another; and more than one top-level directory. A sidecar ``.sha256`` must match.
 """
 
 from __future__ import annotations
@@ -23,6 +23,13 @@ from evidence.problems import Problem
 MAX_MEMBER_BYTES = 256 * 2**20
 MAX_ARCHIVE_BYTES = 2 * 2**30
 MAX_MEMBERS = 100_000
+# How deep and how long a member's name may be: a build writes 8 levels (``bundle/data/stages/<stage>/runs/<job>/
+# eval/<file>``) and names under 200 characters. A deeper or longer name is refused before extraction (an
+# extraction, a bag walk or a file system would fail on it: a 2,500-level tree exhausts Python's recursion).
+# The same limits hold for a bag directory's tree (``evidence.audit.bag.tree_problems``), its name counted.
+MAX_MEMBER_DEPTH = 32
+MAX_MEMBER_NAME = 1024
+MAX_NAME_COMPONENT_BYTES = 255  # one file or directory name (UTF-8): what a file system holds
 
 
 def canonical_name(name: str) -> str:
@@ -32,9 +39,30 @@ def canonical_name(name: str) -> str:
     return unicodedata.normalize("NFC", "/".join(parts))
 
 
+def name_problem(name: str) -> str | None:
+    """Why a member name (or a bag path, its top-level directory included) is too deep or too long, or None."""
+    depth = len([p for p in name.replace("\\", "/").split("/") if p not in ("", ".")])
+    if depth > MAX_MEMBER_DEPTH:
+        return f"{depth} levels deep, above the {MAX_MEMBER_DEPTH}-level limit of a bundle"
+    if len(name) > MAX_MEMBER_NAME:
+        return f"name of {len(name)} characters, above the {MAX_MEMBER_NAME}-character limit of a bundle"
+    longest = max((len(p.encode("utf-8", "surrogateescape")) for p in name.replace("\\", "/").split("/")), default=0)
+    if longest > MAX_NAME_COMPONENT_BYTES:
+        return f"name with a {longest}-byte component, above the {MAX_NAME_COMPONENT_BYTES}-byte limit of a file name"
+    return None
+
+
+def shown_name(name: str, keep: int = 120) -> str:
+    """A name as a finding shows it: one past the limits cut to its first ``keep`` characters."""
+    return name if len(name) <= keep else f"{name[:keep]}... ({len(name)} characters)"
+
+
 def member_problem(member: tarfile.TarInfo) -> str | None:
     """Why an archive member must not be extracted, or None."""
     name = member.name
+    too_big = name_problem(name)
+    if too_big:
+        return f"member {too_big}"
     if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
         return "absolute member name"
     if ".." in PurePosixPath(name.replace("\\", "/")).parts:
@@ -83,15 +111,21 @@ def check_members(tar: tarfile.TarFile, archive: Path) -> tuple[list[tarfile.Tar
     if members is None:
         return None, "", problems
     seen: set[str] = set()
+    too_deep: set[tuple[str, ...]] = set()  # a chain of directories past the depth limit: one finding, not one each
     for member in members:
         problem = member_problem(member)
         canonical = canonical_name(member.name)
+        branch = tuple(canonical.split("/")[:MAX_MEMBER_DEPTH + 1])
+        if problem and len(branch) > MAX_MEMBER_DEPTH:
+            if branch in too_deep:
+                continue
+            too_deep.add(branch)
         # Case-folded too: on a case-insensitive file system "Data/x" overwrites "data/x".
         if problem is None and canonical.casefold() in seen:
             problem = "duplicate member"
         seen.add(canonical.casefold())
         if problem:
-            problems.append(Problem(f"{archive.name}:{member.name}", problem))
+            problems.append(Problem(f"{archive.name}:{shown_name(member.name)}", problem))
     roots = {canonical_name(m.name).split("/")[0] for m in members if canonical_name(m.name)}
     if len(roots) != 1:
         problems.append(Problem(archive.name, f"expected one top-level directory, found {len(roots)}"))

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import bagit
 
+from evidence.audit.archive import name_problem, shown_name
 from evidence.bundle import TAG_FILES
 from evidence.fileio import sha256_file
 from evidence.problems import Problem
@@ -25,6 +26,28 @@ TAGMANIFEST = "tagmanifest-sha256.txt"
 
 def _manifest_of(rel: str) -> str:
     return MANIFEST if rel.startswith(BUNDLE_PAYLOAD + "/") else TAGMANIFEST
+
+
+def tree_problems(bag: Path) -> list[Problem]:
+    """The first path of the bag's tree deeper or longer than a bundle's (``evidence.audit.archive``'s
+    limits, the bag's own name counted as an archive's top-level directory), as one problem; [] when none.
+    The walk is iterative and goes no deeper than the limit: the recursive walks of the later checks (and
+    bagit's) are only run on a tree that passed, so a 2,500-level tree is a finding, never a crash."""
+    stack = [(bag, bag.name)]
+    while stack:
+        directory, name = stack.pop()
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError as exc:
+            return [Problem(name.split("/", 1)[-1], f"cannot be listed ({exc.__class__.__name__}); nothing else checked")]
+        for entry in entries:
+            child = f"{name}/{entry.name}"
+            problem = name_problem(child)
+            if problem:
+                return [Problem(shown_name(child.split("/", 1)[1]), f"path {problem}: no build writes it; nothing else checked")]
+            if entry.is_dir(follow_symlinks=False):
+                stack.append((Path(entry.path), child))
+    return []
 
 
 def _files(root: Path, findings: list[Problem], bag: Path) -> list[str]:
@@ -83,7 +106,9 @@ def _bagit_problems(loaded: bagit.Bag, error: bagit.BagError, bag: Path) -> list
 
 def check_bag(bag: Path) -> list[Problem]:
     """BagIt validity by bagit-python's ``Bag.validate()``, plus proofgrid's rules on top."""
-    findings: list[Problem] = []
+    findings = tree_problems(bag)
+    if findings:
+        return findings
     for entry in sorted(bag.iterdir()):
         if entry.name == BUNDLE_PAYLOAD and entry.is_dir() and not entry.is_symlink():
             continue

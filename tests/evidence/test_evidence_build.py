@@ -346,3 +346,18 @@ def test_an_integer_too_large_for_a_float_rejects_the_job(sweep):
     (row,) = [r for r in result.jobs if r["job"] == "grpo-42"]
     assert row["accepted"] == "no" and "integer -10000000000… too large for a float" in row["reason"]
     assert audit(result.archive) == []
+
+
+@pytest.mark.parametrize("odd", ["symlink", "directory"])
+def test_an_odd_launcher_lock_is_the_launchers_one_line_not_a_traceback(tmp_path, odd):
+    """``.launcher.lock`` a symlink (never followed: nothing is created at its target) or a directory:
+    ``python -m evidence build`` says so in the launcher's one line, exit 2, and builds nothing."""
+    sweep = make_sweep(tmp_path / "s", algos=("grpo",), seeds=(42,))
+    lock, victim = sweep / ".launcher.lock", tmp_path / "victim.txt"
+    lock.unlink(missing_ok=True)
+    lock.symlink_to(victim) if odd == "symlink" else lock.mkdir()
+    done = subprocess.run([sys.executable, "-m", "evidence", "build", str(sweep), "--no-figures"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.endswith(f" at {lock}; fix the path or its permissions, then re-run the same command\n")
+    assert not victim.exists() and not (sweep / "bundle.tar.gz").exists()

@@ -5,6 +5,7 @@ however the forger restated the manifests and the RO-Crate."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -14,14 +15,14 @@ from pathlib import Path
 import pytest
 from sweep_factory import job_dir, make_sweep
 
-from evidence import SweepError
+from evidence import SweepError, audit
 from evidence.__main__ import main
-from evidence.audit.archive import checked_member_filter
+from evidence.audit.archive import MAX_MEMBER_DEPTH, checked_member_filter
 from evidence.bundle import refuse_unexpected_files, write_archive
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]
-DEEP = 900  # directories
+DEEP = MAX_MEMBER_DEPTH - 5  # directories: the deepest a file under a run may be (deeper: refused unextracted)
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +81,7 @@ PLANTS = {
     "nested table": lambda d: [_write(d / "tables" / "more" / "stability.csv")],
     "stage": lambda d: [_write(d / "stages" / "confirm" / "notes.md"), _write(d / "stages" / "probe" / "CLAIM.md")],
     "job not in the index": _copy_of_a_job_not_in_the_index,
-    "900 deep": _deep,
+    "deep": _deep,
 }
 
 
@@ -141,3 +142,111 @@ def test_the_audits_extraction_filter_sets_what_tarfiles_data_filter_sets(tmp_pa
     ours, reference = checked_member_filter(member, str(tmp_path)), tarfile.data_filter(member, str(tmp_path))
     assert (ours.mode, ours.uid, ours.gid, ours.uname, ours.gname) == (
         reference.mode, reference.uid, reference.gid, reference.uname, reference.gname)
+
+
+def _with_member(sweep: Path, tmp_path: Path, name: str) -> Path:
+    """The sweep's sealed archive with one more directory member ``name`` (a header only: nothing to extract)."""
+    archive = tmp_path / "bundle.tar.gz"
+    with tarfile.open(sweep / "bundle.tar.gz") as src, tarfile.open(archive, "w:gz", format=tarfile.PAX_FORMAT) as out:
+        for member in src.getmembers():
+            out.addfile(member, src.extractfile(member) if member.isfile() else None)
+        extra = tarfile.TarInfo(name)
+        extra.type = tarfile.DIRTYPE
+        out.addfile(extra)
+    return archive
+
+
+def test_a_member_deeper_than_any_bundle_is_one_finding_through_the_module_nothing_extracted(built, tmp_path):
+    """A 2,500-level directory member: one finding naming its depth, no traceback (extracting it would exhaust
+    Python's recursion), nothing extracted (no content finding); compare refuses it in one line."""
+    archive = _with_member(built, tmp_path, "bundle/data/runs/grpo-42/logs/" + "/".join(["d"] * 2500))
+    done = subprocess.run([sys.executable, "-m", "evidence", "audit", str(archive)], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "1 finding(s)"
+    assert lines[-2].startswith("bundle.tar.gz:bundle/data/runs/grpo-42/logs/d/d/") and lines[-2].endswith(
+        f"member 2505 levels deep, above the {MAX_MEMBER_DEPTH}-level limit of a bundle"), lines[-2]
+    assert len(lines[-2]) < 400  # the name cut, not 5,000 characters
+    done = subprocess.run([sys.executable, "-m", "evidence", "compare", str(built / "bundle.tar.gz"), str(archive)],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "levels deep" in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("name,reason", [
+    ("bundle/data/runs/grpo-42/" + "/".join(["d"] * (MAX_MEMBER_DEPTH - 3)), f"{MAX_MEMBER_DEPTH + 1} levels deep"),
+    ("bundle/data/runs/grpo-42/" + "/".join(["x" * 200] * 6), "characters, above the 1024-character limit"),
+    ("bundle/data/runs/grpo-42/" + "n" * 300, "300-byte component, above the 255-byte limit"),
+])
+def test_a_member_name_too_deep_or_too_long_is_refused_before_extraction(built, tmp_path, name, reason):
+    findings = audit(_with_member(built, tmp_path, name))
+    assert len(findings) == 1 and reason in findings[0].reason, findings
+
+
+def test_a_chain_of_too_deep_directories_is_one_finding(built, tmp_path):
+    """A 900-level tree packed as the build packs it (a member per directory): one finding, not one per level."""
+    bag = Path(shutil.copytree(built / "bundle", tmp_path / "bundle"))
+    _write(bag / "data" / "runs" / "grpo-42" / Path(*["d"] * 900) / "deep.txt")
+    reseal_bag(bag)
+    write_archive(bag, tmp_path / "deep.tar.gz")
+    findings = audit(tmp_path / "deep.tar.gz")
+    assert len(findings) == 1 and "levels deep" in findings[0].reason, findings
+
+
+def test_a_bag_directory_with_a_deep_tree_is_one_finding_for_the_audit_and_compare(built, tmp_path, capsys):
+    """Not an archive: a bag directory holding a 2,500-level tree; the audit's and compare's walks (bagit's,
+    the layout's, the leak scan's) never meet it: one finding, one line."""
+    bag = Path(shutil.copytree(built / "bundle", tmp_path / "bundle"))
+    here = bag / "data" / "runs" / "grpo-42" / "logs"
+    here.mkdir(exist_ok=True)
+    cwd = Path.cwd()
+    try:
+        os.chdir(here)  # relative steps: the absolute path would pass the system's limit
+        for _ in range(2500):
+            os.mkdir("d")
+            os.chdir("d")
+        os.chdir(cwd)
+        findings = audit(bag)
+        assert len(findings) == 1 and findings[0].file == "data/runs/grpo-42/logs/" + "d/" * 27 + "d", findings
+        assert f"{MAX_MEMBER_DEPTH + 1} levels deep" in findings[0].reason
+        capsys.readouterr()
+        assert main(["compare", str(built / "bundle"), str(bag)]) == 2
+        assert "levels deep" in capsys.readouterr().err
+    finally:
+        os.chdir(cwd)
+        _remove_chain(here / "d")  # pytest's own clean-up (shutil.rmtree) recurses: it would fail on this tree
+
+
+def _remove_chain(top: Path) -> None:
+    """Remove a chain of single directories of any depth, without recursion."""
+    if not top.is_dir():
+        return
+    cwd, names = Path.cwd(), []
+    try:
+        os.chdir(top)
+        while (subdirs := [e.name for e in os.scandir(".") if e.is_dir(follow_symlinks=False)]):
+            os.chdir(subdirs[0])
+            names.append(subdirs[0])
+        for name in reversed(names):
+            os.chdir("..")
+            os.rmdir(name)
+    finally:
+        os.chdir(cwd)
+    top.rmdir()
+
+
+def _empty_dirs(data: Path) -> list[str]:
+    made = [data / "runs" / "grpo-42" / "REINFORCE++ wins p=0.0001 (replicated)", data / "stages" / "probe"]
+    for directory in made:
+        directory.mkdir(parents=True)
+    return [f"{d.as_posix()}/" for d in made]
+
+
+def test_every_empty_directory_in_the_payload_is_one_finding_naming_it(built, tmp_path, capsys):
+    """Directories the build never creates: empty ones hold no file for the file check to name (B20)."""
+    archive, planted = forged_archive(built, tmp_path, _empty_dirs)
+    code, findings = audit_lines(archive, capsys)
+    bag_relative = [f"data/{Path(p).relative_to(tmp_path / 'bundle' / 'data').as_posix()}/" for p in planted]
+    assert code == 1
+    assert sorted(line.split(": ", 1)[0] for line in findings) == sorted(bag_relative), findings
+    assert all("an empty directory" in line for line in findings)
