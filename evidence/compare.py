@@ -36,6 +36,7 @@ from evidence.statistics.resampling import (
 )
 from evidence.tables import arms as arm_order
 from evidence.tables import trainer_of
+from facts.files import SWEEP_RECORD
 from facts.trainers import PROOFGRID_TRAINER
 
 DEFAULT_METRICS = ("train/loss", "train/grad_norm", "rollout/raw_reward", "eval/pass@1")
@@ -99,13 +100,36 @@ def check_metrics(measures: list[Measure], requested: list[str], sides: list[Sid
             raise CompareError(f"--metric {measure.metric}: no input logs it; known: {', '.join(known)}")
 
 
-def csv_target(csv_path: str | Path) -> Path:
-    """Where ``--csv`` writes, checked before anything is read: a file in an existing directory."""
+def _evidence_roots(path: Path) -> list[Path]:
+    """What an input's evidence is, none of which ``--csv`` may name: the input itself, and the sweep
+    directory that holds it (a sweep's ``bundle/`` or ``bundle.tar.gz``, with the archive's sidecars)."""
+    path = path.resolve()
+    roots = [path]
+    archive = path if path.is_file() else path.with_name(path.name + ".tar.gz")  # a bundle's archive beside it
+    roots += [archive, *(archive.with_name(archive.name + suffix) for suffix in (".sha256", ".intoto.jsonl"))]
+    if (path.parent / SWEEP_RECORD).is_file():
+        roots.append(path.parent)
+    return roots
+
+
+def csv_target(csv_path: str | Path, inputs=(), force: bool = False) -> Path:
+    """Where ``--csv`` writes, checked before anything is read: a file in an existing directory that is
+    not an input, lies in no input's bundle or sweep directory (never, not even with ``force``), and is
+    not an existing file unless ``force``."""
     path = Path(csv_path)
     if path.is_dir():
         raise CompareError(f"--csv {path}: is a directory; name the file to write (such as {path / 'compare.csv'})")
     if not path.parent.is_dir():
         raise CompareError(f"--csv {path}: no directory {path.parent} to write it in")
+    resolved = path.resolve()
+    for given in inputs:
+        for root in _evidence_roots(Path(given)):
+            if resolved == root or root in resolved.parents:
+                what = "is" if resolved == Path(given).resolve() else f"is {root} or in it, the evidence of"
+                raise CompareError(f"--csv {path}: {what} the input {given}; the comparison never overwrites "
+                                   "evidence: write it elsewhere (such as ./compare.csv)")
+    if path.exists() and not force:
+        raise CompareError(f"--csv {path}: the file exists; name a new file, or --force to replace it")
     return path
 
 
@@ -431,8 +455,8 @@ def compare_paths(path_a, path_b, metrics: list[str] | None = None, last_k: int 
         measures = [parse_measure(name, None, None if name.startswith("eval/") else last_k) for name in names]
     except ValueError as exc:
         raise CompareError(f"--metric: {exc}") from None
-    target = None if csv_path is None else csv_target(csv_path)
     paths = (path_a, path_b, *more)
+    target = None if csv_path is None else csv_target(csv_path, paths, force)
     labels = ["A", "B"] if len(paths) == 2 else [f"input {n}" for n in range(1, len(paths) + 1)]
     sides = [load_side(path, last_k, label) for path, label in zip(paths, labels)]
     check_metrics(measures, list(metrics or []), sides)

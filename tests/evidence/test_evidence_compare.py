@@ -484,3 +484,50 @@ def test_an_unpaired_comparison_has_no_mde_or_bootstrap_interval(tmp_path):
     row = csv_rows(tmp_path / "cmp.csv")[("eval/pass@1", "grpo")]
     assert row["pairing"] == "unpaired" and row["mde"] == row["boot_low"] == row["boot_high"] == ""
     assert table_line(result.stdout, "eval/pass@1", "grpo")[8:10] == ["—", "—"]
+
+
+@pytest.fixture(scope="module")
+def built_pair(tmp_path_factory):
+    """Two built sweeps (bundle directory and archive each), shared by the tests that only read them."""
+    root = tmp_path_factory.mktemp("built")
+    a, b = before_after(root)
+    build_bundle(a, figures=False)
+    build_bundle(b, figures=False)
+    return a, b
+
+
+@pytest.mark.parametrize(("inputs", "target", "said"), [
+    (("a/bundle.tar.gz", "b/bundle"), "a/bundle.tar.gz", "is the input"),
+    (("a/bundle.tar.gz", "b/bundle"), "a/bundle.tar.gz.sha256", "the evidence of the input"),
+    (("a/bundle", "b/bundle"), "a/bundle/data/index.csv", "the evidence of the input"),
+    (("a/bundle", "b/bundle"), "a/bundle.tar.gz", "the evidence of the input"),
+    (("a/bundle", "b"), "b/report.md", "the evidence of the input"),
+    (("a/bundle.tar.gz", "b/bundle"), "a/sweep.json", "the evidence of the input"),
+    (("a/bundle", "b/bundle"), "b/new.csv", "the evidence of the input"),
+])
+def test_a_csv_target_in_an_inputs_evidence_is_refused_even_with_force_and_nothing_is_overwritten(
+        built_pair, inputs, target, said):
+    a, b = built_pair
+    where = {"a": a, "b": b}
+    path = lambda rel: where[rel.split("/")[0]].joinpath(*rel.split("/")[1:])  # noqa: E731
+    before = {p: p.read_bytes() for p in [*a.rglob("*"), *b.rglob("*")] if p.is_file()}
+    with pytest.raises(CompareError, match="the comparison never overwrites evidence") as refused:
+        compare_paths(path(inputs[0]), path(inputs[1]), force=True, csv_path=path(target))
+    assert said in str(refused.value)
+    assert {p: p.read_bytes() for p in [*a.rglob("*"), *b.rglob("*")] if p.is_file()} == before
+
+
+def test_compare_csv_over_the_input_archive_or_an_existing_file_is_one_line_and_keeps_it(built_pair, tmp_path):
+    a, b = built_pair
+    archive = a / "bundle.tar.gz"
+    kept = archive.read_bytes()
+    refused = one_line_refusal(cli(archive, b / "bundle", "--csv", archive))
+    assert f"--csv {archive}: is the input {archive}; the comparison never overwrites evidence" in refused
+    assert archive.read_bytes() == kept
+    existing = tmp_path / "old.csv"
+    existing.write_text("mine\n")
+    refused = one_line_refusal(cli(archive, b / "bundle", "--csv", existing))
+    assert f"--csv {existing}: the file exists; name a new file, or --force to replace it" in refused
+    assert existing.read_text() == "mine\n"
+    assert cli(archive, b / "bundle", "--csv", existing, "--force").returncode == 0
+    assert existing.read_text().startswith("metric,")
