@@ -18,11 +18,11 @@ shared arm's trainer). Every refusal is one line (``CompareError``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from evidence import stats
-from evidence.dataset import EVAL_FLOAT_COLUMNS, BundleData, csv_text
+from evidence.dataset import EVAL_FLOAT_COLUMNS, SETTINGS_FILE, BundleData, csv_text
 from evidence.fileio import JSONError
 from evidence.measures import EVAL_PREFIX, LAST_K, POINTS_PER_UNIT, Measure, arm_values, parse_measure
 from evidence.problems import CompareError, LoadError
@@ -36,7 +36,7 @@ from evidence.statistics.resampling import (
 )
 from evidence.tables import arms as arm_order
 from evidence.tables import trainer_of
-from facts.files import SWEEP_RECORD
+from facts.files import BUNDLE_DIR, SWEEP_RECORD, bundle_payload_dir, sweep_bundle_payload
 from facts.trainers import PROOFGRID_TRAINER
 
 DEFAULT_METRICS = ("train/loss", "train/grad_norm", "rollout/raw_reward", "eval/pass@1")
@@ -51,6 +51,7 @@ class Side:
 
     name: str
     data: BundleData
+    audited: list = field(default_factory=list)  # the audit's findings on a bundle input (compared with --force)
 
 
 # ---- loading ---------------------------------------------------------------------------------
@@ -73,6 +74,42 @@ def load_side(path: str | Path, last_k: int, label: str = "") -> Side:
     except READ_ERRORS as exc:
         raise CompareError(f"{lead}{path}: cannot read its evidence ({exc.__class__.__name__}: {exc})") from None
     return side
+
+
+def _bundle_of(path: Path) -> Path | None:
+    """The bundle an input is read from (an archive, a bundle directory, a sweep's built ``bundle/``), or
+    None for a sweep evaluated in memory (its runs pass the build's gates: their evaluations re-scored)."""
+    if path.is_file():
+        return path
+    if (bundle_payload_dir(path) / SETTINGS_FILE).is_file():
+        return path
+    if (sweep_bundle_payload(path) / SETTINGS_FILE).is_file():
+        return path / BUNDLE_DIR
+    return None
+
+
+def audit_inputs(paths, labels: list[str], sides: list[Side], force: bool) -> None:
+    """Each bundle input held to the audit (``evidence.audit``): one whose audit has findings is refused
+    (one line naming each such input, its first findings and the audit to run) unless ``force``; forced,
+    its findings are kept on its side and said under the table."""
+    from evidence.audit import audit  # the audit's checks: re-scoring, statistics, recomputation, records
+    from evidence.problems import SigningError, UsageError
+
+    refused = []
+    for path, label, side in zip(paths, labels, sides):
+        bundle = _bundle_of(Path(path))
+        if bundle is None:
+            continue
+        try:
+            side.audited = audit(bundle)
+        except (UsageError, SigningError) as exc:
+            side.audited = [str(exc)]
+        if side.audited:
+            first = "; ".join(str(p) for p in side.audited[:2])
+            refused.append(f"{label}: {bundle} fails its audit ({len(side.audited)} finding(s), first: {first}): "
+                           f"run python -m evidence audit {bundle}")
+    if refused and not force:
+        raise CompareError(" | ".join(refused) + " (--force compares them anyway)")
 
 
 def _readable(side: Side) -> None:
@@ -368,7 +405,9 @@ def _describe(label: str, side: Side) -> str:
     sweep = side.data.sweep
     return (f"- {label}: {side.name}: workload {sweep.get('workload', '—')}, commit "
             f"{str(sweep.get('source_commit') or '—')[:12]}, seeds {', '.join(map(str, sweep.get('seeds', [])))}, "
-            f"{len(side.data.accepted)} accepted run(s)")
+            f"{len(side.data.accepted)} accepted run(s)"
+            + (f"; compared with --force although its audit has {len(side.audited)} finding(s), first: "
+               f"{side.audited[0]}" if side.audited else ""))
 
 
 def _one_sided(a: Side, b: Side) -> list[str]:
@@ -459,6 +498,7 @@ def compare_paths(path_a, path_b, metrics: list[str] | None = None, last_k: int 
     target = None if csv_path is None else csv_target(csv_path, paths, force)
     labels = ["A", "B"] if len(paths) == 2 else [f"input {n}" for n in range(1, len(paths) + 1)]
     sides = [load_side(path, last_k, label) for path, label in zip(paths, labels)]
+    audit_inputs(paths, labels, sides, force)
     check_metrics(measures, list(metrics or []), sides)
     try:
         if len(sides) == 2:

@@ -531,3 +531,48 @@ def test_compare_csv_over_the_input_archive_or_an_existing_file_is_one_line_and_
     assert existing.read_text() == "mine\n"
     assert cli(archive, b / "bundle", "--csv", existing, "--force").returncode == 0
     assert existing.read_text().startswith("metric,")
+
+
+def _forged(built: Path, into: Path) -> Path:
+    """A copy of a built sweep whose bundle states pass@1 = 1.0 for rpp-1's final evaluation, resealed
+    (crate and manifests restated): the bag verifies, only the audit's re-scoring can tell."""
+    import shutil
+
+    sweep = into / built.name
+    shutil.copytree(built, sweep)
+    (sweep / "bundle.tar.gz").unlink()
+    run_eval = next((sweep / "bundle" / "data" / "runs").glob("rpp-*1/eval.json"))
+    record = json.loads(run_eval.read_text())
+    record["final"]["pass@1"] = 1.0
+    run_eval.write_text(json.dumps(record))
+    reseal_bag(sweep / "bundle")
+    return sweep
+
+
+@pytest.mark.parametrize("given", ["bundle", "sweep", "archive"])
+def test_a_resealed_bundle_the_audit_rejects_is_refused_naming_its_findings_unless_forced(built_pair, tmp_path, given):
+    import tarfile
+
+    a, b = built_pair
+    sweep = _forged(b, tmp_path)
+    path = {"bundle": sweep / "bundle", "sweep": sweep, "archive": tmp_path / "forged.tar.gz"}[given]
+    if given == "archive":
+        with tarfile.open(path, "w:gz") as tar:
+            tar.add(sweep / "bundle", arcname="bundle")
+    with pytest.raises(CompareError) as refused:
+        compare_paths(a / "bundle.tar.gz", path, metrics=["eval/pass@1"])
+    message = str(refused.value)
+    assert message.startswith("B: ") and "fails its audit" in message and "run python -m evidence audit" in message
+    assert "data/runs/rpp-1/eval.json" in message and "pass@1" in message, message
+    assert "A: " not in message  # the honest input is not named
+    forced = compare_paths(a / "bundle.tar.gz", path, metrics=["eval/pass@1"], force=True)
+    assert "compared with --force although its audit has" in forced
+
+
+def test_compare_refuses_a_resealed_forgery_in_one_line_through_the_cli(built_pair, tmp_path):
+    a, b = built_pair
+    sweep = _forged(b, tmp_path)
+    message = one_line_refusal(cli(a / "bundle.tar.gz", sweep / "bundle", "--metric", "eval/pass@1"))
+    assert f"B: {sweep / 'bundle'} fails its audit (" in message
+    assert "rpp-1 final pass@1 differs from data/runs/rpp-1/eval.json" in message
+    assert f"run python -m evidence audit {sweep / 'bundle'}" in message
