@@ -186,8 +186,29 @@ COMPARABLE = {
     "workload": lambda data: (str(data.sweep.get("workload")), repr(data.sweep.get("workload"))),
     "steps": lambda data: (data.n_updates, str(data.n_updates)),
     "eval subset": lambda data: _evaluations(data, ("subset_sha256", "n_prompts")),
-    "eval sampling": lambda data: _evaluations(data, ("k", "eval_seed")),
+    "eval sampling": lambda data: (tuple(sorted(_sampling(data).items())),
+                                   ", ".join(f"{f} {v}" for f, v in _sampling(data).items()) or "no evaluation"),
 }
+# The evaluation settings a run's config records that are not its sampling's identity: how often it evaluates
+# during training (the final numbers do not depend on it), and the subset's size (fact "eval subset").
+_NOT_SAMPLING = {"every", "n_prompts", "k", "seed"}  # k and the seed: read from the evaluations themselves
+
+
+def _sampling(data: BundleData) -> dict[str, str]:
+    """What determines an input's evaluation numbers besides its subset: k and the evaluation seed its
+    evaluations state, and every setting of its runs' ``workload.eval`` (temperature, top_k, top_p, the
+    response length, ...); each field's distinct values over the accepted runs, joined."""
+    values: dict[str, set[str]] = {}
+    for run in data.accepted:
+        for entry in data.evals.get(run, {}).values():
+            for name in ("k", "eval_seed"):
+                values.setdefault(name, set()).add(str(entry.get(name)))
+        config = (data.runs.get(run) or {}).get("config") or {}
+        settings = (config.get("workload") or {}).get("eval") if isinstance(config, dict) else None
+        for name, value in (settings or {}).items() if isinstance(settings, dict) else ():
+            if name not in _NOT_SAMPLING:
+                values.setdefault(str(name), set()).add(str(value))
+    return {name: "|".join(sorted(found)) for name, found in values.items()}
 
 
 def _labels(sides: list[Side]) -> list[str]:
@@ -200,7 +221,12 @@ def differences(sides: list[Side], arms: list[str]) -> list[str]:
     labels, found = _labels(sides), []
     for fact, read in COMPARABLE.items():
         values = [read(side.data) for side in sides]
-        if len({key for key, _ in values}) > 1:
+        if len({key for key, _ in values}) > 1 and fact == "eval sampling":  # only the fields that differ
+            fields = [dict(key) for key, _ in values]
+            differ = [f for f in dict.fromkeys(f for each in fields for f in each)
+                      if len({each.get(f, "—") for each in fields}) > 1]
+            found.append(f"{fact} ({'; '.join(label + ' ' + ', '.join(f'{f} {each.get(f, chr(8212))}' for f in differ) for label, each in zip(labels, fields))})")
+        elif len({key for key, _ in values}) > 1:
             found.append(f"{fact} ({'; '.join(f'{label} {shown}' for label, (_, shown) in zip(labels, values))})")
     by_trainers: dict[str, list[str]] = {}  # arms whose trainers differ alike are named together
     for arm in arms:

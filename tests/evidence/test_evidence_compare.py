@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from scipy import stats as scipy_stats
-from sweep_factory import make_sweep
+from sweep_factory import WORKLOAD, make_sweep
 
 from evidence import build_bundle
 from evidence.compare import CompareError, compare_paths
@@ -337,12 +337,24 @@ def _edit_jobs(sweep: Path, name: str, edit) -> None:
         path.write_text(json.dumps(record))
 
 
+def _eval_settings(after: Path, **changed) -> None:
+    """Both inputs' runs record the evaluation settings of a real run (run.json's config.workload.eval), the
+    after's with ``changed``."""
+    for sweep, values in ((after.parent / "before", {}), (after, changed)):
+        _edit_jobs(sweep, "run.json", lambda r, values=values: r["config"].setdefault("workload", {}).update(
+            eval={**WORKLOAD["eval"], **values}))
+
+
 @pytest.mark.parametrize(("fact", "change", "named"), [
     ("steps", lambda b: None, "steps (A 10; B 12)"),
     ("eval subset", lambda b: _edit_jobs(b, "eval.json", lambda r: [e.update(subset_sha256="cd" * 32) for e in r.values()]),
      "eval subset (A subset_sha256 "),
     ("eval sampling", lambda b: _edit_jobs(b, "eval.json", lambda r: [e.update(eval_seed=31) for e in r.values()]),
-     "eval sampling (A k 4, eval_seed 29; B k 4, eval_seed 31)"),
+     "eval sampling (A eval_seed 29; B eval_seed 31)"),
+    ("eval sampling", lambda b: _eval_settings(b, temperature=0.2, top_k=5),
+     "eval sampling (A temperature 1.0, top_k 0; B temperature 0.2, top_k 5)"),
+    ("eval sampling", lambda b: _eval_settings(b, top_p=0.9, max_response_len=16),
+     "eval sampling (A max_response_len 48, top_p 1.0; B max_response_len 16, top_p 0.9)"),
     ("trainer", lambda b: _edit_jobs(b, "run.json", lambda r: r.update(algorithm={"short": r["algo"], "trainer": "trl"})),
      "the trainer of grpo, rpp (A proofgrid; B trl)"),
 ])
