@@ -38,6 +38,7 @@ def _parser(prog: str = "python -m evidence") -> argparse.ArgumentParser:
     sign = sub.add_parser("sign", help="sign a bundle archive: <archive>.intoto.jsonl beside it (DSSE, in-toto)")
     sign.add_argument("archive", type=Path, nargs="?", help="the bundle.tar.gz to sign")
     sign.add_argument("--key", type=Path, metavar="FILE", help="the private key (PEM PKCS#8 or OpenSSH, unencrypted)")
+    sign.add_argument("--force", action="store_true", help="sign even a bundle whose audit has findings")
     sign.add_argument("--generate-key", type=Path, metavar="PATH",
                       help="write a new Ed25519 key pair, PATH (private, mode 0600) and PATH.pub, and sign nothing")
     validate = sub.add_parser("validate", help="validate one job directory or run directory")
@@ -145,6 +146,26 @@ def _sweep_of_archive_locked(archive: Path):
     return contextlib.nullcontext()
 
 
+def _audit_before_signing(archive: Path) -> str | None:
+    """Why ``archive`` is not signed (a signature vouches for it): the audit's findings, or None when clean."""
+    from evidence.audit import audit
+    from evidence.problems import UsageError
+
+    try:
+        problems = audit(archive)
+    except UsageError:  # not a bundle archive: sign_archive says so (a usage error)
+        return None
+    from facts.files import signature_path
+
+    stale = signature_path(archive).name  # an earlier signature: the one this signing replaces
+    problems = [p for p in problems if p.file != stale]
+    if not problems:
+        return None
+    first = "; ".join(str(p) for p in problems[:2])
+    return (f"{archive} fails its audit ({len(problems)} finding(s), first: {first}): not signed; run python -m "
+            f"evidence audit {archive} (--force signs it anyway)")
+
+
 def _sign(args) -> int:
     from evidence.problems import SigningError
     from evidence.signing import generate_key, key_label, load_signer, sign_archive
@@ -164,6 +185,9 @@ def _sign(args) -> int:
         if args.archive.is_file():
             load_signer(args.key)  # bad key input is refused before the lock (which records its holder) is taken
         with _sweep_of_archive_locked(args.archive):
+            refused = None if args.force or not args.archive.is_file() else _audit_before_signing(args.archive)
+            if refused is not None:
+                return _fail(refused, EXIT_FINDINGS)
             signature, key = sign_archive(args.archive, args.key)
     except SigningError as exc:
         return _fail(str(exc))

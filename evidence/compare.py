@@ -18,11 +18,11 @@ shared arm's trainer). Every refusal is one line (``CompareError``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from evidence import stats
-from evidence.dataset import EVAL_FLOAT_COLUMNS, BundleData, csv_text
+from evidence.dataset import EVAL_FLOAT_COLUMNS, SETTINGS_FILE, BundleData, csv_text
 from evidence.fileio import JSONError
 from evidence.measures import EVAL_PREFIX, LAST_K, POINTS_PER_UNIT, Measure, arm_values, parse_measure
 from evidence.problems import CompareError, LoadError
@@ -36,6 +36,7 @@ from evidence.statistics.resampling import (
 )
 from evidence.tables import arms as arm_order
 from evidence.tables import trainer_of
+from facts.files import BUNDLE_DIR, SWEEP_RECORD, bundle_payload_dir, sweep_bundle_payload
 from facts.trainers import PROOFGRID_TRAINER
 
 DEFAULT_METRICS = ("train/loss", "train/grad_norm", "rollout/raw_reward", "eval/pass@1")
@@ -50,6 +51,7 @@ class Side:
 
     name: str
     data: BundleData
+    audited: list = field(default_factory=list)  # the audit's findings on a bundle input (compared with --force)
 
 
 # ---- loading ---------------------------------------------------------------------------------
@@ -72,6 +74,42 @@ def load_side(path: str | Path, last_k: int, label: str = "") -> Side:
     except READ_ERRORS as exc:
         raise CompareError(f"{lead}{path}: cannot read its evidence ({exc.__class__.__name__}: {exc})") from None
     return side
+
+
+def _bundle_of(path: Path) -> Path | None:
+    """The bundle an input is read from (an archive, a bundle directory, a sweep's built ``bundle/``), or
+    None for a sweep evaluated in memory (its runs pass the build's gates: their evaluations re-scored)."""
+    if path.is_file():
+        return path
+    if (bundle_payload_dir(path) / SETTINGS_FILE).is_file():
+        return path
+    if (sweep_bundle_payload(path) / SETTINGS_FILE).is_file():
+        return path / BUNDLE_DIR
+    return None
+
+
+def audit_inputs(paths, labels: list[str], sides: list[Side], force: bool) -> None:
+    """Each bundle input held to the audit (``evidence.audit``): one whose audit has findings is refused
+    (one line naming each such input, its first findings and the audit to run) unless ``force``; forced,
+    its findings are kept on its side and said under the table."""
+    from evidence.audit import audit  # the audit's checks: re-scoring, statistics, recomputation, records
+    from evidence.problems import SigningError, UsageError
+
+    refused = []
+    for path, label, side in zip(paths, labels, sides):
+        bundle = _bundle_of(Path(path))
+        if bundle is None:
+            continue
+        try:
+            side.audited = audit(bundle)
+        except (UsageError, SigningError) as exc:
+            side.audited = [str(exc)]
+        if side.audited:
+            first = "; ".join(str(p) for p in side.audited[:2])
+            refused.append(f"{label}: {bundle} fails its audit ({len(side.audited)} finding(s), first: {first}): "
+                           f"run python -m evidence audit {bundle}")
+    if refused and not force:
+        raise CompareError(" | ".join(refused) + " (--force compares them anyway)")
 
 
 def _readable(side: Side) -> None:
@@ -99,13 +137,36 @@ def check_metrics(measures: list[Measure], requested: list[str], sides: list[Sid
             raise CompareError(f"--metric {measure.metric}: no input logs it; known: {', '.join(known)}")
 
 
-def csv_target(csv_path: str | Path) -> Path:
-    """Where ``--csv`` writes, checked before anything is read: a file in an existing directory."""
+def _evidence_roots(path: Path) -> list[Path]:
+    """What an input's evidence is, none of which ``--csv`` may name: the input itself, and the sweep
+    directory that holds it (a sweep's ``bundle/`` or ``bundle.tar.gz``, with the archive's sidecars)."""
+    path = path.resolve()
+    roots = [path]
+    archive = path if path.is_file() else path.with_name(path.name + ".tar.gz")  # a bundle's archive beside it
+    roots += [archive, *(archive.with_name(archive.name + suffix) for suffix in (".sha256", ".intoto.jsonl"))]
+    if (path.parent / SWEEP_RECORD).is_file():
+        roots.append(path.parent)
+    return roots
+
+
+def csv_target(csv_path: str | Path, inputs=(), force: bool = False) -> Path:
+    """Where ``--csv`` writes, checked before anything is read: a file in an existing directory that is
+    not an input, lies in no input's bundle or sweep directory (never, not even with ``force``), and is
+    not an existing file unless ``force``."""
     path = Path(csv_path)
     if path.is_dir():
         raise CompareError(f"--csv {path}: is a directory; name the file to write (such as {path / 'compare.csv'})")
     if not path.parent.is_dir():
         raise CompareError(f"--csv {path}: no directory {path.parent} to write it in")
+    resolved = path.resolve()
+    for given in inputs:
+        for root in _evidence_roots(Path(given)):
+            if resolved == root or root in resolved.parents:
+                what = "is" if resolved == Path(given).resolve() else f"is {root} or in it, the evidence of"
+                raise CompareError(f"--csv {path}: {what} the input {given}; the comparison never overwrites "
+                                   "evidence: write it elsewhere (such as ./compare.csv)")
+    if path.exists() and not force:
+        raise CompareError(f"--csv {path}: the file exists; name a new file, or --force to replace it")
     return path
 
 
@@ -125,8 +186,29 @@ COMPARABLE = {
     "workload": lambda data: (str(data.sweep.get("workload")), repr(data.sweep.get("workload"))),
     "steps": lambda data: (data.n_updates, str(data.n_updates)),
     "eval subset": lambda data: _evaluations(data, ("subset_sha256", "n_prompts")),
-    "eval sampling": lambda data: _evaluations(data, ("k", "eval_seed")),
+    "eval sampling": lambda data: (tuple(sorted(_sampling(data).items())),
+                                   ", ".join(f"{f} {v}" for f, v in _sampling(data).items()) or "no evaluation"),
 }
+# The evaluation settings a run's config records that are not its sampling's identity: how often it evaluates
+# during training (the final numbers do not depend on it), and the subset's size (fact "eval subset").
+_NOT_SAMPLING = {"every", "n_prompts", "k", "seed"}  # k and the seed: read from the evaluations themselves
+
+
+def _sampling(data: BundleData) -> dict[str, str]:
+    """What determines an input's evaluation numbers besides its subset: k and the evaluation seed its
+    evaluations state, and every setting of its runs' ``workload.eval`` (temperature, top_k, top_p, the
+    response length, ...); each field's distinct values over the accepted runs, joined."""
+    values: dict[str, set[str]] = {}
+    for run in data.accepted:
+        for entry in data.evals.get(run, {}).values():
+            for name in ("k", "eval_seed"):
+                values.setdefault(name, set()).add(str(entry.get(name)))
+        config = (data.runs.get(run) or {}).get("config") or {}
+        settings = (config.get("workload") or {}).get("eval") if isinstance(config, dict) else None
+        for name, value in (settings or {}).items() if isinstance(settings, dict) else ():
+            if name not in _NOT_SAMPLING:
+                values.setdefault(str(name), set()).add(str(value))
+    return {name: "|".join(sorted(found)) for name, found in values.items()}
 
 
 def _labels(sides: list[Side]) -> list[str]:
@@ -139,7 +221,12 @@ def differences(sides: list[Side], arms: list[str]) -> list[str]:
     labels, found = _labels(sides), []
     for fact, read in COMPARABLE.items():
         values = [read(side.data) for side in sides]
-        if len({key for key, _ in values}) > 1:
+        if len({key for key, _ in values}) > 1 and fact == "eval sampling":  # only the fields that differ
+            fields = [dict(key) for key, _ in values]
+            differ = [f for f in dict.fromkeys(f for each in fields for f in each)
+                      if len({each.get(f, "—") for each in fields}) > 1]
+            found.append(f"{fact} ({'; '.join(label + ' ' + ', '.join(f'{f} {each.get(f, chr(8212))}' for f in differ) for label, each in zip(labels, fields))})")
+        elif len({key for key, _ in values}) > 1:
             found.append(f"{fact} ({'; '.join(f'{label} {shown}' for label, (_, shown) in zip(labels, values))})")
     by_trainers: dict[str, list[str]] = {}  # arms whose trainers differ alike are named together
     for arm in arms:
@@ -344,7 +431,9 @@ def _describe(label: str, side: Side) -> str:
     sweep = side.data.sweep
     return (f"- {label}: {side.name}: workload {sweep.get('workload', '—')}, commit "
             f"{str(sweep.get('source_commit') or '—')[:12]}, seeds {', '.join(map(str, sweep.get('seeds', [])))}, "
-            f"{len(side.data.accepted)} accepted run(s)")
+            f"{len(side.data.accepted)} accepted run(s)"
+            + (f"; compared with --force although its audit has {len(side.audited)} finding(s), first: "
+               f"{side.audited[0]}" if side.audited else ""))
 
 
 def _one_sided(a: Side, b: Side) -> list[str]:
@@ -431,10 +520,11 @@ def compare_paths(path_a, path_b, metrics: list[str] | None = None, last_k: int 
         measures = [parse_measure(name, None, None if name.startswith("eval/") else last_k) for name in names]
     except ValueError as exc:
         raise CompareError(f"--metric: {exc}") from None
-    target = None if csv_path is None else csv_target(csv_path)
     paths = (path_a, path_b, *more)
+    target = None if csv_path is None else csv_target(csv_path, paths, force)
     labels = ["A", "B"] if len(paths) == 2 else [f"input {n}" for n in range(1, len(paths) + 1)]
     sides = [load_side(path, last_k, label) for path, label in zip(paths, labels)]
+    audit_inputs(paths, labels, sides, force)
     check_metrics(measures, list(metrics or []), sides)
     try:
         if len(sides) == 2:

@@ -31,7 +31,7 @@ from evidence.problems import ExportError
 from evidence.results import read_evidence
 from evidence.tables import accepted_runs, flatten
 from evidence.tables import arms as arm_order
-from facts.files import EXPORTS_DIR, SWEEP_RECORD
+from facts.files import BUNDLE_DIR, EXPORTS_DIR, SWEEP_RECORD
 
 TOOLS = ("wandb", "mlflow")
 # Module each tool needs, and the one command that installs both (the pinned `export` extra).
@@ -223,6 +223,12 @@ def export(path: str | Path, to: str, out: str | Path | None = None, project: st
     out = Path(out) if out is not None else default_out(path, to)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ExportError(f"{out} already holds something (an earlier export?): remove it or pass --out")
+    resolved, source = out.resolve(), path.resolve()
+    sealed = [source] if source.is_dir() and not (source / SWEEP_RECORD).is_file() else [source / BUNDLE_DIR]
+    for bag in sealed:  # a bundle's bag: anything written in it breaks its seal
+        if resolved == bag or bag in resolved.parents:
+            raise ExportError(f"--out {out}: lies in the sealed bundle {bag}; writing there breaks its seal: "
+                              "choose a directory outside it")
     runs = runs_of(data)
     if not runs:
         raise ExportError(f"{name}: no accepted run to export")

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from scipy import stats as scipy_stats
-from sweep_factory import make_sweep
+from sweep_factory import WORKLOAD, make_sweep
 
 from evidence import build_bundle
 from evidence.compare import CompareError, compare_paths
@@ -337,12 +337,24 @@ def _edit_jobs(sweep: Path, name: str, edit) -> None:
         path.write_text(json.dumps(record))
 
 
+def _eval_settings(after: Path, **changed) -> None:
+    """Both inputs' runs record the evaluation settings of a real run (run.json's config.workload.eval), the
+    after's with ``changed``."""
+    for sweep, values in ((after.parent / "before", {}), (after, changed)):
+        _edit_jobs(sweep, "run.json", lambda r, values=values: r["config"].setdefault("workload", {}).update(
+            eval={**WORKLOAD["eval"], **values}))
+
+
 @pytest.mark.parametrize(("fact", "change", "named"), [
     ("steps", lambda b: None, "steps (A 10; B 12)"),
     ("eval subset", lambda b: _edit_jobs(b, "eval.json", lambda r: [e.update(subset_sha256="cd" * 32) for e in r.values()]),
      "eval subset (A subset_sha256 "),
     ("eval sampling", lambda b: _edit_jobs(b, "eval.json", lambda r: [e.update(eval_seed=31) for e in r.values()]),
-     "eval sampling (A k 4, eval_seed 29; B k 4, eval_seed 31)"),
+     "eval sampling (A eval_seed 29; B eval_seed 31)"),
+    ("eval sampling", lambda b: _eval_settings(b, temperature=0.2, top_k=5),
+     "eval sampling (A temperature 1.0, top_k 0; B temperature 0.2, top_k 5)"),
+    ("eval sampling", lambda b: _eval_settings(b, top_p=0.9, max_response_len=16),
+     "eval sampling (A max_response_len 48, top_p 1.0; B max_response_len 16, top_p 0.9)"),
     ("trainer", lambda b: _edit_jobs(b, "run.json", lambda r: r.update(algorithm={"short": r["algo"], "trainer": "trl"})),
      "the trainer of grpo, rpp (A proofgrid; B trl)"),
 ])
@@ -484,3 +496,95 @@ def test_an_unpaired_comparison_has_no_mde_or_bootstrap_interval(tmp_path):
     row = csv_rows(tmp_path / "cmp.csv")[("eval/pass@1", "grpo")]
     assert row["pairing"] == "unpaired" and row["mde"] == row["boot_low"] == row["boot_high"] == ""
     assert table_line(result.stdout, "eval/pass@1", "grpo")[8:10] == ["—", "—"]
+
+
+@pytest.fixture(scope="module")
+def built_pair(tmp_path_factory):
+    """Two built sweeps (bundle directory and archive each), shared by the tests that only read them."""
+    root = tmp_path_factory.mktemp("built")
+    a, b = before_after(root)
+    build_bundle(a, figures=False)
+    build_bundle(b, figures=False)
+    return a, b
+
+
+@pytest.mark.parametrize(("inputs", "target", "said"), [
+    (("a/bundle.tar.gz", "b/bundle"), "a/bundle.tar.gz", "is the input"),
+    (("a/bundle.tar.gz", "b/bundle"), "a/bundle.tar.gz.sha256", "the evidence of the input"),
+    (("a/bundle", "b/bundle"), "a/bundle/data/index.csv", "the evidence of the input"),
+    (("a/bundle", "b/bundle"), "a/bundle.tar.gz", "the evidence of the input"),
+    (("a/bundle", "b"), "b/report.md", "the evidence of the input"),
+    (("a/bundle.tar.gz", "b/bundle"), "a/sweep.json", "the evidence of the input"),
+    (("a/bundle", "b/bundle"), "b/new.csv", "the evidence of the input"),
+])
+def test_a_csv_target_in_an_inputs_evidence_is_refused_even_with_force_and_nothing_is_overwritten(
+        built_pair, inputs, target, said):
+    a, b = built_pair
+    where = {"a": a, "b": b}
+    path = lambda rel: where[rel.split("/")[0]].joinpath(*rel.split("/")[1:])  # noqa: E731
+    before = {p: p.read_bytes() for p in [*a.rglob("*"), *b.rglob("*")] if p.is_file()}
+    with pytest.raises(CompareError, match="the comparison never overwrites evidence") as refused:
+        compare_paths(path(inputs[0]), path(inputs[1]), force=True, csv_path=path(target))
+    assert said in str(refused.value)
+    assert {p: p.read_bytes() for p in [*a.rglob("*"), *b.rglob("*")] if p.is_file()} == before
+
+
+def test_compare_csv_over_the_input_archive_or_an_existing_file_is_one_line_and_keeps_it(built_pair, tmp_path):
+    a, b = built_pair
+    archive = a / "bundle.tar.gz"
+    kept = archive.read_bytes()
+    refused = one_line_refusal(cli(archive, b / "bundle", "--csv", archive))
+    assert f"--csv {archive}: is the input {archive}; the comparison never overwrites evidence" in refused
+    assert archive.read_bytes() == kept
+    existing = tmp_path / "old.csv"
+    existing.write_text("mine\n")
+    refused = one_line_refusal(cli(archive, b / "bundle", "--csv", existing))
+    assert f"--csv {existing}: the file exists; name a new file, or --force to replace it" in refused
+    assert existing.read_text() == "mine\n"
+    assert cli(archive, b / "bundle", "--csv", existing, "--force").returncode == 0
+    assert existing.read_text().startswith("metric,")
+
+
+def _forged(built: Path, into: Path) -> Path:
+    """A copy of a built sweep whose bundle states pass@1 = 1.0 for rpp-1's final evaluation, resealed
+    (crate and manifests restated): the bag verifies, only the audit's re-scoring can tell."""
+    import shutil
+
+    sweep = into / built.name
+    shutil.copytree(built, sweep)
+    (sweep / "bundle.tar.gz").unlink()
+    run_eval = next((sweep / "bundle" / "data" / "runs").glob("rpp-*1/eval.json"))
+    record = json.loads(run_eval.read_text())
+    record["final"]["pass@1"] = 1.0
+    run_eval.write_text(json.dumps(record))
+    reseal_bag(sweep / "bundle")
+    return sweep
+
+
+@pytest.mark.parametrize("given", ["bundle", "sweep", "archive"])
+def test_a_resealed_bundle_the_audit_rejects_is_refused_naming_its_findings_unless_forced(built_pair, tmp_path, given):
+    import tarfile
+
+    a, b = built_pair
+    sweep = _forged(b, tmp_path)
+    path = {"bundle": sweep / "bundle", "sweep": sweep, "archive": tmp_path / "forged.tar.gz"}[given]
+    if given == "archive":
+        with tarfile.open(path, "w:gz") as tar:
+            tar.add(sweep / "bundle", arcname="bundle")
+    with pytest.raises(CompareError) as refused:
+        compare_paths(a / "bundle.tar.gz", path, metrics=["eval/pass@1"])
+    message = str(refused.value)
+    assert message.startswith("B: ") and "fails its audit" in message and "run python -m evidence audit" in message
+    assert "data/runs/rpp-1/eval.json" in message and "pass@1" in message, message
+    assert "A: " not in message  # the honest input is not named
+    forced = compare_paths(a / "bundle.tar.gz", path, metrics=["eval/pass@1"], force=True)
+    assert "compared with --force although its audit has" in forced
+
+
+def test_compare_refuses_a_resealed_forgery_in_one_line_through_the_cli(built_pair, tmp_path):
+    a, b = built_pair
+    sweep = _forged(b, tmp_path)
+    message = one_line_refusal(cli(a / "bundle.tar.gz", sweep / "bundle", "--metric", "eval/pass@1"))
+    assert f"B: {sweep / 'bundle'} fails its audit (" in message
+    assert "rpp-1 final pass@1 differs from data/runs/rpp-1/eval.json" in message
+    assert f"run python -m evidence audit {sweep / 'bundle'}" in message

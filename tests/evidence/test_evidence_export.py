@@ -148,3 +148,14 @@ def test_export_refuses_an_unknown_tool_in_one_line(sweep, tmp_path):
     result, _, _ = run_export(tmp_path, "--to", "tensorboard", sweep)
     assert result.returncode == 2 and result.stderr.count("\n") == 1
     assert "argument --to: invalid choice: 'tensorboard'" in result.stderr
+
+
+@pytest.mark.parametrize(("given", "out"), [("bundle", "bundle/exports"), ("sweep", "bundle/data/w"),
+                                           ("bundle", "bundle/data/runs/x")])
+def test_export_refuses_an_out_in_the_sealed_bundle_in_one_line_and_writes_nothing(sweep, tmp_path, given, out):
+    before = sorted(p.relative_to(sweep) for p in (sweep / "bundle").rglob("*"))
+    source = sweep / "bundle" if given == "bundle" else sweep
+    result, _, _ = run_export(tmp_path, "--to", "wandb", source, "--out", sweep / out)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert f"lies in the sealed bundle {sweep / 'bundle'}; writing there breaks its seal" in result.stderr
+    assert sorted(p.relative_to(sweep) for p in (sweep / "bundle").rglob("*")) == before

@@ -275,3 +275,29 @@ def test_bad_input_is_one_line_before_anything_runs(built, keys, tmp_path, case)
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("python -m evidence: error: "), done.stderr
     assert all(word in done.stderr for word in words), done.stderr
     assert {p.name: p.stat().st_mtime_ns for p in built.iterdir()} == before  # nothing written beside the bundle
+
+
+def test_sign_refuses_a_resealed_forgery_the_audit_rejects_in_one_line_unless_forced(built, keys, tmp_path):
+    import hashlib
+    import tarfile
+
+    from tests.sweeps import reseal_bag
+
+    sweep = Path(shutil.copytree(built, tmp_path / "sweep"))
+    run_eval = next((sweep / "bundle" / "data" / "runs").glob("*/eval.json"))
+    record = json.loads(run_eval.read_text())
+    record["final"]["pass@1"] = 1.0
+    run_eval.write_text(json.dumps(record))
+    reseal_bag(sweep / "bundle")
+    archive = sweep / "bundle.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(sweep / "bundle", arcname="bundle")
+    sidecar = Path(str(archive) + ".sha256")
+    sidecar.write_text(sidecar.read_text().replace(sidecar.read_text().split()[0],
+                                                   hashlib.sha256(archive.read_bytes()).hexdigest()))
+    done = evidence("sign", archive, "--key", keys["signer"])
+    assert done.returncode == 1 and done.stdout == "" and done.stderr.count("\n") == 1, done.stderr
+    assert f"{archive} fails its audit (" in done.stderr and "not signed; run python -m evidence audit" in done.stderr
+    assert "eval.json" in done.stderr and not Path(str(archive) + SIG).exists()
+    forced = evidence("sign", archive, "--key", keys["signer"], "--force")
+    assert forced.returncode == 0 and Path(str(archive) + SIG).is_file(), forced.stderr
