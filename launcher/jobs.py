@@ -19,6 +19,7 @@ from facts.files import (
     COMMAND_PUBLIC_RECORD,
     COMMAND_RECORD,
     EVAL_RECORD,
+    EXPERIMENT_FILE,
     JOB_RECORD,
     JOB_SPEC,
     METRICS_LOG,
@@ -85,6 +86,29 @@ def check_arms(sweep_dir: Path, arms: dict[str, dict[str, str]]) -> None:
             old = " ".join(f"{k}={v}" for k, v in sorted(recorded[label].items()))
             raise PreflightError(f"{sweep_dir} holds arm {label} run with other settings ({old}); a sweep "
                                  "directory holds one frozen grid: use a new hydra.sweep.dir")
+
+
+def check_plain_sweep(sweep_dir: Path, jobs: list[str]) -> None:
+    """Refuse, before anything is written, a plain sweep into a directory that holds another grid (a subset,
+    a superset or a changed one: re-sealing would rewrite the plan of record and replace its sealed bundle),
+    or into a stage of a pre-registered experiment (only the experiment's own command runs its stages)."""
+    from launcher.experiment.registration import REGISTRATION  # noqa: PLC0415 (the experiment package imports this one)
+
+    path = sweep_dir / SWEEP_RECORD
+    recorded = json.loads(path.read_text()) if path.is_file() else {}
+    if (sweep_dir.parent / REGISTRATION).is_file() or (sweep_dir / EXPERIMENT_FILE).is_file() \
+            or recorded.get("experiment_sha256"):
+        raise PreflightError(f"{sweep_dir} is a stage of the pre-registered experiment in {sweep_dir.parent}: a plain "
+                             "sweep would rewrite its plan and reseal its bundle; re-run the experiment's own command "
+                             f"(launch.py experiment=... hydra.run.dir={sweep_dir.parent}) or use a new hydra.sweep.dir")
+    old = recorded.get("jobs")
+    if old is not None and list(old) != list(jobs):
+        missing, extra = [j for j in old if j not in jobs], [j for j in jobs if j not in old]
+        diff = "; ".join(part for part in (f"without {', '.join(missing)}" if missing else "",
+                                           f"with {', '.join(extra)}" if extra else "") if part) or "in another order"
+        raise PreflightError(f"{sweep_dir} holds a sweep of {len(old)} job(s) ({', '.join(old)}); this grid is another "
+                             f"one ({diff}); a sweep directory holds one frozen grid: re-run its own grid or use a new "
+                             "hydra.sweep.dir")
 
 
 def prepare_job_dirs(sweep: Sweep) -> list[JobSpec]:

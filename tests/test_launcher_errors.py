@@ -181,3 +181,17 @@ def test_the_run_dir_reaches_the_trainer_exactly_whatever_its_characters(path):
 
     (parsed,) = OverridesParser.create().parse_overrides([f"output_dir={hydra_value(path)}"])
     assert not parsed.is_sweep_override() and parsed.value() == path
+
+
+def test_a_smaller_grid_or_a_plain_sweep_in_an_experiment_stage_is_refused_before_anything_is_written(tmp_path):
+    base = ("algo=grpo", "seed=1,2", "workload.n_updates=2", "dry_run=true")
+    assert launch_in_process(tmp_path / "s", *base).returncode == 0
+    plan = (tmp_path / "s" / "sweep.json").read_bytes()
+    proc = launch_in_process(tmp_path / "s", *base[:1], "seed=1", *base[2:])  # a subset of the recorded grid
+    assert proc.returncode == 2
+    _one_line_error(proc, "holds a sweep of 2 job(s) (grpo-1, grpo-2); this grid is another one (without grpo-2)")
+    assert (tmp_path / "s" / "sweep.json").read_bytes() == plan
+    (tmp_path / "registration.json").write_text("{}")  # tmp_path is now an experiment, s its stage
+    proc = launch_in_process(tmp_path / "s", *base)
+    assert proc.returncode == 2
+    _one_line_error(proc, "is a stage of the pre-registered experiment")
