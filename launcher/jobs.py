@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 from pathlib import Path
 
 from evidence.index import evaluate_job
-from facts import run_dir_of_job
+from facts import INITIAL_EVAL_DIR, JOBS_DIR, run_dir_of_job
 from facts.files import (
     ATTEMPTS_DIR,
     COMMAND_PUBLIC_RECORD,
@@ -86,6 +87,21 @@ def check_arms(sweep_dir: Path, arms: dict[str, dict[str, str]]) -> None:
             old = " ".join(f"{k}={v}" for k, v in sorted(recorded[label].items()))
             raise PreflightError(f"{sweep_dir} holds arm {label} run with other settings ({old}); a sweep "
                                  "directory holds one frozen grid: use a new hydra.sweep.dir")
+
+
+def check_planned_by_this_launcher(sweep: Sweep) -> None:
+    """Refuse a sweep whose directory holds a shared initial evaluation or job directories this launcher did not
+    plan: ``initial_eval/`` or ``jobs/`` with no ``sweep.json`` (placed there before the sweep was planned), or
+    ``initial_eval/`` before any job of the plan was prepared (its jobs would reuse an evaluation no job of this
+    sweep computed, as if this sweep had computed it)."""
+    planted = [name for name in (INITIAL_EVAL_DIR, JOBS_DIR) if os.path.lexists(sweep.sweep_dir / name)]
+    if planted and not (sweep.sweep_dir / SWEEP_RECORD).is_file():
+        raise PreflightError(f"{sweep.sweep_dir} holds {' and '.join(f'{n}/' for n in planted)} but no "
+                             f"{SWEEP_RECORD}: this launcher did not plan them; use a new hydra.sweep.dir")
+    if os.path.lexists(sweep.sweep_dir / INITIAL_EVAL_DIR) and not any(
+            (s.job_dir / JOB_SPEC).is_file() for s in sweep.specs):
+        raise PreflightError(f"{sweep.sweep_dir} holds {INITIAL_EVAL_DIR}/ before any job of this sweep ran: no job "
+                             "of it computed that evaluation; use a new hydra.sweep.dir")
 
 
 def check_plain_sweep(sweep_dir: Path, jobs: list[str]) -> None:

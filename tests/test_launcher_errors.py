@@ -8,6 +8,7 @@ refusal runs it as a process, as users do."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -195,3 +196,22 @@ def test_a_smaller_grid_or_a_plain_sweep_in_an_experiment_stage_is_refused_befor
     proc = launch_in_process(tmp_path / "s", *base)
     assert proc.returncode == 2
     _one_line_error(proc, "is a stage of the pre-registered experiment")
+
+
+def test_a_shared_evaluation_or_job_directories_the_launcher_did_not_plan_are_refused(tmp_path):
+    """A shared initial evaluation placed in the sweep directory before any job of the sweep ran would be reused
+    by every job as if this sweep had computed it (adv B2): refused in one line, before and after the plan."""
+    base = ("algo=grpo", "seed=1,2", "workload.n_updates=2", "dry_run=true")
+    (tmp_path / "s" / "initial_eval" / "8a2c2e6ac837").mkdir(parents=True)
+    (tmp_path / "s" / "initial_eval" / "8a2c2e6ac837" / "eval.json").write_text("{}\n")
+    proc = launch_in_process(tmp_path / "s", *base)
+    assert proc.returncode == 2
+    _one_line_error(proc, "holds initial_eval/ but no sweep.json: this launcher did not plan them")
+    assert not (tmp_path / "s" / "sweep.json").exists()
+    (tmp_path / "j" / "jobs" / "grpo-1").mkdir(parents=True)
+    _one_line_error(launch_in_process(tmp_path / "j", *base), "holds jobs/ but no sweep.json")
+    assert launch_in_process(tmp_path / "p", *base).returncode == 0  # planned (sweep.json), no job ran yet
+    shutil.copytree(tmp_path / "s" / "initial_eval", tmp_path / "p" / "initial_eval")
+    proc = launch_in_process(tmp_path / "p", *base)
+    assert proc.returncode == 2
+    _one_line_error(proc, "holds initial_eval/ before any job of this sweep ran")
