@@ -33,6 +33,7 @@ from facts.states import COMPLETED, FAILED, IN_FLIGHT_STATES, PENDING, VIEW_QUEU
 from launcher.backend import refresh_job_records
 from launcher.errors import LockHeld, PreflightError, SchedulerUnavailable
 from launcher.interrupts import signals_interrupt, signum_of
+from launcher.jobs import check_plain_sweep
 from launcher.liveness import mark_dead_local_jobs
 from launcher.locks import sweep_lock
 from launcher.overrides import one_line
@@ -54,6 +55,7 @@ def launch_grid(root_cfg, cells: list[list[str]], sweep_dir: str, compose) -> in
             check_launch_environment(sweep.sweep_dir, sweep.cluster, sweep.dry_run)
         except (HydraException, OmegaConfBaseException) as exc:
             return _error(f"bad grid: {one_line(exc)}")
+        check_plain_sweep(sweep.sweep_dir, [s.name for s in sweep.specs])  # before anything is written
         with sweep_lock(sweep.sweep_dir):  # one launcher per sweep directory, refused at once
             return run_sweep(sweep)
 

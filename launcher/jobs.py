@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 from pathlib import Path
 
 from evidence.index import evaluate_job
-from facts import run_dir_of_job
+from facts import INITIAL_EVAL_DIR, JOBS_DIR, run_dir_of_job
 from facts.files import (
     ATTEMPTS_DIR,
     COMMAND_PUBLIC_RECORD,
     COMMAND_RECORD,
     EVAL_RECORD,
+    EXPERIMENT_FILE,
     JOB_RECORD,
     JOB_SPEC,
     METRICS_LOG,
@@ -85,6 +87,44 @@ def check_arms(sweep_dir: Path, arms: dict[str, dict[str, str]]) -> None:
             old = " ".join(f"{k}={v}" for k, v in sorted(recorded[label].items()))
             raise PreflightError(f"{sweep_dir} holds arm {label} run with other settings ({old}); a sweep "
                                  "directory holds one frozen grid: use a new hydra.sweep.dir")
+
+
+def check_planned_by_this_launcher(sweep: Sweep) -> None:
+    """Refuse a sweep whose directory holds a shared initial evaluation or job directories this launcher did not
+    plan: ``initial_eval/`` or ``jobs/`` with no ``sweep.json`` (placed there before the sweep was planned), or
+    ``initial_eval/`` before any job of the plan was prepared (its jobs would reuse an evaluation no job of this
+    sweep computed, as if this sweep had computed it)."""
+    planted = [name for name in (INITIAL_EVAL_DIR, JOBS_DIR) if os.path.lexists(sweep.sweep_dir / name)]
+    if planted and not (sweep.sweep_dir / SWEEP_RECORD).is_file():
+        raise PreflightError(f"{sweep.sweep_dir} holds {' and '.join(f'{n}/' for n in planted)} but no "
+                             f"{SWEEP_RECORD}: this launcher did not plan them; use a new hydra.sweep.dir")
+    if os.path.lexists(sweep.sweep_dir / INITIAL_EVAL_DIR) and not any(
+            (s.job_dir / JOB_SPEC).is_file() for s in sweep.specs):
+        raise PreflightError(f"{sweep.sweep_dir} holds {INITIAL_EVAL_DIR}/ before any job of this sweep ran: no job "
+                             "of it computed that evaluation; use a new hydra.sweep.dir")
+
+
+def check_plain_sweep(sweep_dir: Path, jobs: list[str]) -> None:
+    """Refuse, before anything is written, a plain sweep into a directory that holds another grid (a subset,
+    a superset or a changed one: re-sealing would rewrite the plan of record and replace its sealed bundle),
+    or into a stage of a pre-registered experiment (only the experiment's own command runs its stages)."""
+    from launcher.experiment.registration import REGISTRATION  # noqa: PLC0415 (the experiment package imports this one)
+
+    path = sweep_dir / SWEEP_RECORD
+    recorded = json.loads(path.read_text()) if path.is_file() else {}
+    if (sweep_dir.parent / REGISTRATION).is_file() or (sweep_dir / EXPERIMENT_FILE).is_file() \
+            or recorded.get("experiment_sha256"):
+        raise PreflightError(f"{sweep_dir} is a stage of the pre-registered experiment in {sweep_dir.parent}: a plain "
+                             "sweep would rewrite its plan and reseal its bundle; re-run the experiment's own command "
+                             f"(launch.py experiment=... hydra.run.dir={sweep_dir.parent}) or use a new hydra.sweep.dir")
+    old = recorded.get("jobs")
+    if old is not None and list(old) != list(jobs):
+        missing, extra = [j for j in old if j not in jobs], [j for j in jobs if j not in old]
+        diff = "; ".join(part for part in (f"without {', '.join(missing)}" if missing else "",
+                                           f"with {', '.join(extra)}" if extra else "") if part) or "in another order"
+        raise PreflightError(f"{sweep_dir} holds a sweep of {len(old)} job(s) ({', '.join(old)}); this grid is another "
+                             f"one ({diff}); a sweep directory holds one frozen grid: re-run its own grid or use a new "
+                             "hydra.sweep.dir")
 
 
 def prepare_job_dirs(sweep: Sweep) -> list[JobSpec]:

@@ -18,7 +18,7 @@ from facts.files import (
     bundle_payload_dir,
 )
 from launcher.backend import backend
-from launcher.jobs import check_arms, prepare_job_dirs
+from launcher.jobs import check_arms, check_planned_by_this_launcher, prepare_job_dirs
 from launcher.locks import sweep_lock
 from launcher.plan import expanded_commands, write_plan
 from launcher.spec import JobSpec, Sweep
@@ -29,6 +29,7 @@ HEADLINE_TABLE = "headline.csv"  # evidence.tables.headline_table: one row, the 
 def run_sweep(sweep: Sweep) -> int:
     """Dry-run or run the sweep; returns the process exit code."""
     check_arms(sweep.sweep_dir, sweep.arms)
+    check_planned_by_this_launcher(sweep)
     if sweep.dry_run and (sweep.sweep_dir / SWEEP_RECORD).is_file():
         # A sweep's records are what its runs, its seal and an experiment's pre-registration link read
         # (confirm/sweep.json's experiment_sha256): a dry run prints and changes none of them.

@@ -111,6 +111,7 @@ def test_unknown_experiment_is_one_line(tmp_path):
     (("workload.max_grad_norm=0.5",), None),  # a shared override is fine ...
     (("algo=grpo",), "would change arm is_pg's own setting"),  # ... one that rewrites an arm is not
     (("seed=5",), "the spec's seeds are pre-registered"),
+    (("+experiment.settings.seed=5",), "settings sets seed=5; the spec's seeds are pre-registered"),  # the spec's own
 ])
 def test_bad_experiment_input_is_refused_in_one_line_before_anything_starts(tmp_path, overrides, message):
     proc = _experiment(tmp_path, "experiment=stale_score_centering", *overrides, "dry_run=true")
@@ -206,6 +207,18 @@ def test_a_corrupt_registration_is_one_line_naming_the_file_and_the_fix(tmp_path
     (_spec(certify={"stages": ["tuning"]}), "certify.stages names tuning, but the spec has no tuning stage"),
     (_spec(seeds={"n": "auto", "min": 3, "max": 10}, certify={"stages": ["confirm"]}),
      "certify.stages names confirm, but its seeds are sized (seeds: {n: auto}); certify a design with a fixed list"),
+    # a setting the stages own, set by the spec (adv B17): the stage's own layer would silently win or lose
+    (_spec(settings={"seed": 5}), "settings sets seed=5; the spec's seeds are pre-registered"),
+    (_spec(arms={"base": {"algo": "is_pg", "seed": 7}, "treat": {"algo": "score_centering"}}),
+     "arm base sets seed=7; the spec's seeds are pre-registered"),
+    (_spec(probe={"gradient_check": {"baseline": "base", "treatment": "treat", "settings": {"seed": 2}}}),
+     "probe.gradient_check.settings sets seed=2"),
+    (_spec(probe={"staleness_check": {"arm": "base", "settings": {"seed": 2}}}), "probe.staleness_check.settings sets seed=2"),
+    (_spec(probe={"staleness_check": {"arm": "base", "settings": {"workload.n_updates": 9}}}),
+     "probe.staleness_check.settings sets workload.n_updates=9; the probe runs probe.steps updates"),
+    (_spec(settings={"workload.lr": 1e-3}, tuning={"setting": "workload.lr", "values": [1e-4, 3e-4],
+                                                   "metric": "rollout/raw_reward", "at": "last_k", "last_k": 2}),
+     "settings sets the tuned setting workload.lr=0.001"),
 ])
 def test_bad_spec_is_one_line_naming_the_problem(spec, message):
     with pytest.raises(ExperimentError) as err:

@@ -165,17 +165,21 @@ def test_fast_grid_composition_equals_hydra_composing_each_cell():
 
 
 def test_a_dry_run_in_a_directory_that_holds_a_sweep_changes_none_of_its_records(tmp_path):
-    """A dry run writes nothing a real run reads: in a directory that already holds a sweep (here one whose
-    sweep.json carries an experiment's pre-registration link, as a confirm stage's does) it prints the same
-    commands and leaves sweep.json and commands.txt byte for byte."""
+    """A dry run writes nothing a real run reads: in a directory that already holds a sweep it prints the same
+    commands and leaves sweep.json and commands.txt byte for byte; in one whose sweep.json carries an
+    experiment's pre-registration link (a confirm stage's) a plain sweep is refused in one line, writing nothing."""
     sweep_dir = tmp_path / "confirm"
     first = launch_in_process(sweep_dir, *GRID, "dry_run=true")
     assert first.returncode == 0, first.stderr
     record = sweep_dir / "sweep.json"
-    record.write_text(record.read_text().replace("{", '{"experiment_sha256": "' + "ab" * 32 + '", ', 1))
     before = {name: (sweep_dir / name).read_bytes() for name in ("sweep.json", "commands.txt")}
     again = launch_in_process(sweep_dir, *GRID, "dry_run=true")
     assert again.returncode == 0, again.stderr
     assert _commands(again) == _commands(first)
     assert {name: (sweep_dir / name).read_bytes() for name in before} == before
     assert f"{sweep_dir} already holds a sweep, whose sweep.json and commands.txt are left as they are" in again.stdout
+    record.write_text(record.read_text().replace("{", '{"experiment_sha256": "' + "ab" * 32 + '", ', 1))
+    before = {name: (sweep_dir / name).read_bytes() for name in ("sweep.json", "commands.txt")}
+    refused = launch_in_process(sweep_dir, *GRID, "dry_run=true")
+    assert refused.returncode == 2 and "is a stage of the pre-registered experiment" in refused.stderr
+    assert {name: (sweep_dir / name).read_bytes() for name in before} == before

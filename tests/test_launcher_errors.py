@@ -8,6 +8,7 @@ refusal runs it as a process, as users do."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -181,3 +182,36 @@ def test_the_run_dir_reaches_the_trainer_exactly_whatever_its_characters(path):
 
     (parsed,) = OverridesParser.create().parse_overrides([f"output_dir={hydra_value(path)}"])
     assert not parsed.is_sweep_override() and parsed.value() == path
+
+
+def test_a_smaller_grid_or_a_plain_sweep_in_an_experiment_stage_is_refused_before_anything_is_written(tmp_path):
+    base = ("algo=grpo", "seed=1,2", "workload.n_updates=2", "dry_run=true")
+    assert launch_in_process(tmp_path / "s", *base).returncode == 0
+    plan = (tmp_path / "s" / "sweep.json").read_bytes()
+    proc = launch_in_process(tmp_path / "s", *base[:1], "seed=1", *base[2:])  # a subset of the recorded grid
+    assert proc.returncode == 2
+    _one_line_error(proc, "holds a sweep of 2 job(s) (grpo-1, grpo-2); this grid is another one (without grpo-2)")
+    assert (tmp_path / "s" / "sweep.json").read_bytes() == plan
+    (tmp_path / "registration.json").write_text("{}")  # tmp_path is now an experiment, s its stage
+    proc = launch_in_process(tmp_path / "s", *base)
+    assert proc.returncode == 2
+    _one_line_error(proc, "is a stage of the pre-registered experiment")
+
+
+def test_a_shared_evaluation_or_job_directories_the_launcher_did_not_plan_are_refused(tmp_path):
+    """A shared initial evaluation placed in the sweep directory before any job of the sweep ran would be reused
+    by every job as if this sweep had computed it (adv B2): refused in one line, before and after the plan."""
+    base = ("algo=grpo", "seed=1,2", "workload.n_updates=2", "dry_run=true")
+    (tmp_path / "s" / "initial_eval" / "8a2c2e6ac837").mkdir(parents=True)
+    (tmp_path / "s" / "initial_eval" / "8a2c2e6ac837" / "eval.json").write_text("{}\n")
+    proc = launch_in_process(tmp_path / "s", *base)
+    assert proc.returncode == 2
+    _one_line_error(proc, "holds initial_eval/ but no sweep.json: this launcher did not plan them")
+    assert not (tmp_path / "s" / "sweep.json").exists()
+    (tmp_path / "j" / "jobs" / "grpo-1").mkdir(parents=True)
+    _one_line_error(launch_in_process(tmp_path / "j", *base), "holds jobs/ but no sweep.json")
+    assert launch_in_process(tmp_path / "p", *base).returncode == 0  # planned (sweep.json), no job ran yet
+    shutil.copytree(tmp_path / "s" / "initial_eval", tmp_path / "p" / "initial_eval")
+    proc = launch_in_process(tmp_path / "p", *base)
+    assert proc.returncode == 2
+    _one_line_error(proc, "holds initial_eval/ before any job of this sweep ran")

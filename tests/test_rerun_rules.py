@@ -12,7 +12,7 @@ import pytest
 
 from facts.slurm_formats import time_to_minutes
 from launcher.errors import PreflightError
-from launcher.jobs import check_arms, check_rerun
+from launcher.jobs import check_arms, check_plain_sweep, check_rerun
 from launcher.spec import JobSpec
 from tests.trainer_runs import train_in_process
 
@@ -98,3 +98,32 @@ def test_a_checkpoint_never_resumes_a_run_with_other_settings(tmp_path):
     proc = train_in_process(tmp_path / "r", *common, "workload.lr=0.002", check=False)
     assert proc.returncode == 2 and "other settings" in proc.stderr and "Traceback" not in proc.stderr
     train_in_process(tmp_path / "r", *common, "workload.lr=0.002", "resume=false")  # starting over is allowed
+
+
+@pytest.mark.parametrize(("jobs", "needle"), [
+    (["grpo-1"], "without grpo-2, rpp-1, rpp-2"),  # a subset
+    (["grpo-1", "grpo-2", "rpp-1", "rpp-2", "grpo-3"], "with grpo-3"),  # a superset
+    (["grpo-1", "grpo-3", "rpp-1", "rpp-2"], "without grpo-2; with grpo-3"),  # a changed grid
+    (["rpp-1", "rpp-2", "grpo-1", "grpo-2"], "in another order"),
+])
+def test_a_plain_sweep_of_another_grid_than_the_recorded_one_is_refused(tmp_path, jobs, needle):
+    recorded = ["grpo-1", "grpo-2", "rpp-1", "rpp-2"]
+    (tmp_path / "sweep.json").write_text(json.dumps({"jobs": recorded}))
+    check_plain_sweep(tmp_path, recorded)  # its own grid: fine
+    check_plain_sweep(tmp_path / "new", jobs)  # a new directory: fine
+    with pytest.raises(PreflightError, match=rf"holds a sweep of 4 job\(s\).*{needle}.*one frozen grid"):
+        check_plain_sweep(tmp_path, jobs)
+
+
+@pytest.mark.parametrize("mark", ["registration", "experiment_sha256", "experiment.yaml"])
+def test_a_plain_sweep_in_an_experiment_stage_is_refused(tmp_path, mark):
+    stage = tmp_path / "exp" / "probe"
+    stage.mkdir(parents=True)
+    (stage / "sweep.json").write_text(json.dumps({"jobs": ["grpo-1"], **(
+        {"experiment_sha256": "0" * 64} if mark == "experiment_sha256" else {})}))
+    if mark == "registration":
+        (tmp_path / "exp" / "registration.json").write_text("{}")
+    if mark == "experiment.yaml":
+        (stage / "experiment.yaml").write_text("arms: {}\n")
+    with pytest.raises(PreflightError, match="is a stage of the pre-registered experiment"):
+        check_plain_sweep(stage, ["grpo-1"])

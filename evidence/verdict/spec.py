@@ -462,6 +462,26 @@ def _probe_checks(probe: Mapping, arms: Mapping[str, Mapping]) -> dict:
     return out
 
 
+def _refuse_stage_owned(experiment: Experiment, settings: Mapping[str, str], probe: Mapping) -> None:
+    """A setting the stages own is never set by the spec's arms, shared settings or probe check settings (the
+    stage's own layer would silently win, or lose): the seed (``seeds:``, ``tuning_seeds:``), the tuned setting
+    (the tuning stage's grid) and, in a probe check, the probe's run length (``probe.steps``)."""
+    tuned = experiment.tuning.setting if experiment.tuning is not None else None
+    places = [*((f"arm {a}", o) for a, o in experiment.arms.items()), ("settings", settings),
+              *((f"probe.{check}.settings", probe[check]["settings"]) for check, _ in _PROBE_CHECK_ROLES
+                if isinstance(probe.get(check), Mapping))]
+    for where, overrides in places:
+        if "seed" in overrides:
+            raise VerdictError(f"{where} sets seed={overrides['seed']}; the spec's seeds are pre-registered (seeds:, "
+                               "tuning_seeds:): drop it")
+        if tuned is not None and tuned in overrides and not where.startswith("arm "):  # an arm's: refused by tuning
+            raise VerdictError(f"{where} sets the tuned setting {tuned}={overrides[tuned]}; drop it (the tuning "
+                               "stage chooses it per arm)")
+        if where.startswith("probe.") and "workload.n_updates" in overrides:
+            raise VerdictError(f"{where} sets workload.n_updates={overrides['workload.n_updates']}; the probe runs "
+                               "probe.steps updates: set probe.steps instead")
+
+
 def parse_study(spec: Mapping, name: str) -> Study:
     """A ``Study`` from a composed spec mapping: every key checked, in one place (one ``VerdictError`` line)."""
     unknown = sorted(set(spec) - LAUNCHER_KEYS - VERDICT_KEYS)
@@ -492,6 +512,7 @@ def parse_study(spec: Mapping, name: str) -> Study:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise VerdictError(f"budget.{key} must be a positive number")
     probe = _probe_checks(probe, experiment.arms)
+    _refuse_stage_owned(experiment, settings, probe)
     if experiment.sizing is not None:  # the spec as run names its spending rule, default or not: it is registered
         spec = {**spec, "seeds": {**spec["seeds"], "spending": experiment.sizing.spending}}
     certify = _certify_block(spec.get("certify"), experiment)
