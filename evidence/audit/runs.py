@@ -25,13 +25,16 @@ from facts.files import (
     INCIDENTS_TABLE,
     INDEX_TABLE,
     JOB_RECORD,
+    LOGS_DIR,
     METRICS_LOG,
     RUN_RECORD,
     STEPS_TABLE,
+    TRAINER_LOG,
     bundle_run_dir,
     bundle_run_relpath,
     payload_relpath,
 )
+from facts.metrics import parse_eval_line
 from facts.ranks import RANK_LOGS_FIELD
 
 
@@ -189,6 +192,33 @@ def _check_incidents(data_dir: Path, data: BundleData) -> list[Problem]:
     return problems
 
 
+def _check_eval_line(data_dir: Path, arm: str, seed: int) -> list[Problem]:
+    """The trainer's own log line of its evaluations (``facts.metrics.eval_line``, in logs/trainer.log) states
+    the pass@k values eval.json summarises, to the line's 4 decimals (the last such line: the final attempt's)."""
+    job = f"{arm}-{seed}"
+    log = data_dir / BUNDLE_RUNS_DIR / job / LOGS_DIR / TRAINER_LOG
+    try:
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines() if log.is_file() else []
+        summary = read_json(data_dir / BUNDLE_RUNS_DIR / job / EVAL_RECORD)
+    except (OSError, JSONError):
+        return []  # _check_eval names an unreadable eval.json
+    parsed = [(n, p) for n, line in enumerate(lines, start=1) if (p := parse_eval_line(line)) is not None]
+    if not parsed or not isinstance(summary, dict):
+        return []
+    number, (checkpoint, final, initial) = parsed[-1]
+    problems = []
+    for kind, logged in (("final", final), ("initial", initial)):
+        entry = summary.get(kind) if isinstance(summary.get(kind), dict) else {}
+        for key, text in sorted(logged.items()):
+            value = entry.get(key)
+            shown = f"{value:.4f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else repr(value)
+            if shown != text:
+                problems.append(Problem(bundle_run_relpath(job, f"{LOGS_DIR}/{TRAINER_LOG}"),
+                                        f"the trainer logged {kind} {key}={text}, eval.json states {shown}",
+                                        f"line {number}"))
+    return problems
+
+
 def _check_user_incidents(data_dir: Path, data: BundleData) -> list[Problem]:
     """What the build derives from the bundled incidents.yaml, re-derived: its incidents are incidents.csv's
     ``incidents.yaml`` rows (in order), its exclusions are index.csv's rejections by incidents.yaml, and each
@@ -243,5 +273,6 @@ def check_runs(data_dir: Path, data: BundleData, shared_checks: dict | None = No
         problems += _check_metrics(data_dir, data, arm, seed)
         problems += _check_ranks(data_dir, arm, seed)
         problems += _check_eval(data_dir, data, arm, seed, shared)
+        problems += _check_eval_line(data_dir, arm, seed)
     problems += _stray_initial_evals(data_dir, shared)
     return problems + _check_incidents(data_dir, data) + _check_user_incidents(data_dir, data)
