@@ -56,7 +56,7 @@ from evidence.incidents import (
 )
 from evidence.index import INDEX_COLUMNS, JobEvidence, evaluate_sweep, index_row
 from evidence.layout import unexpected_files
-from evidence.problems import LeakError, Problem, SweepError
+from evidence.problems import IncidentsFileError, LeakError, Problem, SweepError
 from evidence.ranks import (
     RENDEZVOUS_ADDRESS_PLACEHOLDER,
     path_free_placement,
@@ -514,6 +514,13 @@ def _build_locked(sweep, last_k: int, figures: bool) -> BuildResult:
     user = load_user_incidents(sweep_dir, {job_name(a, s) for a, s in sweep.jobs})
     evidences = evaluate_sweep(sweep, user.excluded_jobs)
     incidents = derive_incidents(evidences, user, sweep_dir)
+    for i, entry in enumerate(user.resolutions):  # the audit names a resolution that resolves nothing
+        if not any(x.source == "automatic" and x.job == entry["job"] and x.kind == entry.get("kind", x.kind)
+                   and entry["resolution"] in x.resolution.split("; ") for x in incidents):
+            kind = f" of kind {entry['kind']!r}" if "kind" in entry else ""
+            raise IncidentsFileError(f"{INCIDENTS_FILE}: resolutions[{i}]: job {entry['job']!r} has no automatic "
+                                     f"incident{kind} to resolve (remove the entry, or name the job and kind "
+                                     "incidents.csv lists)")
     clean = _sanitizer(sweep_dir, evidences, certified_jobs(sweep.record))
 
     stage = sweep_dir / _STAGING

@@ -36,3 +36,32 @@ EVAL_DURING_TRAINING_FIELD = "eval_during_training"
 def eval_tag(key: str) -> str:
     """The TensorBoard tag of one evaluation value: ``eval/pass@1``."""
     return f"{EVAL_TAG_PREFIX}/{key}"
+
+# The one line the trainer logs (trainer.log) after its evaluations, stated once here:
+#   eval final (<checkpoint>): pass@1=0.3750 pass@2=0.5833 pass@4=0.7500; initial control: pass@1=0.4375 ...
+# each pass@k of EVAL_TAG_KEYS the summary has, to 4 decimals. The audit reads it back against eval.json.
+EVAL_LINE_MARK = "eval final ("
+
+
+def eval_line(initial: dict, final: dict) -> str:
+    """The trainer's log line of its final and initial evaluation summaries (see EVAL_LINE_MARK)."""
+    shown = {name: " ".join(f"{key}={entry[key]:.4f}" for key in EVAL_TAG_KEYS
+                            if key.startswith("pass@") and isinstance(entry.get(key), (int, float)))
+             for name, entry in (("final", final), ("initial", initial))}
+    return f"{EVAL_LINE_MARK}{final.get('checkpoint', 'final')}): {shown['final']}; initial control: {shown['initial']}"
+
+
+def parse_eval_line(line: str) -> tuple[str, dict[str, str], dict[str, str]] | None:
+    """(checkpoint, {pass@k: "0.3750"} of the final, of the initial) of a log line holding the eval line."""
+    at = line.find(EVAL_LINE_MARK)
+    if at < 0:
+        return None
+    rest = line[at + len(EVAL_LINE_MARK):]
+    checkpoint, sep, rest = rest.partition("): ")
+    final, sep2, initial = rest.partition("; initial control: ")
+    if not sep or not sep2:
+        return None
+
+    def values(text: str) -> dict[str, str]:
+        return dict(item.split("=", 1) for item in text.split() if "=" in item)
+    return checkpoint, values(final), values(initial.strip())

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from facts import DYNAMIC_SAMPLING_KEYS, KL_LOSS_KEY, METRICS_LOG, OFF_POLICY_KEYS, REQUIRED_KEYS
 from facts.files import TENSORBOARD_DIR
-from facts.metrics import EVAL_SECONDS_TAG, EVAL_TAG_KEYS, TENSORBOARD_ONLY_TAGS, eval_tag
+from facts.metrics import EVAL_SECONDS_TAG, EVAL_TAG_KEYS, TENSORBOARD_ONLY_TAGS, eval_line, eval_tag
 from facts.ranks import rank_log, step_digest
 
 __all__ = ["KL_LOSS_KEY", "REQUIRED_KEYS", "MetricsLog", "RankLog", "metric_keys", "split_board_only"]
@@ -166,7 +166,4 @@ def log_eval(run_dir: Path, n_updates: int, initial: dict, final: dict, initial_
         for step, summary in points:
             for tag, value in eval_scalars(summary).items():
                 writer.add_scalar(tag, value, step)
-    shown = {name: " ".join(f"{key}={entry[key]:.4f}" for key in EVAL_TAG_KEYS
-                            if key.startswith("pass@") and isinstance(entry.get(key), (int, float)))
-             for name, entry in (("final", final), ("initial", initial))}
-    return f"eval final ({final.get('checkpoint', 'final')}): {shown['final']}; initial control: {shown['initial']}"
+    return eval_line(initial, final)

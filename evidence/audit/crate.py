@@ -5,11 +5,15 @@ directory) with the size and SHA256 it states; every payload file is named; each
 (``ni:///sha-256;...``) states that digest; every accepted run of the index is a CreateAction whose result
 is its ``runs/<job>/`` and whose object holds each input its run.json pins, and no action is of a run the
 index does not accept; the main entity is the sweep's plan, a ComputationalWorkflow, and the crate
-conforms to the Workflow Run Crate profile.
+conforms to the Workflow Run Crate profile. And since the build writes the crate deterministically from the
+bag's own data (``evidence.crate.build_crate``), the audit regenerates it and compares: every entity and
+property the crate states (a software version, a seed, an action's status, a name, an extra input or entity,
+the root's description, the ``@context``, a removed ``sha256``) is the regenerated one, each difference named.
 """
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path, PurePosixPath
 
@@ -18,13 +22,14 @@ from rocrate.rocrate import ROCrate
 from evidence.crate import (
     RUN_ACTION_PREFIX,
     WORKFLOW_PROFILE,
+    build_crate,
     digest_of_uri,
     digest_uri,
     run_action_id,
     run_dataset_id,
 )
 from evidence.dataset import BundleData
-from evidence.fileio import sha256_file
+from evidence.fileio import JSONError, read_json, sha256_file
 from evidence.problems import Problem
 from evidence.sweep import job_name
 from facts.files import RO_CRATE_METADATA, SWEEP_RECORD, payload_relpath
@@ -108,6 +113,47 @@ def _check_actions(crate: ROCrate, data: BundleData, problems: list[Problem]) ->
                                     f"@id {ident}", KIND))
 
 
+def _short(value) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _check_regenerated(data_dir: Path, data: BundleData, problems: list[Problem]) -> None:
+    """The crate as stated against the crate the build writes from this bag: each entity and property."""
+    try:
+        stated = read_json(data_dir / RO_CRATE_METADATA)
+    except JSONError as exc:
+        problems.append(Problem(CRATE_FILE, f"not readable JSON ({exc})", kind=KIND))
+        return
+    expected = build_crate(data_dir, data)
+    stated = stated if isinstance(stated, dict) else {}
+    for key in sorted(set(stated) | set(expected)):
+        if key != "@graph" and stated.get(key) != expected.get(key):
+            problems.append(Problem(CRATE_FILE, f"states {key} {_short(stated.get(key))}, the build writes "
+                                                f"{_short(expected.get(key))}", key, KIND))
+    graph = stated.get("@graph") if isinstance(stated.get("@graph"), list) else []
+    have: dict[str, dict] = {}
+    for entity in graph:
+        ident = entity.get("@id") if isinstance(entity, dict) else None
+        if not isinstance(ident, str) or ident in have:
+            problems.append(Problem(CRATE_FILE, f"an entity without a single @id: {_short(entity)}", "@graph", KIND))
+            continue
+        have[ident] = entity
+    want = {e["@id"]: e for e in expected.get("@graph", [])}
+    for ident in sorted(set(have) | set(want)):
+        where = f"@id {ident}"
+        if ident not in want:
+            problems.append(Problem(CRATE_FILE, "an entity the build does not write from this bag", where, KIND))
+        elif ident not in have:
+            problems.append(Problem(CRATE_FILE, "lacks this entity, which the build writes from this bag", where,
+                                    KIND))
+        else:
+            for key in sorted(set(have[ident]) | set(want[ident])):
+                if have[ident].get(key) != want[ident].get(key):
+                    problems.append(Problem(CRATE_FILE, f"states {key} {_short(have[ident].get(key))}, the build "
+                                                        f"writes {_short(want[ident].get(key))}", where, KIND))
+
+
 def check_crate(data_dir: Path, data: BundleData) -> list[Problem]:
     """The crate against the bag (see the module's docstring); [] when they agree."""
     if not (data_dir / RO_CRATE_METADATA).is_file():
@@ -135,4 +181,5 @@ def check_crate(data_dir: Path, data: BundleData) -> list[Problem]:
         if path.is_file() and rel != RO_CRATE_METADATA and rel not in named:
             problems.append(Problem(CRATE_FILE, f"does not name {payload_relpath(rel)}, a file of the bag", kind=KIND))
     _check_actions(crate, data, problems)
+    _check_regenerated(data_dir, data, problems)
     return problems

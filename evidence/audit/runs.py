@@ -12,24 +12,29 @@ from pathlib import Path
 from evidence.artifacts import check_shared_reference, shared_initial_dir
 from evidence.dataset import EVAL_COLUMNS, EVAL_ID_COLUMNS, BundleData, read_csv
 from evidence.fileio import JSONError, read_json
-from evidence.incidents import history_incidents
+from evidence.incidents import OPEN, history_incidents, load_user_incidents
 from evidence.metrics_log import validate_metrics
-from evidence.problems import Problem, capped
+from evidence.problems import IncidentsFileError, Problem, capped
 from evidence.ranks import check_ranks
 from facts import EVAL_RECORD, INITIAL_EVAL_DIR
 from facts.files import (
     BUNDLE_PAYLOAD,
     BUNDLE_RUNS_DIR,
     EVAL_TABLE,
+    INCIDENTS_FILE,
     INCIDENTS_TABLE,
+    INDEX_TABLE,
     JOB_RECORD,
+    LOGS_DIR,
     METRICS_LOG,
     RUN_RECORD,
     STEPS_TABLE,
+    TRAINER_LOG,
     bundle_run_dir,
     bundle_run_relpath,
     payload_relpath,
 )
+from facts.metrics import parse_eval_line
 from facts.ranks import RANK_LOGS_FIELD
 
 
@@ -187,6 +192,78 @@ def _check_incidents(data_dir: Path, data: BundleData) -> list[Problem]:
     return problems
 
 
+def _check_eval_line(data_dir: Path, arm: str, seed: int) -> list[Problem]:
+    """The trainer's own log line of its evaluations (``facts.metrics.eval_line``, in logs/trainer.log) states
+    the pass@k values eval.json summarises, to the line's 4 decimals (the last such line: the final attempt's)."""
+    job = f"{arm}-{seed}"
+    log = data_dir / BUNDLE_RUNS_DIR / job / LOGS_DIR / TRAINER_LOG
+    try:
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines() if log.is_file() else []
+        summary = read_json(data_dir / BUNDLE_RUNS_DIR / job / EVAL_RECORD)
+    except (OSError, JSONError):
+        return []  # _check_eval names an unreadable eval.json
+    parsed = [(n, p) for n, line in enumerate(lines, start=1) if (p := parse_eval_line(line)) is not None]
+    if not parsed or not isinstance(summary, dict):
+        return []
+    number, (checkpoint, final, initial) = parsed[-1]
+    problems = []
+    for kind, logged in (("final", final), ("initial", initial)):
+        entry = summary.get(kind) if isinstance(summary.get(kind), dict) else {}
+        for key, text in sorted(logged.items()):
+            value = entry.get(key)
+            shown = f"{value:.4f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else repr(value)
+            if shown != text:
+                problems.append(Problem(bundle_run_relpath(job, f"{LOGS_DIR}/{TRAINER_LOG}"),
+                                        f"the trainer logged {kind} {key}={text}, eval.json states {shown}",
+                                        f"line {number}"))
+    return problems
+
+
+def _check_user_incidents(data_dir: Path, data: BundleData) -> list[Problem]:
+    """What the build derives from the bundled incidents.yaml, re-derived: its incidents are incidents.csv's
+    ``incidents.yaml`` rows (in order), its exclusions are index.csv's rejections by incidents.yaml, and each
+    resolution is attached to an automatic incident of its job. So the file a reviewer reads cannot disagree
+    with the tables, and one added to a bundle built without it is a finding."""
+    table, yaml_file = payload_relpath(INCIDENTS_TABLE), payload_relpath(INCIDENTS_FILE)
+    try:
+        user = load_user_incidents(data_dir, {r["job"] for r in data.index})
+    except IncidentsFileError as exc:
+        return [Problem(yaml_file, f"not a valid incidents file ({exc})")]
+    problems = []
+    stated = [(r["job"], r["title"], r["evidence_boundary"], r["resolution"])
+              for r in data.incidents if r.get("source") == INCIDENTS_FILE]
+    derived = [(e.get("job", ""), e["title"], e["evidence"], e["resolution"]) for e in user.incidents]
+    for row in [r for r in stated if r not in derived]:
+        problems.append(Problem(table, f"incident {row[1]!r} (source {INCIDENTS_FILE}) is not in the bundled "
+                                       f"{INCIDENTS_FILE}"))
+    for row in [r for r in derived if r not in stated]:
+        problems.append(Problem(yaml_file, f"incident {row[1]!r} (job {row[0] or '-'}, evidence {row[2]!r}, "
+                                           f"resolution {row[3]!r}) has no incidents.csv record; the build writes one"))
+    if not problems and stated != derived:
+        problems.append(Problem(table, f"its {INCIDENTS_FILE} incidents are not in the file's order"))
+    excluded = user.excluded_jobs
+    for row in data.index:
+        marker = "excluded by incidents.yaml"
+        reason = excluded.get(row["job"])
+        if reason is not None and (row["accepted"] == "yes" or f"{marker}: {reason}" not in row["reason"]):
+            problems.append(Problem(payload_relpath(INDEX_TABLE), f"{row['job']}: {INCIDENTS_FILE} excludes it "
+                                    f"({reason!r}) but index.csv records accepted={row['accepted']}, reason "
+                                    f"{row['reason']!r}", kind="rejection"))
+        elif reason is None and marker in row["reason"]:
+            problems.append(Problem(payload_relpath(INDEX_TABLE), f"{row['job']}: rejected as {row['reason']!r}, "
+                                    f"but the bundled {INCIDENTS_FILE} does not exclude it", kind="rejection"))
+    automatic = [r for r in data.incidents if r.get("source") == "automatic"]
+    for entry in user.resolutions:
+        rows = [r for r in automatic if r["job"] == entry["job"] and r["kind"] == entry.get("kind", r["kind"])
+                and r["resolution"] not in (OPEN, "the job was accepted afterwards")]
+        if not any(entry["resolution"] in r["resolution"].split("; ") for r in rows):
+            what = f"{entry['job']}" + (f" ({entry['kind']})" if "kind" in entry else "")
+            problems.append(Problem(yaml_file, f"resolution {entry['resolution']!r} of {what} resolves no incident "
+                                               f"of incidents.csv (the build attaches it to that job's automatic "
+                                               f"incidents)"))
+    return problems
+
+
 def check_runs(data_dir: Path, data: BundleData, shared_checks: dict | None = None) -> list[Problem]:
     """Every accepted run re-validates, and steps.csv / eval.csv carry exactly its records.
     ``shared_checks``: the audit's cache, so each shared initial evaluation is read once."""
@@ -196,5 +273,6 @@ def check_runs(data_dir: Path, data: BundleData, shared_checks: dict | None = No
         problems += _check_metrics(data_dir, data, arm, seed)
         problems += _check_ranks(data_dir, arm, seed)
         problems += _check_eval(data_dir, data, arm, seed, shared)
+        problems += _check_eval_line(data_dir, arm, seed)
     problems += _stray_initial_evals(data_dir, shared)
-    return problems + _check_incidents(data_dir, data)
+    return problems + _check_incidents(data_dir, data) + _check_user_incidents(data_dir, data)

@@ -203,6 +203,7 @@ def test_incidents_yaml_resolutions_exclusions_and_user_incidents(sweep):
     ("exclusions:\n  - job: grpo-42\n", "missing key 'reason'"),
     ("exclusions:\n  - job: grpo-7\n    reason: x\n", "not in the sweep grid"),
     ("notes: []\n", "unknown section 'notes'"),
+    ("resolutions:\n  - job: grpo-42\n    resolution: fixed\n", "job 'grpo-42' has no automatic incident to resolve"),
 ])
 def test_incidents_yaml_schema_errors(sweep, text, message):
     (sweep / "incidents.yaml").write_text(text)

@@ -118,6 +118,25 @@ def _set(graph, ident, **fields):
     return graph
 
 
+def _set_first(graph, prefix, **fields):
+    next(e for e in graph if e["@id"].startswith(prefix)).update(fields)
+    return graph
+
+
+def _crate_edit(bag: Path, edit) -> None:
+    path = bag / "data" / "ro-crate-metadata.json"
+    crate = json.loads(path.read_text())
+    edit(crate)
+    path.write_text(json.dumps(crate, indent=2))
+
+
+def _strip_digests(graph):
+    for entity in graph:
+        entity.pop("sha256", None)
+        entity.pop("contentSize", None)
+    return graph
+
+
 def _add_file(bag: Path) -> None:
     (bag / "data" / "CLAIM.md").write_text("rpp wins\n")
 
@@ -145,6 +164,47 @@ CRATE_FORGERIES = {
         "which is not a file of the bag"),
     "a file added to the bag only": (
         _add_file, "data/ro-crate-metadata.json: does not name data/CLAIM.md, a file of the bag"),
+    # What the crate states about the runs (B9): the audit regenerates the crate from the bag and compares.
+    "a library's version restated": (
+        lambda bag: _graph_edit(bag, lambda g: _set_first(g, "#software-", softwareVersion="2.5.0")),
+        "data/ro-crate-metadata.json: @id #software-"),
+    "a run's seed restated": (
+        lambda bag: _graph_edit(bag, lambda g: _set(g, "#rpp-42-seed", value=1)),
+        "data/ro-crate-metadata.json: @id #rpp-42-seed: states value 1, the build writes 42"),
+    "a run's status set to failed": (
+        lambda bag: _graph_edit(bag, lambda g: _set(g, "#run-rpp-42",
+                                                    actionStatus={"@id": "http://schema.org/FailedActionStatus"})),
+        'data/ro-crate-metadata.json: @id #run-rpp-42: states actionStatus {"@id": '
+        '"http://schema.org/FailedActionStatus"}, the build writes {"@id": "http://schema.org/CompletedActionStatus"}'),
+    "a run's name rewritten": (
+        lambda bag: _graph_edit(bag, lambda g: _set(g, "#run-rpp-42", name="training run rpp-42 (Qwen3-8B, 64 H100s)")),
+        'data/ro-crate-metadata.json: @id #run-rpp-42: states name "training run rpp-42 (Qwen3-8B, 64 H100s)"'),
+    "the trainer's name rewritten": (
+        lambda bag: _graph_edit(bag, lambda g: _set_first(g, "#trainer-", name="Qwen3-8B trainer")),
+        "data/ro-crate-metadata.json: @id #trainer-"),
+    "an extra input on a run": (
+        lambda bag: _graph_edit(bag, lambda g: _set(g, "#run-rpp-42", object=[
+            *next(e for e in g if e["@id"] == "#run-rpp-42")["object"], {"@id": "https://huggingface.co/Qwen/Qwen3-8B"}])),
+        "data/ro-crate-metadata.json: @id #run-rpp-42: states object "),
+    "an unpinned digest input on a run": (
+        lambda bag: _graph_edit(bag, lambda g: _set(g, "#run-rpp-42", object=[
+            *next(e for e in g if e["@id"] == "#run-rpp-42")["object"], {"@id": ni("a" * 64)}]) + [
+            {"@id": ni("a" * 64), "@type": "File", "name": "trainer/assets/qwen3-8b/model.safetensors",
+             "sha256": "a" * 64}]),
+        f"data/ro-crate-metadata.json: @id {ni('a' * 64)}: an entity the build does not write from this bag"),
+    "a claim in the root description": (
+        lambda bag: _graph_edit(bag, lambda g: _set(g, "./", description="REINFORCE++ wins, p<0.001 (replicated)")),
+        'data/ro-crate-metadata.json: @id ./: states description "REINFORCE++ wins, p<0.001 (replicated)"'),
+    "a claim entity added": (
+        lambda bag: _graph_edit(bag, lambda g: g + [{"@id": "#claim", "@type": "CreativeWork", "name": "rpp wins"}]),
+        "data/ro-crate-metadata.json: @id #claim: an entity the build does not write from this bag"),
+    "every sha256 and contentSize removed": (
+        lambda bag: _graph_edit(bag, _strip_digests),
+        "data/ro-crate-metadata.json: @id runs/grpo-42/eval.json: states sha256 null, the build writes "),
+    "the @context replaced": (
+        lambda bag: _crate_edit(bag, lambda c: c.update({"@context": "https://evil.example.org/ctx.jsonld"})),
+        'data/ro-crate-metadata.json: @context: states @context "https://evil.example.org/ctx.jsonld", the build '
+        'writes ["https://w3id.org/ro/crate/1.1/context"'),
     "the crate deleted": (
         lambda bag: (bag / "data" / "ro-crate-metadata.json").unlink(),
         "data/ro-crate-metadata.json: missing: the build writes the bundle's RO-Crate (rebuild the bundle)"),
