@@ -355,8 +355,8 @@ def test_a_sized_design_is_refused_only_when_its_first_look_does_not_fit_the_bud
     """The plan at the design's most (10 seeds) is recorded against the budget; only the first look (3 seeds)
     must fit before anything starts."""
     record = {"arms": {"a": {"step_s": 2.0}, "b": {"step_s": 4.0}}}
-    most = SimpleNamespace(specs=[SimpleNamespace(n_updates=100, cpus=2)] * 20)  # 2 arms x 10 seeds
-    first = SimpleNamespace(specs=[SimpleNamespace(n_updates=100, cpus=2)] * 6)  # 2 arms x 3 seeds
+    most = SimpleNamespace(all_specs=[SimpleNamespace(n_updates=100, cpus=2)] * 20)  # 2 arms x 10 seeds
+    first = SimpleNamespace(all_specs=[SimpleNamespace(n_updates=100, cpus=2)] * 6)  # 2 arms x 3 seeds
     # 20 x 100 x 4 s x 2 CPUs = 4.44 CPU-h at the most; 6 x 100 x 4 x 2 = 1.33 CPU-h at the first look
     fits = check_budget(_study(_spec(seeds=SIZED, budget={"cpu_hours": 2})), record, [most], [first])
     assert fits["cpu_hours"] == pytest.approx(16000 / 3600) and fits["first_look"]["cpu_hours"] == pytest.approx(4800 / 3600)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import warnings
 from pathlib import Path, PurePosixPath
+from urllib.parse import unquote
 
 from rocrate.rocrate import ROCrate
 
@@ -66,7 +67,7 @@ def _check_entity(data_dir: Path, entity, problems: list[Problem]) -> str | None
         if named is not None and stated and stated != named:
             problems.append(Problem(CRATE_FILE, f"names {named} but states sha256 {stated}", where, KIND))
         return None
-    rel = ident.rstrip("/")
+    rel = unquote(ident).rstrip("/")  # an @id is a URI reference: a name with spaces or "+" is percent-encoded
     if ".." in PurePosixPath(rel).parts or not rel:
         problems.append(Problem(CRATE_FILE, "names a path outside the payload", where, KIND))
         return None

@@ -25,7 +25,7 @@ def check_budget(study: Study, record: dict, planned: list, first_look: list | N
     out = {**cost, "budget": dict(study.budget)}
     if first_look is not None:
         out["first_look"] = plan_cost(step_s, [(spec.n_updates, spec.cpus) for sweep in first_look
-                                               for spec in sweep.specs])
+                                               for spec in sweep.all_specs])
         cost = out["first_look"]
     for key, need, cap in over_budget(cost, study.budget):
         if key == "wall_minutes_per_run":
