@@ -118,7 +118,8 @@ def _audit(args) -> int:
     from evidence.problems import SigningError, UsageError
 
     try:
-        findings = audit(args.path, public_key=args.public_key)
+        notes: list[str] = []
+        findings = audit(args.path, public_key=args.public_key, notes=notes)
         key = None
         if args.public_key is not None:
             from evidence.signing import load_public_key  # the signing library: only when a key is given
@@ -127,6 +128,8 @@ def _audit(args) -> int:
     except (UsageError, SigningError) as exc:
         return _fail(str(exc))
     print(signature_status(args.path, key, findings))  # first: the findings and their count stay the last lines
+    for note in notes:  # what the audit could not check, said as such
+        print(note)
     for finding in findings:
         print(finding)
     print(f"{len(findings)} finding(s)" if findings else "clean")  # with the findings: `audit > out.txt` has both

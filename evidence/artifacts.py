@@ -22,6 +22,7 @@ from typing import NamedTuple
 from evidence.evaluations import RESPONSES_MISSING, read_subset, rescored_problems, statistics_problems
 from evidence.fileio import JSONError, parse_json, read_json, read_with_sha256, sha256_file
 from evidence.problems import Problem
+from evidence.subset_source import check_subset, subset_source
 from facts import (
     EVAL_RECORD,
     FINAL_MODEL_FIELD,
@@ -433,6 +434,19 @@ def check_eval(run_dir: Path, final_checkpoint: str | None, expected_responses: 
     return summary, failures
 
 
+def subset_rederived(run_dir: Path, subset_file: str) -> list[Problem]:
+    """The run's subset file against the subset cut again from its pinned test split
+    (``evidence.subset_source``), where the split with its pinned bytes is at hand: a finding naming the first
+    row that differs; [] when they agree or the split is not at hand (the trainer checked its pin before it ran)."""
+    try:
+        source = subset_source(read_json(run_dir / RUN_RECORD))
+        stated = (run_dir / EVAL_RESPONSES_DIR / EVAL_SUBSET).read_bytes()
+    except (JSONError, OSError):
+        return []  # check_run names an unreadable run.json; read_subset has read this subset
+    difference = check_subset(stated, source)[0] if source is not None else None
+    return [Problem(subset_file, f"{difference}: {source.describe()}")] if difference else []
+
+
 def rescore_run(run_dir: Path, summary: dict, sweep_dir: Path | None, shared_checks: dict) -> list[Problem]:
     """Every response of the run's evaluations re-scored against its frozen subset (``run/eval/subset.json``,
     pinned by the final summary's ``subset_sha256``) and each summary recomputed from the re-scored rewards
@@ -443,6 +457,9 @@ def rescore_run(run_dir: Path, summary: dict, sweep_dir: Path | None, shared_che
     labels, why = read_subset(run_dir / EVAL_RESPONSES_DIR / EVAL_SUBSET, summary["final"].get("subset_sha256"))
     if labels is None:
         return [Problem(subset_file, why)]
+    rederived = subset_rederived(run_dir, subset_file)
+    if rederived:
+        return rederived
     problems = []
     for kind in EVAL_KINDS:
         entry = summary[kind]

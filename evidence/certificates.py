@@ -136,8 +136,9 @@ def checkpoint_digest(files: dict[str, str]) -> str | None:
 
 def content_sha256(path: Path) -> str:
     """A checkpoint file's content digest. A ``.safetensors`` file: SHA256 of its header as canonical JSON (sorted
-    keys; safetensors writes the tied-weight metadata in an order Python's hash seed picks) followed by its tensor
-    bytes, so two files holding the same tensors digest the same; any other file: its SHA256."""
+    keys) followed by its tensor bytes, so two files holding the same tensors digest the same; any other file: its
+    SHA256. Why: safetensors writes its metadata (the tied weights) from a Rust HashMap in a random order; proofgrid's
+    trainer sorts it (``trainer.checkpoint.sort_header_metadata``), another trainer's writer may not."""
     if path.suffix != ".safetensors":
         return sha256_file(path)
     data = path.read_bytes()

@@ -11,6 +11,7 @@ key changes with what changes the bits and not with what the arms vary.
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import multiprocessing
 import shutil
@@ -23,6 +24,8 @@ import pytest
 
 from evidence import audit
 from facts import sha256_file
+from facts.evaluation import recompute_eval
+from facts.reward import math_reward
 from tests.evidence.sweep_factory import (
     COMMIT,
     N_PROMPTS,
@@ -159,6 +162,81 @@ def test_python_m_evidence_audit_of_the_bundle_is_clean(sweep):
     result = subprocess.run([sys.executable, "-m", "evidence", "audit", str(sweep / "bundle.tar.gz")],
                             cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and result.stdout.splitlines()[-1] == "clean", result.stdout + result.stderr
+
+
+def _relabel_everything(sweep_dir: Path, row: int) -> tuple[str, str]:
+    """A consistent forgery of the ground truth (issue 21, B1): row ``row``'s label moved by one in every
+    subset file, every response re-scored against it, every summary recomputed, every digest and the shared
+    evaluation's key rewritten, as a forger who retrains nothing would; returns (old, new) label."""
+    def records(path: Path) -> list[dict]:
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    subsets = sorted(sweep_dir.rglob("subset.json"))
+    rows = json.loads(subsets[0].read_bytes())
+    old, new = rows[row][2], str(int(rows[row][2]) + 1)
+    rows[row][2] = new
+    forged = json.dumps(rows, ensure_ascii=False, separators=(",", ":")).encode()
+    for path in subsets:
+        path.write_bytes(forged)
+    digest = hashlib.sha256(forged).hexdigest()
+    labels = {r[0]: r[2] for r in rows}
+
+    def relabel(path: Path, summary: dict) -> None:
+        responses = records(path)
+        for r in responses:
+            r["label"], r["reward"] = labels[r["index"]], math_reward(r["response"], labels[r["index"]])
+        path.write_text("".join(json.dumps(r) + "\n" for r in responses))
+        summary.update(recompute_eval(responses, summary["k"]), subset_sha256=digest)
+        summary["all_zero_reward"] = not any(r["reward"] for r in responses)
+
+    shared = _shared_dir(sweep_dir)
+    record = json.loads((shared / "eval.json").read_text())
+    relabel(shared / "responses.jsonl", record["initial"])
+    record["identity"]["subset_sha256"] = digest
+    record["key"] = identity_key(record["identity"])
+    record["responses_sha256"] = sha256_file(shared / "responses.jsonl")
+    rekeyed = shared.parent / record["key"][:12]
+    shared.rename(rekeyed)
+    (rekeyed / "eval.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    for run in sorted(sweep_dir.glob("jobs/*/run")):
+        summary = json.loads((run / "eval.json").read_text())
+        relabel(run / "eval" / "final.jsonl", summary["final"])
+        summary["initial"] = {**record["initial"], "shared": {"path": f"initial_eval/{rekeyed.name}/eval.json",
+                                                              "key": record["key"],
+                                                              "sha256": sha256_file(rekeyed / "eval.json")}}
+        (run / "eval.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    return old, new
+
+
+def test_a_relabelled_subset_with_every_digest_rewritten_rejects_every_job_through_evidence_build(sweep, tmp_path):
+    """The subset is cut again from the pinned test split (run.json's inputs): no digest the forger rewrites
+    vouches for a label."""
+    forged = tmp_path / "sweep"
+    shutil.copytree(sweep, forged, ignore=shutil.ignore_patterns("bundle", "bundle.tar.gz*", "*.lock"))
+    old, new = _relabel_everything(forged, row=2)
+    result = subprocess.run([sys.executable, "-m", "evidence", "build", str(forged)], cwd=REPO, capture_output=True,
+                            text=True, timeout=300)
+    assert "accepted 0/4 jobs" in result.stdout, result.stdout[-3000:] + result.stderr[-2000:]
+    incidents = list(csv.DictReader((forged / "bundle" / "data" / "incidents.csv").open()))
+    assert len(incidents) == 4 and all(
+        f"run/eval/subset.json: row 2: label '{new}' is not the pinned test split's '{old}': "
+        "trainer/assets/toy/data/test.parquet (sha256 f538276ac534…, first 64 rows)" in i["title"] for i in incidents)
+
+
+def test_an_edited_label_in_the_bundles_subset_is_named_against_the_pinned_split(sweep, tmp_path):
+    bag = tmp_path / "bundle"
+    shutil.copytree(sweep / "bundle", bag)
+    (subset,) = (bag / "data" / "eval_subset").glob("*.json")
+    rows = json.loads(subset.read_bytes())
+    rows[5][2] = str(int(rows[5][2]) + 7)
+    subset.write_bytes(json.dumps(rows, ensure_ascii=False, separators=(",", ":")).encode())
+    _reseal(bag)
+    result = subprocess.run([sys.executable, "-m", "evidence", "audit", str(bag)], cwd=REPO, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 1
+    assert (f"data/eval_subset/{subset.name}: run grpo-1: row 5: label '{rows[5][2]}' is not the pinned test "
+            "split's '" in result.stdout), result.stdout
+    assert "not re-derived" not in result.stdout  # the embedded data set is in every checkout
 
 
 def _reseal(bag: Path) -> None:

@@ -36,6 +36,7 @@ def save_checkpoint(root: Path, step: int, model, optimizer, state: dict, keep: 
     tmp.mkdir()
     # save_model de-duplicates tied weights (embedding / lm_head) that save_file refuses.
     save_model(model, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
+    sort_header_metadata(tmp / WEIGHTS_FILE)
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / "rng.pt")
     if sampler_state is not None:
@@ -50,6 +51,30 @@ def save_checkpoint(root: Path, step: int, model, optimizer, state: dict, keep: 
         if old.name != final.name and old.name not in (keep or set()):
             shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def sort_header_metadata(path: Path) -> None:
+    """Rewrite a safetensors file's ``__metadata__`` with its keys sorted, in place: the same weights then give the
+    same bytes in every process (a reproducibility certificate compares checkpoint digests).
+
+    Why: safetensors writes the metadata from a Rust ``HashMap``, whose order is randomised per map, and
+    ``save_model`` records each tied weight there (``{"lm_head.weight": "model.embed_tokens.weight", "format":
+    "pt"}``). The file is ``u64 little-endian header length, JSON header, data``; sorting permutes the same
+    characters, so the header keeps its length and the data its offsets (checked before writing).
+    """
+    with open(path, "r+b") as f:
+        size = int.from_bytes(f.read(8), "little")
+        raw = f.read(size)
+        text = raw.rstrip(b" ").decode("utf-8")  # the format pads the header with spaces to 8 bytes
+        header = json.loads(text)
+        if not isinstance(header.get("__metadata__"), dict):
+            return
+        header["__metadata__"] = dict(sorted(header["__metadata__"].items()))
+        canonical = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        if len(canonical) != len(text.encode("utf-8")):  # another writer's spelling: leave the file as it is
+            return
+        f.seek(8)
+        f.write(canonical)
 
 
 def latest_checkpoint(root: Path) -> Path | None:

@@ -13,6 +13,7 @@ relative to the bag, or the archive's name, and a reason):
                     initial evaluations (``data/initial_eval/<key12>/``) are the ones the runs reference
     evaluations     every evaluation's responses re-scored against the frozen subset (its pinned SHA256),
                     its statistics recomputed from them; no stored summary reports impossible statistics
+    subsets         each frozen subset cut again from its runs' pinned test split, where the reviewer has it
     resources       every accepted run's resource samples are there, well formed, their times increasing
     recomputation   every table CSV and every line of ``report.md`` (the resource peaks among them)
     certificates    certify=true: ``certificates.json`` recomputed from the certificate jobs' copies and the runs
@@ -50,6 +51,7 @@ from evidence.audit.rejections import check_rejections
 from evidence.audit.resources import check_resources
 from evidence.audit.runs import check_runs
 from evidence.audit.signature import check_signature, check_signed_bag
+from evidence.audit.subsets import check_subsets
 from evidence.dataset import BundleData, load_bundle_data
 from evidence.fileio import JSONError
 from evidence.problems import Problem, SigningError, UsageError
@@ -61,11 +63,12 @@ RECORDS_ERRORS = (KeyError, ValueError, TypeError, OverflowError)
 LOAD_ERRORS = (JSONError, OSError, KeyError, ValueError, TypeError, OverflowError)
 
 
-def audit(path: str | Path, public_key: str | Path | None = None) -> list[Problem]:
+def audit(path: str | Path, public_key: str | Path | None = None, notes: list[str] | None = None) -> list[Problem]:
     """Audit a bundle directory or a ``.tar.gz`` of one; an empty list means clean. Any other path is
     refused (``UsageError``) with one line naming the bundle it is inside, belongs to or contains. With
     ``public_key`` (a key file) the archive's signature must verify with it (``SigningError`` for a key
-    file that is not a public key, before anything is read)."""
+    file that is not a public key, before anything is read). ``notes``: where what the audit could not check
+    (and says so, as no finding) is appended."""
     path = Path(path)
     key = None if public_key is None else _load_public_key(public_key)
     if path.is_file() and not _is_gzip(path) and tarfile.is_tarfile(path):
@@ -77,7 +80,7 @@ def audit(path: str | Path, public_key: str | Path | None = None) -> list[Proble
     if key is not None and path.is_dir():
         raise SigningError(f"{path}: a signature covers the bundle's .tar.gz, not its directory; audit the archive "
                            "with --public-key")
-    return audit_bag(path) if path.is_dir() else audit_archive(path, key)
+    return audit_bag(path, notes) if path.is_dir() else audit_archive(path, key, notes)
 
 
 def _load_public_key(path: str | Path):
@@ -91,7 +94,7 @@ def _is_gzip(path: Path) -> bool:
         return f.read(2) == b"\x1f\x8b"
 
 
-def audit_archive(archive: Path, key=None) -> list[Problem]:
+def audit_archive(archive: Path, key=None, notes: list[str] | None = None) -> list[Problem]:
     """Check the sidecar and the signature (verified with ``key`` when given), then every member header;
     extract (data filter) only when all are safe, then audit the bag and that its manifests are the signed ones."""
     signature_problems, signed = check_signature(archive, key)
@@ -104,7 +107,7 @@ def audit_archive(archive: Path, key=None) -> list[Problem]:
             with extracted(tar, members, root) as bag:
                 if signed is not None:
                     problems += check_signed_bag(bag, signed, signature_path(archive).name)
-                return problems + audit_bag(bag)
+                return problems + audit_bag(bag, notes)
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         return problems + [Problem(archive.name, f"not a readable gzip tar archive ({exc.__class__.__name__})")]
 
@@ -124,12 +127,13 @@ def _load(data_dir: Path) -> tuple[BundleData | None, list[Problem]]:
         return None, [Problem(BUNDLE_PAYLOAD, f"cannot load the bundle's data ({exc.__class__.__name__}: {exc})")]
 
 
-def check_content(bag: Path, data: BundleData) -> list[Problem]:
+def check_content(bag: Path, data: BundleData, notes: list[str] | None = None) -> list[Problem]:
     """What the payload's files say, checked against each other: runs, resource samples, recomputation,
     rejections, the experiment, then the records (each shared initial evaluation read once for all of them)."""
     data_dir, shared_checks = bag / BUNDLE_PAYLOAD, {}
     checks = (partial(check_runs, data_dir, data, shared_checks=shared_checks),
               partial(check_evaluations, data_dir, data),
+              partial(check_subsets, data_dir, data, notes),
               partial(check_resources, data_dir, data),
               partial(check_recomputation, data_dir, data),
               partial(check_certificates, data_dir, data),
@@ -141,7 +145,7 @@ def check_content(bag: Path, data: BundleData) -> list[Problem]:
                                RECORDS_ERRORS)
 
 
-def audit_bag(bag: Path) -> list[Problem]:
+def audit_bag(bag: Path, notes: list[str] | None = None) -> list[Problem]:
     """Audit an unpacked bag directory: the bag, its layout, its content, its figures, then the leak scan."""
     problems = tree_problems(bag)
     if problems:
@@ -151,7 +155,7 @@ def audit_bag(bag: Path) -> list[Problem]:
     if data_dir.is_dir():
         data, unloadable = _load(data_dir)
         problems += check_layout(bag, data)
-        problems += unloadable if data is None else check_content(bag, data)
+        problems += unloadable if data is None else check_content(bag, data, notes)
         problems += _guarded(partial(check_figures, data_dir, data), f"{BUNDLE_PAYLOAD}/figures", "cannot redraw")
     return problems + scan_leaks(bag)
 

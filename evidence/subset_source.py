@@ -1,0 +1,129 @@
+"""The frozen evaluation subset re-derived from the pinned test split it was cut from.
+
+Every response is re-scored against the subset's labels (``evidence.evaluations``), and the subset file is
+pinned by the summaries' ``subset_sha256``; but a forger who edits a label rewrites that digest too. What
+they cannot rewrite is the test split itself: the run's ``run.json`` pins it by SHA256 (``inputs``, checked
+by the trainer before it ran), and the subset is a pure function of it and the evaluation's settings, the
+first ``workload.eval.n_prompts`` rows as ``[index, question, normalize_label(answer)]``
+(``facts.evaluation.subset_bytes``, ``facts.reward.normalize_label``). So the build and the audit cut the
+subset again from the split, wherever its pinned bytes are found (the repository's own embedded data set; a
+bundle cannot carry a user's data set), and hold the subset file to it, row by row. Where the split with its
+pinned digest is not at hand, the subset is not re-derived and the audit says so in one line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path, PurePosixPath
+
+from facts.evaluation import subset_bytes, subset_labels
+from facts.repo import REPO_ROOT
+from facts.reward import normalize_label
+
+
+@dataclass(frozen=True)
+class SubsetSource:
+    """Where a run's subset comes from: the test split's path as the run names it, its pinned SHA256, and how
+    many rows the evaluation takes."""
+
+    test_path: str
+    sha256: str
+    n_prompts: int
+
+    def describe(self) -> str:
+        return f"{self.test_path} (sha256 {self.sha256[:12]}…, first {self.n_prompts} rows)"
+
+
+def subset_source(run_record: dict) -> SubsetSource | None:
+    """The run's subset source from its ``run.json`` (config.workload.test_path and eval.n_prompts, and the
+    split's pin in ``inputs``); None when the record does not say (another trainer's, or a malformed one)."""
+    try:
+        workload = run_record["config"]["workload"]
+        test_path, n_prompts = workload["test_path"], workload["eval"]["n_prompts"]
+        digest = run_record["inputs"][test_path]
+    except (KeyError, TypeError):
+        return None
+    if not isinstance(test_path, str) or not isinstance(digest, str) or isinstance(n_prompts, bool) \
+            or not isinstance(n_prompts, int) or n_prompts < 1:
+        return None
+    return SubsetSource(test_path, digest, n_prompts)
+
+
+def locate_split(source: SubsetSource, root: Path = REPO_ROOT) -> tuple[Path | None, str]:
+    """The split's file with its pinned bytes: the run's path if absolute (the build, on the machine that ran
+    it), else under ``root`` (the repository; never outside it); None and why not."""
+    path = Path(source.test_path)
+    if not path.is_absolute():
+        relative = PurePosixPath(source.test_path)
+        if ".." in relative.parts:
+            return None, f"{source.test_path} leaves the repository"
+        path = root / relative
+    if not path.is_file():
+        return None, f"{source.test_path} is not in this checkout"
+    if _sha256(path, path.stat().st_mtime_ns) != source.sha256:
+        return None, f"{source.test_path} in this checkout is not the pinned one (sha256 {source.sha256[:12]}…)"
+    return path, ""
+
+
+@lru_cache(maxsize=16)
+def _sha256(path: Path, _mtime_ns: int) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@lru_cache(maxsize=16)
+def derived_subset(path: Path, sha256: str, n_prompts: int) -> bytes | None:
+    """The subset's bytes as the trainer writes them, cut from the split at ``path`` (its bytes' SHA256
+    ``sha256``: the cache's key); None when the split has fewer rows than the evaluation takes."""
+    import pyarrow.parquet as pq  # here: only a build or an audit that re-derives a subset reads Parquet
+
+    table = pq.read_table(path, columns=["question", "answer"])
+    if table.num_rows < n_prompts:
+        return None
+    questions = table.column("question").to_pylist()[:n_prompts]
+    answers = table.column("answer").to_pylist()[:n_prompts]
+    return subset_bytes((i, q, normalize_label(a)) for i, (q, a) in enumerate(zip(questions, answers)))
+
+
+def subset_difference(stated: bytes, derived: bytes) -> str | None:
+    """How a subset file's bytes differ from the subset cut from the pinned split: the first row whose index,
+    question or label differs, or the row counts; None when they are the same bytes."""
+    if stated == derived:
+        return None
+    import json
+
+    try:
+        subset_labels(stated)
+        rows = json.loads(stated)
+    except ValueError:
+        return "is not an evaluation subset"
+    want = json.loads(derived)
+    for i, (have, expected) in enumerate(zip(rows, want)):
+        for field, a, b in zip(("index", "question", "label"), have, expected):
+            if a != b:
+                return f"row {i}: {field} {_short(a)} is not the pinned test split's {_short(b)}"
+    if len(rows) != len(want):
+        return f"has {len(rows)} rows, the evaluation takes the pinned test split's first {len(want)}"
+    return "its bytes are not the canonical form of the pinned test split's rows"
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_subset(stated: bytes, source: SubsetSource, root: Path = REPO_ROOT) -> tuple[str | None, str | None]:
+    """(difference, not re-derived because): the subset file's bytes against the subset cut from its run's
+    pinned split; both None when they agree."""
+    path, why = locate_split(source, root)
+    if path is None:
+        return None, why
+    derived = derived_subset(path, source.sha256, source.n_prompts)
+    if derived is None:
+        return f"the pinned test split {source.test_path} has fewer than {source.n_prompts} rows", None
+    return subset_difference(stated, derived), None
