@@ -176,6 +176,7 @@ def count_host_reads(monkeypatch):
         yield calls
 
 
+@pytest.mark.slow  # tens of CPU seconds of toy-model forward passes: not a fast-tier unit
 def test_decoding_reads_the_finished_count_once_per_check_interval_with_the_same_responses(monkeypatch):
     """On an accelerator the decode loop reads how many responses finished every ``DONE_CHECK_EVERY``
     tokens (run here on the CPU by setting the engine's interval): about one read per 8 tokens instead of

@@ -131,6 +131,7 @@ def test_the_packed_index_lists_every_input_that_predicts_a_valid_token_in_order
         assert index.dtype == torch.long and index.tolist() == expected
 
 
+@pytest.mark.slow  # tens of CPU seconds of toy-model forward passes: not a fast-tier unit
 def test_a_mini_batch_s_log_probs_equal_the_whole_batch_s_rows_to_float32_rounding():
     """A PPO mini-batch's numbers must not depend on how the batch is cut beyond float32 rounding (the
     trainer's dtype), on every slice: ones that start, end and straddle prompt groups, single rows.

@@ -200,6 +200,7 @@ def test_greedy_sampling_is_warned_about_and_only_greedy_sampling(caplog):
     assert "training rollout" in record.getMessage() and "greedy decoding" in record.getMessage()
 
 
+@pytest.mark.slow  # tens of CPU seconds of toy-model forward passes: not a fast-tier unit
 def test_greedy_kv_cache_rollout_picks_the_argmax_of_an_unpadded_full_forward():
     # The reference re-runs the whole prefix of one response at a time, unpadded and without a KV
     # cache: a wrong position id, pad mask or cache entry in the batched engine changes the argmax.
