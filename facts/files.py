@@ -76,6 +76,10 @@ ARTIFACTS_TABLE = "artifacts.csv"
 REPORT_FILE = "report.md"
 INCIDENTS_FILE = "incidents.yaml"  # <sweep>/incidents.yaml (optional), kept in the bundle as it is
 EXPERIMENT_FILE = "experiment.yaml"  # the pre-registered experiment spec, as run (an experiment's confirm stage)
+# The pre-registration digest (the spec's SHA256 as registration.json registered it), in every record an experiment's
+# launcher writes before the results it guards exist: each stage's sweep.json, every job's spec.json and job.json
+# (grid, certificate and second-look jobs), the probe's probe.json. The audit cross-checks each against the spec.
+EXPERIMENT_DIGEST_FIELD = "experiment_sha256"
 VERDICT_FILE = "verdict.json"
 CERTIFICATES_FILE = "certificates.json"  # data/certificates.json: the sweep's reproducibility certificates
 # data/certify/checkpoints.csv: the content digest of each file of the final checkpoint of every certified job and

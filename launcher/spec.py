@@ -10,14 +10,14 @@ from __future__ import annotations
 import json
 import re
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from facts import TRAINER_OUTPUT_DIR, sweep_job_dir
 from facts.certify import CERTIFY_FIELD, RESUME, STOP_SETTING
-from facts.files import JOB_SPEC, certify_job_dir
+from facts.files import EXPERIMENT_DIGEST_FIELD, JOB_SPEC, certify_job_dir
 from facts.processes import DEFAULT_RESOURCE_SAMPLE_S
 from facts.ranks import DEFAULT_RENDEZVOUS_TIMEOUT_S
 from launcher.isolation import JobRoots, ecosystem_env
@@ -72,6 +72,10 @@ class JobSpec:
     # A reproducibility certificate's job (certify=true, facts.certify): {"of": the grid's job it repeats,
     # "kind": "rerun" | "resume", "stop_at_step": K for a resume}. None: a job of the grid.
     certify: dict | None = None
+    # A job of a pre-registered experiment's stage: the SHA256 of the spec it was planned under (registration.json's
+    # spec_sha256), recorded in its job.json before it runs, so a spec changed after the results disagrees with every
+    # run's own record (evidence.audit.experiment). None: a job of a plain sweep.
+    experiment_sha256: str | None = None
 
     @property
     def arm_label(self) -> str:
@@ -80,6 +84,8 @@ class JobSpec:
     def identity(self) -> dict:
         """What ``job.json`` records about which job this is (the arm contract; a certificate job says so)."""
         identity = {"algo": self.algo, "seed": self.seed, "arm": self.arm_label, "arm_overrides": dict(self.arm_overrides)}
+        if self.experiment_sha256 is not None:  # the pre-registered spec it runs under (an experiment's stage)
+            identity[EXPERIMENT_DIGEST_FIELD] = self.experiment_sha256
         return identity if self.certify is None else {**identity, CERTIFY_FIELD: dict(self.certify)}
 
     @property
@@ -118,8 +124,9 @@ class JobSpec:
 
     def to_json(self) -> str:
         data = asdict(self)
-        if data["certify"] is None:  # a grid job's spec.json is as it was before certificates
-            del data["certify"]
+        for key in ("certify", EXPERIMENT_DIGEST_FIELD):  # a plain grid job's spec.json is as it was before them
+            if data[key] is None:
+                del data[key]
         return json.dumps(data, indent=1, sort_keys=True)
 
     @classmethod
@@ -154,8 +161,16 @@ class Sweep:
     n_updates: int
     eval_responses: int
     workload: str
-    experiment_sha256: str | None = None  # an experiment's stage: the pre-registered spec's digest
+    experiment_sha256: str | None = None  # an experiment's stage: the pre-registered spec's digest (``registered``)
     certify: list[JobSpec] = field(default_factory=list)  # certify=true: the certificate jobs, outside the grid
+
+    def registered(self, digest: str) -> Sweep:
+        """This sweep as a stage of the experiment pre-registered with spec SHA256 ``digest``: its ``sweep.json``
+        and every job's (grid and certificate) ``spec.json`` and ``job.json`` record the digest."""
+        self.experiment_sha256 = digest
+        self.specs = [replace(s, experiment_sha256=digest) for s in self.specs]
+        self.certify = [replace(s, experiment_sha256=digest) for s in self.certify]
+        return self
 
     @property
     def arms(self) -> dict[str, dict[str, str]]:
@@ -182,6 +197,6 @@ class Sweep:
             "workload": self.workload,
             "source_commit": self.source_commit,
             "cluster": OmegaConf.to_container(self.cluster, resolve=True),
-            **({"experiment_sha256": self.experiment_sha256} if self.experiment_sha256 else {}),
+            **({EXPERIMENT_DIGEST_FIELD: self.experiment_sha256} if self.experiment_sha256 else {}),
             **({CERTIFY_FIELD: self.certify_record()} if self.certify else {}),
         }

@@ -318,6 +318,36 @@ def test_a_list_valued_arm_setting_is_one_override_for_the_launcher_and_the_verd
     assert study.experiment.arms == verdict_arms and same_overrides(verdict_arms["token_mean"], ran)
 
 
+def test_every_stage_job_is_planned_with_the_registered_digest_certificates_and_second_looks_included(tmp_path):
+    """The spec's SHA256 (registration.json's spec_sha256) is in every record a stage's plan writes before its job
+    runs: sweep.json, each job's spec.json and the identity its job.json starts with, for the probe, a certified
+    confirm's certificate jobs and a sized design's second look; a plain sweep's records stay as they were."""
+    from launcher.experiment.stages import plan_later_stages
+    from launcher.plan import plan_cells
+    from launcher.spec import JobSpec
+
+    planned = []
+    for name, extra in (("certified", ["+experiment.certify={stages:[confirm]}"]),
+                        ("sized", ["~experiment.seeds", "+experiment.seeds={n:auto,min:3,max:5}"])):
+        study = load_study(compose(["experiment=loss_norm", *extra]).experiment, "loss_norm")
+        register(tmp_path / name, study, [])
+        digest = json.loads((tmp_path / name / REGISTRATION).read_text())["spec_sha256"]
+        runner = Runner(study, tmp_path / name, {}, ["dry_run=true"], True)
+        planned += [(digest, runner.plan("probe", runner.probe_cells())), *((digest, sweep) for sweep in
+                    plan_later_stages(runner, {}, 5 if name == "sized" else None))]
+    (c_digest, certified), (s_digest, second_look) = planned[1], planned[3]
+    assert len(certified.certify) == 4 and c_digest != s_digest  # a rerun and a resume per arm
+    assert len(second_look.specs) == 10  # the second look: seeds 1..5 of both arms
+    for digest, sweep in planned:
+        assert sweep.record()["experiment_sha256"] == digest
+        for spec in sweep.all_specs:
+            assert spec.identity()["experiment_sha256"] == digest, spec.name
+            assert JobSpec.from_json(spec.to_json()).experiment_sha256 == digest
+    plain = plan_cells([["algo=grpo", "seed=1", "dry_run=true"]], tmp_path / "plain")
+    assert "experiment_sha256" not in plain.record() and "experiment_sha256" not in plain.specs[0].identity()
+    assert "experiment_sha256" not in json.loads(plain.specs[0].to_json())
+
+
 def test_a_list_valued_shared_setting_is_written_as_an_arm_setting_is(tmp_path):
     """``settings:`` (every arm of every stage) gives a list value the same override text as an arm does."""
     proc = _experiment(tmp_path, "experiment=loss_norm", "+experiment.settings={workload.adam_betas:[0.9,0.99]}",
@@ -414,6 +444,13 @@ def test_loss_norm_smoke_run_end_to_end_then_resumed(tmp_path):
     assert verdict["seeds"] == [1, 2, 3] and verdict["arms"]["treatment"]["name"] == "token_mean"
     assert (data / "experiment.yaml").read_text() == (exp / "experiment.yaml").read_text()
     assert json.loads((exp / "confirm" / "sweep.json").read_text())["experiment_sha256"] == registration["spec_sha256"]
+    # every run's own records carry the registered digest, written before its results (a loosened spec disagrees)
+    records = sorted([*(exp / "confirm" / "jobs").glob("*/job.json"), *(exp / "probe" / "jobs").glob("*/job.json"),
+                      *(data / "runs").glob("*/job.json"), *(data / "stages" / "probe" / "runs").glob("*/job.json"),
+                      exp / "probe" / "sweep.json", data / "stages" / "probe" / "probe.json"])
+    assert len(records) == 2 * (6 + 2) + 2
+    assert {str(p): json.loads(p.read_text()).get("experiment_sha256") for p in records} == {
+        str(p): registration["spec_sha256"] for p in records}
     probe = json.loads((data / "stages" / "probe" / "probe.json").read_text())
     assert set(probe["arms"]) == {"dapo-loss_reduction_response_mean", "dapo-loss_reduction_token_mean"}
     assert all(a["step_s"] > 0 and a["peak_mem_gib"] > 0 for a in probe["arms"].values())
@@ -532,6 +569,9 @@ def test_a_sized_design_runs_its_first_look_then_the_seeds_it_sizes_through_laun
         assert len(jobs) == 8 and sizing["look"] == 2 and sizing["second_look"]["seeds"] == [3, 4]
         assert verdict["seeds"] == [1, 2, 3, 4]
     assert f"verdict: {verdict['verdict']}" in proc.stdout
+    # every confirm job, the second look's included, records the digest registered before any seed ran
+    assert {json.loads(p.read_text()).get("experiment_sha256") for p in (exp / "confirm" / "jobs").glob("*/job.json")} \
+        == {json.loads((exp / REGISTRATION).read_text())["spec_sha256"]}
     audit = subprocess.run([sys.executable, "-m", "evidence", "audit", str(exp / "confirm" / "bundle.tar.gz")],
                            cwd=REPO, capture_output=True, text=True)
     assert audit.returncode == 0, audit.stdout + audit.stderr

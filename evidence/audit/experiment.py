@@ -2,7 +2,10 @@
 (``evidence.verdict.recompute``); the earlier stages its spec runs are there (the probe always, tuning when
 the spec tunes), each passes the run and recomputation checks, its problems named under
 ``data/stages/<name>/``, and the probe's record recomputes from the probe's runs and the plan
-(``evidence.verdict.probe``)."""
+(``evidence.verdict.probe``). Every record the launcher wrote before the results it guards (each run's
+``job.json``, certificate and earlier stages' runs included, each stage's ``sweep.json``, ``probe.json``) carries the
+pre-registered spec's SHA256, and it is the SHA256 of ``data/experiment.yaml``: a criterion loosened after the
+results, with ``sweep.json``'s link recomputed, still disagrees with every run's own record."""
 
 from __future__ import annotations
 
@@ -12,10 +15,20 @@ from pathlib import Path
 from evidence.audit.recomputation import check_recomputation
 from evidence.audit.runs import check_runs
 from evidence.dataset import BundleData
+from evidence.fileio import JSONError, read_json, sha256_file
 from evidence.problems import Problem
 from evidence.verdict.probe import check_probe, check_stages_present
 from evidence.verdict.recompute import check_verdict
-from facts.files import BUNDLE_PAYLOAD
+from facts.files import (
+    BUNDLE_PAYLOAD,
+    EXPERIMENT_DIGEST_FIELD,
+    EXPERIMENT_FILE,
+    JOB_RECORD,
+    PROBE_RECORD,
+    PROBE_STAGE,
+    STAGES_DIR,
+    SWEEP_RECORD,
+)
 
 
 def _inside(problem: Problem, stage_dir: str) -> Problem:
@@ -25,12 +38,50 @@ def _inside(problem: Problem, stage_dir: str) -> Problem:
                    reason=problem.reason.replace(f"{BUNDLE_PAYLOAD}/", stage_dir))
 
 
+def registered_records(data_dir: Path, data: BundleData) -> list[Path]:
+    """The records written before the results they guard, each carrying the pre-registration digest: every
+    ``job.json`` of the payload (grid, certificate and earlier stages' runs, their attempts and ranks), each earlier
+    stage's ``sweep.json``, the probe's ``probe.json`` (the confirm stage's ``sweep.json``: ``check_verdict``)."""
+    stages = [data_dir / STAGES_DIR / name / SWEEP_RECORD for name in sorted(data.stages)]
+    probe = data_dir / STAGES_DIR / PROBE_STAGE / PROBE_RECORD
+    return sorted({*data_dir.rglob(JOB_RECORD), *stages, *([probe] if probe.is_file() else [])})
+
+
+def check_registration_digests(data_dir: Path, data: BundleData) -> list[Problem]:
+    """Every record of ``registered_records`` carries, as ``experiment_sha256``, the SHA256 of the bundle's spec: a
+    finding names each record without it or with another digest (the record's and the spec's)."""
+    try:
+        spec = sha256_file(data_dir / EXPERIMENT_FILE)
+    except OSError:
+        return []  # check_verdict names a spec it cannot read
+    problems = []
+    for path in registered_records(data_dir, data):
+        rel = f"{BUNDLE_PAYLOAD}/{path.relative_to(data_dir).as_posix()}"
+        try:
+            record = read_json(path)
+        except JSONError as exc:
+            problems.append(Problem(rel, f"{exc}: it cannot carry the pre-registered spec's {EXPERIMENT_DIGEST_FIELD}"))
+            continue
+        recorded = record.get(EXPERIMENT_DIGEST_FIELD) if isinstance(record, dict) else None
+        if recorded is None:
+            problems.append(Problem(rel, f"no {EXPERIMENT_DIGEST_FIELD}: the launcher records the pre-registered "
+                                         f"spec's SHA256 ({spec[:12]}, {BUNDLE_PAYLOAD}/{EXPERIMENT_FILE}'s) in every "
+                                         f"run's and stage's records before its results exist"))
+        elif recorded != spec:
+            shown = recorded[:12] if isinstance(recorded, str) else repr(recorded)
+            problems.append(Problem(rel, f"{EXPERIMENT_DIGEST_FIELD} {shown} differs from the SHA256 of "
+                                         f"{BUNDLE_PAYLOAD}/{EXPERIMENT_FILE}, {spec[:12]}: this record was written "
+                                         f"under another spec (one changed after its runs)"))
+    return problems
+
+
 def check_experiment(data_dir: Path, data: BundleData) -> list[Problem]:
     """The verdict recomputes; the spec's earlier stages are there; every earlier stage's runs and tables
-    recompute, and so does the probe's record."""
+    recompute, and so does the probe's record; every run's and stage's record carries the spec's SHA256."""
     problems = check_verdict(data_dir, data)
     if data.experiment is not None:
-        problems += check_stages_present(data) + check_probe(data_dir, data)
+        problems += (check_stages_present(data) + check_probe(data_dir, data)
+                     + check_registration_digests(Path(data_dir), data))
     for name, stage in data.stages.items():
         inside = f"{BUNDLE_PAYLOAD}/stages/{name}/"
         for check in (check_runs, check_recomputation):

@@ -3,7 +3,8 @@
 ``python launch.py experiment=<name> [overrides]`` runs, in ``<experiment dir>/``::
 
     experiment.yaml     the spec as run; its SHA256 is the pre-registration
-    registration.json   that SHA256 and the overrides, written when the first job starts
+    registration.json   that SHA256 and the overrides, written when the first job starts; every stage's
+                        sweep.json, every job's spec.json and job.json and probe.json carry the SHA256 too
     probe/              a few steps of every arm: finite loss and gradients, seconds per step, peak
                         memory, the spec's gradient and staleness checks (probe/probe.json)
     tuning/             per arm, a grid over the declared setting (when the spec tunes)

@@ -21,7 +21,7 @@ from evidence.verdict.probe import (
     staleness_passes,
 )
 from evidence.verdict.stages import GRADIENT_RECORD, PROBE_STAGE
-from facts.files import BUNDLE_DIR
+from facts.files import BUNDLE_DIR, EXPERIMENT_DIGEST_FIELD
 from facts.repo import REPO_ROOT
 from launcher.experiment.errors import ExperimentFailed
 from launcher.experiment.runner import Runner
@@ -83,9 +83,10 @@ def gradient_agreement(runner: Runner, grad: dict) -> dict:
 
 
 def probe_checks(runner: Runner, data: BundleData) -> dict:
-    """Finite loss and gradients, seconds per step and peak memory per arm, and the declared checks."""
+    """Finite loss and gradients, seconds per step and peak memory per arm, and the declared checks; the record
+    carries the pre-registration digest it was checked under (before any later stage runs)."""
     probe = runner.study.probe
-    record: dict = {"arms": measure_arms(runner, data), "checks": {}}
+    record: dict = {EXPERIMENT_DIGEST_FIELD: runner.study.sha256, "arms": measure_arms(runner, data), "checks": {}}
     if probe.get("staleness_check"):
         record["checks"]["staleness"] = staleness_check(runner, data, record["arms"], probe["staleness_check"])
     if probe.get("gradient_check"):

@@ -49,10 +49,12 @@ class Runner:
         return self.exp_dir / stage
 
     def plan(self, stage: str, cells: list[list[str]]):
-        """A stage's sweep, planned and checked (a spec arm named like another arm's label is refused)."""
+        """A stage's sweep, planned and checked (a spec arm named like another arm's label is refused), bound to
+        the spec's SHA256: its ``sweep.json`` and every job's records (grid, certificate, a sized design's second
+        look) carry the pre-registration digest from before the job runs (``Sweep.registered``)."""
         sweep = plan_cells(cells, self.stage_dir(stage))
         check_arm_labels(self.study, sweep)
-        return sweep
+        return sweep.registered(self.study.sha256)
 
     def probe_steps(self) -> int:
         return self.study.probe.get("steps", DEFAULT_PROBE_STEPS)

@@ -117,8 +117,7 @@ def _confirm_look(runner: Runner, selected: dict[str, dict[str, str]], seeds: in
     """The confirm stage over the spec's (first ``seeds``) seeds, with the spec beside the sweep (its bundle carries
     the verdict): the exit code and ``verdict.json``."""
     study = runner.study
-    confirm = runner.plan(CONFIRM_STAGE, runner.confirm_cells(selected, seeds))
-    confirm.experiment_sha256 = study.sha256
+    confirm = runner.plan(CONFIRM_STAGE, runner.confirm_cells(selected, seeds))  # bound to the spec's SHA256
     with sweep_lock(runner.stage_dir(CONFIRM_STAGE)):  # the spec beside the sweep, its jobs and its seal
         (runner.stage_dir(CONFIRM_STAGE) / EXPERIMENT_FILE).write_text(study.text)
         stage_header(CONFIRM_STAGE, f"{len(confirm.specs)} job(s){what}")

@@ -1,6 +1,7 @@
 """What ``launch.py experiment=<name>`` leaves beside a confirm sweep, for synthetic experiments: the probe
 stage (a built sweep with ``probe.json``, its numbers computed here from the probe's ``metrics.jsonl``), the
-pre-registration link in the confirm stage's ``sweep.json`` and each run's CPUs in its ``run.json`` config. A spec
+pre-registration digest in every stage's ``sweep.json``, every job's ``job.json`` and ``probe.json``, and each run's
+CPUs in its ``run.json`` config. A spec
 that declares the probe's checks gets them: the staleness check's fresh probe arm (``<algo>-fresh``) and every probe
 run's logged ``train/sampler_logp_gap`` (``off_policy``), the gradient check's ``gradient_check.json`` (``gradient``).
 
@@ -32,13 +33,19 @@ def set_cpus(sweep: Path, cpus: int = CPUS) -> None:
         path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
 
 
-def register(confirm: Path, spec_text: str) -> str:
-    """The confirm stage's ``sweep.json`` records the spec's SHA256 (the launcher's pre-registration link)."""
-    digest = hashlib.sha256(spec_text.encode()).hexdigest()
-    path = confirm / "sweep.json"
+def stamp(path: Path, digest: str) -> None:
+    """``path`` (a JSON record) carries ``experiment_sha256``: ``digest``."""
     record = json.loads(path.read_text())
     record["experiment_sha256"] = digest
     path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+
+
+def register(stage: Path, spec_text: str) -> str:
+    """A stage's ``sweep.json`` and every job's ``job.json`` (grid and certificate jobs) record the spec's SHA256,
+    as the launcher plans an experiment's stages (the pre-registration digest)."""
+    digest = hashlib.sha256(spec_text.encode()).hexdigest()
+    for path in [stage / "sweep.json", *sorted(stage.glob("*/*/job.json"))]:
+        stamp(path, digest)
     return digest
 
 
@@ -116,10 +123,11 @@ def add_launcher_stages(confirm: Path, spec_text: str, tuning_steps: int | None 
     probe = make_sweep(confirm.parent, seeds=(seed_list(spec)[0],), n_steps=probe_steps, name="probe", arms=arms,
                        off_policy=off_policy)
     set_cpus(probe)
+    digest = register(probe, spec_text)
     build_bundle(probe, figures=False)
     if gradient is not None:
         (probe / "gradient_check.json").write_text(json.dumps(gradient, indent=2, sort_keys=True) + "\n")
-    record = probe_record(probe, spec, confirm_record["n_updates"], tuning_steps)
+    record = {"experiment_sha256": digest, **probe_record(probe, spec, confirm_record["n_updates"], tuning_steps)}
     (probe / "probe.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     set_cpus(confirm)
     register(confirm, spec_text)

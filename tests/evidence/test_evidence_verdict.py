@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from experiment_stages import add_launcher_stages, set_cpus
+from experiment_stages import add_launcher_stages, register, set_cpus
 from sweep_factory import make_sweep
 
 from evidence import audit, build_bundle
@@ -282,6 +282,7 @@ def tuned_experiment(tmp_path: Path, extension: dict | None = None, rewards: dic
                         reward=lambda arm, seed, step: rewards[(arms[arm]["algo"], arms[arm]["workload.lr"])]
                         + 0.01 * seed)
     set_cpus(tuning)
+    register(tuning, TUNED_SPEC)  # the launcher's pre-registration digest in the stage's records
     build_bundle(tuning, figures=False)
     confirm_arms = {"grpo-lr4e-5": {"algo": "grpo", "workload.lr": "4e-5"},
                     "rppb-lr1.6e-4": {"algo": "rppb", "workload.lr": "1.6e-4"}}

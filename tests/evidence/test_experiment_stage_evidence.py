@@ -206,3 +206,78 @@ def test_python_m_evidence_audit_names_an_off_lattice_verdict_value(experiment_b
     assert code == 1
     assert ("data/verdict.json: per_seed[0].treatment (rppb-1 final): 46.33 points: pass@1 0.4633 is not a whole "
             "multiple of 1/100 (1 / (n_prompts x C(k, 1))): no 25 prompts x 4 samples give it") in lines, lines
+
+
+# ---- the pre-registration digest in every run's own records (a criterion loosened after the results) -----------
+
+LOOSENED = SPEC.replace("threshold_points: 4", "threshold_points: 0")
+
+
+def _sha256(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_a_criterion_loosened_after_the_results_with_sweep_json_recomputed_is_a_finding_per_run_record(
+        experiment_bag, tmp_path):
+    """The forger of B6: the confirm stage's spec loosened after the results, sweep.json's experiment_sha256
+    recomputed, the bundle rebuilt by ``python -m evidence build`` and audited through ``python -m evidence audit``:
+    the spec and sweep.json agree, but every run's job.json and the probe's records still carry the registered digest."""
+    exp = Path(shutil.copytree(experiment_bag.parents[1], tmp_path / "exp", symlinks=True))
+    confirm = exp / "confirm"
+    shutil.rmtree(confirm / "bundle")
+    for archive in confirm.glob("bundle.tar.gz*"):
+        archive.unlink()
+    (confirm / "experiment.yaml").write_text(LOOSENED, encoding="utf-8")
+    record = json.loads((confirm / "sweep.json").read_text())
+    record["experiment_sha256"] = _sha256(LOOSENED)
+    (confirm / "sweep.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    build = subprocess.run([sys.executable, "-m", "evidence", "build", str(confirm)], cwd=REPO, capture_output=True,
+                           text=True, timeout=300)
+    assert build.returncode == 0, build.stdout + build.stderr
+    code, lines = audit_cli(confirm / "bundle.tar.gz")
+    assert code == 1, lines
+    registered, loosened = _sha256(SPEC)[:12], _sha256(LOOSENED)[:12]
+    differs = (f"experiment_sha256 {registered} differs from the SHA256 of data/experiment.yaml, {loosened}: this "
+               "record was written under another spec (one changed after its runs)")
+    expected = [f"data/runs/{algo}-{seed}/job.json" for algo in ("grpo", "rppb") for seed in SEEDS] + [
+        "data/stages/probe/probe.json", *(f"data/stages/probe/runs/{algo}-1/job.json" for algo in ("grpo", "rppb")),
+        "data/stages/probe/sweep.json"]
+    for file in expected:
+        assert f"{file}: {differs}" in lines, (file, lines)
+    assert not any(line.startswith(("data/experiment.yaml:", "data/sweep.json:")) for line in lines), lines
+
+
+def _restated(bag: Path, tmp_path: Path, file: str, value) -> list[str]:
+    """The audit's findings of ``bag`` with ``data/<file>``'s experiment_sha256 set to ``value`` (None: dropped)."""
+    from evidence import audit
+
+    def edit(data: Path) -> None:
+        record = json.loads((data / file).read_text())
+        record.pop("experiment_sha256")
+        if value is not None:
+            record["experiment_sha256"] = value
+        (data / file).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+
+    return [str(f) for f in audit(forged(bag, tmp_path, edit))]
+
+
+@pytest.mark.parametrize("file", ["runs/rppb-2/job.json", "stages/probe/runs/grpo-1/job.json",
+                                  "stages/probe/probe.json", "stages/probe/sweep.json"])
+def test_one_record_carrying_another_spec_s_digest_is_a_finding_naming_it_and_both_digests(experiment_bag, tmp_path,
+                                                                                             file):
+    other = _sha256(LOOSENED)
+    findings = _restated(experiment_bag, tmp_path, file, other)
+    assert findings == [f"data/{file}: experiment_sha256 {other[:12]} differs from the SHA256 of data/experiment.yaml, "
+                        f"{_sha256(SPEC)[:12]}: this record was written under another spec (one changed after its "
+                        "runs)"], findings
+
+
+@pytest.mark.parametrize("file", ["runs/grpo-1/job.json", "stages/probe/runs/rppb-1/job.json", "stages/probe/probe.json"])
+def test_a_record_missing_the_digest_is_a_finding(experiment_bag, tmp_path, file):
+    findings = _restated(experiment_bag, tmp_path, file, None)
+    assert findings == [f"data/{file}: no experiment_sha256: the launcher records the pre-registered spec's SHA256 "
+                        f"({_sha256(SPEC)[:12]}, data/experiment.yaml's) in every run's and stage's records before its "
+                        "results exist"], findings
+
