@@ -75,6 +75,26 @@ def check_registration_digests(data_dir: Path, data: BundleData) -> list[Problem
     return problems
 
 
+def check_spec_not_removed(data_dir: Path, data: BundleData) -> list[Problem]:
+    """A bundle without ``data/experiment.yaml`` whose records name an experiment's spec (``sweep.json`` or any
+    run's record carrying ``experiment_sha256``) had its spec and verdict removed: the runs were planned under a
+    pre-registration the bundle no longer carries. One finding per record."""
+    problems = []
+    for path in [data_dir / SWEEP_RECORD, *registered_records(data_dir, data)]:
+        try:
+            record = read_json(path)
+        except JSONError:
+            continue  # the records and runs checks name an unreadable record
+        recorded = record.get(EXPERIMENT_DIGEST_FIELD) if isinstance(record, dict) else None
+        if recorded is not None:
+            shown = recorded[:12] if isinstance(recorded, str) else repr(recorded)
+            problems.append(Problem(f"{BUNDLE_PAYLOAD}/{path.relative_to(data_dir).as_posix()}",
+                                    f"{EXPERIMENT_DIGEST_FIELD} {shown}: planned under an experiment's spec, but the "
+                                    f"bundle has no {BUNDLE_PAYLOAD}/{EXPERIMENT_FILE} (the spec and its verdict "
+                                    "were removed)"))
+    return problems
+
+
 def check_experiment(data_dir: Path, data: BundleData) -> list[Problem]:
     """The verdict recomputes; the spec's earlier stages are there; every earlier stage's runs and tables
     recompute, and so does the probe's record; every run's and stage's record carries the spec's SHA256."""
@@ -82,6 +102,8 @@ def check_experiment(data_dir: Path, data: BundleData) -> list[Problem]:
     if data.experiment is not None:
         problems += (check_stages_present(data) + check_probe(data_dir, data)
                      + check_registration_digests(Path(data_dir), data))
+    else:
+        problems += check_spec_not_removed(Path(data_dir), data)
     for name, stage in data.stages.items():
         inside = f"{BUNDLE_PAYLOAD}/stages/{name}/"
         for check in (check_runs, check_recomputation):

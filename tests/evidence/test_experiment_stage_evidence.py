@@ -281,3 +281,22 @@ def test_a_record_missing_the_digest_is_a_finding(experiment_bag, tmp_path, file
                         f"({_sha256(SPEC)[:12]}, data/experiment.yaml's) in every run's and stage's records before its "
                         "results exist"], findings
 
+
+
+def test_an_experiment_bundle_stripped_of_its_spec_and_verdict_is_a_finding_per_record_naming_the_spec(
+        experiment_bag, tmp_path):
+    """Removing the spec and its verdict does not make the runs a plain sweep's: each record the launcher wrote
+    before the results still names the spec they were planned under."""
+    from evidence import audit
+
+    def strip(data: Path) -> None:
+        (data / "experiment.yaml").unlink()
+        (data / "verdict.json").unlink()
+
+    findings = [str(f) for f in audit(forged(experiment_bag, tmp_path, strip))]
+    digest = _sha256(SPEC)[:12]
+    stripped = [f for f in findings if "planned under an experiment's spec" in f]
+    assert {f.split(":")[0] for f in stripped} >= {"data/sweep.json", "data/runs/grpo-1/job.json",
+                                                   "data/runs/rppb-2/job.json", "data/stages/probe/probe.json"}
+    assert all(f.endswith(f"experiment_sha256 {digest}: planned under an experiment's spec, but the bundle has no "
+                          "data/experiment.yaml (the spec and its verdict were removed)") for f in stripped), stripped
