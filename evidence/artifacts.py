@@ -6,7 +6,9 @@ A gate passes or fails on what is on disk. Gates: the final checkpoint is presen
 number of responses (and the response files hold that many lines); a control shared by the sweep's
 jobs (``<sweep>/initial_eval/<key12>/``) is complete, untampered and recomputes from its responses; the job's cleanup list is
 empty; ``run.json`` says the run completed all updates; the path-free command exists.
-An all-zero eval reward is a failed gate of its own kind (seed 000's rationale-label incident).
+An all-zero eval reward is a failed gate of its own kind (seed 000's rationale-label incident), and so is a
+link (or a file that is not a regular one) in the job's evidence: read the one way (``facts.files.unfollowed_paths``,
+the rule a shared initial evaluation is read by), it is never followed, and the job is rejected naming it.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ from facts.files import (
     EVAL_SUBSET,
     JOB_RECORD,
     LATEST_CHECKPOINT,
+    LINK_FIX,
+    NEVER_FOLLOWED,
     RUN_COMPLETED,
     RUN_RECORD,
     TENSORBOARD_DIR,
@@ -54,6 +58,7 @@ from facts.files import (
     eval_responses_name,
     linked_part,
     run_relpath,
+    unfollowed_paths,
 )
 
 EVAL_KINDS = ("initial", "final")
@@ -63,6 +68,7 @@ EVAL_FRACTION_KEYS = ("pass@1", "pass@2", "pass@4", "truncation")
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 # Kinds of failed gate; incidents group by these.
 ALL_ZERO_EVAL = "all-zero-eval-reward"
+EVIDENCE_LINK = "evidence-link"  # a link, or not a regular file, in a job's evidence: never followed
 
 
 @dataclass(frozen=True)
@@ -150,6 +156,9 @@ def check_final_model(run_dir: Path, final_model: str) -> tuple[str | None, list
     if Path(final_model).is_absolute() or ".." in parts or not parts:
         return None, [Problem(run_relpath(RUN_RECORD), f"final_model {final_model!r} is not inside the run directory",
                               kind="checkpoint")]
+    links = unfollowed_paths(run_dir, final_model)  # outside the job's walk: run/trainer/ is the trainer's own
+    if links:
+        return final_model, [unfollowed_problem(run_relpath(path), what) for path, what in links]
     weights = sorted((run_dir / final_model).glob("*.safetensors"))
     if not weights:
         return final_model, [Problem(rel, "missing: no *.safetensors weights in the final model", kind="checkpoint")]
@@ -159,6 +168,21 @@ def check_final_model(run_dir: Path, final_model: str) -> tuple[str | None, list
         if problem:
             failures.append(Problem(f"{rel}/{path.name}", problem, kind="checkpoint"))
     return final_model, failures
+
+
+def unfollowed_problem(file: str, what: str) -> Problem:
+    """The finding for ``file`` of a job's evidence that ``facts.files.not_followed`` refuses (``what`` it is)."""
+    return Problem(file, f"{what}: {NEVER_FOLLOWED}; {LINK_FIX}", kind=EVIDENCE_LINK)
+
+
+def check_unfollowed(job_dir: Path) -> list[Problem]:
+    """Every link (or file that is not a regular one) of the job directory's evidence, walked by
+    ``facts.files.unfollowed_paths``, each a failed gate naming the file: relative to the job directory, or
+    ``jobs/<job>`` (relative to the sweep) when the job directory itself or ``jobs/`` is the link."""
+    job_dir = Path(job_dir)
+    rel = f"{job_dir.parent.name}/{job_dir.name}"
+    return [unfollowed_problem(path.removeprefix(f"{rel}/"), what)
+            for path, what in unfollowed_paths(job_dir.parent.parent, rel)]
 
 
 def check_tensorboard(run_dir: Path) -> list[Problem]:
@@ -218,15 +242,20 @@ def read_shared_evaluation(record_path: Path) -> SharedEvaluation:
 def _reader_records(root: Path):
     """(reader, eval.json) of every run of ``root`` and of every earlier attempt of one: a sweep's
     ``jobs/<job>/run/`` and ``jobs/<job>/attempts/<n>/run/``, a bundle's ``runs/<job>/`` and
-    ``runs/<job>/attempts/<n>/``; a reader is named ``<job>`` or ``<job> attempt <n>``."""
+    ``runs/<job>/attempts/<n>/``; a reader is named ``<job>`` or ``<job> attempt <n>``. A record reached
+    through a link is never read (its job's gate names the link)."""
     root = Path(root)
-    for run_eval in sorted(root.glob(f"{JOBS_DIR}/*/{JOB_RUN_DIR}/{EVAL_RECORD}")):
+
+    def unlinked(paths):
+        return (p for p in sorted(paths) if linked_part(root, p.relative_to(root).as_posix(), ()) is None)
+
+    for run_eval in unlinked(root.glob(f"{JOBS_DIR}/*/{JOB_RUN_DIR}/{EVAL_RECORD}")):
         yield run_eval.parent.parent.name, run_eval
-    for run_eval in sorted(root.glob(f"{BUNDLE_RUNS_DIR}/*/{EVAL_RECORD}")):
+    for run_eval in unlinked(root.glob(f"{BUNDLE_RUNS_DIR}/*/{EVAL_RECORD}")):
         yield run_eval.parent.name, run_eval
     for pattern in (f"{JOBS_DIR}/*/{ATTEMPTS_DIR}/*/{JOB_RUN_DIR}/{EVAL_RECORD}",
                     f"{BUNDLE_RUNS_DIR}/*/{ATTEMPTS_DIR}/*/{EVAL_RECORD}"):
-        for run_eval in sorted(root.glob(pattern)):
+        for run_eval in unlinked(root.glob(pattern)):
             attempt = run_eval.parent.parent if run_eval.parent.name == JOB_RUN_DIR else run_eval.parent
             if fits("attempt", attempt.name):  # the launcher numbers them: nothing else is an attempt
                 yield f"{attempt.parent.parent.name} attempt {attempt.name}", run_eval
@@ -550,5 +579,5 @@ def primary_artifacts(job_dir: Path, checkpoint: str | None) -> list[ArtifactDig
     return [
         ArtifactDigest(p.relative_to(job_dir).as_posix(), p.stat().st_size, sha256_file(p))
         for p in paths
-        if p.is_file() and not p.is_symlink()
+        if p.is_file() and linked_part(job_dir, p.relative_to(job_dir).as_posix(), ()) is None
     ]

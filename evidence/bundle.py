@@ -168,8 +168,18 @@ def _sanitizer(sweep_dir: Path, evidences: list[JobEvidence], certified: dict[st
     return Sanitizer.from_environment(literals=literals, hosts=hosts)
 
 
-def _copy_json(src: Path, dst: Path, clean: Sanitizer, edit=None) -> None:
-    """Copy a JSON file path-free: ``*_abs`` keys dropped, then sanitised; unparsable files as sanitised text."""
+def _unlinked(root: Path | None, path: Path) -> bool:
+    """``path`` (inside the job directory ``root``) is reached without a link and is no FIFO, socket or device
+    (``facts.files.linked_part``): the only way the bundle copies a job's file. The job's gate has rejected the job
+    naming every other one (``evidence.artifacts.check_unfollowed``), so none is dropped without a word."""
+    return root is None or linked_part(root, path.relative_to(root).as_posix(), ()) is None
+
+
+def _copy_json(src: Path, dst: Path, clean: Sanitizer, edit=None, root: Path | None = None) -> None:
+    """Copy a JSON file path-free: ``*_abs`` keys dropped, then sanitised; unparsable files as sanitised text.
+    With ``root`` (its job directory), never through a link (``_unlinked``)."""
+    if not _unlinked(root, src):
+        return
     try:
         value = strip_abs_keys(read_json(src))
         if edit is not None:
@@ -180,8 +190,8 @@ def _copy_json(src: Path, dst: Path, clean: Sanitizer, edit=None) -> None:
             write_text(dst, clean.clean(src.read_bytes().decode("utf-8", errors="replace")))
 
 
-def _copy_text(src: Path, dst: Path, clean: Sanitizer) -> None:
-    if src.is_file():
+def _copy_text(src: Path, dst: Path, clean: Sanitizer, root: Path | None = None) -> None:
+    if src.is_file() and _unlinked(root, src):
         write_text(dst, clean.clean(src.read_bytes().decode("utf-8", errors="replace")))
 
 
@@ -194,34 +204,34 @@ def _hide_node(record):
 def _write_run_files(evidence: JobEvidence, job_dir: Path, out: Path, clean: Sanitizer) -> None:
     """data/runs/<job>/: metrics log, eval and run summaries, path-free command, job record, logs."""
     run_dir = run_dir_of_job(job_dir)
-    _copy_text(run_dir / METRICS_LOG, out / METRICS_LOG, clean)
-    _copy_json(run_dir / EVAL_RECORD, out / EVAL_RECORD, clean)
-    _copy_json(run_dir / RUN_RECORD, out / RUN_RECORD, clean)
-    _copy_json(job_dir / COMMAND_PUBLIC_RECORD, out / COMMAND_PUBLIC_RECORD, clean)
-    _copy_json(job_dir / JOB_RECORD, out / JOB_RECORD, clean, edit=_hide_node)
-    _copy_text(job_dir / RESOURCE_SAMPLES, out / RESOURCE_SAMPLES, clean)  # the runtime's resource samples
-    _copy_responses(evidence, run_dir, out)
+    _copy_text(run_dir / METRICS_LOG, out / METRICS_LOG, clean, job_dir)
+    _copy_json(run_dir / EVAL_RECORD, out / EVAL_RECORD, clean, root=job_dir)
+    _copy_json(run_dir / RUN_RECORD, out / RUN_RECORD, clean, root=job_dir)
+    _copy_json(job_dir / COMMAND_PUBLIC_RECORD, out / COMMAND_PUBLIC_RECORD, clean, root=job_dir)
+    _copy_json(job_dir / JOB_RECORD, out / JOB_RECORD, clean, edit=_hide_node, root=job_dir)
+    _copy_text(job_dir / RESOURCE_SAMPLES, out / RESOURCE_SAMPLES, clean, job_dir)  # the runtime's resource samples
+    _copy_responses(evidence, job_dir, out)
     for attempt in sorted((job_dir / ATTEMPTS_DIR).glob("*")):  # the job's earlier attempts
-        if not fits("attempt", attempt.name) or attempt.is_symlink():  # the launcher numbers them: nothing else is one
+        if not fits("attempt", attempt.name):  # the launcher numbers them: nothing else is one
             continue
-        _copy_json(attempt / JOB_RECORD, out / ATTEMPTS_DIR / attempt.name / JOB_RECORD, clean, edit=_hide_node)
+        _copy_json(attempt / JOB_RECORD, out / ATTEMPTS_DIR / attempt.name / JOB_RECORD, clean, edit=_hide_node,
+                   root=job_dir)
         attempt_eval = run_dir_of_job(attempt) / EVAL_RECORD  # the shared evaluation it read (readers_agree)
-        if attempt_eval.is_file() and not attempt_eval.is_symlink():
-            _copy_json(attempt_eval, out / ATTEMPTS_DIR / attempt.name / EVAL_RECORD, clean)
+        if attempt_eval.is_file():
+            _copy_json(attempt_eval, out / ATTEMPTS_DIR / attempt.name / EVAL_RECORD, clean, root=job_dir)
     # The launcher's logs (trainer.log, runtime.log, ...) beside job.json, and any under logs/.
     logs = sorted(job_dir.glob("*.log"))
     if (job_dir / LOGS_DIR).is_dir():
         logs += sorted((job_dir / LOGS_DIR).iterdir())
     for log in logs:
-        if log.is_file() and not log.is_symlink():
-            _copy_text(log, out / LOGS_DIR / log.name, clean)
+        _copy_text(log, out / LOGS_DIR / log.name, clean, job_dir)
     # A run of several ranks: each rank's step record, and the logs of the other ranks' runtimes.
     for rank_log in sorted((run_dir / RANKS_DIR).glob("rank*.jsonl")):
         if fits("rank", rank_log.stem):
-            _copy_text(rank_log, out / RANKS_DIR / rank_log.name, clean)
+            _copy_text(rank_log, out / RANKS_DIR / rank_log.name, clean, job_dir)
     for log in sorted((job_dir / RANKS_DIR).glob("rank*/*.log")):
-        if log.is_file() and not log.is_symlink() and fits("rank", log.parent.name):
-            _copy_text(log, out / LOGS_DIR / log.parent.name / log.name, clean)
+        if fits("rank", log.parent.name):
+            _copy_text(log, out / LOGS_DIR / log.parent.name / log.name, clean, job_dir)
 
 
 def _write_payload(sweep, evidences: list[JobEvidence], incidents: list[Incident], stage: Path,
@@ -251,7 +261,7 @@ def _write_payload(sweep, evidences: list[JobEvidence], incidents: list[Incident
         _copy_text(sweep.dir / name, stage / name, clean)
     for evidence in evidences:
         job_dir = sweep_job_dir(sweep.dir, evidence.job)
-        if evidence.present and job_dir.is_dir():
+        if evidence.present and job_dir.is_dir() and _unlinked(sweep.dir, job_dir):  # never a linked job directory
             _write_run_files(evidence, job_dir, stage / BUNDLE_RUNS_DIR / evidence.job, clean)
     if certified_jobs(sweep.record):
         _write_certify_files(sweep, stage, clean)
@@ -268,22 +278,21 @@ def _write_certify_files(sweep, stage: Path, clean: Sanitizer) -> None:
     final = eval_responses_name("final")
     for name in jobs:
         job_dir, out = certify_job_dir(sweep.dir, name), stage / CERTIFY_DIR / name
-        if not job_dir.is_dir():
-            continue  # never ran: its certificate fails its run check
+        if not job_dir.is_dir() or not _unlinked(sweep.dir, job_dir):
+            continue  # never ran (or not inside the sweep): its certificate fails its run check
         run_dir = run_dir_of_job(job_dir)
         rows += checkpoint_rows(name, job_dir, sweep.n_updates)
-        _copy_text(run_dir / METRICS_LOG, out / METRICS_LOG, clean)
-        _copy_json(run_dir / EVAL_RECORD, out / EVAL_RECORD, clean)
-        _copy_json(run_dir / RUN_RECORD, out / RUN_RECORD, clean)
-        _copy_json(job_dir / COMMAND_PUBLIC_RECORD, out / COMMAND_PUBLIC_RECORD, clean)
-        _copy_json(job_dir / JOB_RECORD, out / JOB_RECORD, clean, edit=_hide_node)
+        _copy_text(run_dir / METRICS_LOG, out / METRICS_LOG, clean, job_dir)  # never through a link: a missing
+        _copy_json(run_dir / EVAL_RECORD, out / EVAL_RECORD, clean, root=job_dir)  # file fails its certificate
+        _copy_json(run_dir / RUN_RECORD, out / RUN_RECORD, clean, root=job_dir)
+        _copy_json(job_dir / COMMAND_PUBLIC_RECORD, out / COMMAND_PUBLIC_RECORD, clean, root=job_dir)
+        _copy_json(job_dir / JOB_RECORD, out / JOB_RECORD, clean, edit=_hide_node, root=job_dir)
         source = run_dir / EVAL_RESPONSES_DIR / final
-        if source.is_file() and not source.is_symlink():  # byte for byte, as a run's copy keeps them
+        if source.is_file() and _unlinked(job_dir, source):  # byte for byte, as a run's copy keeps them
             (out / EVAL_RESPONSES_DIR).mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, out / EVAL_RESPONSES_DIR / final)
         for log in sorted(job_dir.glob("*.log")):
-            if log.is_file() and not log.is_symlink():
-                _copy_text(log, out / LOGS_DIR / log.name, clean)
+            _copy_text(log, out / LOGS_DIR / log.name, clean, job_dir)
     write_csv(stage / CERTIFY_CHECKPOINTS, CHECKPOINT_COLUMNS, rows)
 
 
@@ -301,13 +310,14 @@ def _certify(sweep, evidences: list[JobEvidence], user, stage: Path, clean: Sani
     return incidents
 
 
-def _copy_responses(evidence: JobEvidence, run_dir: Path, out: Path) -> None:
+def _copy_responses(evidence: JobEvidence, job_dir: Path, out: Path) -> None:
     """runs/<job>/eval/<kind>.jsonl: the run's evaluated responses, byte for byte (the audit re-scores them; the
     leak scan still reads them before sealing); an initial one only when the run evaluated it itself."""
     for kind in EVAL_KINDS:
         entry = (evidence.eval_summary or {}).get(kind)
-        source = run_dir / EVAL_RESPONSES_DIR / eval_responses_name(kind)
-        if isinstance(entry, dict) and shared_initial_dir(entry) is None and source.is_file() and not source.is_symlink():
+        source = run_dir_of_job(job_dir) / EVAL_RESPONSES_DIR / eval_responses_name(kind)
+        if isinstance(entry, dict) and shared_initial_dir(entry) is None and source.is_file() \
+                and _unlinked(job_dir, source):
             (out / EVAL_RESPONSES_DIR).mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, out / EVAL_RESPONSES_DIR / source.name)
 
@@ -320,8 +330,9 @@ def _copy_eval_subsets(sweep_dir: Path, evidences: list[JobEvidence], stage: Pat
         digest = ((evidence.eval_summary or {}).get("final") or {}).get("subset_sha256") if evidence.present else None
         if not isinstance(digest, str) or not SHA256_HEX.fullmatch(digest) or digest in copied:
             continue
-        source = run_dir_of_job(sweep_job_dir(sweep_dir, evidence.job)) / EVAL_RESPONSES_DIR / EVAL_SUBSET
-        if source.is_file() and not source.is_symlink() and sha256_file(source) == digest:
+        job_dir = sweep_job_dir(sweep_dir, evidence.job)
+        source = run_dir_of_job(job_dir) / EVAL_RESPONSES_DIR / EVAL_SUBSET
+        if source.is_file() and _unlinked(sweep_dir, source) and sha256_file(source) == digest:
             target = stage / bundle_subset_relpath(digest)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, target)

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 from evidence.problems import Problem, capped
-from facts.evaluation import impossible_statistics, recompute_eval, rescore, subset_labels
+from facts.evaluation import impossible_statistics, recompute_eval, rescore, sample_problems, subset_labels
 
 SUBSET_MISSING = "missing: the frozen evaluation subset (the labels every response is re-scored against)"
 RESPONSES_MISSING = "missing: the evaluation's responses (every one is re-scored from them)"
@@ -33,9 +33,11 @@ def read_subset(path: Path, subset_sha256) -> tuple[dict[int, str] | None, str |
         return None, f"not an evaluation subset ({exc})"
 
 
-def _records(responses: bytes, labels: dict[int, str], file: str) -> tuple[list[dict], list[float], list[Problem]]:
-    """The response records, their re-scored rewards and what is wrong with each line (the record named)."""
-    records, rewards, problems = [], [], []
+def _records(responses: bytes, labels: dict[int, str], file: str
+             ) -> tuple[list[dict], list[float], list[Problem], list[tuple[int, int, object]]]:
+    """The response records, their re-scored rewards, what is wrong with each line (the record named) and the
+    (line, row, sample) of each record whose row is the subset's."""
+    records, rewards, problems, pairs = [], [], [], []
     for number, line in enumerate(responses.decode("utf-8", errors="replace").splitlines(), start=1):
         if not line.strip():
             continue
@@ -55,20 +57,22 @@ def _records(responses: bytes, labels: dict[int, str], file: str) -> tuple[list[
         if "label" in record and record["label"] != labels[record["index"]]:
             problems.append(Problem(file, f"label {record['label']!r} is not the subset's {labels[record['index']]!r}",
                                     where))
+        pairs.append((number, record["index"], record.get("sample")))
         reward = rescore(record, labels)
         if reward != record["reward"]:
             problems.append(Problem(file, f"reward {record['reward']!r} re-scores to {reward!r}", where))
         records.append(record)
         rewards.append(reward)
-    return records, rewards, problems
+    return records, rewards, problems, pairs
 
 
 def rescored_problems(summary: dict, responses: bytes, labels: dict[int, str], responses_file: str,
                       summary_file: str, where: str) -> list[Problem]:
     """Every response of ``responses`` re-scored against ``labels`` (a finding per response whose stored reward
-    differs, naming its line and row), and ``summary``'s statistics (in ``summary_file`` at ``where``) recomputed
+    differs, naming its line and row), each evaluated row's samples 0..k-1 there once each (a finding per
+    duplicated, out-of-range or missing (row, sample), ``facts.evaluation.sample_problems``), and ``summary``'s statistics (in ``summary_file`` at ``where``) recomputed
     from the re-scored rewards (a finding per statistic that differs, with the recomputed value)."""
-    records, rewards, problems = _records(responses, labels, responses_file)
+    records, rewards, problems, pairs = _records(responses, labels, responses_file)
     problems = capped(problems)
     if not records:
         return problems + [Problem(responses_file, "no response records")]
@@ -76,7 +80,11 @@ def rescored_problems(summary: dict, responses: bytes, labels: dict[int, str], r
     if evaluated != set(labels):
         problems.append(Problem(responses_file, f"its responses cover {len(evaluated)} rows, the frozen subset has "
                                                 f"{len(labels)}"))
-    k = summary.get("k") if isinstance(summary.get("k"), int) else -1
+    k = summary.get("k") if isinstance(summary.get("k"), int) and not isinstance(summary.get("k"), bool) else -1
+    if k > 0:  # each evaluated row holds samples 0..k-1 once each (a k that is not one: the field checks say so)
+        problems += capped([Problem(responses_file, reason, (f"line {line}, " if line is not None else "")
+                                    + f"row {row}, sample {sample!r}")
+                            for line, row, sample, reason in sample_problems(pairs, evaluated, k)])
     recomputed = recompute_eval(records, k, rewards)
     for name, value in recomputed.items():
         stored = summary.get(name)

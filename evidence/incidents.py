@@ -20,7 +20,8 @@ smoke allocation) in ``<sweep_dir>/incidents.yaml``; the bundle keeps that file.
         resolution: "..."        # required
         job: rppb-2026           # optional
 
-Automatic kinds: ``missing-job``, ``rejected``, ``all-zero-eval-reward``, ``manual-exclusion``,
+Automatic kinds: ``missing-job``, ``rejected``, ``all-zero-eval-reward``, ``evidence-link`` (a link, or a file that
+is not a regular one, in the job's evidence: never followed, so the job is rejected naming it), ``manual-exclusion``,
 ``scheduler-state``, ``commit-mismatch``, ``all-zero-train-reward``, ``not-reproduced`` (a certificate job of
 ``certify=true`` that does not reproduce its original); user incidents are ``user``.
 
@@ -39,7 +40,7 @@ from pathlib import Path
 
 import yaml
 
-from evidence.artifacts import ALL_ZERO_EVAL
+from evidence.artifacts import ALL_ZERO_EVAL, EVIDENCE_LINK
 from evidence.fileio import JSONError, read_json
 from evidence.index import JobEvidence
 from evidence.problems import IncidentsFileError
@@ -136,10 +137,14 @@ def _automatic(evidence: JobEvidence) -> list[tuple[str, str, str]]:
     if evidence.exclusion:
         found.append(("manual-exclusion", f"Manually excluded: {evidence.exclusion}", EXCLUDED))
     zero = [f for f in evidence.failures if f.kind == ALL_ZERO_EVAL]
-    other = [f for f in evidence.failures if f.kind != ALL_ZERO_EVAL]
+    links = [f for f in evidence.failures if f.kind == EVIDENCE_LINK]
+    other = [f for f in evidence.failures if f.kind not in (ALL_ZERO_EVAL, EVIDENCE_LINK)]
     if zero:
         title = "; ".join(f.reason for f in zero)
         found.append(("all-zero-eval-reward", title[:1].upper() + title[1:], EXCLUDED))
+    if links:  # each file named: the bundle does not carry it (a link is never followed)
+        shown = "; ".join(str(f) for f in links[:3]) + (f"; (+{len(links) - 3} more)" if len(links) > 3 else "")
+        found.append((EVIDENCE_LINK, f"Rejected: {shown}", EXCLUDED))
     if other:
         shown = "; ".join(str(f) for f in other[:3]) + (f"; (+{len(other) - 3} more)" if len(other) > 3 else "")
         if cause := failure_cause(evidence.job_record, evidence.job):  # what the runtime or scheduler recorded

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evidence.artifacts import (
+    EVIDENCE_LINK,
     ArtifactDigest,
     check_checkpoint,
     check_cleanup,
@@ -21,6 +22,7 @@ from evidence.artifacts import (
     check_public_command,
     check_run_summary,
     check_tensorboard,
+    check_unfollowed,
     final_model_of,
     primary_artifacts,
 )
@@ -31,7 +33,7 @@ from evidence.ranks import check_ranks
 from evidence.sweep import Sweep, algo_name, job_name
 from facts import EVAL_RECORD, JOB_RUN_DIR, JOBS_DIR, RUN_RECORD
 from facts.failures import failure_cause
-from facts.files import JOB_RECORD, METRICS_LOG, SWEEP_RECORD, run_relpath
+from facts.files import JOB_RECORD, METRICS_LOG, SWEEP_RECORD, linked_part, run_relpath
 from facts.states import COMPLETED
 
 # Shown in the index's reason column before it is cut short.
@@ -93,6 +95,8 @@ class JobEvidence:
         """What the job did produce, in one line (the incidents' evidence-boundary column)."""
         if not self.present:
             return "no job directory"
+        if any(f.kind == EVIDENCE_LINK for f in self.failures):
+            return "not read: its evidence holds a link (or a file that is not a regular one), never followed"
         parts = []
         if self.metrics is None:
             parts.append("no metrics log")
@@ -112,6 +116,13 @@ class JobEvidence:
             parts.append("no eval summary")
         parts.append("cleanup empty" if "cleanup" not in failed_gates else "cleanup not empty")
         return "; ".join(parts)
+
+
+def _field_record(path: Path):
+    try:
+        return read_json(path)
+    except JSONError:
+        return None
 
 
 def _field(path: Path, name: str):
@@ -153,6 +164,13 @@ def evaluate_job(job_dir: str | Path, algo: str | None = None, seed: int | None 
                            present=job_dir.is_dir(), n_updates=n_updates or 0,
                            arm=arm if isinstance(arm, str) else "")
     if not evidence.present:
+        return evidence
+    links = check_unfollowed(job_dir)
+    if links:  # never read through: the job is rejected on its links, naming each (artifacts.check_unfollowed)
+        evidence.failures.extend(links)
+        if linked_part(job_dir.parent.parent, f"{job_dir.parent.name}/{job_dir.name}/{JOB_RECORD}", ()) is None:
+            record = _field_record(job_dir / JOB_RECORD)  # its node and job id: the sanitiser and incidents need them
+            evidence.job_record = record if isinstance(record, dict) else {}
         return evidence
     if not isinstance(algo, str) or not isinstance(seed, int) or not n_updates:
         evidence.failures.append(Problem(JOB_RECORD, "cannot tell algo, seed and n_updates of the job", kind="job"))

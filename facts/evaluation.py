@@ -11,6 +11,7 @@ import json
 import math
 from math import comb
 
+from facts.files import INITIAL_EVAL_RESPONSES
 from facts.reward import math_reward
 
 PASS_AT = (1, 2, 4)  # the pass@j an eval reports, each only when j <= k samples were drawn per prompt
@@ -56,6 +57,29 @@ def rescore(response: dict, labels: dict[int, str]) -> float:
     """A response record's reward as the evaluation must have scored it: ``math_reward(response, label)`` with
     the frozen subset's label of its row (never the record's own label or reward)."""
     return math_reward(response["response"], labels[response["index"]])
+
+
+def sample_problems(pairs, rows, k: int) -> list[tuple[int | None, int, object, str]]:
+    """Where an evaluation's responses are not each row's samples ``0..k-1`` exactly once: ``pairs`` are the
+    (line, row, sample) of its response records in file order, ``rows`` the rows it evaluated. Returns (line or
+    None, row, sample, reason) per record whose sample is not one of ``0..k-1`` or repeats one of its row (a row
+    with k + 1 records has one of these), and per (row, sample) of ``rows`` no record holds. Counting records
+    per row is not enough: a row's one correct sample copied over its others keeps the count and lifts pass@k."""
+    first: dict[tuple[int, int], int | None] = {}
+    found = []
+    for line, row, sample in pairs:
+        if not isinstance(sample, int) or isinstance(sample, bool) or not 0 <= sample < k:
+            found.append((line, row, sample, f"sample {sample!r} is not one of the row's samples 0..{k - 1}"))
+        elif (row, sample) in first:
+            on = first[(row, sample)]
+            found.append((line, row, sample, "a second record of this (row, sample)"
+                          + (f", first on line {on}" if on is not None else "")))
+        else:
+            first[(row, sample)] = line
+    for row in sorted(rows):
+        found += [(None, row, sample, f"missing: no record of this (row, sample); each row has samples 0..{k - 1} "
+                                      "once each") for sample in range(k) if (row, sample) not in first]
+    return found
 
 
 def model_files(inputs: dict[str, str], model_path: str) -> dict[str, str]:
@@ -118,14 +142,21 @@ def shared_evaluation_problems(record, responses: bytes) -> tuple[dict | None, t
             return None, (f"its identity and its summary differ in {', '.join(differing)}",)
         if hashlib.sha256(responses).hexdigest() != record["responses_sha256"]:
             return summary, ("responses.jsonl differs from its recorded SHA256",)
-        recomputed = recompute_eval([json.loads(line) for line in responses.splitlines() if line.strip()],
-                                    int(summary["k"]))
+        records = [json.loads(line) for line in responses.splitlines() if line.strip()]
+        recomputed = recompute_eval(records, int(summary["k"]))
+        misplaced = sample_problems([(None, r["index"], r.get("sample")) for r in records],
+                                    {r["index"] for r in records}, int(summary["k"]))
     except (ValueError, KeyError, TypeError, AttributeError, ZeroDivisionError) as exc:
         return None, (f"unreadable shared evaluation ({type(exc).__name__})",)
-    return summary, tuple(f"{name} {summary.get(name)!r} does not recompute from its responses ({value!r})"
-                          for name, value in recomputed.items()
-                          if not (_finite_number(summary.get(name))
-                                  and math.isclose(summary[name], value, rel_tol=1e-12, abs_tol=1e-12)))
+    problems = tuple(f"{name} {summary.get(name)!r} does not recompute from its responses ({value!r})"
+                     for name, value in recomputed.items()
+                     if not (_finite_number(summary.get(name))
+                             and math.isclose(summary[name], value, rel_tol=1e-12, abs_tol=1e-12)))
+    if misplaced:  # one line: the responses file's own findings name each (row, sample)
+        _, row, sample, reason = misplaced[0]
+        more = f" (+{len(misplaced) - 1} more)" if len(misplaced) > 1 else ""
+        problems += (f"{INITIAL_EVAL_RESPONSES}: row {row}, sample {sample!r}: {reason}{more}",)
+    return summary, problems
 
 
 # Impossible statistics: what no evaluation of n_prompts prompts x k samples (rewards 0 or 1, lengths in

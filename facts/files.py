@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from pathlib import Path
 
 # A sweep's jobs live in <sweep>/jobs/<job>/, each job's trainer output in its run/ directory.
@@ -135,20 +136,68 @@ def initial_eval_relpath(key: str) -> str:
     return f"{INITIAL_EVAL_DIR}/{key[:SHARED_KEY_CHARS]}"
 
 
+# The one rule of reading a sweep's evidence: it lives inside its sweep, so a link there is never followed (a job's
+# file linked to bytes elsewhere, even to another job's, is not that job's evidence), and only regular files are read.
+NEVER_FOLLOWED = "the evidence lives inside its sweep, and a link is never followed"
+LINK_FIX = "put the file it names in its place (or remove it), then build again"
+# The directories of a job directory that are not its evidence, never walked: a runtime's isolation roots (Ray's
+# temp dir holds sockets and links by design; caches; TMPDIR), at any depth (a rank's, an attempt's), and an
+# external trainer's own output under run/ (its final model is judged where run.json names it).
+JOB_ROOTS_DIR = "roots"
+NOT_EVIDENCE_DIRS = ((None, JOB_ROOTS_DIR), (JOB_RUN_DIR, TRAINER_OUTPUT_DIR))  # (parent's name or any, name)
+
+
+def not_followed(path: str | Path) -> str | None:
+    """What ``path`` is when the evidence must not read it: a symbolic link (never followed), or not a regular file
+    or directory (a FIFO, socket or device); None for a regular file, a directory or nothing at all."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else "not a regular file"
+
+
 def linked_part(root: str | Path, relpath: str, names: tuple[str, ...] = (EVAL_RECORD, INITIAL_EVAL_RESPONSES)
                 ) -> str | None:
-    """The first component of ``root/relpath`` (or of ``names`` inside it) that is a symbolic link, relative to
-    ``root``, else None. A shared evaluation lives inside its sweep: a link there is never followed."""
+    """The first component of ``root/relpath`` (or of ``names`` inside it) that ``not_followed`` refuses, relative
+    to ``root``, else None. A shared evaluation lives inside its sweep: a link there is never followed."""
     path = Path(root)
     for part in Path(relpath).parts:
         path = path / part
-        if path.is_symlink():
+        if not_followed(path):
             return path.relative_to(root).as_posix()
     for name in names:
         beside = Path(os.path.normpath(path / name))  # "../<key12>.lock": the lock file beside the directory
-        if beside.is_symlink():
+        if not_followed(beside):
             return Path(os.path.relpath(beside, root)).as_posix()
     return None
+
+
+def unfollowed_paths(root: str | Path, relpath: str) -> list[tuple[str, str]]:
+    """Every path of the directory ``root/relpath`` (a job directory: ``jobs/<job>``) that the evidence never reads,
+    relative to ``root``, with what it is (``not_followed``): a component of ``relpath`` itself, or anything below
+    it, walked without following a link and without entering ``NOT_EVIDENCE_DIRS``. [] when all is regular."""
+    root = Path(root)
+    top = linked_part(root, relpath, ())
+    if top is not None:
+        return [(top, not_followed(root / top) or "a symbolic link")]
+    found, todo = [], [root / relpath]
+    while todo:
+        directory = todo.pop()
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            what = not_followed(entry.path)
+            if what is not None:
+                found.append((Path(entry.path).relative_to(root).as_posix(), what))
+            elif entry.is_dir(follow_symlinks=False) and not any(
+                    name == entry.name and parent in (None, directory.name) for parent, name in NOT_EVIDENCE_DIRS):
+                todo.append(Path(entry.path))
+    return sorted(found)
 
 
 def sweep_jobs_dir(sweep_dir: str | Path) -> Path:

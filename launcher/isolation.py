@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from facts import run_dir_of_job
+from facts.files import JOB_ROOTS_DIR
 from facts.ranks import MASTER_ADDR_ENV, MASTER_PORT_ENV, RANK_ENV, RENDEZVOUS_TIMEOUT_ENV
 
 # Unix socket paths are limited to 107 bytes, and Ray puts its sockets several levels below its
@@ -32,15 +33,15 @@ class JobRoots:
 
     @property
     def ray(self) -> Path:
-        return self.job_dir / "roots" / "ray"
+        return self.job_dir / JOB_ROOTS_DIR / "ray"
 
     @property
     def cache(self) -> Path:
-        return self.job_dir / "roots" / "cache"
+        return self.job_dir / JOB_ROOTS_DIR / "cache"
 
     @property
     def tmp(self) -> Path:
-        return self.job_dir / "roots" / "tmp"
+        return self.job_dir / JOB_ROOTS_DIR / "tmp"
 
     @property
     def output(self) -> Path:
@@ -126,7 +127,7 @@ def ecosystem_env(roots: JobRoots) -> dict[str, str]:
         "VLLM_CACHE_ROOT": str(cache / "vllm"),
         "TORCH_EXTENSIONS_DIR": str(cache / "torch_extensions"),
         "WANDB_MODE": "offline",  # nothing is sent anywhere from a job
-        "WANDB_DIR": str(roots.job_dir / "roots" / "wandb"),
+        "WANDB_DIR": str(roots.job_dir / JOB_ROOTS_DIR / "wandb"),
         "WANDB_CACHE_DIR": str(cache / "wandb"),
         "WANDB_CONFIG_DIR": str(cache / "wandb-config"),
         "WANDB_DATA_DIR": str(cache / "wandb-data"),

@@ -1,10 +1,20 @@
-"""Cherry-picking: a job the index rejects whose bundled evidence passes every gate the bundle can re-check."""
+"""Cherry-picking: a job the index rejects whose bundled evidence passes every gate the bundle can re-check.
+
+A job rejected for a link in its evidence (an ``evidence-link`` incident naming the file) is taken as rejected: the
+bundle never carries a link (it is never followed), so the gate cannot be re-checked here, as artifacts.csv's listing
+of the checkpoint and TensorBoard files the bundle does not carry is taken as the build states it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from evidence.artifacts import check_cleanup, check_run_summary, check_shared_reference, checkpoint_name
+from evidence.artifacts import (
+    EVIDENCE_LINK,
+    check_cleanup,
+    check_run_summary,
+    check_shared_reference,
+    checkpoint_name,
+)
 from evidence.audit.evaluations import run_evaluation_problems
 from evidence.dataset import BundleData, read_csv
 from evidence.fileio import JSONError, read_json
@@ -33,6 +43,8 @@ def _still_rejected(data_dir: Path, data: BundleData, row: dict, majority: tuple
     command.public.json, and artifacts.csv's listing)."""
     job, algo, seed, n = row["job"], row["algo"], int(row["seed"]), data.n_updates
     run = data_dir / BUNDLE_RUNS_DIR / job
+    if any(r["job"] == job and r["kind"] == EVIDENCE_LINK and r.get("source") == "automatic" for r in data.incidents):
+        return [EVIDENCE_LINK]  # a link the bundle cannot show (it never carries one): the incident names the file
     log = validate_metrics(run / METRICS_LOG, algo, n)
     failures = ["metrics"] if log.violations or log.valid_steps != n else []
     run_summary, run_failures = check_run_summary(run, algo, seed, n)

@@ -307,3 +307,171 @@ def test_a_real_sweeps_bundle_carries_responses_and_subset_and_a_re_marked_contr
     assert code == 1
     assert (f"data/initial_eval/{shared.name}/responses.jsonl: line 1, row {records[0]['index']}, sample "
             f"{records[0]['sample']}: reward {1.0 - records[0]['reward']!r} re-scores to {records[0]['reward']!r}") in out
+
+
+# Re-scoring counts samples, not records (adv B10): each evaluated row holds its samples 0..k-1 once each.
+def _copy_first_correct(records: list[dict]) -> list[dict]:
+    """The reviewer's forgery: every record of a row replaced by a copy of the row's first correct one (its sample
+    id kept), so each row keeps k records and pass@k reads as if every sample were correct."""
+    rows: dict[int, list[dict]] = {}
+    for record in records:
+        rows.setdefault(record["index"], []).append(record)
+    out = []
+    for samples in rows.values():
+        correct = [r for r in samples if r["reward"] > 0]
+        out += [dict(correct[0]) for _ in samples] if correct else samples
+    return out
+
+
+def _drop_last_sample(records: list[dict]) -> list[dict]:
+    """Row 1's sample 3 removed."""
+    return [r for r in records if (r["index"], r["sample"]) != (1, K - 1)]
+
+
+def _renumber_out_of_range(records: list[dict]) -> list[dict]:
+    """Row 2's sample 3 renumbered k."""
+    return [{**r, "sample": K} if (r["index"], r["sample"]) == (2, K - 1) else r for r in records]
+
+
+def _extra_record(records: list[dict]) -> list[dict]:
+    """Row 0 given a fifth record: a copy of its sample 0, appended after the row."""
+    return records[:K] + [dict(records[0])] + records[K:]
+
+
+def _first_correct_line(records: list[dict]) -> tuple[int, int, int]:
+    """(line of the first copy that repeats a sample, its row, its sample) in ``_copy_first_correct``'s output."""
+    forged = _copy_first_correct(records)
+    seen = set()
+    for line, r in enumerate(forged, start=1):
+        if (r["index"], r["sample"]) in seen:
+            return line, r["index"], r["sample"]
+        seen.add((r["index"], r["sample"]))
+    raise AssertionError("no repeated sample")
+
+
+# name -> (forgery, the finding it must raise about the responses file: (line or None, row, sample, reason start))
+MISPLACED = {
+    "duplicated": (_copy_first_correct, None),
+    "missing": (_drop_last_sample, (None, 1, K - 1, "missing: no record of this (row, sample)")),
+    "out-of-range": (_renumber_out_of_range, (2 * K + K, 2, K, f"sample {K} is not one of the row's samples 0..3")),
+    "k-plus-one": (_extra_record, (K + 1, 0, 0, "a second record of this (row, sample), first on line 1")),
+}
+
+
+def _expected(name: str, honest: list[dict]) -> tuple[int | None, int, int, str]:
+    if name == "duplicated":
+        line, row, sample = _first_correct_line(honest)
+        return line, row, sample, "a second record of this (row, sample)"
+    return MISPLACED[name][1]
+
+
+def _finding(file: str, expected) -> str:
+    line, row, sample, reason = expected
+    return f"{file}: {f'line {line}, ' if line is not None else ''}row {row}, sample {sample}: {reason}"
+
+
+def _names(findings: list[str], file: str, expected) -> bool:
+    """Some finding of ``findings`` is the expected one (it may go on: a repeat names the first record's line)."""
+    return any(f.startswith(_finding(file, expected)) for f in findings)
+
+
+def _restated(records: list[dict]) -> dict:
+    """The summary statistics a forger restates from the forged records (the evaluation's own estimator, k kept)."""
+    from facts.evaluation import recompute_eval
+
+    stats = recompute_eval(records, K)
+    return {name: stats[name] for name in ("pass@1", "pass@2", "pass@4", "mean_reward", "mean_length", "truncation")}
+
+
+@pytest.mark.parametrize("name", sorted(MISPLACED))
+def test_a_final_evaluations_misplaced_sample_is_an_audit_finding_naming_row_and_sample(bag, name):
+    from evidence import audit
+
+    path = bag / "data" / "runs" / "grpo-42" / "eval" / "final.jsonl"
+    honest = _read_jsonl(path)
+    forged = MISPLACED[name][0](honest)
+    _write_jsonl(path, forged)
+    _forge_summary(bag, "grpo-42", "final", _restated(forged))
+    findings = [str(p) for p in audit(bag)]
+    assert _names(findings, "data/runs/grpo-42/eval/final.jsonl", _expected(name, honest)), findings
+
+
+@pytest.mark.parametrize("name", sorted(MISPLACED))
+def test_the_build_gate_rejects_a_misplaced_sample_naming_row_and_sample(shared_build, tmp_path, name):
+    from evidence.index import evaluate_job
+
+    sweep = Path(shutil.copytree(shared_build[0], tmp_path / "sweep", ignore=shutil.ignore_patterns("bundle*")))
+    run = sweep / "jobs" / "rpp-42" / "run"
+    honest = _read_jsonl(run / "eval" / "final.jsonl")
+    forged = MISPLACED[name][0](honest)
+    _write_jsonl(run / "eval" / "final.jsonl", forged)
+    _edit_json(run / "eval.json", lambda r: r["final"].update(_restated(forged)))
+    evidence = evaluate_job(sweep / "jobs" / "rpp-42")
+    assert not evidence.accepted
+    failures = [str(p) for p in evidence.failures]
+    assert _names(failures, "run/eval/final.jsonl", _expected(name, honest)), failures
+
+
+def _copy_first_correct_in_sweep(sweep: Path) -> tuple[str, list[dict]]:
+    """The reviewer's forgery on the sweep's shared initial evaluation, restated as the trainer would have written
+    it (summary, responses SHA256, every run's reference): its directory name and its honest records."""
+    (shared,) = [p for p in (sweep / "initial_eval").iterdir() if p.is_dir()]
+    honest = _read_jsonl(shared / "responses.jsonl")
+    forged = _copy_first_correct(honest)
+    _write_jsonl(shared / "responses.jsonl", forged)
+    stats = _restated(forged)
+    text = _edit_json(shared / "eval.json", lambda r: (r["initial"].update(stats), r.update(
+        responses_sha256=hashlib.sha256((shared / "responses.jsonl").read_bytes()).hexdigest())))
+    for job in JOBS:
+        _edit_json(sweep / "jobs" / job / "run" / "eval.json", lambda r: (r["initial"].update(stats),
+                   r["initial"]["shared"].update(sha256=hashlib.sha256(text).hexdigest())))
+    return shared.name, honest
+
+
+def test_a_shared_initial_evaluations_copied_samples_reject_every_run_and_are_an_audit_finding(shared_build, bag,
+                                                                                               tmp_path):
+    """The shared control's responses go through the same check: in the build's gate (its own line under the
+    shared eval.json, each (row, sample) under its responses) and in the audit of a resealed bundle."""
+    from evidence import audit
+    from evidence.index import evaluate_job
+
+    sweep = Path(shutil.copytree(shared_build[0], tmp_path / "sweep", ignore=shutil.ignore_patterns("bundle*")))
+    key12, honest = _copy_first_correct_in_sweep(sweep)
+    line, row, sample = _first_correct_line(honest)
+    responses = f"initial_eval/{key12}/responses.jsonl"
+    for job in JOBS:
+        failures = [str(p) for p in evaluate_job(sweep / "jobs" / job).failures]
+        assert _names(failures, responses, (line, row, sample, "a second record of this (row, sample)")), failures
+        assert any(f.startswith(f"initial_eval/{key12}/eval.json: responses.jsonl: row ") for f in failures), failures
+    shared, _, _ = remark_shared_control_zero(bag, JOBS, remark=_copy_first_correct)
+    findings = [str(p) for p in audit(bag)]
+    assert _names(findings, f"data/initial_eval/{shared.name}/responses.jsonl",
+                  (line, row, sample, "a second record of this (row, sample)")), findings
+
+
+def test_python_m_evidence_build_and_audit_count_samples_not_records(shared_build, bag, tmp_path):
+    """The reviewer's B10 through the entry points: the build rejects the run whose rows repeat their correct
+    sample (statistics restated), and the audit of a bundle so forged and resealed exits 1 naming row and sample."""
+    sweep = Path(shutil.copytree(shared_build[0], tmp_path / "sweep", ignore=shutil.ignore_patterns("bundle*")))
+    run = sweep / "jobs" / "rpp-42" / "run"
+    honest = _read_jsonl(run / "eval" / "final.jsonl")
+    forged = _copy_first_correct(honest)
+    _write_jsonl(run / "eval" / "final.jsonl", forged)
+    _edit_json(run / "eval.json", lambda r: r["final"].update(_restated(forged)))
+    done = subprocess.run([sys.executable, "-m", "evidence", "build", str(sweep), "--no-figures"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    with open(sweep / "bundle" / "data" / "index.csv", newline="") as f:
+        index = {row["job"]: row for row in csv.DictReader(f)}
+    line, row, sample = _first_correct_line(honest)
+    assert index["rpp-42"]["accepted"] == "no"
+    assert index["rpp-42"]["reason"].startswith(f"run/eval/final.jsonl: line {line}, row {row}, sample {sample}: "
+                                                "a second record of this (row, sample)"), index["rpp-42"]["reason"]
+
+    path = bag / "data" / "runs" / "rpp-42" / "eval" / "final.jsonl"
+    _write_jsonl(path, _copy_first_correct(_read_jsonl(path)))
+    _forge_summary(bag, "rpp-42", "final", _restated(_read_jsonl(path)))
+    code, out = _audit(bag)
+    assert code == 1
+    assert _finding("data/runs/rpp-42/eval/final.jsonl", (line, row, sample, "a second record of this (row, sample)")) \
+        in out, out
