@@ -97,6 +97,7 @@ from facts.files import (
     FIGURES_DIR,
     INCIDENTS_TABLE,
     INDEX_TABLE,
+    JOB_LOGS,
     JOB_RECORD,
     LOGS_DIR,
     REPORT_FILE,
@@ -208,20 +209,23 @@ def _write_run_files(evidence: JobEvidence, job_dir: Path, out: Path, clean: San
         attempt_eval = run_dir_of_job(attempt) / EVAL_RECORD  # the shared evaluation it read (readers_agree)
         if attempt_eval.is_file() and not attempt_eval.is_symlink():
             _copy_json(attempt_eval, out / ATTEMPTS_DIR / attempt.name / EVAL_RECORD, clean)
-    # The launcher's logs (trainer.log, runtime.log, ...) beside job.json, and any under logs/.
-    logs = sorted(job_dir.glob("*.log"))
-    if (job_dir / LOGS_DIR).is_dir():
-        logs += sorted((job_dir / LOGS_DIR).iterdir())
-    for log in logs:
-        if log.is_file() and not log.is_symlink():
-            _copy_text(log, out / LOGS_DIR / log.name, clean)
+    _copy_logs(job_dir, out / LOGS_DIR, clean)  # the job's logs beside job.json (facts.files.JOB_LOGS)
     # A run of several ranks: each rank's step record, and the logs of the other ranks' runtimes.
     for rank_log in sorted((run_dir / RANKS_DIR).glob("rank*.jsonl")):
         if fits("rank", rank_log.stem):
             _copy_text(rank_log, out / RANKS_DIR / rank_log.name, clean)
-    for log in sorted((job_dir / RANKS_DIR).glob("rank*/*.log")):
-        if log.is_file() and not log.is_symlink() and fits("rank", log.parent.name):
-            _copy_text(log, out / LOGS_DIR / log.parent.name / log.name, clean)
+    for rank_dir in sorted((job_dir / RANKS_DIR).glob("rank*")):
+        if rank_dir.is_dir() and not rank_dir.is_symlink() and fits("rank", rank_dir.name):
+            _copy_logs(rank_dir, out / LOGS_DIR / rank_dir.name, clean)
+
+
+def _copy_logs(record_dir: Path, out: Path, clean: Sanitizer) -> None:
+    """The logs a job (or a further rank's runtime) keeps in ``record_dir``, the only ones the bundle's layout
+    has (``JOB_LOGS``: the trainer's, the runtime's with the scheduler's output, Ray's), sanitised into ``out``."""
+    for name in JOB_LOGS:
+        log = record_dir / name
+        if log.is_file() and not log.is_symlink():
+            _copy_text(log, out / name, clean)
 
 
 def _write_payload(sweep, evidences: list[JobEvidence], incidents: list[Incident], stage: Path,
@@ -281,9 +285,7 @@ def _write_certify_files(sweep, stage: Path, clean: Sanitizer) -> None:
         if source.is_file() and not source.is_symlink():  # byte for byte, as a run's copy keeps them
             (out / EVAL_RESPONSES_DIR).mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, out / EVAL_RESPONSES_DIR / final)
-        for log in sorted(job_dir.glob("*.log")):
-            if log.is_file() and not log.is_symlink():
-                _copy_text(log, out / LOGS_DIR / log.name, clean)
+        _copy_logs(job_dir, out / LOGS_DIR, clean)
     write_csv(stage / CERTIFY_CHECKPOINTS, CHECKPOINT_COLUMNS, rows)
 
 

@@ -24,7 +24,12 @@ COMMAND_RECORD = "command.json"
 COMMAND_PUBLIC_RECORD = "command.public.json"
 TRAINER_LOG = "trainer.log"
 RUNTIME_LOG = "runtime.log"
-RAY_START_LOG = "ray-start.log"
+RAY_START_LOG = "ray-start.log"  # the job's Ray, when its workload uses one (the trainer's env then names it:)
+RAY_ADDRESS_ENV = "RAY_ADDRESS"  # in the trainer's environment (command.json's env) when the job started a Ray
+# The logs a job directory keeps (and each further rank's record directory, ranks/rank<r>/), the only ones a
+# bundle copies into runs/<job>/logs/: the trainer's, the runtime's (with the scheduler's stdout and stderr
+# appended on Slurm) and Ray's when the job started one.
+JOB_LOGS = (TRAINER_LOG, RUNTIME_LOG, RAY_START_LOG)
 ATTEMPTS_DIR = "attempts"
 # The job runtime's resource samples of its process tree (and GPUs), one JSON line each
 # (launcher.runtime.resources), and the job.json field that says what was sampled (and why not a GPU).

@@ -204,8 +204,7 @@ def write_job(sweep: Path, algo: str, seed: int, index: int, n_steps: int, arm: 
         "argv": argv + ["output_dir=<JOB_DIR>/run"],
         "env": {"TMPDIR": "<JOB_DIR>/roots/tmp", "PYTHONNOUSERSITE": "1"}, "sbatch": "",
     })
-    (job_dir / "logs").mkdir(exist_ok=True)
-    (job_dir / "logs" / "stdout.log").write_text(
+    (job_dir / "runtime.log").write_text(  # the runtime's log, with the scheduler's stdout on Slurm
         f"step 0 loss 0.01\nsample: {RESPONSE_TEXTS[0]}\nsample: {RESPONSE_TEXTS[1]}\ndone\n", encoding="utf-8")
 
     run_dir.mkdir(parents=True, exist_ok=True)
