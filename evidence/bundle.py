@@ -97,6 +97,7 @@ from facts.files import (
     FIGURES_DIR,
     INCIDENTS_TABLE,
     INDEX_TABLE,
+    INITIAL_EVAL_COMPUTED,
     JOB_LOGS,
     JOB_RECORD,
     LOGS_DIR,
@@ -201,6 +202,7 @@ def _write_run_files(evidence: JobEvidence, job_dir: Path, out: Path, clean: San
     _copy_json(job_dir / COMMAND_PUBLIC_RECORD, out / COMMAND_PUBLIC_RECORD, clean)
     _copy_json(job_dir / JOB_RECORD, out / JOB_RECORD, clean, edit=_hide_node)
     _copy_text(job_dir / RESOURCE_SAMPLES, out / RESOURCE_SAMPLES, clean)  # the runtime's resource samples
+    _copy_computed(run_dir, out)
     _copy_responses(evidence, run_dir, out)
     for attempt in sorted((job_dir / ATTEMPTS_DIR).glob("*")):  # the job's earlier attempts
         if not fits("attempt", attempt.name) or attempt.is_symlink():  # the launcher numbers them: nothing else is one
@@ -217,6 +219,15 @@ def _write_run_files(evidence: JobEvidence, job_dir: Path, out: Path, clean: San
     for rank_dir in sorted((job_dir / RANKS_DIR).glob("rank*")):
         if rank_dir.is_dir() and not rank_dir.is_symlink() and fits("rank", rank_dir.name):
             _copy_logs(rank_dir, out / LOGS_DIR / rank_dir.name, clean)
+
+
+def _copy_computed(run_dir: Path, out: Path) -> None:
+    """The shared initial evaluations the run records having computed (``INITIAL_EVAL_COMPUTED``), byte for byte:
+    relative paths and digests, what the audit holds each shared evaluation to."""
+    source = run_dir / INITIAL_EVAL_COMPUTED
+    if source.is_file() and not source.is_symlink():
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, out / INITIAL_EVAL_COMPUTED)
 
 
 def _copy_logs(record_dir: Path, out: Path, clean: Sanitizer) -> None:
@@ -281,6 +292,7 @@ def _write_certify_files(sweep, stage: Path, clean: Sanitizer) -> None:
         _copy_json(run_dir / RUN_RECORD, out / RUN_RECORD, clean)
         _copy_json(job_dir / COMMAND_PUBLIC_RECORD, out / COMMAND_PUBLIC_RECORD, clean)
         _copy_json(job_dir / JOB_RECORD, out / JOB_RECORD, clean, edit=_hide_node)
+        _copy_computed(run_dir, out)
         source = run_dir / EVAL_RESPONSES_DIR / final
         if source.is_file() and not source.is_symlink():  # byte for byte, as a run's copy keeps them
             (out / EVAL_RESPONSES_DIR).mkdir(parents=True, exist_ok=True)

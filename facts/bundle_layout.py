@@ -42,6 +42,7 @@ from facts.files import (
     INCIDENTS_FILE,
     INCIDENTS_TABLE,
     INDEX_TABLE,
+    INITIAL_EVAL_COMPUTED,
     INITIAL_EVAL_DIR,
     INITIAL_EVAL_RESPONSES,
     JOB_LOGS,
@@ -85,16 +86,18 @@ PLACEHOLDERS = {
     "certjob": r"[^/]+\.(?:" + "|".join(KINDS) + ")",  # a certificate job: the audit holds it to sweep.json's certify
 }
 
-# The files of one job's copy, runs/<job>/: the run's records and the job's, its evaluated responses, its logs,
+# The files of one job's copy, runs/<job>/: the run's records and the job's (with the shared evaluations it computed),
+# its evaluated responses, its logs,
 # its earlier attempts' job records and evaluation summaries (which shared evaluation each attempt read) and, for
 # a run of several ranks, each rank's step record and log.
 RUN_FILES = (METRICS_LOG, EVAL_RECORD, f"{EVAL_RESPONSES_DIR}/<eval_kind>.jsonl", RUN_RECORD, COMMAND_PUBLIC_RECORD, JOB_RECORD, RESOURCE_SAMPLES,
+             INITIAL_EVAL_COMPUTED,
              f"{ATTEMPTS_DIR}/<attempt>/{JOB_RECORD}", f"{ATTEMPTS_DIR}/<attempt>/{EVAL_RECORD}",
              f"{LOGS_DIR}/<log>", f"{LOGS_DIR}/<rank>/<log>",
              f"{RANKS_DIR}/<rank>.jsonl")
 # The files of a certificate job's copy, certify/<certjob>/ (certify=true): what its certificate compares and says.
 CERTIFY_RUN_FILES = (METRICS_LOG, EVAL_RECORD, f"{EVAL_RESPONSES_DIR}/final.jsonl", RUN_RECORD, COMMAND_PUBLIC_RECORD,
-                     JOB_RECORD, f"{LOGS_DIR}/<log>")
+                     JOB_RECORD, INITIAL_EVAL_COMPUTED, f"{LOGS_DIR}/<log>")
 # A sweep's payload: the build's records and tables, the derived tables and figures, the report, the crate,
 # the shared initial evaluations, the frozen evaluation subsets, and each job's copy.
 SWEEP_PAYLOAD = (
