@@ -42,10 +42,12 @@ from facts.evaluation import PASS_AT, model_files, shared_evaluation_problems
 from facts.files import (
     ATTEMPTS_DIR,
     BUNDLE_RUNS_DIR,
+    CERTIFY_DIR,
     CHECKPOINTS_DIR,
     COMMAND_PUBLIC_RECORD,
     EVAL_RESPONSES_DIR,
     EVAL_SUBSET,
+    INITIAL_EVAL_COMPUTED,
     JOB_RECORD,
     LATEST_CHECKPOINT,
     LINK_FIX,
@@ -293,6 +295,48 @@ def readers_agree(root: Path, path: str, shared: SharedEvaluation) -> SharedEval
                                                       f"than its readers read"))
 
 
+def _computed_records(root: Path):
+    """Every ``INITIAL_EVAL_COMPUTED`` of ``root``'s runs: a sweep's ``jobs/<job>/run/`` and ``certify/<job>/run/``,
+    a bundle's ``runs/<job>/`` and ``certify/<job>/``."""
+    for pattern in (f"{JOBS_DIR}/*/{JOB_RUN_DIR}", f"{CERTIFY_DIR}/*/{JOB_RUN_DIR}", f"{BUNDLE_RUNS_DIR}/*",
+                    f"{CERTIFY_DIR}/*"):
+        yield from sorted(root.glob(f"{pattern}/{INITIAL_EVAL_COMPUTED}"))
+
+
+def computed_by(root: Path, path: str, sha256: str) -> list[str]:
+    """The jobs of ``root`` (a sweep directory or a bundle's ``data/``) whose run records having computed the
+    shared evaluation ``path`` with these ``eval.json`` bytes (a line of its ``INITIAL_EVAL_COMPUTED``)."""
+    jobs = []
+    for log in _computed_records(root):
+        try:
+            lines = log.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError):
+            continue
+        for line in lines:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and entry.get("path") == path and entry.get("sha256") == sha256:
+                job = log.parent.parent if log.parent.name == JOB_RUN_DIR else log.parent
+                jobs.append(job.name)
+                break
+    return jobs
+
+
+def computed_by_the_sweep(root: Path, path: str, shared: SharedEvaluation) -> SharedEvaluation:
+    """The shared evaluation with one more problem when no job of the sweep records having computed these bytes
+    (``computed_by``): one that was in the sweep directory before its jobs, or was written there by anything but
+    one of them, is never the sweep's control, and none of its readers is accepted on it."""
+    if shared.sha256 is None or computed_by(root, path, shared.sha256):
+        return shared
+    directory = path.rpartition("/")[0]
+    return replace(shared, problems=(*shared.problems, (
+        f"no job of this sweep is recorded as having computed it (no run's {INITIAL_EVAL_COMPUTED} names "
+        f"{shared.sha256[:12]}): a shared evaluation the sweep did not compute is never its control; remove "
+        f"{directory}/ and run its jobs again")))
+
+
 def check_shared_initial(root: Path, reference, checked: dict[Path, SharedEvaluation]
                          ) -> tuple[SharedEvaluation | None, list[str], list[str]]:
     """A shared initial evaluation, as a job's eval.json references it (``{"path", "key", "sha256"}``;
@@ -313,7 +357,8 @@ def check_shared_initial(root: Path, reference, checked: dict[Path, SharedEvalua
         link = linked_part(root, initial_eval_relpath(key))
         checked[record_path] = (SharedEvaluation(None, None, None, (
             f"{link} is a symbolic link: a shared evaluation lives inside its sweep, and a link is never followed",))
-            if link is not None else readers_agree(root, path, read_shared_evaluation(record_path)))
+            if link is not None else computed_by_the_sweep(
+                root, path, readers_agree(root, path, read_shared_evaluation(record_path))))
     shared: SharedEvaluation = checked[record_path]
     if shared.sha256 is None:
         return shared, list(shared.problems), []

@@ -97,6 +97,8 @@ from facts.files import (
     FIGURES_DIR,
     INCIDENTS_TABLE,
     INDEX_TABLE,
+    INITIAL_EVAL_COMPUTED,
+    JOB_LOGS,
     JOB_RECORD,
     LOGS_DIR,
     REPORT_FILE,
@@ -210,6 +212,7 @@ def _write_run_files(evidence: JobEvidence, job_dir: Path, out: Path, clean: San
     _copy_json(job_dir / COMMAND_PUBLIC_RECORD, out / COMMAND_PUBLIC_RECORD, clean, root=job_dir)
     _copy_json(job_dir / JOB_RECORD, out / JOB_RECORD, clean, edit=_hide_node, root=job_dir)
     _copy_text(job_dir / RESOURCE_SAMPLES, out / RESOURCE_SAMPLES, clean, job_dir)  # the runtime's resource samples
+    _copy_computed(job_dir, out)
     _copy_responses(evidence, job_dir, out)
     for attempt in sorted((job_dir / ATTEMPTS_DIR).glob("*")):  # the job's earlier attempts
         if not fits("attempt", attempt.name):  # the launcher numbers them: nothing else is one
@@ -219,19 +222,31 @@ def _write_run_files(evidence: JobEvidence, job_dir: Path, out: Path, clean: San
         attempt_eval = run_dir_of_job(attempt) / EVAL_RECORD  # the shared evaluation it read (readers_agree)
         if attempt_eval.is_file():
             _copy_json(attempt_eval, out / ATTEMPTS_DIR / attempt.name / EVAL_RECORD, clean, root=job_dir)
-    # The launcher's logs (trainer.log, runtime.log, ...) beside job.json, and any under logs/.
-    logs = sorted(job_dir.glob("*.log"))
-    if (job_dir / LOGS_DIR).is_dir():
-        logs += sorted((job_dir / LOGS_DIR).iterdir())
-    for log in logs:
-        _copy_text(log, out / LOGS_DIR / log.name, clean, job_dir)
+    _copy_logs(job_dir, job_dir, out / LOGS_DIR, clean)  # the job's logs beside job.json (facts.files.JOB_LOGS)
     # A run of several ranks: each rank's step record, and the logs of the other ranks' runtimes.
     for rank_log in sorted((run_dir / RANKS_DIR).glob("rank*.jsonl")):
         if fits("rank", rank_log.stem):
             _copy_text(rank_log, out / RANKS_DIR / rank_log.name, clean, job_dir)
-    for log in sorted((job_dir / RANKS_DIR).glob("rank*/*.log")):
-        if fits("rank", log.parent.name):
-            _copy_text(log, out / LOGS_DIR / log.parent.name / log.name, clean, job_dir)
+    for rank_dir in sorted((job_dir / RANKS_DIR).glob("rank*")):
+        if rank_dir.is_dir() and fits("rank", rank_dir.name):
+            _copy_logs(job_dir, rank_dir, out / LOGS_DIR / rank_dir.name, clean)
+
+
+def _copy_computed(job_dir: Path, out: Path) -> None:
+    """The shared initial evaluations the run records having computed (``INITIAL_EVAL_COMPUTED``), byte for byte:
+    relative paths and digests, what the audit holds each shared evaluation to."""
+    source = run_dir_of_job(job_dir) / INITIAL_EVAL_COMPUTED
+    if source.is_file() and _unlinked(job_dir, source):
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, out / INITIAL_EVAL_COMPUTED)
+
+
+def _copy_logs(job_dir: Path, record_dir: Path, out: Path, clean: Sanitizer) -> None:
+    """The logs a job (or a further rank's runtime) keeps in ``record_dir``, the only ones the bundle's layout
+    has (``JOB_LOGS``: the trainer's, the runtime's with the scheduler's output, Ray's), sanitised into ``out``;
+    never through a link inside ``job_dir``."""
+    for name in JOB_LOGS:
+        _copy_text(record_dir / name, out / name, clean, job_dir)
 
 
 def _write_payload(sweep, evidences: list[JobEvidence], incidents: list[Incident], stage: Path,
@@ -287,12 +302,12 @@ def _write_certify_files(sweep, stage: Path, clean: Sanitizer) -> None:
         _copy_json(run_dir / RUN_RECORD, out / RUN_RECORD, clean, root=job_dir)
         _copy_json(job_dir / COMMAND_PUBLIC_RECORD, out / COMMAND_PUBLIC_RECORD, clean, root=job_dir)
         _copy_json(job_dir / JOB_RECORD, out / JOB_RECORD, clean, edit=_hide_node, root=job_dir)
+        _copy_computed(job_dir, out)
         source = run_dir / EVAL_RESPONSES_DIR / final
         if source.is_file() and _unlinked(job_dir, source):  # byte for byte, as a run's copy keeps them
             (out / EVAL_RESPONSES_DIR).mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, out / EVAL_RESPONSES_DIR / final)
-        for log in sorted(job_dir.glob("*.log")):
-            _copy_text(log, out / LOGS_DIR / log.name, clean, job_dir)
+        _copy_logs(job_dir, job_dir, out / LOGS_DIR, clean)
     write_csv(stage / CERTIFY_CHECKPOINTS, CHECKPOINT_COLUMNS, rows)
 
 

@@ -3,13 +3,17 @@ relative to ``data/``; the build refuses to seal a file outside it and the audit
 
 A pattern is a ``/``-separated path whose ``<name>`` components (or parts of a component) are placeholders:
 ``<job>`` a job of the payload's index (the audit holds it to ``index.csv``), ``<key12>`` a shared initial
-evaluation's key prefix, ``<subset12>`` a frozen evaluation subset's SHA256 prefix, ``<eval_kind>`` an
-evaluation a run's copy keeps the responses of (its final one; its initial one when not shared), ``<attempt>`` an earlier attempt's number, ``<rank>`` a rank's name, ``<table>`` /
-``<figure>`` a table's or a figure's name (the recomputation and the figure check hold them to the ones it
-makes), ``<log>`` any log file's name, ``<stage>`` an experiment's earlier stage and ``<certjob>`` a certificate
-job (``certify=true``; the audit holds it to ``sweep.json``'s ``certify``). A sweep's payload is
-``SWEEP_PAYLOAD``; an experiment's confirm stage adds ``EXPERIMENT_PAYLOAD``: its spec, its verdict and each
-earlier stage's whole sweep payload (with the probe's records) under ``stages/<stage>/``.
+evaluation's key prefix (held to the runs that read it), ``<subset12>`` a frozen evaluation subset's SHA256
+prefix (held to the runs' final evaluations), ``<eval_kind>`` an evaluation a run's copy keeps the responses of
+(its final one; its initial one when not shared), ``<attempt>`` an earlier attempt's number (the launcher numbers
+a job's attempts 0, 1, ...), ``<rank>`` a rank's name (held to the ranks the run had: run.json's ``rank_logs``,
+job.json's ``world_size``), ``<table>`` / ``<figure>`` a table's or a figure's name (the recomputation and the
+figure check hold them to the ones it makes), ``<log>`` one of the logs a job keeps (``JOB_LOGS``; Ray's only
+when the job's command names one), ``<stage>`` an experiment's earlier stage and ``<certjob>`` a certificate job
+(``certify=true``; the audit holds it to ``sweep.json``'s ``certify``). What each run had, ``evidence.layout``
+checks. A sweep's payload is ``SWEEP_PAYLOAD``; an experiment's confirm stage adds ``EXPERIMENT_PAYLOAD``: its
+spec, its verdict and each earlier stage's whole sweep payload (with the probe's records) under
+``stages/<stage>/``.
 """
 
 from __future__ import annotations
@@ -38,8 +42,10 @@ from facts.files import (
     INCIDENTS_FILE,
     INCIDENTS_TABLE,
     INDEX_TABLE,
+    INITIAL_EVAL_COMPUTED,
     INITIAL_EVAL_DIR,
     INITIAL_EVAL_RESPONSES,
+    JOB_LOGS,
     JOB_RECORD,
     LOGS_DIR,
     METRICS_LOG,
@@ -75,21 +81,23 @@ PLACEHOLDERS = {
     "rank": r"rank[0-9]+",
     "table": r"[a-z0-9_]+",
     "figure": r"[a-z0-9_]+",
-    "log": r"[^/]+",
+    "log": "|".join(re.escape(name) for name in JOB_LOGS),
     "stage": "|".join(EARLIER_STAGES),
     "certjob": r"[^/]+\.(?:" + "|".join(KINDS) + ")",  # a certificate job: the audit holds it to sweep.json's certify
 }
 
-# The files of one job's copy, runs/<job>/: the run's records and the job's, its evaluated responses, its logs,
+# The files of one job's copy, runs/<job>/: the run's records and the job's (with the shared evaluations it computed),
+# its evaluated responses, its logs,
 # its earlier attempts' job records and evaluation summaries (which shared evaluation each attempt read) and, for
 # a run of several ranks, each rank's step record and log.
 RUN_FILES = (METRICS_LOG, EVAL_RECORD, f"{EVAL_RESPONSES_DIR}/<eval_kind>.jsonl", RUN_RECORD, COMMAND_PUBLIC_RECORD, JOB_RECORD, RESOURCE_SAMPLES,
+             INITIAL_EVAL_COMPUTED,
              f"{ATTEMPTS_DIR}/<attempt>/{JOB_RECORD}", f"{ATTEMPTS_DIR}/<attempt>/{EVAL_RECORD}",
              f"{LOGS_DIR}/<log>", f"{LOGS_DIR}/<rank>/<log>",
              f"{RANKS_DIR}/<rank>.jsonl")
 # The files of a certificate job's copy, certify/<certjob>/ (certify=true): what its certificate compares and says.
 CERTIFY_RUN_FILES = (METRICS_LOG, EVAL_RECORD, f"{EVAL_RESPONSES_DIR}/final.jsonl", RUN_RECORD, COMMAND_PUBLIC_RECORD,
-                     JOB_RECORD, f"{LOGS_DIR}/<log>")
+                     JOB_RECORD, INITIAL_EVAL_COMPUTED, f"{LOGS_DIR}/<log>")
 # A sweep's payload: the build's records and tables, the derived tables and figures, the report, the crate,
 # the shared initial evaluations, the frozen evaluation subsets, and each job's copy.
 SWEEP_PAYLOAD = (

@@ -25,7 +25,12 @@ COMMAND_RECORD = "command.json"
 COMMAND_PUBLIC_RECORD = "command.public.json"
 TRAINER_LOG = "trainer.log"
 RUNTIME_LOG = "runtime.log"
-RAY_START_LOG = "ray-start.log"
+RAY_START_LOG = "ray-start.log"  # the job's Ray, when its workload uses one (the trainer's env then names it:)
+RAY_ADDRESS_ENV = "RAY_ADDRESS"  # in the trainer's environment (command.json's env) when the job started a Ray
+# The logs a job directory keeps (and each further rank's record directory, ranks/rank<r>/), the only ones a
+# bundle copies into runs/<job>/logs/: the trainer's, the runtime's (with the scheduler's stdout and stderr
+# appended on Slurm) and Ray's when the job started one.
+JOB_LOGS = (TRAINER_LOG, RUNTIME_LOG, RAY_START_LOG)
 ATTEMPTS_DIR = "attempts"
 # The job runtime's resource samples of its process tree (and GPUs), one JSON line each
 # (launcher.runtime.resources), and the job.json field that says what was sampled (and why not a GPU).
@@ -112,6 +117,11 @@ TRAINER_FIELD = "trainer"
 # holds eval.json (the summary, its key and identity) and responses.jsonl; <key[:12]>.lock beside it.
 INITIAL_EVAL_DIR = "initial_eval"
 INITIAL_EVAL_RESPONSES = "responses.jsonl"
+# The job that computes a shared initial evaluation records it in its own run directory, before the evaluation's
+# eval.json is in place: run/initial_eval_computed.jsonl, one line per evaluation it computed, its reference
+# ({"path", "key", "sha256": of the eval.json it wrote}). The evidence trusts a shared evaluation only when one job
+# of the sweep is so recorded as having computed those bytes (one planted in the sweep directory never is).
+INITIAL_EVAL_COMPUTED = "initial_eval_computed.jsonl"
 SHARED_KEY_CHARS = 12  # the key's prefix that names its directory
 CHUNK = 1 << 20  # 1 MiB: large enough that hashing runs at sha256sum speed
 
@@ -310,12 +320,17 @@ def sha256_file(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+def json_record_bytes(data) -> bytes:
+    """The bytes ``atomic_write_json`` writes for ``data``: sorted, indented JSON and a newline."""
+    return (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
+
+
 def atomic_write_json(path: str | Path, data) -> str:
     """Write ``data`` as sorted, indented JSON to a temporary file, then rename it into place:
     a reader sees the old or the new file, never a torn one. Returns the SHA256 of the bytes written."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    encoded = (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
+    encoded = json_record_bytes(data)
     tmp.write_bytes(encoded)
     os.replace(tmp, path)
     return hashlib.sha256(encoded).hexdigest()

@@ -25,6 +25,7 @@ import pytest
 from evidence import audit
 from facts import sha256_file
 from facts.evaluation import recompute_eval
+from facts.files import INITIAL_EVAL_COMPUTED
 from facts.reward import math_reward
 from tests.evidence.sweep_factory import (
     COMMIT,
@@ -439,6 +440,21 @@ def test_a_partial_or_corrupt_shared_evaluation_is_recomputed_never_used(tmp_pat
     assert not third.computed and third.reference == again.reference
 
 
+def test_the_job_that_computes_the_shared_evaluation_records_it_and_a_job_that_reuses_it_does_not(tmp_path):
+    """adv B2: the computing job's record (its run's initial_eval_computed.jsonl) names the path, key and the SHA256
+    of the eval.json it wrote, before that file is in place; a reader's record stays empty; a recomputation (the
+    evaluation found unsound) is recorded again by the job that recomputed it."""
+    logs = [tmp_path / "jobs" / job / "run" / INITIAL_EVAL_COMPUTED for job in ("a-1", "b-1", "c-1")]
+    first = shared_initial_eval(tmp_path, SYNTHETIC_IDENTITY, _synthetic_responses, computed_log=logs[0])
+    second = shared_initial_eval(tmp_path, SYNTHETIC_IDENTITY, _synthetic_responses, computed_log=logs[1])
+    assert first.computed and not second.computed and not logs[1].exists()
+    assert [json.loads(line) for line in logs[0].read_text().splitlines()] == [first.reference]
+    assert first.reference["sha256"] == sha256_file(tmp_path / first.reference["path"])
+    (tmp_path / first.reference["path"]).unlink()
+    third = shared_initial_eval(tmp_path, SYNTHETIC_IDENTITY, _synthetic_responses, computed_log=logs[2])
+    assert third.computed and [json.loads(line) for line in logs[2].read_text().splitlines()] == [third.reference]
+
+
 def test_the_key_changes_with_what_changes_the_bits_and_not_with_what_the_arms_vary():
     import torch
     from omegaconf import OmegaConf
@@ -508,7 +524,8 @@ def _synthetic_shared_sweep(root: Path) -> Path:
     from tests.evidence.sweep_factory import make_sweep
 
     sweep_dir = make_sweep(root, algos=("grpo", "rpp"), seeds=(42,), n_steps=3)
-    shared = shared_initial_eval(sweep_dir, SYNTHETIC_IDENTITY, _synthetic_responses)
+    shared = shared_initial_eval(sweep_dir, SYNTHETIC_IDENTITY, _synthetic_responses,
+                                 computed_log=sweep_dir / "jobs" / SYNTHETIC_JOBS[0] / "run" / INITIAL_EVAL_COMPUTED)
     for job in SYNTHETIC_JOBS:
         run = sweep_dir / "jobs" / job / "run"
         record = json.loads((run / "eval.json").read_text())

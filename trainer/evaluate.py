@@ -12,6 +12,7 @@ the first job that needs it, and read by the others (``shared_initial_eval``).
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 from collections.abc import Callable
@@ -28,7 +29,7 @@ from facts import (
     sha256_file,
 )
 from facts.evaluation import PASS_AT, identity_key, pass_at_k, shared_evaluation_problems
-from facts.files import EVAL_SUBSET, linked_part
+from facts.files import EVAL_SUBSET, json_record_bytes, linked_part
 from trainer.data import Example, mix_seed, subset_digest, subset_rows_bytes
 from trainer.reward import math_reward
 from trainer.rollout import RolloutEngine, SamplingParams
@@ -117,15 +118,18 @@ def read_shared_initial(directory: Path, key: str) -> tuple[dict, str] | None:
     return None if problems else (record, digest)
 
 
-def shared_initial_eval(sweep_dir: Path, identity: dict, compute: Callable[[Path], dict]) -> SharedInitial | None:
+def shared_initial_eval(sweep_dir: Path, identity: dict, compute: Callable[[Path], dict],
+                        computed_log: Path | None = None) -> SharedInitial | None:
     """The initial evaluation with this ``identity``, computed at most once per sweep.
 
     Holds an exclusive ``flock`` on ``<sweep>/initial_eval/<key12>.lock`` while it reads or
     computes (Linux clients take it on NFS as a cluster-wide lock, so array tasks on several nodes
     exclude each other); ``compute(responses_path)`` runs only when no valid evaluation is there.
     The responses are renamed into place before ``eval.json`` is written atomically, so ``eval.json``
-    marks a complete evaluation. Returns None when the file system refuses the lock (the caller
-    then evaluates into its own run directory).
+    marks a complete evaluation. When this job computes it, its reference (path, key and the SHA256 of the
+    ``eval.json`` about to be written) is appended to ``computed_log`` (``INITIAL_EVAL_COMPUTED`` in the run
+    directory) first: the evidence trusts a shared evaluation only when a job of the sweep so recorded it.
+    Returns None when the file system refuses the lock (the caller then evaluates into its own run directory).
     """
     key = identity_key(identity)
     relpath = initial_eval_relpath(key)
@@ -150,6 +154,12 @@ def shared_initial_eval(sweep_dir: Path, identity: dict, compute: Callable[[Path
             os.replace(partial, directory / INITIAL_EVAL_RESPONSES)
             record = {"key": key, "identity": identity, "initial": summary,
                       "responses_sha256": sha256_file(directory / INITIAL_EVAL_RESPONSES)}
+            if computed_log is not None:  # before eval.json: no reader ever finds it unrecorded
+                written = {"path": f"{relpath}/{EVAL_RECORD}", "key": key,
+                           "sha256": hashlib.sha256(json_record_bytes(record)).hexdigest()}
+                computed_log.parent.mkdir(parents=True, exist_ok=True)
+                with open(computed_log, "a", encoding="utf-8") as log:
+                    log.write(json.dumps(written, sort_keys=True) + "\n")
             digest = atomic_write_json(directory / EVAL_RECORD, record)
         else:
             record, digest = found

@@ -52,7 +52,7 @@ from facts import (
 )
 from facts.algorithms import KL_IN_REWARD
 from facts.evaluation import model_files
-from facts.files import EVAL_RESPONSES_DIR, JOB_SPEC, RESUMED_FROM_FIELD, RUN_COMPLETED
+from facts.files import EVAL_RESPONSES_DIR, INITIAL_EVAL_COMPUTED, JOB_SPEC, RESUMED_FROM_FIELD, RUN_COMPLETED
 from facts.metrics import ENTROPY_TAG, EVAL_DURING_TRAINING_FIELD, LEARNING_RATE_TAG, REFERENCE_KL_TAG
 from facts.ranks import (
     LOCAL_RANK_VAR,
@@ -1007,7 +1007,7 @@ def evaluate_initial_checkpoint(cfg: DictConfig, out: Path, reference, tokenizer
     shared = None
     if cfg.get("sweep_dir"):
         shared = shared_initial_eval(Path(cfg.sweep_dir), initial_eval_identity(cfg, examples, device, inputs),
-                                     evaluate_initial)
+                                     evaluate_initial, computed_log=out / INITIAL_EVAL_COMPUTED)
         if shared is None:
             log.warning("initial eval: the sweep directory's file system refuses flock; evaluating it in this run")
     if shared is None:

@@ -204,8 +204,7 @@ def write_job(sweep: Path, algo: str, seed: int, index: int, n_steps: int, arm: 
         "argv": argv + ["output_dir=<JOB_DIR>/run"],
         "env": {"TMPDIR": "<JOB_DIR>/roots/tmp", "PYTHONNOUSERSITE": "1"}, "sbatch": "",
     })
-    (job_dir / "logs").mkdir(exist_ok=True)
-    (job_dir / "logs" / "stdout.log").write_text(
+    (job_dir / "runtime.log").write_text(  # the runtime's log, with the scheduler's stdout on Slurm
         f"step 0 loss 0.01\nsample: {RESPONSE_TEXTS[0]}\nsample: {RESPONSE_TEXTS[1]}\ndone\n", encoding="utf-8")
 
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -290,10 +289,12 @@ WORKLOAD = {"model_path": "model", "engine": "torch", "dtype": "float32", "devic
             "eval": {"k": K, "seed": 29, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_response_len": 48}}
 
 
-def share_initial_eval(sweep: Path, jobs, pass1: float = 0.25) -> Path:
+def share_initial_eval(sweep: Path, jobs, pass1: float = 0.25, computed_by: str | None = "first") -> Path:
     """Make the jobs' initial control one shared evaluation, ``<sweep>/initial_eval/<key12>/`` (eval.json with its
     key, identity, summary and responses' SHA256; responses.jsonl), referenced by each job's eval.json (path, key,
-    SHA256); returns its directory."""
+    SHA256), and recorded as computed by ``computed_by`` (a job's name; "first": the first of ``jobs``; None: by no
+    job, as one planted before the sweep) in its run's initial_eval_computed.jsonl; returns its directory."""
+    jobs = list(jobs)
     counts = correct_counts(pass1, N_PROMPTS, K)
     records = eval_responses(counts, K)
     summary = summary_of(records, counts, "initial", K)
@@ -311,6 +312,10 @@ def share_initial_eval(sweep: Path, jobs, pass1: float = 0.25) -> Path:
     text = (json.dumps(record, indent=1, sort_keys=True) + "\n").encode()
     (directory / "eval.json").write_bytes(text)
     reference = {"path": f"initial_eval/{key[:12]}/eval.json", "key": key, "sha256": hashlib.sha256(text).hexdigest()}
+    computer = jobs[0] if computed_by == "first" and jobs else computed_by
+    if computer is not None:
+        with open(sweep / "jobs" / computer / "run" / "initial_eval_computed.jsonl", "a", encoding="utf-8") as log:
+            log.write(json.dumps(reference, sort_keys=True) + "\n")
     for job in jobs:
         run = sweep / "jobs" / job / "run"
         evaluation = json.loads((run / "eval.json").read_text())

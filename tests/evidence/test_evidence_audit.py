@@ -255,25 +255,25 @@ def test_rows_of_a_rejected_job_in_steps_csv(bundle_copy):
 def test_planted_token_and_path_in_a_log_are_reported(bundle_copy, monkeypatch):
     token = "hf_" + "Zq8" * 10
     monkeypatch.setenv("HF_TOKEN", token)
-    log = bundle_copy / "data" / "runs" / "rpp-42" / "logs" / "stdout.log"
+    log = bundle_copy / "data" / "runs" / "rpp-42" / "logs" / "runtime.log"
     log.write_text(log.read_text() + f"token {token}\nwrote /home/alice/run/x.pt\n")
     reseal(bundle_copy)
     reasons = audit_reasons(bundle_copy, "leak")
-    assert "data/runs/rpp-42/logs/stdout.log: leak: secret value: $HF_TOKEN (hf_…)" in reasons
-    assert "data/runs/rpp-42/logs/stdout.log: leak: absolute machine path: /home/alice/run/x.pt" in reasons
+    assert "data/runs/rpp-42/logs/runtime.log: leak: secret value: $HF_TOKEN (hf_…)" in reasons
+    assert "data/runs/rpp-42/logs/runtime.log: leak: absolute machine path: /home/alice/run/x.pt" in reasons
     assert not any(token in r for r in reasons)
 
 
 def test_secrets_of_every_kind_planted_after_sealing_are_reported_by_the_cli(bundle_copy):
     from test_evidence_sanitize import SECRETS
 
-    log = bundle_copy / "data" / "runs" / "rpp-42" / "logs" / "stdout.log"
+    log = bundle_copy / "data" / "runs" / "rpp-42" / "logs" / "runtime.log"
     log.write_text(log.read_text() + "".join(f"\n{text}\n" for text, _ in SECRETS.values()))
     reseal(bundle_copy)
     done = subprocess.run([sys.executable, "-m", "evidence", "audit", str(bundle_copy)], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 1
-    prefix = "data/runs/rpp-42/logs/stdout.log: leak: "
+    prefix = "data/runs/rpp-42/logs/runtime.log: leak: "
     kinds = {line[len(prefix):].split(":")[0] for line in done.stdout.splitlines() if line.startswith(prefix)}
     assert kinds >= {
         "private key block", "AWS Access Key", "cloud secret access key", "credentials in a URL",

@@ -226,7 +226,7 @@ def test_paths_names_and_secrets_are_sanitised_on_the_way_in(sweep, monkeypatch)
     password = "correct-horse-battery-staple"
     monkeypatch.setenv("HF_TOKEN", token)
     monkeypatch.setenv("MY_SERVICE_PASSWORD", password)
-    log = job_dir(sweep, "rpp", 42) / "logs" / "stdout.log"
+    log = job_dir(sweep, "rpp", 42) / "runtime.log"
     log.write_text(log.read_text() + f"HF_TOKEN={token}\nsaving to /home/alice/ckpt and {sweep.resolve()}/x\n"
                    f"db password {password}\nnode cn-042.cluster.example ok\n")
     (job_dir(sweep, "rpp", 42) / "trainer.log").write_text(f"cache in /tmp/ray/session_1, {token}\n")
@@ -238,7 +238,7 @@ def test_paths_names_and_secrets_are_sanitised_on_the_way_in(sweep, monkeypatch)
     everything = "".join(p.read_text() for p in result.bundle_dir.rglob("*") if p.is_file())
     for leaked in (token, password, "/home/alice", "/srv/data", str(sweep.resolve()), "cn-042"):
         assert leaked not in everything, leaked
-    bundled_log = (result.bundle_dir / "data" / "runs" / "rpp-42" / "logs" / "stdout.log").read_text()
+    bundled_log = (result.bundle_dir / "data" / "runs" / "rpp-42" / "logs" / "runtime.log").read_text()
     assert "HF_TOKEN=<SECRET>" in bundled_log and "<PATH>" in bundled_log and "<SWEEP_DIR>/x" in bundled_log
     assert "node <HOST> ok" in bundled_log
     assert "Nancy" in bundled_log  # ordinary text survives
@@ -261,10 +261,10 @@ def test_seal_refuses_a_bag_that_still_leaks(tmp_path, monkeypatch):
 
 def test_user_name_is_replaced(sweep, monkeypatch):
     monkeypatch.setenv("USER", "alice-jones")
-    log = job_dir(sweep, "grpo", 42) / "logs" / "stdout.log"
+    log = job_dir(sweep, "grpo", 42) / "runtime.log"
     log.write_text("run by alice-jones\n")
     result = build_bundle(sweep, figures=False)
-    assert (result.bundle_dir / "data" / "runs" / "grpo-42" / "logs" / "stdout.log").read_text() == "run by <USER>\n"
+    assert (result.bundle_dir / "data" / "runs" / "grpo-42" / "logs" / "runtime.log").read_text() == "run by <USER>\n"
 
 
 def test_launcher_records_are_understood(sweep):
@@ -308,7 +308,7 @@ def test_evidence_build_writes_nothing_under_home(sweep, tmp_path):
 def test_secrets_of_every_kind_are_sealed_out_and_the_audit_agrees(sweep):
     from test_evidence_sanitize import SECRETS
 
-    log = job_dir(sweep, "rpp", 42) / "logs" / "stdout.log"
+    log = job_dir(sweep, "rpp", 42) / "runtime.log"
     log.write_text(log.read_text() + "".join(f"{kind}: {text}\n" for kind, (text, _) in SECRETS.items()))
     run_json = job_dir(sweep, "rpp", 42) / "run" / "run.json"
     record = json.loads(run_json.read_text())
@@ -318,7 +318,7 @@ def test_secrets_of_every_kind_are_sealed_out_and_the_audit_agrees(sweep):
     everything = "".join(p.read_text() for p in result.bundle_dir.rglob("*") if p.is_file())
     for kind, (_, secret_part) in SECRETS.items():
         assert secret_part not in everything, kind
-    assert "Nancy" in (result.bundle_dir / "data" / "runs" / "rpp-42" / "logs" / "stdout.log").read_text()
+    assert "Nancy" in (result.bundle_dir / "data" / "runs" / "rpp-42" / "logs" / "runtime.log").read_text()
     assert audit(result.archive) == []
 
 

@@ -226,7 +226,7 @@ def test_reseal_bag_restates_the_crate_as_a_forger_would(built, tmp_path):
     """The tests' reseal helper (tests/sweeps.py) keeps the crate's digests with the edit, so that the other
     content checks are tested alone; the crate check itself is then satisfied."""
     bag = Path(shutil.copytree(built / "bundle", tmp_path / "bundle"))
-    log = bag / "data" / "runs" / "grpo-42" / "logs" / "stdout.log"
+    log = bag / "data" / "runs" / "grpo-42" / "logs" / "runtime.log"
     log.write_text(log.read_text() + "one more line\n")
     reseal_bag(bag)
     done = evidence("audit", bag)

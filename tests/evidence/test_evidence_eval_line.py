@@ -25,11 +25,9 @@ def bundle(tmp_path_factory) -> Path:
     for job in sorted(p for p in (sweep / "jobs").iterdir() if p.is_dir()):
         algo, seed = job.name.rsplit("-", 1)
         summary = json.loads((job_dir(sweep, algo, int(seed)) / "run" / "eval.json").read_text())
-        logs = job_dir(sweep, algo, int(seed)) / "logs"
-        logs.mkdir(exist_ok=True)
-        (logs / "trainer.log").write_text("2026-01-15 10:00:00,000 trainer INFO starting\n"
-                                          f"2026-01-15 10:05:00,000 trainer INFO "
-                                          f"{eval_line(summary['initial'], summary['final'])}\n")
+        (job_dir(sweep, algo, int(seed)) / "trainer.log").write_text("2026-01-15 10:00:00,000 trainer INFO starting\n"
+                                                                 f"2026-01-15 10:05:00,000 trainer INFO "
+                                                                 f"{eval_line(summary['initial'], summary['final'])}\n")
     return build_bundle(sweep, figures=False).bundle_dir
 
 

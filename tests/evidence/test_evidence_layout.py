@@ -13,12 +13,13 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from sweep_factory import job_dir, make_sweep
+from sweep_factory import job_dir, make_sweep, share_initial_eval
 
 from evidence import SweepError, audit
 from evidence.__main__ import main
 from evidence.audit.archive import MAX_MEMBER_DEPTH, checked_member_filter
 from evidence.bundle import refuse_unexpected_files, write_archive
+from evidence.layout import unexpected_files
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]
@@ -125,9 +126,13 @@ def test_names_of_a_sweep_that_are_not_the_layouts_are_not_copied(tmp_path, caps
     job = job_dir(sweep, "grpo", 42)
     _write(job / "attempts" / "old" / "job.json", json.dumps({"state": "FAILED"}) + "\n")
     _write(job / "run" / "ranks" / "rank-x.jsonl", "{}\n")
+    _write(job / "notes.log", "REINFORCE++ wins\n")  # a log the job never keeps, and a logs/ no launcher writes
+    _write(job / "logs" / "CLAIM.md", "REINFORCE++ wins\n")
+    _write(job / "ranks" / "rank3" / "x.log", "x\n")
     assert main(["build", str(sweep), "--no-figures"]) == 0
     data = sweep / "bundle" / "data" / "runs" / "grpo-42"
     assert not (data / "attempts").exists() and not (data / "ranks").exists()
+    assert sorted(p.name for p in (data / "logs").iterdir()) == ["runtime.log"]
     capsys.readouterr()
     assert main(["audit", str(sweep / "bundle.tar.gz")]) == 0
 
@@ -250,3 +255,99 @@ def test_every_empty_directory_in_the_payload_is_one_finding_naming_it(built, tm
     assert code == 1
     assert sorted(line.split(": ", 1)[0] for line in findings) == sorted(bag_relative), findings
     assert all("an empty directory" in line for line in findings)
+
+
+# B13: files a layout pattern admits (logs/<log>, logs/<rank>/<log>, ranks/<rank>.jsonl, eval/<eval_kind>.jsonl,
+# attempts/<attempt>/, eval_subset/<subset12>.json) that this run never had: each one finding naming why.
+NEVER_HAD = {
+    "claim as a log": (lambda d: [_write(d / "runs" / "rpp-42" / "logs" / "CLAIM.md", "REINFORCE++ wins, p<0.001\n")],
+                       "not a file the build writes"),
+    "rank of a one-rank run": (lambda d: [_write(d / "runs" / "rpp-42" / "ranks" / "rank7.jsonl", "{}\n")],
+                               "a rank the run did not have (world size 1"),
+    "rank log of a one-task job": (lambda d: [_write(d / "runs" / "rpp-42" / "logs" / "rank3" / "trainer.log")],
+                                   "a rank the job did not have (world size 1"),
+    "any name under a rank": (lambda d: [_write(d / "runs" / "rpp-42" / "logs" / "rank3" / "x.log")],
+                              "not a file the build writes"),
+    "Ray's log without Ray": (lambda d: [_write(d / "runs" / "grpo-42" / "logs" / "ray-start.log", "ray started\n")],
+                              "a Ray the job never started"),
+    "subset nobody names": (lambda d: [_write(d / "eval_subset" / "0123456789ab.json", "[]\n")],
+                            "a subset no run's final evaluation names"),
+}
+
+
+@pytest.mark.parametrize("plant,why", NEVER_HAD.values(), ids=NEVER_HAD.keys())
+def test_a_file_the_layout_admits_but_the_run_never_had_is_one_finding_naming_why(built, tmp_path, capsys, plant, why):
+    archive, planted = forged_archive(built, tmp_path, plant)
+    code, findings = audit_lines(archive, capsys)
+    bag_relative = [f"data/{Path(p).relative_to(tmp_path / 'bundle' / 'data').as_posix()}" for p in planted]
+    assert code == 1
+    assert [line.split(": ", 1)[0] for line in findings] == bag_relative, findings
+    assert why in findings[0], findings
+
+
+def _set(path: Path, **fields) -> None:
+    record = json.loads(path.read_text())
+    record.update(fields)
+    path.write_text(json.dumps(record))
+
+
+def test_what_a_run_had_admits_its_own_files_and_nothing_more(built, tmp_path):
+    """The ranks a run had (run.json's rank_logs, job.json's world_size), Ray's log when its command names a Ray,
+    attempts numbered 0, 1, ... each with its record, an initial evaluation's responses only when not shared; in a
+    run's copy, an earlier stage's copy and a certificate job's copy alike."""
+    data = Path(shutil.copytree(built / "bundle" / "data", tmp_path / "data"))
+    run = data / "runs" / "grpo-42"
+    _set(run / "run.json", rank_logs=2)
+    _set(run / "job.json", world_size=2)
+    _set(run / "command.public.json", env={"RAY_ADDRESS": "<RANK0_NODE_ADDR>:6379"})
+    admitted = [_write(run / "ranks" / "rank0.jsonl"), _write(run / "ranks" / "rank1.jsonl"),
+                _write(run / "logs" / "rank1" / "trainer.log"), _write(run / "logs" / "rank1" / "ray-start.log"),
+                _write(run / "logs" / "ray-start.log"),
+                _write(run / "attempts" / "0" / "job.json", "{}\n"), _write(run / "attempts" / "0" / "eval.json", "{}\n"),
+                _write(run / "attempts" / "1" / "job.json", "{}\n")]
+    other = data / "runs" / "rpp-42"
+    never = {
+        run / "ranks" / "rank2.jsonl": "a rank the run did not have (world size 2: run.json's rank_logs)",
+        run / "logs" / "rank2" / "trainer.log": "a rank the job did not have (world size 2: job.json's world_size)",
+        run / "logs" / "rank0" / "trainer.log": "rank 0's logs are the job's own",
+        other / "attempts" / "1" / "job.json": "without a gap (attempts/ holds 1)",
+        data / "runs" / "rppb-42" / "attempts" / "0" / "eval.json": "an attempt without its record",
+        data / "stages" / "probe" / "runs" / "rpp-42" / "ranks" / "rank7.jsonl": "a rank the run did not have (world size 1",
+        data / "certify" / "rpp-42.rerun" / "logs" / "ray-start.log": "a Ray the job never started",
+    }
+    shutil.copytree(other, data / "stages" / "probe" / "runs" / "rpp-42")
+    for name in ("job.json", "command.public.json"):
+        _write(data / "certify" / "rpp-42.rerun" / name, (other / name).read_text())
+    for path in never:
+        _write(path)
+    found = dict(unexpected_files(data))
+    assert set(found) == {path.relative_to(data).as_posix() for path in never}, (found, admitted)
+    for path, why in never.items():
+        assert why in found[path.relative_to(data).as_posix()], (path, found)
+
+
+def test_a_shared_initial_evaluations_responses_in_a_runs_copy_are_a_finding(tmp_path):
+    sweep = make_sweep(tmp_path, algos=("grpo",), seeds=(42,))
+    share_initial_eval(sweep, ["grpo-42"])
+    assert main(["build", str(sweep), "--no-figures"]) == 0
+    data = Path(shutil.copytree(sweep / "bundle" / "data", tmp_path / "data"))
+    assert unexpected_files(data) == []
+    _write(data / "runs" / "grpo-42" / "eval" / "initial.jsonl", "{}\n")
+    [(rel, why)] = unexpected_files(data)
+    assert rel == "runs/grpo-42/eval/initial.jsonl" and "an initial evaluation the run did not compute" in why
+
+
+def test_the_reviewers_unexpected_files_through_the_module_are_three_findings(built, tmp_path):
+    """adv B13 as run: a claim as a log, a rank file of a one-rank run, a log of a rank it never had."""
+    run = "runs/rpp-42"
+    archive, _ = forged_archive(built, tmp_path, lambda d: [_write(d / run / "logs" / "CLAIM.md", "REINFORCE++ wins\n"),
+                                                            _write(d / run / "ranks" / "rank7.jsonl", "{}\n"),
+                                                            _write(d / run / "logs" / "rank3" / "x.log")])
+    done = subprocess.run([sys.executable, "-m", "evidence", "audit", str(archive)], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 1, done.stdout
+    lines = [line for line in done.stdout.splitlines() if line.startswith("data/")]
+    assert [line.split(": ", 1)[0] for line in lines] == [f"data/{run}/logs/CLAIM.md", f"data/{run}/logs/rank3/x.log",
+                                                         f"data/{run}/ranks/rank7.jsonl"], done.stdout
+    assert "a rank the run did not have (world size 1" in lines[2]
+    assert done.stdout.splitlines()[-1] == "3 finding(s)"

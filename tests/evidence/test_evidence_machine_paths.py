@@ -83,7 +83,7 @@ def test_paths_names_and_addresses_of_layouts_no_rule_lists_are_sealed_out(tmp_p
     prefix = Path(sys.prefix)
     machine = [f"{link}/.netrc", f"{real}/.ssh/config", f"{REPO}/trainer/loop.py", f"{prefix}/lib/site.py",
                f"{JOB_TMP}/ray/session_1", f"file://{LAYOUTS[0]}", f"PATH=/usr/bin:{LAYOUTS[1]}/bin"]
-    log = job_dir(sweep, "rpp", 42) / "logs" / "stdout.log"
+    log = job_dir(sweep, "rpp", 42) / "runtime.log"
     log.write_text(log.read_text() + "".join(f"saving to {p}, done\n" for p in LAYOUTS + machine)
                    + "".join(f"other {p}, done\n" for p in OTHERS) + "".join(f"cred {c}\n" for c in CREDENTIALS)
                    + "".join(f"#SBATCH --mail-user={e}\n" for e in EMAILS) + "".join(f"{o}\n" for o in ORDINARY))
@@ -102,7 +102,7 @@ def test_paths_names_and_addresses_of_layouts_no_rule_lists_are_sealed_out(tmp_p
                    "/raid0/", "/cephfs/", *OTHERS, "kvoss", "0123456789abcdef", "wJalrXUtnFEMI"):
         assert leaked.lower() not in everything.lower(), leaked
 
-    bundled = next(text for name, text in members.items() if name.endswith("runs/rpp-42/logs/stdout.log"))
+    bundled = next(text for name, text in members.items() if name.endswith("runs/rpp-42/logs/runtime.log"))
     lines = bundled.splitlines()
     assert [line for line in lines if line.startswith("saving to ")] == [
         *(["saving to <PATH>, done"] * len(LAYOUTS)),

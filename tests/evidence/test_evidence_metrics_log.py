@@ -30,9 +30,9 @@ def test_clean_log_passes(tmp_path, algo):
 
 
 def test_nancy_text_in_responses_and_logs_does_not_fail_a_good_job(sweep):
-    # The factory's eval responses and stdout log say "Nancy", "nan", "NaN", "inf", "Infinity".
+    # The factory's eval responses and runtime log say "Nancy", "nan", "NaN", "inf", "Infinity".
     job = job_dir(sweep, "rpp", 1234)
-    texts = (job / "run" / "eval" / "final.jsonl").read_text() + (job / "logs" / "stdout.log").read_text()
+    texts = (job / "run" / "eval" / "final.jsonl").read_text() + (job / "runtime.log").read_text()
     for word in ("Nancy", "nan", "NaN", "inf", "Infinity"):
         assert word in texts
     evidence = evaluate_job(job, "rpp", 1234, 10)
