@@ -13,6 +13,7 @@ it the sweep is an older one, one arm per algo and no arm fields.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -20,6 +21,7 @@ import random
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 from safetensors.numpy import save_file
 
 ALGOS = ("grpo", "rpp", "rppb")
@@ -88,10 +90,23 @@ def write_metrics(run_dir: Path, records: list[dict]) -> None:
 N_PROMPTS, K = 25, 4  # the synthetic evaluation: 25 frozen prompts x 4 samples each
 
 
+# The embedded data set's test split, as the trainer's runs pin it (manifests/toy.json): the synthetic runs are
+# evaluated on its first rows, so the evidence re-derives their subset as it does a real run's.
+TEST_SPLIT = "trainer/assets/toy/data/test.parquet"
+TEST_SPLIT_SHA256 = "f538276ac534d6e90dd2871aa9a20509393a4877085d747dba2f765cd338eaa8"
+
+
+@functools.lru_cache(maxsize=1)
+def _test_split() -> tuple[tuple[str, str], ...]:
+    table = pq.read_table(Path(__file__).resolve().parents[2] / TEST_SPLIT, columns=["question", "answer"])
+    return tuple(zip(table.column("question").to_pylist(), table.column("answer").to_pylist()))
+
+
 def subset_rows(n_prompts: int = N_PROMPTS) -> list[list]:
-    """The frozen evaluation subset: ``[index, question, label]`` rows, the label a scalar answer."""
-    return [[i, f"Tom has {i} apples and buys {i + 1} more. How many apples does he have?", str(2 * i + 1)]
-            for i in range(n_prompts)]
+    """The frozen evaluation subset: ``[index, question, label]`` rows of the test split's first ``n_prompts``,
+    the label the scalar after a GSM8K rationale's ``####``."""
+    return [[i, question, answer.rsplit("####", 1)[-1].strip()]
+            for i, (question, answer) in enumerate(_test_split()[:n_prompts])]
 
 
 def subset_file_bytes(n_prompts: int = N_PROMPTS) -> bytes:
@@ -228,8 +243,9 @@ def write_job(sweep: Path, algo: str, seed: int, index: int, n_steps: int, arm: 
         "seed": seed, "workload": "toy", "n_updates": n_steps, "steps_completed": n_steps,
         "responses_generated": 32 * n_steps, "dp_size": 1,
         "versions": {"python": "3.11.7", "torch": "2.13.0"},
-        "inputs": {"model/model.safetensors": "ab" * 32},
+        "inputs": {"model/model.safetensors": "ab" * 32, TEST_SPLIT: TEST_SPLIT_SHA256},
         "config": {"lr": float((overrides or {}).get("workload.lr", 1e-6)), "clip": 0.2, "seed": seed,
+                   "workload": {"test_path": TEST_SPLIT, "eval": {"n_prompts": N_PROMPTS}},
                    "algo": {"name": algo, "kl_coef": 0.01 if algo == "rpp" else 0.0,
                             "kl_loss_coef": 0.0 if algo == "rpp" else 0.01}},
         "output_dir_abs": str(run_dir.resolve()),

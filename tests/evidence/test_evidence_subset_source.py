@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,6 +18,7 @@ from evidence.audit.subsets import check_subsets
 from evidence.dataset import load_bundle_data
 from evidence.subset_source import SubsetSource, check_subset, subset_source
 from tests.evidence.sweep_factory import make_sweep
+from tests.sweeps import reseal_bag
 
 QUESTIONS = ["Emma has 10 shells and buys 20 more. How many?", "Jack has 18 marbles, gives 14. Left?",
              "Maria has 20 cookies and buys 18 more. How many?", "Ünïcode: 3 × 4?"]
@@ -103,14 +105,45 @@ def test_the_source_is_read_from_run_json():
 
 @pytest.fixture(scope="module")
 def built_bundle(tmp_path_factory) -> Path:
+    """A synthetic sweep evaluated on the embedded test split's first rows (sweep_factory), its runs pinning it."""
     sweep = make_sweep(tmp_path_factory.mktemp("subsets"), algos=("grpo", "rpp"), seeds=(1, 2), n_steps=4)
     return build_bundle(sweep, figures=False).bundle_dir
 
 
-def test_a_synthetic_bundle_whose_runs_name_no_split_audits_with_a_note_per_subset(built_bundle):
+def test_a_bundle_whose_subset_is_its_pinned_splits_audits_clean_with_nothing_left_unchecked(built_bundle):
     notes = []
-    assert audit(built_bundle, notes=notes) == []
-    assert len(notes) == 1 and notes[0].startswith("eval subset: data/eval_subset/") \
-        and "does not name its test split" in notes[0]
-    data = load_bundle_data(built_bundle / "data")
-    assert check_subsets(built_bundle / "data", data) == []
+    assert audit(built_bundle, notes=notes) == [] and notes == []
+
+
+def _forged(bag: Path, tmp_path: Path, edit) -> Path:
+    copy = Path(shutil.copytree(bag, tmp_path / "forged"))
+    edit(copy / "data")
+    reseal_bag(copy)
+    return copy
+
+
+def test_an_edited_label_in_the_bundle_is_named_against_the_split(built_bundle, tmp_path):
+    def relabel(data: Path) -> None:
+        (subset,) = (data / "eval_subset").glob("*.json")
+        rows = json.loads(subset.read_bytes())
+        rows[3][2] = "25"
+        subset.write_bytes(_subset(rows))
+
+    findings = [str(f) for f in check_subsets(_forged(built_bundle, tmp_path, relabel) / "data",
+                                              load_bundle_data(tmp_path / "forged" / "data"))]
+    assert len(findings) == 1 and "run grpo-1: row 3: label '25' is not the pinned test split's '24': " \
+        "trainer/assets/toy/data/test.parquet (sha256 f538276ac534…, first 25 rows)" in findings[0], findings
+
+
+def test_runs_pinning_a_split_this_checkout_lacks_audit_with_a_note_naming_the_subset(built_bundle, tmp_path):
+    def repin(data: Path) -> None:
+        for record in (data / "runs").glob("*/run.json"):
+            run = json.loads(record.read_text())
+            run["inputs"]["trainer/assets/toy/data/test.parquet"] = "0" * 64
+            record.write_text(json.dumps(run, indent=2, sort_keys=True) + "\n")
+
+    notes = []
+    audit(_forged(built_bundle, tmp_path, repin), notes=notes)
+    assert len(notes) == 1 and notes[0].startswith("eval subset: data/eval_subset/") and notes[0].endswith(
+        "not re-derived (trainer/assets/toy/data/test.parquet in this checkout is not the pinned one (sha256 "
+        "000000000000…)): its labels are as the bundle states them"), notes
