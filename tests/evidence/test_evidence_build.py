@@ -284,6 +284,9 @@ def test_one_sample_per_prompt_eval_has_no_pass_at_2_or_4(tmp_path):
     sweep = make_sweep(tmp_path, algos=("grpo", "rpp"), seeds=(42, 1234))
     for job in (sweep / "jobs").iterdir():
         summary = write_eval(job / "run", "step_000010", 0.5, n_prompts=8, k=1)
+        run = json.loads((job / "run" / "run.json").read_text())
+        run["config"]["workload"]["eval"]["n_prompts"] = 8  # as the trainer records the evaluation it ran
+        (job / "run" / "run.json").write_text(json.dumps(run))
         assert all("pass@2" not in entry and "pass@4" not in entry for entry in summary.values())
     result = build_bundle(sweep, figures=True)
     assert result.accepted == 4

@@ -27,7 +27,9 @@ REPO = Path(__file__).resolve().parents[2]
 def _link_outside(sweep: Path, outside: Path) -> None:
     """grpo-1's runtime.log is a link to a log outside the sweep (the reviewer's B7)."""
     outside.write_text("a runtime log kept elsewhere\n")
-    (job_dir(sweep, "grpo", 1) / "runtime.log").symlink_to(outside)
+    log = job_dir(sweep, "grpo", 1) / "runtime.log"
+    log.unlink(missing_ok=True)  # the synthetic job's own runtime.log, replaced by the link
+    log.symlink_to(outside)
 
 
 def _link_inside(sweep: Path, outside: Path) -> None:
@@ -47,7 +49,8 @@ def _link_directory(sweep: Path, outside: Path) -> None:
 def _link_dangling(sweep: Path, outside: Path) -> None:
     """rpp-1's logs/stdout.log is a link to nothing."""
     log = job_dir(sweep, "rpp", 1) / "logs" / "stdout.log"
-    log.unlink()
+    log.parent.mkdir(exist_ok=True)
+    log.unlink(missing_ok=True)
     log.symlink_to(outside / "gone.log")
 
 
