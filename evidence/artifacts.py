@@ -504,24 +504,29 @@ def check_eval(run_dir: Path, final_checkpoint: str | None, expected_responses: 
                 fail(f"initial and final differ in {key}: the control is not identically evaluated")
         root = sweep_dir if sweep_dir is not None else sweep_dir_of_run(run_dir)
         failures += [replace(p, kind="eval") for p in
-                     rescore_run(run_dir, summary, root, {} if shared_checks is None else shared_checks)]
+                     rescore_run(run_dir, summary, root, {} if shared_checks is None else shared_checks,
+                                 run_summary)]
     return summary, failures
 
 
-def subset_rederived(run_dir: Path, subset_file: str) -> list[Problem]:
-    """The run's subset file against the subset cut again from its pinned test split
-    (``evidence.subset_source``), where the split with its pinned bytes is at hand: a finding naming the first
-    row that differs; [] when they agree or the split is not at hand (the trainer checked its pin before it ran)."""
+def subset_rederived(run_dir: Path, run_summary, subset_file: str) -> list[Problem]:
+    """The run's subset file against the subset cut again from the test split its ``run_summary`` (run.json)
+    pins (``evidence.subset_source``), where the split with its pinned bytes is at hand: a finding naming the
+    first row that differs; [] when they agree or the split is not at hand (the trainer checked its pin before
+    it ran)."""
+    source = subset_source(run_summary) if isinstance(run_summary, dict) else None
+    if source is None:
+        return []  # check_run_summary names an unreadable run.json
     try:
-        source = subset_source(read_json(run_dir / RUN_RECORD))
         stated = (run_dir / EVAL_RESPONSES_DIR / EVAL_SUBSET).read_bytes()
-    except (JSONError, OSError):
-        return []  # check_run names an unreadable run.json; read_subset has read this subset
-    difference = check_subset(stated, source)[0] if source is not None else None
+    except OSError:
+        return []  # read_subset has named it
+    difference = check_subset(stated, source)[0]
     return [Problem(subset_file, f"{difference}: {source.describe()}")] if difference else []
 
 
-def rescore_run(run_dir: Path, summary: dict, sweep_dir: Path | None, shared_checks: dict) -> list[Problem]:
+def rescore_run(run_dir: Path, summary: dict, sweep_dir: Path | None, shared_checks: dict,
+                run_summary=None) -> list[Problem]:
     """Every response of the run's evaluations re-scored against its frozen subset (``run/eval/subset.json``,
     pinned by the final summary's ``subset_sha256``) and each summary recomputed from the re-scored rewards
     (``evidence.evaluations``): the final one's and the initial one's, a shared initial evaluation's responses
@@ -531,7 +536,7 @@ def rescore_run(run_dir: Path, summary: dict, sweep_dir: Path | None, shared_che
     labels, why = read_subset(run_dir / EVAL_RESPONSES_DIR / EVAL_SUBSET, summary["final"].get("subset_sha256"))
     if labels is None:
         return [Problem(subset_file, why)]
-    rederived = subset_rederived(run_dir, subset_file)
+    rederived = subset_rederived(run_dir, run_summary, subset_file)
     if rederived:
         return rederived
     problems = []

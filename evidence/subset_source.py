@@ -13,12 +13,13 @@ pinned digest is not at hand, the subset is not re-derived and the audit says so
 
 from __future__ import annotations
 
-import hashlib
+import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
 from facts.evaluation import subset_bytes, subset_labels
+from facts.files import sha256_file
 from facts.repo import REPO_ROOT
 from facts.reward import normalize_label
 
@@ -69,11 +70,8 @@ def locate_split(source: SubsetSource, root: Path = REPO_ROOT) -> tuple[Path | N
 
 @lru_cache(maxsize=16)
 def _sha256(path: Path, _mtime_ns: int) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    """``sha256_file``, once per file version: a build judges every job against the same split."""
+    return sha256_file(path)
 
 
 @lru_cache(maxsize=16)
@@ -95,8 +93,6 @@ def subset_difference(stated: bytes, derived: bytes) -> str | None:
     question or label differs, or the row counts; None when they are the same bytes."""
     if stated == derived:
         return None
-    import json
-
     try:
         subset_labels(stated)
         rows = json.loads(stated)

@@ -47,6 +47,24 @@ def registered_records(data_dir: Path, data: BundleData) -> list[Path]:
     return sorted({*data_dir.rglob(JOB_RECORD), *stages, *([probe] if probe.is_file() else [])})
 
 
+def _recorded_digests(data_dir: Path, paths) -> list[tuple[str, object, JSONError | None]]:
+    """(bag-relative name, its ``experiment_sha256`` or None, the read error) of each record at ``paths``."""
+    found = []
+    for path in paths:
+        rel = f"{BUNDLE_PAYLOAD}/{path.relative_to(data_dir).as_posix()}"
+        try:
+            record = read_json(path)
+        except JSONError as exc:
+            found.append((rel, None, exc))
+            continue
+        found.append((rel, record.get(EXPERIMENT_DIGEST_FIELD) if isinstance(record, dict) else None, None))
+    return found
+
+
+def _shown(digest) -> str:
+    return digest[:12] if isinstance(digest, str) else repr(digest)
+
+
 def check_registration_digests(data_dir: Path, data: BundleData) -> list[Problem]:
     """Every record of ``registered_records`` carries, as ``experiment_sha256``, the SHA256 of the bundle's spec: a
     finding names each record without it or with another digest (the record's and the spec's)."""
@@ -55,21 +73,15 @@ def check_registration_digests(data_dir: Path, data: BundleData) -> list[Problem
     except OSError:
         return []  # check_verdict names a spec it cannot read
     problems = []
-    for path in registered_records(data_dir, data):
-        rel = f"{BUNDLE_PAYLOAD}/{path.relative_to(data_dir).as_posix()}"
-        try:
-            record = read_json(path)
-        except JSONError as exc:
-            problems.append(Problem(rel, f"{exc}: it cannot carry the pre-registered spec's {EXPERIMENT_DIGEST_FIELD}"))
-            continue
-        recorded = record.get(EXPERIMENT_DIGEST_FIELD) if isinstance(record, dict) else None
-        if recorded is None:
+    for rel, recorded, error in _recorded_digests(data_dir, registered_records(data_dir, data)):
+        if error is not None:
+            problems.append(Problem(rel, f"{error}: it cannot carry the pre-registered spec's {EXPERIMENT_DIGEST_FIELD}"))
+        elif recorded is None:
             problems.append(Problem(rel, f"no {EXPERIMENT_DIGEST_FIELD}: the launcher records the pre-registered "
                                          f"spec's SHA256 ({spec[:12]}, {BUNDLE_PAYLOAD}/{EXPERIMENT_FILE}'s) in every "
                                          f"run's and stage's records before its results exist"))
         elif recorded != spec:
-            shown = recorded[:12] if isinstance(recorded, str) else repr(recorded)
-            problems.append(Problem(rel, f"{EXPERIMENT_DIGEST_FIELD} {shown} differs from the SHA256 of "
+            problems.append(Problem(rel, f"{EXPERIMENT_DIGEST_FIELD} {_shown(recorded)} differs from the SHA256 of "
                                          f"{BUNDLE_PAYLOAD}/{EXPERIMENT_FILE}, {spec[:12]}: this record was written "
                                          f"under another spec (one changed after its runs)"))
     return problems
@@ -78,21 +90,12 @@ def check_registration_digests(data_dir: Path, data: BundleData) -> list[Problem
 def check_spec_not_removed(data_dir: Path, data: BundleData) -> list[Problem]:
     """A bundle without ``data/experiment.yaml`` whose records name an experiment's spec (``sweep.json`` or any
     run's record carrying ``experiment_sha256``) had its spec and verdict removed: the runs were planned under a
-    pre-registration the bundle no longer carries. One finding per record."""
-    problems = []
-    for path in [data_dir / SWEEP_RECORD, *registered_records(data_dir, data)]:
-        try:
-            record = read_json(path)
-        except JSONError:
-            continue  # the records and runs checks name an unreadable record
-        recorded = record.get(EXPERIMENT_DIGEST_FIELD) if isinstance(record, dict) else None
-        if recorded is not None:
-            shown = recorded[:12] if isinstance(recorded, str) else repr(recorded)
-            problems.append(Problem(f"{BUNDLE_PAYLOAD}/{path.relative_to(data_dir).as_posix()}",
-                                    f"{EXPERIMENT_DIGEST_FIELD} {shown}: planned under an experiment's spec, but the "
-                                    f"bundle has no {BUNDLE_PAYLOAD}/{EXPERIMENT_FILE} (the spec and its verdict "
-                                    "were removed)"))
-    return problems
+    pre-registration the bundle no longer carries. One finding per record (an unreadable one is the records and
+    runs checks')."""
+    paths = [data_dir / SWEEP_RECORD, *registered_records(data_dir, data)]
+    return [Problem(rel, f"{EXPERIMENT_DIGEST_FIELD} {_shown(recorded)}: planned under an experiment's spec, but the "
+                         f"bundle has no {BUNDLE_PAYLOAD}/{EXPERIMENT_FILE} (the spec and its verdict were removed)")
+            for rel, recorded, _ in _recorded_digests(data_dir, paths) if recorded is not None]
 
 
 def check_experiment(data_dir: Path, data: BundleData) -> list[Problem]:

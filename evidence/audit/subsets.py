@@ -9,41 +9,40 @@ from __future__ import annotations
 from pathlib import Path
 
 from evidence.dataset import BundleData
-from evidence.fileio import JSONError, read_json
 from evidence.problems import Problem
 from evidence.subset_source import check_subset, subset_source
+from facts.bundle_layout import fits
 from facts.files import (
     BUNDLE_PAYLOAD,
-    BUNDLE_RUNS_DIR,
-    EVAL_RECORD,
-    RUN_RECORD,
     STAGES_DIR,
     bundle_subset_relpath,
 )
 
 
-def _payload_subsets(root: Path, prefix: str, data: BundleData, seen: dict, problems: list[Problem],
+def _payload_subsets(root: Path, prefix: str, data: BundleData, problems: list[Problem],
                      not_derived: dict[str, str]) -> None:
-    for row in data.index:
-        if row.get("accepted") != "yes":
-            continue
-        run = root / BUNDLE_RUNS_DIR / row["job"]
+    """Each subset of one payload root against the split its accepted runs pin (their run.json and eval.csv
+    rows, as loaded: the runs check holds them to the runs' own files), each (subset, split) once."""
+    seen = set()
+    for arm, seed in data.accepted:
+        job, digest = f"{arm}-{seed}", data.evals.get((arm, seed), {}).get("final", {}).get("subset_sha256")
+        source = subset_source(data.runs.get((arm, seed), {}))
+        if not isinstance(digest, str) or not fits("subset12", digest[:12]):
+            continue  # the evaluations check names a digest that is not one
+        rel = bundle_subset_relpath(digest)
         try:
-            source = subset_source(read_json(run / RUN_RECORD))
-            digest = read_json(run / EVAL_RECORD)["final"]["subset_sha256"]
-            rel = bundle_subset_relpath(digest)
             stated = (root / rel).read_bytes()
-        except (JSONError, OSError, KeyError, TypeError, ValueError):
-            continue  # the runs and evaluations checks name a missing or unreadable record or subset
+        except OSError:
+            continue  # the evaluations check names a missing subset
         if source is None:
-            not_derived.setdefault(f"{prefix}/{rel}", f"run {row['job']}'s run.json does not name its test split")
+            not_derived.setdefault(f"{prefix}/{rel}", f"run {job}'s run.json does not name its test split")
             continue
         if (rel, source) in seen:
             continue
-        seen[(rel, source)] = True
+        seen.add((rel, source))
         difference, why = check_subset(stated, source)
         if difference is not None:
-            problems.append(Problem(f"{prefix}/{rel}", f"{difference}: {source.describe()}", f"run {row['job']}"))
+            problems.append(Problem(f"{prefix}/{rel}", f"{difference}: {source.describe()}", f"run {job}"))
         elif why is not None:
             not_derived.setdefault(f"{prefix}/{rel}", why)
 
@@ -52,9 +51,9 @@ def check_subsets(data_dir: Path, data: BundleData, notes: list[str] | None = No
     """Each subset of the bundle and of its earlier stages against its runs' pinned test split (module
     docstring); one note per subset that could not be re-derived appended to ``notes``."""
     problems, not_derived = [], {}
-    _payload_subsets(data_dir, BUNDLE_PAYLOAD, data, {}, problems, not_derived)
+    _payload_subsets(data_dir, BUNDLE_PAYLOAD, data, problems, not_derived)
     for name, stage in sorted(data.stages.items()):
-        _payload_subsets(data_dir / STAGES_DIR / name, f"{BUNDLE_PAYLOAD}/{STAGES_DIR}/{name}", stage, {}, problems,
+        _payload_subsets(data_dir / STAGES_DIR / name, f"{BUNDLE_PAYLOAD}/{STAGES_DIR}/{name}", stage, problems,
                          not_derived)
     if notes is not None:
         notes += [f"eval subset: {rel} not re-derived ({why}): its labels are as the bundle states them"
