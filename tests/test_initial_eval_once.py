@@ -66,8 +66,12 @@ def _shared_dir(sweep_dir: Path) -> Path:
 def test_a_two_by_two_sweep_evaluates_the_initial_checkpoint_once(sweep):
     directory = _shared_dir(sweep)
     assert sorted(p.name for p in directory.iterdir()) == ["eval.json", "responses.jsonl", "subset.json"]
-    assert [p.relative_to(sweep) for p in sweep.rglob("*.jsonl") if "initial" in p.name or p.parent == directory] \
+    assert [p.relative_to(sweep) for p in sweep.rglob("*.jsonl")
+            if ("initial" in p.name and p.name != INITIAL_EVAL_COMPUTED) or p.parent == directory] \
         == [directory.relative_to(sweep) / "responses.jsonl"]  # no run/eval/initial.jsonl anywhere
+    # one job computed it and recorded so (the evidence trusts only a recorded one); the others reused it
+    computed = [p.relative_to(sweep) for p in (sweep / "jobs").rglob(INITIAL_EVAL_COMPUTED)]
+    assert len(computed) == 1, computed
     assert len(_initial_eval_lines(sweep, "computed")) == 1
     assert len(_initial_eval_lines(sweep, "reused")) == 3
     record = json.loads((directory / "eval.json").read_text())
@@ -142,7 +146,7 @@ def test_the_bundle_holds_the_shared_evaluation_once_and_reports_it_once(sweep):
     data = sweep / "bundle" / "data"
     directory = _shared_dir(sweep)
     bundled = sorted(p.relative_to(data).as_posix() for p in data.rglob("*") if p.is_file()
-                     and ("initial" in p.name or p.name == "responses.jsonl"))
+                     and ("initial" in p.name or p.name == "responses.jsonl") and p.name != INITIAL_EVAL_COMPUTED)
     assert bundled == [f"initial_eval/{directory.name}/responses.jsonl", "tables/eval_initial.csv"]
     assert (data / "initial_eval" / directory.name / "eval.json").read_bytes() == (directory / "eval.json").read_bytes()
     with open(data / "tables" / "eval_initial.csv", newline="") as f:
