@@ -9,6 +9,13 @@ first ``workload.eval.n_prompts`` rows as ``[index, question, normalize_label(an
 subset again from the split, wherever its pinned bytes are found (the repository's own embedded data set; a
 bundle cannot carry a user's data set), and hold the subset file to it, row by row. Where the split with its
 pinned digest is not at hand, the subset is not re-derived and the audit says so in one line.
+
+The run's pin is itself held to the reviewer's checkout: the trainer copies ``inputs`` from the workload's
+manifest (``config.workload.manifest``), so a run.json naming a manifest of the checkout must pin the test
+split as that manifest does, and one pinning a path some manifest of the checkout pins must pin its bytes.
+Otherwise a forger who rewrote run.json's digest would turn "this label is not the split's" into "the split is
+not at hand" (a note). A run naming neither a manifest nor a path the checkout knows still gets the note, which
+``python -m evidence audit --strict`` counts as a finding.
 """
 
 from __future__ import annotations
@@ -20,18 +27,20 @@ from pathlib import Path, PurePosixPath
 
 from facts.evaluation import subset_bytes, subset_labels
 from facts.files import sha256_file
-from facts.repo import REPO_ROOT
+from facts.manifests import ManifestFormatError, read_manifest
+from facts.repo import MANIFESTS_DIR, REPO_ROOT
 from facts.reward import normalize_label
 
 
 @dataclass(frozen=True)
 class SubsetSource:
-    """Where a run's subset comes from: the test split's path as the run names it, its pinned SHA256, and how
-    many rows the evaluation takes."""
+    """Where a run's subset comes from: the test split's path as the run names it, its pinned SHA256, how many
+    rows the evaluation takes, and the manifest the run says it copied the pin from (None: it names none)."""
 
     test_path: str
     sha256: str
     n_prompts: int
+    manifest: str | None = None
 
     def describe(self) -> str:
         return f"{self.test_path} (sha256 {self.sha256[:12]}…, first {self.n_prompts} rows)"
@@ -49,7 +58,38 @@ def subset_source(run_record: dict) -> SubsetSource | None:
     if not isinstance(test_path, str) or not isinstance(digest, str) or isinstance(n_prompts, bool) \
             or not isinstance(n_prompts, int) or n_prompts < 1:
         return None
-    return SubsetSource(test_path, digest, n_prompts)
+    manifest = workload.get("manifest")
+    return SubsetSource(test_path, digest, n_prompts, manifest if isinstance(manifest, str) else None)
+
+
+def checkout_manifests(root: Path = REPO_ROOT) -> dict[str, dict[str, str]]:
+    """``{manifest's path relative to root: {pinned path: sha256}}`` for every readable manifest of the checkout
+    (``manifests/*.json``; one that is not a manifest pins nothing here: the trainer refuses it)."""
+    pins = {}
+    for path in sorted((root / MANIFESTS_DIR.relative_to(REPO_ROOT)).glob("*.json")):
+        try:
+            pins[path.relative_to(root).as_posix()] = {pin.path: pin.sha256 for pin in read_manifest(path)}
+        except (OSError, ManifestFormatError):
+            continue
+    return pins
+
+
+def pin_conflict(source: SubsetSource, root: Path = REPO_ROOT) -> str | None:
+    """How the run's pin of its test split contradicts the checkout's manifests (module docstring), or None:
+    the manifest the run names does not pin the split, or pins other bytes; or another manifest of the checkout
+    pins the same path with other bytes."""
+    manifests = checkout_manifests(root)
+    fix = ("run.json was edited, or the data set was re-pinned since the run: audit from a checkout of the "
+           "commit that ran it")
+    named = manifests.get(PurePosixPath(source.manifest).as_posix()) if source.manifest else None
+    if named is not None and source.test_path not in named:
+        return f"run.json's test split {source.test_path} is not a file this checkout's {source.manifest} pins ({fix})"
+    for manifest, pins in ([(source.manifest, named)] if named is not None else sorted(manifests.items())):
+        pinned = pins.get(source.test_path)
+        if pinned is not None and pinned != source.sha256:
+            return (f"run.json pins {source.test_path} with sha256 {source.sha256[:12]}…, this checkout's "
+                    f"{manifest} with {pinned[:12]}… ({fix})")
+    return None
 
 
 def locate_split(source: SubsetSource, root: Path = REPO_ROOT) -> tuple[Path | None, str]:
@@ -115,7 +155,10 @@ def _short(value) -> str:
 
 def check_subset(stated: bytes, source: SubsetSource, root: Path = REPO_ROOT) -> tuple[str | None, str | None]:
     """(difference, not re-derived because): the subset file's bytes against the subset cut from its run's
-    pinned split; both None when they agree."""
+    pinned split, that pin held to the checkout's manifests first; both None when they agree."""
+    conflict = pin_conflict(source, root)
+    if conflict is not None:
+        return conflict, None
     path, why = locate_split(source, root)
     if path is None:
         return None, why

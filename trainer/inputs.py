@@ -1,19 +1,18 @@
 """Pinned workload inputs: every file a workload reads is listed in ``manifests/<workload>.json``
 with its size and SHA256, and is refused when its bytes differ.
 
-Manifest format: ``{"workload": name, "files": [{"path": <relative to repo root>, "size": n,
-"sha256": hex}, ...]}``; a Parquet split's entry also states its ``"rows"`` (written by ``pin``, a
-fact of the pinned bytes like their digest), so that a launcher checking the evaluation subset against
-the test split needs no Parquet reader.
+The manifest's format is ``facts.manifests``; a Parquet split's entry also states its ``"rows"`` (written by
+``pin``, a fact of the pinned bytes like their digest), so that a launcher checking the evaluation subset
+against the test split needs no Parquet reader.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 from facts import sha256_file
+from facts.manifests import ManifestFormatError, PinnedFile, read_manifest
 from facts.repo import MANIFESTS_DIR, REPO_ROOT
 
 
@@ -21,32 +20,15 @@ class InputDigestError(RuntimeError):
     """An input file is missing or its bytes differ from the committed pin."""
 
 
-
-
-@dataclass(frozen=True)
-class PinnedFile:
-    path: str
-    size: int
-    sha256: str
-    rows: int | None = None  # a Parquet split's rows, as pinned
-
-
 def load_manifest(manifest_path: str | Path) -> list[PinnedFile]:
     path = resolve(manifest_path)
     if not path.is_file():
         raise InputDigestError(f"manifest {manifest_path} not found; pin the workload's inputs first")
     try:
-        data = json.loads(path.read_text())
-        return [PinnedFile(str(f["path"]), int(f["size"]), str(f["sha256"]), None if f.get("rows") is None else int(f["rows"]))
-                for f in data["files"]]
-    except json.JSONDecodeError as exc:
-        problem = f"is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
-    except UnicodeDecodeError:
-        problem = "is not UTF-8 text"
-    except (KeyError, TypeError, ValueError, AttributeError):
-        problem = 'does not have the manifest format {"files": [{"path", "size", "sha256"}, ...]}'
-    raise InputDigestError(f"manifest {manifest_path} {problem}; restore it (git checkout) or re-pin the workload "
-                           "(python -m trainer.inputs pin ...)")
+        return read_manifest(path)
+    except ManifestFormatError as exc:
+        raise InputDigestError(f"manifest {manifest_path} {exc}; restore it (git checkout) or re-pin the workload "
+                               "(python -m trainer.inputs pin ...)") from None
 
 
 def resolve(path: str | Path) -> Path:

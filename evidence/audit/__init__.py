@@ -137,7 +137,7 @@ def check_content(bag: Path, data: BundleData, notes: list[str] | None = None) -
               partial(check_resources, data_dir, data),
               partial(check_recomputation, data_dir, data),
               partial(check_certificates, data_dir, data),
-              partial(check_rejections, data_dir, data, shared_checks=shared_checks),
+              partial(check_rejections, data_dir, data, shared_checks=shared_checks, notes=notes),
               partial(check_experiment, data_dir, data),
               partial(check_crate, data_dir, data))
     problems = [p for check in checks for p in _guarded(check, BUNDLE_PAYLOAD, "cannot recompute")]

@@ -2,7 +2,10 @@
 
 A job rejected for a link in its evidence (an ``evidence-link`` incident naming the file) is taken as rejected: the
 bundle never carries a link (it is never followed), so the gate cannot be re-checked here, as artifacts.csv's listing
-of the checkpoint and TensorBoard files the bundle does not carry is taken as the build states it."""
+of the checkpoint and TensorBoard files the bundle does not carry is taken as the build states it. The build reads
+nothing more of such a job (no responses, no artifacts), so nothing in the bundle can confirm or refute the
+rejection: the audit says so in a note per job, which ``audit --strict`` counts as a finding (a forged link incident,
+with the files the build would not have copied removed, is how a valid run would be hidden)."""
 
 from __future__ import annotations
 
@@ -43,7 +46,7 @@ def _still_rejected(data_dir: Path, data: BundleData, row: dict, majority: tuple
     command.public.json, and artifacts.csv's listing)."""
     job, algo, seed, n = row["job"], row["algo"], int(row["seed"]), data.n_updates
     run = data_dir / BUNDLE_RUNS_DIR / job
-    if any(r["job"] == job and r["kind"] == EVIDENCE_LINK and r.get("source") == "automatic" for r in data.incidents):
+    if _link_incident(data, job):
         return [EVIDENCE_LINK]  # a link the bundle cannot show (it never carries one): the incident names the file
     log = validate_metrics(run / METRICS_LOG, algo, n)
     failures = ["metrics"] if log.violations or log.valid_steps != n else []
@@ -75,13 +78,21 @@ def _still_rejected(data_dir: Path, data: BundleData, row: dict, majority: tuple
     return failures
 
 
+def _link_incident(data: BundleData, job: str) -> dict | None:
+    """The automatic ``evidence-link`` incident of ``job`` (its title names the linked files), or None."""
+    return next((r for r in data.incidents
+                 if r["job"] == job and r["kind"] == EVIDENCE_LINK and r.get("source") == "automatic"), None)
+
+
 def _identity(entry: dict) -> tuple:
     return tuple(entry.get(k) for k in ("subset_sha256", "eval_seed", "n_prompts", "k"))
 
 
-def check_rejections(data_dir: Path, data: BundleData, shared_checks: dict | None = None) -> list[Problem]:
+def check_rejections(data_dir: Path, data: BundleData, shared_checks: dict | None = None,
+                     notes: list[str] | None = None) -> list[Problem]:
     """A job the index rejects (other than by incidents.yaml) whose bundled evidence passes every gate
-    the bundle can re-check was left out of the comparison although valid: cherry-picking.
+    the bundle can re-check was left out of the comparison although valid: cherry-picking. A job rejected for a
+    link is a note (module docstring) appended to ``notes``.
     ``shared_checks``: the audit's cache, so each shared initial evaluation is read once."""
     findings: list[Problem] = []
     _, artifact_rows = read_csv(data_dir / "artifacts.csv")
@@ -93,7 +104,12 @@ def check_rejections(data_dir: Path, data: BundleData, shared_checks: dict | Non
         excluded = row["reason"].startswith("excluded by incidents.yaml")
         if row["accepted"] == "yes" or excluded or not (data_dir / BUNDLE_RUNS_DIR / row["job"]).is_dir():
             continue
-        if not _still_rejected(data_dir, data, row, majority, artifacts, shared_checks):
+        still = _still_rejected(data_dir, data, row, majority, artifacts, shared_checks)
+        if still == [EVIDENCE_LINK] and notes is not None:
+            notes.append(f"rejection: {row['job']} is rejected for a link in its evidence, which the bundle cannot "
+                         f"show (its incident: {_link_incident(data, row['job'])['title'][:160]}): not re-derived, "
+                         "the rejection is as the build states it")
+        if not still:
             findings.append(Problem(payload_relpath(INDEX_TABLE), f"{row['job']} is rejected ({row['reason'][:80]}) but its "
                                                       "bundled evidence passes every gate: a valid run left out"))
     return findings

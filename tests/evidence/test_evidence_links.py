@@ -142,7 +142,13 @@ def test_the_bundle_carries_no_byte_read_through_a_link(linked):
 
 def test_the_bundle_sealed_with_link_rejections_audits_clean(linked):
     _, result = linked
-    assert [str(p) for p in audit(result.archive)] == []
+    notes = []
+    assert [str(p) for p in audit(result.archive, notes=notes)] == []
+    # each link rejection is said: the bundle cannot show the link (nor carries the rest of what the build did not
+    # read), and a forged link incident is how a valid run would be hidden; rpp-3's whole directory is the link
+    noted = sorted(note.split()[1] for note in notes if note.startswith("rejection: "))
+    assert noted == sorted(set(VARIANTS) - {"rpp-3"}), notes
+    assert all("for a link in its evidence" in note and "never followed" in note for note in notes), notes
 
 
 def test_a_job_judged_alone_is_not_accepted_through_a_link(linked):
@@ -169,3 +175,10 @@ def test_python_m_evidence_build_rejects_a_linked_job_and_its_bundle_audits_clea
     audited = subprocess.run([sys.executable, "-m", "evidence", "audit", str(sweep / "bundle.tar.gz")], cwd=REPO,
                              capture_output=True, text=True, timeout=300)
     assert audited.returncode == 0, audited.stdout + audited.stderr
+    # each link rejection is a note the bundle cannot re-derive, which --strict counts
+    assert [line.split()[1] for line in audited.stdout.splitlines() if line.startswith("rejection: ")] \
+        == ["grpo-1", "rpp-1"], audited.stdout
+    strict = subprocess.run([sys.executable, "-m", "evidence", "audit", "--strict", str(sweep / "bundle.tar.gz")],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert strict.returncode == 1 and strict.stdout.rstrip().endswith("0 finding(s), 2 not re-derived (--strict)"), \
+        strict.stdout[-2000:]

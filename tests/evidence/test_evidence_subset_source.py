@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,9 +18,9 @@ import pytest
 from evidence import audit, build_bundle
 from evidence.audit.subsets import check_subsets
 from evidence.dataset import load_bundle_data
-from evidence.subset_source import SubsetSource, check_subset, subset_source
+from evidence.subset_source import SubsetSource, check_subset, pin_conflict, subset_source
 from tests.evidence.sweep_factory import make_sweep
-from tests.sweeps import reseal_bag
+from tests.sweeps import REPO, reseal_bag
 
 QUESTIONS = ["Emma has 10 shells and buys 20 more. How many?", "Jack has 18 marbles, gives 14. Left?",
              "Maria has 20 cookies and buys 18 more. How many?", "Ünïcode: 3 × 4?"]
@@ -135,15 +137,99 @@ def test_an_edited_label_in_the_bundle_is_named_against_the_split(built_bundle, 
         "trainer/assets/toy/data/test.parquet (sha256 f538276ac534…, first 25 rows)" in findings[0], findings
 
 
-def test_runs_pinning_a_split_this_checkout_lacks_audit_with_a_note_naming_the_subset(built_bundle, tmp_path):
-    def repin(data: Path) -> None:
-        for record in (data / "runs").glob("*/run.json"):
-            run = json.loads(record.read_text())
-            run["inputs"]["trainer/assets/toy/data/test.parquet"] = "0" * 64
-            record.write_text(json.dumps(run, indent=2, sort_keys=True) + "\n")
+SPLIT, TOY_SHA = "trainer/assets/toy/data/test.parquet", "f538276ac534d6e90dd2871aa9a20509393a4877085d747dba2f765cd338eaa8"
 
+
+def _repin(test_path: str = SPLIT, digest: str = TOY_SHA, manifest: str | None = "manifests/toy.json"):
+    """An edit of every run's run.json: its test split named ``test_path``, pinned with ``digest``, copied from
+    ``manifest`` (None: the record names none), as a forger rewrites it around an edited subset."""
+    def edit(data: Path) -> None:
+        for record in sorted(data.glob("runs/*/run.json")):
+            run = json.loads(record.read_text())
+            del run["inputs"][SPLIT]
+            run["inputs"][test_path] = digest
+            workload = run["config"]["workload"]
+            workload["test_path"] = test_path
+            if manifest is None:
+                del workload["manifest"]
+            else:
+                workload["manifest"] = manifest
+            record.write_text(json.dumps(run, indent=2, sort_keys=True) + "\n")
+    return edit
+
+
+def _audit_cli(bag: Path, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "evidence", "audit", str(bag), *flags], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+
+
+FIX = "run.json was edited, or the data set was re-pinned since the run: audit from a checkout of the commit that ran it"
+
+
+@pytest.mark.parametrize("edit, finding", [
+    (_repin(digest="0" * 64), f"run.json pins {SPLIT} with sha256 000000000000…, this checkout's manifests/toy.json "
+                              f"with f538276ac534… ({FIX})"),
+    (_repin(test_path="trainer/assets/toy/data/test2.parquet"),
+     f"run.json's test split trainer/assets/toy/data/test2.parquet is not a file this checkout's manifests/toy.json "
+     f"pins ({FIX})"),
+    (_repin(digest="0" * 64, manifest="manifests/mine.json"),  # the manifest renamed: the toy one still pins it
+     f"run.json pins {SPLIT} with sha256 000000000000…, this checkout's manifests/toy.json with f538276ac534…"),
+    (_repin(digest="0" * 64, manifest=None),
+     f"run.json pins {SPLIT} with sha256 000000000000…, this checkout's manifests/toy.json with f538276ac534…"),
+], ids=["digest", "path", "manifest-renamed", "manifest-dropped"])
+def test_a_run_json_whose_split_pin_contradicts_the_checkouts_manifests_is_a_finding(built_bundle, tmp_path, edit,
+                                                                                     finding):
+    """The N1 class: rewriting run.json's pin turned "the label is not the split's" into "the split is not at
+    hand" (a note, audit clean); the pin is held to the checkout's manifests instead."""
+    result = _audit_cli(_forged(built_bundle, tmp_path, edit))
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-2000:]
+    lines = [line for line in result.stdout.splitlines() if "data/eval_subset/" in line and finding in line]
+    assert lines and "run grpo-1" in lines[0] and "not re-derived" not in result.stdout, result.stdout[-3000:]
+
+
+def test_runs_pinning_a_split_no_manifest_of_this_checkout_knows_are_noted_and_strict_counts_the_note(
+        built_bundle, tmp_path):
+    forged = _forged(built_bundle, tmp_path, _repin(test_path="data/mine/test.parquet", digest="0" * 64,
+                                                    manifest="manifests/mine.json"))
     notes = []
-    audit(_forged(built_bundle, tmp_path, repin), notes=notes)
+    assert [str(f) for f in check_subsets(forged / "data", load_bundle_data(forged / "data"), notes)] == []
     assert len(notes) == 1 and notes[0].startswith("eval subset: data/eval_subset/") and notes[0].endswith(
-        "not re-derived (trainer/assets/toy/data/test.parquet in this checkout is not the pinned one (sha256 "
-        "000000000000…)): its labels are as the bundle states them"), notes
+        "not re-derived (data/mine/test.parquet is not in this checkout): its labels are as the bundle states "
+        "them"), notes
+    lenient, strict = _audit_cli(forged), _audit_cli(forged, "--strict")
+    assert notes[0] in lenient.stdout and notes[0] in strict.stdout
+    assert strict.returncode == 1 and strict.stdout.rstrip().endswith("not re-derived (--strict)"), strict.stdout
+    # without --strict only the note (and whatever else the edit broke) is said, never a subset finding
+    assert "data/eval_subset/" not in "".join(line for line in lenient.stdout.splitlines() if "not re-derived" not in line)
+
+
+def test_a_clean_bundle_is_clean_under_strict_too(built_bundle):
+    result = _audit_cli(built_bundle, "--strict")
+    assert result.returncode == 0 and result.stdout.rstrip().endswith("clean"), result.stdout[-2000:]
+
+
+def _manifest(root: Path, name: str, pins: dict[str, str]) -> None:
+    (root / "manifests").mkdir(exist_ok=True)
+    (root / "manifests" / name).write_text(json.dumps(
+        {"workload": name[:-5], "files": [{"path": p, "size": 1, "sha256": d} for p, d in pins.items()]}))
+
+
+@pytest.mark.parametrize("source, conflict", [
+    (SubsetSource("data/test.parquet", "a" * 64, 3, "manifests/w.json"), None),
+    (SubsetSource("data/test.parquet", "b" * 64, 3, "manifests/w.json"),
+     "run.json pins data/test.parquet with sha256 bbbbbbbbbbbb…, this checkout's manifests/w.json with aaaaaaaaaaaa…"),
+    (SubsetSource("data/other.parquet", "a" * 64, 3, "manifests/w.json"),
+     "run.json's test split data/other.parquet is not a file this checkout's manifests/w.json pins"),
+    (SubsetSource("data/test.parquet", "b" * 64, 3, None),
+     "run.json pins data/test.parquet with sha256 bbbbbbbbbbbb…, this checkout's manifests/w.json with aaaaaaaaaaaa…"),
+    (SubsetSource("data/test.parquet", "c" * 64, 3, "manifests/x.json"), None),  # the run's own manifest agrees
+    (SubsetSource("data/else.parquet", "b" * 64, 3, "manifests/gone.json"), None),  # nothing here knows it
+    (SubsetSource("data/test.parquet", "b" * 64, 3, "manifests/broken.json"),  # an unreadable one pins nothing
+     "run.json pins data/test.parquet with sha256 bbbbbbbbbbbb…, this checkout's manifests/w.json with aaaaaaaaaaaa…"),
+])
+def test_the_pin_is_held_to_the_checkouts_manifests(tmp_path, source, conflict):
+    _manifest(tmp_path, "w.json", {"data/test.parquet": "a" * 64, "model/m.safetensors": "d" * 64})
+    _manifest(tmp_path, "x.json", {"data/test.parquet": "c" * 64})  # sorted after w.json
+    (tmp_path / "manifests" / "broken.json").write_text("{not json")
+    found = pin_conflict(source, tmp_path)
+    assert (found if found is None or conflict is None else found[:len(conflict)]) == conflict, found
