@@ -5,13 +5,13 @@ scripts/slurm/cluster.sh (the one CI's .ci/run started, or one it starts and sto
 ``slurm_multinode_cluster`` the multi-node one of scripts/slurm/multinode.sh (which .ci/run starts too;
 a test without one fails and says how to start it).
 
-Tiers: ``make test-fast`` runs ``-m "not slow"`` (unit, numerics, evidence on synthetic sweeps: no
-trainer or launcher processes, no Slurm); ``make test`` runs everything. A test is ``slow`` when it
-says so, or, found here so that a new test cannot slip into the fast tier by forgetting the marker,
-when it uses a real-service fixture (``SLOW_FIXTURES``), spawns a torch.distributed process group (the
-``distributed`` mark) or runs the trainer or the launcher (through the helpers of tests/trainer_runs.py,
-tests/sweeps.py and tests/launch_in_process.py, or a command list it spells out), itself or through a
-fixture or helper function of its module or of a conftest.py above it.
+Tiers: ``make test-fast`` runs ``-m "not slow"`` (unit, numerics, evidence on synthetic sweeps in
+process: no trainer, launcher or evidence command-line processes, no Slurm); ``make test`` runs everything.
+A test is ``slow`` when it says so, or, found here so that a new test cannot slip into the fast tier by
+forgetting the marker, when it uses a real-service fixture (``SLOW_FIXTURES``), spawns a torch.distributed
+process group (the ``distributed`` mark) or runs the trainer, the launcher or ``python -m evidence`` (through
+the helpers of tests/trainer_runs.py, tests/sweeps.py and tests/launch_in_process.py, or a command list it
+spells out), itself or through a fixture or helper function of its module or of a conftest.py above it.
 """
 
 from __future__ import annotations
@@ -35,9 +35,13 @@ SLOW_FIXTURES = frozenset(CLUSTER_GROUPS)
 # Helpers that run the trainer or the launcher (tests/trainer_runs.py, tests/sweeps.py,
 # tests/launch_in_process.py): as processes, or in this process (seconds of training, or of Hydra composing
 # every arm of a plan, 1-4 s a dry run: the fast tier's budget is 90 s for all of it).
-PROCESS_HELPERS = frozenset({"run_trainer", "trainer_cmd", "train_in_process", "launch", "launch_in_process"})
-# `python -m <these>` trains (trainer.external runs another trainer's command; the TRL adapter is one)
-PROCESS_MODULES = frozenset({"trainer", "launcher.runtime", "benchmarks", "trainer.external", "trainer.adapters.trl_grpo"})
+PROCESS_HELPERS = frozenset({"run_trainer", "trainer_cmd", "train_in_process", "launch", "launch_in_process",
+                             "proofgrid"})  # tests/test_console.py's: the console command, a process
+# `python -m <these>` trains (trainer.external runs another trainer's command; the TRL adapter is one), or
+# starts the evidence's command line (a second of imports, then a whole bundle's build or audit: each forgery a
+# test reseals and audits through it costs 2-4 s; the fast tier calls the same functions in process)
+PROCESS_MODULES = frozenset({"trainer", "launcher.runtime", "benchmarks", "trainer.external", "trainer.adapters.trl_grpo",
+                             "evidence", "proofgrid"})
 # A fast-tier test slower than this is named at the end of the run: it belongs in the slow tier.
 FAST_TIER_BUDGET_S = 5.0
 

@@ -60,8 +60,12 @@ def test_pure_unit():
     assert sorted([3, 1]) == [1, 3]
 
 
+def test_runs_the_evidence_cli(tmp_path):
+    subprocess.run([sys.executable, "-m", "evidence", "audit", str(tmp_path)])
+
+
 def test_runs_python_for_something_else():
-    subprocess.run([sys.executable, "-m", "evidence", "--help"])
+    subprocess.run([sys.executable, "-m", "json.tool", "--help"])
 '''
 
 
@@ -70,7 +74,8 @@ def test_fixtures_helpers_and_spelled_out_commands_that_start_processes_are_foun
     path.write_text(textwrap.dedent(SAMPLE))
     assert _process_starters(path) == {"trained", "_sweep_twice", "_via_helper", "test_spells_out_the_trainer",
                                        "test_spells_out_the_launcher", "test_through_two_helpers",
-                                       "test_trains_in_process", "test_dry_runs_the_launcher_in_process"}
+                                       "test_trains_in_process", "test_dry_runs_the_launcher_in_process",
+                                       "test_runs_the_evidence_cli"}
 
 
 def test_the_module_scoped_runs_that_group_a_module_s_tests_are_found(tmp_path):

@@ -23,7 +23,7 @@ from tests.sweeps import reseal_bag
 def reseal(bag: Path) -> None:
     """Recompute manifests after an edit, so that only the content checks can notice it."""
     reseal_bag(bag)
-    assert audit_reasons(bag, "SHA256") == []
+    assert bagit.Bag(str(bag)).is_valid()  # bagit's own check, not a second audit: the test's audit follows
 
 
 def audit_reasons(path: Path, word: str = "") -> list[str]:
