@@ -24,7 +24,7 @@ from typing import NamedTuple
 from evidence.evaluations import RESPONSES_MISSING, read_subset, rescored_problems, statistics_problems
 from evidence.fileio import JSONError, parse_json, read_json, read_with_sha256, sha256_file
 from evidence.problems import Problem
-from evidence.subset_source import check_subset, subset_source
+from evidence.subset_source import check_subset, declared_difference, subset_source
 from facts import (
     EVAL_RECORD,
     FINAL_MODEL_FIELD,
@@ -517,6 +517,13 @@ def subset_rederived(run_dir: Path, run_summary, subset_file: str) -> list[Probl
     source = subset_source(run_summary) if isinstance(run_summary, dict) else None
     if source is None:
         return []  # check_run_summary names an unreadable run.json
+    try:
+        command = read_json(run_dir.parent / COMMAND_PUBLIC_RECORD)
+    except JSONError:
+        command = None
+    declared = declared_difference(source, run_summary, command.get("argv") if isinstance(command, dict) else None)
+    if declared is not None:
+        return [Problem(run_relpath(RUN_RECORD), declared)]
     try:
         stated = (run_dir / EVAL_RESPONSES_DIR / EVAL_SUBSET).read_bytes()
     except OSError:

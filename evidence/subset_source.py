@@ -15,7 +15,13 @@ manifest (``config.workload.manifest``), so a run.json naming a manifest of the 
 split as that manifest does, and one pinning a path some manifest of the checkout pins must pin its bytes.
 Otherwise a forger who rewrote run.json's digest would turn "this label is not the split's" into "the split is
 not at hand" (a note). A run naming neither a manifest nor a path the checkout knows still gets the note, which
-``python -m evidence audit --strict`` counts as a finding.
+``python -m evidence audit --strict`` counts as a finding. Paths are compared in their normal form (``./`` and
+``//`` spell the same file).
+
+Which split and how many of its rows are a fact of the run's workload, not of its record: the checkout's
+``conf/workload/<name>.yaml`` with the overrides of the job's command (``command.public.json``) says them, so a
+run.json evaluating on another pinned file (the train split) or on fewer rows (the hardest last prompts dropped)
+than its command asked for is a finding too.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from pathlib import Path, PurePosixPath
 from facts.evaluation import subset_bytes, subset_labels
 from facts.files import sha256_file
 from facts.manifests import ManifestFormatError, read_manifest
-from facts.repo import MANIFESTS_DIR, REPO_ROOT
+from facts.repo import CONF_DIR, MANIFESTS_DIR, REPO_ROOT
 from facts.reward import normalize_label
 
 
@@ -62,6 +68,41 @@ def subset_source(run_record: dict) -> SubsetSource | None:
     return SubsetSource(test_path, digest, n_prompts, manifest if isinstance(manifest, str) else None)
 
 
+def normal_path(path: str) -> str:
+    """A repository-relative path in its normal form: ``./a//b`` is ``a/b`` (``..`` is kept: it is refused)."""
+    return PurePosixPath(path).as_posix()
+
+
+def declared_difference(source: SubsetSource, run_record: dict, argv, root: Path = REPO_ROOT) -> str | None:
+    """How the run's split or row count differs from what its workload declares: the checkout's
+    ``conf/workload/<name>.yaml`` (``name``: run.json's ``workload``) with the command's overrides
+    (``workload.test_path=``, ``workload.eval.n_prompts=``, ``+``/``++`` prefixes included) applied; None when
+    they agree or the checkout has no such workload (a user's own: the subset note covers it)."""
+    import yaml  # here: only a check that has a workload to read parses YAML
+
+    name = run_record.get("workload") if isinstance(run_record, dict) else None
+    conf = root / CONF_DIR.relative_to(REPO_ROOT) / "workload" / f"{name}.yaml"
+    if not isinstance(name, str) or not name or "/" in name or not conf.is_file():
+        return None
+    try:
+        workload = yaml.safe_load(conf.read_text(encoding="utf-8"))
+        declared = {"test_path": workload["test_path"], "n_prompts": workload["eval"]["n_prompts"]}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError):
+        return None
+    keys = {"workload.test_path": "test_path", "workload.eval.n_prompts": "n_prompts"}
+    for arg in argv if isinstance(argv, list) else []:
+        key, sep, value = str(arg).lstrip("+").partition("=")
+        if sep and key in keys:
+            declared[keys[key]] = value
+    said = f"conf/workload/{name}.yaml with the command's overrides"
+    if normal_path(str(declared["test_path"])) != normal_path(source.test_path):
+        return f"run.json evaluates on {source.test_path}, the workload's test split is {declared['test_path']} ({said})"
+    if str(declared["n_prompts"]) != str(source.n_prompts):
+        return f"run.json evaluates on {source.n_prompts} prompts, the workload's eval.n_prompts is " \
+               f"{declared['n_prompts']} ({said})"
+    return None
+
+
 def checkout_manifests(root: Path = REPO_ROOT) -> dict[str, dict[str, str]]:
     """``{manifest's path relative to root: {pinned path: sha256}}`` for every readable manifest of the checkout
     (``manifests/*.json``; one that is not a manifest pins nothing here: the trainer refuses it)."""
@@ -81,11 +122,12 @@ def pin_conflict(source: SubsetSource, root: Path = REPO_ROOT) -> str | None:
     manifests = checkout_manifests(root)
     fix = ("run.json was edited, or the data set was re-pinned since the run: audit from a checkout of the "
            "commit that ran it")
-    named = manifests.get(PurePosixPath(source.manifest).as_posix()) if source.manifest else None
-    if named is not None and source.test_path not in named:
+    named = manifests.get(normal_path(source.manifest)) if source.manifest else None
+    test_path = normal_path(source.test_path)
+    if named is not None and test_path not in named:
         return f"run.json's test split {source.test_path} is not a file this checkout's {source.manifest} pins ({fix})"
     for manifest, pins in ([(source.manifest, named)] if named is not None else sorted(manifests.items())):
-        pinned = pins.get(source.test_path)
+        pinned = pins.get(test_path)
         if pinned is not None and pinned != source.sha256:
             return (f"run.json pins {source.test_path} with sha256 {source.sha256[:12]}…, this checkout's "
                     f"{manifest} with {pinned[:12]}… ({fix})")

@@ -1,17 +1,18 @@
 """Cherry-picking: a job the index rejects whose bundled evidence passes every gate the bundle can re-check.
 
-A job rejected for a link in its evidence (an ``evidence-link`` incident naming the file) is taken as rejected: the
-bundle never carries a link (it is never followed), so the gate cannot be re-checked here, as artifacts.csv's listing
-of the checkpoint and TensorBoard files the bundle does not carry is taken as the build states it. The build reads
-nothing more of such a job (no responses, no artifacts), so nothing in the bundle can confirm or refute the
-rejection: the audit says so in a note per job, which ``audit --strict`` counts as a finding (a forged link incident,
-with the files the build would not have copied removed, is how a valid run would be hidden)."""
+A rejection the bundle shows (a gate failing on a file it carries: a metrics log short of its steps, a response
+that does not re-score, a subset that is not its pinned split's) is confirmed. One resting only on what the bundle
+does not carry is taken as the build states it, and said in a note per job, which ``audit --strict`` counts as a
+finding: a link in the job's evidence (never followed, never carried: the build reads nothing more of such a job), a
+file of the run missing from the bundle, artifacts.csv's listing of the checkpoint and TensorBoard files (never
+carried), or no runs/<job>/ at all. Deleting a valid run's file, or planting a link, is how it would be hidden."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from evidence.artifacts import (
+    EVAL_KINDS,
     EVIDENCE_LINK,
     check_cleanup,
     check_run_summary,
@@ -23,65 +24,109 @@ from evidence.dataset import BundleData, read_csv
 from evidence.fileio import JSONError, read_json
 from evidence.metrics_log import validate_metrics
 from evidence.problems import Problem
+from evidence.subset_source import check_subset, subset_source
+from facts.bundle_layout import fits
 from facts.files import (
     BUNDLE_RUNS_DIR,
     CHECKPOINTS_DIR,
     COMMAND_PUBLIC_RECORD,
     EVAL_RECORD,
+    EVAL_RESPONSES_DIR,
     INDEX_TABLE,
     JOB_RECORD,
     METRICS_LOG,
+    RUN_RECORD,
     TENSORBOARD_DIR,
     TENSORBOARD_EVENTS,
     WEIGHTS_FILE,
+    bundle_subset_relpath,
+    eval_responses_name,
     payload_relpath,
     run_relpath,
 )
 
 
 def _still_rejected(data_dir: Path, data: BundleData, row: dict, majority: tuple | None, artifacts: set[tuple[str, str]],
-                    shared_checks: dict) -> list[str]:
-    """The gates that still reject ``row``'s job on the evidence the bundle carries (the bundled
-    metrics log, run.json, eval.json, its responses re-scored, the shared initial evaluation it references, job.json,
-    command.public.json, and artifacts.csv's listing)."""
+                    shared_checks: dict) -> tuple[list[str], list[str]]:
+    """(gates the bundle shows failing, gates failing only for what the bundle does not carry) of ``row``'s job: the
+    bundled metrics log, run.json, eval.json, its responses re-scored and its subset cut again from the pinned split,
+    the shared initial evaluation it references, job.json and command.public.json are evidence it carries (a gate
+    failing on one present is shown); a missing one of those, artifacts.csv's listing (the checkpoints and
+    TensorBoard files are never carried) and a link (never followed) are not."""
     job, algo, seed, n = row["job"], row["algo"], int(row["seed"]), data.n_updates
     run = data_dir / BUNDLE_RUNS_DIR / job
     if _link_incident(data, job):
-        return [EVIDENCE_LINK]  # a link the bundle cannot show (it never carries one): the incident names the file
+        return [], [EVIDENCE_LINK]  # a link the bundle cannot show (it never carries one): the incident names the file
+    shown, unshown = [], []
+
+    def failed(gate: str, *files: str) -> None:
+        (shown if all((run / name).is_file() for name in files) else unshown).append(gate)
+
     log = validate_metrics(run / METRICS_LOG, algo, n)
-    failures = ["metrics"] if log.violations or log.valid_steps != n else []
+    if log.violations or log.valid_steps != n:
+        failed("metrics", METRICS_LOG)
     run_summary, run_failures = check_run_summary(run, algo, seed, n)
-    failures += ["run"] if run_failures else []
+    if run_failures:
+        failed("run", RUN_RECORD)
     try:
         record, summary, command = (read_json(run / name) for name in (JOB_RECORD, EVAL_RECORD, COMMAND_PUBLIC_RECORD))
     except JSONError:
-        return failures + ["unreadable record"]
+        failed("unreadable record", JOB_RECORD, EVAL_RECORD, COMMAND_PUBLIC_RECORD)
+        return shown, unshown
     if not isinstance(record, dict) or check_cleanup(record) or (record.get("algo"), record.get("seed")) != (algo, seed):
-        failures.append("job")
+        shown.append("job")
     if not isinstance(command, dict) or not isinstance(command.get("argv"), list):
-        failures.append("command")
+        shown.append("command")
     entries = [summary.get(kind) if isinstance(summary, dict) else None for kind in ("initial", "final")]
     if not all(isinstance(e, dict) for e in entries) or entries[1].get("checkpoint") != checkpoint_name(n):
-        failures.append("eval")
+        shown.append("eval")
     elif majority is not None and _identity(entries[1]) != majority:
-        failures.append("eval-subset")
+        shown.append("eval-subset")
+    elif _subset_differs(data_dir, entries[1], run_summary):
+        shown.append("eval-subset-derived")
     if isinstance(entries[0], dict) and "shared" in entries[0]:
         found = check_shared_reference(data_dir, entries[0], run_summary, shared_checks)
         if found.of_shared or found.of_run:
-            failures.append("eval-shared")
+            shown.append("eval-shared")
     if run_evaluation_problems(data_dir, job):  # responses that do not re-score, impossible statistics
-        failures.append("eval-rescored")
+        own = [kind for kind, entry in zip(EVAL_KINDS, entries) if isinstance(entry, dict) and "shared" not in entry]
+        failed("eval-rescored", *(f"{EVAL_RESPONSES_DIR}/{eval_responses_name(kind)}" for kind in own))
     if (job, run_relpath(CHECKPOINTS_DIR, checkpoint_name(n), WEIGHTS_FILE)) not in artifacts:
-        failures.append("checkpoint")
+        unshown.append("checkpoint")
     if not any(j == job and p.startswith(run_relpath(TENSORBOARD_DIR, TENSORBOARD_EVENTS.rstrip("*"))) for j, p in artifacts):
-        failures.append("tensorboard")
-    return failures
+        unshown.append("tensorboard")
+    return shown, unshown
+
+
+def _subset_differs(data_dir: Path, final: dict, run_summary) -> bool:
+    """Whether the bundled subset the final evaluation names is not the one cut again from the run's pinned split
+    (a gate of the build's: a run so evaluated was rightly rejected)."""
+    digest, source = final.get("subset_sha256"), subset_source(run_summary) if isinstance(run_summary, dict) else None
+    if source is None or not isinstance(digest, str) or not fits("subset12", digest[:12]):
+        return False
+    try:
+        stated = (data_dir / bundle_subset_relpath(digest)).read_bytes()
+    except OSError:
+        return False
+    return check_subset(stated, source)[0] is not None
 
 
 def _link_incident(data: BundleData, job: str) -> dict | None:
     """The automatic ``evidence-link`` incident of ``job`` (its title names the linked files), or None."""
     return next((r for r in data.incidents
                  if r["job"] == job and r["kind"] == EVIDENCE_LINK and r.get("source") == "automatic"), None)
+
+
+def _unshown_note(data: BundleData, row: dict, unshown: list[str]) -> str:
+    """The note for a rejection the bundle cannot show: what it rests on, as the build stated it."""
+    job, link = row["job"], _link_incident(data, row["job"])
+    if link is not None:
+        why = f"for a link in its evidence, which the bundle cannot show (its incident: {link['title'][:160]})"
+    elif not unshown:
+        why = f"({row['reason'][:120]}) and the bundle carries none of its evidence"
+    else:
+        why = f"({row['reason'][:120]}) on evidence the bundle does not carry ({', '.join(unshown)})"
+    return f"rejection: {job} is rejected {why}: not re-derived, the rejection is as the build states it"
 
 
 def _identity(entry: dict) -> tuple:
@@ -102,14 +147,16 @@ def check_rejections(data_dir: Path, data: BundleData, shared_checks: dict | Non
     shared_checks = {} if shared_checks is None else shared_checks
     for row in data.index:
         excluded = row["reason"].startswith("excluded by incidents.yaml")
-        if row["accepted"] == "yes" or excluded or not (data_dir / BUNDLE_RUNS_DIR / row["job"]).is_dir():
+        if row["accepted"] == "yes" or excluded:
             continue
-        still = _still_rejected(data_dir, data, row, majority, artifacts, shared_checks)
-        if still == [EVIDENCE_LINK] and notes is not None:
-            notes.append(f"rejection: {row['job']} is rejected for a link in its evidence, which the bundle cannot "
-                         f"show (its incident: {_link_incident(data, row['job'])['title'][:160]}): not re-derived, "
-                         "the rejection is as the build states it")
-        if not still:
+        if not (data_dir / BUNDLE_RUNS_DIR / row["job"]).is_dir():
+            if notes is not None:
+                notes.append(_unshown_note(data, row, []))
+            continue
+        shown, unshown = _still_rejected(data_dir, data, row, majority, artifacts, shared_checks)
+        if not shown and unshown and notes is not None:
+            notes.append(_unshown_note(data, row, unshown))
+        if not shown and not unshown:
             findings.append(Problem(payload_relpath(INDEX_TABLE), f"{row['job']} is rejected ({row['reason'][:80]}) but its "
                                                       "bundled evidence passes every gate: a valid run left out"))
     return findings

@@ -1,7 +1,8 @@
 """The frozen evaluation subsets the bundle carries (``data/eval_subset/<subset12>.json``) cut again from the
 test split each accepted run pinned (``evidence.subset_source``): a subset file whose rows are not the split's
 first ``n_prompts`` (an edited label, question or index) is a finding naming its first differing row, whatever
-digests were rewritten around it. Where the split with its pinned bytes is not in the reviewer's checkout (a
+digests were rewritten around it; so is a run.json whose split or row count is not what its workload and command
+declare. Where the split with its pinned bytes is not in the reviewer's checkout (a
 user's own data set) the subset cannot be re-derived, and the audit says so in one note instead."""
 
 from __future__ import annotations
@@ -9,14 +10,27 @@ from __future__ import annotations
 from pathlib import Path
 
 from evidence.dataset import BundleData
+from evidence.fileio import JSONError, read_json
 from evidence.problems import Problem
-from evidence.subset_source import check_subset, subset_source
+from evidence.subset_source import check_subset, declared_difference, subset_source
 from facts.bundle_layout import fits
 from facts.files import (
     BUNDLE_PAYLOAD,
+    BUNDLE_RUNS_DIR,
+    COMMAND_PUBLIC_RECORD,
+    RUN_RECORD,
     STAGES_DIR,
     bundle_subset_relpath,
 )
+
+
+def _argv(root: Path, job: str) -> list | None:
+    """The job's command line as the bundle states it (``runs/<job>/command.public.json``), or None."""
+    try:
+        command = read_json(root / BUNDLE_RUNS_DIR / job / COMMAND_PUBLIC_RECORD)
+    except JSONError:
+        return None
+    return command.get("argv") if isinstance(command, dict) else None
 
 
 def _payload_subsets(root: Path, prefix: str, data: BundleData, problems: list[Problem],
@@ -37,6 +51,9 @@ def _payload_subsets(root: Path, prefix: str, data: BundleData, problems: list[P
         if source is None:
             not_derived.setdefault(f"{prefix}/{rel}", f"run {job}'s run.json does not name its test split")
             continue
+        declared = declared_difference(source, data.runs.get((arm, seed), {}), _argv(root, job))
+        if declared is not None:
+            problems.append(Problem(f"{prefix}/{BUNDLE_RUNS_DIR}/{job}/{RUN_RECORD}", declared, f"run {job}"))
         if (rel, source) in seen:
             continue
         seen.add((rel, source))

@@ -209,7 +209,8 @@ def write_job(sweep: Path, algo: str, seed: int, index: int, n_steps: int, arm: 
         **({"arm": arm, "arm_overrides": overrides} if arm is not None else {}),
     })
     write_resources(job_dir, index)
-    argv = ["python", "-m", "trainer", f"algo={algo}", f"seed={seed}", "workload=toy"]
+    # the evaluation's 25 prompts are an override of the toy workload's 64, as a real command says it
+    argv = ["python", "-m", "trainer", f"algo={algo}", f"seed={seed}", "workload=toy", f"workload.eval.n_prompts={N_PROMPTS}"]
     write_json(job_dir / "command.json", {
         "argv": argv + [f"output_dir={job_dir.resolve() / 'run'}"],
         "env": {"TMPDIR": str((job_dir / "roots" / "tmp").resolve()), "PYTHONNOUSERSITE": "1"},
@@ -283,7 +284,7 @@ def make_sweep(root: Path, algos=ALGOS, seeds=SEEDS, n_steps: int = 10, name: st
                   final_pass1=final_pass1, reward=reward, final_counts=final_counts, off_policy=off_policy)
         extra = "".join(f" {k}={v}" for k, v in (overrides or {}).items() if k != "algo")
         commands.append(f"[{i}] {label}-{seed}: python -m trainer algo={algo} seed={seed}{extra} workload=toy "
-                        "output_dir=<JOB_DIR>/run")
+                        f"workload.eval.n_prompts={N_PROMPTS} output_dir=<JOB_DIR>/run")
     (sweep / "commands.txt").write_text("\n".join(commands) + "\n", encoding="utf-8")
     return sweep
 

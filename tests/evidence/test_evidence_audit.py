@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -344,7 +345,36 @@ def test_a_rejection_the_bundle_supports_is_not_cherry_picking(bundle_copy):
                 lambda lines: [ln.replace(",yes,", ",no,run/metrics.jsonl: 9 of 10 steps")
                                if ln.startswith("grpo-42,") else ln for ln in lines])
     reseal(bundle_copy)
-    assert not [f for f in audit(bundle_copy) if "a valid run left out" in f.reason]
+    notes = []
+    assert not [f for f in audit(bundle_copy, notes=notes) if "a valid run left out" in f.reason]
+    assert not [n for n in notes if n.startswith("rejection: grpo-42")], notes  # the bundle shows it: confirmed
+
+
+def _reject(bag: Path, job: str, reason: str) -> None:
+    """index.csv rejects ``job`` and its rows leave steps.csv / eval.csv, as the build would have written them."""
+    algo, seed = job.split("-")
+    _edit_lines(bag / "data" / "index.csv",
+                lambda lines: [ln.replace(",yes,", f",no,{reason}") if ln.startswith(f"{job},") else ln for ln in lines])
+    for name in ("steps.csv", "eval.csv"):
+        _edit_lines(bag / "data" / name, lambda lines: [ln for ln in lines if not ln.startswith(f"{algo},{seed},")])
+
+
+@pytest.mark.parametrize("remove, said", [
+    ("runs/grpo-42/metrics.jsonl", "on evidence the bundle does not carry (metrics"),
+    ("runs/grpo-42/eval/final.jsonl", "on evidence the bundle does not carry (eval-rescored"),
+    ("runs/grpo-42", "and the bundle carries none of its evidence"),
+])
+def test_a_rejection_resting_on_evidence_the_bundle_does_not_carry_is_said(bundle_copy, remove, said):
+    """Deleting a valid run's file (or all of it) and rejecting it as missing is how a run would be hidden without a
+    finding: the audit cannot confirm such a rejection, and says so in a note (audit --strict: a finding)."""
+    shutil.rmtree(bundle_copy / "data" / remove) if (bundle_copy / "data" / remove).is_dir() \
+        else (bundle_copy / "data" / remove).unlink()
+    _reject(bundle_copy, "grpo-42", f"{remove.removeprefix('runs/grpo-42/') or 'job directory'} missing")
+    reseal(bundle_copy)
+    notes = []
+    assert not [f for f in audit(bundle_copy, notes=notes) if "a valid run left out" in f.reason]
+    (note,) = [n for n in notes if n.startswith("rejection: grpo-42 is rejected")]
+    assert said in note and note.endswith("not re-derived, the rejection is as the build states it"), note
 
 
 def _set_bag_info(bag: Path, key: str, value: str) -> None:

@@ -287,7 +287,11 @@ def test_one_sample_per_prompt_eval_has_no_pass_at_2_or_4(tmp_path):
         run = json.loads((job / "run" / "run.json").read_text())
         run["config"]["workload"]["eval"]["n_prompts"] = 8  # as the trainer records the evaluation it ran
         (job / "run" / "run.json").write_text(json.dumps(run))
+        for command in job.glob("command*.json"):  # and as the command asked for it
+            command.write_text(command.read_text().replace("workload.eval.n_prompts=25", "workload.eval.n_prompts=8"))
         assert all("pass@2" not in entry and "pass@4" not in entry for entry in summary.values())
+    commands = sweep / "commands.txt"
+    commands.write_text(commands.read_text().replace("workload.eval.n_prompts=25", "workload.eval.n_prompts=8"))
     result = build_bundle(sweep, figures=True)
     assert result.accepted == 4
     aggregate = rows(result.bundle_dir / "data" / "tables" / "eval_aggregate.csv")

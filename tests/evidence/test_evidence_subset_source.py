@@ -140,20 +140,22 @@ def test_an_edited_label_in_the_bundle_is_named_against_the_split(built_bundle, 
 SPLIT, TOY_SHA = "trainer/assets/toy/data/test.parquet", "f538276ac534d6e90dd2871aa9a20509393a4877085d747dba2f765cd338eaa8"
 
 
-def _repin(test_path: str = SPLIT, digest: str = TOY_SHA, manifest: str | None = "manifests/toy.json"):
+def _repin(test_path: str = SPLIT, digest: str = TOY_SHA, manifest: str | None = "manifests/toy.json",
+           workload: str = "toy"):
     """An edit of every run's run.json: its test split named ``test_path``, pinned with ``digest``, copied from
-    ``manifest`` (None: the record names none), as a forger rewrites it around an edited subset."""
+    ``manifest`` (None: the record names none), of ``workload``, as a forger rewrites it around an edited subset."""
     def edit(data: Path) -> None:
         for record in sorted(data.glob("runs/*/run.json")):
             run = json.loads(record.read_text())
+            run["workload"] = workload
             del run["inputs"][SPLIT]
             run["inputs"][test_path] = digest
-            workload = run["config"]["workload"]
-            workload["test_path"] = test_path
+            setting = run["config"]["workload"]
+            setting["test_path"] = test_path
             if manifest is None:
-                del workload["manifest"]
+                del setting["manifest"]
             else:
-                workload["manifest"] = manifest
+                setting["manifest"] = manifest
             record.write_text(json.dumps(run, indent=2, sort_keys=True) + "\n")
     return edit
 
@@ -190,7 +192,7 @@ def test_a_run_json_whose_split_pin_contradicts_the_checkouts_manifests_is_a_fin
 def test_runs_pinning_a_split_no_manifest_of_this_checkout_knows_are_noted_and_strict_counts_the_note(
         built_bundle, tmp_path):
     forged = _forged(built_bundle, tmp_path, _repin(test_path="data/mine/test.parquet", digest="0" * 64,
-                                                    manifest="manifests/mine.json"))
+                                                    manifest="manifests/mine.json", workload="mine"))
     notes = []
     assert [str(f) for f in check_subsets(forged / "data", load_bundle_data(forged / "data"), notes)] == []
     assert len(notes) == 1 and notes[0].startswith("eval subset: data/eval_subset/") and notes[0].endswith(
@@ -233,3 +235,66 @@ def test_the_pin_is_held_to_the_checkouts_manifests(tmp_path, source, conflict):
     (tmp_path / "manifests" / "broken.json").write_text("{not json")
     found = pin_conflict(source, tmp_path)
     assert (found if found is None or conflict is None else found[:len(conflict)]) == conflict, found
+
+
+TRAIN, TRAIN_SHA = "trainer/assets/toy/data/train.parquet", \
+    "ee605d7ffbb36da5c8e76d89c18f57b3ac7c5dbc03123a03cde918e6b0532ec4"
+
+
+def _set_n_prompts(n: int):
+    def edit(data: Path) -> None:
+        for record in sorted(data.glob("runs/*/run.json")):
+            run = json.loads(record.read_text())
+            run["config"]["workload"]["eval"]["n_prompts"] = n
+            record.write_text(json.dumps(run, indent=2, sort_keys=True) + "\n")
+    return edit
+
+
+@pytest.mark.parametrize("edit, finding", [
+    (_repin(test_path=TRAIN, digest=TRAIN_SHA),  # another pinned file of the same manifest, its true bytes
+     f"run.json evaluates on {TRAIN}, the workload's test split is {SPLIT} (conf/workload/toy.yaml with the "
+     "command's overrides)"),
+    (_repin(test_path=TRAIN, digest=TRAIN_SHA, manifest=None), f"run.json evaluates on {TRAIN}"),
+    (_set_n_prompts(24),  # the hardest last prompt dropped
+     "run.json evaluates on 24 prompts, the workload's eval.n_prompts is 25 (conf/workload/toy.yaml with the "
+     "command's overrides)"),
+], ids=["train-split", "train-split-no-manifest", "fewer-prompts"])
+def test_a_run_json_evaluating_on_what_its_workload_and_command_did_not_declare_is_a_finding(built_bundle, tmp_path,
+                                                                                           edit, finding):
+    forged = _forged(built_bundle, tmp_path, edit)
+    notes = []
+    found = [str(f) for f in audit(forged, notes=notes)]
+    assert [f for f in found if f.startswith("data/runs/grpo-1/run.json") and finding in f], found
+    assert not [n for n in notes if n.startswith("eval subset")], notes
+
+
+@pytest.mark.parametrize("argv, source, difference", [
+    (["workload=toy", "workload.eval.n_prompts=24"], SubsetSource(SPLIT, TOY_SHA, 24), None),
+    (["workload=toy", "+workload.eval.n_prompts=24"], SubsetSource(SPLIT, TOY_SHA, 24), None),
+    (["workload=toy", "++workload.eval.n_prompts=24"], SubsetSource(SPLIT, TOY_SHA, 24), None),
+    (["workload=toy"], SubsetSource(SPLIT, TOY_SHA, 64), None),  # the workload's own 64
+    (["workload=toy"], SubsetSource(f"./{SPLIT}", TOY_SHA, 64), None),  # the same file, spelled otherwise
+    (["workload=toy"], SubsetSource(SPLIT, TOY_SHA, 24), "run.json evaluates on 24 prompts, the workload's "
+                                                         "eval.n_prompts is 64"),
+    (None, SubsetSource(TRAIN, TRAIN_SHA, 64), f"run.json evaluates on {TRAIN}, the workload's test split is {SPLIT}"),
+    (["workload.test_path=data/mine.parquet"], SubsetSource("data/mine.parquet", "0" * 64, 64), None),
+])
+def test_the_split_and_its_rows_are_what_the_workload_and_the_command_declare(argv, source, difference):
+    from evidence.subset_source import declared_difference
+
+    found = declared_difference(source, {"workload": "toy"}, argv)
+    assert (found if found is None or difference is None else found[:len(difference)]) == difference, found
+
+
+def test_a_workload_the_checkout_does_not_have_declares_nothing():
+    from evidence.subset_source import declared_difference
+
+    for name in ("mine", "../toy", "", None):
+        assert declared_difference(SubsetSource(TRAIN, TRAIN_SHA, 3), {"workload": name}, []) is None
+
+
+@pytest.mark.parametrize("spelled", ["./data/test.parquet", "data//test.parquet", "data/./test.parquet"])
+def test_a_split_spelled_otherwise_is_held_to_the_same_pin(tmp_path, spelled):
+    _manifest(tmp_path, "w.json", {"data/test.parquet": "a" * 64})
+    assert pin_conflict(SubsetSource(spelled, "b" * 64, 3, None), tmp_path).startswith(
+        f"run.json pins {spelled} with sha256 bbbbbbbbbbbb…, this checkout's manifests/w.json with aaaaaaaaaaaa…")
