@@ -521,7 +521,7 @@ def subset_rederived(run_dir: Path, run_summary, subset_file: str) -> list[Probl
         command = read_json(run_dir.parent / COMMAND_PUBLIC_RECORD)
     except JSONError:
         command = None
-    declared = declared_difference(source, run_summary, command.get("argv") if isinstance(command, dict) else None)
+    declared = declared_difference(source, run_summary, command.get("argv") if isinstance(command, dict) else None)[0]
     if declared is not None:
         return [Problem(run_relpath(RUN_RECORD), declared)]
     try:

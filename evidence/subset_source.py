@@ -21,7 +21,8 @@ not at hand" (a note). A run naming neither a manifest nor a path the checkout k
 Which split and how many of its rows are a fact of the run's workload, not of its record: the checkout's
 ``conf/workload/<name>.yaml`` with the overrides of the job's command (``command.public.json``) says them, so a
 run.json evaluating on another pinned file (the train split) or on fewer rows (the hardest last prompts dropped)
-than its command asked for is a finding too.
+than its command asked for is a finding too (proofgrid's trainer: another trainer's settings are in its job spec);
+a workload the checkout does not have is a note.
 """
 
 from __future__ import annotations
@@ -73,34 +74,40 @@ def normal_path(path: str) -> str:
     return PurePosixPath(path).as_posix()
 
 
-def declared_difference(source: SubsetSource, run_record: dict, argv, root: Path = REPO_ROOT) -> str | None:
-    """How the run's split or row count differs from what its workload declares: the checkout's
-    ``conf/workload/<name>.yaml`` (``name``: run.json's ``workload``) with the command's overrides
-    (``workload.test_path=``, ``workload.eval.n_prompts=``, ``+``/``++`` prefixes included) applied; None when
-    they agree or the checkout has no such workload (a user's own: the subset note covers it)."""
+def declared_difference(source: SubsetSource, run_record: dict, argv, root: Path = REPO_ROOT
+                        ) -> tuple[str | None, str | None]:
+    """(difference, not checked because): how the run's split or row count differs from what its workload
+    declares, the checkout's ``conf/workload/<name>.yaml`` (``name``: run.json's ``workload``) with the overrides
+    of proofgrid's trainer command (``workload.test_path=``, ``workload.eval.n_prompts=``, ``+``/``++`` prefixes
+    included); both None when they agree, or for another trainer's command (``python -m trainer.external``: its
+    settings are in its job spec, which the bundle does not carry)."""
     import yaml  # here: only a check that has a workload to read parses YAML
 
+    words = [str(a) for a in argv] if isinstance(argv, list) else []
+    if not any(a == "-m" and b == "trainer" for a, b in zip(words, words[1:])):
+        return None, None
     name = run_record.get("workload") if isinstance(run_record, dict) else None
     conf = root / CONF_DIR.relative_to(REPO_ROOT) / "workload" / f"{name}.yaml"
     if not isinstance(name, str) or not name or "/" in name or not conf.is_file():
-        return None
+        return None, f"its workload {name!r} is not in this checkout's conf/workload/"
     try:
         workload = yaml.safe_load(conf.read_text(encoding="utf-8"))
         declared = {"test_path": workload["test_path"], "n_prompts": workload["eval"]["n_prompts"]}
     except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError):
-        return None
+        return None, f"conf/workload/{name}.yaml does not state test_path and eval.n_prompts"
     keys = {"workload.test_path": "test_path", "workload.eval.n_prompts": "n_prompts"}
-    for arg in argv if isinstance(argv, list) else []:
-        key, sep, value = str(arg).lstrip("+").partition("=")
+    for word in words:
+        key, sep, value = word.lstrip("+").partition("=")
         if sep and key in keys:
             declared[keys[key]] = value
     said = f"conf/workload/{name}.yaml with the command's overrides"
     if normal_path(str(declared["test_path"])) != normal_path(source.test_path):
-        return f"run.json evaluates on {source.test_path}, the workload's test split is {declared['test_path']} ({said})"
+        return (f"run.json evaluates on {source.test_path}, the workload's test split is {declared['test_path']} "
+                f"({said})"), None
     if str(declared["n_prompts"]) != str(source.n_prompts):
-        return f"run.json evaluates on {source.n_prompts} prompts, the workload's eval.n_prompts is " \
-               f"{declared['n_prompts']} ({said})"
-    return None
+        return (f"run.json evaluates on {source.n_prompts} prompts, the workload's eval.n_prompts is "
+                f"{declared['n_prompts']} ({said})"), None
+    return None, None
 
 
 def checkout_manifests(root: Path = REPO_ROOT) -> dict[str, dict[str, str]]:

@@ -34,7 +34,7 @@ def _argv(root: Path, job: str) -> list | None:
 
 
 def _payload_subsets(root: Path, prefix: str, data: BundleData, problems: list[Problem],
-                     not_derived: dict[str, str]) -> None:
+                     not_derived: dict[str, str], not_declared: dict[str, str]) -> None:
     """Each subset of one payload root against the split its accepted runs pin (their run.json and eval.csv
     rows, as loaded: the runs check holds them to the runs' own files), each (subset, split) once."""
     seen = set()
@@ -51,9 +51,12 @@ def _payload_subsets(root: Path, prefix: str, data: BundleData, problems: list[P
         if source is None:
             not_derived.setdefault(f"{prefix}/{rel}", f"run {job}'s run.json does not name its test split")
             continue
-        declared = declared_difference(source, data.runs.get((arm, seed), {}), _argv(root, job))
+        record = f"{prefix}/{BUNDLE_RUNS_DIR}/{job}/{RUN_RECORD}"
+        declared, unchecked = declared_difference(source, data.runs.get((arm, seed), {}), _argv(root, job))
         if declared is not None:
-            problems.append(Problem(f"{prefix}/{BUNDLE_RUNS_DIR}/{job}/{RUN_RECORD}", declared, f"run {job}"))
+            problems.append(Problem(record, declared, f"run {job}"))
+        elif unchecked is not None:
+            not_declared[record] = unchecked
         if (rel, source) in seen:
             continue
         seen.add((rel, source))
@@ -67,12 +70,14 @@ def _payload_subsets(root: Path, prefix: str, data: BundleData, problems: list[P
 def check_subsets(data_dir: Path, data: BundleData, notes: list[str] | None = None) -> list[Problem]:
     """Each subset of the bundle and of its earlier stages against its runs' pinned test split (module
     docstring); one note per subset that could not be re-derived appended to ``notes``."""
-    problems, not_derived = [], {}
-    _payload_subsets(data_dir, BUNDLE_PAYLOAD, data, problems, not_derived)
+    problems, not_derived, not_declared = [], {}, {}
+    _payload_subsets(data_dir, BUNDLE_PAYLOAD, data, problems, not_derived, not_declared)
     for name, stage in sorted(data.stages.items()):
         _payload_subsets(data_dir / STAGES_DIR / name, f"{BUNDLE_PAYLOAD}/{STAGES_DIR}/{name}", stage, problems,
-                         not_derived)
+                         not_derived, not_declared)
     if notes is not None:
         notes += [f"eval subset: {rel} not re-derived ({why}): its labels are as the bundle states them"
                   for rel, why in sorted(not_derived.items())]
+        notes += [f"eval setting: {rel} not checked ({why}): its test split and prompt count are as it states them"
+                  for rel, why in sorted(not_declared.items())]
     return problems

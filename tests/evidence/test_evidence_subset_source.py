@@ -195,9 +195,12 @@ def test_runs_pinning_a_split_no_manifest_of_this_checkout_knows_are_noted_and_s
                                                     manifest="manifests/mine.json", workload="mine"))
     notes = []
     assert [str(f) for f in check_subsets(forged / "data", load_bundle_data(forged / "data"), notes)] == []
-    assert len(notes) == 1 and notes[0].startswith("eval subset: data/eval_subset/") and notes[0].endswith(
+    assert len(notes) == 5 and notes[0].startswith("eval subset: data/eval_subset/") and notes[0].endswith(
         "not re-derived (data/mine/test.parquet is not in this checkout): its labels are as the bundle states "
         "them"), notes
+    assert notes[1:] == [f"eval setting: data/runs/{job}/run.json not checked (its workload 'mine' is not in this "
+                         "checkout's conf/workload/): its test split and prompt count are as it states them"
+                         for job in ("grpo-1", "grpo-2", "rpp-1", "rpp-2")], notes
     lenient, strict = _audit_cli(forged), _audit_cli(forged, "--strict")
     assert notes[0] in lenient.stdout and notes[0] in strict.stdout
     assert strict.returncode == 1 and strict.stdout.rstrip().endswith("not re-derived (--strict)"), strict.stdout
@@ -282,15 +285,20 @@ def test_a_run_json_evaluating_on_what_its_workload_and_command_did_not_declare_
 def test_the_split_and_its_rows_are_what_the_workload_and_the_command_declare(argv, source, difference):
     from evidence.subset_source import declared_difference
 
-    found = declared_difference(source, {"workload": "toy"}, argv)
+    found, unchecked = declared_difference(source, {"workload": "toy"}, ["python", "-m", "trainer", *(argv or [])])
+    assert unchecked is None
     assert (found if found is None or difference is None else found[:len(difference)]) == difference, found
 
 
-def test_a_workload_the_checkout_does_not_have_declares_nothing():
+def test_a_workload_the_checkout_does_not_have_is_said_and_another_trainers_command_is_not_read():
     from evidence.subset_source import declared_difference
 
     for name in ("mine", "../toy", "", None):
-        assert declared_difference(SubsetSource(TRAIN, TRAIN_SHA, 3), {"workload": name}, []) is None
+        found, unchecked = declared_difference(SubsetSource(TRAIN, TRAIN_SHA, 3), {"workload": name},
+                                               ["python", "-m", "trainer", "workload.eval.n_prompts=3"])
+        assert found is None and unchecked == f"its workload {name!r} is not in this checkout's conf/workload/"
+    external = ["python", "-m", "trainer.external", "--job-spec", "<JOB_DIR>/spec.json"]
+    assert declared_difference(SubsetSource(TRAIN, TRAIN_SHA, 3), {"workload": "toy"}, external) == (None, None)
 
 
 @pytest.mark.parametrize("spelled", ["./data/test.parquet", "data//test.parquet", "data/./test.parquet"])
