@@ -4,9 +4,9 @@
 #                the whole suite on TEST_WORKERS pytest-xdist workers:
 #                the Slurm tests share one worker (one cluster), so their waits on the scheduler overlap
 #                the CPU-bound tests on the others; tests/conftest.py says which tests must share a worker
-#   make test-fast - lint, then the fast tier: unit, numerics, evidence on synthetic sweeps (no trainer
-#                    or launcher processes, no Slurm; tests/conftest.py says what counts as slow), on
-#                    FAST_WORKERS pytest-xdist workers
+#   make test-fast - lint, then the fast tier: unit, numerics, evidence on synthetic sweeps in process (no
+#                    trainer, launcher or evidence command-line processes, no Slurm; tests/conftest.py says what
+#                    counts as slow), on FAST_WORKERS pytest-xdist workers
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
