@@ -74,6 +74,22 @@ def normal_path(path: str) -> str:
     return PurePosixPath(path).as_posix()
 
 
+DECLARING_KEYS = {"workload.test_path": "test_path", "workload.eval.n_prompts": "n_prompts"}
+
+
+def declared_overrides(words) -> tuple[dict[str, str], str | None]:
+    """``({"test_path" | "n_prompts": value}, a key set twice or None)`` from a command's ``key=value`` words
+    (``+``/``++`` prefixes included)."""
+    found, twice = {}, None
+    for word in words:
+        key, sep, value = str(word).lstrip("+").partition("=")
+        if sep and key in DECLARING_KEYS:
+            if DECLARING_KEYS[key] in found:
+                twice = key
+            found[DECLARING_KEYS[key]] = value
+    return found, twice
+
+
 def declared_difference(source: SubsetSource, run_record: dict, argv, root: Path = REPO_ROOT
                         ) -> tuple[str | None, str | None]:
     """(difference, not checked because): how the run's split or row count differs from what its workload
@@ -95,11 +111,10 @@ def declared_difference(source: SubsetSource, run_record: dict, argv, root: Path
         declared = {"test_path": workload["test_path"], "n_prompts": workload["eval"]["n_prompts"]}
     except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError):
         return None, f"conf/workload/{name}.yaml does not state test_path and eval.n_prompts"
-    keys = {"workload.test_path": "test_path", "workload.eval.n_prompts": "n_prompts"}
-    for word in words:
-        key, sep, value = word.lstrip("+").partition("=")
-        if sep and key in keys:
-            declared[keys[key]] = value
+    overrides, twice = declared_overrides(words)
+    if twice:
+        return f"the command sets {twice} more than once (Hydra refuses that): its evaluation is not declared", None
+    declared.update(overrides)
     said = f"conf/workload/{name}.yaml with the command's overrides"
     if normal_path(str(declared["test_path"])) != normal_path(source.test_path):
         return (f"run.json evaluates on {source.test_path}, the workload's test split is {declared['test_path']} "

@@ -24,7 +24,7 @@ from evidence.dataset import BundleData, read_csv
 from evidence.fileio import JSONError, read_json
 from evidence.metrics_log import validate_metrics
 from evidence.problems import Problem
-from evidence.subset_source import check_subset, subset_source
+from evidence.subset_source import check_subset, declared_difference, subset_source
 from facts.bundle_layout import fits
 from facts.files import (
     BUNDLE_RUNS_DIR,
@@ -84,6 +84,10 @@ def _still_rejected(data_dir: Path, data: BundleData, row: dict, majority: tuple
         shown.append("eval-subset")
     elif _subset_differs(data_dir, entries[1], run_summary):
         shown.append("eval-subset-derived")
+    source = subset_source(run_summary) if isinstance(run_summary, dict) else None
+    if source is not None and declared_difference(source, run_summary, command.get("argv")
+                                                  if isinstance(command, dict) else None)[0] is not None:
+        unshown.append("eval-setting")  # the run's record against its command: either may be the edited one
     if isinstance(entries[0], dict) and "shared" in entries[0]:
         found = check_shared_reference(data_dir, entries[0], run_summary, shared_checks)
         if found.of_shared or found.of_run:
@@ -95,7 +99,31 @@ def _still_rejected(data_dir: Path, data: BundleData, row: dict, majority: tuple
         unshown.append("checkpoint")
     if not any(j == job and p.startswith(run_relpath(TENSORBOARD_DIR, TENSORBOARD_EVENTS.rstrip("*"))) for j, p in artifacts):
         unshown.append("tensorboard")
+    completed = _completion_claims(log, run_summary, entries[1], artifacts, job, n)
+    clean_but_short = "metrics" not in shown or log.valid_steps == len(log.records)  # a bad value is no short run
+    if shown and set(shown) <= STEP_GATES and completed and clean_but_short:
+        # a run cut short in one record and complete in another: which one was edited, the bundle cannot say
+        return [], unshown + [f"{gate} (while {', '.join(completed)} say it completed)" for gate in shown]
     return shown, unshown
+
+
+STEP_GATES = {"metrics", "run", "eval"}  # the gates a run cut short fails; each of its records says how far it got
+
+
+def _completion_claims(log, run_summary, final, artifacts: set[tuple[str, str]], job: str, n: int) -> list[str]:
+    """The carried records that say the run completed all ``n`` updates: its metrics log (every step valid),
+    run.json (steps_completed), eval.json (the final evaluation of the last checkpoint), artifacts.csv (that
+    checkpoint listed)."""
+    claims = []
+    if not log.violations and log.valid_steps == n:
+        claims.append(METRICS_LOG)
+    if isinstance(run_summary, dict) and run_summary.get("steps_completed") == n:
+        claims.append(RUN_RECORD)
+    if isinstance(final, dict) and final.get("checkpoint") == checkpoint_name(n):
+        claims.append(EVAL_RECORD)
+    if (job, run_relpath(CHECKPOINTS_DIR, checkpoint_name(n), WEIGHTS_FILE)) in artifacts:
+        claims.append("artifacts.csv")
+    return claims
 
 
 def _subset_differs(data_dir: Path, final: dict, run_summary) -> bool:
@@ -124,6 +152,8 @@ def _unshown_note(data: BundleData, row: dict, unshown: list[str]) -> str:
         why = f"for a link in its evidence, which the bundle cannot show (its incident: {link['title'][:160]})"
     elif not unshown:
         why = f"({row['reason'][:120]}) and the bundle carries none of its evidence"
+    elif any("say it completed" in gate for gate in unshown):
+        why = f"({row['reason'][:120]}) on records that disagree ({'; '.join(unshown)})"
     else:
         why = f"({row['reason'][:120]}) on evidence the bundle does not carry ({', '.join(unshown)})"
     return f"rejection: {job} is rejected {why}: not re-derived, the rejection is as the build states it"

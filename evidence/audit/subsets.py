@@ -12,12 +12,13 @@ from pathlib import Path
 from evidence.dataset import BundleData
 from evidence.fileio import JSONError, read_json
 from evidence.problems import Problem
-from evidence.subset_source import check_subset, declared_difference, subset_source
+from evidence.subset_source import check_subset, declared_difference, declared_overrides, subset_source
 from facts.bundle_layout import fits
 from facts.files import (
     BUNDLE_PAYLOAD,
     BUNDLE_RUNS_DIR,
     COMMAND_PUBLIC_RECORD,
+    COMMANDS_FILE,
     RUN_RECORD,
     STAGES_DIR,
     bundle_subset_relpath,
@@ -31,6 +32,29 @@ def _argv(root: Path, job: str) -> list | None:
     except JSONError:
         return None
     return command.get("argv") if isinstance(command, dict) else None
+
+
+def _listed_words(root: Path, job: str) -> list[str] | None:
+    """The words of ``job``'s line of ``commands.txt`` (``[i] <job>: <command>``), or None."""
+    try:
+        text = (root / COMMANDS_FILE).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    return next((line.split(":", 1)[1].split() for line in text.splitlines()
+                 if line.startswith("[") and line.split("] ", 1)[-1].startswith(f"{job}:")), None)
+
+
+def _commands_disagree(root: Path, job: str, argv) -> str | None:
+    """Where ``command.public.json`` and ``commands.txt`` state the evaluation's overrides differently (the two
+    records of one command: editing one alone is how a forger would declare what the run did not)."""
+    listed = _listed_words(root, job)
+    if listed is None or not isinstance(argv, list):
+        return None
+    stated, in_list = declared_overrides(argv)[0], declared_overrides(listed)[0]
+    if stated != in_list:
+        return (f"command.public.json's evaluation overrides {stated} are not {COMMANDS_FILE}'s {in_list} for "
+                f"{job}: one command, two stories")
+    return None
 
 
 def _payload_subsets(root: Path, prefix: str, data: BundleData, problems: list[Problem],
@@ -51,8 +75,10 @@ def _payload_subsets(root: Path, prefix: str, data: BundleData, problems: list[P
         if source is None:
             not_derived.setdefault(f"{prefix}/{rel}", f"run {job}'s run.json does not name its test split")
             continue
-        record = f"{prefix}/{BUNDLE_RUNS_DIR}/{job}/{RUN_RECORD}"
-        declared, unchecked = declared_difference(source, data.runs.get((arm, seed), {}), _argv(root, job))
+        record, argv = f"{prefix}/{BUNDLE_RUNS_DIR}/{job}/{RUN_RECORD}", _argv(root, job)
+        if (disagree := _commands_disagree(root, job, argv)) is not None:
+            problems.append(Problem(f"{prefix}/{BUNDLE_RUNS_DIR}/{job}/{COMMAND_PUBLIC_RECORD}", disagree))
+        declared, unchecked = declared_difference(source, data.runs.get((arm, seed), {}), argv)
         if declared is not None:
             problems.append(Problem(record, declared, f"run {job}"))
         elif unchecked is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 import re
 import shutil
 import subprocess
@@ -340,9 +341,9 @@ def test_a_valid_run_marked_rejected_is_cherry_picking(bundle_copy):
 
 def test_a_rejection_the_bundle_supports_is_not_cherry_picking(bundle_copy):
     log = bundle_copy / "data" / "runs" / "grpo-42" / "metrics.jsonl"
-    _edit_lines(log, lambda lines: lines[:-1])  # the last step is missing: a genuine rejection
-    _edit_lines(bundle_copy / "data" / "index.csv",
-                lambda lines: [ln.replace(",yes,", ",no,run/metrics.jsonl: 9 of 10 steps")
+    _edit_lines(log, lambda lines: [lines[0].replace('"train/loss": ', '"train/loss": NaN, "w": ', 1), *lines[1:]])
+    _edit_lines(bundle_copy / "data" / "index.csv",  # a loss gone NaN: a genuine rejection, whatever else says
+                lambda lines: [ln.replace(",yes,", ",no,run/metrics.jsonl: line 1: non-finite number NaN")
                                if ln.startswith("grpo-42,") else ln for ln in lines])
     reseal(bundle_copy)
     notes = []
@@ -434,3 +435,59 @@ def test_figures_drawn_by_another_matplotlib_are_not_redrawn_but_still_checked(b
     assert main(["audit", str(bundle_copy)]) == 1
     assert capsys.readouterr().out.splitlines()[1:] == [  # after the signature's line
         "data/figures/reward.svg: active content in an SVG figure ('<script')", "1 finding(s)"]
+
+
+def _edit_json(path: Path, edit) -> None:
+    record = json.loads(path.read_text())
+    edit(record)
+    path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+
+
+@pytest.mark.parametrize("cut", ["metrics", "run"])
+def test_a_run_cut_short_in_one_record_and_complete_in_the_others_is_said(bundle_copy, cut):
+    """The last step deleted from a valid run's metrics log (or run.json's steps_completed lowered) makes it look
+    crashed, while its run.json (or metrics log), eval.json and artifacts.csv say it completed: the bundle cannot say
+    which record was edited, so the rejection is a note (audit --strict: a finding), not confirmed."""
+    run = bundle_copy / "data" / "runs" / "grpo-42"
+    if cut == "metrics":
+        _edit_lines(run / "metrics.jsonl", lambda lines: lines[:-1])
+    else:
+        _edit_json(run / "run.json", lambda r: r.__setitem__("steps_completed", 9))
+    _reject(bundle_copy, "grpo-42", "run/metrics.jsonl: 9 of 10 steps" if cut == "metrics" else "run/run.json: 9 steps")
+    reseal(bundle_copy)
+    notes = []
+    assert not [f for f in audit(bundle_copy, notes=notes) if "a valid run left out" in f.reason]
+    (note,) = [n for n in notes if n.startswith("rejection: grpo-42 is rejected")]
+    assert "on records that disagree" in note and "say it completed" in note, note
+
+
+def test_a_run_rejected_for_its_evaluation_setting_is_not_called_a_valid_run_left_out(bundle_copy):
+    """run.json says 24 prompts where its command declared 25: the build's gate rejects it, and the audit, which
+    re-runs that gate, does not call the rejection cherry-picking."""
+    _edit_json(bundle_copy / "data" / "runs" / "grpo-42" / "run.json",
+               lambda r: r["config"]["workload"]["eval"].__setitem__("n_prompts", 24))
+    _reject(bundle_copy, "grpo-42", "run/run.json: run.json evaluates on 24 prompts")
+    reseal(bundle_copy)
+    assert not [f for f in audit(bundle_copy) if "a valid run left out" in f.reason]
+
+
+def _declare(bag: Path, job: str, edit_argv, in_list: bool) -> None:
+    """``edit_argv`` applied to the job's command.public.json argv, and to its commands.txt line when ``in_list``."""
+    _edit_json(bag / "data" / "runs" / job / "command.public.json", lambda c: c.__setitem__("argv", edit_argv(c["argv"])))
+    if in_list:
+        _edit_lines(bag / "data" / "commands.txt", lambda lines: [
+            " ".join(edit_argv(ln.split())) if ln.startswith("[") and f"] {job}:" in ln else ln for ln in lines])
+
+
+def test_the_evaluation_a_command_declares_is_one_story(bundle_copy):
+    """One record of the command edited to declare 24 prompts (command.public.json alone) is a finding naming
+    both; a key set twice (which Hydra refuses) declares nothing."""
+    _declare(bundle_copy, "grpo-42", lambda argv: [w.replace("n_prompts=25", "n_prompts=24") for w in argv], False)
+    _declare(bundle_copy, "rpp-42", lambda argv: [*argv, "++workload.eval.n_prompts=24"], True)
+    reseal(bundle_copy)
+    found = audit_reasons(bundle_copy)
+    assert [f for f in found if f.startswith("data/runs/grpo-42/command.public.json: command.public.json's "
+                                             "evaluation overrides {'n_prompts': '24'} are not commands.txt's "
+                                             "{'n_prompts': '25'} for grpo-42: one command, two stories")], found
+    assert [f for f in found if f.startswith("data/runs/rpp-42/run.json") and "the command sets "
+            "workload.eval.n_prompts more than once (Hydra refuses that)" in f], found
