@@ -21,8 +21,8 @@ not at hand" (a note). A run naming neither a manifest nor a path the checkout k
 Which split and how many of its rows are a fact of the run's workload, not of its record: the checkout's
 ``conf/workload/<name>.yaml`` with the overrides of the job's command (``command.public.json``) says them, so a
 run.json evaluating on another pinned file (the train split) or on fewer rows (the hardest last prompts dropped)
-than its command asked for is a finding too (proofgrid's trainer: another trainer's settings are in its job spec);
-a workload the checkout does not have is a note.
+than its command asked for is a finding too (proofgrid's trainer, whose command must then be ``python -m
+trainer``; another trainer's settings are in its job spec); a workload the checkout does not have is a note.
 """
 
 from __future__ import annotations
@@ -33,10 +33,11 @@ from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
 from facts.evaluation import subset_bytes, subset_labels
-from facts.files import sha256_file
+from facts.files import TRAINER_FIELD, sha256_file
 from facts.manifests import ManifestFormatError, read_manifest
 from facts.repo import CONF_DIR, MANIFESTS_DIR, REPO_ROOT
 from facts.reward import normalize_label
+from facts.trainers import PROOFGRID_TRAINER
 
 
 @dataclass(frozen=True)
@@ -95,13 +96,18 @@ def declared_difference(source: SubsetSource, run_record: dict, argv, root: Path
     """(difference, not checked because): how the run's split or row count differs from what its workload
     declares, the checkout's ``conf/workload/<name>.yaml`` (``name``: run.json's ``workload``) with the overrides
     of proofgrid's trainer command (``workload.test_path=``, ``workload.eval.n_prompts=``, ``+``/``++`` prefixes
-    included); both None when they agree, or for another trainer's command (``python -m trainer.external``: its
-    settings are in its job spec, which the bundle does not carry)."""
+    included); both None when they agree, or for another trainer's run (run.json's ``trainer`` names it: its
+    settings are in its job spec, which the bundle does not carry). A run of proofgrid's trainer whose command is
+    not ``python -m trainer`` declares nothing: a difference."""
     import yaml  # here: only a check that has a workload to read parses YAML
 
+    trainer = run_record.get(TRAINER_FIELD) if isinstance(run_record, dict) else None
+    if isinstance(trainer, dict) and trainer.get("name") != PROOFGRID_TRAINER:
+        return None, None  # another trainer's run (trainer.external records which): its job spec is not bundled
     words = [str(a) for a in argv] if isinstance(argv, list) else []
     if not any(a == "-m" and b == "trainer" for a, b in zip(words, words[1:])):
-        return None, None
+        return ("run.json is proofgrid's trainer's (it names no other trainer), but its command does not run "
+                "python -m trainer: its evaluation is not declared"), None
     name = run_record.get("workload") if isinstance(run_record, dict) else None
     conf = root / CONF_DIR.relative_to(REPO_ROOT) / "workload" / f"{name}.yaml"
     if not isinstance(name, str) or not name or "/" in name or not conf.is_file():

@@ -298,7 +298,23 @@ def test_a_workload_the_checkout_does_not_have_is_said_and_another_trainers_comm
                                                ["python", "-m", "trainer", "workload.eval.n_prompts=3"])
         assert found is None and unchecked == f"its workload {name!r} is not in this checkout's conf/workload/"
     external = ["python", "-m", "trainer.external", "--job-spec", "<JOB_DIR>/spec.json"]
-    assert declared_difference(SubsetSource(TRAIN, TRAIN_SHA, 3), {"workload": "toy"}, external) == (None, None)
+    trl_run = {"workload": "toy", "trainer": {"name": "trl", "command": ["python", "-m", "trl_adapter"]}}
+    assert declared_difference(SubsetSource(TRAIN, TRAIN_SHA, 3), trl_run, external) == (None, None)
+
+
+@pytest.mark.parametrize("argv", [
+    ["python", "-m", "trainer.external", "--job-spec", "<JOB_DIR>/spec.json"], [], None,
+    ["python", "trainer/__main__.py", "workload.eval.n_prompts=3"], ["python", "-mtrainer"],
+])
+def test_a_proofgrid_run_whose_command_is_not_python_m_trainer_declares_nothing(argv):
+    """A forger switching the command to another form to skip the check (round 2's D3-D7): run.json names no other
+    trainer, so its command must be proofgrid's."""
+    from evidence.subset_source import declared_difference
+
+    for run in ({"workload": "toy"}, {"workload": "toy", "trainer": {"name": "proofgrid"}}):
+        found, unchecked = declared_difference(SubsetSource(SPLIT, TOY_SHA, 3), run, argv)
+        assert unchecked is None and found.startswith("run.json is proofgrid's trainer's (it names no other "
+                                                      "trainer), but its command does not run python -m trainer")
 
 
 @pytest.mark.parametrize("spelled", ["./data/test.parquet", "data//test.parquet", "data/./test.parquet"])
