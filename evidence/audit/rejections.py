@@ -5,7 +5,10 @@ that does not re-score, a subset that is not its pinned split's) is confirmed. O
 does not carry is taken as the build states it, and said in a note per job, which ``audit --strict`` counts as a
 finding: a link in the job's evidence (never followed, never carried: the build reads nothing more of such a job), a
 file of the run missing from the bundle, artifacts.csv's listing of the checkpoint and TensorBoard files (never
-carried), or no runs/<job>/ at all. Deleting a valid run's file, or planting a link, is how it would be hidden."""
+carried), job.json's record of leftovers after the job (the launcher's observation, which nothing carried re-checks),
+a malformed command record, records that disagree (a run cut short in one record and complete in the others; job.json
+naming another algorithm or seed than run.json, the index and the directory), or no runs/<job>/ at all. Deleting a
+valid run's file, editing one record, or planting a link, is how it would be hidden."""
 
 from __future__ import annotations
 
@@ -73,10 +76,20 @@ def _still_rejected(data_dir: Path, data: BundleData, row: dict, majority: tuple
     except JSONError:
         failed("unreadable record", JOB_RECORD, EVAL_RECORD, COMMAND_PUBLIC_RECORD)
         return shown, unshown
-    if not isinstance(record, dict) or check_cleanup(record) or (record.get("algo"), record.get("seed")) != (algo, seed):
+    if not isinstance(record, dict):
         shown.append("job")
+    else:
+        if check_cleanup(record):
+            unshown.append("cleanup")  # the launcher's record of what outlived the job: nothing carried re-checks it
+        recorded = (record.get("algo"), record.get("seed"))
+        if recorded != (algo, seed):
+            if not run_failures:  # run.json, the index and the directory name agree: which record was edited?
+                unshown.append(f"job ({JOB_RECORD} records {recorded[0]}-{recorded[1]} while {RUN_RECORD}, "
+                               f"{INDEX_TABLE} and runs/{job}/ say {algo}-{seed})")
+            else:
+                shown.append("job")
     if not isinstance(command, dict) or not isinstance(command.get("argv"), list):
-        shown.append("command")
+        unshown.append("command")  # a malformed command record (the launcher writes an argv list): not a failed run
     entries = [summary.get(kind) if isinstance(summary, dict) else None for kind in ("initial", "final")]
     if not all(isinstance(e, dict) for e in entries) or entries[1].get("checkpoint") != checkpoint_name(n):
         shown.append("eval")
@@ -152,10 +165,10 @@ def _unshown_note(data: BundleData, row: dict, unshown: list[str]) -> str:
         why = f"for a link in its evidence, which the bundle cannot show (its incident: {link['title'][:160]})"
     elif not unshown:
         why = f"({row['reason'][:120]}) and the bundle carries none of its evidence"
-    elif any("say it completed" in gate for gate in unshown):
+    elif any("while " in gate for gate in unshown):  # the records that disagree (_still_rejected)
         why = f"({row['reason'][:120]}) on records that disagree ({'; '.join(unshown)})"
     else:
-        why = f"({row['reason'][:120]}) on evidence the bundle does not carry ({', '.join(unshown)})"
+        why = f"({row['reason'][:120]}) on evidence the bundle does not carry or cannot re-check ({', '.join(unshown)})"
     return f"rejection: {job} is rejected {why}: not re-derived, the rejection is as the build states it"
 
 

@@ -22,9 +22,24 @@ def clean_build(tmp_path_factory):
     return sweep, build_bundle(sweep)
 
 
+@pytest.fixture(scope="session")
+def clean_build_without_figures(tmp_path_factory):
+    """The same 3 x 3 sweep built without figures: (sweep_dir, BuildResult). Drawing and redrawing the
+    figures is most of a build's and an audit's time; a test about anything else tampers with this one."""
+    sweep = make_sweep(tmp_path_factory.mktemp("clean-without-figures"))
+    return sweep, build_bundle(sweep, figures=False)
+
+
 @pytest.fixture
-def bundle_copy(clean_build, tmp_path) -> Path:
-    """A private copy of the clean bundle directory, free to tamper with."""
+def bundle_copy(clean_build_without_figures, tmp_path) -> Path:
+    """A private copy of the clean bundle directory built without figures, free to tamper with."""
+    _, result = clean_build_without_figures
+    return Path(shutil.copytree(result.bundle_dir, tmp_path / "bundle"))
+
+
+@pytest.fixture
+def figures_bundle_copy(clean_build, tmp_path) -> Path:
+    """A private copy of the clean bundle directory with its figures, free to tamper with."""
     _, result = clean_build
     return Path(shutil.copytree(result.bundle_dir, tmp_path / "bundle"))
 

@@ -18,7 +18,7 @@ import pytest
 from evidence import audit
 from evidence.__main__ import main
 from evidence.audit import archive as archive_checks
-from evidence.bundle import write_archive
+from evidence.bundle import build_bundle, write_archive
 from tests.sweeps import reseal_bag
 
 
@@ -49,9 +49,9 @@ def test_extra_files_in_payload_and_beside_it(bundle_copy):
     assert any(r.startswith("bag-info.txt: Payload-Oxum") for r in reasons)
 
 
-def test_deleted_file(bundle_copy):
-    (bundle_copy / "data" / "figures" / "reward.svg").unlink()
-    assert "data/figures/reward.svg: listed in manifest-sha256.txt but missing" in audit_reasons(bundle_copy)
+def test_deleted_file(figures_bundle_copy):
+    (figures_bundle_copy / "data" / "figures" / "reward.svg").unlink()
+    assert "data/figures/reward.svg: listed in manifest-sha256.txt but missing" in audit_reasons(figures_bundle_copy)
 
 
 def test_dotdot_entry_in_manifest(bundle_copy):
@@ -64,11 +64,11 @@ def test_dotdot_entry_in_manifest(bundle_copy):
         'bagit: not a loadable bag: Path "../outside.txt" in manifest "manifest-sha256.txt" is unsafe']
 
 
-def test_bagit_validation_details_become_one_finding_per_file(bundle_copy):
+def test_bagit_validation_details_become_one_finding_per_file(figures_bundle_copy):
     """A changed size stops bagit at the Payload-Oxum: the files that differ are still named."""
-    (bundle_copy / "data" / "report.md").write_text("forged\n")
-    (bundle_copy / "data" / "figures" / "reward.svg").unlink()
-    reasons = audit_reasons(bundle_copy)
+    (figures_bundle_copy / "data" / "report.md").write_text("forged\n")
+    (figures_bundle_copy / "data" / "figures" / "reward.svg").unlink()
+    reasons = audit_reasons(figures_bundle_copy)
     assert "data/report.md: SHA256 differs from manifest-sha256.txt" in reasons
     assert "data/figures/reward.svg: listed in manifest-sha256.txt but missing" in reasons
     assert any(r.startswith("bag-info.txt: Payload-Oxum validation failed") for r in reasons)
@@ -162,11 +162,11 @@ def test_a_member_bigger_than_any_bundle_file_is_refused_unread(tmp_path):
     ('<rect style="fill: url(https://x.example/f.svg#p)"/>', "external reference in an SVG figure ('https://x.example"),
     ("<style>@import 'https://x.example/a.css';</style>", "active content in an SVG figure ('@import')"),
 ])
-def test_figures_with_scripts_or_external_references_are_refused(bundle_copy, capsys, planted, reason):
-    figure = bundle_copy / "data" / "figures" / "reward.svg"
+def test_figures_with_scripts_or_external_references_are_refused(figures_bundle_copy, capsys, planted, reason):
+    figure = figures_bundle_copy / "data" / "figures" / "reward.svg"
     figure.write_text(figure.read_text().replace("</svg>", planted + "</svg>"))
-    reseal(bundle_copy)
-    assert main(["audit", str(bundle_copy)]) == 1
+    reseal(figures_bundle_copy)
+    assert main(["audit", str(figures_bundle_copy)]) == 1
     out = capsys.readouterr().out
     assert f"data/figures/reward.svg: {reason}" in out, out
 
@@ -361,8 +361,8 @@ def _reject(bag: Path, job: str, reason: str) -> None:
 
 
 @pytest.mark.parametrize("remove, said", [
-    ("runs/grpo-42/metrics.jsonl", "on evidence the bundle does not carry (metrics"),
-    ("runs/grpo-42/eval/final.jsonl", "on evidence the bundle does not carry (eval-rescored"),
+    ("runs/grpo-42/metrics.jsonl", "on evidence the bundle does not carry or cannot re-check (metrics"),
+    ("runs/grpo-42/eval/final.jsonl", "on evidence the bundle does not carry or cannot re-check (eval-rescored"),
     ("runs/grpo-42", "and the bundle carries none of its evidence"),
 ])
 def test_a_rejection_resting_on_evidence_the_bundle_does_not_carry_is_said(bundle_copy, remove, said):
@@ -410,29 +410,29 @@ def test_bag_info_sweep_index_and_commands_are_cross_checked(bundle_copy, capsys
     assert expected in capsys.readouterr().out.splitlines()
 
 
-def test_a_redrawn_figure_must_match_the_bundled_one(bundle_copy, capsys):
+def test_a_redrawn_figure_must_match_the_bundled_one(figures_bundle_copy, capsys):
     """A figure edited to tell another story (a curve's point moved), resealed, differs from the
     figure redrawn from steps.csv / eval.csv by the same matplotlib."""
-    figure = bundle_copy / "data" / "figures" / "reward.svg"
+    figure = figures_bundle_copy / "data" / "figures" / "reward.svg"
     text = figure.read_text()
     digits = re.search(r"L (\d+\.\d+) (\d+\.\d+)", text)
     figure.write_text(text.replace(digits.group(0), f"L {digits.group(1)} 1.0", 1))
-    (bundle_copy / "data" / "figures" / "extra.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg"/>\n')
-    reseal(bundle_copy)
-    assert main(["audit", str(bundle_copy)]) == 1
+    (figures_bundle_copy / "data" / "figures" / "extra.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg"/>\n')
+    reseal(figures_bundle_copy)
+    assert main(["audit", str(figures_bundle_copy)]) == 1
     out = capsys.readouterr().out.splitlines()
     assert "data/figures/reward.svg: differs from the figure redrawn from steps.csv / eval.csv" in out
     assert "data/figures/extra.svg: not a figure of the redrawing" in out
     assert not any(line.startswith("data/figures/") and "reward" not in line and "extra" not in line for line in out)
 
 
-def test_figures_drawn_by_another_matplotlib_are_not_redrawn_but_still_checked(bundle_copy, capsys):
-    settings = bundle_copy / "data" / "evidence.json"
+def test_figures_drawn_by_another_matplotlib_are_not_redrawn_but_still_checked(figures_bundle_copy, capsys):
+    settings = figures_bundle_copy / "data" / "evidence.json"
     settings.write_text(settings.read_text().replace('"figures_matplotlib": "', '"figures_matplotlib": "0.0+'))
-    figure = bundle_copy / "data" / "figures" / "reward.svg"
+    figure = figures_bundle_copy / "data" / "figures" / "reward.svg"
     figure.write_text(figure.read_text().replace("</svg>", "<script>x()</script></svg>"))
-    reseal(bundle_copy)
-    assert main(["audit", str(bundle_copy)]) == 1
+    reseal(figures_bundle_copy)
+    assert main(["audit", str(figures_bundle_copy)]) == 1
     assert capsys.readouterr().out.splitlines()[1:] == [  # after the signature's line
         "data/figures/reward.svg: active content in an SVG figure ('<script')", "1 finding(s)"]
 
@@ -459,6 +459,51 @@ def test_a_run_cut_short_in_one_record_and_complete_in_the_others_is_said(bundle
     assert not [f for f in audit(bundle_copy, notes=notes) if "a valid run left out" in f.reason]
     (note,) = [n for n in notes if n.startswith("rejection: grpo-42 is rejected")]
     assert "on records that disagree" in note and "say it completed" in note, note
+
+
+@pytest.mark.parametrize("edit, gate", [
+    # job.json names another seed than run.json, the index and the directory: which record was edited?
+    (lambda job, cmd: job.__setitem__("seed", 9), "job (job.json records grpo-9 while run.json, index.csv and "
+                                                  "runs/grpo-42/ say grpo-42)"),
+    # the launcher's record of a process left behind: nothing carried re-checks it
+    (lambda job, cmd: job.__setitem__("cleanup", [{"ok": False, "what": "pid 4242"}]), "cleanup"),
+    # a command record the launcher never writes (its argv is a list)
+    (lambda job, cmd: cmd.__setitem__("argv", "python -m trainer"), "command"),
+], ids=["job-json-seed", "cleanup", "argv-not-a-list"])
+def test_a_rejection_resting_on_one_launcher_record_is_said_not_confirmed(sweep, capsys, edit, gate):
+    """A valid run hidden by editing one launcher record of it in the sweep (job.json's seed or cleanup list,
+    command.public.json's argv): the build rejects it, and the audit, which cannot tell the edited record from a
+    faithful one, says the rejection is not re-derived (audit --strict: a finding) instead of confirming it."""
+    job_dir = sweep / "jobs" / "grpo-42"
+    job, command = (json.loads((job_dir / name).read_text()) for name in ("job.json", "command.public.json"))
+    edit(job, command)
+    for name, record in (("job.json", job), ("command.public.json", command)):
+        (job_dir / name).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    bag = build_bundle(sweep, figures=False).bundle_dir
+    index = {row.split(",")[0]: row for row in (bag / "data" / "index.csv").read_text().splitlines()}
+    assert ",no," in index["grpo-42"], index["grpo-42"]  # the build's gate rejected it
+    notes = []
+    assert not [f for f in audit(bag, notes=notes) if "a valid run left out" in f.reason]
+    (note,) = [n for n in notes if n.startswith("rejection: grpo-42 is rejected")]
+    said = "on records that disagree" if "while" in gate else "on evidence the bundle does not carry or cannot re-check"
+    assert f"{said} ({gate}" in note and note.endswith("not re-derived, the rejection is as the build states it"), note
+    capsys.readouterr()
+    assert main(["audit", "--strict", str(bag)]) == 1
+    assert "rejection: grpo-42 is rejected" in capsys.readouterr().out
+
+
+def test_a_job_json_and_run_json_naming_another_seed_alike_confirm_the_rejection(sweep):
+    """Control: job.json and run.json both say another seed than the job's (a launcher that mixed up its jobs, or
+    both edited): the bundle shows the run is not the job's, and the rejection stands without a note."""
+    job_dir = sweep / "jobs" / "grpo-42"
+    for name in ("job.json", "run/run.json"):
+        record = json.loads((job_dir / name).read_text())
+        record["seed"] = 9
+        (job_dir / name).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    bag = build_bundle(sweep, figures=False).bundle_dir
+    notes = []
+    assert not [f for f in audit(bag, notes=notes) if "grpo-42" in f.reason]
+    assert not [n for n in notes if n.startswith("rejection: grpo-42")], notes
 
 
 def test_a_run_rejected_for_its_evaluation_setting_is_not_called_a_valid_run_left_out(bundle_copy):
