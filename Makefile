@@ -54,6 +54,10 @@ $(EXPORT_STAMP): $(STAMP)
 lint: venv
 	$(VENV)/bin/ruff check .
 
+# The suite keeps its bytecode and pytest's rewritten asserts in __pycache__ (ignored by git) even where the
+# environment sets PYTHONDONTWRITEBYTECODE: compiling the ~100 test modules afresh cost each worker ~4 s a run.
+test test-fast: export PYTHONDONTWRITEBYTECODE :=
+
 test: venv trl export lint
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 

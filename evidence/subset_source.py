@@ -91,6 +91,16 @@ def declared_overrides(words) -> tuple[dict[str, str], str | None]:
     return found, twice
 
 
+@lru_cache(maxsize=16)
+def _workload_evaluation(text: str) -> tuple[tuple[str, object], ...]:
+    """``(("test_path", ...), ("n_prompts", ...))`` a workload file's text states (parsed once per text: the
+    build and the audit ask for every run)."""
+    import yaml  # here: only a check that has a workload to read parses YAML
+
+    workload = yaml.safe_load(text)
+    return ("test_path", workload["test_path"]), ("n_prompts", workload["eval"]["n_prompts"])
+
+
 def declared_difference(source: SubsetSource, run_record: dict, argv, root: Path = REPO_ROOT
                         ) -> tuple[str | None, str | None]:
     """(difference, not checked because): how the run's split or row count differs from what its workload
@@ -113,8 +123,7 @@ def declared_difference(source: SubsetSource, run_record: dict, argv, root: Path
     if not isinstance(name, str) or not name or "/" in name or not conf.is_file():
         return None, f"its workload {name!r} is not in this checkout's conf/workload/"
     try:
-        workload = yaml.safe_load(conf.read_text(encoding="utf-8"))
-        declared = {"test_path": workload["test_path"], "n_prompts": workload["eval"]["n_prompts"]}
+        declared = dict(_workload_evaluation(conf.read_text(encoding="utf-8")))
     except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError):
         return None, f"conf/workload/{name}.yaml does not state test_path and eval.n_prompts"
     overrides, twice = declared_overrides(words)

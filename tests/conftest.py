@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
 import os
 import shlex
 import subprocess
@@ -112,40 +113,80 @@ def slurm_multinode_cluster() -> dict[str, str]:
     return _cluster_env(state_dir)
 
 
-def _called_names(fn: ast.AST) -> set[str]:
-    return {n.func.id if isinstance(n.func, ast.Name) else n.func.attr
-            for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, (ast.Name, ast.Attribute))}
+def _call_name(node: ast.Call) -> str | None:
+    func = node.func
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
 
 
-def _spells_out_a_process(fn: ast.AST) -> bool:
+def _spells_out_a_process(node: ast.List | ast.Tuple) -> bool:
     """A command list written out in the test: ``[..., "-m", "trainer", ...]`` or ``[..., "launch.py", ...]``."""
-    for node in ast.walk(fn):
-        if isinstance(node, (ast.List, ast.Tuple)):
-            words = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
-            if "launch.py" in words or any(a == "-m" and b in PROCESS_MODULES for a, b in zip(words, words[1:])):
-                return True
-    return False
+    words = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return "launch.py" in words or any(a == "-m" and b in PROCESS_MODULES for a, b in zip(words, words[1:]))
+
+
+class _FileFacts(ast.NodeVisitor):
+    """One pass over a test file: the names each function calls and whether it spells out a process
+    (a nested function's count for the functions around it too), and the module-scoped fixtures."""
+
+    def __init__(self):
+        self.calls: dict[str, set[str]] = {}
+        self.spells_out: set[str] = set()
+        self.module_fixtures: set[str] = set()
+        self._stack: list[str] = []
+
+    def visit_FunctionDef(self, node):
+        self.calls.setdefault(node.name, set())
+        if any(isinstance(deco, ast.Call) and any(k.arg == "scope" and getattr(k.value, "value", None) == "module"
+                                                  for k in deco.keywords) for deco in node.decorator_list):
+            self.module_fixtures.add(node.name)
+        self._stack.append(node.name)
+        self.generic_visit(node)
+        self._stack.pop()
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Call(self, node):
+        name = _call_name(node)
+        if name is not None:
+            for fn in self._stack:
+                self.calls[fn].add(name)
+        self.generic_visit(node)
+
+    def visit_List(self, node):
+        if self._stack and _spells_out_a_process(node):
+            self.spells_out.update(self._stack)
+        self.generic_visit(node)
+
+    visit_Tuple = visit_List
+
+
+# Each file's facts, kept in pytest's cache by the file's SHA256 and this file's own (parsing every test
+# file took ~4 s of each worker's collection): {"starters": [...], "module_fixtures": [...]}.
+_CACHE_KEY = "proofgrid/tiers/" + hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+_DISK_CACHE: dict[str, dict] = {}  # loaded from and saved to config.cache, when pytest has one
 
 
 @functools.cache
-def _syntax_tree(path: Path) -> ast.Module:
-    return ast.parse(path.read_text(), filename=str(path))
-
-
-@functools.cache
-def _process_starters(path: Path) -> frozenset[str]:
-    """Names of the functions in ``path`` that start a trainer or launcher process, directly or by
-    calling another such function of the same file."""
-    tree = _syntax_tree(path)
-    calls = {fn.name: _called_names(fn) for fn in ast.walk(tree)
-             if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    starters = {fn.name for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
-                and (calls[fn.name] & PROCESS_HELPERS or _spells_out_a_process(fn))}
+def _file_facts(path: Path) -> dict[str, list[str]]:
+    """``starters``: names of the functions in ``path`` that start a trainer or launcher process,
+    directly or by calling another such function of the same file; ``module_fixtures``: its
+    module-scoped fixtures."""
+    text = path.read_bytes()
+    digest = hashlib.sha256(text).hexdigest()
+    cached = _DISK_CACHE.get(str(path))
+    if cached is not None and cached.get("sha256") == digest:
+        return cached
+    facts = _FileFacts()
+    facts.visit(ast.parse(text, filename=str(path)))
+    starters = {fn for fn, called in facts.calls.items() if called & PROCESS_HELPERS} | facts.spells_out
     while True:
-        more = {name for name, called in calls.items() if called & starters} - starters
+        more = {fn for fn, called in facts.calls.items() if called & starters} - starters
         if not more:
-            return frozenset(starters)
+            break
         starters |= more
+    _DISK_CACHE[str(path)] = result = {"sha256": digest, "starters": sorted(starters),
+                                       "module_fixtures": sorted(facts.module_fixtures)}
+    return result
 
 
 def _starts_processes(item: pytest.Item) -> bool:
@@ -154,20 +195,11 @@ def _starts_processes(item: pytest.Item) -> bool:
     path = Path(item.path).resolve()
     names = {getattr(item, "originalname", item.name), *item.fixturenames}
     files = [path, *(d / "conftest.py" for d in path.parents if d == TESTS or TESTS in d.parents)]
-    return any(names & _process_starters(f) for f in files if f.is_file())
+    return any(names & set(_file_facts(f)["starters"]) for f in files if f.is_file())
 
 
 _GROUP = pytest.StashKey[str]()  # a test's xdist group, as _xdist_group gave it
 _SPLIT = pytest.StashKey[bool]()  # the scheduler would not keep it with its group
-
-
-@functools.cache
-def _module_fixtures(path: Path) -> frozenset[str]:
-    """Names of the module-scoped fixtures defined in ``path``."""
-    return frozenset(
-        fn.name for fn in ast.walk(_syntax_tree(path)) if isinstance(fn, ast.FunctionDef)
-        for deco in fn.decorator_list if isinstance(deco, ast.Call)
-        and any(k.arg == "scope" and getattr(k.value, "value", None) == "module" for k in deco.keywords))
 
 
 def _xdist_group(item: pytest.Item) -> str | None:
@@ -183,11 +215,14 @@ def _xdist_group(item: pytest.Item) -> str | None:
     if clusters:
         return clusters.pop()
     path = Path(item.path).resolve()
-    return path.stem if _module_fixtures(path) & set(item.fixturenames) else None
+    return path.stem if set(_file_facts(path)["module_fixtures"]) & set(item.fixturenames) else None
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
+    cache = getattr(config, "cache", None)  # None under -p no:cacheprovider
+    if cache is not None:
+        _DISK_CACHE.update(cache.get(_CACHE_KEY, {}))
     for item in items:
         if item.get_closest_marker("slow") is None and (
                 SLOW_FIXTURES & set(item.fixturenames) or _starts_processes(item)
@@ -197,6 +232,8 @@ def pytest_collection_modifyitems(config, items):
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
             item.stash[_GROUP] = group
+    if cache is not None:
+        cache.set(_CACHE_KEY, _DISK_CACHE)
 
 
 def pytest_configure(config):

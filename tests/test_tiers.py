@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import TESTS, _module_fixtures, _process_starters, _xdist_group
+from tests.conftest import TESTS, _file_facts, _xdist_group
 
 SAMPLE = '''
 import subprocess, sys
@@ -72,7 +72,7 @@ def test_runs_python_for_something_else():
 def test_fixtures_helpers_and_spelled_out_commands_that_start_processes_are_found(tmp_path):
     path = tmp_path / "test_sample.py"
     path.write_text(textwrap.dedent(SAMPLE))
-    assert _process_starters(path) == {"trained", "_sweep_twice", "_via_helper", "test_spells_out_the_trainer",
+    assert set(_file_facts(path)["starters"]) == {"trained", "_sweep_twice", "_via_helper", "test_spells_out_the_trainer",
                                        "test_spells_out_the_launcher", "test_through_two_helpers",
                                        "test_trains_in_process", "test_dry_runs_the_launcher_in_process",
                                        "test_runs_the_evidence_cli"}
@@ -90,7 +90,7 @@ def test_the_module_scoped_runs_that_group_a_module_s_tests_are_found(tmp_path):
         def each_test():
             return 1
         '''))
-    assert _module_fixtures(path) == {"trained"}  # only module scope: a session fixture is per worker anyway
+    assert set(_file_facts(path)["module_fixtures"]) == {"trained"}  # only module scope: a session fixture is per worker anyway
 
 
 def _by_test(request) -> dict[str, pytest.Item]:
