@@ -11,6 +11,7 @@ deterministic: a fixed ``svg.hashsalt`` for element ids and no date in the metad
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -278,9 +279,13 @@ def _resource_figure(data: BundleData, arms: list[str]):
     return figure
 
 
-def render_figures(data: BundleData, out_dir: str | Path) -> list[Path]:
-    """Write every figure of ``FIGURES`` that has something to draw as ``<out_dir>/<name>.svg`` (the report
-    says why each figure ``left_out`` names is missing); returns the paths."""
+def render_figures(data: BundleData, out_dir: str | Path, only: Collection[str] | None = None) -> list[Path]:
+    """Write every figure of ``FIGURES`` that has something to draw, and the resource figure, as
+    ``<out_dir>/<name>.svg`` (the report says why each figure ``left_out`` names is missing); returns the
+    paths. ``only``: the names of the figures to draw (default: all); each is drawn as in the whole set."""
+    unknown = sorted(set(only or ()) - {*FIGURES, RESOURCE_FIGURE})
+    if unknown:
+        raise ValueError(f"no figure named {', '.join(unknown)}: the figures are {', '.join([*FIGURES, RESOURCE_FIGURE])}")
     import matplotlib  # on first use, as in _new_figure
 
     out_dir = Path(out_dir)
@@ -289,13 +294,14 @@ def render_figures(data: BundleData, out_dir: str | Path) -> list[Path]:
     written = []
     with matplotlib.rc_context(SVG_RC):
         for name, (title, key) in FIGURES.items():
-            if left_out(data, name) is not None:
+            if (only is not None and name not in only) or left_out(data, name) is not None:
                 continue
             figure = _eval_figure(data, algos) if key is None else _curve_figure(data, algos, title, key)
             path = out_dir / f"{name}.svg"
             figure.savefig(path, format="svg", metadata=_METADATA)
             written.append(path)
-        path = out_dir / f"{RESOURCE_FIGURE}.svg"
-        _resource_figure(data, algos).savefig(path, format="svg", metadata=_METADATA)
-        written.append(path)
+        if only is None or RESOURCE_FIGURE in only:
+            path = out_dir / f"{RESOURCE_FIGURE}.svg"
+            _resource_figure(data, algos).savefig(path, format="svg", metadata=_METADATA)
+            written.append(path)
     return written

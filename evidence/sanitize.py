@@ -620,6 +620,12 @@ def _json_strings(node, field: str = "") -> Iterator[tuple[str, str, bool]]:
         yield node, field, False
 
 
+# scan_document's leaks by (sanitiser's rules, file name, SHA256 of the text): a build's seal and the audit after
+# it, an archive and its directory, or the two bundles of a comparison read the same files again.
+_SCANNED: dict[tuple[bytes, str, bytes], tuple[Problem, ...]] = {}
+_SCANNED_MAX = 8192
+
+
 @dataclass
 class Sanitizer:
     """Replaces machine paths, user and host names and secrets with placeholders; scans for leftovers.
@@ -664,6 +670,9 @@ class Sanitizer:
             alternation = _alternation(directories)
             self._path_rules.append((re.compile(r"(?<![\w.~-])(?:" + alternation + r")(?![\w.-])"),
                                      "path of this machine", (Anchor(pattern=alternation),)))
+        # Everything the rules above were made from (the module's own rules are fixed): the scan memo's key.
+        self._fingerprint = hashlib.sha256(repr((sorted(self.literals.items()), sorted(self.users), sorted(self.hosts),
+                                                 sorted(self.secrets.items()), sorted(self.directories))).encode()).digest()
 
     @classmethod
     def from_environment(
@@ -838,7 +847,16 @@ class Sanitizer:
 
     def scan_document(self, name: str, text: str) -> list[Problem]:
         """Every leak in a file's text; a JSON file is scanned as ``clean_json`` cleans it (value by value,
-        so that a user/host field's whole value counts), a CSV file also cell by cell under its header."""
+        so that a user/host field's whole value counts), a CSV file also cell by cell under its header.
+        A text this sanitiser scanned before under the same name is not scanned again (``_SCANNED``)."""
+        key = (self._fingerprint, name, hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest())
+        if key not in _SCANNED:
+            if len(_SCANNED) >= _SCANNED_MAX:
+                _SCANNED.pop(next(iter(_SCANNED)))  # the oldest
+            _SCANNED[key] = tuple(self._scan_document(name, text))
+        return list(_SCANNED[key])
+
+    def _scan_document(self, name: str, text: str) -> list[Problem]:
         if name.endswith(".json"):
             try:
                 return list(dict.fromkeys(self._scan_json(json.loads(text), name)))

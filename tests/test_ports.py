@@ -41,30 +41,37 @@ def test_two_claims_in_one_process_get_different_blocks(tmp_path):
         assert c.index == 0  # released blocks are reused
 
 
+# A claimer holds its block until its stdin is closed: every claim is held until the test has read them all.
 CLAIM_SCRIPT = """
-import sys, time
+import sys
 from launcher.ports import claim_port_block
 b = claim_port_block(sys.argv[1], int(sys.argv[2]))
-print(b.index, flush=True)
-time.sleep(float(sys.argv[3]))
+print(getattr(b, sys.argv[3]), flush=True)
+sys.stdin.read()
 """
 
 
-def _claimers(tmp_path: Path, n: int, hold_s: float) -> list[subprocess.Popen]:
-    return [subprocess.Popen([sys.executable, "-c", CLAIM_SCRIPT, str(tmp_path), str(BASE), str(hold_s)],
-                             stdout=subprocess.PIPE, text=True) for _ in range(n)]
+def _claimers(tmp_path: Path, n: int, base: int = BASE, field: str = "index", env=None) -> list[subprocess.Popen]:
+    return [subprocess.Popen([sys.executable, "-c", CLAIM_SCRIPT, str(tmp_path), str(base), field],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env) for _ in range(n)]
+
+
+def _release(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        p.stdin.close()
+    for p in procs:
+        p.wait(timeout=60)
 
 
 def test_simultaneous_claims_from_many_processes_never_share_a_block(tmp_path):
-    procs = _claimers(tmp_path, 6, 3.0)
-    indices = [int(p.stdout.readline()) for p in procs]
-    for p in procs:
-        p.wait()
+    procs = _claimers(tmp_path, 6)
+    indices = [int(p.stdout.readline()) for p in procs]  # all six held at once
+    _release(procs)
     assert len(set(indices)) == 6, indices
 
 
 def test_a_killed_job_releases_its_block(tmp_path):
-    (holder,) = _claimers(tmp_path, 1, 60.0)
+    (holder,) = _claimers(tmp_path, 1)
     held = int(holder.stdout.readline())
     with claim_port_block(tmp_path, BASE) as other:
         assert other.index != held
@@ -162,17 +169,13 @@ def test_blocks_from_different_bases_that_overlap_are_never_held_twice(tmp_path)
 
 
 def test_processes_with_different_bases_and_tmpdirs_never_share_a_port(tmp_path):
-    script = ("import sys,time; from launcher.ports import claim_port_block; "
-              "b = claim_port_block(sys.argv[1], int(sys.argv[2])); print(b.start, flush=True); time.sleep(3)")
     procs = []
     for i, base in enumerate((BASE, BASE + 16, BASE + 40)):
         tmp = tmp_path / f"tmp{i}"
         tmp.mkdir()
-        procs.append(subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "locks"), str(base)],
-                                      stdout=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp)}))
-    starts = sorted(int(p.stdout.readline()) for p in procs)
-    for p in procs:
-        p.wait()
+        procs += _claimers(tmp_path / "locks", 1, base, "start", env={**os.environ, "TMPDIR": str(tmp)})
+    starts = sorted(int(p.stdout.readline()) for p in procs)  # all three held at once
+    _release(procs)
     assert all(b - a >= BLOCK_SIZE for a, b in zip(starts, starts[1:])), starts
 
 

@@ -36,8 +36,8 @@ def index_of(result) -> dict[str, dict]:
     return {row["job"]: row for row in result.jobs}
 
 
-def test_clean_sweep_builds_a_valid_bag_that_audits_clean(clean_build):
-    sweep, result = clean_build
+def test_clean_sweep_builds_a_valid_bag_that_audits_clean(clean_build_with_figures):
+    sweep, result = clean_build_with_figures
     assert result.accepted == 9 and result.incidents == []
     data = result.bundle_dir / "data"
     for rel in PAYLOAD:
@@ -72,8 +72,8 @@ def test_archive_is_deterministic(clean_build):
     assert {m.mode for m in members if m.isdir()} == {0o755}
 
 
-def test_archive_digest_is_stable_across_rebuilds_and_locations(clean_build, tmp_path):
-    sweep, result = clean_build
+def test_archive_digest_is_stable_across_rebuilds_and_locations(clean_build_with_figures, tmp_path):
+    sweep, result = clean_build_with_figures
     again = build_bundle(sweep)
     assert again.archive_sha256 == result.archive_sha256
     moved = shutil.copytree(sweep, tmp_path / "elsewhere" / "renamed-sweep")

@@ -12,9 +12,19 @@ from sweep_factory import make_sweep
 
 from evidence.__main__ import main
 from evidence.bundle import build_bundle
-from evidence.figures import ARM_COLOURS, moving_average
+from evidence.dataset import load_bundle_data
+from evidence.figures import ARM_COLOURS, moving_average, render_figures
 
 ARMS = ("GRPO", "REINFORCE++", "REINFORCE++-baseline")
+
+
+def _drawn(sweep: Path, *names: str) -> Path:
+    """The directory of the figures ``names`` drawn from the sweep's bundle, built without its figures (drawing
+    all of them is most of a build's time): each is drawn as the build draws it."""
+    data = build_bundle(sweep, figures=False).bundle_dir / "data"
+    out = sweep / "drawn-figures"
+    render_figures(load_bundle_data(data), out, only=names)
+    return out
 
 
 def _texts(svg: Path) -> list[str]:
@@ -26,8 +36,8 @@ def _colours(svg: Path) -> set[str]:
     return set(re.findall(r"(?:fill|stroke): (#[0-9a-f]{6})", svg.read_text())) & set(ARM_COLOURS)
 
 
-def test_every_curve_figure_overlays_the_arms_with_labels_units_n_and_smoothing(clean_build):
-    _, result = clean_build
+def test_every_curve_figure_overlays_the_arms_with_labels_units_n_and_smoothing(clean_build_with_figures):
+    _, result = clean_build_with_figures
     figures = result.bundle_dir / "data" / "figures"
     reward = _texts(figures / "reward.svg")
     assert "training step (optimizer updates)" in reward and "mean reward per response (0–1)" in reward
@@ -45,7 +55,7 @@ def test_an_all_zero_series_is_a_note_not_an_empty_plot(sweep):
     for log in sweep.glob("jobs/grpo-*/run/metrics.jsonl"):
         records = [json.loads(line) for line in log.read_text().splitlines()]
         log.write_text("".join(json.dumps({**r, "rollout/truncated": 0.0}) + "\n" for r in records))
-    figures = build_bundle(sweep).bundle_dir / "data" / "figures"
+    figures = _drawn(sweep, "truncated")
     texts = _texts(figures / "truncated.svg")
     assert any("GRPO: 0 at every step of every seed (n=3), not drawn" in t for t in texts)
     assert _colours(figures / "truncated.svg") == {ARM_COLOURS[1], ARM_COLOURS[2]}
@@ -63,8 +73,8 @@ def _strokes(svg: Path, colour: str) -> list[str]:
     return re.findall(rf'style="fill: none; stroke: {colour};[^"]*?stroke-width: ([0-9.]+)', svg.read_text())
 
 
-def test_each_seed_is_a_thin_line_drawn_under_its_arms_thick_mean(clean_build):
-    _, result = clean_build
+def test_each_seed_is_a_thin_line_drawn_under_its_arms_thick_mean(clean_build_with_figures):
+    _, result = clean_build_with_figures
     for name in ("reward", "pg_loss", "grad_norm", "response_len"):
         svg = result.bundle_dir / "data" / "figures" / f"{name}.svg"
         for colour in ARM_COLOURS[:3]:
@@ -95,18 +105,18 @@ def arm_build(tmp_path_factory):
     return data, (data / "report.md").read_text()
 
 
-def test_curves_identical_at_every_step_are_named_in_the_figure(arm_build, clean_build):
+def test_curves_identical_at_every_step_are_named_in_the_figure(arm_build, clean_build_with_figures):
     data, _ = arm_build
     texts = _texts(data / "figures" / "response_len.svg")
     assert "grpo-lr1 and grpo-lr3: identical at every step (one curve hides the other)" in texts
     assert not any("rpp-lr1" in t and "identical" in t for t in texts)
-    _, result = clean_build  # curves that differ somewhere: no such note
+    _, result = clean_build_with_figures  # curves that differ somewhere: no such note
     assert not any("identical" in t for t in _texts(result.bundle_dir / "data" / "figures" / "response_len.svg"))
 
 
 def test_three_identical_curves_name_all_three(sweep):
     _set(sweep, "rollout/response_len", lambda arm, seed, step: 90.0 + step)
-    figures = build_bundle(sweep).bundle_dir / "data" / "figures"
+    figures = _drawn(sweep, "response_len")
     assert ("GRPO, REINFORCE++ and REINFORCE++-baseline: identical at every step (one curve hides the others)"
             in _texts(figures / "response_len.svg"))
 
@@ -147,7 +157,7 @@ def test_an_arm_with_more_seeds_than_can_be_read_draws_its_seeds_band_not_a_line
 
     n = MAX_SEED_LINES + 5
     sweep = make_sweep(tmp_path, algos=("grpo", "rpp"), seeds=tuple(range(n)), n_steps=6)
-    figures = build_bundle(sweep).bundle_dir / "data" / "figures"
+    figures = _drawn(sweep, "reward", "resources")
     svg = figures / "reward.svg"
     for colour in ARM_COLOURS[:2]:
         assert _strokes(svg, colour) == ["1.8", "1.8"]  # the mean and its legend sample: no seed's own line
@@ -165,3 +175,9 @@ def test_the_seed_band_is_the_10th_to_90th_percentile_at_each_step():
     lines = [[float(i), 2.0 * i] for i in range(11)]  # at each step the values 0..10 (and 0..20)
     # linear-interpolated percentiles of 0..10: the 10th is 1, the 90th 9
     assert seed_band(lines) == ([1.0, 2.0], [9.0, 18.0])
+
+
+def test_drawing_a_figure_that_does_not_exist_names_the_figures_there_are(tmp_path):
+    with pytest.raises(ValueError, match="no figure named bogus: the figures are reward, pg_loss, .*, resources$"):
+        render_figures(None, tmp_path, only=["bogus"])
+    assert not any(tmp_path.iterdir())  # refused before anything is written
