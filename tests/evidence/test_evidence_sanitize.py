@@ -372,3 +372,20 @@ def test_netrc_credentials_aws_secrets_and_secret_named_pairs_are_replaced(kind)
 def test_words_that_look_like_netrc_or_aws_are_left_alone(text):
     clean = Sanitizer()
     assert clean.clean(text) == text and clean.scan(text) == []
+
+
+@pytest.mark.parametrize("rules", [
+    {"secrets": {"hunter2-but-longer-42": "DB_PASSWORD"}}, {"users": {"quinn"}}, {"hosts": {"nodeq7"}},
+    {"literals": {"/srv/sweeps/s1": "<SWEEP_DIR>"}},
+])
+def test_a_text_scanned_before_is_scanned_again_by_a_sanitiser_with_other_rules(rules):
+    """scan_document keeps what it found per (rules, name, text): a sanitiser that knows one more secret, name
+    or path scans the same file again, and finds what its rule adds."""
+    text = '{"user": "quinn", "note": "ran on nodeq7 in /srv/sweeps/s1 with hunter2-but-longer-42"}\n'
+    before = Sanitizer().scan_document("runs/a/job.json", text)  # the absolute path alone
+    found = Sanitizer(**rules).scan_document("runs/a/job.json", text)
+    assert found != before and set(found) - set(before), (rules, found)
+    again = Sanitizer(**rules).scan_document("runs/a/job.json", text)
+    assert again == found
+    again.clear()  # a caller's list is its own
+    assert Sanitizer(**rules).scan_document("runs/a/job.json", text) == found
