@@ -485,6 +485,8 @@ def refuse_jobs_in_flight(sweep_dir: Path) -> None:
             record = read_json(record_path)
         except JSONError:
             continue  # an unreadable record is the artifact gates' business
+        if not isinstance(record, dict):
+            continue  # nor a record, the artifact gates' business too
         state = record.get("state")
         if state in IN_FLIGHT_STATES:
             if record.get("scheduler") == LOCAL and not local_runtime_alive(record):

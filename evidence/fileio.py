@@ -38,6 +38,8 @@ def parse_json(data: bytes):
     except ValueError as exc:
         reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
         raise JSONError(f"not valid JSON ({reason})") from None
+    except RecursionError:
+        raise JSONError("not valid JSON (nested too deeply to read)") from None
 
 
 def dumps_json(value) -> str:

@@ -63,6 +63,7 @@ import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from evidence.problems import Problem
 from facts.repo import REPO_ROOT
@@ -626,7 +627,7 @@ _SCANNED: dict[tuple[bytes, str, bytes], tuple[Problem, ...]] = {}
 _SCANNED_MAX = 8192
 
 
-@dataclass
+@dataclass(frozen=True)
 class Sanitizer:
     """Replaces machine paths, user and host names and secrets with placeholders; scans for leftovers.
 
@@ -644,22 +645,28 @@ class Sanitizer:
     directories: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
-        # The rules of these fields, compiled once (a sanitiser is built once and then only read): a
-        # sweep's thousand job directories and its nodes' names are one trie each, anchored by itself.
+        # The rules of these fields, compiled once: a sweep's thousand job directories and its nodes' names
+        # are one trie each, anchored by itself. The fields are frozen with them (a literal added afterwards
+        # would be in no rule: another sanitiser, dataclasses.replace, is how to add one).
+        for name, frozen in (("literals", MappingProxyType(dict(self.literals))), ("users", frozenset(self.users)),
+                             ("hosts", frozenset(self.hosts)), ("secrets", MappingProxyType(dict(self.secrets))),
+                             ("directories", frozenset(self.directories))):
+            object.__setattr__(self, name, frozen)
         literals = [lit for lit in self.literals if lit]
-        self._literal_rule = None
+        literal_rule = None
         if literals:
             # A literal path counts only as a whole path component: "/root" must not eat "/roots".
             alternation = _alternation(literals)
-            self._literal_rule = (re.compile(r"(?<![\w.-])(?:" + alternation + r")(?![\w.-])"),
-                                  (Anchor(pattern=alternation),))
-        self._name_rules = []
+            literal_rule = (re.compile(r"(?<![\w.-])(?:" + alternation + r")(?![\w.-])"),
+                            (Anchor(pattern=alternation),))
+        object.__setattr__(self, "_literal_rule", literal_rule)
+        object.__setattr__(self, "_name_rules", [])
         for names, kind, placeholder in ((self.users, "user name", "<USER>"), (self.hosts, "host name", "<HOST>")):
             if names:
                 self._name_rules.append((_name_patterns(names), kind, placeholder, (Anchor(pattern=_alternation(names)),)))
         # Absolute paths that are the machine's by what they carry (a name) or where they lie (a
         # directory): looked for only on the lines that hold a name or a directory.
-        self._path_rules = []
+        object.__setattr__(self, "_path_rules", [])
         names = sorted({n.lower() for n in (*self.users, *self.hosts) if n})
         if names:
             alternation = _alternation(names)
@@ -671,8 +678,9 @@ class Sanitizer:
             self._path_rules.append((re.compile(r"(?<![\w.~-])(?:" + alternation + r")(?![\w.-])"),
                                      "path of this machine", (Anchor(pattern=alternation),)))
         # Everything the rules above were made from (the module's own rules are fixed): the scan memo's key.
-        self._fingerprint = hashlib.sha256(repr((sorted(self.literals.items()), sorted(self.users), sorted(self.hosts),
-                                                 sorted(self.secrets.items()), sorted(self.directories))).encode()).digest()
+        object.__setattr__(self, "_fingerprint", hashlib.sha256(repr((
+            sorted(self.literals.items()), sorted(self.users), sorted(self.hosts), sorted(self.secrets.items()),
+            sorted(self.directories))).encode()).digest())
 
     @classmethod
     def from_environment(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import stat
 from pathlib import Path
@@ -294,9 +295,17 @@ def _reject_constant(spelling: str):
     raise ValueError(f"non-finite number {spelling}")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number out of a float's range: {text[:40]}")
+    return value
+
+
 def loads_strict(text: str | bytes):
-    """Parse JSON strictly: NaN/Infinity spellings are errors (``ValueError``), not floats."""
-    return json.loads(text, parse_constant=_reject_constant)
+    """Parse JSON strictly: NaN/Infinity spellings, and numbers past a float's range (``1e999``, which Python
+    reads as infinity), are errors (``ValueError``), not floats."""
+    return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
 
 
 def read_with_sha256(path: str | Path) -> tuple[bytes, str]:

@@ -45,8 +45,8 @@ def update_job_record(job_dir: Path, changes: dict, defaults: dict | None = None
     return record
 
 
-def path_free_sanitizer(spec: JobSpec, repo_root: Path) -> Sanitizer:
-    return sweep_sanitizer(Path(spec.sweep_dir), repo_root, {str(spec.job_dir): "<JOB_DIR>"})
+def path_free_sanitizer(spec: JobSpec, repo_root: Path, literals: dict[str, str] | None = None) -> Sanitizer:
+    return sweep_sanitizer(Path(spec.sweep_dir), repo_root, {str(spec.job_dir): "<JOB_DIR>", **(literals or {})})
 
 
 def sweep_sanitizer(sweep_dir: Path, repo_root: Path, literals: dict[str, str] | None = None) -> Sanitizer:
@@ -77,9 +77,8 @@ def write_command_records(spec: JobSpec, argv: list[str], env_changes: dict, rep
     """``command.json`` and its path-free copy; ``sbatch``: the scheduler's script that ran the job."""
     full = {"argv": list(argv), "env": env_changes, "cwd": str(repo_root), "sbatch": sbatch}
     _write_json(spec.job_dir / COMMAND_RECORD, full)
-    sanitizer = path_free_sanitizer(spec, repo_root)
-    if (address := env_changes.get(MASTER_ADDR_ENV)) and not address.startswith("127."):  # another node's
-        sanitizer.literals[address] = RENDEZVOUS_ADDRESS_PLACEHOLDER
-    public = public_copy(full, sanitizer)
+    address = env_changes.get(MASTER_ADDR_ENV)
+    rendezvous = {address: RENDEZVOUS_ADDRESS_PLACEHOLDER} if address and not address.startswith("127.") else {}
+    public = public_copy(full, path_free_sanitizer(spec, repo_root, rendezvous))  # another node's address too
     _write_json(spec.job_dir / COMMAND_PUBLIC_RECORD, public)
     return public

@@ -122,3 +122,20 @@ def test_rank_0_records_its_runtime_s_end_though_a_waiting_launcher_copied_sacct
     assert [(r["rank"], r["node"], r["state"]) for r in record["ranks"]] == [(0, socket.gethostname(), COMPLETED),
                                                                                     (1, "n2", COMPLETED)]
     assert record.get("failure") is None
+
+
+def test_another_nodes_rendezvous_address_is_a_placeholder_in_the_public_command_record(tmp_path):
+    """command.public.json names rank 0's node by <RANK0_NODE_ADDR>, never its address or host name (a literal
+    added to a sanitiser after it was built was in none of its rules, and the address was published)."""
+    from launcher.records import write_command_records
+
+    spec = JobSpec(name="grpo-1", algo="grpo", seed=1, sweep_dir=str(tmp_path), trainer_overrides=("algo=grpo",),
+                   cpus=1, ray_cpus=0, n_updates=2, source_commit=None, nodes=2)
+    spec.job_dir.mkdir(parents=True)
+    for address in ("10.217.27.2", "gpu-node-a17.cluster.example"):
+        public = write_command_records(spec, ["python", "-m", "trainer"], {"MASTER_ADDR": address}, REPO)
+        assert public["env"]["MASTER_ADDR"] == "<RANK0_NODE_ADDR>", public
+        assert address not in (spec.job_dir / "command.public.json").read_text()
+        assert address in (spec.job_dir / "command.json").read_text()  # the private record keeps it
+    local = write_command_records(spec, ["python", "-m", "trainer"], {"MASTER_ADDR": "127.0.0.1"}, REPO)
+    assert local["env"]["MASTER_ADDR"] == "127.0.0.1"  # the loopback is no machine's name

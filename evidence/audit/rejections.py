@@ -71,27 +71,24 @@ def _still_rejected(data_dir: Path, data: BundleData, row: dict, majority: tuple
     run_summary, run_failures = check_run_summary(run, algo, seed, n)
     if run_failures:
         failed("run", RUN_RECORD)
-    try:
-        record, summary, command = (read_json(run / name) for name in (JOB_RECORD, EVAL_RECORD, COMMAND_PUBLIC_RECORD))
-    except JSONError:
-        failed("unreadable record", JOB_RECORD, EVAL_RECORD, COMMAND_PUBLIC_RECORD)
-        return shown, unshown
-    if not isinstance(record, dict):
-        shown.append("job")
-    else:
-        if check_cleanup(record):
-            unshown.append("cleanup")  # the launcher's record of what outlived the job: nothing carried re-checks it
-        recorded = (record.get("algo"), record.get("seed"))
-        if recorded != (algo, seed):
-            if not run_failures:  # run.json, the index and the directory name agree: which record was edited?
-                unshown.append(f"job ({JOB_RECORD} records {recorded[0]}-{recorded[1]} while {RUN_RECORD}, "
-                               f"{INDEX_TABLE} and runs/{job}/ say {algo}-{seed})")
-            else:
-                shown.append("job")
-    if not isinstance(command, dict) or not isinstance(command.get("argv"), list):
+    record, summary, command = (_read_record(run, name, unshown) for name in (JOB_RECORD, EVAL_RECORD,
+                                                                              COMMAND_PUBLIC_RECORD))
+    if record is not _UNREAD:
+        if not isinstance(record, dict):
+            unshown.append("job")  # a malformed launcher record (the launcher writes an object): not a failed run
+        else:
+            if check_cleanup(record):
+                unshown.append("cleanup")  # the launcher's record of what outlived the job: nothing carried re-checks it
+            recorded = (record.get("algo"), record.get("seed"))
+            if recorded != (algo, seed):  # never a failed run: which record was edited, the bundle cannot say
+                unshown.append(f"job ({JOB_RECORD} records {recorded[0]}-{recorded[1]} while {INDEX_TABLE} and "
+                               f"runs/{job}/ say {algo}-{seed})")
+    if command is not _UNREAD and (not isinstance(command, dict) or not isinstance(command.get("argv"), list)):
         unshown.append("command")  # a malformed command record (the launcher writes an argv list): not a failed run
     entries = [summary.get(kind) if isinstance(summary, dict) else None for kind in ("initial", "final")]
-    if not all(isinstance(e, dict) for e in entries) or entries[1].get("checkpoint") != checkpoint_name(n):
+    if summary is _UNREAD:
+        pass  # its gate is said above
+    elif not all(isinstance(e, dict) for e in entries) or entries[1].get("checkpoint") != checkpoint_name(n):
         shown.append("eval")
     elif majority is not None and _identity(entries[1]) != majority:
         shown.append("eval-subset")
@@ -118,6 +115,20 @@ def _still_rejected(data_dir: Path, data: BundleData, row: dict, majority: tuple
         # a run cut short in one record and complete in another: which one was edited, the bundle cannot say
         return [], unshown + [f"{gate} (while {', '.join(completed)} say it completed)" for gate in shown]
     return shown, unshown
+
+
+_UNREAD = object()  # a record _read_record could not read
+
+
+def _read_record(run: Path, name: str, unshown: list[str]):
+    """The JSON record ``name`` of the run, or ``_UNREAD`` with the gate said in ``unshown``: a record missing
+    from the bundle, or one that does not parse (the trainer and the launcher write whole JSON objects, so a
+    damaged file and an edited one look alike: the bundle cannot tell a failed run from either)."""
+    try:
+        return read_json(run / name)
+    except JSONError:
+        unshown.append(f"{name} unreadable" if (run / name).is_file() else f"{name} missing")
+        return _UNREAD
 
 
 STEP_GATES = {"metrics", "run", "eval"}  # the gates a run cut short fails; each of its records says how far it got

@@ -461,24 +461,59 @@ def test_a_run_cut_short_in_one_record_and_complete_in_the_others_is_said(bundle
     assert "on records that disagree" in note and "say it completed" in note, note
 
 
+def _json_edit(name: str, edit):
+    def apply(job_dir: Path) -> None:
+        _edit_json(job_dir / name, edit)
+    return apply
+
+
+def _bytes_edit(name: str, edit):
+    def apply(job_dir: Path) -> None:
+        (job_dir / name).write_bytes(edit((job_dir / name).read_bytes()))
+    return apply
+
+
+def _both(*edits):
+    def apply(job_dir: Path) -> None:
+        for edit in edits:
+            edit(job_dir)
+    return apply
+
+
+JOB_SEED_9 = _json_edit("job.json", lambda r: r.__setitem__("seed", 9))
+DISAGREE = "job (job.json records grpo-9 while index.csv and runs/grpo-42/ say grpo-42)"
+
+
 @pytest.mark.parametrize("edit, gate", [
-    # job.json names another seed than run.json, the index and the directory: which record was edited?
-    (lambda job, cmd: job.__setitem__("seed", 9), "job (job.json records grpo-9 while run.json, index.csv and "
-                                                  "runs/grpo-42/ say grpo-42)"),
+    # job.json names another seed than the index and the directory: which record was edited?
+    (JOB_SEED_9, DISAGREE),
+    # ... and run.json too, alike, or failed: still which records were edited, the bundle cannot say
+    (_both(JOB_SEED_9, _json_edit("run/run.json", lambda r: r.__setitem__("seed", 9))), DISAGREE),
+    (_both(JOB_SEED_9, _json_edit("run/run.json", lambda r: r.__setitem__("status", "failed"))), DISAGREE),
     # the launcher's record of a process left behind: nothing carried re-checks it
-    (lambda job, cmd: job.__setitem__("cleanup", [{"ok": False, "what": "pid 4242"}]), "cleanup"),
-    # a command record the launcher never writes (its argv is a list)
-    (lambda job, cmd: cmd.__setitem__("argv", "python -m trainer"), "command"),
-], ids=["job-json-seed", "cleanup", "argv-not-a-list"])
-def test_a_rejection_resting_on_one_launcher_record_is_said_not_confirmed(sweep, capsys, edit, gate):
-    """A valid run hidden by editing one launcher record of it in the sweep (job.json's seed or cleanup list,
-    command.public.json's argv): the build rejects it, and the audit, which cannot tell the edited record from a
-    faithful one, says the rejection is not re-derived (audit --strict: a finding) instead of confirming it."""
-    job_dir = sweep / "jobs" / "grpo-42"
-    job, command = (json.loads((job_dir / name).read_text()) for name in ("job.json", "command.public.json"))
-    edit(job, command)
-    for name, record in (("job.json", job), ("command.public.json", command)):
-        (job_dir / name).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    (_json_edit("job.json", lambda r: r.__setitem__("cleanup", [{"ok": False, "what": "pid 4242"}])), "cleanup"),
+    # records the launcher never writes: an argv that is not a list, a job record that is not an object
+    (_json_edit("command.public.json", lambda r: r.__setitem__("argv", "python -m trainer")), "command"),
+    (_bytes_edit("job.json", lambda b: b"[]\n"), "job"),
+    # a record that does not parse (a byte appended, a byte-order mark, cut short): damaged or edited alike
+    (_bytes_edit("job.json", lambda b: b + b"x"), "job.json unreadable"),
+    (_bytes_edit("job.json", lambda b: b"\xef\xbb\xbf" + b), "job.json unreadable"),
+    (_bytes_edit("job.json", lambda b: b[: len(b) // 2]), "job.json unreadable"),
+    (_bytes_edit("job.json", lambda b: b.replace(b"{", b'{"x": 1e999, ', 1)), "job.json unreadable"),  # infinity
+    (_bytes_edit("job.json", lambda b: b.replace(b"{", b'{"x": ' + b"[" * 100_000 + b"]" * 100_000 + b", ", 1)),
+     "job.json unreadable"),  # nested past any parser's depth
+    (_bytes_edit("command.public.json", lambda b: b + b"x"), "command.public.json unreadable"),
+    (_bytes_edit("run/eval.json", lambda b: b + b"x"), "eval.json unreadable"),
+], ids=["job-json-seed", "job-and-run-json-seed", "job-seed-run-failed", "cleanup", "argv-not-a-list",
+        "job-json-a-list", "job-json-byte-appended", "job-json-bom", "job-json-cut", "job-json-1e999",
+        "job-json-nested-deep", "command-byte-appended",
+        "eval-json-byte-appended"])
+def test_a_rejection_resting_on_a_launcher_record_is_said_not_confirmed(sweep, capsys, edit, gate):
+    """A valid run hidden by editing its launcher records in the sweep (job.json's seed or cleanup list, a record
+    made malformed or unparsable, command.public.json's argv): the build rejects it, and the audit, which cannot
+    tell the edited record from a faithful one, says the rejection is not re-derived (audit --strict: a finding,
+    tested for the first case) instead of confirming it."""
+    edit(sweep / "jobs" / "grpo-42")
     bag = build_bundle(sweep, figures=False).bundle_dir
     index = {row.split(",")[0]: row for row in (bag / "data" / "index.csv").read_text().splitlines()}
     assert ",no," in index["grpo-42"], index["grpo-42"]  # the build's gate rejected it
@@ -486,24 +521,11 @@ def test_a_rejection_resting_on_one_launcher_record_is_said_not_confirmed(sweep,
     assert not [f for f in audit(bag, notes=notes) if "a valid run left out" in f.reason]
     (note,) = [n for n in notes if n.startswith("rejection: grpo-42 is rejected")]
     said = "on records that disagree" if "while" in gate else "on evidence the bundle does not carry or cannot re-check"
-    assert f"{said} ({gate}" in note and note.endswith("not re-derived, the rejection is as the build states it"), note
-    capsys.readouterr()
-    assert main(["audit", "--strict", str(bag)]) == 1
-    assert "rejection: grpo-42 is rejected" in capsys.readouterr().out
-
-
-def test_a_job_json_and_run_json_naming_another_seed_alike_confirm_the_rejection(sweep):
-    """Control: job.json and run.json both say another seed than the job's (a launcher that mixed up its jobs, or
-    both edited): the bundle shows the run is not the job's, and the rejection stands without a note."""
-    job_dir = sweep / "jobs" / "grpo-42"
-    for name in ("job.json", "run/run.json"):
-        record = json.loads((job_dir / name).read_text())
-        record["seed"] = 9
-        (job_dir / name).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-    bag = build_bundle(sweep, figures=False).bundle_dir
-    notes = []
-    assert not [f for f in audit(bag, notes=notes) if "grpo-42" in f.reason]
-    assert not [n for n in notes if n.startswith("rejection: grpo-42")], notes
+    assert said in note and gate in note and note.endswith("not re-derived, the rejection is as the build states it"), note
+    if edit is JOB_SEED_9:
+        capsys.readouterr()
+        assert main(["audit", "--strict", str(bag)]) == 1
+        assert "rejection: grpo-42 is rejected" in capsys.readouterr().out
 
 
 def test_a_run_rejected_for_its_evaluation_setting_is_not_called_a_valid_run_left_out(bundle_copy):

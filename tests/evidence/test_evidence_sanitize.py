@@ -389,3 +389,21 @@ def test_a_text_scanned_before_is_scanned_again_by_a_sanitiser_with_other_rules(
     assert again == found
     again.clear()  # a caller's list is its own
     assert Sanitizer(**rules).scan_document("runs/a/job.json", text) == found
+
+
+def test_a_sanitisers_rules_cannot_change_after_it_is_built():
+    """Its rules are compiled (and its scans remembered) from its fields: a secret or literal added afterwards
+    would be in no rule, so the fields are frozen; dataclasses.replace builds another sanitiser."""
+    import dataclasses
+
+    clean = Sanitizer(literals={"/srv/a": "<SWEEP_DIR>"}, users={"quinn"})
+    with pytest.raises(TypeError):
+        clean.secrets["hunter2-but-longer-42"] = "DB_PASSWORD"
+    with pytest.raises(TypeError):
+        clean.literals["10.1.2.3"] = "<RANK0_NODE_ADDR>"
+    with pytest.raises(AttributeError):
+        clean.users.add("robin")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        clean.secrets = {"hunter2-but-longer-42": "DB_PASSWORD"}
+    more = dataclasses.replace(clean, secrets={"hunter2-but-longer-42": "DB_PASSWORD"})
+    assert clean.scan("pw hunter2-but-longer-42") == [] and more.scan("pw hunter2-but-longer-42")
