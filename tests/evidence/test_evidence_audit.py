@@ -546,6 +546,23 @@ def _declare(bag: Path, job: str, edit_argv, in_list: bool) -> None:
             " ".join(edit_argv(ln.split())) if ln.startswith("[") and f"] {job}:" in ln else ln for ln in lines])
 
 
+@pytest.mark.parametrize("edit_argv, stated, listed", [
+    (lambda argv: [w.replace("seed=42", "seed=9") for w in argv], "['seed=9']", "['seed=42']"),
+    (lambda argv: [*argv, "workload.lr=3e-4"], "['workload.lr=3e-4']", "trainer"),
+    (lambda argv: [w.replace("trainer", "trainer.external") for w in argv], "trainer.external", "trainer"),
+], ids=["another-seed", "one-more-setting", "another-module"])
+def test_the_settings_a_command_states_are_one_story(bundle_copy, edit_argv, stated, listed):
+    """command.public.json edited alone to state another seed, one more setting or another module than the
+    job's commands.txt line is a finding naming what differs (the two records of one command; its paths are
+    placeholders each record sanitised on its own, and are not compared)."""
+    _declare(bundle_copy, "grpo-42", edit_argv, False)
+    reseal(bundle_copy)
+    found = audit_reasons(bundle_copy)
+    assert [f for f in found if f == f"data/runs/grpo-42/command.public.json: command.public.json runs {stated} "
+            f"where commands.txt runs {listed} for grpo-42: one command, two stories"], found
+    assert not [f for f in found if "two stories" in f and "grpo-42" not in f], found  # the other jobs agree
+
+
 def test_the_evaluation_a_command_declares_is_one_story(bundle_copy):
     """One record of the command edited to declare 24 prompts (command.public.json alone) is a finding naming
     both; a key set twice (which Hydra refuses) declares nothing."""
