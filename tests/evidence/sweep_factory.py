@@ -210,7 +210,10 @@ def write_job(sweep: Path, algo: str, seed: int, index: int, n_steps: int, arm: 
     })
     write_resources(job_dir, index)
     # the evaluation's 25 prompts are an override of the toy workload's 64, as a real command says it
-    argv = ["python", "-m", "trainer", f"algo={algo}", f"seed={seed}", "workload=toy", f"workload.eval.n_prompts={N_PROMPTS}"]
+    # the arm's other settings after algo and seed, as commands.txt states them (the launcher writes both alike)
+    settings = [f"{k}={v}" for k, v in (overrides or {}).items() if k != "algo"]
+    argv = ["python", "-m", "trainer", f"algo={algo}", f"seed={seed}", *settings, "workload=toy",
+            f"workload.eval.n_prompts={N_PROMPTS}"]
     write_json(job_dir / "command.json", {
         "argv": argv + [f"output_dir={job_dir.resolve() / 'run'}"],
         "env": {"TMPDIR": str((job_dir / "roots" / "tmp").resolve()), "PYTHONNOUSERSITE": "1"},
