@@ -91,6 +91,16 @@ def declared_overrides(words) -> tuple[dict[str, str], str | None]:
     return found, twice
 
 
+def command_settings(words) -> tuple[str | None, list[str]]:
+    """(the module a command runs with ``-m``, or None; its ``key=value`` words after it, sorted, but those naming a
+    placeholder: a path each record of the command sanitised on its own)."""
+    words = [str(w) for w in words]
+    for i, (flag, module) in enumerate(zip(words, words[1:])):
+        if flag == "-m":
+            return module, sorted(w for w in words[i + 2:] if "=" in w and "<" not in w)
+    return None, []
+
+
 @lru_cache(maxsize=16)
 def _workload_evaluation(text: str) -> tuple[tuple[str, object], ...]:
     """``(("test_path", ...), ("n_prompts", ...))`` a workload file's text states (parsed once per text: the
@@ -115,7 +125,7 @@ def declared_difference(source: SubsetSource, run_record: dict, argv, root: Path
     if isinstance(trainer, dict) and trainer.get("name") != PROOFGRID_TRAINER:
         return None, None  # another trainer's run (trainer.external records which): its job spec is not bundled
     words = [str(a) for a in argv] if isinstance(argv, list) else []
-    if not any(a == "-m" and b == "trainer" for a, b in zip(words, words[1:])):
+    if command_settings(words)[0] != "trainer":
         return ("run.json is proofgrid's trainer's (it names no other trainer), but its command does not run "
                 "python -m trainer: its evaluation is not declared"), None
     name = run_record.get("workload") if isinstance(run_record, dict) else None

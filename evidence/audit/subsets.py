@@ -12,7 +12,13 @@ from pathlib import Path
 from evidence.dataset import BundleData
 from evidence.fileio import JSONError, read_json
 from evidence.problems import Problem
-from evidence.subset_source import check_subset, declared_difference, declared_overrides, subset_source
+from evidence.subset_source import (
+    check_subset,
+    command_settings,
+    declared_difference,
+    declared_overrides,
+    subset_source,
+)
 from facts.bundle_layout import fits
 from facts.files import (
     BUNDLE_PAYLOAD,
@@ -54,23 +60,13 @@ def _commands_disagree(root: Path, job: str, argv) -> str | None:
     if stated != in_list:
         return (f"command.public.json's evaluation overrides {stated} are not {COMMANDS_FILE}'s {in_list} for "
                 f"{job}: one command, two stories")
-    stated, in_list = _module_settings(argv), _module_settings(listed)
+    stated, in_list = command_settings(argv), command_settings(listed)
     if stated != in_list:
         only_stated = sorted(set(stated[1]) - set(in_list[1])) or stated[0]
         only_listed = sorted(set(in_list[1]) - set(stated[1])) or in_list[0]
         return (f"command.public.json runs {only_stated} where {COMMANDS_FILE} runs {only_listed} for {job}: one "
                 "command, two stories")
     return None
-
-
-def _module_settings(words) -> tuple[str | None, list[str]]:
-    """(the module a command runs with ``-m``, its ``key=value`` words after it but those naming a placeholder: a
-    path each record sanitised on its own), the settings both records of one command state alike."""
-    words = [str(w) for w in words]
-    for i, (flag, module) in enumerate(zip(words, words[1:])):
-        if flag == "-m":
-            return module, sorted(w for w in words[i + 2:] if "=" in w and "<" not in w)
-    return None, []
 
 
 def _payload_subsets(root: Path, prefix: str, data: BundleData, problems: list[Problem],
