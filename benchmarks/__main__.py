@@ -20,7 +20,17 @@ from pathlib import Path
 
 import torch
 
-from facts.files import BUNDLE_ARCHIVE, BUNDLE_DIR, BUNDLE_PAYLOAD, INDEX_TABLE, JOB_RUN_DIR, METRICS_LOG
+from facts import checkpoint_name
+from facts.files import (
+    BUNDLE_ARCHIVE,
+    BUNDLE_DIR,
+    BUNDLE_PAYLOAD,
+    CHECKPOINTS_DIR,
+    INDEX_TABLE,
+    JOB_RUN_DIR,
+    METRICS_LOG,
+    WEIGHTS_FILE,
+)
 from facts.repo import REPO_ROOT
 
 REPO = REPO_ROOT
@@ -326,6 +336,13 @@ def bench_training() -> None:
           f"start-up and both evals: {total:.1f} s (target < 60 s) | rollout {tok:,.0f} response tok/s")
 
 
+def bench_sizing() -> None:
+    """The job-size estimate (launcher.sizing) against measured runs: benchmarks/sizing.py."""
+    from benchmarks.sizing import bench_sizing as run
+
+    run()
+
+
 def median(values: list[float]) -> float:
     ordered = sorted(values)
     mid = len(ordered) // 2
@@ -453,10 +470,78 @@ def bench_trl_harness(steps: int = 20) -> None:
           f"{median(step_s):.3f} s median (train/step_time)")
 
 
+def bench_engines() -> None:
+    """The rollout engines side by side: ``benchmarks.engines`` (vLLM's CPU build: the `vllm` extra)."""
+    from benchmarks.engines import bench_engines as run
+
+    run()
+
+
+LORA = "workload.lora={rank:8,alpha:16}"  # the toy's LoRA: rank 8 on every projection (docs/lora.md)
+
+
+def lora_run(lora: bool, steps: int, seed: int, tmp: Path) -> dict[str, float]:
+    """``python -m trainer algo=grpo`` on the toy with LoRA (at its learning rate, 1e-3) or full fine-tuning (the
+    toy's 1e-4), run for ``steps`` and for 1 step: the CPU seconds a step costs, ``(CPU(steps) - CPU(1)) / (steps -
+    1)`` over the whole process (start-up, imports and the two evaluations cancel; a core shared with other work
+    does not count its wait), the median wall s/step and tokens per step (``perf/step_s``, ``rollout/response_len``),
+    the longer run's peak resident memory, and what the trained weights cost: their count, AdamW's two moments and
+    the checkpoint (weights + optimizer state)."""
+    figures = {}
+    for n in (1, steps):
+        out = tmp / f"{'lora' if lora else 'full'}-{seed}-{n}"
+        settings = [LORA, "workload.lr=1e-3"] if lora else []
+        _, figures[n], peak_mib = _timed_child([sys.executable, "-m", "trainer", "algo=grpo", f"seed={seed}", *settings,
+                                                f"workload.n_updates={n}", f"workload.checkpoint_every={n}",
+                                                "workload.eval.n_prompts=4", f"output_dir={out}"])
+    metrics = [json.loads(line) for line in (out / METRICS_LOG).read_text().splitlines()][1:]  # warm steps
+    ckpt = out / CHECKPOINTS_DIR / checkpoint_name(steps)
+    moments = [t for state in torch.load(ckpt / "optimizer.pt", weights_only=False)["state"].values()
+               for k, t in state.items() if k in ("exp_avg", "exp_avg_sq")]
+    return {"cpu_s_per_step": (figures[steps] - figures[1]) / (steps - 1),
+            "s_per_step": median([m["perf/step_s"] for m in metrics]),
+            "tokens_per_step": median([m["rollout/response_len"] * 32 for m in metrics]),  # 4 prompts x 8 responses
+            "peak_mib": peak_mib, "trainable": sum(t.numel() for t in moments) / 2,
+            "moments_bytes": sum(t.numel() * t.element_size() for t in moments),
+            "checkpoint_bytes": sum(f.stat().st_size for f in ckpt.iterdir() if f.name in (WEIGHTS_FILE, "optimizer.pt"))}
+
+
+def bench_lora(steps: int = 20, pairs: int = 3) -> None:
+    """LoRA (``workload.lora``, rank 8 on every projection) against full fine-tuning on the toy step, in one run:
+    each side its own ``python -m trainer`` processes with the same seed, geometry and steps, alternating (full,
+    LoRA, LoRA, full, ...) so that drifting load hits both. Per side, medians over the pairs of ``lora_run``'s
+    figures: CPU s/step (the load-robust one), wall s/step, response tokens per step, peak resident memory, and the
+    trained weights' state. The toy's 0.3 M weights are a few MiB of a ~550 MiB process, so the peak memory barely
+    moves; the state columns are what scales with the model."""
+    results: dict[str, list[dict]] = {"full": [], "lora": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for pair in range(pairs):
+            for side in (("full", "lora") if pair % 2 == 0 else ("lora", "full")):
+                results[side].append(lora_run(side == "lora", steps, pair + 1, Path(tmp)))
+            full, lora = results["full"][-1], results["lora"][-1]
+            print(f"lora      pair {pair + 1} (load average {os.getloadavg()[0]:.1f}): full {full['cpu_s_per_step']:.3f} "
+                  f"CPU s/step {full['s_per_step']:.3f} wall | LoRA {lora['cpu_s_per_step']:.3f} CPU s/step "
+                  f"{lora['s_per_step']:.3f} wall", flush=True)
+    med = {side: {key: median([r[key] for r in runs]) for key in runs[0]} for side, runs in results.items()}
+    for side, label in (("full", "full fine-tuning"), ("lora", "LoRA rank 8    ")):
+        m = med[side]
+        print(f"lora      {label}: {m['cpu_s_per_step']:.3f} CPU s/step ({m['s_per_step']:.3f} wall, "
+              f"{m['tokens_per_step']:.0f} response tokens), peak {m['peak_mib']:.0f} MiB resident, "
+              f"{m['trainable']:,.0f} trained weights, AdamW moments {m['moments_bytes'] / 2**10:,.0f} KiB, "
+              f"checkpoint {m['checkpoint_bytes'] / 2**10:,.0f} KiB")
+    full, lora = med["full"], med["lora"]
+    print(f"lora      {pairs} pairs x {steps} steps, LoRA / full: CPU s/step "
+          f"{lora['cpu_s_per_step'] / full['cpu_s_per_step']:.2f}x, peak memory {lora['peak_mib'] / full['peak_mib']:.2f}x, "
+          f"trained weights {lora['trainable'] / full['trainable']:.3f}x, AdamW moments "
+          f"{lora['moments_bytes'] / full['moments_bytes']:.3f}x, checkpoint "
+          f"{lora['checkpoint_bytes'] / full['checkpoint_bytes']:.2f}x")
+
+
 BENCHMARKS = {"numerics": bench_numerics, "hashing": bench_hashing, "validation": bench_validation,
               "dry_run": bench_dry_run, "evidence": bench_evidence, "training": bench_training, "trl": bench_trl,
               "trl_harness": bench_trl_harness, "evidence_jobs": bench_evidence_jobs,
-              "slurm_array": bench_slurm_array}
+              "slurm_array": bench_slurm_array, "engines": bench_engines, "lora": bench_lora,
+              "sizing": bench_sizing}
 
 
 def main() -> int:

@@ -1,8 +1,12 @@
-"""The pure-Python wheels a GPU machine without network needs, fetched here and installed there.
+"""The wheels a GPU machine without network needs, fetched here and installed there.
 
 ``python -m benchmarks.device_wheels fill wheels/device`` (here, with network; ``make device-wheels``)
-builds or downloads one wheel per distribution in ``SHIPPED``, at the version this checkout's venv
-runs, into a git-ignored folder that travels with the tree. ``python -m benchmarks.device_wheels
+downloads one wheel per distribution in ``SHIPPED`` for the lent image's Python (``DEVICE_PYTHON``,
+x86_64 Linux), at the version this checkout's venv runs unless ``SHIPPED`` says otherwise, into a
+git-ignored folder that travels with the tree: a binary wheel for that Python (cp312, abi3) or a
+pure one (py3-none-any), built here from the source only where it is pure. ``make device-rehearsal``
+(scripts/device_rehearsal.sh) installs the folder into an emulation of the image
+(benchmarks/device_image.txt) as the GPU machine will. ``python -m benchmarks.device_wheels
 install wheels/device SITE`` (there, by scripts/device_check.sh) installs into ``SITE`` only the
 shipped wheels the image needs: a project dependency that is missing or whose installed version
 pyproject.toml refuses, and then whatever an installed wheel itself requires that the image cannot
@@ -16,30 +20,42 @@ import argparse
 import re
 import subprocess
 import sys
+import tempfile
 import zipfile
 from email.parser import Parser
 from importlib import metadata
 from pathlib import Path
 
 from packaging.requirements import Requirement
+from packaging.tags import compatible_tags, cpython_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from facts.repo import REPO_ROOT
 
 REPO = REPO_ROOT
-# Distribution -> version specifier for `fill` ("" = the version this venv runs). huggingface-hub
-# stays on 1.x: 2.x pulls in httpx2, which such images lack; transformers accepts both.
+# The lent image's interpreter and platform (benchmarks/device_image.txt lists its packages): every shipped
+# wheel must install there, whatever Python fills the folder.
+DEVICE_PYTHON = (3, 12)
+DEVICE_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
+                    "manylinux2014_x86_64", "manylinux1_x86_64", "linux_x86_64")
+# Distribution -> version specifier for `fill` ("" = the version this venv runs). The image has
+# huggingface-hub 1.33 and neither httpx2 nor kernels: transformers 5.25 requires huggingface-hub >= 2.4
+# (which pulls in httpx2) and kernels, so the newest transformers that runs on the image's hub is
+# shipped (5.24; the rehearsal trains on it), and huggingface-hub stays on 1.x for images with an older one.
 SHIPPED = {
     "hydra-core": "", "omegaconf": "", "antlr4-python3-runtime": "", "submitit": "", "cloudpickle": "",
-    "bagit": "", "transformers": "", "huggingface-hub": ">=1.31,<2", "click": "",
+    "bagit": "", "transformers": ">=5.20,<5.25", "huggingface-hub": ">=1.31,<2", "click": "",
     # the evidence's secret rule set and what it needs (pure Python)
     "detect-secrets": "", "requests": "", "charset-normalizer": "", "idna": "", "urllib3": "", "certifi": "",
     # the bundle's RO-Crate and what it needs beyond the above and what torch brings (jinja2)
     "rocrate": "", "arcp": "", "python-dateutil": "", "tzdata": "",
-    # the job runtime's resource samples: psutil's one compiled wheel is abi3 (any CPython >= 3.6 on the
-    # same platform as this machine's, x86_64 Linux like the lent GPU machine)
+    # the job runtime's resource samples (psutil's wheel is abi3: any CPython >= 3.6 on x86_64 Linux)
     "psutil": "",
+    # workload.lora's adapters (peft) and what peft needs beyond the above and what torch brings (accelerate)
+    "peft": "", "accelerate": "",
+    # the math_boxed reward's checker (math-verify) and its LaTeX parser (pure Python; sympy comes with torch)
+    "math-verify": "", "latex2sympy2-extended": "",
 }
 # Ray: not on the GPU path; torch: the image's CUDA build stays; the signing library: a device trains and
 # seals, it never signs or verifies (the audit loads it only for a signed bundle or a given key).
@@ -66,10 +82,12 @@ def wheel_requirements(wheel: Path) -> list[Requirement]:
 
 
 def installed_versions() -> dict[str, Version]:
+    """Each distribution's version as an import finds it: the first on ``sys.path`` (a shipped wheel in
+    the site that PYTHONPATH puts first wins over the image's older copy, which comes later)."""
     out = {}
     for dist in metadata.distributions():
         try:
-            out[canonicalize_name(dist.metadata["Name"])] = Version(dist.version)
+            out.setdefault(canonicalize_name(dist.metadata["Name"]), Version(dist.version))
         except (TypeError, ValueError):  # a broken or nameless record
             continue
     return out
@@ -111,23 +129,54 @@ def plan_installs(wheels: list[Path], installed: dict[str, Version],
     return sorted(chosen.values()), problems, notes
 
 
+def device_tags(python: tuple[int, int] = DEVICE_PYTHON, platforms=DEVICE_PLATFORMS) -> frozenset:
+    """The wheel tags the image's CPython installs (its own ABI, abi3, none; pure wheels)."""
+    abi = f"cp{python[0]}{python[1]}"
+    return frozenset([*cpython_tags(python, [abi], platforms), *compatible_tags(python, abi, platforms)])
+
+
+def installs_on_device(wheel_name: str, tags: frozenset | None = None) -> bool:
+    return bool(parse_wheel_filename(wheel_name)[3] & (device_tags() if tags is None else tags))
+
+
+def shipped_specs() -> list[str]:
+    return [f"{name}{pin}" if pin else f"{name}=={metadata.version(name)}" for name, pin in SHIPPED.items()]
+
+
 def fill(dest: Path) -> int:
-    """Build or download the shipped wheels (``pip wheel --no-deps``) at this venv's versions."""
-    dest.mkdir(parents=True, exist_ok=True)
-    specs = []
-    for name, pin in SHIPPED.items():
-        specs.append(f"{name}{pin}" if pin else f"{name}=={metadata.version(name)}")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "-q",
-                    "--wheel-dir", str(dest), *specs], check=True)
-    wheels = sorted(dest.glob("*.whl"))
-    total = sum(w.stat().st_size for w in wheels)
-    for w in wheels:
+    """Download the shipped wheels for the image's Python and platform (``pip download --no-deps``); a
+    distribution published only as source is built here, and kept only if its wheel is pure. The folder's
+    earlier wheels are replaced, so a wheel of another version or Python cannot linger beside the new one."""
+    py = f"{DEVICE_PYTHON[0]}.{DEVICE_PYTHON[1]}"
+    with tempfile.TemporaryDirectory() as tmp:
+        got = Path(tmp) / "got"
+        pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+        subprocess.run([*pip, "download", "--no-deps", "--python-version", py, "--implementation", "cp",
+                        "--abi", f"cp{py.replace('.', '')}", *(f"--platform={p}" for p in DEVICE_PLATFORMS),
+                        "--dest", str(got), *shipped_specs()], check=True)
+        sources = [p for p in got.iterdir() if not p.name.endswith(".whl")]
+        if sources:
+            subprocess.run([*pip, "wheel", "--no-deps", "--wheel-dir", str(got), *map(str, sources)], check=True)
+        wheels = sorted(got.glob("*.whl"))
+        foreign = [w.name for w in wheels if not installs_on_device(w.name)]
+        if foreign:
+            print(f"device_wheels: error: {', '.join(foreign)} cannot install on the image's Python {py} "
+                  "(x86_64 Linux); pin a version published as a cp312, abi3 or pure wheel in SHIPPED",
+                  file=sys.stderr)
+            return 1
+        total = sum(w.stat().st_size for w in wheels)
+        if total > MAX_TOTAL_BYTES:
+            print(f"device_wheels: error: {total / 2**20:.1f} MiB is over the {MAX_TOTAL_BYTES >> 20} MiB "
+                  "allowance for wheels; ship fewer or smaller ones", file=sys.stderr)
+            return 1
+        dest.mkdir(parents=True, exist_ok=True)
+        for old in dest.glob("*.whl"):
+            old.unlink()
+        for w in wheels:
+            w.rename(dest / w.name)
+    for w in sorted(dest.glob("*.whl")):
         print(f"{w.stat().st_size / 2**20:6.2f} MiB  {w.name}")
-    print(f"{total / 2**20:6.2f} MiB  in {len(wheels)} wheels ({dest})")
-    if total > MAX_TOTAL_BYTES:
-        print(f"device_wheels: error: {total / 2**20:.1f} MiB is over the {MAX_TOTAL_BYTES >> 20} MiB "
-              "allowance for wheels; ship fewer or smaller ones", file=sys.stderr)
-        return 1
+    print(f"{total / 2**20:6.2f} MiB  in {len(wheels)} wheels for CPython {py} ({dest})")
     return 0
 
 

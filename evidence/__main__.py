@@ -31,12 +31,18 @@ def _parser(prog: str = "python -m evidence") -> argparse.ArgumentParser:
     build.add_argument("sweep_dir", type=Path)
     build.add_argument("--last-k", type=int, default=10, help="last-K window of the stability table (default 10)")
     build.add_argument("--no-figures", action="store_true", help="skip the SVG figures")
+    build.add_argument("--reward", action="append", default=[], metavar="MODULE:FUNCTION",
+                       help="re-score the runs whose reward is this function of yours (its source must have the "
+                            "SHA256 the runs recorded); repeatable")
     audit = sub.add_parser("audit", help="audit a bundle directory or its .tar.gz")
     audit.add_argument("path", type=Path)
     audit.add_argument("--public-key", type=Path, metavar="FILE",
                        help="verify the archive's signature (<archive>.intoto.jsonl) with this public key")
     audit.add_argument("--strict", action="store_true",
                        help="count what the audit could not re-derive (its notes) as findings")
+    audit.add_argument("--reward", action="append", default=[], metavar="MODULE:FUNCTION",
+                       help="re-score the runs whose reward is this user's function (imported here, never from the "
+                            "bundle; its source must have the SHA256 the runs recorded); repeatable")
     sign = sub.add_parser("sign", help="sign a bundle archive: <archive>.intoto.jsonl beside it (DSSE, in-toto)")
     sign.add_argument("archive", type=Path, nargs="?", help="the bundle.tar.gz to sign")
     sign.add_argument("--key", type=Path, metavar="FILE", help="the private key (PEM PKCS#8 or OpenSSH, unencrypted)")
@@ -62,17 +68,25 @@ def _parser(prog: str = "python -m evidence") -> argparse.ArgumentParser:
     export.add_argument("--to", required=True, choices=("wandb", "mlflow"), help="the tracking tool")
     export.add_argument("--out", type=Path, help="output directory (default: <sweep>/exports/<tool>, beside a bundle)")
     export.add_argument("--project", help="W&B project (default proofgrid) or MLflow experiment (default: the sweep's name)")
+    export.add_argument("--force", action="store_true", help="export a bundle whose audit has findings")
     return parser
 
 
 # The command's name in its error lines: ``python -m evidence``, or ``proofgrid`` when its console command runs it.
-_prog = ["python -m evidence"]
+PROG = "python -m evidence"
+_prog = [PROG]
+
+
+def as_typed(message: str) -> str:
+    """``message`` with the commands it names (``python -m evidence audit ...``) as the user's own command line
+    spells them: ``proofgrid audit ...`` when the ``proofgrid`` console command runs this one."""
+    return message if _prog[0] == PROG else message.replace(f"{PROG} ", f"{_prog[0]} ")
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> int:
     from evidence.problems import printable
 
-    print(f"{_prog[0]}: error: {printable(message)}", file=sys.stderr)
+    print(f"{_prog[0]}: error: {printable(as_typed(message))}", file=sys.stderr)
     return code
 
 
@@ -82,6 +96,7 @@ def _build(args) -> int:
 
     from evidence.bundle import build_bundle
     from evidence.problems import IncidentsFileError, LeakError, SweepError, VerdictError
+    from evidence.sanitize import payload_note
     from facts.locks import LockHeld, LockPathError
 
     if args.last_k < 1:
@@ -89,8 +104,13 @@ def _build(args) -> int:
     if not any(sweep_jobs_dir(args.sweep_dir).glob(job_files_glob(JOB_RECORD))):  # 0/N sealed as if it were a result
         return _fail(f"nothing ran in {args.sweep_dir}: no job under {JOBS_DIR}/ has a job.json (a dry run only "
                      "plans); run the sweep (or wait for its jobs to start), then build")
+    from evidence.rewards import RewardError, reviewer_rewards
+
     try:
-        result = build_bundle(args.sweep_dir, last_k=args.last_k, figures=not args.no_figures)
+        with reviewer_rewards(args.reward):
+            result = build_bundle(args.sweep_dir, last_k=args.last_k, figures=not args.no_figures)
+    except RewardError as exc:
+        return _fail(str(exc))
     except LockHeld as exc:  # another writer of the sweep's evidence (a launcher sealing it, another build)
         return _fail(str(exc), EXIT_FINDINGS)
     except LockPathError as exc:  # its .launcher.lock is a symlink, a directory or not ours to open: the launcher's line
@@ -110,24 +130,34 @@ def _build(args) -> int:
                       f"{row['steps_accepted']}/{row['steps_expected']}", row["accepted"], row["reason"] or "")
     console.print(table)
     console.print(f"accepted {result.accepted}/{len(result.jobs)} jobs, {len(result.incidents)} incident(s)")
+    for note in result.notes:  # what only looks like a leak in a model's response: sealed as written, said here
+        print(f"note: {payload_note(note)}")
     console.print(f"bundle:  {result.bundle_dir}\narchive: {result.archive}\nsha256:  {result.archive_sha256}")
-    return EXIT_OK
+    for problem in result.plan_problems:  # the sweep's plan against its jobs: the audit names each too
+        print(f"plan: {problem}")
+    return EXIT_FINDINGS if result.plan_problems else EXIT_OK
 
 
 def _audit(args) -> int:
     from evidence.audit import audit
+    from evidence.audit.locate import is_sweep, sweep_bundle
     from evidence.audit.signature import signature_status
     from evidence.problems import SigningError, UsageError
+    from evidence.rewards import RewardError, reviewer_rewards
 
+    if is_sweep(args.path) and (sealed := sweep_bundle(args.path)) is not None:
+        print(f"auditing {sealed}, the bundle of the sweep {args.path}")  # what a sweep's audit means
+        args.path = sealed
     try:
         notes: list[str] = []
-        findings = audit(args.path, public_key=args.public_key, notes=notes)
+        with reviewer_rewards(args.reward):
+            findings = audit(args.path, public_key=args.public_key, notes=notes)
         key = None
         if args.public_key is not None:
             from evidence.signing import load_public_key  # the signing library: only when a key is given
 
             key = load_public_key(args.public_key)
-    except (UsageError, SigningError) as exc:
+    except (UsageError, SigningError, RewardError) as exc:
         return _fail(str(exc))
     print(signature_status(args.path, key, findings))  # first: the findings and their count stay the last lines
     for note in notes:  # what the audit could not check, said as such
@@ -271,12 +301,15 @@ def _export(args) -> int:
     from evidence.tracking import export
 
     try:
-        result = export(args.path, args.to, args.out, args.project)
+        result = export(args.path, args.to, args.out, args.project, force=args.force)
     except (ExportError, LoadError) as exc:
         return _fail(str(exc))
     what = "W&B offline runs" if result.tool == "wandb" else "runs in an MLflow file store"
     print(f"exported {len(result.runs)} {what} ({len(result.arms)} arm(s): {', '.join(result.arms)}) to {result.out}")
     print(f"take them later: {result.take_later}")
+    if result.audit_findings:
+        print(f"exported with --force although its audit has {len(result.audit_findings)} finding(s), first: "
+              f"{result.audit_findings[0]}")
     return EXIT_OK
 
 

@@ -24,6 +24,7 @@ from typing import NamedTuple
 from evidence.evaluations import RESPONSES_MISSING, read_subset, rescored_problems, statistics_problems
 from evidence.fileio import JSONError, parse_json, read_json, read_with_sha256, sha256_file
 from evidence.problems import Problem
+from evidence.rewards import rescoring
 from evidence.subset_source import check_subset, declared_difference, subset_source
 from facts import (
     EVAL_RECORD,
@@ -62,6 +63,7 @@ from facts.files import (
     run_relpath,
     unfollowed_paths,
 )
+from facts.task import TASK_FIELD, Task
 
 EVAL_KINDS = ("initial", "final")
 EVAL_NUMBER_KEYS = ("pass@1", "truncation", "mean_length", "mean_reward")
@@ -387,7 +389,9 @@ def shared_control_problems(record, run_summary) -> list[str]:
             "engine": (identity["engine"], workload["engine"]), "dtype": (identity["dtype"], workload["dtype"]),
             "device": (identity["device"], str(workload["device"]).split(":")[0]),
             "library versions": (identity["versions"], run_summary["versions"]),
-            "source commit": (identity["source_commit"], run_summary["source_commit"])}
+            "source commit": (identity["source_commit"], run_summary["source_commit"]),
+            # the prompt and reward: an identity states them unless they are the embedded default's
+            "task": (identity.get(TASK_FIELD), None if Task.of(workload).is_default() else run_summary.get(TASK_FIELD))}
     except (KeyError, TypeError, AttributeError):
         if not isinstance(record, dict) or not isinstance(record.get("identity"), dict):
             return []  # an unreadable record is read_shared_evaluation's finding
@@ -547,9 +551,11 @@ def rescore_run(run_dir: Path, summary: dict, sweep_dir: Path | None, shared_che
     if rederived:
         return rederived
     problems = []
+    own = rescoring(run_summary, run_relpath(RUN_RECORD)).scorer  # None: a user's reward the reviewer did not pass
     for kind in EVAL_KINDS:
         entry = summary[kind]
         shared_dir = shared_initial_dir(entry) if kind == "initial" else None
+        scorer = own
         if shared_dir is None:
             name = run_relpath(EVAL_RESPONSES_DIR, eval_responses_name(kind))
             path, summary_file = run_dir / EVAL_RESPONSES_DIR / eval_responses_name(kind), run_relpath(EVAL_RECORD)
@@ -567,8 +573,12 @@ def rescore_run(run_dir: Path, summary: dict, sweep_dir: Path | None, shared_che
             shared = shared_checks.get(sweep_dir / shared_dir / EVAL_RECORD)
             if shared is not None and shared.summary is not None:
                 stated = shared.summary
+            record = shared.record if shared is not None else None
+            scorer = rescoring(record.get("identity") if isinstance(record, dict) else None, name).scorer
+        if scorer is None:
+            continue  # not re-derived without the reviewer's function (evidence.rewards): the audit says so
         try:
-            found = rescored_problems(stated, path.read_bytes(), labels, name, summary_file, kind)
+            found = rescored_problems(stated, path.read_bytes(), labels, name, summary_file, kind, scorer)
         except OSError:
             found = [Problem(name, RESPONSES_MISSING)]
         if cached is not None:

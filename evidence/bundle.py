@@ -45,7 +45,7 @@ from evidence.dataset import (
     write_csv,
 )
 from evidence.figures import render_figures
-from evidence.fileio import JSONError, dumps_json, environment, read_json, sha256_file, write_text
+from evidence.fileio import JSONError, dumps_json, environment, parse_json, read_json, sha256_file, write_text
 from evidence.incidents import (
     ATTEMPTS_DIR,
     INCIDENT_COLUMNS,
@@ -55,7 +55,10 @@ from evidence.incidents import (
     load_user_incidents,
 )
 from evidence.index import INDEX_COLUMNS, JobEvidence, evaluate_sweep, index_row
+from evidence.judged import JUDGED_COLUMNS, JobFiles, refuse_changed
 from evidence.layout import unexpected_files
+from evidence.plan import sweep_plan_problems
+from evidence.png import document_text
 from evidence.problems import IncidentsFileError, LeakError, Problem, SweepError
 from evidence.ranks import (
     RENDEZVOUS_ADDRESS_PLACEHOLDER,
@@ -64,7 +67,7 @@ from evidence.ranks import (
     placement_hosts,
 )
 from evidence.report import render_report
-from evidence.sanitize import Sanitizer, strip_abs_keys
+from evidence.sanitize import Sanitizer, payload_findings, payload_note, strip_abs_keys
 from evidence.stats import CI_LEVEL, DEFAULT_LAST_K
 from evidence.sweep import job_name, read_sweep
 from evidence.tables import compute_tables
@@ -91,6 +94,7 @@ from facts.files import (
     CERTIFY_DIR,
     COMMAND_PUBLIC_RECORD,
     COMMANDS_FILE,
+    DATA_LEDGER,
     EVAL_RESPONSES_DIR,
     EVAL_SUBSET,
     EVAL_TABLE,
@@ -100,7 +104,9 @@ from facts.files import (
     INITIAL_EVAL_COMPUTED,
     JOB_LOGS,
     JOB_RECORD,
+    JUDGED_TABLE,
     LOGS_DIR,
+    MACHINE_NAMES,
     REPORT_FILE,
     RESOURCE_SAMPLES,
     STEPS_TABLE,
@@ -137,6 +143,8 @@ class BuildResult:
     archive_sha256: str
     jobs: list[dict] = field(default_factory=list)  # index rows
     incidents: list[Incident] = field(default_factory=list)
+    plan_problems: list[Problem] = field(default_factory=list)  # the sweep's plan against its jobs (evidence.plan)
+    notes: list[Problem] = field(default_factory=list)  # the leak scan's notes: sealed as written, said here
 
     @property
     def accepted(self) -> int:
@@ -147,9 +155,28 @@ class BuildResult:
         rejected = [f"{row['job']} ({row['reason']})" for row in self.jobs if row["accepted"] != "yes"]
         lines = [f"evidence: {self.accepted}/{len(self.jobs)} jobs accepted, {len(self.incidents)} incident(s)"]
         lines += [f"  rejected {entry}" for entry in rejected]
+        lines += [f"  plan: {problem}" for problem in self.plan_problems]
+        lines += [f"  note: {payload_note(note)}" for note in self.notes]
         lines += [f"  report:  {bundle_payload_dir(self.bundle_dir) / REPORT_FILE}",
                   f"  archive: {self.archive}", f"  sha256:  {self.archive_sha256}"]
         return "\n".join(lines)
+
+
+def recorded_machine_names(sweep_dir: Path) -> tuple[set[str], set[str]]:
+    """The user and host names the sweep's job runtimes recorded (``facts.machine``): each job's and each further
+    rank's ``MACHINE_NAMES`` (a file that is not a plain JSON record of name lists, or a link, adds nothing)."""
+    users: set[str] = set()
+    hosts: set[str] = set()
+    for job_dir in recorded_job_dirs(sweep_dir):
+        for path in [job_dir / MACHINE_NAMES, *sorted((job_dir / RANKS_DIR).glob(f"rank*/{MACHINE_NAMES}"))]:
+            if path.is_symlink() or not path.is_file():
+                continue
+            with contextlib.suppress(JSONError):
+                record = read_json(path)
+                if isinstance(record, dict):
+                    users |= {u for u in record.get("users") or () if isinstance(u, str)}
+                    hosts |= {h for h in record.get("hosts") or () if isinstance(h, str)}
+    return users, hosts
 
 
 def _sanitizer(sweep_dir: Path, evidences: list[JobEvidence], certified: dict[str, dict] | None = None) -> Sanitizer:
@@ -167,7 +194,8 @@ def _sanitizer(sweep_dir: Path, evidences: list[JobEvidence], certified: dict[st
                 hosts.append(str(node))
     hosts += [h for e in evidences for h in placement_hosts(e.job_record)]  # every node of a job of several
     literals.update({a: RENDEZVOUS_ADDRESS_PLACEHOLDER for e in evidences for a in placement_addresses(e.job_record)})
-    return Sanitizer.from_environment(literals=literals, hosts=hosts)
+    users, recorded_hosts = recorded_machine_names(sweep_dir)  # a build off the cluster knows them only so
+    return Sanitizer.from_environment(literals=literals, hosts=[*hosts, *recorded_hosts], users=users)
 
 
 def _unlinked(root: Path | None, path: Path) -> bool:
@@ -177,24 +205,50 @@ def _unlinked(root: Path | None, path: Path) -> bool:
     return root is None or linked_part(root, path.relative_to(root).as_posix(), ()) is None
 
 
-def _copy_json(src: Path, dst: Path, clean: Sanitizer, edit=None, root: Path | None = None) -> None:
+def _read(src: Path, root: Path | JobFiles | None) -> tuple[JobFiles | None, bytes | None]:
+    """``src``'s bytes (None when it is missing or not a regular file); with ``root`` (its job directory, or the job's
+    ``JobFiles``) never through a link (``_unlinked``), and a judged job's bytes held to their decision digest."""
+    files = JobFiles(Path(root)) if isinstance(root, (str, Path)) else root
+    if files is not None:
+        return files, files.read(src)
+    return None, src.read_bytes() if src.is_file() else None
+
+
+def _copy_bytes(src: Path, dst: Path, root: Path | JobFiles | None = None) -> None:
+    """Copy a file byte for byte (a run's responses, the evaluations it computed)."""
+    files, data = _read(src, root)
+    if data is not None:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_bytes(data)
+        if files is not None:
+            files.copied(src, data, dst, data)
+
+
+def _copy_json(src: Path, dst: Path, clean: Sanitizer, edit=None, root: Path | JobFiles | None = None) -> None:
     """Copy a JSON file path-free: ``*_abs`` keys dropped, then sanitised; unparsable files as sanitised text.
     With ``root`` (its job directory), never through a link (``_unlinked``)."""
-    if not _unlinked(root, src):
+    files, data = _read(src, root)
+    if data is None:
         return
     try:
-        value = strip_abs_keys(read_json(src))
+        value = strip_abs_keys(parse_json(data))
         if edit is not None:
             value = edit(value)
-        write_text(dst, dumps_json(clean.clean_json(value)))
+        text = dumps_json(clean.clean_json(value))
     except JSONError:
-        if src.is_file():
-            write_text(dst, clean.clean(src.read_bytes().decode("utf-8", errors="replace")))
+        text = clean.clean(data.decode("utf-8", errors="replace"))
+    write_text(dst, text)
+    if files is not None:
+        files.copied(src, data, dst, text.encode("utf-8"))
 
 
-def _copy_text(src: Path, dst: Path, clean: Sanitizer, root: Path | None = None) -> None:
-    if src.is_file() and _unlinked(root, src):
-        write_text(dst, clean.clean(src.read_bytes().decode("utf-8", errors="replace")))
+def _copy_text(src: Path, dst: Path, clean: Sanitizer, root: Path | JobFiles | None = None) -> None:
+    files, data = _read(src, root)
+    if data is not None:
+        text = clean.clean(data.decode("utf-8", errors="replace"))
+        write_text(dst, text)
+        if files is not None:
+            files.copied(src, data, dst, text.encode("utf-8"))
 
 
 def _hide_node(record):
@@ -203,50 +257,50 @@ def _hide_node(record):
     return record
 
 
-def _write_run_files(evidence: JobEvidence, job_dir: Path, out: Path, clean: Sanitizer) -> None:
-    """data/runs/<job>/: metrics log, eval and run summaries, path-free command, job record, logs."""
+def _write_run_files(evidence: JobEvidence, job_dir: Path, out: Path, clean: Sanitizer, files: JobFiles) -> None:
+    """data/runs/<job>/: metrics log, eval and run summaries, path-free command, job record, logs; each read through
+    ``files`` (the job's, with its decision digests)."""
     run_dir = run_dir_of_job(job_dir)
-    _copy_text(run_dir / METRICS_LOG, out / METRICS_LOG, clean, job_dir)
-    _copy_json(run_dir / EVAL_RECORD, out / EVAL_RECORD, clean, root=job_dir)
-    _copy_json(run_dir / RUN_RECORD, out / RUN_RECORD, clean, root=job_dir)
-    _copy_json(job_dir / COMMAND_PUBLIC_RECORD, out / COMMAND_PUBLIC_RECORD, clean, root=job_dir)
-    _copy_json(job_dir / JOB_RECORD, out / JOB_RECORD, clean, edit=_hide_node, root=job_dir)
-    _copy_text(job_dir / RESOURCE_SAMPLES, out / RESOURCE_SAMPLES, clean, job_dir)  # the runtime's resource samples
-    _copy_computed(job_dir, out)
-    _copy_responses(evidence, job_dir, out)
+    _copy_text(run_dir / METRICS_LOG, out / METRICS_LOG, clean, files)
+    _copy_json(run_dir / EVAL_RECORD, out / EVAL_RECORD, clean, root=files)
+    _copy_json(run_dir / RUN_RECORD, out / RUN_RECORD, clean, root=files)
+    _copy_json(job_dir / COMMAND_PUBLIC_RECORD, out / COMMAND_PUBLIC_RECORD, clean, root=files)
+    _copy_json(job_dir / JOB_RECORD, out / JOB_RECORD, clean, edit=_hide_node, root=files)
+    _copy_text(job_dir / RESOURCE_SAMPLES, out / RESOURCE_SAMPLES, clean, files)  # the runtime's resource samples
+    _copy_computed(job_dir, out, files)
+    _copy_responses(evidence, job_dir, out, files)
     for attempt in sorted((job_dir / ATTEMPTS_DIR).glob("*")):  # the job's earlier attempts
         if not fits("attempt", attempt.name):  # the launcher numbers them: nothing else is one
             continue
         _copy_json(attempt / JOB_RECORD, out / ATTEMPTS_DIR / attempt.name / JOB_RECORD, clean, edit=_hide_node,
-                   root=job_dir)
+                   root=files)
         attempt_eval = run_dir_of_job(attempt) / EVAL_RECORD  # the shared evaluation it read (readers_agree)
         if attempt_eval.is_file():
-            _copy_json(attempt_eval, out / ATTEMPTS_DIR / attempt.name / EVAL_RECORD, clean, root=job_dir)
-    _copy_logs(job_dir, job_dir, out / LOGS_DIR, clean)  # the job's logs beside job.json (facts.files.JOB_LOGS)
+            _copy_json(attempt_eval, out / ATTEMPTS_DIR / attempt.name / EVAL_RECORD, clean, root=files)
+    _copy_logs(files, job_dir, out / LOGS_DIR, clean)  # the job's logs beside job.json (facts.files.JOB_LOGS)
     # A run of several ranks: each rank's step record, and the logs of the other ranks' runtimes.
     for rank_log in sorted((run_dir / RANKS_DIR).glob("rank*.jsonl")):
         if fits("rank", rank_log.stem):
-            _copy_text(rank_log, out / RANKS_DIR / rank_log.name, clean, job_dir)
+            _copy_text(rank_log, out / RANKS_DIR / rank_log.name, clean, files)
     for rank_dir in sorted((job_dir / RANKS_DIR).glob("rank*")):
         if rank_dir.is_dir() and fits("rank", rank_dir.name):
-            _copy_logs(job_dir, rank_dir, out / LOGS_DIR / rank_dir.name, clean)
+            _copy_logs(files, rank_dir, out / LOGS_DIR / rank_dir.name, clean)
 
 
-def _copy_computed(job_dir: Path, out: Path) -> None:
-    """The shared initial evaluations the run records having computed (``INITIAL_EVAL_COMPUTED``), byte for byte:
-    relative paths and digests, what the audit holds each shared evaluation to."""
-    source = run_dir_of_job(job_dir) / INITIAL_EVAL_COMPUTED
-    if source.is_file() and _unlinked(job_dir, source):
-        out.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, out / INITIAL_EVAL_COMPUTED)
+def _copy_computed(job_dir: Path, out: Path, root: Path | JobFiles | None = None) -> None:
+    """The run's records of digests, byte for byte: the shared initial evaluations it records having computed
+    (``INITIAL_EVAL_COMPUTED``: relative paths and digests, what the audit holds each shared evaluation to) and its
+    data ledger (``DATA_LEDGER``: the rows each step consumed, chained, which the audit re-checks)."""
+    for name in (INITIAL_EVAL_COMPUTED, DATA_LEDGER):
+        _copy_bytes(run_dir_of_job(job_dir) / name, out / name, root or job_dir)
 
 
-def _copy_logs(job_dir: Path, record_dir: Path, out: Path, clean: Sanitizer) -> None:
+def _copy_logs(root: Path | JobFiles, record_dir: Path, out: Path, clean: Sanitizer) -> None:
     """The logs a job (or a further rank's runtime) keeps in ``record_dir``, the only ones the bundle's layout
     has (``JOB_LOGS``: the trainer's, the runtime's with the scheduler's output, Ray's), sanitised into ``out``;
-    never through a link inside ``job_dir``."""
+    never through a link inside the job directory ``root``."""
     for name in JOB_LOGS:
-        _copy_text(record_dir / name, out / name, clean, job_dir)
+        _copy_text(record_dir / name, out / name, clean, root)
 
 
 def _write_payload(sweep, evidences: list[JobEvidence], incidents: list[Incident], stage: Path,
@@ -274,10 +328,15 @@ def _write_payload(sweep, evidences: list[JobEvidence], incidents: list[Incident
     _copy_eval_subsets(sweep.dir, evidences, stage)
     for name in (INCIDENTS_FILE, COMMANDS_FILE):
         _copy_text(sweep.dir / name, stage / name, clean)
+    changed, judged = [], []  # what was judged is what is sealed (evidence.judged)
     for evidence in evidences:
         job_dir = sweep_job_dir(sweep.dir, evidence.job)
         if evidence.present and job_dir.is_dir() and _unlinked(sweep.dir, job_dir):  # never a linked job directory
-            _write_run_files(evidence, job_dir, stage / BUNDLE_RUNS_DIR / evidence.job, clean)
+            out = stage / BUNDLE_RUNS_DIR / evidence.job
+            files = JobFiles(job_dir, evidence.job, evidence.judged, changed, judged, out)
+            _write_run_files(evidence, job_dir, out, clean, files)
+    refuse_changed(changed)
+    write_csv(stage / JUDGED_TABLE, JUDGED_COLUMNS, clean.clean_rows(judged))
     if certified_jobs(sweep.record):
         _write_certify_files(sweep, stage, clean)
 
@@ -325,16 +384,14 @@ def _certify(sweep, evidences: list[JobEvidence], user, stage: Path, clean: Sani
     return incidents
 
 
-def _copy_responses(evidence: JobEvidence, job_dir: Path, out: Path) -> None:
+def _copy_responses(evidence: JobEvidence, job_dir: Path, out: Path, files: JobFiles) -> None:
     """runs/<job>/eval/<kind>.jsonl: the run's evaluated responses, byte for byte (the audit re-scores them; the
     leak scan still reads them before sealing); an initial one only when the run evaluated it itself."""
     for kind in EVAL_KINDS:
         entry = (evidence.eval_summary or {}).get(kind)
         source = run_dir_of_job(job_dir) / EVAL_RESPONSES_DIR / eval_responses_name(kind)
-        if isinstance(entry, dict) and shared_initial_dir(entry) is None and source.is_file() \
-                and _unlinked(job_dir, source):
-            (out / EVAL_RESPONSES_DIR).mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, out / EVAL_RESPONSES_DIR / source.name)
+        if isinstance(entry, dict) and shared_initial_dir(entry) is None:
+            _copy_bytes(source, out / EVAL_RESPONSES_DIR / source.name, files)
 
 
 def _copy_eval_subsets(sweep_dir: Path, evidences: list[JobEvidence], stage: Path) -> None:
@@ -402,25 +459,31 @@ def make_bag(stage: Path, bag_info: dict[str, str]) -> None:
     _write_tagmanifest(stage)
 
 
-def leak_scan(root: Path, clean: Sanitizer) -> list[Problem]:
-    """Every leak in every file under ``root`` (and in the file names), named by its relative path."""
-    leaks = []
+def leak_scan(root: Path, clean: Sanitizer) -> tuple[list[Problem], list[Problem]]:
+    """``(leaks, notes)``: every leak in every file under ``root`` (and in the file names), named by its relative
+    path; what a model's response or a dataset's text holds that only looks like one is a note
+    (``evidence.sanitize.payload_findings``)."""
+    leaks, notes = [], []
     paths = sorted(root.rglob("*"))
     rels = [path.relative_to(root).as_posix() for path in paths]
     for path, rel, name_leaks in zip(paths, rels, clean.scan_names(rels)):
         leaks += name_leaks
         if path.is_file():
-            leaks += clean.scan_document(rel, path.read_bytes().decode("utf-8", errors="replace"))
-    return leaks
+            found, noted = payload_findings(rel, clean.scan_document(rel, document_text(rel, path.read_bytes())))
+            leaks += found
+            notes += noted
+    return leaks, notes
 
 
-def seal(stage: Path, bag_info: dict[str, str], clean: Sanitizer) -> None:
-    """Bag ``stage``; refuse (LeakError) if anything path- or secret-like remains; validate the bag."""
+def seal(stage: Path, bag_info: dict[str, str], clean: Sanitizer) -> list[Problem]:
+    """Bag ``stage``; refuse (LeakError) if anything path- or secret-like remains; validate the bag. Returns the
+    notes of the leak scan (a model's response that only looks like a leak, sealed as written)."""
     make_bag(stage, bag_info)
-    leaks = leak_scan(stage, clean)
+    leaks, notes = leak_scan(stage, clean)
     if leaks:
         raise LeakError(leaks)
     bagit.Bag(str(stage)).validate()
+    return notes
 
 
 def bag_files(bag_dir: Path) -> set[str]:
@@ -570,7 +633,7 @@ def _build_locked(sweep, last_k: int, figures: bool) -> BuildResult:
                 render_figures(data, stage / FIGURES_DIR)
         write_crate(stage, data)  # last: it names every other payload file with its digest
         refuse_unexpected_files(stage, data)
-        seal(stage, _bag_info(sweep, evidences), clean)
+        notes = seal(stage, _bag_info(sweep, evidences), clean)
         sealed = bag_files(stage)
 
         bundle_dir = sweep_dir / BUNDLE_DIR
@@ -583,4 +646,5 @@ def _build_locked(sweep, last_k: int, figures: bool) -> BuildResult:
         shutil.rmtree(stage, ignore_errors=True)
     digest = write_archive(bundle_dir, sweep_dir / ARCHIVE, expected=sealed)
     return BuildResult(bundle_dir=bundle_dir, archive=sweep_dir / ARCHIVE, archive_sha256=digest,
-                       jobs=[index_row(e) for e in evidences], incidents=incidents)
+                       jobs=[index_row(e) for e in evidences], incidents=incidents,
+                       plan_problems=sweep_plan_problems(sweep_dir, sweep.record), notes=notes)

@@ -5,6 +5,11 @@ A certificate job (``facts.certify``) is the original's command run again from s
 before a step and resumed by a new trainer process (``resume``). It reproduces its original when
 
     run          it completed (a rerun from step 0; a resume resumed at its planned step, run.json's resumed_from),
+                 and its data ledger holds (``evidence.ledger``: its metrics log is the one its own trainer logged),
+    identity     it is a job of its own, not a copy of the original's files: its job.json is the certificate job's
+                 (its certify record, its own job nonce), and each side's ledger was written by that side's own
+                 processes (a start line's job nonce is its job.json's; no process's entropy draw appears on both
+                 sides; a resume's ledger shows the process that resumed at the planned step),
     metrics      every step's metrics equal the original's bit for bit (within the tolerance below), ``perf/*`` aside,
     checkpoint   the final checkpoint's content digest equals the original's (``certify/checkpoints.csv``),
     responses    the final evaluation's responses equal the original's, record for record.
@@ -22,13 +27,16 @@ import struct
 from pathlib import Path
 
 from evidence.fileio import JSONError, read_json
+from evidence.ledger import check_ledger, read_ledger
 from facts import checkpoint_name, loads_strict, sha256_file
 from facts.certify import CERTIFY_FIELD, NOT_REPRODUCED, PERF_PREFIX, RESUME, STOP_SETTING
+from facts.engines import TORCH_ENGINE, VLLM_ENGINE
 from facts.files import (
     BUNDLE_RUNS_DIR,
     CERTIFY_CHECKPOINTS,
     CERTIFY_DIR,
     CHECKPOINTS_DIR,
+    DATA_LEDGER,
     EVAL_RESPONSES_DIR,
     JOB_RECORD,
     METRICS_LOG,
@@ -38,9 +46,10 @@ from facts.files import (
     eval_responses_name,
     run_dir_of_job,
 )
+from facts.plan import JOB_NONCE_FIELD
 
-SCHEMA = 1
-CHECKS = ("run", "metrics", "checkpoint", "responses")
+SCHEMA = 2
+CHECKS = ("run", "identity", "metrics", "checkpoint", "responses")
 CHECKPOINT_COLUMNS = ("job", "checkpoint", "file", "sha256")
 FINAL = "final"
 ABSENT = "<absent>"  # how a difference names a key one side does not have
@@ -48,15 +57,20 @@ ABSENT = "<absent>"  # how a difference names a key one side does not have
 
 # ---- the tolerance ---------------------------------------------------------------------------------------------
 
-def tolerance(devices: set[str]) -> dict:
-    """The comparison's tolerance for runs trained on ``devices`` (run.json's ``config.workload.device``), and why.
+def tolerance(devices: set[str], engines: set[str] | None = None) -> dict:
+    """The comparison's tolerance for runs trained on ``devices`` (run.json's ``config.workload.device``) with the
+    rollout ``engines`` (``config.workload.engine``; an older run names none: torch), and why.
 
     CPU: exact, relative tolerance 0 (the trainer's kernels are deterministic at a fixed thread count).
     CUDA: also exact, relative tolerance 0: the trainer runs with ``torch.use_deterministic_algorithms(True)``
     and ``CUBLAS_WORKSPACE_CONFIG=:4096:8``, and a certificate job runs the same command on the same GPU model
     and software, so a difference is a finding, not noise; a run on another GPU model or driver is outside
-    what this certifies."""
+    what this certifies.
+    vLLM's CPU build (``engine=vllm``): also exact. Each response is its own request with its own seed, and the
+    same requests give the same tokens and log-probs run to run and process to process (measured on vLLM 0.32.0:
+    tests/test_engines_launch.py certifies a vLLM arm bit for bit), so a difference is a finding here too."""
     kinds = sorted({"cuda" if d.startswith("cuda") else d for d in devices})
+    engines = sorted(engines or {TORCH_ENGINE})
     if kinds == ["cpu"] or not kinds:
         why = ("CPU: the trainer's kernels are deterministic at a fixed thread count, so a reproduction must be bit "
                "for bit: exact, tolerance 0")
@@ -64,7 +78,11 @@ def tolerance(devices: set[str]) -> dict:
         why = ("GPU: the trainer runs with torch.use_deterministic_algorithms(True) and CUBLAS_WORKSPACE_CONFIG=:4096:8, "
                "and each certificate job runs the same command on the same GPU model and software, so a reproduction "
                "must still be bit for bit: exact, tolerance 0 (another GPU model or driver is not what this certifies)")
-    return {"devices": kinds, "exact": True, "metrics_rel_tol": 0.0, "why": why,
+    if VLLM_ENGINE in engines:
+        why += ("; the vLLM engine (its CPU build) samples each response as its own request with its own seed, and the "
+                "same requests give the same tokens and log-probs run to run and process to process, so it is held "
+                "to the same: exact, tolerance 0")
+    return {"devices": kinds, "engines": engines, "exact": True, "metrics_rel_tol": 0.0, "why": why,
             "not_compared": f"{PERF_PREFIX}* metrics (wall-clock seconds, throughput, memory: never bit-identical)"}
 
 
@@ -205,10 +223,17 @@ def _checkpoints(data_dir: Path) -> dict[str, tuple[str, dict[str, str]]]:
     return found
 
 
-def _device(run: dict) -> str:
+def _workload(run: dict) -> dict:
     config = run.get("config") if isinstance(run.get("config"), dict) else {}
-    workload = config.get("workload") if isinstance(config.get("workload"), dict) else {}
-    return str(workload.get("device") or "cpu")
+    return config.get("workload") if isinstance(config.get("workload"), dict) else {}
+
+
+def _device(run: dict) -> str:
+    return str(_workload(run).get("device") or "cpu")
+
+
+def _engine(run: dict) -> str:
+    return str(_workload(run).get("engine") or TORCH_ENGINE)
 
 
 def _run_check(job: dict, original_accepted: bool, run: dict, job_record: dict) -> tuple[bool, str]:
@@ -229,6 +254,46 @@ def _run_check(job: dict, original_accepted: bool, run: dict, job_record: dict) 
     return True, "completed from step 0"
 
 
+def _ledger_starts(records_dir: Path) -> list[dict]:
+    """The start lines of a job's data ledger (one per trainer process), as the bundle's copy holds it."""
+    return [start for _, start in read_ledger(records_dir / DATA_LEDGER, DATA_LEDGER).starts]
+
+
+def _identity_check(job: dict, original_dir: Path, copy_dir: Path) -> tuple[bool, str]:
+    """The certificate job is a job of its own: evidence a copy of the original's files does not carry (its own
+    job.json, job nonce and processes), compared with the original's. A copy is refused naming what it shares."""
+    original, copy = _json(original_dir / JOB_RECORD), _json(copy_dir / JOB_RECORD)
+    certify = copy.get(CERTIFY_FIELD) if isinstance(copy.get(CERTIFY_FIELD), dict) else {}
+    if (certify.get("of"), certify.get("kind")) != (job["of"], job["kind"]):
+        return False, (f"its job.json is not the certificate job's (it records {CERTIFY_FIELD} {copy.get(CERTIFY_FIELD)!r},"
+                       f" not {job['kind']} of {job['of']}): a copy of another job's records")
+    nonce, theirs = copy.get(JOB_NONCE_FIELD), original.get(JOB_NONCE_FIELD)
+    for side, value in (("its", nonce), ("the original's", theirs)):
+        if not isinstance(value, str):
+            return False, f"no {JOB_NONCE_FIELD} in {side} job.json: nothing tells the two jobs' records apart"
+    if nonce == theirs:
+        return False, f"its job.json carries the original's {JOB_NONCE_FIELD} {nonce[:8]}: a copy of the original's records"
+    if copy.get("started_at") is not None and copy.get("started_at") == original.get("started_at"):
+        return False, f"its job.json records the original's start time {copy['started_at']!r}: a copy"
+    starts, their_starts = _ledger_starts(copy_dir), _ledger_starts(original_dir)
+    if not starts or not their_starts:
+        side = "its" if not starts else "the original's"
+        return False, f"no process is recorded in {side} {DATA_LEDGER}: nothing tells its run from a copy"
+    for side, own, records in (("its", nonce, starts), ("the original's", theirs, their_starts)):
+        stranger = next((s.get(JOB_NONCE_FIELD) for s in records if s.get(JOB_NONCE_FIELD) != own), own)
+        if stranger != own:
+            return False, (f"{side} {DATA_LEDGER} was written by another job (job nonce {str(stranger)[:8]}, "
+                           f"{side} job.json's {own[:8]}): a copy")
+    shared = sorted(str(d) for d in {s.get("process") for s in starts} & {s.get("process") for s in their_starts})
+    if shared:
+        return False, (f"its {DATA_LEDGER} records a process of the original's (entropy draw {shared[0][:8]}): a copy "
+                       "of the original's ledger")
+    if job["kind"] == RESUME and not any(s.get("resumed_from") == job.get(STOP_SETTING) for s in starts[1:]):
+        return False, (f"its {DATA_LEDGER} records no process resumed at step {job.get(STOP_SETTING)} "
+                       f"(its processes started at {[s.get('resumed_from') for s in starts]})")
+    return True, f"its own job (nonce {nonce[:8]}) and {len(starts)} trainer process(es) of its own"
+
+
 def _said(difference: dict | None, check: str) -> str:
     """A check's first difference in words."""
     if difference is None:
@@ -247,9 +312,15 @@ def certificate(name: str, job: dict, data_dir: Path, accepted: set[str], checkp
     ``certify/checkpoints.csv``): each check's outcome and first difference, and whether it reproduced."""
     of = job["of"]
     original_dir, copy_dir = data_dir / BUNDLE_RUNS_DIR / of, data_dir / CERTIFY_DIR / name
-    ok, detail = _run_check(job, of in accepted, _json(copy_dir / RUN_RECORD), _json(copy_dir / JOB_RECORD))
+    run = _json(copy_dir / RUN_RECORD)
+    ok, detail = _run_check(job, of in accepted, run, _json(copy_dir / JOB_RECORD))
+    copy_metrics = _jsonl(copy_dir / METRICS_LOG)
+    ledger = check_ledger(copy_dir, run, copy_metrics, prefix=f"{CERTIFY_DIR}/{name}/")
+    if ok and ledger:
+        ok, detail = False, f"its data ledger does not hold: {ledger[0]}"
+    own, identity = _identity_check(job, original_dir, copy_dir)
     original_metrics = _jsonl(original_dir / METRICS_LOG)
-    metrics = first_metrics_difference(original_metrics, _jsonl(copy_dir / METRICS_LOG), rel_tol)
+    metrics = first_metrics_difference(original_metrics, copy_metrics, rel_tol)
     final = f"{EVAL_RESPONSES_DIR}/{eval_responses_name(FINAL)}"
     original_responses, copy_responses = _jsonl(original_dir / final), _jsonl(copy_dir / final)
     responses = first_response_difference(original_responses, copy_responses)
@@ -260,6 +331,7 @@ def certificate(name: str, job: dict, data_dir: Path, accepted: set[str], checkp
         ckpt = {"file": "(none)", "original": None, "copy": None}  # nothing recorded: nothing certified
     checks = {
         "run": {"ok": ok, "detail": detail},
+        "identity": {"ok": own, "detail": identity},
         "metrics": {"ok": metrics is None, "steps": len(original_metrics), "first_difference": metrics},
         "checkpoint": {"ok": ckpt is None, "checkpoint": ckpt_name, "original_sha256": checkpoint_digest(original_files),
                        "copy_sha256": checkpoint_digest(copy_files), "first_difference": ckpt},
@@ -267,8 +339,8 @@ def certificate(name: str, job: dict, data_dir: Path, accepted: set[str], checkp
                       "first_difference": responses},
     }
     reproduced = all(checks[c]["ok"] for c in CHECKS)
-    first = "" if reproduced else (detail if not ok else next(
-        (_said(checks[c]["first_difference"], c) for c in CHECKS[1:] if not checks[c]["ok"]), "no responses to compare"))
+    first = "" if reproduced else (detail if not ok else identity if not own else next(
+        (_said(checks[c]["first_difference"], c) for c in CHECKS[2:] if not checks[c]["ok"]), "no responses to compare"))
     return {"certificate_job": name, "job": of, "arm": job.get("arm"), "seed": job.get("seed"), "kind": job["kind"],
             STOP_SETTING: job.get(STOP_SETTING), "reproduced": reproduced, "first_difference": first, "checks": checks}
 
@@ -283,7 +355,8 @@ def compute_certificates(data_dir: str | Path, sweep: dict, accepted: set[str]) 
     data_dir = Path(data_dir)
     devices = {_device(_json(data_dir / BUNDLE_RUNS_DIR / j["of"] / RUN_RECORD)) for j in jobs.values()}
     devices |= {_device(_json(data_dir / CERTIFY_DIR / name / RUN_RECORD)) for name in jobs}
-    rule = tolerance(devices)
+    engines = {_engine(_json(data_dir / BUNDLE_RUNS_DIR / j["of"] / RUN_RECORD)) for j in jobs.values()}
+    rule = tolerance(devices, engines)
     checkpoints = _checkpoints(data_dir)
     certificates = [certificate(name, job, data_dir, accepted, checkpoints, rule["metrics_rel_tol"])
                     for name, job in jobs.items()]

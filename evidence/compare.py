@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evidence import stats
-from evidence.dataset import EVAL_FLOAT_COLUMNS, SETTINGS_FILE, BundleData, csv_text
+from evidence.dataset import EVAL_FLOAT_COLUMNS, BundleData, csv_text
 from evidence.fileio import JSONError
 from evidence.measures import EVAL_PREFIX, LAST_K, POINTS_PER_UNIT, Measure, arm_values, parse_measure
 from evidence.problems import CompareError, LoadError
@@ -36,7 +36,7 @@ from evidence.statistics.resampling import (
 )
 from evidence.tables import arms as arm_order
 from evidence.tables import trainer_of
-from facts.files import BUNDLE_DIR, SWEEP_RECORD, bundle_payload_dir, sweep_bundle_payload
+from facts.files import SWEEP_RECORD
 from facts.trainers import PROOFGRID_TRAINER
 
 DEFAULT_METRICS = ("train/loss", "train/grad_norm", "rollout/raw_reward", "eval/pass@1")
@@ -76,38 +76,20 @@ def load_side(path: str | Path, last_k: int, label: str = "") -> Side:
     return side
 
 
-def _bundle_of(path: Path) -> Path | None:
-    """The bundle an input is read from (an archive, a bundle directory, a sweep's built ``bundle/``), or
-    None for a sweep evaluated in memory (its runs pass the build's gates: their evaluations re-scored)."""
-    if path.is_file():
-        return path
-    if (bundle_payload_dir(path) / SETTINGS_FILE).is_file():
-        return path
-    if (sweep_bundle_payload(path) / SETTINGS_FILE).is_file():
-        return path / BUNDLE_DIR
-    return None
-
-
 def audit_inputs(paths, labels: list[str], sides: list[Side], force: bool) -> None:
     """Each bundle input held to the audit (``evidence.audit``): one whose audit has findings is refused
     (one line naming each such input, its first findings and the audit to run) unless ``force``; forced,
     its findings are kept on its side and said under the table."""
-    from evidence.audit import audit  # the audit's checks: re-scoring, statistics, recomputation, records
-    from evidence.problems import SigningError, UsageError
+    from evidence.audit import (  # the audit's checks: re-scoring, statistics, records
+        audit_input,
+        refused_input,
+    )
 
     refused = []
     for path, label, side in zip(paths, labels, sides):
-        bundle = _bundle_of(Path(path))
-        if bundle is None:
-            continue
-        try:
-            side.audited = audit(bundle)
-        except (UsageError, SigningError) as exc:
-            side.audited = [str(exc)]
+        bundle, side.audited = audit_input(path)
         if side.audited:
-            first = "; ".join(str(p) for p in side.audited[:2])
-            refused.append(f"{label}: {bundle} fails its audit ({len(side.audited)} finding(s), first: {first}): "
-                           f"run python -m evidence audit {bundle}")
+            refused.append(refused_input(label, bundle, side.audited))
     if refused and not force:
         raise CompareError(" | ".join(refused) + " (--force compares them anyway)")
 

@@ -129,6 +129,9 @@ class BundleData:
     # certify=true: the reproducibility certificates recomputed from the payload's files (evidence.certificates);
     # None for a sweep that certifies nothing.
     certificates: dict | None = None
+    # Values the tables derive from the loaded data once per load, by (kind, key): an arm's report name, which
+    # every row of every table asks for (the data is not changed after loading).
+    derived: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def last_k(self) -> int:

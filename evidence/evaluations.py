@@ -1,5 +1,5 @@
 """An evaluation re-derived from its rawest data: every response re-scored against the frozen subset's label
-(``facts.reward.math_reward``, never the stored reward), the summary's statistics recomputed from the re-scored
+(with the run's reward, ``evidence.rewards``, never the stored reward), the summary's statistics recomputed from the re-scored
 rewards, and the statistics no evaluation can report (``facts.evaluation.impossible_statistics``); the build's
 eval gate (``evidence.artifacts``) and the audit (``evidence.audit.evaluations``) both judge by it."""
 
@@ -11,10 +11,24 @@ import math
 from pathlib import Path
 
 from evidence.problems import Problem, capped
-from facts.evaluation import impossible_statistics, recompute_eval, rescore, sample_problems, subset_labels
+from facts.evaluation import (
+    impossible_statistics,
+    recompute_eval,
+    rescore,
+    sample_problems,
+    subset_labels,
+    subset_rows,
+)
+from facts.reward import Reward, RewardValueError
 
 SUBSET_MISSING = "missing: the frozen evaluation subset (the labels every response is re-scored against)"
 RESPONSES_MISSING = "missing: the evaluation's responses (every one is re-scored from them)"
+
+
+class SubsetLabels(dict):
+    """The labels by row of a subset file, and (``rows``) the rows it carries for a user's reward."""
+
+    rows: dict[int, dict] = {}
 
 
 def read_subset(path: Path, subset_sha256) -> tuple[dict[int, str] | None, str | None]:
@@ -28,12 +42,14 @@ def read_subset(path: Path, subset_sha256) -> tuple[dict[int, str] | None, str |
     if digest != subset_sha256:
         return None, f"its SHA256 {digest[:12]}… is not the pinned subset_sha256 {str(subset_sha256)[:12]}…"
     try:
-        return subset_labels(data), None
+        labels = SubsetLabels(subset_labels(data))
+        labels.rows = subset_rows(data)
+        return labels, None
     except ValueError as exc:
         return None, f"not an evaluation subset ({exc})"
 
 
-def _records(responses: bytes, labels: dict[int, str], file: str
+def _records(responses: bytes, labels: dict[int, str], file: str, scorer: Reward | None = None
              ) -> tuple[list[dict], list[float], list[Problem], list[tuple[int, int, object]]]:
     """The response records, their re-scored rewards, what is wrong with each line (the record named) and the
     (line, row, sample) of each record whose row is the subset's."""
@@ -58,7 +74,11 @@ def _records(responses: bytes, labels: dict[int, str], file: str
             problems.append(Problem(file, f"label {record['label']!r} is not the subset's {labels[record['index']]!r}",
                                     where))
         pairs.append((number, record["index"], record.get("sample")))
-        reward = rescore(record, labels)
+        try:
+            reward = rescore(record, labels, scorer, getattr(labels, "rows", None))
+        except RewardValueError as exc:
+            problems.append(Problem(file, f"does not re-score: {exc}", where))
+            continue
         if reward != record["reward"]:
             problems.append(Problem(file, f"reward {record['reward']!r} re-scores to {reward!r}", where))
         records.append(record)
@@ -67,12 +87,13 @@ def _records(responses: bytes, labels: dict[int, str], file: str
 
 
 def rescored_problems(summary: dict, responses: bytes, labels: dict[int, str], responses_file: str,
-                      summary_file: str, where: str) -> list[Problem]:
+                      summary_file: str, where: str, scorer: Reward | None = None) -> list[Problem]:
     """Every response of ``responses`` re-scored against ``labels`` (a finding per response whose stored reward
     differs, naming its line and row), each evaluated row's samples 0..k-1 there once each (a finding per
     duplicated, out-of-range or missing (row, sample), ``facts.evaluation.sample_problems``), and ``summary``'s statistics (in ``summary_file`` at ``where``) recomputed
-    from the re-scored rewards (a finding per statistic that differs, with the recomputed value)."""
-    records, rewards, problems, pairs = _records(responses, labels, responses_file)
+    from the re-scored rewards (a finding per statistic that differs, with the recomputed value). ``scorer``: the
+    run's reward (``evidence.rewards.rescoring``; default the embedded default's)."""
+    records, rewards, problems, pairs = _records(responses, labels, responses_file, scorer)
     problems = capped(problems)
     if not records:
         return problems + [Problem(responses_file, "no response records")]

@@ -1,4 +1,4 @@
-"""SVG figures: training curves with every arm on one axis (its across-seed mean over each seed's own
+"""SVG figures, each with a PNG beside it: training curves with every arm on one axis (its across-seed mean over each seed's own
 thin curve, smoothed by a centred moving average) and eval pass@k bars against the initial-checkpoint
 control. Each arm has one colour in every figure; a series that is zero throughout is a one-line note,
 arms whose curves coincide at every step are named so, and a figure with nothing to draw is left out
@@ -17,8 +17,8 @@ from pathlib import Path
 
 from evidence import stats
 from evidence.dataset import BundleData
-from evidence.sweep import arm_name
 from evidence.tables import arms as ordered_arms
+from evidence.tables import display
 
 # name -> (title, metrics.jsonl key or None for the eval figure)
 FIGURES = {
@@ -32,6 +32,11 @@ FIGURES = {
 }
 SVG_RC = {"svg.hashsalt": "proofgrid-evidence", "svg.fonttype": "path", "font.size": 8}
 _METADATA = {"Date": None}
+# Each figure is also a PNG beside its SVG (for slides): Agg's raster at this resolution, with no text chunk at all
+# (matplotlib's default "Software" entry dropped), so its bytes depend on the drawing and matplotlib alone.
+PNG_DPI = 200
+_PNG_METADATA = {"Software": None}
+FIGURE_FORMATS = ("svg", "png")
 _PASS_KS = ("pass@1", "pass@2", "pass@4")
 
 
@@ -101,7 +106,7 @@ def curves(data: BundleData, arms: list[str], key: str) -> tuple[list[Curve], li
     accepted runs, or 0 at every step of every seed)."""
     drawn, notes = [], []
     for index, arm in enumerate(arms):
-        name = arm_name(arm, data.arm_algo(arm))
+        name = display(data, arm)
         runs = {s: data.steps[(arm, s)] for s in data.sweep["seeds"] if (arm, s) in data.steps}
         runs = {s: records for s, records in runs.items() if records and all(r.get(key) is not None for r in records)}
         if not runs:
@@ -196,7 +201,7 @@ def _eval_figure(data: BundleData, algos: list[str]):
     runs = {a: [s for s in data.sweep["seeds"] if {"initial", "final"} <= set(data.evals.get((a, s), {}))] for a in algos}
     runs = {a: seeds for a, seeds in runs.items() if seeds}
     colours = {a: arm_colour(i) for i, a in enumerate(algos)}
-    groups = [("initial checkpoint (control)", None)] + [(f"{arm_name(a, data.arm_algo(a))} final (n={len(runs[a])})", a)
+    groups = [("initial checkpoint (control)", None)] + [(f"{display(data, a)} final (n={len(runs[a])})", a)
                                                          for a in runs]
     width = 0.8 / max(len(groups), 1)
     for g, (label, algo) in enumerate(groups):
@@ -266,7 +271,7 @@ def _resource_figure(data: BundleData, arms: list[str]):
                 samples = data.resources[(arm, seed)]
                 start = float(samples[0]["t"])
                 ax.plot([float(s["t"]) - start for s in samples], [value(s) for s in samples], color=arm_colour(index),
-                        lw=0.9, label=f"{arm_name(arm, data.arm_algo(arm))} ({_runs_drawn(len(runs))})" if n == 0 else None)
+                        lw=0.9, label=f"{display(data, arm)} ({_runs_drawn(len(runs))})" if n == 0 else None)
                 drawn += 1
         ax.set_ylabel(label, fontsize=7)
         ax.grid(alpha=0.3)
@@ -279,10 +284,19 @@ def _resource_figure(data: BundleData, arms: list[str]):
     return figure
 
 
+def _save(figure, out_dir: Path, name: str) -> list[Path]:
+    """``<name>.svg`` and ``<name>.png`` of one figure (``FIGURE_FORMATS``)."""
+    svg, png = out_dir / f"{name}.svg", out_dir / f"{name}.png"
+    figure.savefig(svg, format="svg", metadata=_METADATA)
+    figure.savefig(png, format="png", dpi=PNG_DPI, metadata=_PNG_METADATA)
+    return [svg, png]
+
+
 def render_figures(data: BundleData, out_dir: str | Path, only: Collection[str] | None = None) -> list[Path]:
     """Write every figure of ``FIGURES`` that has something to draw, and the resource figure, as
-    ``<out_dir>/<name>.svg`` (the report says why each figure ``left_out`` names is missing); returns the
-    paths. ``only``: the names of the figures to draw (default: all); each is drawn as in the whole set."""
+    ``<out_dir>/<name>.svg`` and ``<out_dir>/<name>.png`` beside it (the report says why each figure ``left_out``
+    names is missing); returns the paths. ``only``: the names of the figures to draw (default: all); each is drawn
+    as in the whole set."""
     unknown = sorted(set(only or ()) - {*FIGURES, RESOURCE_FIGURE})
     if unknown:
         raise ValueError(f"no figure named {', '.join(unknown)}: the figures are {', '.join([*FIGURES, RESOURCE_FIGURE])}")
@@ -297,11 +311,7 @@ def render_figures(data: BundleData, out_dir: str | Path, only: Collection[str] 
             if (only is not None and name not in only) or left_out(data, name) is not None:
                 continue
             figure = _eval_figure(data, algos) if key is None else _curve_figure(data, algos, title, key)
-            path = out_dir / f"{name}.svg"
-            figure.savefig(path, format="svg", metadata=_METADATA)
-            written.append(path)
+            written += _save(figure, out_dir, name)
         if only is None or RESOURCE_FIGURE in only:
-            path = out_dir / f"{RESOURCE_FIGURE}.svg"
-            _resource_figure(data, algos).savefig(path, format="svg", metadata=_METADATA)
-            written.append(path)
+            written += _save(_resource_figure(data, algos), out_dir, RESOURCE_FIGURE)
     return written

@@ -23,7 +23,9 @@ smoke allocation) in ``<sweep_dir>/incidents.yaml``; the bundle keeps that file.
 Automatic kinds: ``missing-job``, ``rejected``, ``all-zero-eval-reward``, ``evidence-link`` (a link, or a file that
 is not a regular one, in the job's evidence: never followed, so the job is rejected naming it), ``manual-exclusion``,
 ``scheduler-state``, ``commit-mismatch``, ``all-zero-train-reward``, ``not-reproduced`` (a certificate job of
-``certify=true`` that does not reproduce its original); user incidents are ``user``.
+``certify=true`` that does not reproduce its original), ``identical-groups`` (steps whose share of rollout groups
+with K identical responses passed ``facts.engines.IDENTICAL_GROUPS_BOUND``: ``evidence.index.rollout_diversity``);
+user incidents are ``user``.
 
 A job's history is part of its evidence even after a successful re-run: every earlier attempt
 (``attempts/<n>/job.json``: cancelled, failed, timed out, node failure, ...) is an

@@ -27,13 +27,17 @@ from evidence.artifacts import (
     primary_artifacts,
 )
 from evidence.fileio import JSONError, read_json
+from evidence.judged import changed_while_judged, job_file_digests
+from evidence.ledger import check_ledger
 from evidence.metrics_log import MetricsLog, validate_metrics
 from evidence.problems import Problem
 from evidence.ranks import check_ranks
 from evidence.sweep import Sweep, algo_name, job_name
 from facts import EVAL_RECORD, JOB_RUN_DIR, JOBS_DIR, RUN_RECORD
+from facts.engines import IDENTICAL_GROUPS_BOUND
 from facts.failures import failure_cause
 from facts.files import JOB_RECORD, METRICS_LOG, SWEEP_RECORD, linked_part, run_relpath
+from facts.metrics import IDENTICAL_GROUPS_KEY
 from facts.states import COMPLETED
 
 # Shown in the index's reason column before it is cut short.
@@ -59,6 +63,7 @@ class JobEvidence:
     anomalies: list[Problem] = field(default_factory=list)  # reported, not rejecting
     exclusion: str | None = None  # manual exclusion from incidents.yaml
     artifacts: list[ArtifactDigest] = field(default_factory=list)
+    judged: dict[str, str] | None = None  # the job's files' SHA256 when it was judged (digests=True; evidence.judged)
 
     def __post_init__(self):
         self.arm = self.arm or self.algo
@@ -165,6 +170,8 @@ def evaluate_job(job_dir: str | Path, algo: str | None = None, seed: int | None 
                            arm=arm if isinstance(arm, str) else "")
     if not evidence.present:
         return evidence
+    before = job_file_digests(job_dir) if digests else None  # what the decision rests on, as the gates find it
+    evidence.judged = before
     links = check_unfollowed(job_dir)
     if links:  # never read through: the job is rejected on its links, naming each (artifacts.check_unfollowed)
         evidence.failures.extend(links)
@@ -190,12 +197,17 @@ def evaluate_job(job_dir: str | Path, algo: str | None = None, seed: int | None 
         fail([Problem(JOB_RECORD, str(exc), kind="job")])
 
     check_run_dir(job_dir / JOB_RUN_DIR, evidence, eval_responses, shared_checks)
+    degenerate, identical = rollout_diversity(evidence.metrics.records if evidence.metrics else [], evidence.run_summary)
+    fail(degenerate)
+    evidence.anomalies.extend(identical)
     fail(check_ranks(job_dir / JOB_RUN_DIR, evidence.run_summary, evidence.metrics.records if evidence.metrics else [],
                      evidence.job_record))
     evidence.command, failures = check_public_command(job_dir)
     fail(failures)
     if digests:
         evidence.artifacts = primary_artifacts(job_dir, evidence.checkpoint)
+        evidence.judged = job_file_digests(job_dir)  # and as they were left: a change meanwhile rejects the job
+        fail(changed_while_judged(before, evidence.judged))
     _note_anomalies(evidence)
     return evidence
 
@@ -214,6 +226,7 @@ def check_run_dir(run_dir: Path, evidence: JobEvidence, eval_responses: int | No
                                      else check_checkpoint(run_dir, evidence.n_updates))
     fail(failures)
     fail(check_tensorboard(run_dir))
+    fail(check_ledger(run_dir, evidence.run_summary, evidence.metrics.records if evidence.metrics else []))
     evidence.eval_summary, failures = check_eval(run_dir, evidence.checkpoint, eval_responses,
                                                  shared_checks=shared_checks, run_summary=evidence.run_summary)
     fail(failures)
@@ -237,6 +250,37 @@ def _note_anomalies(evidence: JobEvidence) -> None:
                                           kind="all-zero-train-reward"))
 
 
+def rollout_diversity(records: list[dict], run_summary: dict | None) -> tuple[list[Problem], list[Problem]]:
+    """The one judge of identical rollout groups (``facts.metrics.IDENTICAL_GROUPS_KEY``: a step's share of groups
+    whose K responses are all the same tokens, each group's advantages then exactly 0): ``(failures, anomalies)``.
+
+    A run with K > 1 whose every group of every step was identical learned nothing from its rollouts: rejected.
+    A run with a step above ``facts.engines.IDENTICAL_GROUPS_BOUND``: an ``identical-groups`` incident naming the
+    steps, the engine and the likely cause. A run that does not log the key (another trainer, an older run): none."""
+    shares = [(r.get("step"), r[IDENTICAL_GROUPS_KEY]) for r in records
+              if isinstance(r.get(IDENTICAL_GROUPS_KEY), (int, float)) and not isinstance(r.get(IDENTICAL_GROUPS_KEY), bool)]
+    if not shares:
+        return [], []
+    config = (run_summary or {}).get("config") if isinstance((run_summary or {}).get("config"), dict) else {}
+    workload = config.get("workload") if isinstance(config.get("workload"), dict) else {}
+    engine, k = workload.get("engine", "?"), workload.get("n_samples_per_prompt")
+    temperature = (workload.get("sampling") or {}).get("temperature") if isinstance(workload.get("sampling"), dict) \
+        else None
+    cause = (f"engine {engine} at temperature {temperature}: a group's K responses were one sample repeated (an engine "
+             "whose seed handling ignores the per-response seeds, or a distribution too peaked to sample from)")
+    where = run_relpath(METRICS_LOG)
+    if isinstance(k, int) and k > 1 and len(shares) == len(records) and all(v >= 1.0 for _, v in shares):
+        return [Problem(where, f"every rollout group of every step had {k} identical responses ({cause}): every "
+                               "advantage was 0 and the run learned nothing from its rollouts", kind="identical-groups")], []
+    over = [(step, v) for step, v in shares if v > IDENTICAL_GROUPS_BOUND]
+    if not over:
+        return [], []
+    step, value = over[0]
+    return [], [Problem(where, f"{len(over)} of {len(shares)} steps had more than {IDENTICAL_GROUPS_BOUND:.0%} of their "
+                               f"rollout groups identical (first: step {step}, {value:.0%}); {cause}",
+                        kind="identical-groups")]
+
+
 def _eval_identity(evidence: JobEvidence) -> tuple | None:
     final = (evidence.eval_summary or {}).get("final")
     if not isinstance(final, dict):
@@ -249,7 +293,8 @@ def evaluate_sweep(sweep: Sweep, exclusions: dict[str, str] | None = None) -> li
 
     Sweep-level rules on top of each job's own evidence: every accepted job must have been
     evaluated on the same frozen subset (subset digest, eval seed, prompts, samples) as the
-    majority, and every job must carry the sweep's source commit (an anomaly otherwise).
+    majority of its workload's jobs (the sweep's, unless arms choose workloads), and every job must carry
+    the sweep's source commit (an anomaly otherwise).
     ``exclusions`` maps job names to manual exclusion reasons (incidents.yaml).
     """
     exclusions = exclusions or {}
@@ -269,17 +314,26 @@ def evaluate_sweep(sweep: Sweep, exclusions: dict[str, str] | None = None) -> li
                                    seed=int(seed) if seed.isdigit() else -1,
                                    present=True, n_updates=sweep.n_updates, arm=arm or stray.name)
             evidence.failures.append(Problem(stray.name, "job directory not in the sweep grid", kind="grid"))
+            evidence.judged = job_file_digests(stray)  # its copy is sealed too
             evidences.append(evidence)
 
-    identities = Counter(_eval_identity(e) for e in evidences if not e.failures and _eval_identity(e))
-    if identities:
+    # One frozen subset per workload: arms of different workloads (an arm's planned workload=<name>) have their own.
+    def workload_of(evidence: JobEvidence):
+        return sweep.arms.get(evidence.arm, ("", {}))[1].get("workload")
+
+    for workload in {workload_of(e) for e in evidences}:
+        group = [e for e in evidences if workload_of(e) == workload]
+        identities = Counter(_eval_identity(e) for e in group if not e.failures and _eval_identity(e))
+        if not identities:
+            continue
         (majority, _), = identities.most_common(1)
-        for evidence in evidences:
+        whose = "the sweep's" if workload is None else f"workload {workload}'s"
+        for evidence in group:
             identity = _eval_identity(evidence)
             if identity is not None and identity != majority and not evidence.failures:
                 evidence.failures.append(Problem(
                     run_relpath(EVAL_RECORD), f"evaluated on subset {str(identity[0])[:12]}… (seed {identity[1]}), "
-                    f"not the sweep's {str(majority[0])[:12]}… (seed {majority[1]})", kind="eval-subset"))
+                    f"not {whose} {str(majority[0])[:12]}… (seed {majority[1]})", kind="eval-subset"))
     for evidence in evidences:
         commit = evidence.job_record.get("source_commit")
         if sweep.source_commit and commit is not None and commit != sweep.source_commit:

@@ -20,6 +20,7 @@ from facts.files import (
     BUNDLE_RUNS_DIR,
     CERTIFY_DIR,
     COMMAND_PUBLIC_RECORD,
+    DATA_LEDGER,
     EVAL_RECORD,
     EVAL_SUBSETS_DIR,
     JOB_RECORD,
@@ -29,6 +30,7 @@ from facts.files import (
     RUN_RECORD,
     STAGES_DIR,
 )
+from facts.ledger import LEDGER_FIELD
 from facts.ranks import RANK_LOGS_FIELD, RANKS_DIR
 from facts.states import COMPLETED
 
@@ -156,6 +158,8 @@ class _RunFacts:
                         f"shared {shared_initial_dir(entry)}/")
         if member.get("attempt") is not None:
             return self._attempt(copy, int(member["attempt"]))
+        if inner == DATA_LEDGER and LEDGER_FIELD not in self._record(f"{copy}/{RUN_RECORD}"):
+            return f"a data ledger of a run that declares none (its {RUN_RECORD} has no {LEDGER_FIELD})"
         return None
 
     def _rank(self, copy: str, inner: str, rank: int) -> str | None:

@@ -6,12 +6,14 @@ The log is validated as data, never with patterns over its text: seed 000 lost a
 spellings into a marker so that the violation can name the key, and every value is then checked
 to be a finite number (bool, null and strings are not numbers, whatever they spell).
 
-Rules (docs/run-directory.md): one JSON object per line; ``step`` runs 0..N-1 with no gap or
+Read in bounded memory: only the first ``n_updates + 1`` lines are parsed (a longer log is a violation
+without reading the rest). Rules (docs/run-directory.md): one JSON object per line; ``step`` runs 0..N-1 with no gap or
 repeat; N equals the configured number of updates; every key the run declares in its own
 ``run.json`` (``metric_keys``) is present, and ``train/kl_loss`` is absent when not declared; for an
 older run without that list, ``train/kl_loss`` is required when the algorithm's shipped config logs a
 KL loss and must be absent when it does not (``facts.KL_LOSS_BY_ALGO``, from the records; e.g. k1
-inside the reward); a truncated last line is reported as such. Every violation names the file, line,
+inside the reward); a run whose rollout engine is not ``torch`` carries the training–inference mismatch keys
+(``facts.metrics.MISMATCH_KEYS``) whether it declares them or not; a truncated last line is reported as such. Every violation names the file, line,
 step and key.
 """
 
@@ -25,6 +27,10 @@ from pathlib import Path
 
 from evidence.problems import Problem
 from facts import KL_LOSS_BY_ALGO, KL_LOSS_KEY, METRIC_KEYS_FIELD, RUN_RECORD
+from facts.engines import TORCH_ENGINE
+from facts.files import TRAINER_FIELD
+from facts.metrics import MISMATCH_KEYS
+from facts.trainers import PROOFGRID_TRAINER
 
 # Required for every algorithm, in the contract's order (also the column order of steps.csv).
 COMMON_KEYS = (
@@ -47,14 +53,28 @@ def required_keys(algo: str, declared: tuple[str, ...] | None = None) -> tuple[s
 
 
 def declared_metric_keys(run_dir: Path) -> tuple[str, ...] | None:
-    """The keys the run says it logs (``run.json`` beside the log), or None for older runs."""
+    """The keys the run says it logs (``run.json`` beside the log), or None for older runs; a run whose rollout
+    engine is not the trainer's own (``config.workload.engine``) must log the mismatch keys too, declared or not."""
     try:
-        keys = json.loads((run_dir / RUN_RECORD).read_text(encoding="utf-8")).get(METRIC_KEYS_FIELD)
+        record = json.loads((run_dir / RUN_RECORD).read_text(encoding="utf-8"))
+        keys = record.get(METRIC_KEYS_FIELD)
     except (OSError, ValueError, AttributeError):
         return None
     if isinstance(keys, list) and keys and all(isinstance(k, str) for k in keys):
-        return tuple(keys)
+        return tuple(dict.fromkeys((*keys, *engine_required_keys(record))))
     return None
+
+
+def engine_required_keys(record: dict) -> tuple[str, ...]:
+    """The keys a run's rollout engine makes required: ``MISMATCH_KEYS`` when a run of proofgrid's trainer names an
+    engine other than ``torch`` in run.json (``config.workload.engine``), none otherwise (another trainer's run,
+    whose run.json's ``trainer`` names it, generates with its own means)."""
+    trainer = record.get(TRAINER_FIELD)
+    if isinstance(trainer, dict) and trainer.get("name") != PROOFGRID_TRAINER:
+        return ()
+    workload = (record.get("config") or {}).get("workload") if isinstance(record.get("config"), dict) else None
+    engine = workload.get("engine") if isinstance(workload, dict) else None
+    return MISMATCH_KEYS if isinstance(engine, str) and engine != TORCH_ENGINE else ()
 
 
 @dataclass(frozen=True)
@@ -162,12 +182,40 @@ def validate_metrics(path: str | Path, algo: str, n_updates: int | None, name: s
     path = Path(path)
     log = MetricsLog(file=name or path.name, n_updates=n_updates)
     try:
-        data = path.read_bytes()
+        data, beyond = _head(path, n_updates)
     except OSError as exc:
         log.violations.append(Violation(log.file, None, None, None, f"unreadable: {exc.strerror}"))
         return log
     validate_lines(data, algo, n_updates, log, declared_metric_keys(path.parent))
+    if beyond is not None:
+        log.violations.append(Violation(log.file, *beyond))
     return log
+
+
+LINE_MAX_BYTES = 1 << 20  # no metrics line is longer
+
+
+def _head(path: Path, n_updates: int | None) -> tuple[bytes, tuple | None]:
+    """The log's first ``n_updates + 1`` lines (every line a run of ``n_updates`` steps writes, and the one
+    after, itself a violation), and where reading stopped early as ``(line, step, key, reason)`` (None: all
+    read). A log of 10^6 lines for 4 updates is judged on its first 5, in bounded memory; without
+    ``n_updates`` it is read whole."""
+    with open(path, "rb") as f:
+        if n_updates is None:
+            return f.read(), None
+        lines = []
+        while len(lines) <= n_updates:
+            line = f.readline(LINE_MAX_BYTES + 1)
+            if not line:
+                return b"".join(lines), None
+            if len(line) > LINE_MAX_BYTES:
+                return b"".join(lines), (len(lines) + 1, None, None,
+                                         f"longer than {LINE_MAX_BYTES} bytes, no metrics line: not read further")
+            lines.append(line)
+        if not f.read(1):
+            return b"".join(lines), None
+        return b"".join(lines), (len(lines) + 1, None, None, f"the log goes on past line {len(lines)}, and a run of "
+                                 f"{n_updates} updates logs {n_updates} lines: not read further")
 
 
 def validate_lines(data: bytes, algo: str, n_updates: int | None, log: MetricsLog,

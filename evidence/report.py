@@ -10,15 +10,14 @@ from dataclasses import replace
 
 from evidence.dataset import EXPERIMENT_FILE, BundleData
 from evidence.figures import FIGURES, RESOURCE_FIGURE, RESOURCE_TITLE, left_out
-from evidence.statistics import MDE_POWER, noise, robust
+from evidence.statistics import MDE_POWER, claims, noise, robust
+from evidence.statistics.crossed import CROSSED_METHOD, CROSSED_RESAMPLES, CROSSED_SEED
 from evidence.statistics.family import family_level
-from evidence.statistics.hierarchical import HIERARCHICAL_METHOD, HIERARCHICAL_RESAMPLES, HIERARCHICAL_SEED
 from evidence.statistics.resampling import BOOTSTRAP_METHOD, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
-from evidence.sweep import algo_name
 from evidence.tables import (
     Table,
     accepted_runs,
-    algos,
+    algorithm_names,
     arm_header,
     arms,
     compute_tables,
@@ -34,6 +33,7 @@ from evidence.tables import (
 )
 from evidence.verdict.record import VERDICT_FILE, bundle_verdict
 from evidence.verdict.section import verdict_section
+from evidence.verdict.stages import earlier_stage
 from facts import INITIAL_EVAL_DIR
 from facts.files import (
     BUNDLE_RUNS_DIR,
@@ -46,6 +46,7 @@ from facts.files import (
     TABLES_DIR,
 )
 from facts.states import COMPLETED
+from facts.task import TASK_FIELD
 
 BUNDLE_FILES = (
     (INDEX_TABLE, "the evidence index: one row per job with scheduler state, counts, decision and reason"),
@@ -55,7 +56,7 @@ BUNDLE_FILES = (
     ("artifacts.csv", "size and SHA256 of each retained primary artifact that stays with the sweep"),
     (f"{TABLES_DIR}/*.csv", "every table of this report at full precision"),
     (f"{TABLES_DIR}/resolved_config.csv", "appendix: every resolved setting of every run, per arm"),
-    (f"{FIGURES_DIR}/*.svg", "the figures below"),
+    (f"{FIGURES_DIR}/*.svg", "the figures below, each also as a PNG beside it (`<figure>.png`, for slides)"),
     (f"{BUNDLE_RUNS_DIR}/<arm>-<seed>/", "metrics log, eval summary, run summary, path-free command, job record and "
      f"resource samples ({RESOURCE_SAMPLES})"),
     (f"{INITIAL_EVAL_DIR}/<key12>/", "the initial checkpoint's evaluation (summary and responses), once for the runs sharing it"),
@@ -78,12 +79,55 @@ def _range(values: list[float], digits: int) -> str:
     return fmt(low, digits) if fmt(low, digits) == fmt(high, digits) else f"{fmt(low, digits)}–{fmt(high, digits)}"
 
 
-CLIP_KEY = "train/clip_frac"
+CLIP_KEY, PG_KEY = "train/clip_frac", "train/pg_loss"
+# |train/pg_loss| at most this is 0 up to the trainer's float32 rounding of a mean of centred advantages.
+PG_ZERO = 1e-5
+
+
+def _flat_pg_loss(data: BundleData) -> list[str]:
+    """The arms whose policy-gradient loss is 0 (up to ``PG_ZERO``) at every step of every accepted run while
+    nothing is clipped (``train/clip_frac`` 0 throughout: on-policy, the ratio is 1)."""
+    flat = []
+    for arm in arms(data):
+        steps = [r for s in accepted_runs(data, arm) for r in data.steps[(arm, s)]]
+        pg = [r.get(PG_KEY) for r in steps]
+        clip = [r.get(CLIP_KEY) for r in steps]
+        if steps and all(v is not None and abs(float(v)) <= PG_ZERO for v in pg) \
+                and all(c is not None and float(c) == 0.0 for c in clip):
+            flat.append(display(data, arm))
+    return flat
+
+
+def arm_workloads(data: BundleData) -> dict[str, str]:
+    """Each arm's workload as its accepted runs recorded it (run.json's ``workload`` and ``task``): its name, prompt
+    SHA256 and reward, in words; an arm whose runs recorded several shows each."""
+    found: dict[str, set[str]] = {}
+    for (arm, _), run in data.runs.items():
+        task = run.get(TASK_FIELD) if isinstance(run, dict) else None
+        task = task if isinstance(task, dict) else {}
+        reward = task.get("reward") if isinstance(task.get("reward"), dict) else {}
+        found.setdefault(arm, set()).add(
+            f"{run.get('workload', '—') if isinstance(run, dict) else '—'} (prompt sha256 "
+            f"{str(task.get('prompt_sha256') or 'not recorded')[:12]}…, reward {reward.get('name', 'gsm8k_hash')})")
+    return {arm: " / ".join(sorted(found[arm])) for arm in arms(data) if arm in found}
+
+
+def _workloads_differ(data: BundleData) -> str | None:
+    """The sentence that says the arms ran different workloads (data, prompt or reward), or None when they did not."""
+    workloads = arm_workloads(data)
+    if len(set(workloads.values())) < 2:
+        return None
+    return ("The arms ran different workloads: " + "; ".join(f"{display(data, a)}: {w}" for a, w in workloads.items())
+            + ". A difference between arms of different workloads is a difference of task (data, prompt or reward) "
+              "as well as of method: two prompt templates are two workloads.")
 
 
 def _read_with_care(data: BundleData) -> list[str]:
     """What a reviewer must not read into the numbers: machine effects and metrics zero by construction."""
     notes = []
+    differ = _workloads_differ(data)
+    if differ is not None:
+        notes.append(differ)
     local = [r for r in data.index if str(r.get("job_id") or "").startswith("local-")]
     if len(local) > 1:
         notes.append("Throughput (tok/s, step time, elapsed) was measured with several jobs sharing one machine's "
@@ -95,6 +139,13 @@ def _read_with_care(data: BundleData) -> list[str]:
                      "samples (workload.ppo_epochs = ppo_mini_batches = sampler_refresh_every = 1), so the "
                      "probability ratio is exactly 1 and nothing is clipped. It becomes informative with more "
                      "epochs or mini-batches, or stale samplers.")
+    flat = _flat_pg_loss(data)
+    if flat:
+        notes.append(f"`{PG_KEY}` of {_names(flat)} is 0 at every step by construction here (|value| ≤ {PG_ZERO:g}, "
+                     "float32 rounding): each batch is used once, on policy, so the probability ratio is 1 and the "
+                     "loss is minus the mean advantage; the advantages are centred within each prompt's group (they "
+                     "sum to 0 over it) and each response counts once, so that mean is 0. Its gradient is not 0: "
+                     "the policy still moves (the reward and gradient-norm curves show it).")
     return notes
 
 
@@ -174,9 +225,10 @@ def _provenance(data: BundleData, tables: dict[str, Table]) -> str:
 
 def _bundle_files(data: BundleData) -> list[str]:
     """What the bundle contains, one line per file (an experiment's spec and verdict too)."""
-    files = BUNDLE_FILES if data.experiment is None else BUNDLE_FILES + (
-        (EXPERIMENT_FILE, "the pre-registered experiment spec as run"),
-        (VERDICT_FILE, "the verdict and every number it used; the audit recomputes it from the CSVs and the spec"))
+    spec = ((EXPERIMENT_FILE, "the pre-registered experiment spec as run"),)
+    verdict = ((VERDICT_FILE, "the verdict and every number it used; the audit recomputes it from the CSVs and the spec"),)
+    files = BUNDLE_FILES if data.experiment is None else BUNDLE_FILES + spec + (
+        () if earlier_stage(data.sweep) else verdict)
     return [f"- `{path}`: {what}" for path, what in files]
 
 
@@ -187,7 +239,11 @@ def _scope(data: BundleData, tables: dict[str, Table]) -> str:
     out = ["## Scope and evidence boundary\n",
            f"- Source commit: {sweep.get('source_commit') or 'not recorded'}",
            f"- Workload: {sweep.get('workload', '—')}; {data.n_updates} updates per run",
-           f"- Algorithms: {', '.join(algo_name(a) for a in algos(data))}"]
+           f"- Algorithms: {algorithm_names(data)}"]
+    workloads = arm_workloads(data)
+    if len(set(workloads.values())) > 1:  # the same task throughout: the Workload line above says it
+        out.append("- Workload of each arm (name, prompt SHA256, reward; run.json's task): " + "; ".join(
+            f"{display(data, a)}: {w}" for a, w in workloads.items()))
     if arm_header(data) == "Arm":
         out.append("- Arms (each the overrides of its grid cell): " + "; ".join(
             f"{a} ({', '.join(f'{k}={v}' for k, v in overrides.items())})" for a, (_, overrides) in data.arms.items()))
@@ -330,6 +386,20 @@ def _paired_differences(data: BundleData, tables: dict[str, Table]) -> str:
         f"`tables/paired_differences.csv`): "
         f"it assumes no normality, but with a handful of seeds it can only span the observed differences and is "
         f"narrower than the t-interval, not more trustworthy.\n",
+        f"What a comparison may claim follows one set of rules (`evidence/statistics/claims.py`), the same for the "
+        f"first line of this report, these tables and an experiment's verdict: no interval, p-value, Holm verdict "
+        f"or equivalence from fewer than {claims.MIN_INFERENCE_SEEDS} paired seeds, from tied evaluations (the "
+        f"differences' SD is 0, or within the rounding of the evaluation's grid of 1/(prompts × responses per "
+        f"prompt), or of 1/(prompts × C(responses, j)) for pass@j), from an evaluation of a single prompt, on an "
+        f"evaluation metric whose per-prompt values (and so its evaluation noise) the responses do not give, or "
+        f"where the seeds' interval excludes 0 while an evaluation-noise interval of the same metric (the crossed "
+        f"bootstrap or the question-clustered t-interval below) includes it; a pair that may claim nothing counts as "
+        f"p = 1 in its Holm family, "
+        f"which keeps its size; such a cell says what is missing instead "
+        f"(column `missing` of the CSV). An interval that includes 0 means no difference was detected, never that "
+        f"there is none: the MDE says what could still hide. Equivalence is claimed only by two one-sided tests "
+        f"(TOST) against the margin an experiment spec declares (`equivalence_margin_points`), with its "
+        f"{100 - 2 * (100 - data.ci_level * 100):g}% interval.\n",
         tables["paired_differences"].markdown()])
 
 
@@ -357,19 +427,26 @@ def _family(data: BundleData, tables: dict[str, Table]) -> str | None:
 
 
 def _robust(data: BundleData, tables: dict[str, Table]) -> str:
-    """rliable's interquartile mean and probability of improvement, or why they are refused."""
+    """rliable's interquartile mean and probability of improvement; the cells refused for too few runs are one
+    sentence, not a row each (table ``robust_measures`` keeps every row)."""
     table = tables["robust_measures"]
-    short = sorted({n for r in table.csv_rows for n in (r[4], r[5]) if n != "" and n < robust.MIN_RUNS})
+    refused = [r for r in table.csv_rows if r[7]]
+    short = sorted({n for r in refused for n in (r[4], r[5]) if n != "" and n < robust.MIN_RUNS})
     out = ["## Robust measures (rliable)\n",
            f"rliable's aggregate measures of runs (Agarwal et al. 2021): the interquartile mean (IQM, the mean of "
            f"the runs left after dropping the lowest and the highest quarter, floor(n/4) each) per arm, and the "
            f"probability of improvement of a over b (P(X_a > X_b) + ½·P(X_a = X_b) over every pair of their runs, "
            f"unpaired). Both need at least {robust.MIN_RUNS} accepted runs per arm: with fewer, the IQM trims "
            f"nothing and is the plain mean, and neither measure says more than the table above."]
-    if short:
-        out.append(f"Refused here where an arm has {'/'.join(map(str, short))} run(s): run at least "
-                   f"{robust.MIN_RUNS} seeds per arm to have them.")
-    return "\n".join([out[0], " ".join(out[1:]) + "\n", table.markdown()])
+    if refused:
+        which = "every measure" if len(refused) == len(table.csv_rows) else f"{len(refused)} of the " \
+            f"{len(table.csv_rows)} measures"
+        out.append(f"Refused here for {which}: an arm has {'/'.join(map(str, short))} accepted run(s); run at least "
+                   f"{robust.MIN_RUNS} seeds per arm to have them (table `robust_measures` lists each).")
+    kept = [md for md, row in zip(table.md_rows, table.csv_rows) if not row[7]]
+    shown = [table.markdown()] if len(kept) == len(table.md_rows) else \
+        [replace(table, md_rows=kept).markdown()] if kept else []
+    return "\n".join([out[0], " ".join(out[1:]) + "\n", *shown])
 
 
 def _spread_line(data: BundleData, row: list) -> str:
@@ -405,10 +482,12 @@ def _eval_noise(data: BundleData, tables: dict[str, Table]) -> str:
         f"SE (for a pair, the SE of the per-prompt differences of its two runs on the same prompts). The rule: "
         f"the seed-to-seed spread exceeds the evaluation's noise when s² > σ²_eval. When it does not, the seeds "
         f"differ no more than evaluating one checkpoint again on fresh prompts would make them, and more "
-        f"evaluation prompts (σ²_eval shrinks as 1/P), not more seeds, sharpen the comparison. The hierarchical "
-        f"bootstrap resamples the seeds, then each chosen seed's prompts ({HIERARCHICAL_RESAMPLES} resamples, "
-        f"{HIERARCHICAL_METHOD}, `numpy.random.default_rng({HIERARCHICAL_SEED})`, recorded in each row of "
-        f"`tables/eval_noise.csv`) and gives a {level} interval that counts both sources.\n",
+        f"evaluation prompts (σ²_eval shrinks as 1/P), not more seeds, sharpen the comparison. Every seed is "
+        f"evaluated on the same frozen prompts (seeds crossed with prompts), so two intervals count both sources "
+        f"as the design drew them: the crossed bootstrap resamples the seeds and, once for all of them, the prompts "
+        f"({CROSSED_RESAMPLES} resamples, {CROSSED_METHOD}, `numpy.random.default_rng({CROSSED_SEED})`, recorded in "
+        f"each row of `tables/eval_noise.csv`), and the question-clustered {level} t-interval takes each prompt's "
+        f"mean over the seeds as one observation (df = prompts − 1).\n",
         tables["eval_noise"].markdown(),
         *(_spread_line(data, row) for row in tables["eval_noise"].csv_rows),
         ""])

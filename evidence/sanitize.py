@@ -4,8 +4,19 @@ the leak scan (before sealing and in the audit), so whatever the scan can find t
 The secret rules are Yelp's ``detect-secrets`` plugins (used through their public plugin API: each
 plugin's ``analyze_string`` and ``denylist``), plus ``EXTRA_SECRET_RULES`` for what those plugins miss:
 a private key's body and END line, cloud secret access keys (also a bare one beside its key id or after
-an aws/secret word), netrc entries' login and password, credentials embedded in URLs, bearer tokens, webhook URLs, more
-providers' key shapes, and values assigned to secret-named variables.
+an aws/secret word), netrc entries' login and password, bearer tokens, webhook URLs, more providers' key
+shapes, and credentials by their structure (issue 33): a secret value runs to the end of its value, never
+to the next punctuation (quoted: to its closing quote; bare: to the next white space; a configuration
+line's or an HTTP header's: to the line's end). The structures: a secret-named variable, key or field
+(``MLFLOW_TRACKING_PASSWORD=...``, ``"password": "..."``, ``password: ...``); a URL's whole userinfo
+(``https://user:pass@host``, ``https://TOKEN@host``; a service account's ``git@`` is none); a URL query or
+fragment parameter one of whose name's parts is a credential word (``X-Amz-Signature``,
+``X-Goog-Credential``, ``sig``, ``access_token``: ``SECRET_NAME_PARTS``), to the next ``&``; a credential
+header (``Authorization``, ``Cookie``, ``X-Api-Key``); a command line's credential option (``--password=x``,
+``--hf-token x``, ``--api-key 'x y'``: ``SECRET_OPTION_PARTS``), also where the command line is a list (a job's
+argv in a JSON record, or such a list written out in a log line): the item after the option
+(``command_line_secrets``). A value that is configuration (``none``, a
+number, ``${VAR}``, a placeholder) and a tokenizer's settings (``pad_token``) are none.
 
 Names are matched only where they identify someone: as a path component, in ``user@host``, as a
 dot-separated part of a file name, assigned to a user/host variable, or as the whole value of a
@@ -27,7 +38,9 @@ Machine paths are a class, not a list of layouts. An absolute path is the machin
       ``/Volumes/jdoe-ssd/x``: another person's path carries no name we know), in POSIX, Windows drive
       (``D:\\data\\x``), UNC (``\\\\server\\share\\x``), ``file://`` and percent-encoded (``%2Ffsx%2Fx``)
       form, or ``~/...``, ``~user/...``; except under a shared system location (``SYSTEM_PATH_PREFIXES``:
-      ``/usr/lib/python3...``, ``/proc``, ``/dev/null``, ...), a short allow-list that names no one.
+      ``/usr/lib/python3...``, ``/proc``, ``/dev/null``, ...), a short allow-list that names no one. A POSIX
+      path has a path's shape: one of its components holds two letters in a row (a name); ``/2/4``,
+      ``/*/+`` and ``/x/y`` in a model's arithmetic are none.
 A path of (a) or (c), and one of (b) without a placeholder of its own, is replaced whole by ``<PATH>``
 (its remaining parts would still say which site and which person); a directory of (b) with one keeps
 the part below it (``<SWEEP_DIR>/jobs/x``). A path starts at a ``/`` that follows no letter, digit,
@@ -66,6 +79,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from evidence.problems import Problem
+from facts.bundle_layout import verbatim_member
+from facts.files import BUNDLE_PAYLOAD
+from facts.machine import HOST_NAME_VARIABLES, USER_NAME_VARIABLES
 from facts.repo import REPO_ROOT
 
 RULESET = "detect-secrets 1.5.0 regex plugins + proofgrid's EXTRA_SECRET_RULES"
@@ -222,7 +238,21 @@ _KEY_FOOTER = r"-----END[A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----"
 # A line break, raw or escaped inside a JSON string.
 _BREAK = r"(?:\r?\n|\\r\\n|\\n)"
 # The last word of a secret-named variable (HF_TOKEN, db_password, "api_key"); "tokenizer" is not one.
-_SECRET_VAR = r"(?<![A-Za-z0-9])(?:token|secret|password|passwd|passphrase|api_?key|access_?key|private_?key|credentials?)(?![A-Za-z0-9])"
+_SECRET_VAR = (r"(?:(?<![A-Za-z0-9])(?:token|secret|password|passwd|passphrase|pwd|api_?key|access_?key|private_?key"
+               r"|credentials?)|(?<=_)pass)(?![A-Za-z0-9])")
+# A credential's value runs to the end of the value, never to the next punctuation (``Tr0ub4dor&3xyz``,
+# ``p;a,s.s``): quoted, to its closing quote (an escaped quote inside kept); bare, to the next white space.
+# A bare value starts with no ``<`` (a placeholder already put there) and no ``-`` (the next option of a
+# command line), and ends with no ``:`` or ``=`` (``password: passwd: 'x'``: that is the next key).
+_VALUE = r"""(?:"((?:[^"\\\n]|\\.){1,2000})"|'([^'\n]{1,2000})'|([^\s"'<>\-][^\s"']*+)(?<![:=]))"""
+# The words that make a URL's query (or fragment) parameter, an HTTP header or a command-line option a
+# credential, as one part of its name: X-Amz-Signature, X-Goog-Credential, sig, access_token, apiKey.
+SECRET_NAME_PARTS = frozenset({"signature", "sig", "credential", "credentials", "token", "secret", "password",
+                               "passwd", "pwd", "pass", "passphrase", "key", "apikey", "auth", "authorization",
+                               "session", "sessionid", "jwt", "sas", "cookie"})
+# Option names (their last part) that make a command line's next value a credential.
+SECRET_OPTION_PARTS = frozenset({"password", "passwd", "pwd", "passphrase", "token", "secret", "credential",
+                                 "credentials", "apikey"})
 
 # What detect-secrets misses (each pattern's first group, or the whole match, is the secret).
 EXTRA_SECRET_RULES = {
@@ -241,13 +271,32 @@ EXTRA_SECRET_RULES = {
     "GitHub token": re.compile(r"(?<![\w-])(?:gh[pousr]_[A-Za-z0-9_]{20,}|github_pat_[A-Za-z0-9_]{20,})"),
     "Slack token": re.compile(r"(?<![\w-])xox[abeoprs]-[A-Za-z0-9-]{10,}"),
     "Stripe key": re.compile(r"(?<![\w-])[rsp]k_(?:live|test)_[0-9A-Za-z]{16,}"),
-    "credentials in a URL": re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://([^\s/@:\"'<>]+:[^\s/@\"'<>]+)@"),
-    "secret in a URL query": re.compile(
-        r"(?i)[?&](?:token|access_token|api_?key|key|sig|signature|secret|password|auth)=([^&\s\"'<>#]{8,})"),
+    # The whole userinfo of a URL (``https://user:pass@host``, ``https://TOKEN@host``): to the last ``@`` before
+    # the host (a raw ``@`` in a password too), never past the authority (a ``/``, ``?`` or ``#``).
+    "credentials in a URL": re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://([^\s/?#\"'<>@]+(?:@[^\s/?#\"'<>@]+)*)@(?=[\w\[])"),
+    # A query or fragment parameter whose name has a credential word as one of its parts (SECRET_NAME_PARTS,
+    # decided in ``_extra_hits``): its value, to the next ``&``, ``#`` or the end of the URL.
+    "secret in a URL query": re.compile(r"[?&#;]([A-Za-z][\w.-]{0,60})=([^&#\s\"'<>]+)"),
     "webhook URL": re.compile(
         r"(?i)\bhttps?://[^\s\"'<>]*?(?:/webhooks?/|\.webhook\.office\.com/|hooks\.[a-z0-9.-]+/)[^\s\"'<>]+"),
-    "bearer token": re.compile(r"(?i)\b(?:bearer|token|basic)\s+([A-Za-z0-9\-._~+/]{16,}=*)"),
-    "secret assignment": re.compile(_SECRET_VAR + r"[\"']?\s*[:=]\s*[\"']?([^\s\"'&,;<>]{8,})", re.IGNORECASE),
+    # An HTTP header carrying a credential (Authorization, Proxy-Authorization, Cookie, X-Api-Key,
+    # X-Amz-Security-Token): its whole value, to the end of the line or the closing quote.
+    "credential header": re.compile(
+        r"(?i)(?<![\w-])((?:proxy-)?authorization|set-cookie|cookie|x-[\w-]*?(?:key|token|auth|secret|signature|session)"
+        r"[\w-]*)[\"']?\s*:\s*(?:\"([^\"\n]+)\"|'([^'\n]+)'|([^\s\"'<][^\n\"']*[^\s\"',]|[^\s\"',<]))"),
+    # On one line: a table cell "token" (algo.mis_level) ending its row is no scheme before the next row's first cell.
+    "bearer token": re.compile(r"(?i)\b(?:bearer|token|basic)[ \t]+([A-Za-z0-9\-._~+/]{16,}=*)"),
+    # A secret-named variable, field or key (HF_TOKEN=..., "password": "...", db_pass: ...): its whole value.
+    "secret assignment": re.compile(_SECRET_VAR + r"[\"']?\s*(?:=|:(?!//))\s*" + _VALUE, re.IGNORECASE),
+    # A configuration file's line (YAML, INI) setting a secret-named key: an unquoted value runs to the line's end.
+    "secret line": re.compile(r"(?im)^[ \t]*(?:-[ \t]+)?(?:[A-Za-z0-9_.][\w.-]*?)?" + _SECRET_VAR
+                              + r"[ \t]*:[ \t]+([^\s\"'<#][^\n]*?)[ \t]*(?:[ \t]#[^\n]*)?$"),
+    # A command line's credential option, ``--password=x``, ``--hf-token x``, ``--api-key 'x y'``: its value; also
+    # as two items of a list written out (``"--password", "x"``, a JSON or Python list in a log line), whose
+    # value is no option (``"--token", "--next"`` are two options).
+    "secret option": re.compile(r"(?<![\w-])--?((?:[A-Za-z0-9]+[-_])*[A-Za-z0-9]+)(?:=|[ \t]+"
+                                r"|\"[ \t]*,[ \t]*(?=\"(?!-))|'[ \t]*,[ \t]*(?='(?!-)))"
+                                + _VALUE),
     # netrc form (``machine api.wandb.ai login jdoe password ...``, on one line or several): each value.
     "netrc credentials": re.compile(
         r"(?i)(?<![\w-])(?:machine\s+\S+|default)(?:\s+(?:port|protocol)\s+\S+)*"
@@ -261,7 +310,11 @@ EXTRA_SECRET_RULES = {
     "JSON Web Token": re.compile(r"(?<![\w-])eyJ[\w-]{8,}\.eyJ[\w-]{4,}\.[\w-]+"),
     "GitLab token": re.compile(r"(?<![\w-])gl(?:pat|dt|ft|soat|rt|cbt|imt|ptt|agent|oas)-[\w-]{20,}"),
 }
-# What each of those rules requires (see ``Anchor``); "secret in a URL query" costs little unanchored.
+# What each of those rules requires (see ``Anchor``).
+_ASSIGNMENT_ANCHORS = (Anchor(("token", "secret", "password", "passwd", "passphrase", "pwd", "_pass", "api_key", "apikey",
+                               "access_key", "accesskey", "private_key", "privatekey"),
+                              re.IGNORECASE, then=r"(?![A-Za-z0-9])[\"']?\s*[:=]"),
+                       Anchor(("credential",), re.IGNORECASE, then=r"s?(?![A-Za-z0-9])[\"']?\s*[:=]"))
 EXTRA_RULE_ANCHORS: dict[str, tuple[Anchor, ...]] = {
     "private key block": (Anchor(("-----BEGIN",)),),
     "private key body": (Anchor(("-----END",)),),
@@ -273,12 +326,15 @@ EXTRA_RULE_ANCHORS: dict[str, tuple[Anchor, ...]] = {
     "Slack token": (Anchor(("xox",)),),
     "Stripe key": (Anchor(("k_live_", "k_test_")),),
     "credentials in a URL": (Anchor(("://",)),),
+    "secret in a URL query": (Anchor(("?", "&", "#"), then=r"[A-Za-z][\w.-]{0,60}="),),
     "webhook URL": (Anchor(("://",)),),
-    "bearer token": (Anchor(("bearer", "token", "basic"), re.IGNORECASE, then=r"\s"),),
-    "secret assignment": (Anchor(("token", "secret", "password", "passwd", "passphrase", "api_key", "apikey",
-                                  "access_key", "accesskey", "private_key", "privatekey"),
-                                 re.IGNORECASE, then=r"(?![A-Za-z0-9])[\"']?\s*[:=]"),
-                          Anchor(("credential",), re.IGNORECASE, then=r"s?(?![A-Za-z0-9])[\"']?\s*[:=]")),
+    "credential header": (Anchor(("authorization", "cookie", "x-"), re.IGNORECASE),),
+    "bearer token": (Anchor(("bearer", "token", "basic"), re.IGNORECASE, then=r"[ \t]"),),
+    "secret assignment": _ASSIGNMENT_ANCHORS,
+    "secret line": _ASSIGNMENT_ANCHORS,
+    "secret option": (Anchor(("password", "passwd", "pwd", "passphrase", "token", "secret", "credential", "apikey",
+                              "api-key", "api_key", "access-key", "access_key", "private-key", "private_key"),
+                             re.IGNORECASE, then=r"s?(?:=|[ \t]|[\"'][ \t]*,)"),),
     "netrc credentials": (Anchor(("machine", "default"), re.IGNORECASE, then=r"\s"),),
     "AWS secret access key": (Anchor(("aws", "secret"), re.IGNORECASE), Anchor(("A3T", "AKIA", "ASIA", "ABIA", "ACCA"))),
     "JSON Web Token": (Anchor(("eyJ",)),),
@@ -327,6 +383,15 @@ _PATH_ANCHORS = (Anchor(pattern=r"(?:^|[^\w.~/-])/[^/\s]"), Anchor(("~", ":\\", 
 # Any absolute path (class (a) and (b) of the module docstring): a "/" that follows no path character
 # (or follows "file://") and starts no "//" (a URL's authority).
 _ABS_PATH_RE = re.compile(r"(?:(?<![\w.~/-])|(?<=file://))/(?![/\s])" + _PATH_TAIL)
+# Two letters in a row: a POSIX path names something (a directory, a person); ``/2/4``, ``/*/+`` name nothing.
+_NAME_IN_PATH = re.compile(r"[A-Za-z]{2}")
+
+
+def _path_shaped(path: str) -> bool:
+    """Whether a match of ``_PATH_RE`` has a path's shape: a POSIX one (starting with ``/``) holds a name."""
+    return not path.startswith("/") or _NAME_IN_PATH.search(path) is not None
+
+
 # Directories every machine has: no one's, so no path under them is the machine's for that reason alone.
 SHARED_SYSTEM_DIRS = frozenset({
     "/", "/usr", "/usr/local", "/usr/lib", "/usr/lib64", "/usr/share", "/usr/bin", "/bin", "/sbin", "/lib",
@@ -354,8 +419,32 @@ _NAME_KEY_IN_TEXT = r"(?i:[A-Za-z0-9_.-]*(?:user(?:name)?|logname|host(?:name)?|
 # matches a NUL (so no match runs on into the next text).
 _SEPARATOR = "\n\x00\n"
 
-PLACEHOLDERS = ("<SECRET>", "<SWEEP_DIR>", "<JOB_DIR>", "<HOME>", "<REPO>", "<PYTHON>", "<PATH>", "<USER>",
+SECRET_PLACEHOLDER = "<SECRET>"
+PLACEHOLDERS = (SECRET_PLACEHOLDER, "<SWEEP_DIR>", "<JOB_DIR>", "<HOME>", "<REPO>", "<PYTHON>", "<PATH>", "<USER>",
                 "<HOST>", "<EMAIL>")
+
+
+# The leak kinds only this machine's identity makes: its secrets' values and its named directories (the sweep, the
+# jobs, home, the repository, Python's prefix). In a file sealed byte for byte as a model wrote it or a dataset holds
+# it (``facts.bundle_layout.VERBATIM_TEXT``) they still refuse the seal; any other kind there (an address, a path of a
+# layout no one here has, a credential's shape, a word that is also a name) is the model's or the data's text, not
+# this machine's: a note, and the file is sealed as written (one response must not block a sweep's seal).
+MACHINE_LEAK_KINDS = frozenset({"secret value", "machine path"})
+
+
+def payload_findings(rel: str, problems: list[Problem]) -> tuple[list[Problem], list[Problem]]:
+    """``(leaks, notes)`` of the leak scan's ``problems`` in the bag's file ``rel`` (``data/...``): every problem is a
+    leak, but in a verbatim file (a model's responses, a dataset's subset) only ``MACHINE_LEAK_KINDS`` are."""
+    payload = rel.removeprefix(f"{BUNDLE_PAYLOAD}/")
+    if payload == rel or not verbatim_member(payload):
+        return list(problems), []
+    return ([p for p in problems if p.kind in MACHINE_LEAK_KINDS],
+            [p for p in problems if p.kind not in MACHINE_LEAK_KINDS])
+
+
+def payload_note(note: Problem) -> str:
+    """How a build and an audit say a note of ``payload_findings``."""
+    return f"{note} (a model's response or the dataset's text, sealed as written)"
 
 
 def leak(file: str, kind: str, excerpt: str) -> Problem:
@@ -395,8 +484,9 @@ def _distinctive(name: str) -> bool:
     return not name.isalpha()
 
 
-def _group_spans(match: re.Match) -> Iterator[tuple[int, int]]:
-    groups = [i for i in range(1, (match.re.groups or 0) + 1) if match.group(i)]
+def _group_spans(match: re.Match, skip: int = 0) -> Iterator[tuple[int, int]]:
+    """The spans of the match's non-empty groups after the first ``skip`` (the whole match when it has none)."""
+    groups = [i for i in range(1 + skip, (match.re.groups or 0) + 1) if match.group(i)]
     if not groups:
         yield match.span()
     for i in groups:
@@ -483,22 +573,91 @@ def _keyword_hits(text: str, lowered: str | None) -> Iterator[_Hit]:
 _HEX_DIGEST = re.compile(r"[0-9a-f]{40}")
 
 
+# The rules whose first group is a name (a URL parameter's, a header's, an option's) that decides whether the
+# value (the other groups) is a credential.
+_NAMED_RULES = ("secret in a URL query", "credential header", "secret option")
+# A name's parts: split at "-", "_", "." and where a lower-case letter meets an upper-case one (apiKey).
+_NAME_PART = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z0-9]+")
+
+
+def name_parts(name: str) -> list[str]:
+    """``X-Amz-Signature`` -> ``[x, amz, signature]``, ``apiKey`` -> ``[api, key]``, lower-cased."""
+    return [part.lower() for part in _NAME_PART.findall(name)]
+
+
+def credential_name(kind: str, name: str) -> bool:
+    """Whether the name of a URL parameter or header (any of its parts is a credential word) or of a command
+    line's option (its last part, or its last two run together: ``--api-key``) makes its value a credential.
+    A tokenizer's settings (``--pad-token``) are none."""
+    parts = name_parts(name)
+    if not parts or _TOKENIZER_FIELD.search(name.replace("-", "_")):
+        return False
+    if kind == "secret option":
+        return parts[-1] in SECRET_OPTION_PARTS or "".join(parts[-2:]) in {"apikey", "accesskey", "secretkey",
+                                                                          "privatekey"}
+    return kind == "credential header" or any(part in SECRET_NAME_PARTS for part in parts)
+
+
+# An item of a command line that is an option's name (``--api-key``, ``-p``, ``-5``), without a value of its own.
+_OPTION_ITEM = re.compile(r"--?((?:[A-Za-z0-9]+[-_])*[A-Za-z0-9]+)")
+# A trainer spec's placeholder (``{trainer.api_key}``): where a value goes, no value.
+_SPEC_PLACEHOLDER = re.compile(r"\{[\w.]+\}")
+
+
+def command_line_secrets(items) -> set[int]:
+    """The positions of a list's items that are credentials by where they stand, the list read as a command line
+    (a job's argv, a spec's command, any JSON list): the item after a secret-named option (``--password``,
+    ``--api-key``: the "secret option" rule's names, ``credential_name``), unless it is itself an option (as
+    argparse reads it), configuration (``_NOT_A_SECRET``) or a spec's placeholder. One item ``--password=x`` is
+    the text rules' (as the same text on a line is). The sanitiser, the launcher's public records
+    (``launcher.records.public_copy``) and the leak scan all ask this."""
+    found = set()
+    for i in range(1, len(items)):
+        option, value = items[i - 1], items[i]
+        if not (isinstance(option, str) and isinstance(value, str) and value):
+            continue
+        name = _OPTION_ITEM.fullmatch(option)
+        if name and credential_name("secret option", name.group(1)) and not _OPTION_ITEM.fullmatch(value) \
+                and not _NOT_A_SECRET.fullmatch(value) and not _SPEC_PLACEHOLDER.fullmatch(value):
+            found.add(i)
+    return found
+
+
 def _extra_hits(text: str, lowered: str | None) -> Iterator[_Hit]:
     for kind, pattern in EXTRA_SECRET_RULES.items():
         if not _anchored(EXTRA_RULE_ANCHORS.get(kind), text, lowered):
             continue
+        named = kind in _NAMED_RULES
         for match in pattern.finditer(text):
-            for start, end in _group_spans(match):
+            if named and not credential_name(kind, match.group(1)):
+                continue
+            for start, end in _group_spans(match, skip=1 if named else 0):
                 if kind == "netrc credentials" and "password" not in match.group(0).lower():
                     break  # "machine learning login page": a netrc entry has a password
-                if kind in ("secret assignment", "bearer token", "netrc credentials") and _NOT_A_SECRET.fullmatch(text[start:end]):
+                if kind in _VALUE_RULES and _NOT_A_SECRET.fullmatch(text[start:end]):
                     continue
+                if kind == "credentials in a URL" and text[start:end].lower() in SERVICE_ACCOUNTS:
+                    continue  # git+ssh://git@github.com/org/x: a service account, no one's credential
                 if kind == "AWS secret access key" and _HEX_DIGEST.fullmatch(text, start, end):
                     continue
-                if kind == "secret assignment" and _TOKENIZER_FIELD.search(text, max(0, match.start() - 24),
-                                                                           match.start() + 6):
+                if kind in ("secret assignment", "secret line") and \
+                        _TOKENIZER_FIELD.search(text, max(0, match.start() - 24), match.start() + 6):
                     continue
+                if kind == "secret assignment" and _in_a_query(text, match.start()):
+                    break  # ?X-Amz-Credential=...&: a URL's parameter, whose value ends at "&" (the query rule's)
                 yield _Hit(start, end, kind, "<SECRET>", 0)
+
+
+def _in_a_query(text: str, at: int) -> bool:
+    """Whether the name that ends in the word at ``at`` is a URL's query or fragment parameter's."""
+    start = at
+    while start > 0 and (text[start - 1].isalnum() or text[start - 1] in "_.-"):
+        start -= 1
+    return start > 0 and text[start - 1] in "?&#"
+
+
+# Rules whose value may be ordinary configuration (``token: none``, ``--password ${DB_PASSWORD}``).
+_VALUE_RULES = ("secret assignment", "secret line", "bearer token", "netrc credentials", *_NAMED_RULES)
 
 
 def _paths_holding(text: str, rule: re.Pattern[str], kind: str) -> list[_Hit]:
@@ -521,8 +680,6 @@ def _after_placeholder(text: str, at: int) -> bool:
     return at > 0 and text[at - 1] == ">" and _PLACEHOLDER_END.search(text, max(0, at - 48), at) is not None
 
 
-# Variables naming this host (``$HOSTNAME`` is bash's; Slurm's on a compute node and for the submitting host).
-HOST_NAME_VARIABLES = ("HOSTNAME", "SLURMD_NODENAME", "SLURM_SUBMIT_HOST")
 # Variables naming temporary directories (the system's and the schedulers' per-job ones).
 TEMP_DIR_VARIABLES = ("TMPDIR", "TMP", "TEMP", "XDG_RUNTIME_DIR", "SLURM_TMPDIR", "PBS_TMPDIR", "LOCAL_SCRATCH")
 
@@ -607,18 +764,28 @@ def _field_kind(key: str) -> tuple[bool, bool]:
     return bool(_SECRET_KEY_RE.search(key) and not _TOKENIZER_FIELD.search(key)), bool(NAME_KEY_RE.search(key))
 
 
-def _json_strings(node, field: str = "") -> Iterator[tuple[str, str, bool]]:
-    """Every key and string value of a JSON value in document order, as ``(text, field, is_key)``: the
-    field of a value is the key it sits under (a list's items inherit their list's key)."""
+# The roles of a JSON value's strings (``_json_strings``).
+_KEY, _VALUE_ITEM, _OPTION_VALUE = "key", "value", "option value"
+
+
+def _json_strings(node, field: str = "") -> Iterator[tuple[str, str, str]]:
+    """Every key and string value of a JSON value in document order, as ``(text, field, role)``: the field of a
+    value is the key it sits under (a list's items inherit their list's key); the role is ``_KEY``, ``_VALUE_ITEM``
+    or ``_OPTION_VALUE``, a list's item that is a credential by its place (``command_line_secrets``: its field
+    then names the option, ``argv[7] after --api-key``)."""
     if isinstance(node, dict):
         for k, v in node.items():
-            yield str(k), str(k), True
+            yield str(k), str(k), _KEY
             yield from _json_strings(v, str(k))
     elif isinstance(node, list):
-        for v in node:
-            yield from _json_strings(v, field)
+        secret = command_line_secrets(node)
+        for i, v in enumerate(node):
+            if i in secret:
+                yield v, f"{field}[{i}] after {node[i - 1]}", _OPTION_VALUE
+            else:
+                yield from _json_strings(v, field)
     elif isinstance(node, str):
-        yield node, field, False
+        yield node, field, _VALUE_ITEM
 
 
 # scan_document's leaks by (sanitiser's rules, file name, SHA256 of the text): a build's seal and the audit after
@@ -690,11 +857,12 @@ class Sanitizer:
         hosts: Iterable[str] = (),
         users: Iterable[str] = (),
     ) -> Sanitizer:
-        """A sanitiser for this machine: its user and host names (``$USER``, ``$LOGNAME``, the login
-        name; ``$HOSTNAME``, ``$SLURMD_NODENAME``, ``$SLURM_SUBMIT_HOST``, the host's own name), its
-        directories (``machine_directories``) and secret env values; ``literals`` win over its own."""
+        """A sanitiser for this machine: its user and host names (``$USER``, ``$LOGNAME``, ``$SLURM_JOB_USER``, the
+        login name; ``$HOSTNAME``, ``$SLURMD_NODENAME``, ``$SLURM_SUBMIT_HOST``, the host's own name:
+        ``facts.machine``), its directories (``machine_directories``) and secret env values; ``literals`` win
+        over its own. ``hosts`` and ``users``: more names (the job records', what the jobs' runtimes recorded)."""
         env = os.environ if env is None else env
-        found_users = {env.get("USER", ""), env.get("LOGNAME", ""), *users}
+        found_users = {*(env.get(name, "") for name in USER_NAME_VARIABLES), *users}
         # No passwd entry in some containers: the environment's names then suffice.
         with contextlib.suppress(Exception):
             found_users.add(getpass.getuser())
@@ -728,7 +896,7 @@ class Sanitizer:
                      for m in self._literal_rule[0].finditer(text)]
         if _anchored(_PATH_ANCHORS, text, lowered):
             hits += [_Hit(*m.span(), "absolute machine path", "<PATH>", 3) for m in _PATH_RE.finditer(text)
-                     if not _after_placeholder(text, m.start())]
+                     if not _after_placeholder(text, m.start()) and _path_shaped(m.group(0))]
         for rule, kind, anchors in self._path_rules:
             if _anchored(anchors, text, lowered):
                 hits += _paths_holding(text, rule, kind)
@@ -822,16 +990,17 @@ class Sanitizer:
 
     def clean_json(self, value, key: str = ""):
         """A JSON value with every string sanitised: keys by the text rules only (a key is never a name),
-        values also by their field (``_whole_value``)."""
-        texts = [text for text, under, is_key in _json_strings(value, key)
-                 if is_key or self._whole_value(text, under) is None]
+        values also by their field (``_whole_value``), a list's items also by their place (``command_line_secrets``)."""
+        texts = [text for text, under, role in _json_strings(value, key)
+                 if role == _KEY or (role == _VALUE_ITEM and self._whole_value(text, under) is None)]
         cleaned = iter(self._clean_many(texts))
 
         def rebuild(node, field: str):
             if isinstance(node, dict):
                 return {next(cleaned): rebuild(v, str(k)) for k, v in node.items()}
             if isinstance(node, list):
-                return [rebuild(v, field) for v in node]
+                secret = command_line_secrets(node)
+                return [SECRET_PLACEHOLDER if i in secret else rebuild(v, field) for i, v in enumerate(node)]
             if isinstance(node, str):
                 whole = self._whole_value(node, field)
                 return next(cleaned) if whole is None else whole
@@ -844,8 +1013,10 @@ class Sanitizer:
         the joined strings, and the values that their field alone makes a leak."""
         texts: list[str] = []
         leaks: list[Problem] = []
-        for text, under, is_key in _json_strings(value, ""):
-            if is_key or self._whole_value(text, under) is None:
+        for text, under, role in _json_strings(value, ""):
+            if role == _OPTION_VALUE:
+                leaks.append(leak(file, "secret option value", f"{under}: {_mask(text)}"))
+            elif role == _KEY or self._whole_value(text, under) is None:
                 texts.append(text)
             elif _field_kind(under)[0]:
                 leaks.append(leak(file, "secret-named field", f"{under}={_mask(text)}"))

@@ -4,8 +4,9 @@ Every response is re-scored against the subset's labels (``evidence.evaluations`
 pinned by the summaries' ``subset_sha256``; but a forger who edits a label rewrites that digest too. What
 they cannot rewrite is the test split itself: the run's ``run.json`` pins it by SHA256 (``inputs``, checked
 by the trainer before it ran), and the subset is a pure function of it and the evaluation's settings, the
-first ``workload.eval.n_prompts`` rows as ``[index, question, normalize_label(answer)]``
-(``facts.evaluation.subset_bytes``, ``facts.reward.normalize_label``). So the build and the audit cut the
+first ``workload.eval.n_prompts`` rows as ``[index, question, label]`` read with the run's field map and its reward's
+label normalisation (``facts.splits``, ``facts.evaluation.subset_bytes``; a user's reward adds the row). So the build
+and the audit cut the
 subset again from the split, wherever its pinned bytes are found (the repository's own embedded data set; a
 bundle cannot carry a user's data set), and hold the subset file to it, row by row. Where the split with its
 pinned digest is not at hand, the subset is not re-derived and the audit says so in one line.
@@ -18,7 +19,7 @@ not at hand" (a note). A run naming neither a manifest nor a path the checkout k
 ``python -m evidence audit --strict`` counts as a finding. Paths are compared in their normal form (``./`` and
 ``//`` spell the same file).
 
-Which split and how many of its rows are a fact of the run's workload, not of its record: the checkout's
+Which split, how many of its rows and which reward are a fact of the run's workload, not of its record: the checkout's
 ``conf/workload/<name>.yaml`` with the overrides of the job's command (``command.public.json``) says them, so a
 run.json evaluating on another pinned file (the train split) or on fewer rows (the hardest last prompts dropped)
 than its command asked for is a finding too (proofgrid's trainer, whose command must then be ``python -m
@@ -32,11 +33,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
+from evidence.rewards import recorded_reward
+from facts.containers import contained_command
 from facts.evaluation import subset_bytes, subset_labels
 from facts.files import TRAINER_FIELD, sha256_file
 from facts.manifests import ManifestFormatError, read_manifest
 from facts.repo import CONF_DIR, MANIFESTS_DIR, REPO_ROOT
-from facts.reward import normalize_label
+from facts.reward import BUILTIN_REWARDS, DEFAULT_REWARD, is_user_reward, strip_label
+from facts.splits import SplitError, split_rows
+from facts.task import Task
 from facts.trainers import PROOFGRID_TRAINER
 
 
@@ -49,6 +54,7 @@ class SubsetSource:
     sha256: str
     n_prompts: int
     manifest: str | None = None
+    task: str = "{}"  # the run's workload settings that read the split (data, reward), as canonical JSON
 
     def describe(self) -> str:
         return f"{self.test_path} (sha256 {self.sha256[:12]}…, first {self.n_prompts} rows)"
@@ -67,7 +73,8 @@ def subset_source(run_record: dict) -> SubsetSource | None:
             or not isinstance(n_prompts, int) or n_prompts < 1:
         return None
     manifest = workload.get("manifest")
-    return SubsetSource(test_path, digest, n_prompts, manifest if isinstance(manifest, str) else None)
+    task = json.dumps({k: workload.get(k) for k in ("data", "reward") if k in workload}, sort_keys=True, default=str)
+    return SubsetSource(test_path, digest, n_prompts, manifest if isinstance(manifest, str) else None, task)
 
 
 def normal_path(path: str) -> str:
@@ -75,7 +82,7 @@ def normal_path(path: str) -> str:
     return PurePosixPath(path).as_posix()
 
 
-DECLARING_KEYS = {"workload.test_path": "test_path", "workload.eval.n_prompts": "n_prompts"}
+DECLARING_KEYS = {"workload.test_path": "test_path", "workload.eval.n_prompts": "n_prompts", "workload.reward": "reward"}
 
 
 def declared_overrides(words) -> tuple[dict[str, str], str | None]:
@@ -94,7 +101,7 @@ def declared_overrides(words) -> tuple[dict[str, str], str | None]:
 def command_settings(words) -> tuple[str | None, list[str]]:
     """(the module a command runs with ``-m``, or None; its ``key=value`` words after it, sorted, but those naming a
     placeholder: a path each record of the command sanitised on its own)."""
-    words = [str(w) for w in words]
+    words = contained_command([str(w) for w in words])  # in an image: the command its entry runs
     for i, (flag, module) in enumerate(zip(words, words[1:])):
         if flag == "-m":
             return module, sorted(w for w in words[i + 2:] if "=" in w and "<" not in w)
@@ -103,12 +110,13 @@ def command_settings(words) -> tuple[str | None, list[str]]:
 
 @lru_cache(maxsize=16)
 def _workload_evaluation(text: str) -> tuple[tuple[str, object], ...]:
-    """``(("test_path", ...), ("n_prompts", ...))`` a workload file's text states (parsed once per text: the
-    build and the audit ask for every run)."""
+    """``(("test_path", ...), ("n_prompts", ...), ("reward", ...))`` a workload file's text states (parsed once per
+    text: the build and the audit ask for every run)."""
     import yaml  # here: only a check that has a workload to read parses YAML
 
     workload = yaml.safe_load(text)
-    return ("test_path", workload["test_path"]), ("n_prompts", workload["eval"]["n_prompts"])
+    return (("test_path", workload["test_path"]), ("n_prompts", workload["eval"]["n_prompts"]),
+            ("reward", workload.get("reward") or DEFAULT_REWARD))
 
 
 def declared_difference(source: SubsetSource, run_record: dict, argv, root: Path = REPO_ROOT
@@ -147,6 +155,9 @@ def declared_difference(source: SubsetSource, run_record: dict, argv, root: Path
     if str(declared["n_prompts"]) != str(source.n_prompts):
         return (f"run.json evaluates on {source.n_prompts} prompts, the workload's eval.n_prompts is "
                 f"{declared['n_prompts']} ({said})"), None
+    recorded = recorded_reward(run_record)["name"]
+    if str(declared["reward"]) != recorded:
+        return f"run.json scores with reward {recorded}, the workload's reward is {declared['reward']} ({said})", None
     return None, None
 
 
@@ -204,17 +215,17 @@ def _sha256(path: Path, _mtime_ns: int) -> str:
 
 
 @lru_cache(maxsize=16)
-def derived_subset(path: Path, sha256: str, n_prompts: int) -> bytes | None:
+def derived_subset(path: Path, sha256: str, n_prompts: int, task: str = "{}") -> bytes | None:
     """The subset's bytes as the trainer writes them, cut from the split at ``path`` (its bytes' SHA256
-    ``sha256``: the cache's key); None when the split has fewer rows than the evaluation takes."""
-    import pyarrow.parquet as pq  # here: only a build or an audit that re-derives a subset reads Parquet
-
-    table = pq.read_table(path, columns=["question", "answer"])
-    if table.num_rows < n_prompts:
+    ``sha256``: the cache's key) with the run's field map and reward (``task``, ``SubsetSource.task``); None when
+    the split has fewer rows than the evaluation takes (``SplitError`` when it does not read as the run says)."""
+    settings = Task.of(json.loads(task))
+    user = is_user_reward(settings.reward)
+    normalize = BUILTIN_REWARDS[settings.reward][1] if settings.reward in BUILTIN_REWARDS else strip_label
+    rows = split_rows(path, settings.fields, normalize)
+    if len(rows) < n_prompts:
         return None
-    questions = table.column("question").to_pylist()[:n_prompts]
-    answers = table.column("answer").to_pylist()[:n_prompts]
-    return subset_bytes((i, q, normalize_label(a)) for i, (q, a) in enumerate(zip(questions, answers)))
+    return subset_bytes((r.index, r.question, r.label, *([r.row] if user else [])) for r in rows[:n_prompts])
 
 
 def subset_difference(stated: bytes, derived: bytes) -> str | None:
@@ -251,7 +262,10 @@ def check_subset(stated: bytes, source: SubsetSource, root: Path = REPO_ROOT) ->
     path, why = locate_split(source, root)
     if path is None:
         return None, why
-    derived = derived_subset(path, source.sha256, source.n_prompts)
+    try:
+        derived = derived_subset(path, source.sha256, source.n_prompts, source.task)
+    except SplitError as exc:
+        return f"the pinned test split does not read as the run's workload says ({exc})", None
     if derived is None:
         return f"the pinned test split {source.test_path} has fewer than {source.n_prompts} rows", None
     return subset_difference(stated, derived), None

@@ -7,23 +7,35 @@ The statistics themselves are defined in ``evidence.stats``.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import combinations
 
 from evidence import headline, stats
+from evidence.certificates import CHECKS as CERTIFICATE_CHECKS
 from evidence.dataset import BundleData, csv_text
-from evidence.statistics import MDE_POWER, family, hierarchical, minimum_detectable_effect, noise, robust
+from evidence.statistics import (
+    MDE_POWER,
+    claims,
+    crossed,
+    family,
+    minimum_detectable_effect,
+    noise,
+    robust,
+)
 from evidence.statistics.resampling import (
     BOOTSTRAP_METHOD,
     BOOTSTRAP_RESAMPLES,
     BOOTSTRAP_SEED,
     paired_bootstrap_interval,
 )
-from evidence.sweep import algo_name, algo_sort_key, arm_name
+from evidence.sweep import algo_name, algo_sort_key, job_name
 from facts import ALGORITHM_FIELD, ALGORITHMS, KL_IN_REWARD
 from facts.certify import RESUME
+from facts.containers import IMAGE_DIGEST_FIELD, IMAGE_DIGEST_ITEM
+from facts.evaluation import pass_at_k
 from facts.trainers import PROOFGRID_TRAINER
 
 # |adv_norm_std - 1| below this counts as "exactly 1" in the normalisation diagnostics.
@@ -99,14 +111,79 @@ def arms(data: BundleData) -> list[str]:
     return list(data.arms)
 
 
+@functools.lru_cache(maxsize=8)
+def _experiment(text: str):
+    # The spec's parser reads run values through evidence.measures, which reads these tables (and the verdict
+    # package's __init__ reads them too): imported on use, the one place the tables read the spec.
+    from evidence.verdict.spec import VerdictError, parse_experiment
+
+    try:
+        return parse_experiment(text)
+    except VerdictError:
+        return None
+
+
+def experiment_spec(data: BundleData):
+    """The bundle's experiment spec, parsed (``evidence.verdict.spec.Experiment``); None for a plain sweep, and for a
+    spec that does not parse (the build refuses it in its verdict; the audit's verdict check names it)."""
+    return None if data.experiment is None else _experiment(data.experiment)
+
+
+def spec_arm(data: BundleData, arm: str) -> str | None:
+    """The experiment spec's name of the arm (``per_example``) when the bundle carries a spec and exactly this
+    sweep arm runs that spec arm (its overrides own it: ``arm_owner``, never the label); else None."""
+    spec = experiment_spec(data)
+    if spec is None or arm not in data.arms:
+        return None
+    from evidence.verdict.spec import arm_owner  # as _experiment: the spec's module is above the tables
+
+    owners = {label: arm_owner(spec.arms, overrides) for label, (_, overrides) in data.arms.items()}
+    owner = owners[arm]
+    return owner if owner is not None and list(owners.values()).count(owner) == 1 else None
+
+
+def _once(data: BundleData, kind: str, arm: str, compute: Callable[[], str]) -> str:
+    """``compute()`` for (kind, arm), once per loaded bundle (``BundleData.derived``): a name every row asks for."""
+    key = (kind, arm)
+    if key not in data.derived:
+        data.derived[key] = compute()
+    return data.derived[key]
+
+
+def algorithm_name(data: BundleData, arm: str) -> str:
+    """The algorithm an arm ran, by name: what its runs declare (a trainer that declares its own algorithm,
+    ``trainer.algorithm``, is described by it: ``REINFORCE``, not the configured ``GRPO``), else the name of
+    the algorithm it was configured with."""
+    def name() -> str:
+        declared = declared_algorithm(data, arm).get("display_name")
+        return str(declared) if declared else algo_name(data.arm_algo(arm))
+
+    return _once(data, "algorithm", arm, name)
+
+
+def algorithm_names(data: BundleData) -> str:
+    """Every algorithm the arms ran, by name, once each in report order ("Algorithms: GRPO, REINFORCE")."""
+    return ", ".join(dict.fromkeys(algorithm_name(data, a) for a in arms(data))) or "—"
+
+
 def display(data: BundleData, arm: str) -> str:
-    """An arm's name in the report: ``GRPO`` for the plain ``grpo`` arm, else its label."""
-    return arm_name(arm, data.arm_algo(arm))
+    """An arm's name in every table, figure and sentence of the report: the experiment spec's name of it
+    (``spec_arm``); else the algorithm's name (``algorithm_name``) for an arm that is just its algorithm
+    (``GRPO`` for the plain ``grpo`` arm); else its label."""
+    def name() -> str:
+        named = spec_arm(data, arm)
+        if named is not None:
+            return named
+        return algorithm_name(data, arm) if arm == data.arm_algo(arm) else arm
+
+    return _once(data, "display", arm, name)
 
 
 def arm_header(data: BundleData) -> str:
-    """The first column's title: "Algorithm" while every arm is just its algorithm, else "Arm"."""
-    return "Algorithm" if all(a == data.arm_algo(a) for a in arms(data)) else "Arm"
+    """The first column's title: "Algorithm" while every arm is just its algorithm (and no experiment spec names
+    the arms), else "Arm"."""
+    plain = all(a == data.arm_algo(a) and spec_arm(data, a) is None for a in arms(data))
+    return "Algorithm" if plain else "Arm"
 
 
 def declared_algorithm(data: BundleData, arm: str) -> dict:
@@ -142,7 +219,13 @@ def series(data: BundleData, arm: str, seed: int, key: str) -> list[float] | Non
 
 
 def job_id(data: BundleData, arm: str, seed: int) -> str:
+    """The scheduler's id of the run's job (``local-0``, ``1234_5``): the CSVs' ``job_id``."""
     return data.index_row(arm, seed)["job_id"]
+
+
+def job_name_of(data: BundleData, arm: str, seed: int) -> str:
+    """The job's name (``grpo-42``, its directory under jobs/): what a reader knows it by, the report's "Job"."""
+    return data.index_row(arm, seed)["job"]
 
 
 def window_label(data: BundleData) -> str:
@@ -200,13 +283,14 @@ def jobs_table(data: BundleData) -> Table:
     cols = ("job", "arm", "algo", "seed", "job_id", "scheduler_state", "exit_code", "elapsed_s",
             "steps_accepted", "steps_expected", "eval_responses_initial", "eval_responses_final", "accepted", "reason")
     rows = [[r.get(c, r["algo"] if c == "arm" else None) for c in cols] for r in data.index]
-    md = [[arm_name(r.get("arm") or r["algo"], r["algo"]), r["seed"], r["job_id"] or "—", r["scheduler_state"] or "—", r["exit_code"] or "—",
+    md = [[display(data, r.get("arm") or r["algo"]), r["seed"], r["job"], r["job_id"] or "—",
+           r["scheduler_state"] or "—", r["exit_code"] or "—",
            fmt(float(r["elapsed_s"]) / 60, 1) if r["elapsed_s"] else "—",
            f"{r['steps_accepted']}/{r['steps_expected']}",
            f"{_initial_responses(data, r)} / {r['eval_responses_final'] or '—'}",
            r["accepted"], r["reason"] or "—"] for r in data.index]
     return Table("jobs", cols, rows,
-                 (arm_header(data), "Seed", "Job", "Scheduler state", "Exit", "Elapsed (min)", "Steps",
+                 (arm_header(data), "Seed", "Job", "Scheduler job", "Scheduler state", "Exit", "Elapsed (min)", "Steps",
                   "Eval responses (initial / final)", "Accepted", "Reason"), md)
 
 
@@ -215,6 +299,11 @@ def _initial_responses(data: BundleData, row: dict) -> str:
     every job (its count is in the ``eval_initial`` table, once)."""
     initial = data.evals.get((row.get("arm") or row["algo"], int(row["seed"])), {}).get("initial", {})
     return "shared" if initial.get("initial_eval") else (row["eval_responses_initial"] or "—")
+
+
+def _first_arm(data: BundleData, algo: str) -> str:
+    """The first arm (report order) that runs ``algo``; the algo itself when none does."""
+    return next((a for a in arms(data) if data.arm_algo(a) == algo), algo)
 
 
 def _contract_row(data: BundleData, algo: str) -> list[str]:
@@ -236,7 +325,7 @@ def algorithm_contract_table(data: BundleData) -> Table:
     """One row per algorithm; one per arm, with its trainer and policy loss, when some arm ran on a trainer
     that is not proofgrid's (the same algorithm then ran differently on each trainer)."""
     if not any(trainer_of(data, a) for a in arms(data)):
-        rows = [[a, algo_name(a), *_contract_row(data, a)] for a in algos(data)]
+        rows = [[a, algorithm_name(data, _first_arm(data, a)), *_contract_row(data, a)] for a in algos(data)]
         return Table("algorithm_contract", ("algo", "algorithm", "advantage", "normalization", "kl_regularization"),
                      rows, ("Algorithm", "Advantage", "Normalization", "KL regularization"), [r[1:] for r in rows])
     rows = []
@@ -245,7 +334,7 @@ def algorithm_contract_table(data: BundleData) -> Table:
         contract = contract if isinstance(contract, dict) else {}
         cells = [str(contract.get(c, "see configuration")) for c in (*CONTRACT_COLUMNS, "loss")]
         rows.append([arm, trainer_of(data, arm) or PROOFGRID_TRAINER, data.arm_algo(arm),
-                     algo_name(data.arm_algo(arm)), *cells])
+                     algorithm_name(data, arm), *cells])
     return Table("algorithm_contract", ("arm", "trainer", "algo", "algorithm", "advantage", "normalization",
                                         "kl_regularization", "loss"),
                  rows, ("Arm", "Trainer", "Algorithm", "Advantage", "Normalization", "KL regularization", "Loss"),
@@ -317,12 +406,15 @@ def environment_table(data: BundleData) -> Table:
     rows: list[list[str]] = [
         ["Workload", str(sweep.get("workload", "—"))],
         [SOURCE_COMMIT_ITEM, str(sweep.get("source_commit") or "—")],
-        ["Algorithms", ", ".join(algo_name(a) for a in algos(data))],
+        ["Algorithms", algorithm_names(data)],
         *([["Arms", "; ".join(f"{a}: " + ", ".join(f"{k}={v}" for k, v in o.items()) for a, (_, o) in data.arms.items())]]
           if arm_header(data) == "Arm" else []),
         ["Seeds", ", ".join(str(s) for s in seeds(data))],
         ["Updates per run", str(data.n_updates)],
     ]
+    images = [r.get(IMAGE_DIGEST_FIELD) for r in runs]
+    if any(images):  # seed 000's row: the container image every run ran in (the audit checks it is one)
+        rows.append([IMAGE_DIGEST_ITEM, _distinct(d or "— (on the host)" for d in images)])
     cluster = sweep.get("cluster")
     if cluster is not None:
         rows.append(["Cluster", cluster if isinstance(cluster, str) else json.dumps(cluster, sort_keys=True)])
@@ -344,13 +436,14 @@ def resolved_config_table(data: BundleData) -> Table:
     """The appendix: every resolved setting of every accepted run, one row per (setting, arm), with its
     distinct values across seeds. The report shows only the settings that differ between arms."""
     configs = _configs(data)
-    rows = []
+    rows, md = [], []
     for key in sorted({k for c in configs.values() for k in c}):
         for a in arms(data):
             values = [c.get(key) for run, c in configs.items() if run[0] == a]
             if values:
                 rows.append([key, a, _distinct(values)])
-    return Table("resolved_config", ("setting", "arm", "value"), rows, ("Setting", "Arm", "Value"), rows)
+                md.append([key, display(data, a), _distinct(values)])
+    return Table("resolved_config", ("setting", "arm", "value"), rows, ("Setting", "Arm", "Value"), md)
 
 
 def stability_tables(data: BundleData) -> tuple[Table, Table]:
@@ -360,7 +453,7 @@ def stability_tables(data: BundleData) -> tuple[Table, Table]:
         algo = data.arm_algo(a)
         run_seeds = accepted_runs(data, a)
         per_metric = {key: [run_last_k(data, a, s, key) for s in run_seeds] for key, *_ in STABILITY}
-        row = [a, algo, algo_name(algo), len(run_seeds), data.last_k]
+        row = [a, algo, algorithm_name(data, a), len(run_seeds), data.last_k]
         md = [display(data, a), str(len(run_seeds))]
         for key, _, _, digits in STABILITY:
             summary = _summarise(per_metric[key])
@@ -371,7 +464,7 @@ def stability_tables(data: BundleData) -> tuple[Table, Table]:
         agg_md.append(md)
         for i, s in enumerate(run_seeds):
             run_rows.append([a, algo, s, job_id(data, a, s)] + [per_metric[key][i] for key, *_ in STABILITY])
-            run_md.append([display(data, a), str(s), job_id(data, a, s) or "—"] + [
+            run_md.append([display(data, a), str(s), job_name_of(data, a, s)] + [
                 kl_not_applicable(data, a) if per_metric[key][i] is None else fmt(per_metric[key][i], d)
                 for key, _, _, d in STABILITY])
     cols = ("arm", "algo", "algorithm", "n_runs", "last_k")
@@ -400,7 +493,7 @@ def normalisation_table(data: BundleData) -> Table:
             count(lambda r: r.get("rollout/all_zero_reward") == 1),
             count(lambda r: r.get("train/ppo_kl") not in (None, 0.0)),
         ]
-        rows.append([a, data.arm_algo(a), algo_name(data.arm_algo(a)), *counts])
+        rows.append([a, data.arm_algo(a), algorithm_name(data, a), *counts])
         md.append([display(data, a), *(str(c) for c in counts)])
     return Table("normalisation",
                  ("arm", "algo", "algorithm", "steps", "adv_norm_std_one_steps", "zero_variance_steps",
@@ -416,7 +509,7 @@ def efficiency_tables(data: BundleData) -> tuple[Table, Table]:
         run_seeds = accepted_runs(data, a)
         per_metric = {key: [run_all_steps(data, a, s, key) for s in run_seeds] for key, *_ in EFFICIENCY}
         elapsed = [run_elapsed_min(data, a, s) for s in run_seeds]
-        row, md = [a, algo, algo_name(algo), len(run_seeds)], [display(data, a), str(len(run_seeds))]
+        row, md = [a, algo, algorithm_name(data, a), len(run_seeds)], [display(data, a), str(len(run_seeds))]
         for key, _, _, digits, unit in EFFICIENCY:
             summary = _summarise(per_metric[key])
             row += [summary.mean, summary.sd]
@@ -430,7 +523,7 @@ def efficiency_tables(data: BundleData) -> tuple[Table, Table]:
             values = [per_metric[key][i] for key, *_ in EFFICIENCY] + [elapsed[i]]
             run_rows.append([a, algo, s, job_id(data, a, s), *values])
             digits = [d for _, _, _, d, _ in EFFICIENCY] + [1]
-            run_md.append([display(data, a), str(s), job_id(data, a, s) or "—"] +
+            run_md.append([display(data, a), str(s), job_name_of(data, a, s)] +
                           [fmt(v, d) for v, d in zip(values, digits)])
     stems = [stem for _, stem, *_ in EFFICIENCY] + ["elapsed_min"]
     names = [name + (" (GiB)" if unit else "") for _, _, name, _, unit in EFFICIENCY] + ["Elapsed (min)"]
@@ -475,7 +568,7 @@ def eval_aggregate_table(data: BundleData) -> Table:
     for a in arms(data):
         run_seeds = eval_runs(data, a)
         for kind, label in (("final", "final"), ("gain", "final − initial")):  # the initial: eval_initial
-            row = [a, data.arm_algo(a), algo_name(data.arm_algo(a)), kind, len(run_seeds)]
+            row = [a, data.arm_algo(a), algorithm_name(data, a), kind, len(run_seeds)]
             cells = [display(data, a), label, str(len(run_seeds))]
             for metric, digits in EVAL_METRICS:
                 if kind == "gain":
@@ -560,43 +653,195 @@ def paired_comparisons(data: BundleData) -> list[Comparison]:
     return out
 
 
-def paired_table(data: BundleData) -> Table:
+PASS_AT_1 = "pass@1"  # the headline's evaluation column
+MEAN_REWARD = "mean_reward"
+# A mean reward within this of the same evaluation's pass@1 is a binary reward's (every response 0 or 1).
+BINARY_SLACK = 1e-12
+
+
+def final_evaluations(data: BundleData, runs) -> list[dict]:
+    """The final evaluation entries of ``runs`` ((arm, seed) pairs) that have one."""
+    return [data.evals[r]["final"] for r in runs if "final" in data.evals.get(r, {})]
+
+
+def pass_at_j(name: str) -> int | None:
+    """j of an evaluation column ``pass@j``; None for any other column."""
+    head, _, j = name.partition("@")
+    return int(j) if head == "pass" and j.isdigit() and int(j) >= 1 else None
+
+
+def binary_reward(entries: list[dict]) -> bool:
+    """Every evaluation's mean reward is its pass@1 (the share of responses with reward > 0): with rewards in
+    [0, 1] that holds exactly when every reward is 0 or 1 (a graded reward's mean is below its pass@1)."""
+    return bool(entries) and all(e.get(MEAN_REWARD) is not None and e.get(PASS_AT_1) is not None
+                                 and abs(e[MEAN_REWARD] - e[PASS_AT_1]) <= BINARY_SLACK for e in entries)
+
+
+def per_prompt_j(data: BundleData, eval_name: str, runs) -> int | None:
+    """The j whose per-prompt pass@j the evaluation column ``eval_name`` is, over ``runs``' final evaluations:
+    pass@j itself, a binary reward's mean as pass@1; None for a column the responses' counts cannot give per prompt
+    (a graded reward's mean, the truncated share, the mean length)."""
+    if eval_name == MEAN_REWARD:
+        return 1 if binary_reward(final_evaluations(data, runs)) else None
+    return pass_at_j(eval_name)
+
+
+def prompt_values(data: BundleData, arm: str, seed: int, j: int = 1) -> dict[int, float] | None:
+    """A run's final evaluation per prompt: {row index: unbiased pass@j = 1 − C(n − c, j)/C(n, j)} from its
+    responses (pass@1: c/n); None without them or with a prompt of fewer than j responses."""
+    counts = data.final_prompts.get((arm, seed))
+    if not counts or any(n < j for _, n in counts.values()):
+        return None
+    return {index: pass_at_k(n, c, j) for index, (c, n) in counts.items()}
+
+
+def prompt_rates(data: BundleData, arm: str, seed: int) -> dict[int, float] | None:
+    """A run's final evaluation per prompt: {row index: correct / responses}, from its responses; None without them."""
+    return prompt_values(data, arm, seed, 1)
+
+
+def pair_block(data: BundleData, a: str, b: str, seeds_: list[int], j: int = 1) -> list[list[float]] | None:
+    """The per-prompt pass@j differences a − b of ``seeds_`` as rows (prompts by row index, ascending): the block
+    the crossed intervals read; None unless every seed has them in both arms, over the same two or more prompts."""
+    rows, prompts = [], None
+    for s in seeds_:
+        va, vb = prompt_values(data, a, s, j), prompt_values(data, b, s, j)
+        if not va or not vb or set(va) != set(vb) or (prompts is not None and set(va) != prompts):
+            return None
+        prompts = set(va)
+        rows.append([va[i] - vb[i] for i in sorted(va)])
+    return rows if rows and len(prompts) >= 2 else None
+
+
+def block_noise(block: list[list[float]] | None, level: float) -> tuple[tuple[str, tuple[float, float]], ...]:
+    """The evaluation-noise intervals of a block's grand mean by name: the crossed bootstrap's and the
+    question-clustered t-interval (``evidence.statistics.crossed``); none for no block."""
+    if block is None:
+        return ()
+    found = ((crossed.CROSSED_NOISE, crossed.crossed_interval(block, level)),
+             (crossed.QUESTION_NOISE, crossed.question_interval(block, level)))
+    return tuple((name, interval) for name, interval in found if interval is not None)
+
+
+def pair_design(data: BundleData, eval_name: str | None, a: str, b: str,
+                differences: dict[int, float]) -> claims.PairedDesign:
+    """A comparison a − b as ``claims`` reads it (in the metric's own units): its paired differences by seed and,
+    for an evaluation's ``eval_name`` (None: a training metric), the prompts its evaluations scored (the fewest);
+    for a column the responses give per prompt (``per_prompt_j``: pass@j, a binary reward's mean) also its grid
+    (the coarsest step 1/(P·C(k, j)) of its runs, ``claims.evaluation_step``) and its evaluation noise over the
+    seeds of ``differences`` (``block_noise``). Any other evaluation column has no noise check
+    (``claims.unchecked_noise``)."""
+    values = tuple(differences.values())
+    if eval_name is None:
+        return claims.PairedDesign(values)
+    runs = [(arm, s) for s in differences for arm in (a, b)]
+    finals = final_evaluations(data, runs)
+    n_prompts = min((int(e["n_prompts"]) for e in finals), default=None)
+    j = per_prompt_j(data, eval_name, runs)
+    if j is None or any(int(e["k"]) < j for e in finals):
+        return claims.PairedDesign(values, n_prompts=n_prompts)
+    step = max((claims.evaluation_step(int(e["n_prompts"]), int(e["k"]), j) for e in finals), default=None)
+    return claims.PairedDesign(values, step, n_prompts, block_noise(pair_block(data, a, b, list(differences), j),
+                                                                    data.ci_level))
+
+
+def declared_margin(data: BundleData) -> float | None:
+    """The equivalence margin on the headline metric (a rate) that the bundle's experiment spec declares
+    (``equivalence_margin``, in its criterion's units) when its criterion is final eval pass@1; else None."""
+    experiment = experiment_spec(data)
+    if experiment is None or experiment.equivalence_margin is None or experiment.criterion.measure.metric != "eval/pass@1":
+        return None
+    return experiment.equivalence_margin / experiment.criterion.scale
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A comparison with what it may claim (``claims.paired_claim``), the size of its Holm family (0: none), how
+    many of the family's pairs may claim nothing (each counted as p = 1, ``claims.family_p_value``), and its
+    Holm-adjusted p-value there (None outside a family)."""
+
+    comparison: Comparison
+    design: claims.PairedDesign
+    claim: claims.PairClaim
+    family: int
+    untested: int = 0
+    p_holm: float | None = None
+
+
+def eval_column(metric: str) -> str | None:
+    """The evaluation column of a paired metric (``eval_final_pass@4``: ``pass@4``); None for a training metric."""
+    return metric.removeprefix("eval_final_") if metric.startswith("eval_final_") else None
+
+
+def judge_comparisons(data: BundleData) -> list[Judged]:
+    """Every paired comparison judged by ``claims``: its design (``pair_design``), Holm's adjusted p-value in its
+    family (each pair's ``claims.family_p_value``: 1 for a pair that may claim nothing), and the declared
+    equivalence margin on the headline metric."""
+    designs = {(c.metric, c.a, c.b): pair_design(data, eval_column(c.metric), c.a, c.b, c.diff.by_seed)
+               for c in paired_comparisons(data)}
+    adjusted: dict[tuple[str, str, str], tuple[float, int, int]] = {}
+    for metric, members in families(data).items():
+        found = [claims.shortfalls(designs[(metric, c.a, c.b)], data.ci_level) for c in members]
+        p = family.holm([claims.family_p_value(designs[(metric, c.a, c.b)], data.ci_level) for c in members])
+        untested = sum(1 for f in found if f)
+        adjusted.update({(metric, c.a, c.b): (q, len(members), untested) for c, q in zip(members, p)})
+    margin = declared_margin(data)
+    out = []
+    for c in paired_comparisons(data):
+        design = designs[(c.metric, c.a, c.b)]
+        p_holm, size, untested = adjusted.get((c.metric, c.a, c.b), (None, 0, 0))
+        claim = claims.paired_claim(design, data.ci_level, p_holm,
+                                    margin if c.metric == headline.HEADLINE_METRIC else None)
+        out.append(Judged(c, design, claim, size, untested, p_holm))
+    return out
+
+
+def _claim_cells(claim: claims.PairClaim) -> tuple[str, str]:
+    """The CSV's ``claim`` and ``missing`` cells of a pair: what it may claim, and what it misses (or "")."""
+    return claim.kind, claims.missing_sentence(claim.missing) if claim.missing else ""
+
+
+def _withheld(claim: claims.PairClaim) -> str:
+    """A markdown cell in place of an inferential number the pair may not state: what it misses, in short."""
+    return "none (" + "; ".join(s.what.split(" (")[0] for s in claim.missing) + ")"
+
+
+def paired_table(data: BundleData, judged: list[Judged]) -> Table:
+    """Each pair on each paired metric: the per-seed differences, mean ± SD, the t-interval and MDE (the CSV
+    keeps every formula's value; the markdown shows an interval (t or bootstrap) or an MDE only where ``claims``
+    allows a claim, else what is missing), the bootstrap interval."""
     all_seeds = seeds(data)
     rows, md = [], []
-    for c in paired_comparisons(data):
-        diff = c.diff
+    for j in judged:
+        c, diff, claim = j.comparison, j.comparison.diff, j.claim
         lo, hi = diff.interval if diff.interval else (None, None)
         mde = paired_mde(data, diff)
         boot = paired_bootstrap_interval(list(diff.by_seed.values()), data.ci_level)
         boot_lo, boot_hi = boot if boot else (None, None)
         rows.append([c.metric, c.a, c.b] + [diff.by_seed.get(s) for s in all_seeds]
                     + [diff.summary.n, diff.summary.mean, diff.summary.sd, lo, hi, mde, boot_lo, boot_hi,
-                       BOOTSTRAP_METHOD, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED])
+                       BOOTSTRAP_METHOD, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, *_claim_cells(claim)])
+        said = claim.kind != claims.NO_CLAIM
         md.append([c.label, f"{display(data, c.a)} − {display(data, c.b)}"]
                   + [fmt_signed(diff.by_seed.get(s)) for s in all_seeds]
-                  + [fmt_summary(diff.summary, 4, signed=True), fmt_interval(diff.interval), fmt_interval(boot),
-                     "n<2" if mde is None else fmt(mde, 4)])
+                  + [fmt_summary(diff.summary, 4, signed=True),
+                     fmt_interval(diff.interval) if said else _withheld(claim), fmt_interval(boot) if said else "—",
+                     fmt(claim.mde, 4) if said else "—"])
     level = f"{data.ci_level * 100:g}%"
     return Table("paired_differences",
                  ("metric", "a", "b") + tuple(f"seed_{s}" for s in all_seeds)
                  + ("n", "mean", "sd", "ci_low", "ci_high", "mde", "boot_low", "boot_high", "boot_method",
-                    "boot_resamples", "boot_seed"),
+                    "boot_resamples", "boot_seed", "claim", "missing"),
                  rows, ("Metric", "Comparison (a − b)") + tuple(f"Seed {s}" for s in all_seeds)
                  + ("Mean ± sample SD", f"Exploratory {level} t-CI", f"Bootstrap {level} CI",
                     f"MDE ({MDE_POWER * 100:g}% power)"), md)
 
 
-def headline_table(data: BundleData) -> Table:
-    """The report's first sentence (``evidence.headline``), from the headline metric's paired comparisons; one row."""
-    adjusted = {}
-    for metric, members in families(data).items():
-        p = family.holm([family.paired_t_p_value(list(c.diff.by_seed.values())) for c in members])
-        adjusted.update({(metric, c.a, c.b): q for c, q in zip(members, p)})
-    pairs = [headline.Pair(display(data, c.a), display(data, c.b), c.diff.summary.n, c.diff.summary.mean,
-                           c.diff.interval, paired_mde(data, c.diff), adjusted.get((c.metric, c.a, c.b)))
-             for c in paired_comparisons(data) if c.metric == headline.HEADLINE_METRIC]
-    sentence = headline.headline_sentence([display(data, a) for a in arms(data)], pairs, data.ci_level,
-                                          1 - data.ci_level)
+def headline_table(data: BundleData, judged: list[Judged]) -> Table:
+    """The report's first sentence (``evidence.headline``), from the claims of the headline metric's pairs; one row."""
+    pairs = [headline.Pair(display(data, j.comparison.a), display(data, j.comparison.b), j.claim, j.family, j.untested)
+             for j in judged if j.comparison.metric == headline.HEADLINE_METRIC]
+    sentence = headline.headline_sentence([display(data, a) for a in arms(data)], pairs, data.ci_level)
     return Table("headline", ("metric", "sentence"), [[headline.HEADLINE_METRIC, sentence]],
                  ("Metric", "Result"), [[headline.HEADLINE_WORDS, sentence]])
 
@@ -624,13 +869,7 @@ def robust_table(data: BundleData) -> Table:
                  ("Metric", "Measure", "Arm(s)", "Runs", "Value"), md)
 
 
-# ---- the evaluation's own noise (evidence.statistics.noise, .hierarchical) -------------------------
-
-def prompt_rates(data: BundleData, arm: str, seed: int) -> dict[int, float] | None:
-    """A run's final evaluation per prompt: {row index: correct / responses}, from its responses; None without them."""
-    counts = data.final_prompts.get((arm, seed))
-    return None if not counts else {index: c / n for index, (c, n) in counts.items()}
-
+# ---- the evaluation's own noise (evidence.statistics.noise, .crossed) -------------------------
 
 def _rate_rows(data: BundleData, arm: str, seeds_: list[int]) -> tuple[list[int], list[list[float]]] | None:
     """The seeds' per-prompt rates as rows over the same prompts (by row index, ascending); None when a seed has
@@ -663,7 +902,7 @@ def eval_se_table(data: BundleData) -> Table:
 @dataclass(frozen=True)
 class NoiseRow:
     """Final eval pass@1 of one arm (b empty) or one pair (a − b): per-seed values, their evaluation SEs and
-    the per-prompt rates (or differences) the hierarchical bootstrap resamples."""
+    the per-prompt rates (or differences) the crossed intervals read (None: not over the same prompts)."""
 
     a: str
     b: str
@@ -680,52 +919,51 @@ def noise_rows(data: BundleData) -> list[NoiseRow]:
     for a in arms(data):
         values = paired_values(data, metric, a)
         seeds_ = [s for s in values if (rates := prompt_rates(data, a, s)) and len(rates) >= 2]
-        block = _rate_rows(data, a, seeds_)
-        out.append(NoiseRow(a, "", [values[s] for s in seeds_],
-                            [noise.eval_standard_error(list(prompt_rates(data, a, s).values())) for s in seeds_],
-                            block[1] if block else None))
+        rates = [prompt_rates(data, a, s) for s in seeds_]
+        same = len({frozenset(r) for r in rates}) == 1
+        out.append(NoiseRow(a, "", [values[s] for s in seeds_], [noise.eval_standard_error(list(r.values())) for r in rates],
+                            [[r[i] for i in sorted(r)] for r in rates] if same else None))
     for a, b in arm_pairs(data):
         va, vb = paired_values(data, metric, a), paired_values(data, metric, b)
-        seeds_, ses, diffs = [], [], []
-        for s in (s for s in va if s in vb):
-            ra, rb = prompt_rates(data, a, s), prompt_rates(data, b, s)
-            if ra and rb and set(ra) == set(rb) and len(ra) >= 2:
-                prompts = sorted(ra)
-                seeds_.append(s)
-                diffs.append([ra[i] - rb[i] for i in prompts])
-                ses.append(noise.eval_standard_error(diffs[-1]))
-        same = len({len(d) for d in diffs}) == 1 and len({frozenset(prompt_rates(data, a, s)) for s in seeds_}) == 1
-        out.append(NoiseRow(a, b, [va[s] - vb[s] for s in seeds_], ses, diffs if same else None))
+        seeds_ = [s for s in va if s in vb and pair_block(data, a, b, [s]) is not None]
+        diffs = [pair_block(data, a, b, [s])[0] for s in seeds_]
+        out.append(NoiseRow(a, b, [va[s] - vb[s] for s in seeds_], [noise.eval_standard_error(d) for d in diffs],
+                            pair_block(data, a, b, seeds_)))
     return out
 
 
 def eval_noise_table(data: BundleData) -> Table:
     """Per arm and per pair on final eval pass@1: the seeds' variance against the evaluation's noise (the rule
-    of ``noise.spread_source``) and the hierarchical bootstrap interval over seeds, then prompts."""
+    of ``noise.spread_source``), the crossed bootstrap interval over seeds and prompts and the question-clustered
+    t-interval (``evidence.statistics.crossed``)."""
     rows, md = [], []
     level = data.ci_level
     for r in noise_rows(data):
         seed_var, eval_var = noise.seed_variance(r.values), noise.eval_noise_variance(r.ses)
         ratio = seed_var / eval_var if seed_var is not None and eval_var else None
         spread = noise.spread_source(seed_var, eval_var)
-        interval = hierarchical.hierarchical_interval(r.rates, level) if r.rates else None
+        interval = crossed.crossed_interval(r.rates, level) if r.rates else None
+        question = crossed.question_interval(r.rates, level) if r.rates else None
         low, high = interval if interval else (None, None)
+        q_low, q_high = question if question else (None, None)
         n_prompts = len(r.rates[0]) if r.rates else None
         mean = stats.mean(r.values) if r.values else None
         rows.append([headline.HEADLINE_METRIC, r.a, r.b, len(r.values), n_prompts, mean, seed_var, eval_var, ratio,
-                     spread, low, high, hierarchical.HIERARCHICAL_METHOD, hierarchical.HIERARCHICAL_RESAMPLES,
-                     hierarchical.HIERARCHICAL_SEED])
+                     spread, low, high, crossed.CROSSED_METHOD, crossed.CROSSED_RESAMPLES, crossed.CROSSED_SEED,
+                     q_low, q_high])
         who = display(data, r.a) if not r.b else f"{display(data, r.a)} − {display(data, r.b)}"
         md.append([who, str(len(r.values)), "—" if n_prompts is None else str(n_prompts),
                    fmt_signed(mean) if r.b else fmt(mean, 4),
                    fmt(None if seed_var is None else seed_var ** 0.5, 4),
                    fmt(None if eval_var is None else eval_var ** 0.5, 4), fmt(ratio, 2), SPREAD_WORDS[spread],
-                   "—" if interval is None else fmt_interval(interval)])
+                   "—" if interval is None else fmt_interval(interval),
+                   "—" if question is None else fmt_interval(question)])
     return Table("eval_noise",
                  ("metric", "a", "b", "n_seeds", "n_prompts", "mean", "seed_var", "eval_var", "ratio", "spread",
-                  "hb_low", "hb_high", "hb_method", "hb_resamples", "hb_seed"), rows,
+                  "cb_low", "cb_high", "cb_method", "cb_resamples", "cb_seed", "q_low", "q_high"), rows,
                  (f"{arm_header(data)} or comparison (a − b)", "Seeds", "Prompts", "Mean", "Seed SD s",
-                  "Eval SE (RMS) σ_eval", "s²/σ²_eval", "Spread", f"Hierarchical {level * 100:g}% interval"), md)
+                  "Eval SE (RMS) σ_eval", "s²/σ²_eval", "Spread", f"Crossed bootstrap {level * 100:g}% interval",
+                  f"Question-clustered {level * 100:g}% t-interval"), md)
 
 
 SPREAD_WORDS = {noise.SEEDS_EXCEED: "seeds exceed the eval's noise", noise.WITHIN_NOISE: "within the eval's noise",
@@ -748,24 +986,29 @@ def families(data: BundleData) -> dict[str, list[Comparison]]:
     return out
 
 
-def family_table(data: BundleData) -> Table:
-    """Each metric's pairs as one family: paired t p-values, Holm-adjusted, and Bonferroni simultaneous intervals."""
+def family_table(data: BundleData, judged: list[Judged]) -> Table:
+    """Each metric's pairs as one family: paired t p-values, Holm-adjusted, and Bonferroni simultaneous intervals
+    (the markdown shows a p-value or an interval only where ``claims`` allows the pair a claim; a pair that may
+    claim nothing has no p-value, and counts as 1 in the step-down: ``claims.family_p_value``)."""
     rows, md = [], []
     named = ",".join(arms(data))
+    judged_of = {(j.comparison.metric, j.comparison.a, j.comparison.b): j for j in judged}
     for metric, members in families(data).items():
         m = len(members)
-        values = [list(c.diff.by_seed.values()) for c in members]
-        p = [family.paired_t_p_value(v) for v in values]
-        adjusted = family.holm(p)
         level = family.family_level(data.ci_level, m)
-        for c, v, p_raw, p_holm in zip(members, values, p, adjusted):
+        for c in members:
+            j = judged_of[(c.metric, c.a, c.b)]
+            v, claim, said = list(c.diff.by_seed.values()), j.claim, j.claim.kind != claims.NO_CLAIM
+            p_raw = family.paired_t_p_value(v) if said else None  # undefined for a pair that may claim nothing
             lo, hi = family.family_interval(v, data.ci_level, m)
-            rows.append([metric, named, m, c.a, c.b, c.diff.summary.n, c.diff.summary.mean, p_raw, p_holm, level, lo, hi])
+            rows.append([metric, named, m, c.a, c.b, c.diff.summary.n, c.diff.summary.mean, p_raw,
+                         j.p_holm if said else None, level, lo, hi, *_claim_cells(claim)])
             md.append([c.label, f"{display(data, c.a)} − {display(data, c.b)}", str(c.diff.summary.n),
-                       fmt(p_raw, 4), fmt(p_holm, 4), fmt_interval((lo, hi))])
+                       fmt(p_raw, 4) if said else _withheld(claim), fmt(j.p_holm, 4) if said else "—",
+                       fmt_interval((lo, hi)) if said else "—"])
     return Table("paired_family",
                  ("metric", "family_arms", "m", "a", "b", "n", "mean", "p_value", "p_holm", "pair_level",
-                  "family_ci_low", "family_ci_high"), rows,
+                  "family_ci_low", "family_ci_high", "claim", "missing"), rows,
                  ("Metric", "Comparison (a − b)", "n", "p (paired t)", "Holm-adjusted p",
                   f"Simultaneous {data.ci_level * 100:g}% interval (Bonferroni)"), md)
 
@@ -782,7 +1025,8 @@ def k1_table(data: BundleData) -> Table:
                 continue
             check = stats.k1_activation(returns, raw, data.last_k)
             rows.append([a, s, job_id(data, a, s), check.all_steps, check.last_k, check.final_step])
-            shown = f"{s} / {job_id(data, a, s) or '—'}" if only_plain_arm else f"{a} {s} / {job_id(data, a, s) or '—'}"
+            shown = f"{s} / {job_name_of(data, a, s)}" if only_plain_arm else \
+                f"{display(data, a)} {s} / {job_name_of(data, a, s)}"
             md.append([shown, fmt(check.all_steps, 6), fmt(check.last_k, 6), fmt(check.final_step, 6)])
     n = data.n_updates
     return Table("k1_activation", ("arm", "seed", "job_id", "all_steps_mean_diff", "last_k_mean_diff", "final_step_diff"),
@@ -801,18 +1045,17 @@ def incidents_table(data: BundleData) -> Table:
 
 def certificates_table(data: BundleData) -> Table:
     """One row per reproducibility certificate (certify=true): each check's outcome and the first difference."""
-    cols = ("certificate_job", "job", "arm", "kind", "stop_at_step", "run", "metrics", "checkpoint", "responses",
-            "reproduced", "first_difference")
+    cols = ("certificate_job", "job", "arm", "kind", "stop_at_step", *CERTIFICATE_CHECKS, "reproduced", "first_difference")
     rows, md = [], []
     for c in (data.certificates or {}).get("certificates", []):
-        checks = ["yes" if c["checks"][k]["ok"] else "no" for k in ("run", "metrics", "checkpoint", "responses")]
+        checks = ["yes" if c["checks"][k]["ok"] else "no" for k in CERTIFICATE_CHECKS]
         stop = "" if c["stop_at_step"] is None else c["stop_at_step"]
         rows.append([c["certificate_job"], c["job"], c["arm"], c["kind"], stop, *checks,
                      "yes" if c["reproduced"] else "no", c["first_difference"]])
         what = f"resume at step {stop}" if c["kind"] == RESUME else "rerun from scratch"
         md.append([c["job"], what, *checks, "**yes**" if c["reproduced"] else "**NO**", c["first_difference"] or "—"])
-    return Table("certificates", cols, rows, ("Job", "Certificate job", "Ran as planned", "Metrics", "Final checkpoint",
-                                              "Eval responses", "Reproduced", "First difference"), md)
+    return Table("certificates", cols, rows, ("Job", "Certificate job", "Ran as planned", "Its own job", "Metrics",
+                                              "Final checkpoint", "Eval responses", "Reproduced", "First difference"), md)
 
 
 def initial_evaluations(data: BundleData) -> dict[str, list[tuple[str, int]]]:
@@ -831,7 +1074,8 @@ def eval_initial_table(data: BundleData) -> Table:
     for name, runs in initial_evaluations(data).items():
         entry = data.evals[runs[0]]["initial"]
         rows.append([name, len(runs), entry["n_responses"]] + [entry[m] for m, _ in EVAL_METRICS])
-        md.append([name, str(len(runs)), str(entry["n_responses"])] + [fmt(entry[m], d) for m, d in EVAL_METRICS])
+        shown = name if len(runs) > 1 or name != job_name(*runs[0]) else f"{display(data, runs[0][0])} seed {runs[0][1]}"
+        md.append([shown, str(len(runs)), str(entry["n_responses"])] + [fmt(entry[m], d) for m, d in EVAL_METRICS])
     cols = ("initial_eval", "n_runs", "n_responses") + tuple(m for m, _ in EVAL_METRICS)
     return Table("eval_initial", cols, rows,
                  ("Initial evaluation", "Runs using it", "Responses", "pass@1", "pass@2", "pass@4", "Truncation",
@@ -898,7 +1142,7 @@ def resource_tables(data: BundleData) -> tuple[Table, Table]:
             peaks = [formula(samples) for _, _, formula, _ in RESOURCE_PEAKS]
             span = float(samples[-1]["t"]) - float(samples[0]["t"])
             run_rows.append([a, algo, s, job_id(data, a, s), len(samples), span, *peaks, gpu_sampling(data, a, s)])
-            run_md.append([display(data, a), str(s), job_id(data, a, s) or "—", str(len(samples)), fmt(span, 0),
+            run_md.append([display(data, a), str(s), job_name_of(data, a, s), str(len(samples)), fmt(span, 0),
                            *(fmt(v, d) for v, (*_, d) in zip(peaks, RESOURCE_PEAKS))])
     stems = tuple(stem for stem, *_ in RESOURCE_PEAKS)
     names = tuple(name for _, name, *_ in RESOURCE_PEAKS)
@@ -910,12 +1154,14 @@ def resource_tables(data: BundleData) -> tuple[Table, Table]:
 
 def compute_tables(data: BundleData) -> dict[str, Table]:
     """Every table of the report, by name (the CSV file stem under tables/)."""
+    noise_table = eval_noise_table(data)
+    judged = judge_comparisons(data)
     tables = [jobs_table(data), algorithm_contract_table(data), algorithm_config_table(data),
               environment_table(data), *stability_tables(data), normalisation_table(data),
               *efficiency_tables(data), eval_per_run_table(data), eval_initial_table(data),
               eval_aggregate_table(data),
-              paired_table(data), family_table(data), robust_table(data), eval_se_table(data), eval_noise_table(data),
-              headline_table(data), k1_table(data), incidents_table(data), resolved_config_table(data),
+              paired_table(data, judged), family_table(data, judged), robust_table(data), eval_se_table(data),
+              noise_table, headline_table(data, judged), k1_table(data), incidents_table(data), resolved_config_table(data),
               *resource_tables(data)]
     if data.certificates is not None:  # certify=true only: other sweeps' tables stay as they were
         tables.append(certificates_table(data))

@@ -31,6 +31,7 @@ so a float64 metric reads back rounded to float32. NaN and infinities are kept (
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -135,20 +136,21 @@ def _complete_bytes(path: Path) -> tuple[int, int]:
     return consumed, records
 
 
-def read_scalars(directory: str | Path) -> ScalarLog:
-    """Every scalar point of every tag in the event files directly in ``directory`` (see the module
-    docstring); unreadable, truncated or missing files are ``problems``, never skipped silently."""
+def scan_scalars(directory: str | Path, log: ScalarLog) -> Iterator[tuple[str, ScalarPoint]]:
+    """Every scalar point of the event files directly in ``directory`` as ``(tag, point)``, in file and
+    write order, one at a time (a reader that judges while it reads stops where it likes, holding only what it
+    keeps); ``log.files`` and ``log.problems`` are filled as the scan goes (a file's truncation is known at
+    its end). ``log.scalars`` is left to the caller."""
     from google.protobuf.message import DecodeError
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
     from tensorboard.compat.proto import summary_pb2
 
     directory = Path(directory)
-    log = ScalarLog(directory)
     paths = sorted(p for p in directory.glob(EVENT_FILE_GLOB) if p.is_file()) if directory.is_dir() else []
     if not paths:
         where = "is not a directory" if not directory.is_dir() else f"holds no {EVENT_FILE_GLOB} file"
         log.problems.append(EventFileProblem(directory.name, where))
-        return log
+        return
     data_class: dict[str, int] = {}  # per tag, from its first value with metadata (TF2 writers send it once)
     for path in paths:
         log.files.append(path.name)
@@ -161,8 +163,7 @@ def read_scalars(directory: str | Path) -> ScalarLog:
                         data_class[value.tag] = value.metadata.data_class
                     number = _scalar_of(value, data_class.get(value.tag, summary_pb2.DATA_CLASS_UNKNOWN))
                     if number is not None:
-                        log.scalars.setdefault(value.tag, []).append(
-                            ScalarPoint(int(event.step), number, float(event.wall_time), path.name))
+                        yield value.tag, ScalarPoint(int(event.step), number, float(event.wall_time), path.name)
             consumed, records = _complete_bytes(path)
             size = path.stat().st_size
         except OSError as exc:
@@ -178,6 +179,44 @@ def read_scalars(directory: str | Path) -> ScalarLog:
                 path.name, f"truncated or corrupt record at byte {consumed} of {size}: {records} whole records "
                 f"read, the last {size - consumed} bytes are not a complete record (the writer was killed "
                 "mid-write, or the file was cut)"))
+
+
+class ScalarTail:
+    """The scalars of a directory's event files as they are written: each ``new_points()`` call returns the points
+    written since the last one, in file and write order (TensorBoard's ``EventFileLoader`` is built to tail a file:
+    each ``Load()`` goes on where the last stopped, a partial last record waiting for its end). A file that
+    appears later is read from its start. For a run still being written; ``read_scalars`` judges a finished one."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+        self.loaders: dict[Path, object] = {}
+        self.data_class: dict[str, int] = {}
+
+    def new_points(self) -> list[tuple[str, ScalarPoint]]:
+        from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+        from tensorboard.compat.proto import summary_pb2
+
+        points = []
+        paths = sorted(p for p in self.directory.glob(EVENT_FILE_GLOB) if p.is_file()) if self.directory.is_dir() else []
+        for path in paths:
+            loader = self.loaders.setdefault(path, EventFileLoader(str(path)))
+            for event in loader.Load():
+                for value in event.summary.value if event.HasField("summary") else ():
+                    if value.HasField("metadata") and value.tag not in self.data_class:
+                        self.data_class[value.tag] = value.metadata.data_class
+                    number = _scalar_of(value, self.data_class.get(value.tag, summary_pb2.DATA_CLASS_UNKNOWN))
+                    if number is not None:
+                        points.append((value.tag, ScalarPoint(int(event.step), number, float(event.wall_time),
+                                                              path.name)))
+        return points
+
+
+def read_scalars(directory: str | Path) -> ScalarLog:
+    """Every scalar point of every tag in the event files directly in ``directory`` (see the module
+    docstring); unreadable, truncated or missing files are ``problems``, never skipped silently."""
+    log = ScalarLog(Path(directory))
+    for tag, point in scan_scalars(directory, log):
+        log.scalars.setdefault(tag, []).append(point)
     return log
 
 

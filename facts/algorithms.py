@@ -182,6 +182,10 @@ _record(Algorithm(
 ))
 
 RECORDS: tuple[Algorithm, ...] = tuple(dict.fromkeys(ALGORITHMS.values()))  # each once, in report order
+# Settings every algorithm reads, with their shipped values, listed after each record's own in conf/algo/<short>.yaml
+# (so that `algo.tis_cap=2` needs no `+`): the training–inference mismatch corrections
+# (trainer.algorithms.correction; null is off), AlgoConfig's defaults.
+COMMON_CONFIG = node(tis_cap=None, mis_bound=None, mis_level="token")
 # Short name -> display name, in report order.
 DISPLAY_NAMES = {a.short: a.display_name for a in RECORDS}
 ALGO_ORDER = tuple(DISPLAY_NAMES)

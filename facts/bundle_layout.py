@@ -29,8 +29,10 @@ from facts.files import (
     CERTIFICATES_FILE,
     CERTIFY_CHECKPOINTS,
     CERTIFY_DIR,
+    CHAIN_RECORD,
     COMMAND_PUBLIC_RECORD,
     COMMANDS_FILE,
+    DATA_LEDGER,
     EVAL_RECORD,
     EVAL_RESPONSES_DIR,
     EVAL_SUBSETS_DIR,
@@ -47,6 +49,7 @@ from facts.files import (
     INITIAL_EVAL_RESPONSES,
     JOB_LOGS,
     JOB_RECORD,
+    JUDGED_TABLE,
     LOGS_DIR,
     METRICS_LOG,
     PROBE_RECORD,
@@ -91,31 +94,39 @@ PLACEHOLDERS = {
 # its earlier attempts' job records and evaluation summaries (which shared evaluation each attempt read) and, for
 # a run of several ranks, each rank's step record and log.
 RUN_FILES = (METRICS_LOG, EVAL_RECORD, f"{EVAL_RESPONSES_DIR}/<eval_kind>.jsonl", RUN_RECORD, COMMAND_PUBLIC_RECORD, JOB_RECORD, RESOURCE_SAMPLES,
-             INITIAL_EVAL_COMPUTED,
+             INITIAL_EVAL_COMPUTED, DATA_LEDGER,
              f"{ATTEMPTS_DIR}/<attempt>/{JOB_RECORD}", f"{ATTEMPTS_DIR}/<attempt>/{EVAL_RECORD}",
              f"{LOGS_DIR}/<log>", f"{LOGS_DIR}/<rank>/<log>",
              f"{RANKS_DIR}/<rank>.jsonl")
 # The files of a certificate job's copy, certify/<certjob>/ (certify=true): what its certificate compares and says.
 CERTIFY_RUN_FILES = (METRICS_LOG, EVAL_RECORD, f"{EVAL_RESPONSES_DIR}/final.jsonl", RUN_RECORD, COMMAND_PUBLIC_RECORD,
-                     JOB_RECORD, INITIAL_EVAL_COMPUTED, f"{LOGS_DIR}/<log>")
+                     JOB_RECORD, INITIAL_EVAL_COMPUTED, DATA_LEDGER, f"{LOGS_DIR}/<log>")
 # A sweep's payload: the build's records and tables, the derived tables and figures, the report, the crate,
 # the shared initial evaluations, the frozen evaluation subsets, and each job's copy.
 SWEEP_PAYLOAD = (
-    SWEEP_RECORD, EVIDENCE_SETTINGS, INDEX_TABLE, INCIDENTS_TABLE, ARTIFACTS_TABLE, STEPS_TABLE, EVAL_TABLE,
+    SWEEP_RECORD, EVIDENCE_SETTINGS, INDEX_TABLE, INCIDENTS_TABLE, ARTIFACTS_TABLE, JUDGED_TABLE, STEPS_TABLE, EVAL_TABLE,
     COMMANDS_FILE, INCIDENTS_FILE, REPORT_FILE, RO_CRATE_METADATA,
-    f"{TABLES_DIR}/<table>.csv", f"{FIGURES_DIR}/<figure>.svg",
+    f"{TABLES_DIR}/<table>.csv", f"{FIGURES_DIR}/<figure>.svg", f"{FIGURES_DIR}/<figure>.png",
     f"{INITIAL_EVAL_DIR}/<key12>/{EVAL_RECORD}", f"{INITIAL_EVAL_DIR}/<key12>/{INITIAL_EVAL_RESPONSES}",
     f"{EVAL_SUBSETS_DIR}/<subset12>.json",
     *(f"{BUNDLE_RUNS_DIR}/<job>/{name}" for name in RUN_FILES),
     CERTIFICATES_FILE, CERTIFY_CHECKPOINTS, *(f"{CERTIFY_DIR}/<certjob>/{name}" for name in CERTIFY_RUN_FILES),
 )
-# What an experiment's confirm stage adds: the spec as run, the verdict, and every earlier stage.
+# What an experiment's confirm stage adds: the spec as run, the verdict, every earlier stage, and (wait=false) the
+# record of its chain of Slurm jobs.
 EXPERIMENT_PAYLOAD = (
-    EXPERIMENT_FILE, VERDICT_FILE,
-    *(f"{STAGES_DIR}/<stage>/{pattern}" for pattern in SWEEP_PAYLOAD),
+    EXPERIMENT_FILE, VERDICT_FILE, CHAIN_RECORD,
+    *(f"{STAGES_DIR}/<stage>/{pattern}" for pattern in (*SWEEP_PAYLOAD, EXPERIMENT_FILE)),
     *(f"{STAGES_DIR}/{stage}/{name}" for stage, names in STAGE_RECORDS.items() for name in names),
 )
 PAYLOAD_LAYOUT = SWEEP_PAYLOAD + EXPERIMENT_PAYLOAD
+# The payload files sealed byte for byte as a model wrote them or a dataset holds them (the evaluated responses,
+# the shared initial evaluations' responses, the frozen evaluation subsets), in a sweep's payload and an earlier
+# stage's: the model's and the data's text, not the machine's (``evidence.sanitize.payload_findings``).
+_VERBATIM = (f"{BUNDLE_RUNS_DIR}/<job>/{EVAL_RESPONSES_DIR}/<eval_kind>.jsonl",
+             f"{CERTIFY_DIR}/<certjob>/{EVAL_RESPONSES_DIR}/final.jsonl",
+             f"{INITIAL_EVAL_DIR}/<key12>/{INITIAL_EVAL_RESPONSES}", f"{EVAL_SUBSETS_DIR}/<subset12>.json")
+VERBATIM_TEXT = _VERBATIM + tuple(f"{STAGES_DIR}/<stage>/{pattern}" for pattern in _VERBATIM)
 
 
 def _regex(pattern: str) -> re.Pattern:
@@ -144,3 +155,14 @@ def fits(placeholder: str, name: str) -> bool:
     """Whether ``name`` is a value the layout's ``<placeholder>`` takes: the build copies only such names
     from a sweep (an earlier attempt's number, a shared evaluation's key prefix, a rank's name)."""
     return re.fullmatch(PLACEHOLDERS[placeholder], name) is not None
+
+
+@lru_cache(maxsize=1)
+def _verbatim() -> tuple[re.Pattern, ...]:
+    return tuple(_regex(pattern) for pattern in VERBATIM_TEXT)
+
+
+def verbatim_member(rel: str) -> bool:
+    """Whether ``rel`` (relative to ``data/``) is sealed byte for byte as a model or a dataset wrote it
+    (``VERBATIM_TEXT``)."""
+    return any(regex.fullmatch(rel) for regex in _verbatim())

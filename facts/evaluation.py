@@ -1,7 +1,7 @@
 """The eval's estimator, the frozen subset's canonical form, the shared initial evaluation's key, what makes
 a shared evaluation sound and which statistics no evaluation can have, stated once: the trainer computes
 them (and checks a shared evaluation before it reuses one), the evidence recomputes them (re-scoring every
-response against the subset's label with ``facts.reward.math_reward``) and holds every stored summary to
+response against the subset's label with the run's reward, ``facts.reward``) and holds every stored summary to
 the rules of possible statistics."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import math
 from math import comb
 
 from facts.files import INITIAL_EVAL_RESPONSES
-from facts.reward import math_reward
+from facts.reward import DEFAULT_REWARD, Reward
+from facts.reward import reward as reward_named
 
 PASS_AT = (1, 2, 4)  # the pass@j an eval reports, each only when j <= k samples were drawn per prompt
 # The fields an evaluation's identity and its summary must agree on: the key names what the summary reports.
@@ -35,28 +36,43 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 def subset_bytes(rows) -> bytes:
     """The frozen evaluation subset's canonical bytes: the compact JSON of ``[[index, question, label], ...]``
-    (non-ASCII kept) in evaluation order. Its SHA256 is the ``subset_sha256`` every eval summary records, so the
-    file the trainer writes (``EVAL_SUBSET``) is pinned by the summaries that name it."""
-    return json.dumps([[int(i), q, y] for i, q, y in rows], ensure_ascii=False, separators=(",", ":")).encode()
+    (non-ASCII kept) in evaluation order; a workload whose reward is a user's function of the row adds the row's
+    fields as a fourth element (``[index, question, label, row]``), what the function is handed. Its SHA256 is the
+    ``subset_sha256`` every eval summary records, so the file the trainer writes (``EVAL_SUBSET``) is pinned by the
+    summaries that name it."""
+    return json.dumps([[int(r[0]), r[1], r[2], *r[3:]] for r in rows], ensure_ascii=False,
+                      separators=(",", ":")).encode()
+
+
+def _subset(data: bytes) -> list[list]:
+    rows = json.loads(data)
+    if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) in (3, 4) and isinstance(r[0], int)
+                                             and not isinstance(r[0], bool) and all(isinstance(v, str) for v in r[1:3])
+                                             and (len(r) == 3 or isinstance(r[3], dict)) for r in rows):
+        raise ValueError("not a list of [index, question, label] rows")
+    if len({r[0] for r in rows}) != len(rows):
+        raise ValueError("a row index appears twice")
+    return rows
 
 
 def subset_labels(data: bytes) -> dict[int, str]:
     """The labels by row index of a subset file's bytes (``subset_bytes``' form); ``ValueError`` if it is not."""
-    rows = json.loads(data)
-    if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) == 3 and isinstance(r[0], int)
-                                             and not isinstance(r[0], bool) and all(isinstance(v, str) for v in r[1:])
-                                             for r in rows):
-        raise ValueError("not a list of [index, question, label] rows")
-    labels = {r[0]: r[2] for r in rows}
-    if len(labels) != len(rows):
-        raise ValueError("a row index appears twice")
-    return labels
+    return {r[0]: r[2] for r in _subset(data)}
 
 
-def rescore(response: dict, labels: dict[int, str]) -> float:
-    """A response record's reward as the evaluation must have scored it: ``math_reward(response, label)`` with
-    the frozen subset's label of its row (never the record's own label or reward)."""
-    return math_reward(response["response"], labels[response["index"]])
+def subset_rows(data: bytes) -> dict[int, dict]:
+    """The rows by row index a subset file carries for a user's reward (``subset_bytes``' fourth element)."""
+    return {r[0]: r[3] for r in _subset(data) if len(r) == 4}
+
+
+def rescore(response: dict, labels: dict[int, str], scorer: Reward | None = None,
+            rows: dict[int, dict] | None = None) -> float:
+    """A response record's reward as the evaluation must have scored it: the run's reward (``scorer``; default the
+    embedded default's, ``gsm8k_hash``) of the response with the frozen subset's label of its row, or its row for a
+    user's function (never the record's own label or reward)."""
+    scorer = scorer or reward_named(DEFAULT_REWARD)
+    index = response["index"]
+    return scorer.score(response["response"], labels[index], (rows or {}).get(index), f"row {index}")
 
 
 def sample_problems(pairs, rows, k: int) -> list[tuple[int | None, int, object, str]]:
@@ -208,8 +224,11 @@ def pass_at_within_union_bound(s: dict) -> str | None:
 
 def shares_are_whole_responses(s: dict) -> str | None:
     """truncation x n_responses, mean_reward x n_responses and mean_length x n_responses are integers: a share
-    of responses, of 0/1 rewards (``math_reward``) and of token counts."""
+    of responses, of 0/1 rewards (every built-in reward's; a user's reward may be graded, and its evaluations say
+    ``graded_reward``) and of token counts."""
     for name in ("truncation", "mean_reward", "mean_length"):
+        if name == "mean_reward" and s.get("graded_reward") is True:
+            continue
         if name in s and _off_lattice(s[name], s["n_responses"]):
             return f"{name} {s[name]!r} is not a whole multiple of 1/{s['n_responses']} (1 / n_responses)"
     return None

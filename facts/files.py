@@ -37,10 +37,17 @@ ATTEMPTS_DIR = "attempts"
 # (launcher.runtime.resources), and the job.json field that says what was sampled (and why not a GPU).
 RESOURCE_SAMPLES = "resources.jsonl"
 RESOURCE_SAMPLING_FIELD = "resource_sampling"
+# The job.json field that says what held the job's processes to it (launcher.runtime.confine): ``processes``
+# (how its processes are found: a child subreaper) and ``writes`` (where they could write: Landlock, or why not).
+JOB_GUARD_FIELD = "guard"
+# The user and host names a job's runtime knows (facts.machine), in its record directory, for the sanitiser of a
+# build on another machine; never copied into a bundle.
+MACHINE_NAMES = "machine_names.json"
 # A run directory (the trainer's output): its summary, metrics log, evaluation and checkpoints, where
 # checkpoints/latest names the newest step_<n>/ and each holds the weights file.
 RUN_RECORD = "run.json"
 RUN_COMPLETED = "completed"  # run.json's status once the trainer finished every step
+RUN_FAILED = "failed"  # run.json's status when the trainer stopped on an error
 TRAINER_STATE = "trainer_state.json"  # a checkpoint's step and state, beside its weights
 METRICS_LOG = "metrics.jsonl"
 EVAL_RECORD = "eval.json"
@@ -80,6 +87,8 @@ FIGURES_DIR = "figures"
 # More payload files: the retained artifacts' digests, the report, the user's incidents file (copied from the
 # sweep), an experiment's spec as run and its verdict; a job's logs under runs/<job>/logs/.
 ARTIFACTS_TABLE = "artifacts.csv"
+# Each run file's copy with the SHA256 its job's file had when the job was judged (evidence.judged).
+JUDGED_TABLE = "judged.csv"
 REPORT_FILE = "report.md"
 INCIDENTS_FILE = "incidents.yaml"  # <sweep>/incidents.yaml (optional), kept in the bundle as it is
 EXPERIMENT_FILE = "experiment.yaml"  # the pre-registered experiment spec, as run (an experiment's confirm stage)
@@ -97,8 +106,17 @@ LOGS_DIR = "logs"
 # stage's root; the confirm stage's bundle carries each earlier stage's data/ under data/stages/<stage>/.
 PROBE_STAGE, TUNING_STAGE, CONFIRM_STAGE = "probe", "tuning", "confirm"
 STAGES_DIR = "stages"
+STAGE_FIELD = "stage"  # a stage's sweep.json (and its plan): which stage of an experiment the sweep is
 PROBE_RECORD = "probe.json"  # per arm: step cost, peak memory; the declared checks and the budget
 GRADIENT_RECORD = "gradient_check.json"  # both arms' gradients on one staleness-0 batch
+# wait=false on Slurm: an experiment as a chain of Slurm jobs (each stage's array, then a decision job that seals it
+# and submits the next). <experiment>/chain.json records each stage's arrays and the decision job after them (the
+# confirm stage's bundle carries it as data/chain.json); <experiment>/chain/ holds what the decision jobs recompose
+# the experiment from (command.json: this machine's paths, never bundled), each one's log, and the cancel mark.
+CHAIN_RECORD = "chain.json"
+CHAIN_DIR = "chain"
+CHAIN_COMMAND = "command.json"  # <experiment>/chain/command.json
+CHAIN_CANCELLED = "cancelled"  # <experiment>/chain/cancelled: written by launcher cancel, removed by a rerun
 # The lock every writer of a sweep's evidence holds (the launcher for its whole run, `python -m evidence
 # build` while it seals): <sweep>/.launcher.lock, an exclusive flock (facts.locks).
 SWEEP_LOCK = ".launcher.lock"
@@ -123,6 +141,9 @@ INITIAL_EVAL_RESPONSES = "responses.jsonl"
 # ({"path", "key", "sha256": of the eval.json it wrote}). The evidence trusts a shared evaluation only when one job
 # of the sweep is so recorded as having computed those bytes (one planted in the sweep directory never is).
 INITIAL_EVAL_COMPUTED = "initial_eval_computed.jsonl"
+# run/data_ledger.jsonl: which training rows each step consumed, per trainer process (facts.ledger), appended by
+# rank 0 across every resume; the evidence checks that the run consumed exactly its planned rows, in order.
+DATA_LEDGER = "data_ledger.jsonl"
 SHARED_KEY_CHARS = 12  # the key's prefix that names its directory
 CHUNK = 1 << 20  # 1 MiB: large enough that hashing runs at sha256sum speed
 

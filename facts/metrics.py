@@ -15,6 +15,16 @@ KL_LOSS_KEY = "train/kl_loss"  # present exactly when the algorithm has a separa
 OFF_POLICY_KEYS = ("train/staleness", "train/sampler_logp_gap", "train/is_ratio_mean", "train/is_ratio_max")
 # DAPO's dynamic sampling counters, every step of a run that filters zero-variance groups.
 DYNAMIC_SAMPLING_KEYS = ("rollout/dynamic_sampling_refilled", "rollout/dynamic_sampling_exhausted")
+# Training–inference mismatch (docs/engines.md), every step of a run whose rollout engine is not the trainer's own
+# (``workload.engine`` other than ``torch``; the evidence requires them there, declared or not): per valid response
+# token, delta = logp_engine - logp_trainer, both under the sampler's weights; the mean and the max of |delta|, the
+# k3 estimate of KL(engine || trainer) (mean of exp(-delta) - 1 + delta, unbiased on the engine's own samples, >= 0)
+# and the share of tokens with |delta| > facts.engines.MISMATCH_THRESHOLD.
+MISMATCH_KEYS = ("mismatch/logp_abs_diff_mean", "mismatch/logp_abs_diff_max", "mismatch/kl_engine_trainer",
+                 "mismatch/tokens_over_threshold")
+# Every step of every run: the share of the step's rollout groups whose K responses are all the same token sequence
+# (zero advantage for each: nothing to learn from the group; facts.engines.IDENTICAL_GROUPS_BOUND).
+IDENTICAL_GROUPS_KEY = "rollout/identical_groups"
 # The run.json field that lists every key the run logs at every step (the evidence reads it).
 METRIC_KEYS_FIELD = "metric_keys"
 
@@ -31,6 +41,9 @@ EVAL_TAG_KEYS = ("pass@1", "pass@2", "pass@4", "mean_reward", "mean_length", "tr
 EVAL_SECONDS_TAG = "perf/eval_s"  # wall seconds of one evaluation during training
 # run.json's record of the evaluations during training: every, each one's step, seconds and summary.
 EVAL_DURING_TRAINING_FIELD = "eval_during_training"
+# run.json: the Unix time (s, to the ms) at which each step's metrics.jsonl line was written, index = step; carried
+# across resumes and rewritten at each checkpoint. The exports' wall time of a step (evidence.tracking).
+STEP_TIMES_FIELD = "step_ended_at"
 
 
 def eval_tag(key: str) -> str:

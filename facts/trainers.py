@@ -8,4 +8,4 @@ PROOFGRID_TRAINER = "proofgrid"  # conf/trainer/proofgrid.yaml: python -m traine
 # What a spec declares about running its trainer; they say how it runs, not what it computes (its own
 # options, such as TRL's loss_type, do).
 TRAINER_SPEC_FIELDS = ("name", "command", "metrics", "checkpoint", "resume", "stop_signal", "checkpointed_exit",
-                       "declares", "contract", "plan_check")
+                       "declares", "contract", "algorithm", "plan_check", "requires_extra")

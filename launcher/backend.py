@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 
 from facts.backends import LOCAL, SLURM
 from launcher.errors import PreflightError
+from launcher.sizing import Limits
 from launcher.spec import JobSpec, Sweep
 
 # cluster.kind -> the module implementing ``Backend``.
@@ -33,6 +34,11 @@ class Backend(Protocol):
     def check_resources(self, workload: DictConfig, cluster: DictConfig, dp_size: int) -> None:
         """Refuse a job of ``workload`` with ``dp_size`` ranks whose CPUs, GPUs or allocation (nodes,
         tasks per node) this back end cannot give it."""
+
+    def job_limits(self, cluster: DictConfig, workload: DictConfig, dry_run: bool) -> Limits:
+        """What this back end gives one job of ``workload``: memory per node, GPU memory, time, each with
+        where it came from; ``launcher.sizing.judge`` holds the job's estimate against it. When not
+        ``dry_run`` it may also ask the scheduler (a whole node's memory, a partition's time limit)."""
 
     def check_environment(self, cluster: DictConfig, dry_run: bool) -> None:
         """Refuse a launch from a machine that lacks what this back end runs (its commands)."""

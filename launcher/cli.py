@@ -1,5 +1,6 @@
 """Entry points: the Hydra sweep (``launch.py``, after ``launcher.overrides`` checked its command
-line) and ``python -m launcher status|cancel|seal <sweep_dir>``."""
+line), ``python -m launcher status|cancel|seal <sweep_dir>``, ``status|cancel <experiment_dir>`` and an
+experiment's decision job (``experiment-step <experiment_dir> <k>``, ``wait=false``)."""
 
 from __future__ import annotations
 
@@ -124,6 +125,8 @@ def _os_error_line(exc: OSError, sweep_dir: Path) -> str:
 def status(sweep_dir: Path) -> int:
     """``python -m launcher status``: each job's scheduler state, step, exit code and failure cause."""
     jobs_root = sweep_jobs_dir(sweep_dir)
+    if not jobs_root.is_dir() and (stages := _experiment(sweep_dir)) is not None:
+        return experiment_status(sweep_dir, stages)
     if not jobs_root.is_dir():
         print(f"proofgrid: error: {sweep_dir} has no {JOBS_DIR}/ directory; is it a sweep directory?", file=sys.stderr)
         return 2
@@ -172,8 +175,38 @@ def status(sweep_dir: Path) -> int:
     return 0
 
 
+def _experiment(exp_dir: Path) -> list[Path] | None:
+    """An experiment's directory (its chain of Slurm jobs recorded, or a stage with jobs): its stages with jobs."""
+    from launcher.experiment.chain import is_chain, stage_dirs  # noqa: PLC0415 (composition's imports: an experiment only)
+
+    stages = stage_dirs(exp_dir)
+    return stages if stages or is_chain(exp_dir) else None
+
+
+def experiment_status(exp_dir: Path, stages: list[Path]) -> int:
+    """``python -m launcher status <experiment dir>``: its chain of Slurm jobs (``wait=false``: each stage's arrays
+    and the decision job after them, and why a decision stopped it), then each stage's jobs."""
+    from launcher.experiment.chain import chain_status, is_chain  # noqa: PLC0415
+
+    notes = chain_status(exp_dir) if is_chain(exp_dir) else []
+    for stage in stages:
+        status(stage)
+    for note in notes:
+        Console(width=None if sys.stdout.isatty() else 200).print(note, soft_wrap=True, highlight=False)
+    return 0
+
+
 DECISIONS = {"yes": "accepted", "no": "rejected", "reproduced": "certificate: reproduced",
              "not reproduced": "certificate: NOT reproduced"}  # the index's accepted column; a certificate's outcome
+
+
+def cancel_experiment(exp_dir: Path, stages: list[Path]) -> int:
+    """``python -m launcher cancel <experiment dir>``: its chain (``wait=false``) with every decision job, or, run by a
+    waiting launcher, each stage's queued and running jobs."""
+    from launcher.experiment.chain import cancel_chain, is_chain  # noqa: PLC0415
+    from launcher.slurm import cancel_sweep  # noqa: PLC0415
+
+    return cancel_chain(exp_dir) if is_chain(exp_dir) else max(cancel_sweep(stage) for stage in stages)
 
 
 def _sealed_decisions(sweep_dir: Path, records: dict[Path, dict]) -> dict[str, dict]:
@@ -212,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
         # The Slurm back end for `cancel` alone: only Slurm's jobs outlive the launcher that made them.
         from launcher.slurm import cancel_sweep
 
+        if not sweep_jobs_dir(args[1]).is_dir() and (stages := _experiment(Path(args[1]))) is not None:
+            return cancel_experiment(Path(args[1]), stages)
         if not sweep_jobs_dir(args[1]).is_dir():
             print(f"proofgrid: error: {args[1]} has no {JOBS_DIR}/ directory; is it a sweep directory?", file=sys.stderr)
             return 2
@@ -229,5 +264,10 @@ def main(argv: list[str] | None = None) -> int:
         except (SweepError, IncidentsFileError, LeakError) as exc:
             return _error(f"the evidence was not sealed: {one_line(exc)}; fix that, then python -m evidence build "
                           f"{args[1]}", code=1)
-    print("usage: python -m launcher status|cancel|seal <sweep_dir>", file=sys.stderr)
+    if len(args) == 3:  # an experiment's decision job (wait=false)
+        from launcher.experiment.chain import STEP_COMMAND, run_decision  # noqa: PLC0415
+
+        if args[0] == STEP_COMMAND and args[2].isdigit():
+            return run_decision(Path(args[1]), int(args[2]))
+    print("usage: python -m launcher status|cancel|seal <sweep_dir>, or status|cancel <experiment_dir>", file=sys.stderr)
     return 2

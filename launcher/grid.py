@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from launcher.errors import GridError
 
 # Settings of the launcher itself: never passed on to the trainer, never part of an arm.
-LAUNCHER_KEYS = ("dry_run", "wait", "formal", "certify", "cluster")
+LAUNCHER_KEYS = ("dry_run", "wait", "formal", "certify", "cluster", "license", "tracking")
 SEED_KEY = "seed"
 ALGO_GROUP = "algo"
 TRAINER_GROUP = "trainer"  # which trainer ran is part of the label's base (``arm_bases``), never a suffix
@@ -110,6 +110,15 @@ class Cell:
 def _bare_key(key: str) -> str:
     """``+workload.x@pkg`` -> ``workload.x``."""
     return key.lstrip("+~").split("@")[0]
+
+
+def last_value_wins(cell: Sequence[str]) -> list[str]:
+    """A cell with each setting given once: where the command line gives a setting twice
+    (``workload.n_updates=40 workload.n_updates=6``), its last value, as Hydra composes it. The plan, the
+    job's command and its records then all carry that one value (the job command's overrides are sorted, so
+    two values of one key could otherwise reach the trainer in another order than Hydra composed them)."""
+    last = {_bare_key(text.split("=", 1)[0]): i for i, text in enumerate(cell)}
+    return [text for i, text in enumerate(cell) if last[_bare_key(text.split("=", 1)[0])] == i]
 
 
 def classify(cells: Sequence[Sequence[str]], config_loader=None) -> list[Cell]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from facts import run_dir_of_job
 from facts.files import JOB_ROOTS_DIR
+from facts.processes import JOB_MARKER_ENV
 from facts.ranks import MASTER_ADDR_ENV, MASTER_PORT_ENV, RANK_ENV, RENDEZVOUS_TIMEOUT_ENV
 
 # Unix socket paths are limited to 107 bytes, and Ray puts its sockets several levels below its
@@ -96,7 +97,7 @@ def isolated_env(roots: JobRoots, ports: dict[str, int] | None, base_env: dict[s
         "RAY_TMPDIR": str(roots.ray_alias),
         "RAY_AUTH_MODE": "disabled",  # Ray 2.60 would otherwise write ~/.ray/auth_token
         "RAY_USAGE_STATS_ENABLED": "0",
-        "PROOFGRID_JOB_DIR": str(roots.job_dir),
+        JOB_MARKER_ENV: str(roots.job_dir),
     })
     env.pop("RAY_ADDRESS", None)  # never attach to somebody else's cluster
     for name in RANK_ENV:  # a stray rank variable would make a job's one trainer a rank of somebody's job

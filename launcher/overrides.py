@@ -37,6 +37,22 @@ CONFIG_DIR_OPTIONS = ("-cd", "--config-dir")
 DERIVED_ALGO_KEYS = ("short", "display_name", "estimator")
 
 
+# Settings no command line may give: a plan check runs code in the launcher while it plans (dry runs included),
+# so only the trainer's spec file declares it (trainer.external.spec.PLAN_CHECK_PACKAGE says whose code).
+SPEC_FILE_ONLY = ("trainer.plan_check",)
+
+
+def refuse_spec_file_only(cells) -> None:
+    """Refuse (``PreflightError``, one line) a command-line or arm override of a ``SPEC_FILE_ONLY`` setting."""
+    for cell in cells:
+        for override in cell:
+            key = override.split("=", 1)[0].lstrip("+~")
+            if key in SPEC_FILE_ONLY or any(key.startswith(k + ".") for k in SPEC_FILE_ONLY):
+                raise PreflightError(f"{override}: {key} cannot be set on the command line; a plan check runs in the "
+                                     "launcher while it plans, so only the trainer's spec file declares it "
+                                     "(conf/trainer/<name>.yaml, or one in a -cd directory)")
+
+
 def split_command_line(argv: list[str]) -> tuple[list[str], list[str]]:
     """``(overrides, search path overrides)`` of ``launch.py``'s command line: Hydra's own options are
     set aside, and an additional config directory (``-cd DIR``, ``--config-dir=DIR``) becomes the
@@ -96,6 +112,10 @@ def check_overrides(argv: list[str], compose=None) -> str | None:
     directory of the search path) and unknown settings (``workload.lrr=3``). ``compose`` composes the
     group choices (default: ``conf/`` plus the command line's ``-cd`` directories)."""
     args, search = split_command_line(argv)
+    try:
+        refuse_spec_file_only([args])
+    except PreflightError as exc:
+        return str(exc)
     search += [a for a in args if a.split("=", 1)[0].lstrip("+~") == "hydra.searchpath"]
     try:
         parsed = OverridesParser.create().parse_overrides(args)
@@ -187,6 +207,22 @@ def schema_accepts(cfg, key: str, value) -> bool:
     return True
 
 
+def schema_fields(path: list[str]) -> list[str]:
+    """The settings the run schema's group at ``path`` takes (``["workload", "lora"]``: alpha, dropout, ...)."""
+    import typing
+
+    from trainer.schema import RunSchema
+
+    schema = RunSchema
+    for part in path:
+        hint = typing.get_type_hints(schema).get(part)
+        options = [o for o in typing.get_args(hint) if dataclasses.is_dataclass(o)] or [hint]
+        if not dataclasses.is_dataclass(options[0]):
+            return []
+        schema = options[0]
+    return sorted(f.name for f in dataclasses.fields(schema))
+
+
 def unknown_setting(cfg, key: str, override) -> str:
     """The one line for a setting the config does not have: the close existing key to use instead (with
     the value as given), else the settings the node has; ``+key=`` only where the schema takes it."""
@@ -194,6 +230,12 @@ def unknown_setting(cfg, key: str, override) -> str:
     while i < len(parts) - 1 and OmegaConf.is_dict(node) and parts[i] in node:
         node, i = node[parts[i]], i + 1  # down to the first unknown part: worklaod in worklaod.lr
     known = sorted(str(k) for k in node) if OmegaConf.is_dict(node) else []
+    if i > 0 and node is None:  # a group of settings that is null (off): workload.lora
+        where, value = ".".join(parts[:i]), (override.input_line or "=").split("=", 1)[1]
+        if not schema_accepts(cfg, key, override.value()):
+            return f"unknown setting {key!r}; {where} (null: off) takes: {', '.join(schema_fields(parts[:i]))}"
+        return (f"unknown setting {key!r}: {where} is null (off); add the setting with +{key}={value}, or set "
+                f"the whole group with {where}={{{'.'.join(parts[i:])}:{value}}}")
     near = difflib.get_close_matches(parts[i], known, n=1)
     added = " (+ cannot add it: the schema has no such setting)" if override.is_add() or override.is_force_add() else ""
     if near:

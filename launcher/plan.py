@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import json
 import re
+import sys
 from collections.abc import Sequence
 from datetime import date
 from pathlib import Path
@@ -23,13 +23,18 @@ from omegaconf import DictConfig, OmegaConf
 
 from facts import atomic_write_json, sweep_jobs_dir
 from facts.certify import RERUN, RESUME, STOP_SETTING, certificate_job_name, stop_step
-from facts.files import CERTIFY_DIR, COMMANDS_FILE, SWEEP_RECORD
+from facts.extras import extra_problem
+from facts.files import CERTIFY_DIR, COMMANDS_FILE, JOB_SPEC, SWEEP_RECORD
+from facts.license import DEFAULT_LICENSE
 from facts.ordering import natural_key
+from facts.plan import EARLIER_PLANS_FIELD
 from facts.processes import DEFAULT_RESOURCE_SAMPLE_S
 from facts.ranks import DEFAULT_RENDEZVOUS_TIMEOUT_S
 from facts.repo import CONF_DIR, REPO_ROOT, SOURCE_COMMIT_ENV
+from facts.reward import is_user_reward
 from facts.trainers import PROOFGRID_TRAINER
 from launcher.backend import backend
+from launcher.container import Contained, container_literals, job_container, plan_container
 from launcher.errors import GridError, PreflightError
 from launcher.grid import (
     LAUNCHER_KEYS,
@@ -41,11 +46,14 @@ from launcher.grid import (
     compose_jobs,
     expand_grid,
     hydra_compose,
+    last_value_wins,
 )
 from launcher.isolation import JobRoots, isolated_env, rank_env
+from launcher.live import live_tracking
+from launcher.overrides import refuse_spec_file_only
 from launcher.ports import NAMED_PORTS
-from launcher.preflight import check_inputs, check_job_config, check_resources, check_source
-from launcher.records import public_copy, sweep_sanitizer
+from launcher.preflight import check_inputs, check_job_config, check_resources, check_size, check_source
+from launcher.records import config_dir_literals, public_copy, sweep_sanitizer
 from launcher.spec import JobSpec, Sweep, allocation_shape
 from trainer.config import algo_config
 from trainer.external.spec import (
@@ -54,8 +62,10 @@ from trainer.external.spec import (
     expand_command,
     parse_spec,
     placeholder_values,
+    run_plan_check,
     to_record,
 )
+from trainer.prompts import preview
 from trainer.schema import structured_schema
 
 
@@ -77,7 +87,7 @@ def _one_arm_per_setting(cells: list[Cell]) -> None:
     """Refuse launcher settings that vary, arms that differ only in how a value was written
     (``1e-4`` and ``0.0001``), and repeated cells."""
     if len({cell.launcher for cell in cells}) > 1:
-        raise PreflightError("launcher settings (dry_run, wait, formal, certify, cluster) cannot vary within a sweep; "
+        raise PreflightError(f"launcher settings ({', '.join(LAUNCHER_KEYS)}) cannot vary within a sweep; "
                              "run one sweep per setting")
     written: dict[tuple, tuple] = {}
     for cell in cells:
@@ -116,6 +126,13 @@ def _placeholder_values(config: dict) -> dict:
     return placeholder_values(merged, REPO_ROOT)
 
 
+def label_algorithm(cfg: DictConfig) -> str:
+    """The algorithm an arm's label starts with: the one its trainer spec declares it runs (``trainer.algorithm``,
+    lower case: ``RLOO`` -> ``rloo``), else proofgrid's ``algo.short``."""
+    declared = cfg.trainer.get("algorithm")
+    return str(declared).lower() if declared else str(cfg.algo.short)
+
+
 def plan_trainer(cfg: DictConfig, label: str) -> ExternalTrainer | None:
     """The arm's external trainer, its command filled (a placeholder naming no setting is refused) and
     checked by the spec's ``plan_check`` in this process (the TRL adapter's refusals, without TRL);
@@ -128,23 +145,35 @@ def plan_trainer(cfg: DictConfig, label: str) -> ExternalTrainer | None:
         raise PreflightError(f"job {label}: workload.eval.every={cfg.workload.eval.every} evaluates during "
                              f"proofgrid's own training, and trainer {spec.name} trains on its own; set "
                              "workload.eval.every=0 (its initial and final evaluations are still made)")
+    nodes, tasks_per_node = allocation_shape(cfg.cluster)
+    if nodes * tasks_per_node > 1:  # each task would start the whole trainer, and all but one fail on the run's lock
+        raise PreflightError(f"job {label}: trainer {spec.name} runs as one process per job, but cluster.nodes="
+                             f"{nodes} x cluster.tasks_per_node={tasks_per_node} gives the job {nodes * tasks_per_node} "
+                             "tasks, each of which would start it; set cluster.nodes=1 cluster.tasks_per_node=1")
     trainer = ExternalTrainer(spec, config)
     try:
         argv = trainer.job(int(cfg.seed))["argv"]
     except SpecError as exc:
         raise PreflightError(f"job {label}: {exc}") from None
-    if spec.plan_check:
-        module, _, function = spec.plan_check.partition(":")
-        try:
-            check = getattr(importlib.import_module(module), function)
-        except (ImportError, AttributeError):
-            raise PreflightError(f"job {label}: trainer {spec.name}'s plan_check {spec.plan_check} cannot be "
-                                 "imported; fix the spec") from None
-        try:
-            check(argv)
-        except ValueError as exc:
-            raise PreflightError(f"job {label}: trainer {spec.name} refuses it: {exc}") from None
+    try:
+        run_plan_check(spec, argv)  # one of trainer.adapters.PLAN_CHECKS (parse_spec refuses any other function)
+    except SpecError as exc:
+        raise PreflightError(f"job {label}: {exc}") from None
+    problem = spec.requires_extra and extra_problem(spec.requires_extra, f"job {label}: trainer {spec.name}")
+    if problem:
+        raise PreflightError(problem)
     return trainer
+
+
+
+def job_ports(cluster: DictConfig) -> tuple[int, ...]:
+    """``cluster.job_ports``: the TCP ports outside its block a job may reach, each a port number."""
+    ports = list(cluster.get("job_ports") or [])
+    bad = [p for p in ports if isinstance(p, bool) or not isinstance(p, int) or not 1 <= p <= 65535]
+    if bad:
+        raise PreflightError(f"cluster.job_ports={ports}: {bad[0]!r} is not a TCP port (1-65535); list the ports of the "
+                             "servers a job must reach, e.g. cluster.job_ports=[5000]")
+    return tuple(sorted(set(ports)))
 
 
 def plan_sweep(root_cfg: DictConfig, cells: list[list[str]], sweep_dir: Path, compose: Composer) -> Sweep:
@@ -154,6 +183,8 @@ def plan_sweep(root_cfg: DictConfig, cells: list[list[str]], sweep_dir: Path, co
     ``cells`` are the grid's override lists (``expand_grid``); ``compose`` composes one of them.
     Each distinct arm is composed and checked once: a seed changes no check.
     """
+    refuse_spec_file_only(cells)
+    cells = [last_value_wins(cell) for cell in cells]
     sweep_dir = Path(sweep_dir).resolve()
     formal = bool(root_cfg.formal)
     commit = check_source(formal)
@@ -165,29 +196,44 @@ def plan_sweep(root_cfg: DictConfig, cells: list[list[str]], sweep_dir: Path, co
     for cell in parsed:
         first.setdefault(cell.arm_key, cell)
     arm_cfgs = dict(zip(first, compose_jobs(compose, [list(c.overrides) for c in first.values()])))
-    labels = arm_labels(arm_bases({key: (str(cfg.algo.short), str(cfg.trainer.name)) for key, cfg in arm_cfgs.items()},
+    labels = arm_labels(arm_bases({key: (label_algorithm(cfg), str(cfg.trainer.name)) for key, cfg in arm_cfgs.items()},
                                   PROOFGRID_TRAINER))
-    checked_inputs: set[tuple] = set()
+    checked_inputs: dict[str, dict] = {}
     trainers: dict[tuple, ExternalTrainer | None] = {}
+    tasks: dict[tuple, dict] = {}
+    sizes: dict[str, list[str]] = {}  # arm label -> the estimate's lines
+    warnings: list[str] = []
     for key, cfg in arm_cfgs.items():
         check_job_config(cfg, labels[key])
         trainers[key] = plan_trainer(cfg, labels[key])
         w = cfg.workload
-        inputs = (str(w.manifest), str(w.model_path), str(w.train_path), str(w.test_path))
+        inputs = json.dumps([OmegaConf.to_container(w.get(k), resolve=True) if OmegaConf.is_config(w.get(k)) else w.get(k)
+                             for k in ("manifest", "model_path", "train_path", "test_path", "data", "prompt", "reward")],
+                            default=str)
         if inputs not in checked_inputs:
-            check_inputs(w)
-            checked_inputs.add(inputs)
+            checked_inputs[inputs] = {**check_inputs(w), "workload": str(w.name)}
+        tasks[key] = checked_inputs[inputs]
         check_resources(w, cluster, int(cfg.dp_size))
-    shapes = {(str(c.workload.name), int(c.workload.n_updates), int(c.workload.eval.n_prompts) * int(c.workload.eval.k))
+        if trainers[key] is None:  # the estimate is of proofgrid's own trainer
+            sizes[labels[key]], warned = check_size(cfg, cluster, bool(root_cfg.dry_run))
+            warnings += [line for line in warned if line not in warnings]
+    for line in warnings:
+        print(f"proofgrid: warning: {line}", file=sys.stderr)
+    # Arms may run different workloads (workload=toy,toy_math; or two prompt templates): each is its own task,
+    # and the report says so. What makes one comparable grid is the run length and the evaluation's size.
+    shapes = {(int(c.workload.n_updates), int(c.workload.eval.n_prompts) * int(c.workload.eval.k))
               for c in arm_cfgs.values()}
     if len(shapes) != 1:
         raise PreflightError(
-            "the arms differ in workload, run length (workload.n_updates) or eval size; arms are compared "
-            "step by step on one frozen workload: run the others as separate sweeps"
+            "the arms differ in run length (workload.n_updates) or eval size (eval.n_prompts x eval.k); arms are "
+            "compared step by step and on evaluations of one size: run the others as separate sweeps"
         )
-    ((workload, n_updates, eval_responses),) = shapes
+    ((n_updates, eval_responses),) = shapes
+    container = plan_container(cluster, str(cluster.kind), bool(root_cfg.dry_run))  # after the schema's checks
+    workload = ", ".join(sorted({str(c.workload.name) for c in arm_cfgs.values()}))
     specs = []
     nodes, tasks_per_node = allocation_shape(cluster)
+    config_dirs = extra_config_dirs(root_cfg)
     for cell in parsed:
         cfg = arm_cfgs[cell.arm_key]
         w = cfg.workload
@@ -201,7 +247,9 @@ def plan_sweep(root_cfg: DictConfig, cells: list[list[str]], sweep_dir: Path, co
             arm=label, arm_overrides=dict(cell.arm), nodes=nodes, tasks_per_node=tasks_per_node,
             rendezvous_timeout_s=int(cluster.get("rendezvous_timeout_s") or DEFAULT_RENDEZVOUS_TIMEOUT_S),
             resource_sample_s=float(cluster.get("resource_sample_s") or DEFAULT_RESOURCE_SAMPLE_S),
+            job_ports=job_ports(cluster),
             external=trainers[cell.arm_key].job(seed) if trainers[cell.arm_key] is not None else None,
+            config_dirs=config_dirs, container=job_container(container, w),
         ))
     specs = sorted(specs, key=lambda s: (natural_key(s.arm), s.seed))
     certify = plan_certificates(specs, n_updates) if bool(root_cfg.get("certify")) else []
@@ -211,8 +259,55 @@ def plan_sweep(root_cfg: DictConfig, cells: list[list[str]], sweep_dir: Path, co
     if len(set(names)) != len(names):  # only a label that ends like another's seed could do this
         dup = sorted({n for n in names if names.count(n) > 1})
         raise PreflightError(f"grid cells share the job name(s) {', '.join(dup)}; rename a setting's value")
+    tracking = live_tracking(root_cfg, sweep_dir)
+    if tracking is not None:
+        specs = [dataclasses.replace(s, tracking=tracking) for s in specs]
+        certify = [dataclasses.replace(s, tracking=tracking) for s in certify]
     return Sweep(sweep_dir, cluster, specs, bool(root_cfg.dry_run), bool(root_cfg.wait), formal, commit, n_updates,
-                 eval_responses, workload, certify=certify)
+                 eval_responses, workload, certify=certify, prompts=prompt_previews(tasks, labels),
+                 user_rewards=tuple(sorted({t["reward"] for t in tasks.values() if is_user_reward(t["reward"])})),
+                 license=str(root_cfg.get("license") or DEFAULT_LICENSE), estimates=estimate_lines(sizes))
+
+
+def estimate_lines(sizes: dict[str, list[str]]) -> list[str]:
+    """The dry run's estimate: once when every arm's is the same, else each arm's under its label."""
+    distinct = {tuple(lines) for lines in sizes.values()}
+    if len(distinct) <= 1:
+        return list(next(iter(distinct), ()))
+    return [line.replace(" | ", f" | arm {label}: ", 1) for label, lines in sizes.items() for line in lines]
+
+
+def prompt_previews(tasks: dict[tuple, dict], labels: dict[tuple, str]) -> list[str]:
+    """What the dry run shows of each distinct task (``trainer.inputs.check_task``): its workload, prompt SHA256,
+    reward and arms, then the rendered prompts of its train split's first rows, one line each (``repr``)."""
+    arms: dict[str, list[str]] = {}
+    by_digest = {}
+    for key, task in tasks.items():
+        ident = json.dumps([task["workload"], task["prompt_sha256"], task["reward"]])
+        arms.setdefault(ident, []).append(labels[key])
+        by_digest[ident] = task
+    lines = []
+    for ident, task in by_digest.items():
+        lines.append(f"prompt of workload {task['workload']} (prompt sha256 {task['prompt_sha256'][:12]}…, reward "
+                     f"{task['reward']}; arm(s) {', '.join(sorted(arms[ident], key=natural_key))}), first train rows:")
+        lines += [f"  row {i}: {preview(prompt)}" for i, prompt in enumerate(task["prompts"])]
+    return lines
+
+
+def extra_config_dirs(root_cfg: DictConfig) -> tuple[str, ...]:
+    """The config directories the Hydra app composes from beyond ``conf/`` (``-cd DIR``, ``hydra.searchpath``),
+    absolute: from the sweep's master config (``-m``) or the running app's; () outside an app."""
+    from hydra.core.hydra_config import HydraConfig
+
+    hydra_node = root_cfg.get("hydra") if "hydra" in root_cfg else None
+    if hydra_node is not None:
+        sources = hydra_node.runtime.config_sources
+    elif HydraConfig.initialized():
+        sources = HydraConfig.get().runtime.config_sources
+    else:
+        return ()
+    return tuple(dict.fromkeys(str(Path(s.path).resolve()) for s in sources if s.schema == "file"
+                               and Path(s.path).resolve() != CONF_DIR.resolve()))
 
 
 def plan_certificates(specs: list[JobSpec], n_updates: int) -> list[JobSpec]:
@@ -283,7 +378,11 @@ def expanded_command(spec: JobSpec) -> dict:
     if spec.ray_cpus:
         env["RAY_ADDRESS"] = f"{head}:<PORT:ray_gcs>"
     env["RAY_TMPDIR"] = "<RAY_ALIAS>"
-    return {"argv": spec.trainer_argv(roots.output), "env": dict(sorted(env.items()))}
+    argv = spec.trainer_argv(roots.output)
+    if spec.container is not None:  # the runtime's command around it (its binds, the variables passed in by name)
+        contained = Contained.of(spec, spec.job_dir, sorted(env), ray_alias=None)
+        argv = contained.wrap(argv, preflight=True, lock=True)  # rank 0's command: it holds the run lock
+    return {"argv": argv, "env": dict(sorted(env.items()))}
 
 
 class _JobCleaner:
@@ -292,7 +391,9 @@ class _JobCleaner:
     strings repeat and each distinct one is sanitised once."""
 
     def __init__(self, sweep: Sweep) -> None:
-        self.clean_once = functools.lru_cache(maxsize=None)(sweep_sanitizer(sweep.sweep_dir, REPO_ROOT).clean)
+        dirs = {**config_dir_literals(sweep.specs[0].config_dirs if sweep.specs else ()),
+                **container_literals(sweep.specs[0].container if sweep.specs else None)}
+        self.clean_once = functools.lru_cache(maxsize=None)(sweep_sanitizer(sweep.sweep_dir, REPO_ROOT, dirs).clean)
         jobs_root = re.escape(str(sweep_jobs_dir(sweep.sweep_dir)))
         if sweep.certify:  # a certificate job's directory is <JOB_DIR> in its own line too
             jobs_root = f"(?:{jobs_root}|{re.escape(str(sweep.sweep_dir / CERTIFY_DIR))})"
@@ -308,23 +409,62 @@ class _JobCleaner:
         return self.clean_once(text)
 
 
-def expanded_commands(sweep: Sweep) -> list[str]:
-    """One deterministic, path-free line per job (the dry-run output and ``commands.txt``)."""
-    lines = backend(sweep.cluster.kind).describe(sweep)
+@dataclasses.dataclass(frozen=True)
+class JobCommand:
+    """One job's command as the dry run and ``commands.txt`` show it (path-free): its environment and argv."""
+
+    index: int
+    name: str
+    note: str  # "(certificate: ..., outside the grid) " for a certificate job, else ""
+    unset: tuple[str, ...]  # variables the job's environment removes (RAY_ADDRESS when it runs no Ray)
+    env: dict[str, str]
+    argv: list[str]
+
+    def line(self, common: dict[str, str] | None = None, unset: tuple[str, ...] = ()) -> str:
+        """``[i] name: env [-u X] K=V ... argv``; with ``common`` (and ``unset``), only what this job adds to
+        them, since the dry run has shown those once (``dry_run_lines``)."""
+        env = {k: v for k, v in self.env.items() if common is None or common.get(k) != v}
+        drop = tuple(u for u in self.unset if u not in unset)
+        words = [*(f"-u {u}" for u in drop), *(f"{k}={v}" for k, v in env.items())]
+        prefix = f"env {' '.join(words)} " if words or common is None else ""
+        return f"[{self.index}] {self.name}: {self.note}{prefix}{' '.join(self.argv)}"
+
+
+def job_commands(sweep: Sweep) -> list[JobCommand]:
+    """Every job's command (the grid's, then the certificate jobs'), path-free."""
     cleaner = _JobCleaner(sweep)
-    for i, spec in enumerate(sweep.specs):
+    commands = []
+    for i, spec in enumerate(sweep.all_specs):
         cmd = public_copy(expanded_command(spec), cleaner.for_job(spec))
-        argv = " ".join(cmd["argv"])
-        env = " ".join(f"{k}={v}" for k, v in cmd["env"].items())
-        lines.append(f"[{i}] {spec.name}: env -u RAY_ADDRESS {env} {argv}" if not spec.ray_cpus
-                     else f"[{i}] {spec.name}: env {env} {argv}")
-    for i, spec in enumerate(sweep.certify, start=len(sweep.specs)):
-        cmd = public_copy(expanded_command(spec), cleaner.for_job(spec))
-        argv = " ".join(cmd["argv"])
-        env = " ".join(f"{k}={v}" for k, v in cmd["env"].items())
-        unset = "" if spec.ray_cpus else "-u RAY_ADDRESS "
-        lines.append(f"[{i}] {spec.name}: (certificate: {certificate_line(spec)}, outside the grid) env {unset}{env} {argv}")
-    return lines
+        note = f"(certificate: {certificate_line(spec)}, outside the grid) " if spec.certify else ""
+        commands.append(JobCommand(i, spec.name, note, () if spec.ray_cpus else ("RAY_ADDRESS",), cmd["env"],
+                                   cmd["argv"]))
+    return commands
+
+
+def expanded_commands(sweep: Sweep) -> list[str]:
+    """One deterministic, path-free line per job, each whole (``commands.txt``), after what the back end
+    would hand its scheduler."""
+    return [*backend(sweep.cluster.kind).describe(sweep), *(c.line() for c in job_commands(sweep))]
+
+
+ENV_HEADER = ("# env | every job below runs with this environment, set by the launcher (<JOB_DIR> is the job's own "
+              f"directory; a job line shows only what it adds; {COMMANDS_FILE} has each whole command line):")
+
+
+def dry_run_lines(sweep: Sweep) -> list[str]:
+    """What a dry run prints: the back end's submission (``# sbatch |``), the estimate of what a job needs
+    (``# estimate |``) and what it gets (``# limits |``), the environment every job shares, once (``# env |``), then each job's command with
+    only what it adds to that environment. ``commands.txt`` keeps each job's whole line."""
+    commands = job_commands(sweep)
+    common = dict(commands[0].env) if commands else {}
+    for c in commands[1:]:
+        common = {k: v for k, v in common.items() if c.env.get(k) == v}
+    unset = tuple(u for u in (commands[0].unset if commands else ()) if all(u in c.unset for c in commands))
+    lines = [*backend(sweep.cluster.kind).describe(sweep), *sweep.estimates]
+    if commands:
+        lines += [ENV_HEADER, *(f"# env | -u {u}" for u in unset), *(f"# env | {k}={v}" for k, v in common.items())]
+    return lines + [c.line(common, unset) for c in commands]
 
 
 def certificate_line(spec: JobSpec) -> str:
@@ -335,6 +475,21 @@ def certificate_line(spec: JobSpec) -> str:
     return f"{of} again from scratch"
 
 
+def planned_nonces(sweep: Sweep) -> dict[str, str]:
+    """The nonce of every job planned before in this directory (its ``spec.json``): a job keeps its own across its
+    attempts and every later plan, so its records and its trainer's ledger name one job."""
+    nonces = {}
+    for spec in sweep.all_specs:
+        path = spec.job_dir / JOB_SPEC
+        try:
+            nonce = JobSpec.from_json(path.read_text()).job_nonce if path.is_file() else None
+        except (OSError, ValueError, TypeError):
+            nonce = None  # an unreadable spec: the job gets a new nonce (check_rerun refuses a foreign one)
+        if nonce:
+            nonces[spec.name] = nonce
+    return nonces
+
+
 def write_plan(sweep: Sweep) -> list[str]:
     """Write commands.txt and sweep.json; returns the commands. A re-run keeps the sweep's creation
     date and submission history, so the sealed bundle of an unchanged sweep stays byte-identical."""
@@ -343,7 +498,10 @@ def write_plan(sweep: Sweep) -> list[str]:
     (sweep.sweep_dir / COMMANDS_FILE).write_text("\n".join(commands) + "\n")
     path = sweep.sweep_dir / SWEEP_RECORD
     previous = json.loads(path.read_text()) if path.is_file() else {}
+    sweep.bind_plan(planned_nonces(sweep))  # before any spec.json is written: every job carries its plan's digest
     record = {**sweep.record(), "created": previous.get("created", date.today().isoformat())}
+    if earlier := sweep.plan_history(previous):
+        record[EARLIER_PLANS_FIELD] = earlier
     if "submissions" in previous:
         record["submissions"] = previous["submissions"]
     atomic_write_json(path, record)  # read concurrently (launcher status, the submitting back end)

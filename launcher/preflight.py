@@ -18,10 +18,12 @@ from facts.repo import REPO_ROOT
 from launcher.backend import backend
 from launcher.errors import PortLockError, PreflightError
 from launcher.ports import port_base
+from launcher.sizing import NotEstimated, estimate, judge
 from launcher.spec import allocation_shape
 from trainer.algorithms import AlgoConfigError
 from trainer.config import RunConfigError, validate
-from trainer.inputs import InputDigestError, pinned_rows, resolve, verify_inputs
+from trainer.inputs import InputDigestError, TaskError, check_task, resolve, verify_inputs
+from trainer.lora import LoraError, check_targets, lora_settings
 
 
 def source_state(repo: Path = REPO_ROOT) -> tuple[str | None, bool]:
@@ -52,25 +54,57 @@ def check_job_config(job_cfg: DictConfig, name: str) -> None:
         raise PreflightError(f"job {name}: {exc}") from None
 
 
-def check_inputs(workload: DictConfig) -> dict[str, str]:
-    """The pinned inputs are the committed bytes, and the eval subset fits in the test split."""
+def check_inputs(workload: DictConfig) -> dict:
+    """The pinned inputs are the committed bytes, the workload's task fits its data (``trainer.inputs.check_task``:
+    fields, answers, prompt template, chat template, reward), the eval subset fits in the test split, and a LoRA
+    policy's target modules are Linear layers of the model (``trainer.lora``). Returns the task check's findings
+    (the dry run shows its first rendered prompts)."""
     try:
-        digests = verify_inputs(workload.manifest, required=[workload.model_path, workload.train_path,
-                                                             workload.test_path])
-    except InputDigestError as exc:
+        verify_inputs(workload.manifest, required=[workload.model_path, workload.train_path, workload.test_path])
+        task = check_task(workload)
+    except (InputDigestError, TaskError) as exc:
         raise PreflightError(f"workload {workload.name}: {exc}") from None
-    rows = pinned_rows(workload.manifest, workload.test_path)  # the digest above vouches for the bytes
-    if rows is None:  # a manifest pinned before splits had their rows stated: read the split
-        # The split reader (pyarrow, ~0.3 s) only for such a manifest: a shipped one states the rows.
-        from trainer.data import load_split
-
-        rows = len(load_split(resolve(workload.test_path)))
+    check_model(workload)
+    rows = task["test_rows"]
     if int(workload.eval.n_prompts) > rows:
         raise PreflightError(
             f"setting workload.eval.n_prompts={workload.eval.n_prompts} is refused: it must be <= {rows}, "
             f"the rows of the test split {workload.test_path}"
         )
-    return digests
+    lora = lora_settings(workload)
+    if lora is not None:
+        try:
+            check_targets(lora, resolve(workload.model_path), str(workload.model_path))
+        except LoraError as exc:
+            raise PreflightError(f"workload {workload.name}: {exc}") from None
+    return task
+
+
+def check_model(workload: DictConfig) -> None:
+    """The workload's model is a Hugging Face model directory (an empty or half-copied one passes the pins,
+    which cover only the files it has), and each response cap leaves room for a prompt within the model's
+    positions (``max_position_embeddings``, from its config.json)."""
+    import json
+
+    from trainer.external.checkpoint import model_dir_problem
+
+    model = resolve(workload.model_path)
+    problem = model_dir_problem(model)
+    if problem:
+        raise PreflightError(f"workload {workload.name}: the model {workload.model_path} {problem}; put the model "
+                             "there and pin it")
+    try:
+        positions = json.loads((model / "config.json").read_text(encoding="utf-8")).get("max_position_embeddings")
+    except (OSError, ValueError, AttributeError):
+        return  # the trainer's loader says what is wrong with it
+    if isinstance(positions, bool) or not isinstance(positions, int):
+        return
+    for key, value in (("workload.max_response_len", workload.max_response_len),
+                       ("workload.eval.max_response_len", workload.eval.max_response_len)):
+        if int(value) >= positions:
+            raise PreflightError(f"setting {key}={value} is refused: it must be < {positions}, the model's "
+                                 f"max_position_embeddings ({workload.model_path}), which the prompt and the "
+                                 "response share")
 
 
 def check_resources(workload: DictConfig, cluster: DictConfig, dp_size: int = 1) -> None:
@@ -87,6 +121,23 @@ def check_resources(workload: DictConfig, cluster: DictConfig, dp_size: int = 1)
             f"reward worker(s) each ({need} CPUs); set workload.cpus_per_job>={need}"
         )
     backend(cluster.kind).check_resources(workload, cluster, int(dp_size))
+
+
+def check_size(job_cfg: DictConfig, cluster: DictConfig, dry_run: bool) -> tuple[list[str], list[str]]:
+    """What a job of this config needs against what the back end gives it (``launcher.sizing``): the dry run's
+    ``# estimate |`` lines and ``# limits |`` line, and the judge's warnings; a shortfall that cannot fit is a ``PreflightError``."""
+    w = job_cfg.workload
+    limits = backend(cluster.kind).job_limits(cluster, w, dry_run)
+    nodes, tasks_per_node = allocation_shape(cluster)
+    ranks = int(job_cfg.dp_size) if nodes * tasks_per_node == 1 else 1
+    try:
+        est = estimate(w, int(job_cfg.dp_size), ranks, limits.gpu_model, cluster.get("response_tok_per_s"))
+    except NotEstimated as exc:
+        return [f"# estimate | workload {w.name}: not estimated ({w.model_path}: {exc})", limits.line()], []
+    findings = judge(est, limits, w)
+    if findings and findings[0].refuse:
+        raise PreflightError(findings[0].text)
+    return [*(f"# estimate | {line}" for line in est.lines()), limits.line()], [f.text for f in findings]
 
 
 def check_sweep_dir(sweep_dir: Path, setting: str = "hydra.sweep.dir") -> None:

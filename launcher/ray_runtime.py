@@ -19,9 +19,11 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from facts.files import RAY_START_LOG
+from facts.processes import marked_processes
 from launcher.isolation import JobRoots
 from launcher.ports import PortBlock
 
@@ -56,8 +58,11 @@ class JobRay:
     """One node's part of the job's Ray: the head (``head`` None), or a worker joining ``head``."""
 
     def __init__(self, roots: JobRoots, block: PortBlock, num_cpus: int, env: dict[str, str],
-                 node_ip: str = "127.0.0.1", head: str | None = None):
-        self.command = ray_start_command(roots, block, num_cpus, node_ip, head)
+                 node_ip: str = "127.0.0.1", head: str | None = None, confine: Callable[[], None] | None = None,
+                 contain: Callable[[list[str]], list[str]] | None = None):
+        self.confine = confine  # ``preexec_fn`` of ``ray start``: the job's write guard (its workers run the job's code)
+        command = ray_start_command(roots, block, num_cpus, node_ip, head)
+        self.command = contain(command) if contain is not None else command  # in the job's image, when it has one
         # The GCS every driver connects to; a worker is up once its raylet listens on this node.
         self.address = head or f"{node_ip}:{block.ports['ray_gcs']}"
         self.ready_at = f"{node_ip}:{block.ports['ray_node_manager']}" if head else self.address
@@ -69,7 +74,7 @@ class JobRay:
     def start(self, timeout_s: float = 120.0) -> str:
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(self.command, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+                                         stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=self.confine)
         host, port = self.ready_at.rsplit(":", 1)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -122,18 +127,4 @@ def reap_marked_processes(job_dir: Path, grace_s: float) -> None:
 
 def leftover_processes(job_dir: Path) -> list[dict]:
     """Processes (other than the caller) whose environment carries this job's marker."""
-    marker = f"PROOFGRID_JOB_DIR={job_dir}".encode()
-    found = []
-    me = os.getpid()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == me:
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-            if marker not in environ.split(b"\0"):
-                continue
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-        except OSError:
-            continue
-        found.append({"kind": "process", "pid": int(entry.name), "cmd": cmdline[:200]})
-    return found
+    return marked_processes(job_dir)

@@ -14,10 +14,11 @@ import sys
 from pathlib import Path
 
 from evidence.ranks import RENDEZVOUS_ADDRESS_PLACEHOLDER
-from evidence.sanitize import Sanitizer
+from evidence.sanitize import SECRET_PLACEHOLDER, Sanitizer, command_line_secrets
 from facts import atomic_write_json
 from facts.files import COMMAND_PUBLIC_RECORD, COMMAND_RECORD, JOB_RECORD
 from facts.ranks import MASTER_ADDR_ENV
+from launcher.container import container_literals
 from launcher.spec import JobSpec
 
 _write_json = atomic_write_json
@@ -46,7 +47,14 @@ def update_job_record(job_dir: Path, changes: dict, defaults: dict | None = None
 
 
 def path_free_sanitizer(spec: JobSpec, repo_root: Path, literals: dict[str, str] | None = None) -> Sanitizer:
-    return sweep_sanitizer(Path(spec.sweep_dir), repo_root, {str(spec.job_dir): "<JOB_DIR>", **(literals or {})})
+    return sweep_sanitizer(Path(spec.sweep_dir), repo_root, {str(spec.job_dir): "<JOB_DIR>",
+                                                             **config_dir_literals(spec.config_dirs),
+                                                             **container_literals(spec.container), **(literals or {})})
+
+
+def config_dir_literals(config_dirs) -> dict[str, str]:
+    """A job's extra config directories (``-cd``) as placeholders: ``<CONFIG_DIR>`` (``<CONFIG_DIR2>``, ...)."""
+    return {str(d): f"<CONFIG_DIR{i + 1 if i else ''}>" for i, d in enumerate(config_dirs)}
 
 
 def sweep_sanitizer(sweep_dir: Path, repo_root: Path, literals: dict[str, str] | None = None) -> Sanitizer:
@@ -62,11 +70,14 @@ def sweep_sanitizer(sweep_dir: Path, repo_root: Path, literals: dict[str, str] |
 
 
 def public_copy(data, sanitizer: Sanitizer):
-    """``data`` with every string sanitised (keys and values), structure unchanged."""
+    """``data`` with every string sanitised (keys and values), structure unchanged; a list is also read as a
+    command line (an argv): the value after a credential option (``--api-key``, ``--password``) is ``<SECRET>``
+    (``evidence.sanitize.command_line_secrets``, which the bundle's sanitiser and the leak scan ask too)."""
     if isinstance(data, dict):
         return {sanitizer.clean(str(k)): public_copy(v, sanitizer) for k, v in data.items()}
     if isinstance(data, list | tuple):
-        return [public_copy(v, sanitizer) for v in data]
+        secret = command_line_secrets(data)
+        return [SECRET_PLACEHOLDER if i in secret else public_copy(v, sanitizer) for i, v in enumerate(data)]
     if isinstance(data, str):
         return sanitizer.clean(data)
     return data

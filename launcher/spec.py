@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -17,7 +18,20 @@ from omegaconf import DictConfig, OmegaConf
 
 from facts import TRAINER_OUTPUT_DIR, sweep_job_dir
 from facts.certify import CERTIFY_FIELD, RESUME, STOP_SETTING
-from facts.files import EXPERIMENT_DIGEST_FIELD, JOB_SPEC, certify_job_dir
+from facts.containers import CONTAINER_FIELD
+from facts.files import EXPERIMENT_DIGEST_FIELD, JOB_SPEC, STAGE_FIELD, certify_job_dir
+from facts.license import DEFAULT_LICENSE, LICENSE_FIELD
+from facts.plan import (
+    EARLIER_PLANS_FIELD,
+    JOB_NONCE_BYTES,
+    JOB_NONCE_ENV,
+    JOB_NONCE_FIELD,
+    PLAN_DIGEST_ENV,
+    PLAN_DIGEST_FIELD,
+    PLAN_FIELD,
+    plan_digest,
+    plan_jobs,
+)
 from facts.processes import DEFAULT_RESOURCE_SAMPLE_S
 from facts.ranks import DEFAULT_RENDEZVOUS_TIMEOUT_S
 from launcher.isolation import JobRoots, ecosystem_env
@@ -76,6 +90,23 @@ class JobSpec:
     # spec_sha256), recorded in its job.json before it runs, so a spec changed after the results disagrees with every
     # run's own record (evidence.audit.experiment). None: a job of a plain sweep.
     experiment_sha256: str | None = None
+    # The plan it was prepared under (facts.plan: sweep.json's plan_sha256) and its own nonce, drawn when the launcher
+    # first planned it and kept across its attempts; both bound when the plan is written (``Sweep.bind_plan``), in its
+    # job.json from its start and handed to its trainer (``run_env``). None: not bound (a plan not written yet).
+    plan_sha256: str | None = None
+    job_nonce: str | None = None
+    # Config directories beyond conf/ the launcher composed the arm with (``-cd DIR``, ``hydra.searchpath``):
+    # proofgrid's trainer composes the job's config on the same search path (a workload of the user's own).
+    config_dirs: tuple[str, ...] = ()
+    # Live tracking (tracking.live, launcher.live): {"live": tool, "uri": where, "project": name}, the job runtime's
+    # follower logs the job's metrics there while it runs (launcher.runtime.follower). None: off.
+    tracking: dict | None = None
+    # The image the job runs in (cluster.container, checked by launcher.container.plan_container): {"runtime",
+    # "image", "digest", "mounts", "python", "runtime_args", "gpus": GPUs per job, "inputs": {path: pinned SHA256}}.
+    # None: the job runs on the host.
+    container: dict | None = None
+    # cluster.job_ports: TCP ports outside the job's port block its processes may reach (the guard allows them).
+    job_ports: tuple[int, ...] = ()
 
     @property
     def arm_label(self) -> str:
@@ -86,6 +117,9 @@ class JobSpec:
         identity = {"algo": self.algo, "seed": self.seed, "arm": self.arm_label, "arm_overrides": dict(self.arm_overrides)}
         if self.experiment_sha256 is not None:  # the pre-registered spec it runs under (an experiment's stage)
             identity[EXPERIMENT_DIGEST_FIELD] = self.experiment_sha256
+        for key, value in ((PLAN_DIGEST_FIELD, self.plan_sha256), (JOB_NONCE_FIELD, self.job_nonce)):
+            if value is not None:  # the plan it was prepared under, its own nonce
+                identity[key] = value
         return identity if self.certify is None else {**identity, CERTIFY_FIELD: dict(self.certify)}
 
     @property
@@ -114,25 +148,36 @@ class JobSpec:
                     "--output-dir", str(output_dir), *shared, "--", *fill_output_dir(self.external["argv"], own)]
         shared = [f"sweep_dir={hydra_value(self.sweep_dir)}"] if self.share_initial_eval else []
         stop = [f"{STOP_SETTING}={self.planned_stop}"] if self.planned_stop is not None else []
-        return [sys.executable, "-m", "trainer", *self.trainer_overrides, f"output_dir={hydra_value(str(output_dir))}",
-                *shared, *stop]
+        search = [f"hydra.searchpath=[{','.join(f'file://{d}' for d in self.config_dirs)}]"] if self.config_dirs else []
+        return [sys.executable, "-m", "trainer", *search, *self.trainer_overrides,
+                f"output_dir={hydra_value(str(output_dir))}", *shared, *stop]
 
     def trainer_env(self, roots: JobRoots) -> dict[str, str]:
         """What the job's environment adds for its trainer beyond the isolation every job has: the
         other ecosystems' caches for a trainer that is not proofgrid's (``isolation.ecosystem_env``)."""
         return ecosystem_env(roots) if self.external is not None else {}
 
+    def run_env(self) -> dict[str, str]:
+        """What the job's runtime adds to its trainer's environment when it runs (never the dry run's command: the
+        nonce is drawn when the plan is written): the job's nonce and its plan's digest, which its trainer records."""
+        return {name: value for name, value in ((JOB_NONCE_ENV, self.job_nonce), (PLAN_DIGEST_ENV, self.plan_sha256))
+                if value is not None}
+
     def to_json(self) -> str:
         data = asdict(self)
-        for key in ("certify", EXPERIMENT_DIGEST_FIELD):  # a plain grid job's spec.json is as it was before them
+        for key in ("certify", EXPERIMENT_DIGEST_FIELD, PLAN_DIGEST_FIELD, JOB_NONCE_FIELD, "tracking", CONTAINER_FIELD):  # absent: as before them
             if data[key] is None:
                 del data[key]
+        if not data["job_ports"]:
+            del data["job_ports"]
         return json.dumps(data, indent=1, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> JobSpec:
         data = json.loads(text)
         data["trainer_overrides"] = tuple(data["trainer_overrides"])
+        data["config_dirs"] = tuple(data.get("config_dirs") or ())
+        data["job_ports"] = tuple(data.get("job_ports") or ())
         return cls(**data)
 
 
@@ -163,11 +208,16 @@ class Sweep:
     workload: str
     experiment_sha256: str | None = None  # an experiment's stage: the pre-registered spec's digest (``registered``)
     certify: list[JobSpec] = field(default_factory=list)  # certify=true: the certificate jobs, outside the grid
+    stage: str | None = None  # an experiment's stage (probe, tuning, confirm): sweep.json says which
+    prompts: list[str] = field(default_factory=list)  # the dry run's lines of each task's first rendered prompts
+    user_rewards: tuple[str, ...] = ()  # the arms' module:function rewards: the seal re-scores with them
+    license: str = DEFAULT_LICENSE  # the bundle's license (license=, facts.license), recorded in sweep.json
+    estimates: list[str] = field(default_factory=list)  # the dry run's lines of what a job needs and gets (launcher.sizing)
 
-    def registered(self, digest: str) -> Sweep:
-        """This sweep as a stage of the experiment pre-registered with spec SHA256 ``digest``: its ``sweep.json``
+    def registered(self, digest: str, stage: str | None = None) -> Sweep:
+        """This sweep as ``stage`` of the experiment pre-registered with spec SHA256 ``digest``: its ``sweep.json``
         and every job's (grid and certificate) ``spec.json`` and ``job.json`` record the digest."""
-        self.experiment_sha256 = digest
+        self.experiment_sha256, self.stage = digest, stage
         self.specs = [replace(s, experiment_sha256=digest) for s in self.specs]
         self.certify = [replace(s, experiment_sha256=digest) for s in self.certify]
         return self
@@ -181,6 +231,24 @@ class Sweep:
     def all_specs(self) -> list[JobSpec]:
         """Every job the sweep runs: the grid's, then the certificate jobs."""
         return [*self.specs, *self.certify]
+
+    def plan(self) -> dict:
+        """What must run, bound before any job starts (``facts.plan``): every job in order (grid, then certificate
+        jobs) with its arm and seed and what it certifies, the workload, run length, and pre-registered spec."""
+        jobs = [{"job": s.name, "arm": s.arm_label, "seed": s.seed, **({"certify": dict(s.certify)} if s.certify else {})}
+                for s in self.all_specs]
+        return {"jobs": jobs, "n_updates": self.n_updates, "workload": self.workload,
+                **({EXPERIMENT_DIGEST_FIELD: self.experiment_sha256} if self.experiment_sha256 else {}),
+                **({STAGE_FIELD: self.stage} if self.stage else {})}
+
+    def bind_plan(self, nonces: dict[str, str]) -> str:
+        """Bind every job to the plan: its digest, and each job's nonce (``nonces``' for a job planned before, a new
+        one otherwise), into the specs its ``spec.json`` and its runtime read. Returns the plan's digest."""
+        digest = plan_digest(self.plan())
+        self.specs, self.certify = ([replace(s, plan_sha256=digest, job_nonce=nonces.get(s.name)
+                                             or secrets.token_hex(JOB_NONCE_BYTES)) for s in specs]
+                                    for specs in (self.specs, self.certify))
+        return digest
 
     def certify_record(self) -> dict:
         """``sweep.json``'s ``certify``: each certificate job, the grid job it repeats, its kind (and stop step)."""
@@ -197,6 +265,19 @@ class Sweep:
             "workload": self.workload,
             "source_commit": self.source_commit,
             "cluster": OmegaConf.to_container(self.cluster, resolve=True),
+            LICENSE_FIELD: self.license,
             **({EXPERIMENT_DIGEST_FIELD: self.experiment_sha256} if self.experiment_sha256 else {}),
             **({CERTIFY_FIELD: self.certify_record()} if self.certify else {}),
+            **({STAGE_FIELD: self.stage} if self.stage else {}),
+            PLAN_FIELD: self.plan(), PLAN_DIGEST_FIELD: plan_digest(self.plan()),
         }
+
+    def plan_history(self, previous: dict) -> list[dict]:
+        """``sweep.json``'s earlier plans: the previous record's, and its own plan when this one differs (a sized
+        design's second look, a tuning grid extended): the digests an earlier job of this directory may carry."""
+        earlier = [e for e in previous.get(EARLIER_PLANS_FIELD) or [] if isinstance(e, dict)]
+        before = previous.get(PLAN_DIGEST_FIELD)
+        if isinstance(before, str) and before != plan_digest(self.plan()) \
+                and before not in {e.get(PLAN_DIGEST_FIELD) for e in earlier}:
+            earlier.append({PLAN_DIGEST_FIELD: before, "jobs": plan_jobs(previous.get(PLAN_FIELD) or {})})
+        return earlier

@@ -12,6 +12,7 @@ from facts import INITIAL_EVAL_DIR, sweep_job_dir, sweep_jobs_dir
 from facts.files import (
     CERTIFICATES_FILE,
     COMMANDS_FILE,
+    EVAL_TABLE,
     JOB_SPEC,
     SWEEP_RECORD,
     TABLES_DIR,
@@ -20,7 +21,7 @@ from facts.files import (
 from launcher.backend import backend
 from launcher.jobs import check_arms, check_planned_by_this_launcher, prepare_job_dirs
 from launcher.locks import sweep_lock
-from launcher.plan import expanded_commands, write_plan
+from launcher.plan import dry_run_lines, write_plan
 from launcher.spec import JobSpec, Sweep
 
 HEADLINE_TABLE = "headline.csv"  # evidence.tables.headline_table: one row, the report's first sentence
@@ -33,24 +34,39 @@ def run_sweep(sweep: Sweep) -> int:
     if sweep.dry_run and (sweep.sweep_dir / SWEEP_RECORD).is_file():
         # A sweep's records are what its runs, its seal and an experiment's pre-registration link read
         # (confirm/sweep.json's experiment_sha256): a dry run prints and changes none of them.
-        print("\n".join(expanded_commands(sweep)))
+        print("\n".join(dry_run_lines(sweep) + sweep.prompts))
         print(f"dry run: {jobs_checked(sweep)} checked, nothing submitted; {sweep.sweep_dir} already holds a "
               f"sweep, whose {SWEEP_RECORD} and {COMMANDS_FILE} are left as they are")
         return 0
-    commands = write_plan(sweep)
+    write_plan(sweep)
     if sweep.dry_run:
-        print("\n".join(commands))
+        print("\n".join(dry_run_lines(sweep) + sweep.prompts))
         print(f"dry run: {jobs_checked(sweep)} checked, nothing submitted; commands in "
               f"{sweep.sweep_dir / COMMANDS_FILE}")
         return 0
+    _, finished = submit_jobs(sweep)
+    if not finished:
+        return 0  # wait=false: `python -m evidence build` (or `launcher status`) seals it later
+    return seal(sweep.sweep_dir, sweep.user_rewards)
+
+
+def submit_jobs(sweep: Sweep) -> tuple[list[JobSpec], bool]:
+    """The jobs of a sweep whose plan is written that still need to run, handed to its back end: (those jobs,
+    whether every job has ended). Accepted jobs are never re-submitted (``launcher.jobs.prepare_job_dirs``)."""
     todo = prepare_job_dirs(sweep)
     skipped = len(sweep.all_specs) - len(todo)
     if skipped:
         print(f"{skipped} job(s) already accepted in {sweep.sweep_dir}; not re-submitted")
-    finished = backend(sweep.cluster.kind).submit(sweep, todo)
-    if not finished:
-        return 0  # wait=false: `python -m evidence build` (or `launcher status`) seals it later
-    return seal(sweep.sweep_dir)
+    return todo, backend(sweep.cluster.kind).submit(sweep, todo)
+
+
+def submit_sweep(sweep: Sweep) -> list[JobSpec]:
+    """A planned sweep's plan checked and written, and the jobs that still need to run submitted without waiting
+    (``wait=false``): those jobs. Nothing is sealed, even when no job needed to run."""
+    check_arms(sweep.sweep_dir, sweep.arms)
+    check_planned_by_this_launcher(sweep)
+    write_plan(sweep)
+    return submit_jobs(sweep)[0]
 
 
 def jobs_checked(sweep: Sweep) -> str:
@@ -59,18 +75,23 @@ def jobs_checked(sweep: Sweep) -> str:
     return f"{len(sweep.specs)} job(s){extra}"
 
 
-def seal(sweep_dir: Path) -> int:
-    """Build, seal and audit the evidence bundle; 0 when every job was accepted and the audit is clean."""
+def seal(sweep_dir: Path, user_rewards: tuple[str, ...] = ()) -> int:
+    """Build, seal and audit the evidence bundle; 0 when every job was accepted and the audit is clean.
+    ``user_rewards``: the sweep's own ``module:function`` rewards (its workloads', imported when it was planned),
+    with which the build and the audit re-score its runs (``evidence.rewards``; without them they say they did not)."""
     # The build and the audit (bagit, the report, the tables: ~0.4 s of imports) only when a sweep is
     # sealed: a dry run, `status` and `cancel` import this module and never seal.
     from evidence import audit, build_bundle
+    from evidence.rewards import reviewer_rewards
 
-    with sweep_lock(sweep_dir):  # one writer of its evidence: the build and the audit of what it sealed
+    # One writer of its evidence: the build and the audit of what it sealed.
+    with sweep_lock(sweep_dir), reviewer_rewards(user_rewards):
         print(f"sealing the evidence of {sweep_dir} (validate, tables, figures, report, archive, audit)", flush=True)
         result = build_bundle(sweep_dir)
         print()
         print_headline(bundle_payload_dir(result.bundle_dir) / TABLES_DIR)
-        print_eval_summary(bundle_payload_dir(result.bundle_dir) / TABLES_DIR, result.jobs, job_arms(sweep_dir))
+        print_eval_summary(bundle_payload_dir(result.bundle_dir) / TABLES_DIR, result.jobs, job_arms(sweep_dir),
+                           arm_names(bundle_payload_dir(result.bundle_dir)))
         print(result.summary())
         certified = print_certificates(bundle_payload_dir(result.bundle_dir) / CERTIFICATES_FILE)
         findings = audit(result.archive)
@@ -109,6 +130,17 @@ def job_arms(sweep_dir: Path) -> dict[str, str]:
     return {path.parent.name: JobSpec.from_json(path.read_text()).arm_label for path in specs if path.is_file()}
 
 
+def arm_names(data_dir: Path) -> dict[str, str]:
+    """Arm label -> the name the report gives it (an experiment spec's arm name, the algorithm a trainer declares
+    it runs, ``GRPO`` for the plain ``grpo`` arm: ``evidence.tables.display``), from the sealed bundle's data."""
+    # with the build's own imports: only a sealed sweep reads them
+    from evidence.dataset import load_bundle_data
+    from evidence.tables import display
+
+    data = load_bundle_data(data_dir)
+    return {arm: display(data, arm) for arm in data.arms}
+
+
 def _arm(row: dict) -> str:
     """A row's arm; rows of evidence older than arms name only the algo, which is then the arm."""
     return row.get("arm") or row["algo"]
@@ -124,9 +156,9 @@ def print_headline(tables_dir: Path) -> None:
         print()
 
 
-def print_eval_summary(tables_dir: Path, jobs: list[dict], arms: dict[str, str]) -> None:
-    """Per arm of the sweep (``arms``: job name -> arm): final pass@1 against the
-    initial-checkpoint control (the sweep's one initial evaluation), and its accepted jobs."""
+def print_eval_summary(tables_dir: Path, jobs: list[dict], arms: dict[str, str], names: dict[str, str]) -> None:
+    """Per arm of the sweep (``arms``: job name -> arm; ``names``: arm -> the report's name of it): final pass@1
+    against the initial-checkpoint control (the sweep's one initial evaluation), and its accepted jobs."""
     # rich only to print the summary: planning and the dry run import no terminal library.
     from rich.console import Console
     from rich.table import Table
@@ -153,20 +185,29 @@ def print_eval_summary(tables_dir: Path, jobs: list[dict], arms: dict[str, str])
         sd = f" ± {fmt(float(row['pass@1_sd']), 3)}" if row.get("pass@1_sd") else " (n<2)"
         return f"{fmt(float(row['pass@1_mean']), 3)}{sd}"
 
-    def initial_cell() -> str:
-        # eval_initial.csv has one row per distinct initial evaluation: the sweep's shared one
-        # (initial_eval/<key12>), or each run's own (named after the run) when runs did not share.
-        if len(initial) != 1 or not initial[0].get("pass@1"):
+    # eval_initial.csv has one row per distinct initial evaluation: the sweep's shared one (initial_eval/<key12>;
+    # one per workload when arms run different workloads), or each run's own (named after the run).
+    by_name = {r["initial_eval"]: r for r in initial}
+    used: dict[str, set[str]] = {}  # arm -> the initial evaluations its runs used (eval.csv's initial rows)
+    if (tables_dir.parent / EVAL_TABLE).is_file():
+        with open(tables_dir.parent / EVAL_TABLE, newline="") as f:
+            for r in csv.DictReader(f):
+                if r.get("kind") == "initial":
+                    used.setdefault(_arm(r), set()).add(r.get("initial_eval") or f"{_arm(r)}-{r['seed']}")
+
+    def initial_cell(arm: str) -> str:
+        names = used.get(arm) or (set(by_name) if len(by_name) == 1 else set())
+        if len(names) != 1 or not by_name.get(next(iter(names)), {}).get("pass@1"):
             return "see report" if initial else "n/a"
-        shared = " (shared)" if initial[0]["initial_eval"].startswith(f"{INITIAL_EVAL_DIR}/") else ""
-        return f"{fmt(float(initial[0]['pass@1']), 3)}{shared}"
+        row = by_name[next(iter(names))]
+        shared = " (shared)" if row["initial_eval"].startswith(f"{INITIAL_EVAL_DIR}/") else ""
+        return f"{fmt(float(row['pass@1']), 3)}{shared}"
 
     accepted = {j["job"] for j in jobs if j["accepted"] == "yes"}
     for arm in dict.fromkeys(arms.values()):
-        final = rows.get((arm, "final")) or {}
-        name = final.get("algorithm", arm) if arm == final.get("algo") else arm  # GRPO, or rpp-lr3e-4
+        name = names.get(arm, arm)  # GRPO, rpp-lr3e-4, or the experiment's per_example
         members = [job for job, a in arms.items() if a == arm]
-        table.add_row(name, cell(rows.get((arm, "final"))), initial_cell(),
+        table.add_row(name, cell(rows.get((arm, "final"))), initial_cell(arm),
                       cell(rows.get((arm, "gain"))), f"{len(accepted.intersection(members))}/{len(members)}")
     Console(width=None if sys.stdout.isatty() else 200).print(table)  # off a terminal: never clipped at 80
     print()

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One command on a GPU machine without network (an NVIDIA H200 image with torch+CUDA, transformers,
 # numpy, pyarrow, ... but not hydra-core, omegaconf, antlr4, submitit, bagit or ray):
-#   1. installs what the image lacks from wheels/device/ (pure-Python wheels, filled beforehand where
-#      there is network by `make device-wheels`; git-ignored, so send the folder with the tree),
+#   1. installs what the image lacks from wheels/device/ (wheels for the image's Python 3.12, filled beforehand
+#      where there is network by `make device-wheels`; git-ignored, so send the folder with the tree; rehearsed
+#      without a GPU by `make device-rehearsal`),
 #   2. runs the CUDA tests (pytest -m cuda: no host sync under set_sync_debug_mode("error"), a one-rank
 #      NCCL group, bf16 determinism of two identical runs),
 #   3. measures the trainer's response tok/s and s/step on a Qwen3-0.6B-architecture model at seed 000's

@@ -11,6 +11,40 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 GRID = ("algo=grpo,rpp,rppb", "seed=42,1234,2026")
+# The head of a lab's script run as trainer=command (conf/trainer/command.yaml's arguments): it trains nothing but
+# keeps the contract, its log of ``--steps`` steps and the initial model copied as its final one; ``a`` is its
+# arguments. A test appends what its lab does besides.
+CONTRACT_SCRIPT_HEAD = """import argparse, json, os, pathlib, shutil, subprocess, sys, time
+ap = argparse.ArgumentParser()
+ap.add_argument("--output-dir", type=pathlib.Path)
+ap.add_argument("--seed", type=int)
+ap.add_argument("--model-dir")
+ap.add_argument("--steps", type=int)
+a, _ = ap.parse_known_args()
+a.output_dir.mkdir(parents=True, exist_ok=True)
+with open(a.output_dir / "log.jsonl", "w") as log:
+    for i in range(a.steps):
+        log.write(json.dumps({"iteration": i, "reward": 0.5, "loss": 0.1, "grad_norm": 1.0, "length": 9.0,
+                              "seconds": 0.1}) + "\\n")
+shutil.copytree(a.model_dir, a.output_dir / "model")
+"""
+
+
+def free_listener(ports: range):
+    """A TCP listener (non-blocking) on the first free port of ``ports``, and that port; None when none is free."""
+    import socket
+
+    for port in ports:
+        listener = socket.socket()
+        try:
+            listener.bind(("127.0.0.1", port))
+        except OSError:
+            listener.close()
+            continue
+        listener.listen()
+        listener.setblocking(False)
+        return listener, port
+    return None
 
 
 def launch(sweep_dir: Path, *args: str, env: dict | None = None, timeout: float = 1500) -> subprocess.CompletedProcess:
@@ -41,8 +75,34 @@ def wait_for(predicate, timeout: float, what: str, every_s: float = 0.25):
     return value
 
 
+def restate_judged(data: Path) -> None:
+    """What a consistent forger does to data/judged.csv after editing a run's copy: each copy's row says the
+    decision digest is the copy's own, a row for each added copy, none for a deleted one."""
+    import csv
+    import hashlib
+
+    from evidence.judged import JUDGED_COLUMNS
+
+    table = data / "judged.csv"
+    if not table.is_file():
+        return
+    with open(table, newline="", encoding="utf-8") as handle:
+        rows = {r["path"]: r for r in csv.DictReader(handle)}
+    runs = sorted(p for p in (data / "runs").rglob("*") if p.is_file()) if (data / "runs").is_dir() else []
+    restated = []
+    for path in runs:
+        rel = path.relative_to(data).as_posix()
+        row = rows.get(rel) or {"job": rel.split("/")[1], "path": rel, "verbatim": "yes"}
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        restated.append({**row, "judged_sha256": digest if row["verbatim"] == "yes" else row.get("judged_sha256", digest)})
+    with open(table, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=JUDGED_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(restated)
+
+
 def reseal_bag(bag: Path) -> None:
-    """What a consistent forger does after editing a bundle's payload: restate the RO-Crate
+    """What a consistent forger does after editing a bundle's payload: restate data/judged.csv and the RO-Crate
     (data/ro-crate-metadata.json) so that it agrees with the files (each edited file's size and SHA256, an
     added file named, a deleted one dropped), then recompute the BagIt manifests, so that only the content
     checks can notice the edit."""
@@ -51,6 +111,7 @@ def reseal_bag(bag: Path) -> None:
     import bagit
 
     data = bag / "data"
+    restate_judged(data)
     crate_path = data / "ro-crate-metadata.json"
     regenerated = False
     if crate_path.is_file():

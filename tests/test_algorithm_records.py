@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from facts.algorithms import ALGO_ORDER, DISPLAY_NAMES, KL_LOSS_BY_ALGO, RECORDS, algorithm
+from facts.algorithms import ALGO_ORDER, COMMON_CONFIG, DISPLAY_NAMES, KL_LOSS_BY_ALGO, RECORDS, algorithm
 from tests.sweeps import REPO
 
 NAMES = {name for record in RECORDS for name in (record.name, record.short)}
@@ -62,7 +62,8 @@ def test_the_config_group_files_are_the_records():
     assert all(line.startswith("# ") for line in lines[:2]) and lines[2:] == [
         "short: rppb", "display_name: REINFORCE++-baseline", "estimator: reinforce_plus_plus_baseline",
         "kl_coef: 0.0", "use_kl_loss: true", "kl_loss_type: k2", "kl_loss_coef: 0.01",
-        "loss_reduction: response_mean", "clip_low: 0.2", "clip_high: 0.2"]
+        "loss_reduction: response_mean", "clip_low: 0.2", "clip_high: 0.2",
+        "tis_cap: null", "mis_bound: null", "mis_level: token"]  # every algorithm's (facts.algorithms.COMMON_CONFIG)
 
 
 def test_a_drifted_or_unrecorded_config_file_is_named(tmp_path):
@@ -84,7 +85,7 @@ def test_a_rendered_config_node_reads_back_as_the_record():
     for record in RECORDS:
         node = yaml.safe_load(render(record))
         assert node == {"short": record.short, "display_name": record.display_name, "estimator": record.name,
-                        **record.config}
+                        **record.config, **COMMON_CONFIG}
     for value in (1e-05, 0.0003, 2.5e10, None, True, "top_k", "Score centering", "yes", "a: b", 3):
         assert yaml.safe_load(f"v: {yaml_scalar(value)}")["v"] == value
 
@@ -96,6 +97,8 @@ def test_every_record_setting_and_config_key_is_an_algo_config_field():
     fields = {f.name for f in dataclasses.fields(AlgoConfig)}
     for record in RECORDS:
         assert set(record.settings) <= fields and set(record.config) <= fields, record.name
+    defaults = {f.name: f.default for f in dataclasses.fields(AlgoConfig)}
+    assert all(defaults[key] == value for key, value in COMMON_CONFIG.items())  # shipped = AlgoConfig's defaults
     assert set(ALGORITHM_SETTINGS) == {s for r in RECORDS for s in r.settings}
 
 

@@ -10,13 +10,15 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from evidence import audit
 from tests.launch_in_process import launch_in_process
-from tests.sweeps import launch, reseal_bag
+from tests.sweeps import REPO, launch, reseal_bag
 
 TINY = ("algo=grpo", "seed=7", "workload.n_updates=3", "workload.eval.n_prompts=4", "certify=true")
 ARMS = ("debug.os_seeded_draw=false,true",)
@@ -117,11 +119,6 @@ def test_a_certify_dry_run_lists_the_certificate_jobs_and_refuses_a_run_too_shor
 
 
 def test_launcher_status_lists_the_certificate_jobs_after_the_grid_with_their_outcome(certified):
-    import subprocess
-    import sys
-
-    from tests.sweeps import REPO
-
     sweep, _ = certified
     out = subprocess.run([sys.executable, "-m", "launcher", "status", str(sweep)], cwd=REPO, capture_output=True,
                          text=True, timeout=120).stdout
@@ -144,3 +141,123 @@ def test_a_rerun_keeps_accepted_certificate_jobs_and_runs_a_rejected_one_again_f
     certs = {c["certificate_job"]: c for c in json.loads((copy / "bundle" / "data" / "certificates.json").read_text())
              ["certificates"]}
     assert certs[f"{GOOD}.rerun"]["reproduced"] and not certs[f"{BAD}.rerun"]["reproduced"]
+
+
+# ---- the certificate's own evidence: what a copy of the original's files does not carry (issue 33, item 3) ----------
+
+def _evidence(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "evidence", *map(str, args)], cwd=REPO, capture_output=True, text=True,
+                          timeout=600)
+
+
+def _copy_over(sweep: Path, names: tuple[str, ...]) -> None:
+    """The original's (BAD's) files ``names`` (relative to its job directory) over both of its certificate jobs'."""
+    for kind in ("rerun", "resume"):
+        for name in names:
+            source, target = sweep / "jobs" / BAD / name, sweep / "certify" / f"{BAD}.{kind}" / name
+            if target.is_dir():
+                shutil.rmtree(target)
+            if source.is_dir():
+                shutil.copytree(source, target)
+            else:
+                shutil.copyfile(source, target)
+
+
+COPIED = {  # what is copied over the certificate jobs -> what the rerun's certificate then says first
+    "metrics only": (("run/metrics.jsonl",), "its data ledger does not hold: certify/"),
+    "the reported copy": (("run/metrics.jsonl", "run/eval.json", "run/eval", "run/checkpoints", "run/tensorboard",
+                           "trainer.log"), "its data ledger does not hold: certify/"),
+    "every file of the run and the job": (("run", "trainer.log", "job.json"),
+                                          "its job.json is not the certificate job's"),
+}
+
+
+@pytest.mark.parametrize("variant", list(COPIED))
+def test_the_original_s_files_copied_over_its_certificate_jobs_do_not_make_them_reproduce(certified, tmp_path, variant):
+    """The reported attack: the os-seeded arm's certificates (0/2) became 2/2, audit clean, once the original's
+    metrics, evaluation, responses, checkpoints, event files and log were copied over the certificate jobs' and the
+    bundle rebuilt. Each copy now fails its certificate, naming what gives it away; the audit agrees."""
+    sweep, _ = certified
+    copy = Path(shutil.copytree(sweep, tmp_path / "sweep", symlinks=True))
+    names, said = COPIED[variant]
+    _copy_over(copy, names)
+    assert _evidence("build", copy, "--no-figures").returncode == 0
+    certs = {c["certificate_job"]: c for c in json.loads((copy / "bundle" / "data" / "certificates.json").read_text())
+             ["certificates"]}
+    assert [c["reproduced"] for c in certs.values()] == [True, True, False, False]
+    assert certs[f"{BAD}.rerun"]["first_difference"].startswith(said), certs[f"{BAD}.rerun"]["first_difference"]
+    assert not certs[f"{BAD}.resume"]["reproduced"]
+    audit = _evidence("audit", copy / "bundle.tar.gz")
+    assert audit.returncode == 0, audit.stdout[-2000:]
+
+
+PLANNED = {  # a planned job removed from the sweep before a rebuild -> what the build and the audit name
+    "a certificate job deleted": (lambda s: shutil.rmtree(s / "certify" / f"{GOOD}.resume"),
+                                  [f"certify/{GOOD}.resume/job.json: planned (plan "]),
+    "a grid job renamed": (lambda s: (s / "jobs" / BAD).rename(s / "jobs" / f"{BAD[:-2]}-8"),
+                           [f"runs/{BAD}/job.json: planned (plan ",
+                            f"runs/{BAD[:-2]}-8/job.json: a job the sweep's plan does not list"]),
+}
+
+
+@pytest.mark.parametrize("variant", list(PLANNED))
+def test_a_planned_job_deleted_or_renamed_before_a_rebuild_is_a_finding_of_the_build_and_the_audit(certified, tmp_path,
+                                                                                                   variant):
+    sweep, _ = certified
+    copy = Path(shutil.copytree(sweep, tmp_path / "sweep", symlinks=True))
+    edit, named = PLANNED[variant]
+    edit(copy)
+    build = _evidence("build", copy, "--no-figures")
+    assert build.returncode == 1, build.stdout[-2000:] + build.stderr[-2000:]
+    plan_lines = [line for line in build.stdout.splitlines() if line.startswith("plan: ")]
+    assert any(named[0].split("/", 1)[-1] in line for line in plan_lines), plan_lines
+    audit = _evidence("audit", copy / "bundle.tar.gz")
+    assert audit.returncode == 1
+    for finding in named:
+        assert any(line.startswith(f"data/{finding}") for line in audit.stdout.splitlines()), (finding, audit.stdout)
+
+
+def test_the_plan_and_each_job_s_identity_are_bound_before_the_jobs_ran(certified):
+    """sweep.json's plan lists every job (grid and certificate), its digest is in every job's spec.json, job.json and
+    run.json; each job has a nonce of its own, which its trainer's data ledger records in every process's start line;
+    the resume job's ledger shows its two processes, the second resumed at the planned step."""
+    import hashlib
+
+    sweep, _ = certified
+    record = json.loads((sweep / "sweep.json").read_text())
+    digest = hashlib.sha256(json.dumps(record["plan"], sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    assert record["plan_sha256"] == digest
+    assert [e["job"] for e in record["plan"]["jobs"]] == [GOOD, BAD, f"{GOOD}.rerun", f"{GOOD}.resume", f"{BAD}.rerun",
+                                                         f"{BAD}.resume"]
+    nonces = set()
+    for entry in record["plan"]["jobs"]:
+        job = sweep / ("certify" if "certify" in entry else "jobs") / entry["job"]
+        spec, rec, run = (json.loads((job / name).read_text()) for name in ("spec.json", "job.json", "run/run.json"))
+        assert spec["plan_sha256"] == rec["plan_sha256"] == run["plan_sha256"] == digest
+        assert spec["job_nonce"] == rec["job_nonce"] and len(rec["job_nonce"]) == 32
+        nonces.add(rec["job_nonce"])
+        starts = [json.loads(line)["start"] for line in (job / "run" / "data_ledger.jsonl").read_text().splitlines()
+                  if "start" in json.loads(line)]
+        assert {s["job_nonce"] for s in starts} == {rec["job_nonce"]}
+        assert [s["resumed_from"] for s in starts] == ([0, 2] if entry["job"].endswith(".resume") else [0])
+        assert run["data_ledger"]["plan_sha256"] == starts[0]["plan_sha256"]
+    assert len(nonces) == 6
+    # the dry run's commands carry neither the nonce nor the plan's digest (the goldens stay as they were)
+    assert "PROOFGRID_JOB_NONCE" not in (sweep / "commands.txt").read_text()
+
+
+def test_a_reordered_row_in_a_real_run_s_ledger_rejects_it_through_the_build(certified, tmp_path):
+    """The real trainer's ledger of the deterministic arm's job, one step's rows reversed (a data order that changed
+    on resume, verl#3457's class): python -m evidence build rejects the job naming the step; the audit agrees."""
+    sweep, _ = certified
+    copy = Path(shutil.copytree(sweep, tmp_path / "sweep", symlinks=True))
+    path = copy / "jobs" / GOOD / "run" / "data_ledger.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    line = next(x for x in lines if x.get("step") == 1)
+    line["rows"] = line["rows"][::-1]
+    path.write_text("".join(json.dumps(x, sort_keys=True) + "\n" for x in lines))
+    assert _evidence("build", copy, "--no-figures").returncode == 0
+    rows = {r["job"]: r for r in _csv(copy / "bundle" / "data" / "index.csv")}
+    assert rows[GOOD]["accepted"] == "no"
+    assert "run/data_ledger.jsonl: line 3, step 1: its chain does not follow from the steps before it" in rows[GOOD]["reason"]
+    assert _evidence("audit", copy / "bundle.tar.gz").returncode == 0

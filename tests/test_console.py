@@ -78,6 +78,21 @@ def test_the_evidence_commands_are_python_m_evidence_with_the_same_output(bundle
     assert missing.stderr.count("\n") == 1
 
 
+def test_proofgrid_audit_of_a_sweep_directory_audits_its_bundle_and_names_its_own_commands(bundle, tmp_path):
+    """Issue 36 section 5: ``proofgrid audit <sweep dir>`` audits the sweep's bundle (and says which); a sweep not
+    sealed yet is one line naming ``proofgrid build`` and ``proofgrid audit``, as the user types them."""
+    sweep = bundle.parent
+    audited = proofgrid("audit", sweep)
+    assert audited.returncode == 0, audited.stderr
+    assert audited.stdout.splitlines()[0] == f"auditing {bundle}, the bundle of the sweep {sweep}"
+    assert audited.stdout.splitlines()[-1] == "clean"
+    fresh = make_sweep(tmp_path / "fresh", algos=("grpo",), seeds=(1,))
+    refused = proofgrid("audit", fresh)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert f"seal it first: proofgrid build {fresh}, then proofgrid audit {fresh}/bundle.tar.gz" in refused.stderr
+    assert "python -m evidence" not in refused.stderr
+
+
 def test_status_is_python_m_launcher_status(bundle):
     sweep = bundle.parent
     console, module = proofgrid("status", sweep), subprocess.run(
@@ -112,7 +127,7 @@ def test_the_audit_imports_no_trainer_launcher_torch_transformers_or_ray(bundle)
 def test_proofgrid_run_is_launch_py_the_dry_run_matches_the_golden(tmp_path):
     result = proofgrid("run", "-m", *GRID, "dry_run=true", f"hydra.sweep.dir={tmp_path / 'dry'}", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    lines = [line for line in result.stdout.splitlines() if line.startswith(("[", "# sbatch"))]
+    lines = [line for line in result.stdout.splitlines() if line.startswith(("[", "# sbatch", "# estimate", "# env"))]
     assert lines == GOLDEN.read_text().splitlines()
     typo = proofgrid("run", "-m", "algo=grpo", "seeed=1", "dry_run=true", f"hydra.sweep.dir={tmp_path / 'typo'}",
                      cwd=tmp_path)

@@ -4,9 +4,11 @@ run end to end (probe -> confirm -> verdict, then resumed)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -54,7 +56,8 @@ def _experiment(out: Path, *args: str, env: dict[str, str] | None = None):
 
 
 def _plan_lines(stdout: str) -> list[str]:
-    return [line for line in stdout.splitlines() if line.startswith(("[", "# sbatch", "==", "experiment ", "   "))]
+    return [line for line in stdout.splitlines()
+            if line.startswith(("[", "# sbatch", "# estimate", "# env", "==", "experiment ", "   "))]
 
 
 def test_experiment_dry_run_prints_every_stage_and_matches_the_golden_file(tmp_path):
@@ -86,8 +89,8 @@ def test_any_other_override_applies_to_every_stage_and_slurm_gets_the_wall_cap(t
     assert all("workload.eval.n_prompts=16" in j for j in jobs)
     assert all("workload.eval.k=1 " in j for j in jobs[:3])  # the probe's small evaluation
     tuning = [j.split(":")[0].split("] ")[1] for j in jobs[3:9]]
-    assert tuning == ["is_pg-lr1e-4-101", "is_pg-lr3e-4-101", "is_pg-lr3e-5-101", "score_centering-lr1e-4-101",
-                      "score_centering-lr3e-4-101", "score_centering-lr3e-5-101"]
+    assert tuning == ["is_pg-lr1e-3-101", "is_pg-lr3e-3-101", "is_pg-lr3e-4-101", "score_centering-lr1e-3-101",
+                      "score_centering-lr3e-3-101", "score_centering-lr3e-4-101"]
     assert "# sbatch | #SBATCH --time=10" in proc.stdout  # budget.wall_minutes_per_run -> Slurm --time
 
 
@@ -112,6 +115,23 @@ def test_unknown_experiment_is_one_line(tmp_path):
     (("algo=grpo",), "would change arm is_pg's own setting"),  # ... one that rewrites an arm is not
     (("seed=5",), "the spec's seeds are pre-registered"),
     (("+experiment.settings.seed=5",), "settings sets seed=5; the spec's seeds are pre-registered"),  # the spec's own
+    # a collapse criterion on an evaluation metric needs evaluations during training (seed 003's every 25 steps)
+    (("workload.eval.every=0",), "experiment stale_score_centering: criterion.collapse needs evaluations during "
+                                 "training, but arm is_pg has workload.eval.every=0 with workload.n_updates=32, so "
+                                 "eval/pass@1's peak is its initial or final value and a collapse between them is "
+                                 "never seen; set workload.eval.every below n_updates (e.g. 8) in settings, or drop "
+                                 "criterion.collapse"),
+    (("workload.eval.every=32",), "arm is_pg has workload.eval.every=32 with workload.n_updates=32"),
+    (("workload.n_updates=6",), "arm is_pg has workload.eval.every=8 with workload.n_updates=6"),
+    (("workload.n_updates=6", "workload.eval.every=2"), None),
+    (("workload.eval.every=0", "~experiment.criterion.collapse"), None),  # no collapse clause: nothing to observe
+    (("workload.eval.every=0", "experiment.criterion.metric=train/clip_frac", "experiment.criterion.at=last_k"),
+     None),  # a training metric's curve is every step's
+    # issue 32: an equivalence margin (TOST's) that is no positive number, or a rate's in the wrong units
+    (("+experiment.equivalence_margin_points=-2",), "experiment: equivalence_margin_points must be a positive number"),
+    (("+experiment.equivalence_margin=2",), "equivalence_margin 2 spans the whole range of eval/pass@1 (a rate in "
+                                            "[0, 1]); write equivalence_margin_points: 2 for points"),
+    (("+experiment.equivalence_margin_points=2",), None),
 ])
 def test_bad_experiment_input_is_refused_in_one_line_before_anything_starts(tmp_path, overrides, message):
     proc = _experiment(tmp_path, "experiment=stale_score_centering", *overrides, "dry_run=true")
@@ -478,7 +498,7 @@ def test_an_edge_of_grid_winner_extends_its_grid_once_through_the_runner(tmp_pat
     cmd = [sys.executable, "launch.py", "experiment=stale_score_centering", "experiment.tuning.values=[1e-4,3e-4]",
            "experiment.seeds=[1]", "+experiment.exploratory=true", "~experiment.probe.gradient_check",
            "~experiment.probe.staleness_check", "experiment.probe.steps=1", "workload.n_updates=2",
-           "workload.eval.n_prompts=2", f"hydra.run.dir={exp}"]
+           "workload.eval.every=1", "workload.eval.n_prompts=2", f"hydra.run.dir={exp}"]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -495,6 +515,14 @@ def test_an_edge_of_grid_winner_extends_its_grid_once_through_the_runner(tmp_pat
     assert set(verdict["selected"]) == {"is_pg", "score_centering"}
     assert verdict["tuning"]["evidence"] == "tuning stage"
     assert all(len(scores) == 3 for scores in verdict["tuning"]["scores"].values())
+    # the grid before its extension is the tuning stage's earlier plan, which its first four jobs carry
+    tuning = json.loads((exp / "tuning" / "sweep.json").read_text())
+    assert [len(e["jobs"]) for e in tuning["earlier_plans"]] == [4] and len(tuning["plan"]["jobs"]) == 6
+    # every stage's own bundle (the probe's and the tuning stage's carry the spec, no verdict) audits clean
+    for stage in ("probe", "tuning", "confirm"):
+        audit = subprocess.run([sys.executable, "-m", "evidence", "audit", str(exp / stage / "bundle.tar.gz")],
+                               cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert audit.returncode == 0, (stage, audit.stdout[-2000:])
 
 
 @pytest.mark.slow
@@ -541,18 +569,32 @@ def test_a_stage_whose_sweep_another_writer_holds_is_refused_in_one_line_before_
     assert not (tmp_path / "probe" / "jobs").exists()
 
 
-@pytest.mark.slow
-def test_a_sized_design_runs_its_first_look_then_the_seeds_it_sizes_through_launch_py(tmp_path):
-    """``seeds: {n: auto, min: 2, max: 4}`` (exploratory) through ``launch.py`` on tiny runs: the registration names
-    the rule before any seed runs, the probe's record prices the design at its most and its first look, the
-    first look's two seeds run, then the seeds it sizes (here always 3..4: max is min + 2), and the bundle's
-    verdict carries both looks and passes the audit."""
-    exp = tmp_path / "exp"
-    cmd = [sys.executable, "launch.py", "experiment=loss_norm", "~experiment.seeds",
-           "+experiment.seeds={n:auto,min:2,max:4}", "+experiment.exploratory=true", "workload.n_updates=3",
-           "workload.eval.n_prompts=4", f"hydra.run.dir={exp}"]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900,
+SIZED_RUN = ("experiment=loss_norm", "~experiment.seeds", "+experiment.seeds={n:auto,min:2,max:4}",
+         "+experiment.exploratory=true", "workload.n_updates=3", "workload.eval.n_prompts=4")
+
+
+@pytest.fixture(scope="module")
+def sized(tmp_path_factory):
+    """``seeds: {n: auto, min: 2, max: 4}`` (exploratory) run once through ``launch.py`` on tiny runs (probe, the first
+    look's two seeds, then the seeds it sizes): (experiment dir, the command, its CompletedProcess)."""
+    exp = tmp_path_factory.mktemp("sized") / "exp"
+    cmd = [sys.executable, "launch.py", *SIZED_RUN, f"hydra.run.dir={exp}"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1500,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return exp, cmd, proc
+
+
+def _evidence(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "evidence", *map(str, args)], cwd=REPO, capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.mark.slow
+def test_a_sized_design_runs_its_first_look_then_the_seeds_it_sizes_through_launch_py(sized):
+    """The registration names the rule before any seed runs, the probe's record prices the design at its most and its
+    first look, the first look's two seeds run, then the seeds it sizes (here always 3..4: max is min + 2), and the
+    bundle's verdict carries both looks and passes the audit."""
+    exp, cmd, proc = sized
     assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
     registration = json.loads((exp / REGISTRATION).read_text())
     assert registration["sizing"]["spending"] == "obrien-fleming" and registration["sizing"]["max"] == 4
@@ -572,8 +614,19 @@ def test_a_sized_design_runs_its_first_look_then_the_seeds_it_sizes_through_laun
     # every confirm job, the second look's included, records the digest registered before any seed ran
     assert {json.loads(p.read_text()).get("experiment_sha256") for p in (exp / "confirm" / "jobs").glob("*/job.json")} \
         == {json.loads((exp / REGISTRATION).read_text())["spec_sha256"]}
-    audit = subprocess.run([sys.executable, "-m", "evidence", "audit", str(exp / "confirm" / "bundle.tar.gz")],
-                           cwd=REPO, capture_output=True, text=True)
+    # the plan of each look, bound before its jobs ran: the first look's jobs carry the first look's plan (an earlier
+    # plan of the confirm stage, which the registration recorded before the probe), the second look's the second's
+    confirm = json.loads((exp / "confirm" / "sweep.json").read_text())
+    first = registration["plans"]["confirm"]
+    assert confirm["stage"] == "confirm" and set(registration["plans"]) == {"probe", "confirm"}
+    assert first["jobs"] == [j for j in jobs if int(j.rsplit("-", 1)[1]) <= 2]
+    carried = {p.parent.name: json.loads(p.read_text())["plan_sha256"] for p in (exp / "confirm" / "jobs").glob("*/job.json")}
+    assert {job: digest for job, digest in carried.items() if int(job.rsplit("-", 1)[1]) <= 2} == {
+        job: first["plan_sha256"] for job in first["jobs"]}
+    if not sizing["stopped_early"]:
+        assert confirm["earlier_plans"] == [first]
+        assert {digest for job, digest in carried.items() if int(job.rsplit("-", 1)[1]) > 2} == {confirm["plan_sha256"]}
+    audit = _evidence("audit", exp / "confirm" / "bundle.tar.gz")
     assert audit.returncode == 0, audit.stdout + audit.stderr
     # The same command again starts nothing: the confirm stage resumes at the look it reached
     again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900,
@@ -581,6 +634,116 @@ def test_a_sized_design_runs_its_first_look_then_the_seeds_it_sizes_through_laun
     assert again.returncode in (0, 1), again.stdout[-3000:] + again.stderr[-3000:]
     assert f"{len(jobs)} job(s) already accepted" in again.stdout and "first look: " not in again.stdout
     assert json.loads((data / "verdict.json").read_text()) == verdict
+
+
+@pytest.mark.slow
+def test_every_stage_s_bundle_of_an_experiment_builds_and_audits_clean(sized, tmp_path):
+    """The probe's bundle carries the spec its records name (and no verdict), so it audits clean as the confirm
+    stage's does (issue 33 item 8: it had 3 findings); each stage rebuilt by ``python -m evidence build`` is clean."""
+    exp, _, _ = sized
+    copy = Path(shutil.copytree(exp, tmp_path / "exp", symlinks=True))
+    for stage in ("probe", "confirm"):
+        assert (copy / stage / "bundle" / "data" / "experiment.yaml").read_text() == (exp / "experiment.yaml").read_text()
+        assert (copy / stage / "bundle" / "data" / "verdict.json").is_file() is (stage == "confirm")
+        for _ in range(2):  # as the launcher sealed it, then rebuilt by the evidence command
+            audit = _evidence("audit", copy / stage / "bundle.tar.gz")
+            assert audit.returncode == 0 and audit.stdout.splitlines()[-1] == "clean", (stage, audit.stdout[-2000:])
+            build = _evidence("build", copy / stage, "--no-figures")
+            assert build.returncode == 0, build.stdout[-2000:] + build.stderr[-2000:]
+    assert (copy / "confirm" / "bundle" / "data" / "stages" / "probe" / "experiment.yaml").is_file()
+
+
+def _rebind(confirm: Path, keep) -> None:
+    """A forger's rewrite of the confirm stage's plan after deleting jobs: the plan keeps the entries ``keep`` accepts,
+    its digest recomputed into sweep.json and into every job's records, the earlier plans and the dropped jobs' command
+    lines gone (everything the sweep's own files say, consistent again)."""
+    record = json.loads((confirm / "sweep.json").read_text())
+    record["plan"]["jobs"] = [e for e in record["plan"]["jobs"] if keep(e)]
+    record["jobs"] = [e["job"] for e in record["plan"]["jobs"]]
+    record["seeds"] = sorted({e["seed"] for e in record["plan"]["jobs"]})
+    record["plan_sha256"] = hashlib.sha256(json.dumps(record["plan"], sort_keys=True, separators=(",", ":")).encode()
+                                           ).hexdigest()
+    record.pop("earlier_plans", None)
+    (confirm / "sweep.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    for path in [*confirm.glob("jobs/*/job.json"), *confirm.glob("jobs/*/run/run.json")]:
+        path.write_text(json.dumps({**json.loads(path.read_text()), "plan_sha256": record["plan_sha256"]}) + "\n")
+    lines = (confirm / "commands.txt").read_text().splitlines()
+    (confirm / "commands.txt").write_text("".join(f"{line}\n" for line in lines if not line.startswith("[")
+                                                  or line.split(": ", 1)[0].split("] ", 1)[1] in record["jobs"]))
+
+
+TOKEN, RESPONSE = "dapo-loss_reduction_token_mean", "dapo-loss_reduction_response_mean"
+SEED_GONE = ("data/index.csv: spec arm token_mean: seed(s) [2] of the sized design's second look, seeds 1..4 (its "
+             "first look sized it) have no run in this bundle (planned by the pre-registered spec; never run, or "
+             "removed)")
+DELETIONS = {  # variant -> (the edit of the confirm stage, a finding of the build, findings of the audit)
+    "a first-look seed": (lambda c: shutil.rmtree(c / "jobs" / f"{TOKEN}-2"),
+                          f"plan: jobs/{TOKEN}-2/job.json: planned (plan ",
+                          [f"data/runs/{TOKEN}-2/job.json: planned (plan ", SEED_GONE]),
+    "a first-look seed and its plan entry": (
+        lambda c: (shutil.rmtree(c / "jobs" / f"{TOKEN}-2"), _rebind(c, lambda e: e["job"] != f"{TOKEN}-2")),
+        None, [SEED_GONE]),
+    "the whole second look": (
+        lambda c: [shutil.rmtree(c / "jobs" / f"{arm}-{seed}") for arm in (TOKEN, RESPONSE) for seed in (3, 4)],
+        f"plan: jobs/{RESPONSE}-3/job.json: planned (plan ",
+        [f"data/runs/{arm}-{seed}/job.json: planned (plan " for arm in (RESPONSE, TOKEN) for seed in (3, 4)]),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", list(DELETIONS))
+def test_a_deleted_seed_or_look_of_a_sized_design_is_a_finding_of_the_build_and_the_audit(sized, tmp_path, variant):
+    """The reported attack: a FAILED sized design made INCONCLUSIVE by deleting a first-look seed (or the whole second
+    look) and rebuilding. The plan bound before the jobs ran names the missing jobs; with the plan rewritten too,
+    the pre-registered spec still does."""
+    exp, _, proc = sized
+    if json.loads((exp / "confirm" / "bundle" / "data" / "verdict.json").read_text())["sizing"]["look"] != 2:
+        pytest.skip("the first look stopped the design: there is no second look to delete")
+    copy = Path(shutil.copytree(exp, tmp_path / "exp", symlinks=True))
+    edit, built, audited = DELETIONS[variant]
+    edit(copy / "confirm")
+    build = _evidence("build", copy / "confirm", "--no-figures")
+    assert build.returncode == (1 if built else 0), build.stdout[-2000:] + build.stderr[-2000:]
+    assert built is None or any(line.startswith(built) for line in build.stdout.splitlines()), build.stdout[-2000:]
+    audit = _evidence("audit", copy / "confirm" / "bundle.tar.gz")
+    assert audit.returncode == 1, audit.stdout[-2000:]
+    for finding in audited:
+        assert any(line.startswith(finding) for line in audit.stdout.splitlines()), (finding, audit.stdout[-3000:])
+
+
+@pytest.mark.slow
+def test_the_first_look_s_bundle_presented_after_the_second_look_ran_claims_no_decision(sized, tmp_path):
+    """What stays out of reach (evidence/README.md): the whole second look deleted and the plan rolled back to the
+    first look's is the bundle the launcher sealed after the first look; it audits clean, and its verdict is pending,
+    never a decision."""
+    exp, _, _ = sized
+    if json.loads((exp / "confirm" / "bundle" / "data" / "verdict.json").read_text())["sizing"]["look"] != 2:
+        pytest.skip("the first look stopped the design: there is no second look to delete")
+    copy = Path(shutil.copytree(exp, tmp_path / "exp", symlinks=True))
+    for arm in (TOKEN, RESPONSE):
+        for seed in (3, 4):
+            shutil.rmtree(copy / "confirm" / "jobs" / f"{arm}-{seed}")
+    _rebind(copy / "confirm", lambda e: e["seed"] <= 2)
+    assert _evidence("build", copy / "confirm", "--no-figures").returncode == 0
+    assert _evidence("audit", copy / "confirm" / "bundle.tar.gz").returncode == 0
+    verdict = json.loads((copy / "confirm" / "bundle" / "data" / "verdict.json").read_text())
+    assert (verdict["verdict"], verdict["rule"], verdict["sizing"]["look"]) == ("INCONCLUSIVE", "second-look-pending", 1)
+
+
+@pytest.mark.slow
+def test_a_stage_whose_evidence_cannot_be_sealed_names_its_own_directory_to_build(sized, tmp_path):
+    """Re-running a finished experiment re-seals each stage; one whose seal is refused (an invalid incidents.yaml in the
+    confirm stage) stops the experiment in one line naming ``python -m evidence build <exp>/confirm``, not the
+    experiment's directory, which is no sweep."""
+    exp, cmd, _ = sized
+    copy = Path(shutil.copytree(exp, tmp_path / "exp", symlinks=True))
+    (copy / "confirm" / "incidents.yaml").write_text("exclusions: [{job: nobody-1}]\n")
+    proc = subprocess.run([*cmd[:-1], f"hydra.run.dir={copy}"], cwd=REPO, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("proofgrid: ")]
+    assert line.startswith("proofgrid: experiment stopped: confirm: the jobs ran but the evidence was not sealed: ")
+    assert line.endswith(f"; fix that, then python -m evidence build {copy / 'confirm'}"), line
 
 
 def test_a_certify_block_certifies_the_stages_it_names_and_the_budget_counts_their_certificate_jobs(tmp_path):

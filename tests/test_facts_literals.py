@@ -15,7 +15,7 @@ SCANNED = ("launcher", "trainer", "evidence", "hydra_plugins", "benchmarks", "pr
 FILE_NAMES = {"sweep.json", "spec.json", "job.json", "command.json", "command.public.json", "trainer.log",
               "runtime.log", "ray-start.log", "run.json", "metrics.jsonl", "eval.json", "model.safetensors",
               "trainer_state.json", "resume.txt", "commands.txt", "bundle.tar.gz", "evidence.json", "index.csv",
-              "incidents.csv", "steps.csv", "eval.csv", "ro-crate-metadata.json"}
+              "incidents.csv", "steps.csv", "eval.csv", "ro-crate-metadata.json", "data_ledger.jsonl"}
 # Directory names of the layout, flagged where they are joined into a path (``x / "runs"``): alone they are
 # ordinary words ("runs" is also a count in a budget).
 LAYOUT_DIRS = {"jobs", "run", "attempts", "checkpoints", "latest", "initial_eval", "bundle", "runs", "tensorboard",

@@ -21,21 +21,59 @@ GOLDEN_TWO_NODES = REPO / "tests" / "golden" / "dry_run_2node_slurm.txt"
 
 
 def _commands(proc: subprocess.CompletedProcess) -> list[str]:
-    return [line for line in proc.stdout.splitlines() if line.startswith(("[", "# sbatch"))]
+    """The dry run's deterministic lines (the goldens): the sbatch script, the estimate, the shared environment and
+    the jobs. ``# limits |`` (this machine's memory for a local sweep) is not among them."""
+    return [line for line in proc.stdout.splitlines() if line.startswith(("[", "# sbatch", "# estimate", "# env"))]
+
+
+def _jobs(proc: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in proc.stdout.splitlines() if line.startswith("[")]
+
+
+def _env(proc: subprocess.CompletedProcess) -> list[str]:
+    """The environment the dry run shows once for every job: ``-u X`` and ``K=V`` words."""
+    return [line.removeprefix("# env | ") for line in proc.stdout.splitlines()
+            if line.startswith("# env | ") and not line.startswith("# env | every job")]
+
+
+def whole_commands(proc: subprocess.CompletedProcess) -> list[str]:
+    """Each job line with the shared environment put back in, as ``commands.txt`` writes it: ``env -u X K=V ...
+    argv``, the unset variables first, then every ``K=V`` (the job's own over the shared) in name order."""
+    shared = _env(proc)
+    out = []
+    for line in _jobs(proc):
+        head, _, rest = line.partition(": ")
+        words = rest.split(" ")
+        unset = [w for w in shared if w.startswith("-u ")]
+        env = dict(w.split("=", 1) for w in shared if not w.startswith("-u "))
+        i = 1 if words[0] == "env" else 0
+        while i and i < len(words) and (words[i] == "-u" or "=" in words[i]):  # the job's own environment
+            if words[i] == "-u":
+                unset.append(f"-u {words[i + 1]}")
+                i += 2
+            else:
+                key, value = words[i].split("=", 1)
+                env[key] = value
+                i += 1
+        pairs = [f"{k}={v}" for k, v in sorted(env.items())]
+        out.append(f"{head}: env {' '.join([*unset, *pairs])} {' '.join(words[i:])}")
+    return out
 
 
 def test_dry_run_expands_the_grid_deterministically_and_matches_the_golden_file(tmp_path):
     a = launch_in_process(tmp_path / "a", *GRID, "dry_run=true")
     b = launch_in_process(tmp_path / "elsewhere" / "b", *GRID, "dry_run=true")
     assert a.returncode == 0, a.stderr
-    lines = _commands(a)
-    assert len(lines) == 9 and lines == _commands(b)  # no timestamps, random ports or paths
-    assert [line.split(":")[0] for line in lines] == [
+    lines, jobs = _commands(a), _jobs(a)
+    assert len(jobs) == 9 and lines == _commands(b)  # no timestamps, random ports or paths
+    assert [line.split(":")[0] for line in jobs] == [
         "[0] grpo-42", "[1] grpo-1234", "[2] grpo-2026", "[3] rpp-42", "[4] rpp-1234", "[5] rpp-2026",
         "[6] rppb-42", "[7] rppb-1234", "[8] rppb-2026"]  # natural order: seed 42 before 1234
-    assert all("output_dir=<JOB_DIR>/run" in line and "<PORT:master_port>" in line for line in lines)
-    assert all(str(tmp_path) not in line for line in lines)
-    assert (tmp_path / "a" / "commands.txt").read_text().splitlines() == lines
+    assert all("output_dir=<JOB_DIR>/run" in line for line in jobs) and "MASTER_PORT=<PORT:master_port>" in _env(a)
+    assert all(str(tmp_path) not in line for line in a.stdout.splitlines() if not line.startswith("dry run:"))
+    # the environment once, each job its command: the screen's lines are short, commands.txt keeps the whole ones
+    assert max(len(line) for line in jobs) < 200 and len(_env(a)) >= 20
+    assert (tmp_path / "a" / "commands.txt").read_text().splitlines() == whole_commands(a)
     assert not (tmp_path / "a" / "jobs").exists()  # nothing submitted, nothing started
     assert lines == GOLDEN.read_text().splitlines(), "update tests/golden/dry_run_3x3.txt if this change is intended"
 
@@ -50,9 +88,9 @@ def test_launch_py_run_as_a_process_prints_the_golden_dry_run(tmp_path):
 def test_without_multirun_the_single_composed_job_goes_through_the_same_checks(tmp_path):
     proc = launch_in_process(tmp_path / "single", "algo=rpp", "seed=9", "dry_run=true", multirun=False)
     assert proc.returncode == 0, proc.stderr
-    (line,) = _commands(proc)
+    (line,) = _jobs(proc)
     assert line.startswith("[0] rpp-9:") and "algo=rpp seed=9" in line
-    assert (tmp_path / "single" / "commands.txt").read_text().splitlines() == [line]
+    assert (tmp_path / "single" / "commands.txt").read_text().splitlines() == whole_commands(proc)
 
 
 def test_slurm_dry_run_prints_the_array_script_submitit_submits_and_matches_its_golden_file(tmp_path):
@@ -77,10 +115,11 @@ def test_a_two_node_dry_run_prints_submitit_s_multi_node_script_and_each_rank_s_
         assert f"#SBATCH {flag}" in sbatch, flag
     # submitit's srun starts one task per slot, each task's log by its task id (%t)
     assert sbatch[-1].startswith("srun --unbuffered --output <SWEEP_DIR>/.submitit/<RUN>/%A_%a_%t_log.out")
-    jobs = [line for line in _commands(proc) if line.startswith("[")]
+    jobs = _jobs(proc)
     for word in ("MASTER_ADDR=<RANK0_NODE_ADDR>", "RANK=<SLURM_PROCID>", "LOCAL_RANK=<SLURM_LOCALID>", "WORLD_SIZE=2",
-                 "PROOFGRID_RENDEZVOUS_TIMEOUT_S=300", "dp_size=2"):
-        assert all(word in line for line in jobs), word
+                 "PROOFGRID_RENDEZVOUS_TIMEOUT_S=300"):
+        assert word in _env(proc), word  # the same for every job: shown once
+    assert all("dp_size=2" in line for line in jobs)
     assert _commands(proc) == GOLDEN_TWO_NODES.read_text().splitlines(), \
         "update tests/golden/dry_run_2node_slurm.txt if this change is intended"
 
@@ -88,7 +127,7 @@ def test_a_two_node_dry_run_prints_submitit_s_multi_node_script_and_each_rank_s_
 def test_the_local_back_end_still_runs_a_job_s_dp_size_ranks_itself(tmp_path):
     proc = launch_in_process(tmp_path / "s", "algo=grpo", "seed=1", "dp_size=2", "workload.cpus_per_job=2", "dry_run=true")
     assert proc.returncode == 0, proc.stderr
-    (line,) = _commands(proc)  # one process, whose trainer spawns its ranks: no scheduler's rank variables
+    (line,) = whole_commands(proc)  # one process, whose trainer spawns its ranks: no scheduler's rank variables
     assert "dp_size=2" in line and "MASTER_ADDR=127.0.0.1" in line
     assert not any(f" {name}=" in line for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "PROOFGRID_RENDEZVOUS_TIMEOUT_S"))
 

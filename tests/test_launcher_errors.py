@@ -40,6 +40,23 @@ BAD_SETTINGS = [
     (("seed=01,1",), "seed=01"),
     (("seed=2**70",), "seed=2**70"),
     (("cluster.kind=pbs",), "cluster.kind='pbs' is refused: it must be one of local, slurm"),
+    # every count has an upper bound (10**15 passed plan time once) ...
+    (("workload.eval.k=1000000000000000",), "workload.eval.k=1000000000000000 is refused: it must be >= 1 and "
+                                            "<= 65536"),
+    (("workload.eval.k=65537",), "workload.eval.k=65537 is refused: it must be >= 1 and <= 65536"),
+    (("workload.max_response_len=1000000000000000",), "workload.max_response_len=1000000000000000 is refused"),
+    (("workload.ppo_epochs=1000000000000000",), "workload.ppo_epochs=1000000000000000 is refused"),
+    (("workload.num_threads=1000000000000000",), "workload.num_threads=1000000000000000 is refused"),
+    (("workload.n_updates=10000000",), "workload.n_updates=10000000 is refused: it must be >= 1 and <= 1000000"),
+    (("dp_size=100000",), "dp_size=100000 is refused: it must be >= 1 and <= 65536"),
+    # ... and the bounds that follow from other settings and the inputs
+    (("workload.num_threads=2",), "workload.num_threads=2 exceeds the job's workload.cpus_per_job=1"),
+    (("workload.max_response_len=256",), "workload.max_response_len=256 is refused: it must be < 256, the model's "
+                                         "max_position_embeddings"),
+    (("workload.eval.max_response_len=4000",), "workload.eval.max_response_len=4000 is refused: it must be < 256"),
+    (("workload.eval.k=30000",), "an evaluation of 1920000 responses x 48 tokens"),
+    (("workload.prompts_per_step=4096", "workload.n_samples_per_prompt=512", "workload.global_batch_size=2097152"),
+     "a training step's rollout of 2097152 responses x 48 tokens"),
 ]
 
 
@@ -215,3 +232,66 @@ def test_a_shared_evaluation_or_job_directories_the_launcher_did_not_plan_are_re
     proc = launch_in_process(tmp_path / "p", *base)
     assert proc.returncode == 2
     _one_line_error(proc, "holds initial_eval/ before any job of this sweep ran")
+
+
+@pytest.mark.parametrize("given", [("workload.n_updates=40", "workload.n_updates=6"),
+                                   ("workload.n_updates=6", "workload.n_updates=40", "workload.n_updates=6"),
+                                   ("workload.n_updates=40", "++workload.n_updates=6")])
+def test_a_setting_given_twice_takes_its_last_value_everywhere(tmp_path, given):
+    """Hydra's rule, resolved once by the launcher: the plan, the job's command and sweep.json hold one value."""
+    import json
+
+    proc = launch_in_process(tmp_path / "s", "algo=grpo", "seed=1", *given, "dry_run=true")
+    assert proc.returncode == 0, proc.stderr
+    (job,) = [ln for ln in (tmp_path / "s" / "commands.txt").read_text().splitlines() if ln.startswith("[0]")]
+    assert job.count("workload.n_updates=") == 1 and "workload.n_updates=6 " in job, job
+    assert json.loads((tmp_path / "s" / "sweep.json").read_text())["n_updates"] == 6
+
+
+def test_a_sweep_whose_later_value_overrides_every_value_of_an_earlier_sweep_is_one_line(tmp_path):
+    proc = launch_in_process(tmp_path / "s", "algo=grpo", "seed=1", "workload.lr=1e-4,2e-4", "workload.lr=3e-4",
+                             "dry_run=true")
+    assert proc.returncode == 2
+    _one_line_error(proc, "the grid repeats the cell")
+
+
+def _model_dir(tmp_path: Path, kind: str) -> Path:
+    model = tmp_path / "model"
+    toy = Path(__file__).resolve().parent.parent / "trainer" / "assets" / "toy" / "model"
+    if kind == "empty":
+        model.mkdir()
+    elif kind == "a file":
+        model.write_text("not a model\n")
+    elif kind == "no weights":
+        shutil.copytree(toy, model, ignore=shutil.ignore_patterns("*.safetensors"))
+    elif kind == "no tokenizer":
+        shutil.copytree(toy, model, ignore=shutil.ignore_patterns("tokenizer*", "vocab*"))
+    return model
+
+
+@pytest.mark.parametrize(("kind", "says"), [
+    ("empty", "is not a Hugging Face model directory: it is empty; put the model there and pin it"),
+    ("a file", "is a file, not a Hugging Face model directory"),
+    ("no weights", "has no weights"),
+    ("no tokenizer", "has no tokenizer"),
+])
+def test_a_model_directory_that_passes_its_pins_but_holds_no_model_is_refused_at_plan_time(tmp_path, kind, says):
+    """The pins cover the files a directory has: an empty one (or one cut short) used to pass them and fail at run time."""
+    import json
+
+    from tests.sweeps import REPO
+
+    model = _model_dir(tmp_path, kind)
+    pinned = json.loads((REPO / "manifests" / "toy.json").read_text())
+    files = [f for f in pinned["files"] if not f["path"].startswith("trainer/assets/toy/model/")]
+    for f in (sorted(model.rglob("*")) if model.is_dir() else [model]):
+        if f.is_file():
+            from facts import sha256_file
+
+            files.append({"path": str(f), "size": f.stat().st_size, "sha256": sha256_file(f)})
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"workload": "toy", "files": files}))
+    proc = launch_in_process(tmp_path / "s", "algo=grpo", "seed=1", f"workload.model_path={model}",
+                             f"workload.manifest={manifest}", "dry_run=true")
+    assert proc.returncode == 2
+    _one_line_error(proc, says)

@@ -188,7 +188,7 @@ def test_decoding_reads_the_finished_count_once_per_check_interval_with_the_same
 
     assert done_check_interval(torch.device("cpu")) == 1 and done_check_interval(torch.device("cuda")) == DONE_CHECK_EVERY > 1
     model, tokenizer = load_policy(str(resolve("trainer/assets/toy/model")))
-    texts = ("Question: 2 + 3?\nAnswer:", "Q: 9?", "Question: what is 12 times 7 minus 4?\nAnswer:")
+    texts = ("Question: 2 + 3?\nAnswer:", "Q: 9?\nA:", "Question: what is 12 times 7 minus 4?\nAnswer:")
     prompts = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts for _ in range(4)]
     keys = list(range(800, 800 + len(prompts)))  # lengths 6 to 33
     sampling = SamplingParams(temperature=1.0, max_new_tokens=120)  # every response finishes first

@@ -20,7 +20,7 @@ ENTRY_POINTS = {
     "evidence build": (["-m", "evidence", "build", "outputs"], "python -m evidence: error: ",
                        "run .venv/bin/python -m evidence"),
     "proofgrid audit": (["-m", "proofgrid", "audit", "bundle.tar.gz"], "proofgrid: error: ",
-                        "run .venv/bin/python -m evidence"),
+                        "run .venv/bin/proofgrid ..."),  # the command as typed
 }
 
 

@@ -59,7 +59,9 @@ def test_shared_prompt_log_probs_and_gradients_equal_an_unpadded_forward_per_res
         logp = response_logprobs(model, part).double()
         ref = [reference_logprobs(model, p, r) for p, r in zip(prompts[rows], responses[rows])]
         for i, expected in enumerate(ref):
-            torch.testing.assert_close(logp[i, : len(expected)], expected, rtol=0, atol=1e-6)
+            # Qwen3's RMSNorm normalises in float32 even in a float64 model (both paths do): agreement to float32
+            # rounding of log-probs down to about -20 (the head-dim-32 toy reaches 1.0e-6 there, 6e-8 relative)
+            torch.testing.assert_close(logp[i, : len(expected)], expected, rtol=1e-7, atol=1e-6)
         grads = torch.autograd.grad(logp[mask].sum(), params, allow_unused=True)
         ref_grads = torch.autograd.grad(torch.cat(ref).sum(), params, allow_unused=True)
         for g, r in zip(grads, ref_grads):

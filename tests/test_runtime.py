@@ -51,3 +51,20 @@ def test_job_roots_record_is_relative_and_the_ray_alias_is_removed(tmp_path):
     assert roots.as_record() == {"ray": "roots/ray", "cache": "roots/cache", "tmp": "roots/tmp", "output": "run"}
     roots.remove_alias()
     assert not roots.ray_alias.exists() and roots.ray.is_dir()
+
+
+@pytest.mark.parametrize(("content", "status"), [
+    ('{"status": "completed", "steps_completed": 2}', "completed"),
+    ('{"status": "running", "steps_completed": 0}', "running"),
+    ("[1, 2]", None),
+    ('{"status": "compl', None),
+    (None, None),
+])
+def test_the_status_a_trainer_left_in_run_json_decides_whether_its_exit_0_finished_the_run(tmp_path, content, status):
+    """A trainer that exits 0 completed its job only when run.json says ``completed`` (a user's reward may call
+    os._exit(0)); the launch test of that is tests/test_workloads.py."""
+    from launcher.runtime.job import run_status
+
+    if content is not None:
+        (tmp_path / "run.json").write_text(content)
+    assert run_status(tmp_path) == status

@@ -109,7 +109,7 @@ def test_the_launcher_prints_the_reports_one_sentence_result(sweep):
     sweep_dir, proc = sweep
     lines = (sweep_dir / "bundle" / "data" / "report.md").read_text().splitlines()
     sentence = lines[2]  # after the title: the result from the paired intervals of eval pass@1
-    assert sentence.startswith(("No two arms differ on eval pass@1: every 95 % interval", "On eval pass@1, "))
+    assert sentence.startswith(("No difference detected on eval pass@1: every 95 % interval", "On eval pass@1, "))
     assert "this design detects differences of" in sentence
     assert sentence in proc.stdout.splitlines()
 

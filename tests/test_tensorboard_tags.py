@@ -125,3 +125,35 @@ def test_a_killed_run_keeps_the_evaluations_of_its_checkpointed_steps_and_redoes
     assert [e["step"] for e in during] == [0, 1, 2, 3]  # each once: 3 again after the resume at 2
     assert during[:3] == before[:3]  # kept from the first attempt
     assert without_perf(read_metrics(killed)) == without_perf(read_metrics(runs / "rpp"))
+
+
+def hparams_sessions(run_dir) -> tuple[list, list]:
+    """The HParams plugin's session starts and ends of a run, read as TensorBoard's backend reads them: its
+    event accumulator's content for the plugin's tags, parsed by the plugin's own metadata parsers."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import metadata
+
+    accumulator = EventAccumulator(str(run_dir / TENSORBOARD_DIR))
+    accumulator.Reload()
+    content = accumulator.PluginTagToContent(metadata.PLUGIN_NAME)
+    starts = [metadata.parse_session_start_info_plugin_data(c) for t, c in content.items()
+              if t == metadata.SESSION_START_INFO_TAG]
+    ends = [metadata.parse_session_end_info_plugin_data(c) for t, c in content.items()
+            if t == metadata.SESSION_END_INFO_TAG]
+    return starts, ends
+
+
+def test_the_hparams_session_ends_with_the_run_s_status_not_unknown(runs, tmp_path):
+    from tensorboard.plugins.hparams import api_pb2
+
+    started = json.loads((runs / "rpp" / "run.json").read_text())
+    starts, ends = hparams_sessions(runs / "rpp")
+    assert len(starts) == 1 and len(ends) == 1
+    assert api_pb2.Status.Name(ends[0].status) == "STATUS_SUCCESS"
+    assert started["status"] == "completed" and ends[0].end_time_secs >= starts[0].start_time_secs > 0
+    # A run that fails (lr = 1e30: a non-finite gradient norm at step 1) ends its session as a failure.
+    failed = tmp_path / "failed"
+    proc = train_in_process(failed, "algo=grpo", "seed=3", *SMALL, "workload.lr=1e30", check=False)
+    assert proc.returncode == 3 and json.loads((failed / "run.json").read_text())["status"] == "failed"
+    starts, ends = hparams_sessions(failed)
+    assert len(starts) == 1 and [api_pb2.Status.Name(e.status) for e in ends] == ["STATUS_FAILURE"]

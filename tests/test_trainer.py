@@ -106,9 +106,14 @@ def test_killed_run_resumes_from_its_checkpoint_with_identical_metrics(tmp_path)
     sigkill_after_step_3(killed, overrides)
     logged = len(read_metrics(killed))
     assert 3 <= logged < 6, "the kill must land mid-run"
-    assert (killed / "checkpoints" / "latest").read_text().strip() in ("step_000002", "step_000004")
+    checkpointed = int((killed / "checkpoints" / "latest").read_text().strip().split("_")[1])
+    assert checkpointed in (2, 4)
+    before = json.loads((killed / "run.json").read_text())["step_ended_at"]  # written with the checkpoint
     train_in_process(killed, *overrides)
     assert without_perf(read_metrics(killed)) == without_perf(read_metrics(full))
+    # Every step's time once: the first start's up to its checkpoint, kept; the rest from the resumed start.
+    after = json.loads((killed / "run.json").read_text())["step_ended_at"]
+    assert len(after) == 6 and after == sorted(after) and after[:checkpointed] == before[:checkpointed]
     assert json.loads((killed / "eval.json").read_text()) == json.loads((full / "eval.json").read_text())
 
 
@@ -242,9 +247,9 @@ def test_pinning_the_toy_inputs_reproduces_the_committed_manifest(tmp_path):
 
 
 def test_the_eval_subset_is_checked_against_the_pinned_rows_and_without_them_against_the_split(tmp_path):
-    """The launcher's check needs no Parquet reader for a manifest that states a split's rows (the
-    rows pinned are the split's: the manifest test above re-pins with the reader), and reads the
-    split for one pinned before rows were stated."""
+    """The manifest states a split's rows (the rows pinned are the split's: the manifest test above re-pins with
+    the reader); the launcher's check reads the split itself (its fields and answers, trainer.inputs.check_task),
+    so a manifest pinned before rows were stated is checked alike."""
     from omegaconf import OmegaConf
 
     from launcher.errors import PreflightError

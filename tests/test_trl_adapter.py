@@ -133,11 +133,11 @@ def test_token_mean_is_dapo_no_std_is_none_and_trl_options_override_with_their_s
     assert plan(parser().parse_args(toy_grpo("--loss-reduction", "token_mean"))).grpo_config["loss_type"] == "dapo"
     assert plan(parser().parse_args(toy_grpo("--std-normalize", "false"))).grpo_config["scale_rewards"] == "none"
     p = plan(parser().parse_args(toy_grpo("--loss-type", "dapo", "--scale-rewards", "batch",
-                                          "--trl", "mask_truncated_completions=true")))
+                                          "--trl", "cache_implementation=static", "full_determinism=true")))
     assert (p.grpo_config["loss_type"], p.grpo_config["scale_rewards"]) == ("dapo", "batch")
-    assert p.grpo_config["mask_truncated_completions"] is True
+    assert (p.grpo_config["cache_implementation"], p.grpo_config["full_determinism"]) == ("static", True)
     assert p.sources == {"loss_type": "TRL option loss_type", "scale_rewards": "TRL option scale_rewards",
-                         "mask_truncated_completions": "TRL option"}
+                         "cache_implementation": "TRL option", "full_determinism": "TRL option"}
     assert plan(parser().parse_args(toy_grpo("--use-kl-loss", "false"))).grpo_config["beta"] == 0.0
 
 
@@ -162,10 +162,64 @@ def test_gspo_is_the_sequence_ratio_and_sapo_its_gate_temperatures():
     (("--ppo-epochs", "2"), "workload.ppo_epochs=2: the TRL adapter runs one on-policy update per rollout batch"),
     (("--responses-per-prompt", "1"), "workload.n_samples_per_prompt=1: TRL's GRPO needs at least 2 responses"),
     (("--trl", "beta=0.1"), "TRL option beta is set from proofgrid's settings here"),
+    (("--use-vllm", "true"), "trainer.use_vllm=true: TRL's colocated vLLM syncs weights with vLLM's in-place"),
+    (("--trl", "use_vllm=true"), "TRL option use_vllm is set from proofgrid's settings here"),
 ])
 def test_a_setting_trl_cannot_honour_is_refused_in_one_line(changes, says):
     with pytest.raises(Refused, match="^" + re.escape(says)):
         plan(parser().parse_args(toy_grpo(*changes)))
+
+
+# GRPOConfig fields that change a setting proofgrid records (sampling, optimizer) or the loss/reward contract: not
+# passed through (adv-trust F12), whatever their value; each with a YAML value TRL would take.
+CONTRACT_CHANGING = ['generation_kwargs={"temperature": 0.3, "do_sample": false}', "optim=sgd", "optim_args=momentum=0.9",
+                     "top_entropy_quantile=0.2", "delta=2.0", "mask_truncated_completions=true", "reward_weights=[2.0]",
+                     "repetition_penalty=1.5", "min_p=0.5", "entropy_coef=0.01", "use_adaptive_entropy=true",
+                     "cast_lm_head_to_fp32=true", "off_policy_mask_threshold=0.5", "multi_objective_aggregation=x",
+                     "vespo_k_pos=1.0", "sync_ref_model=true", "ref_model_mixup_alpha=0.9", "use_liger_kernel=true",
+                     "lr_scheduler_kwargs={}", "label_smoothing_factor=0.1", "torch_compile=true",
+                     "chat_template_kwargs={}", "trust_remote_code=true", "logging_nan_inf_filter=false",
+                     "save_only_model=true", "mask_truncated_completion=true"]
+
+
+@pytest.mark.parametrize("field", CONTRACT_CHANGING, ids=lambda f: f.split("=")[0])
+def test_a_pass_through_field_that_is_not_on_the_allow_list_is_refused_naming_the_allowed_ones(field):
+    from trainer.adapters.trl_grpo import PASS_THROUGH_FIELDS
+
+    with pytest.raises(Refused) as err:
+        plan(parser().parse_args(toy_grpo("--trl", field)))
+    key = field.split("=")[0]
+    assert str(err.value) == (f"TRL option {key} is not passed through: it may change the settings proofgrid records "
+                              f"or the loss/reward contract; the fields passed through are "
+                              f"{', '.join(PASS_THROUGH_FIELDS)}")
+
+
+def test_every_field_passed_through_is_in_the_declaration_and_its_contract_row():
+    from trainer.adapters.trl_grpo import declaration
+
+    plain = declaration(plan(parser().parse_args(toy_grpo())), "grpo")
+    assert plain["trl_options"] == {} and "passed through" not in plain["contract"]["loss"]
+    passed = declaration(plan(parser().parse_args(toy_grpo("--trl", "pad_to_multiple_of=8", "log_level=info",
+                                                           "torch_empty_cache_steps=2"))), "grpo")
+    assert passed["trl_options"] == {"pad_to_multiple_of": 8, "log_level": "info", "torch_empty_cache_steps": 2}
+    assert passed["contract"]["loss"] == (plain["contract"]["loss"] + "; TRL options passed through: "
+                                          'pad_to_multiple_of=8, log_level="info", torch_empty_cache_steps=2')
+    assert {k: v for k, v in passed["contract"].items() if k != "loss"} == \
+        {k: v for k, v in plain["contract"].items() if k != "loss"}
+
+
+@needs_trl
+@pytest.mark.slow
+def test_every_field_passed_through_is_a_field_of_the_installed_trls_grpo_config_and_owns_nothing():
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    from trainer.adapters.trl_grpo import OWNED_FIELDS, PASS_THROUGH_FIELDS
+
+    fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    assert set(PASS_THROUGH_FIELDS) <= fields and not set(PASS_THROUGH_FIELDS) & OWNED_FIELDS
+    assert set(plan(parser().parse_args(toy_grpo())).grpo_config) <= OWNED_FIELDS  # every mapped field is owned
 
 
 def test_the_command_refuses_in_one_line_before_anything_is_written(tmp_path):
@@ -179,13 +233,16 @@ def test_the_command_refuses_in_one_line_before_anything_is_written(tmp_path):
 
 @needs_trl
 @pytest.mark.slow
-def test_check_only_refuses_a_pass_through_field_the_installed_trl_does_not_have(tmp_path):
+def test_check_only_refuses_a_pass_through_field_off_the_allow_list_and_prints_an_allowed_one(tmp_path):
     # (That every mapped key is a GRPOConfig field, the real runs below show: GRPOConfig takes them.)
     typo = run_adapter(tmp_path / "run", "--check-only", "--trl", "mask_truncated_completion=true")
     assert typo.returncode == 2
-    assert typo.stderr.splitlines()[-1] == ("python -m trainer.adapters.trl_grpo: refused: mask_truncated_completion "
-                                            "is not a GRPOConfig field of this TRL; see GRPOConfig's documentation")
+    assert typo.stderr.splitlines()[-1].startswith("python -m trainer.adapters.trl_grpo: refused: TRL option "
+                                                   "mask_truncated_completion is not passed through")
     assert not (tmp_path / "run").exists()
+    ok = run_adapter(tmp_path / "run", "--check-only", "--trl", "cache_implementation=static")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["grpo_config"]["cache_implementation"] == "static"
 
 
 @needs_trl

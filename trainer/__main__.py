@@ -10,6 +10,7 @@ import logging
 import sys
 from pathlib import Path
 
+from facts.reward import RewardValueError
 from trainer.algorithms import AlgoConfigError
 from trainer.config import RunConfigError, compose, validate
 from trainer.inputs import InputDigestError
@@ -38,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     except RendezvousError as exc:
         print(f"proofgrid trainer: error: {exc}", file=sys.stderr)
         return 4
+    except RewardValueError as exc:  # the workload's reward raised or gave no number in [0, 1]: the row named
+        print(f"proofgrid trainer: error: {exc}", file=sys.stderr)
+        return 5
     rank = f" (rank {summary['rank']})" if "rank" in summary else ""
     print(f"trained {summary['algo']} seed {summary['seed']}{rank}: {summary['steps_completed']} steps")
     return 0

@@ -2,7 +2,7 @@
 
 ``conf/config.yaml`` selects one option of each group: ``algo`` (one per record of
 ``facts/algorithms.py``, its file written from the record), ``workload``
-(toy | gsm8k_qwen3_0p6b), ``cluster``. Everything that can be refused without compute is refused
+(toy | toy_math | gsm8k_qwen3_0p6b), ``cluster``. Everything that can be refused without compute is refused
 here, before a run starts, with a one-line message naming the setting and the fix.
 """
 
@@ -12,8 +12,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from facts.repo import CONF_DIR
 from trainer.algorithms import AlgoConfig, AlgoConfigError
+from trainer.engines import EngineUnavailable, plan_check
+from trainer.inputs import resolve
 
 DESCRIPTIVE_ALGO_KEYS = ("short", "display_name")
+# The most tokens one batch may hold (responses x the response cap): 2,000x seed 000's rollout (32 x 1,024) and
+# 64x its evaluation (256 x 4 x 1,024); a geometry past them cannot fit in one device's memory.
+STEP_TOKENS_MAX = 2**26
+EVAL_TOKENS_MAX = 2**26
 
 
 class RunConfigError(ValueError):
@@ -81,8 +87,22 @@ def validate(cfg: DictConfig) -> AlgoConfig:
     if stop and stop >= int(w.n_updates):
         raise RunConfigError(f"stop_at_step={stop} must be below workload.n_updates={w.n_updates} (it stops before "
                              "that step; the resumed run does the rest); lower it, or 0 for no stop")
+    if int(w.num_threads) > int(w.cpus_per_job):
+        raise RunConfigError(f"workload.num_threads={w.num_threads} exceeds the job's workload.cpus_per_job="
+                             f"{w.cpus_per_job} (each thread wants a CPU of its own); lower num_threads or raise "
+                             "cpus_per_job")
+    for what, responses, cap, limit in (
+            ("a training step's rollout", int(w.global_batch_size), int(w.max_response_len), STEP_TOKENS_MAX),
+            ("an evaluation", int(w.eval.n_prompts) * int(w.eval.k), int(w.eval.max_response_len), EVAL_TOKENS_MAX)):
+        if responses * cap > limit:
+            raise RunConfigError(f"{what} of {responses} responses x {cap} tokens ({responses * cap:,} tokens) is over "
+                                 f"the {limit:,} a batch may hold; lower the responses or the response cap")
     if str(w.device).startswith("cuda") and int(w.gpus_per_job) < 1:
         raise RunConfigError(f"workload.device={w.device} needs workload.gpus_per_job>=1 (the GPUs a job asks for)")
+    try:  # what the rollout engine cannot honour (not installed, a head size it refuses, ...)
+        plan_check(w, algo, resolve(w.model_path), dp_size=dp)
+    except EngineUnavailable as exc:
+        raise RunConfigError(str(exc)) from None
     return algo
 
 

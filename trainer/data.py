@@ -1,4 +1,7 @@
-"""GSM8K-shaped prompt data: parquet with ``question`` and ``answer`` columns.
+"""A workload's prompt data: its splits read with the workload's field map (``facts.splits``: Parquet, JSON Lines or
+a saved Hugging Face dataset), each row's prompt rendered as the workload says (``trainer.prompts``) and its
+answer made the reward's label (``facts.reward``). The embedded default is GSM8K-shaped Parquet with
+``question`` and ``answer`` columns and the prompt ``"Question: {question}\nAnswer:"``.
 
 The order in which training prompts are consumed is a pure function of ``(seed, position)``: epoch
 ``e`` is a permutation drawn from a generator seeded with ``(seed, e)``, and step ``s`` takes the
@@ -12,30 +15,51 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
 from facts.evaluation import subset_bytes
-from trainer.reward import normalize_label
+from facts.reward import Reward, reward
+from facts.splits import split_rows
+from facts.task import DEFAULT_TEMPLATE, Task
+from trainer.prompts import PromptRenderer
 
-PROMPT_TEMPLATE = "Question: {question}\nAnswer:"
+PROMPT_TEMPLATE = DEFAULT_TEMPLATE
 
 
 @dataclass(frozen=True)
 class Example:
     index: int  # row index in its split
-    question: str
-    label: str  # scalar target (normalised)
-
-    @property
-    def prompt(self) -> str:
-        return PROMPT_TEMPLATE.format(question=self.question)
+    question: str  # the prompt field's text (chat data: its messages as JSON)
+    label: str  # the reward's target (normalised)
+    prompt: str  # the rendered prompt the policy sees
+    row: dict | None = None  # the row's fields, kept where the reward is a user's function of them
 
 
-def load_split(path: str | Path) -> list[Example]:
-    table = pq.read_table(path, columns=["question", "answer"])
-    questions = table.column("question").to_pylist()
-    answers = table.column("answer").to_pylist()
-    return [Example(i, q, normalize_label(a)) for i, (q, a) in enumerate(zip(questions, answers))]
+def workload_task(workload) -> Task:
+    """The task of a workload's settings (``workload.data``, ``.prompt``, ``.reward``; a mapping or a DictConfig)."""
+    return Task.of(workload)
+
+
+def workload_reward(workload) -> Reward:
+    """The reward a workload's settings name (``workload.reward``: a built-in, or the user's function imported)."""
+    return reward(workload_task(workload).reward)
+
+
+def task_record(workload) -> dict:
+    """run.json's ``task`` (and a non-default evaluation identity's): the workload's field map, prompt (and its
+    SHA256) and reward (``facts.task``; a user's function with its source's SHA256)."""
+    task = workload_task(workload)
+    return task.record(reward(task.reward).record())
+
+
+def load_split(path: str | Path, task: Task | None = None, tokenizer=None, scorer: Reward | None = None
+               ) -> list[Example]:
+    """The split at ``path`` as the workload's ``task`` reads it (default: the embedded default's), each row's
+    prompt rendered (a chat prompt with ``tokenizer``); ``facts.splits.SplitError`` when it does not fit."""
+    task = task or Task()
+    scorer = scorer or reward(task.reward)
+    rows = split_rows(path, task.fields, scorer.normalize)
+    prompts = PromptRenderer(task, tokenizer).render_rows(rows, path)
+    return [Example(r.index, r.question, r.label, prompt, r.row if scorer.takes_row else None)
+            for r, prompt in zip(rows, prompts)]
 
 
 def subset_digest(examples: list[Example]) -> str:
@@ -46,7 +70,7 @@ def subset_digest(examples: list[Example]) -> str:
 
 def subset_rows_bytes(examples: list[Example]) -> bytes:
     """The subset file's bytes (``facts.files.EVAL_SUBSET``): what ``subset_digest`` hashes."""
-    return subset_bytes([e.index, e.question, e.label] for e in examples)
+    return subset_bytes([e.index, e.question, e.label] + ([e.row] if e.row is not None else []) for e in examples)
 
 
 def mix_seed(*parts: int) -> int:

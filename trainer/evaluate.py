@@ -30,13 +30,16 @@ from facts import (
 )
 from facts.evaluation import PASS_AT, identity_key, pass_at_k, shared_evaluation_problems
 from facts.files import EVAL_SUBSET, json_record_bytes, linked_part
+from facts.reward import DEFAULT_REWARD, Reward, reward
 from trainer.data import Example, mix_seed, subset_digest, subset_rows_bytes
-from trainer.reward import math_reward
 from trainer.rollout import RolloutEngine, SamplingParams
 
 
 def evaluate(engine: RolloutEngine, tokenizer, examples: list[Example], k: int, eval_seed: int,
-             sampling: SamplingParams, checkpoint: str, responses_path: Path) -> dict:
+             sampling: SamplingParams, checkpoint: str, responses_path: Path, scorer: Reward | None = None) -> dict:
+    """Sample ``k`` responses per example with keyed draws, score each with the workload's reward (``scorer``;
+    default the embedded default's) and summarise; the responses and the frozen subset go beside ``responses_path``."""
+    scorer = scorer or reward(DEFAULT_REWARD)
     prompts, keys, owners = [], [], []
     for ex in examples:
         ids = tokenizer(ex.prompt, add_special_tokens=False)["input_ids"]
@@ -52,7 +55,7 @@ def evaluate(engine: RolloutEngine, tokenizer, examples: list[Example], k: int, 
     with open(responses_path, "w", encoding="utf-8") as f:
         for (ex, j), gen in zip(owners, batch.generations):
             text = tokenizer.decode(gen.response_ids, skip_special_tokens=True)
-            r = math_reward(text, ex.label)
+            r = scorer.score(text, ex.label, ex.row, f"row {ex.index} of the test split, sample {j} ({checkpoint})")
             rewards.append(r)
             lengths.append(len(gen.response_ids))
             truncated += not gen.finished
@@ -71,6 +74,8 @@ def evaluate(engine: RolloutEngine, tokenizer, examples: list[Example], k: int, 
         "mean_length": sum(lengths) / n,
         "mean_reward": sum(rewards) / n,
         "all_zero_reward": not any(rewards),
+        "engine": engine.profile()["engine"],  # which rollout engine evaluated (workload.engine)
+        **({"graded_reward": True} if scorer.takes_row else {}),  # a user's reward may be any value in [0, 1]
     }
     for kk in PASS_AT:
         if kk <= k:

@@ -1,19 +1,27 @@
 """Pinned workload inputs: every file a workload reads is listed in ``manifests/<workload>.json``
 with its size and SHA256, and is refused when its bytes differ.
 
-The manifest's format is ``facts.manifests``; a Parquet split's entry also states its ``"rows"`` (written by
-``pin``, a fact of the pinned bytes like their digest), so that a launcher checking the evaluation subset
-against the test split needs no Parquet reader.
+The manifest's format is ``facts.manifests``; a Parquet or JSON Lines split's entry also states its ``"rows"``
+(written by ``pin``, a fact of the pinned bytes like their digest). A Hugging Face dataset saved to disk is a
+directory: ``pin`` pins every file in it, and the trainer refuses it when any is missing, changed or unpinned.
+
+``check_task`` is the plan-time check of a workload's task (``facts.task``): its splits read with the field map
+(the file, the field and the fields it does have named in one line), its prompt template over their fields, every
+row of both splits rendered as the trainer renders them when it starts (the file and the row that cannot be, named),
+the chat template of its tokenizer, its reward importable and callable with (response, row); it returns the first
+rows' rendered prompts (the dry run shows them).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
 from facts import sha256_file
 from facts.manifests import ManifestFormatError, PinnedFile, read_manifest
 from facts.repo import MANIFESTS_DIR, REPO_ROOT
+from facts.splits import JSONL_SUFFIX, PARQUET_SUFFIX, SplitError, count_rows
 
 
 class InputDigestError(RuntimeError):
@@ -85,7 +93,7 @@ def verify_inputs(manifest_path: str | Path, required: list[str | Path] | None =
 
 
 def pinned_rows(manifest_path: str | Path, split_path: str | Path) -> int | None:
-    """The rows the manifest states for a Parquet split (None: not stated; read the split)."""
+    """The rows the manifest states for a Parquet or JSON Lines split (None: not stated; read the split)."""
     wanted = Path(split_path).as_posix().rstrip("/")
     return next((pin.rows for pin in load_manifest(manifest_path) if pin.path == wanted), None)
 
@@ -114,17 +122,55 @@ def pin(workload: str, inputs: list[str], manifest_dir: Path = MANIFESTS_DIR) ->
         for f in files:
             name = (rel / f.relative_to(path)).as_posix() if path.is_dir() else rel.as_posix()
             entry = {"path": name, "size": f.stat().st_size, "sha256": sha256_file(f)}
-            if f.suffix == ".parquet":
-                # The split reader (pyarrow) only when pinning: the launcher imports this module to verify.
-                from trainer.data import load_split
-
-                entry["rows"] = len(load_split(f))
+            if f.suffix in (PARQUET_SUFFIX, JSONL_SUFFIX):
+                with contextlib.suppress(SplitError):  # pinned as bytes; check_task says what is wrong with it
+                    entry["rows"] = count_rows(f)
             entries.append(entry)
     manifest = Path(manifest_dir) / f"{workload}.json"
     manifest.parent.mkdir(parents=True, exist_ok=True)
     manifest.write_text(json.dumps({"workload": workload, "files": sorted(entries, key=lambda e: e["path"])},
                                    indent=2) + "\n")
     return manifest
+
+
+class TaskError(ValueError):
+    """A workload's task that cannot run (one line: the file or setting, and the fix)."""
+
+
+PREVIEW_ROWS = 2  # the dry run shows the rendered prompts of this many first rows of the train split
+
+
+def check_task(workload) -> dict:
+    """The plan-time check of a workload's task (module docstring); ``TaskError`` naming the problem. Returns
+    ``{"test_rows": n, "prompts": [the first train rows' rendered prompts], "prompt_sha256", "reward"}``."""
+    from facts.reward import RewardError, reward
+    from facts.splits import split_rows
+    from facts.task import TemplateError
+    from trainer.data import workload_task
+    from trainer.prompts import PromptError, PromptRenderer, check_prompt
+
+    try:
+        task = workload_task(workload)
+        scorer = reward(task.reward)
+        rows, prompts, renderer = {}, {}, None
+        for setting in ("train_path", "test_path"):
+            path = resolve(workload[setting])
+            try:
+                rows[setting] = split_rows(path, task.fields, scorer.normalize)
+            except SplitError as exc:  # named as the workload names it, not by this machine's path
+                raise SplitError(str(exc).replace(str(path), str(workload[setting]))) from None
+            fields = list(dict.fromkeys(name for r in rows[setting] for name in r.row))  # any row's
+            check_prompt(task, workload.model_path, fields, workload[setting])
+            if renderer is None:
+                from trainer.prompts import load_tokenizer
+
+                renderer = PromptRenderer(task, load_tokenizer(resolve(workload.model_path)) if task.chat else None)
+            # every row, as the trainer renders them when it starts: the split's file and the row that cannot be
+            prompts[setting] = renderer.render_rows(rows[setting], workload[setting])
+    except (SplitError, PromptError, TemplateError, RewardError) as exc:
+        raise TaskError(str(exc)) from None
+    return {"test_rows": len(rows["test_path"]), "prompts": prompts["train_path"][:PREVIEW_ROWS],
+            "prompt_sha256": task.prompt_sha256, "reward": task.reward}
 
 
 def main(argv: list[str] | None = None) -> int:

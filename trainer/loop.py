@@ -51,9 +51,26 @@ from facts import (
     atomic_write_json,
 )
 from facts.algorithms import KL_IN_REWARD
+from facts.containers import IMAGE_DIGEST_ENV, IMAGE_DIGEST_FIELD
+from facts.engines import ENGINE_FIELD, TORCH_ENGINE
 from facts.evaluation import model_files
-from facts.files import EVAL_RESPONSES_DIR, INITIAL_EVAL_COMPUTED, JOB_SPEC, RESUMED_FROM_FIELD, RUN_COMPLETED
-from facts.metrics import ENTROPY_TAG, EVAL_DURING_TRAINING_FIELD, LEARNING_RATE_TAG, REFERENCE_KL_TAG
+from facts.files import (
+    EVAL_RESPONSES_DIR,
+    INITIAL_EVAL_COMPUTED,
+    JOB_SPEC,
+    RESUMED_FROM_FIELD,
+    RUN_COMPLETED,
+    RUN_FAILED,
+)
+from facts.metrics import (
+    ENTROPY_TAG,
+    EVAL_DURING_TRAINING_FIELD,
+    IDENTICAL_GROUPS_KEY,
+    LEARNING_RATE_TAG,
+    REFERENCE_KL_TAG,
+    STEP_TIMES_FIELD,
+)
+from facts.plan import PLAN_DIGEST_ENV, PLAN_DIGEST_FIELD
 from facts.ranks import (
     LOCAL_RANK_VAR,
     MASTER_ADDR_ENV,
@@ -64,6 +81,7 @@ from facts.ranks import (
     WORLD_SIZE_VAR,
 )
 from facts.repo import REPO_ROOT, SOURCE_COMMIT_ENV
+from facts.task import TASK_FIELD
 from trainer.algorithms import (
     KL_ESTIMATORS,
     Advantages,
@@ -79,17 +97,33 @@ from trainer.algorithms import (
     reduce_loss,
     zero_variance_groups,
 )
+from trainer.algorithms.correction import corrected_loss_inputs
 from trainer.checkpoint import (
+    AdapterRecord,
     checkpoint_name,
+    checkpoint_state,
     latest_checkpoint,
     load_checkpoint,
     load_sampler_weights,
     save_checkpoint,
 )
 from trainer.config import RunConfigError, validate
-from trainer.data import Example, PromptStream, load_split, mix_seed, subset_digest
+from trainer.data import (
+    Example,
+    PromptStream,
+    load_split,
+    mix_seed,
+    subset_digest,
+    task_record,
+    workload_reward,
+    workload_task,
+)
+from trainer.engine_sync import EngineSyncError, SyncProbe, check_sync, make_probe
+from trainer.engines import engine_settings
 from trainer.evaluate import evaluate, shared_initial_eval
 from trainer.inputs import resolve, verify_inputs
+from trainer.ledger import DataLedger
+from trainer.lora import LoraError, check_targets, lora_settings
 from trainer.metrics import (
     KL_LOSS_KEY,
     MetricsLog,
@@ -99,9 +133,20 @@ from trainer.metrics import (
     metric_keys,
     split_board_only,
 )
-from trainer.policy import TokenBatch, build_token_batch, compute_context, load_policy, response_logprobs
+from trainer.mismatch import identical_groups, mismatch_sums
+from trainer.policy import (
+    TokenBatch,
+    add_lora,
+    build_token_batch,
+    compute_context,
+    load_policy,
+    lora_layers,
+    response_logprobs,
+    sampler_weights,
+)
 from trainer.preemption import (
     EXIT_CHECKPOINTED,
+    EXIT_STOPPED_UNSAVED,
     ForwardToRanks,
     StopRequest,
     deliver_held_signals,
@@ -252,6 +297,7 @@ class RunState:
     schedule: UpdateSchedule = UpdateSchedule()
     optimizer_steps: int = 0  # optimizer steps taken so far
     sampler_step: int = 0  # the optimizer step whose weights the rollout engine holds
+    probe: SyncProbe | None = None  # an engine other than torch: each weight sync is checked on it (engine_sync)
 
     @property
     def estimator(self) -> Estimator:
@@ -308,20 +354,20 @@ def sample_groups(s: RunState, step: int, slots: list[tuple[int, Example]], atte
     the rollout wall time. Response keys depend only on (seed, step, slot, j, attempt)."""
     w, seed, algo = s.cfg.workload, int(s.cfg.seed), s.algo
     K = int(w.n_samples_per_prompt)
-    prompt_ids, keys, labels = [], [], []
+    prompt_ids, keys, examples = [], [], []
     for position, example in slots:
         ids = s.tokenizer(example.prompt, add_special_tokens=False)["input_ids"]
         for j in range(K):
             prompt_ids.append(ids)
             keys.append(mix_seed(seed, step, position, j) if attempt == 0 else mix_seed(seed, step, position, j, attempt))
-            labels.append(example.label)
+            examples.append(example)
     if s.cfg.debug.get("os_seeded_draw"):  # TEST/DIAGNOSTIC ONLY: breaks determinism on purpose (trainer.schema)
         drawn = int.from_bytes(os.urandom(8), "big") >> 1  # one draw from the OS seeds every response of the step
         keys = [mix_seed(drawn, i) for i in range(len(keys))]
     with compute_context(s.device, str(w.dtype)):
         out = s.engine.generate(prompt_ids, keys, sampling_params(w.sampling, w.max_response_len), aux)
     texts = [s.tokenizer.decode(g.response_ids, skip_special_tokens=True) for g in out.generations]
-    reward = torch.tensor(s.scorer.score(texts, labels), dtype=torch.float32, device=s.device)
+    reward = torch.tensor(s.scorer.score(texts, examples), dtype=torch.float32, device=s.device)
     if algo.overlong_cache > 0:
         lengths = torch.tensor([len(g.response_ids) for g in out.generations], device=s.device)
         reward = reward + overlong_penalty(lengths, int(w.max_response_len), algo.overlong_cache,
@@ -366,6 +412,8 @@ def rollout_stage(s: RunState, step: int, m: StepMetrics) -> Rollout:
         m.total("rollout/dynamic_sampling_refilled", refilled)  # prompt groups replaced by a refill
         m.total("rollout/dynamic_sampling_exhausted", len(pending))  # still zero-variance after every attempt
     ordered = [groups[i] for i in range(len(slots))]
+    same, n_groups = identical_groups([gen.response_ids for g in ordered for gen in g.generations], K)
+    m.mean(IDENTICAL_GROUPS_KEY, same, n_groups)  # K copies of one sample: zero advantages (facts.engines)
     return Rollout(
         prompt_ids=[g.prompt_ids for g in ordered for _ in range(K)],
         response_ids=[gen.response_ids for g in ordered for gen in g.generations],
@@ -420,7 +468,23 @@ def logprob_stage(s: RunState, rollout: Rollout, m: StepMetrics) -> LogProbs:
     m.max("train/is_ratio_max", float(is_ratio.max()) if n_valid else 0.0)
     # The policy's entropy before the update, from the forward above (TensorBoard only).
     m.mean(ENTROPY_TAG, float(torch.where(mask, entropy, zero).sum()), n_valid)
+    if str(w.engine) != TORCH_ENGINE:
+        mismatch_stage(s, lp, temperature, m)
     return lp
+
+
+def mismatch_stage(s: RunState, lp: LogProbs, temperature: float, m: StepMetrics) -> None:
+    """Training–inference mismatch (``trainer.mismatch``): the engine's log-probs against the trainer's under the
+    same weights, the policy's own forward when the sampler is current, else one of the sampler's weights."""
+    trainer_logp = lp.logp_old
+    if s.sampler_step != s.optimizer_steps:
+        with torch.no_grad(), compute_context(s.device, str(s.cfg.workload.dtype)):
+            trainer_logp = response_logprobs(s.engine.model, lp.batch, temperature)
+    sums = mismatch_sums(lp.logp_sampler, trainer_logp, lp.batch.response_mask)
+    m.mean("mismatch/logp_abs_diff_mean", sums.abs_sum, sums.tokens)
+    m.max("mismatch/logp_abs_diff_max", sums.abs_max)
+    m.mean("mismatch/kl_engine_trainer", sums.k3_sum, sums.tokens)
+    m.mean("mismatch/tokens_over_threshold", sums.over_threshold, sums.tokens)
 
 
 def policy_logprobs(s: RunState, batch: TokenBatch, aux_ids: torch.Tensor | None, entropy: bool = False):
@@ -482,7 +546,9 @@ def update_stage(s: RunState, lp: LogProbs, adv: Advantages, step: int, m: StepM
                                                  lp.aux_ids[rows] if lp.aux_ids is not None else None)
             inputs = LossInputs(logp, lp.logp_old[rows], lp.logp_sampler[rows], adv.normalized[rows], mask, logp_aux)
             token_pg, clip_frac = est.policy_loss_fn(inputs, algo)
-            pg_loss = reduce_loss(token_pg, mask, algo.loss_reduction, group=s.group)
+            # Truncated / masked importance sampling against the engine's log-probs, when set (off by default).
+            token_pg, pg_mask = corrected_loss_inputs(token_pg, mask, lp.logp_old[rows], lp.logp_sampler[rows], algo)
+            pg_loss = reduce_loss(token_pg, pg_mask, algo.loss_reduction, group=s.group)
             loss, kl_loss = pg_loss, None
             if algo.use_kl_loss:
                 kl_loss = reduce_loss(KL_ESTIMATORS[algo.kl_loss_type](logp, lp.logp_ref[rows], mask), mask,
@@ -520,8 +586,11 @@ def optimizer_step(s: RunState, loss: torch.Tensor, step: int) -> float:
     s.optimizer.step()
     s.optimizer_steps += 1
     if s.optimizer_steps % s.schedule.sampler_refresh_every == 0:
-        s.engine.load_weights(s.policy.state_dict())
+        s.engine.load_weights(sampler_weights(s.policy))
         s.sampler_step = s.optimizer_steps
+        if s.probe is not None:  # prove the sync took before step + 1 samples (the run fails naming it otherwise)
+            check_sync(s.engine, s.policy, s.probe, step + 1, s.optimizer_steps,
+                       Path(s.cfg.output_dir) if s.rank == 0 else None)
     return float(grad_norm)
 
 
@@ -665,8 +734,20 @@ def _run(rank: int, world: int, group, cfg: DictConfig, plan: RunPlan, stop: Sto
     run = set_up(rank, world, group, cfg, plan)
     if run.record is not None:
         run.record.write("running", run.start_step)
-    train_steps(run, stop)
-    return finish(run)
+    try:
+        train_steps(run, stop)
+        done = finish(run)
+    except SystemExit as exc:  # stopped at a checkpoint for a requeue: the session goes on when it resumes
+        if exc.code not in (EXIT_CHECKPOINTED, EXIT_STOPPED_UNSAVED) and run.metrics_log is not None:
+            run.metrics_log.write_session_end(RUN_FAILED)
+        raise
+    except BaseException:
+        if run.metrics_log is not None:  # rank 0: the HParams session ends failed
+            run.metrics_log.write_session_end(RUN_FAILED)
+        raise
+    if run.metrics_log is not None:
+        run.metrics_log.write_session_end(RUN_COMPLETED)
+    return done
 
 
 @dataclass
@@ -693,10 +774,19 @@ def run_summary(cfg: DictConfig, algo: AlgoConfig, world: int, inputs: dict[str,
     return {
         "algo": algo.short_name, "algo_name": algo.estimator, "seed": int(cfg.seed), "workload": str(cfg.workload.name),
         "n_updates": int(cfg.workload.n_updates), "dp_size": world, "versions": software_versions(), "inputs": inputs,
-        "source_commit": source_commit(), "config": config, METRIC_KEYS_FIELD: metric_keys(algo),
+        "source_commit": source_commit(), "config": config,
+        METRIC_KEYS_FIELD: metric_keys(algo, str(cfg.workload.engine)),
+        TASK_FIELD: task_record(cfg.workload),  # the prompt's SHA256 and the reward the evidence re-scores with
         ALGORITHM_FIELD: {**algorithm(algo.estimator).declaration(), "loss_reduction": algo.loss_reduction},
         **({RANK_LOGS_FIELD: world} if world > 1 else {}),  # every rank records its steps (facts.ranks)
+        **image_record(),
     }
+
+
+def image_record() -> dict:
+    """The container image the run ran in (its digest, which the job's runtime checked and hands on), or nothing."""
+    digest = os.environ.get(IMAGE_DIGEST_ENV)
+    return {IMAGE_DIGEST_FIELD: digest} if digest else {}
 
 
 @dataclass
@@ -714,6 +804,8 @@ class Run:
     rank_log: RankLog | None = None  # with several ranks, each one's digest of every step's reduced values
     evaluations: list[dict] | None = None  # rank 0's evaluations during training (workload.eval.every)
     initial: dict | None = None  # the initial checkpoint's evaluation when it ran before training
+    ledger: DataLedger | None = None  # rank 0's data ledger: the rows each step consumed (facts.ledger)
+    step_times: list[float] | None = None  # rank 0's run.json step_ended_at: when each step's line was written
 
     @property
     def ckpt_root(self) -> Path:
@@ -734,28 +826,37 @@ class ResumePoint:
         return None if self.checkpoint is None else {"checkpoint": self.checkpoint, "step": self.step}
 
 
-def resume_point(cfg: DictConfig, out: Path, policy, optimizer, digest: str) -> ResumePoint:
-    """Load the newest checkpoint of ``out`` when resuming; refuse one written with other settings."""
+def resume_point(cfg: DictConfig, out: Path, policy, optimizer, digest: str, inputs: dict[str, str]) -> ResumePoint:
+    """Load the newest checkpoint of ``out`` when resuming; refuse one written with other settings (or, for a LoRA
+    policy, on another base model)."""
     if not cfg.resume or (ckpt := latest_checkpoint(out / CHECKPOINTS_DIR)) is None:
         return ResumePoint()
-    state = load_checkpoint(ckpt, policy, optimizer)
-    sampler_weights = load_sampler_weights(ckpt)
-    if state.get("config_digest") != digest:
+    if checkpoint_state(ckpt).get("config_digest") != digest:
         raise RunConfigError(
             f"{out} holds a checkpoint ({ckpt.name}) of a run with other settings; resuming would mix "
             "two configurations: use a new output_dir, or resume=false to start over"
         )
+    state = load_checkpoint(ckpt, policy, optimizer, adapter_record(cfg.workload, inputs))
     log.info("resumed from %s: continuing at step %d of %d", ckpt.name, int(state["step"]), int(cfg.workload.n_updates))
-    return ResumePoint(int(state["step"]), sampler_weights, state.get("sampler_step"), ckpt.name)
+    return ResumePoint(int(state["step"]), load_sampler_weights(ckpt), state.get("sampler_step"), ckpt.name)
 
 
-def _load_models(w: DictConfig, device: torch.device):
-    """The policy, a frozen copy of it as the reference, the tokenizer and the policy's AdamW."""
+def load_models(w: DictConfig, device: torch.device):
+    """The policy, a frozen copy of it as the reference, the tokenizer and the policy's AdamW over its trainable
+    weights: every weight, or with ``workload.lora`` the adapters injected after the copy (``trainer.lora``)."""
     policy, tokenizer = load_policy(str(resolve(w.model_path)), str(device))
     reference = copy.deepcopy(policy).eval()
     for p in reference.parameters():
         p.requires_grad_(False)
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=float(w.lr), betas=tuple(w.adam_betas),
+    lora = lora_settings(w)
+    if lora is not None:
+        try:
+            check_targets(lora, resolve(w.model_path), str(w.model_path))
+        except LoraError as exc:
+            raise RunConfigError(str(exc)) from None
+        add_lora(policy, lora)
+    trainable = [p for p in policy.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=float(w.lr), betas=tuple(w.adam_betas),
                                   eps=float(w.adam_eps), weight_decay=float(w.weight_decay))
     return policy, reference, tokenizer, optimizer
 
@@ -764,36 +865,49 @@ def set_up(rank: int, world: int, group, cfg: DictConfig, plan: RunPlan) -> Run:
     """Check the inputs, load the models, resume from the newest checkpoint, start the rollout engine."""
     w = cfg.workload
     inputs = verify_inputs(w.manifest, required=[w.model_path, w.train_path, w.test_path])
-    eval_examples = load_split(resolve(w.test_path))[: int(w.eval.n_prompts)]
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    device = torch.device(f"cuda:{torch.cuda.current_device()}") if str(w.device).startswith("cuda") \
+        else torch.device(str(w.device))
+    policy, reference, tokenizer, optimizer = load_models(w, device)
+    task = workload_task(w)
+    eval_examples = load_split(resolve(w.test_path), task, tokenizer)[: int(w.eval.n_prompts)]
     if len(eval_examples) < int(w.eval.n_prompts):
         raise RunConfigError(
             f"workload.eval.n_prompts={w.eval.n_prompts} but the test split has {len(eval_examples)} rows; "
             f"set workload.eval.n_prompts<={len(eval_examples)}"
         )
-    out = Path(cfg.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    device = torch.device(f"cuda:{torch.cuda.current_device()}") if str(w.device).startswith("cuda") \
-        else torch.device(str(w.device))
-    policy, reference, tokenizer, optimizer = _load_models(w, device)
     digest = run_config_digest(cfg)
-    resumed = resume_point(cfg, out, policy, optimizer, digest)
+    resumed = resume_point(cfg, out, policy, optimizer, digest, inputs)
     warn_if_greedy(sampling_params(w.sampling, w.max_response_len), "training rollout")
-    engine = make_engine(str(w.engine), policy, tokenizer.eos_token_id, tokenizer.pad_token_id)  # after the resume
-    scorer = make_scorer(int(w.reward_workers), int(w.reward_max_concurrency))
+    engine = policy_engine(w, policy, reference, tokenizer)  # after the resume
+    scorer = make_scorer(int(w.reward_workers), int(w.reward_max_concurrency), task.reward)
     state = RunState(cfg, plan.algo, rank, world, group, policy, reference, tokenizer, optimizer, engine,
-                     PromptStream(load_split(resolve(w.train_path)), int(cfg.seed)), device, scorer, plan.schedule)
+                     PromptStream(load_split(resolve(w.train_path), task, tokenizer), int(cfg.seed)), device, scorer,
+                     plan.schedule)
     state.optimizer_steps = state.sampler_step = resumed.step * plan.schedule.updates_per_step
     if resumed.sampler_weights is not None:  # the sampler lagged the policy when the checkpoint was written
         engine.load_weights(resumed.sampler_weights)
         state.sampler_step = int(resumed.sampler_step)
-    summary = {**run_summary(cfg, plan.algo, world, inputs), RESUMED_FROM_FIELD: resumed.record()}
+    if str(w.engine) != TORCH_ENGINE:  # the engine starts holding the sampler's weights: the first check
+        state.probe = make_probe(engine, [tokenizer(e.prompt, add_special_tokens=False)["input_ids"]
+                                          for e in eval_examples], device)
+        check_sync(engine, engine.model, state.probe, resumed.step, state.sampler_step, out if rank == 0 else None)
+    ledger = DataLedger(out, state.stream, int(w.prompts_per_step), int(w.n_updates), resumed.step,
+                        inputs.get(str(w.train_path))) if rank == 0 else None
+    summary = {**run_summary(cfg, plan.algo, world, inputs), RESUMED_FROM_FIELD: resumed.record(),
+               ENGINE_FIELD: engine.profile(),
+               **(ledger.record() if ledger is not None else {}),
+               **({PLAN_DIGEST_FIELD: os.environ[PLAN_DIGEST_ENV]} if os.environ.get(PLAN_DIGEST_ENV) else {})}
     record = RunRecord(out / RUN_RECORD, summary, int(w.global_batch_size)) if rank == 0 else None
     metrics_log = MetricsLog(out, resumed.step) if rank == 0 else None
     if metrics_log is not None and resumed.step == 0:
         metrics_log.write_hparams(run_hparams(cfg, out))
     rank_log = RankLog(out, rank, resumed.step) if world > 1 else None
     evaluations = earlier_evaluations(out / RUN_RECORD, resumed.step) if rank == 0 else None
-    return Run(state, out, resumed.step, digest, inputs, eval_examples, record, metrics_log, rank_log, evaluations)
+    step_times = earlier_step_times(out / RUN_RECORD, resumed.step) if rank == 0 else None
+    return Run(state, out, resumed.step, digest, inputs, eval_examples, record, metrics_log, rank_log, evaluations,
+               ledger=ledger, step_times=step_times)
 
 
 def run_hparams(cfg: DictConfig, out: Path) -> dict:
@@ -829,6 +943,22 @@ def earlier_evaluations(run_record: Path, start_step: int) -> list[dict]:
     return [e for e in entries if isinstance(e, dict) and isinstance(e.get("step"), int) and e["step"] <= start_step]
 
 
+def earlier_step_times(run_record: Path, start_step: int) -> list[float]:
+    """The step times an earlier start recorded in ``run.json`` for steps before ``start_step`` (a resumed run
+    keeps them; none when that record does not hold them all)."""
+    try:
+        times = json.loads(run_record.read_text(encoding="utf-8")).get(STEP_TIMES_FIELD) if start_step else []
+    except (OSError, ValueError, AttributeError):
+        return []
+    return list(times[:start_step]) if isinstance(times, list) and len(times) >= start_step else []
+
+
+def record_details(run: Run) -> dict:
+    """What run.json holds beside its status: the evaluations during training and each step's time."""
+    times = {STEP_TIMES_FIELD: run.step_times} if run.step_times is not None else {}
+    return {**eval_record(run.state.cfg, run.evaluations), **times}
+
+
 def eval_record(cfg: DictConfig, evaluations: list[dict]) -> dict:
     """run.json's ``eval_during_training``: the cadence, each evaluation (step, seconds, summary) and
     the seconds they cost in all (the initial one at step 0 included when it ran before training)."""
@@ -850,19 +980,42 @@ def evaluate_during_training(run: Run, step: int) -> None:
                                                             run.eval_examples, s.device, run.inputs)
     else:
         e = s.cfg.workload.eval
-        current = s.sampler_step == s.optimizer_steps  # else the sampler lags: evaluate a copy of the policy
-        engine = s.engine if current else make_engine(str(s.cfg.workload.engine), s.policy,
-                                                      s.tokenizer.eos_token_id, s.tokenizer.pad_token_id)
         with compute_context(s.device, str(s.cfg.workload.dtype)):
-            summary = evaluate(engine, s.tokenizer, run.eval_examples, int(e.k), int(e.seed),
+            summary = evaluate(current_engine(s), s.tokenizer, run.eval_examples, int(e.k), int(e.seed),
                                sampling_params(e, e.max_response_len), checkpoint_name(step),
-                               run.out / EVAL_RESPONSES_DIR / f"{checkpoint_name(step)}.jsonl")
+                               run.out / EVAL_RESPONSES_DIR / f"{checkpoint_name(step)}.jsonl",
+                               workload_reward(s.cfg.workload))
     seconds = time.perf_counter() - started
     run.metrics_log.write_eval(step, summary, seconds)
     run.evaluations = [e for e in run.evaluations if e["step"] != step] + [
         {"step": step, "seconds": round(seconds, 3), "summary": summary}]
-    run.record.write("running", step, **eval_record(s.cfg, run.evaluations))  # a resumed run keeps them
+    run.record.write("running", step, **record_details(run))  # a resumed run keeps them
     log.info("eval at step %d: pass@1=%.4f (%.1f s)", step, summary.get("pass@1", float("nan")), seconds)
+
+
+def current_engine(s: RunState) -> RolloutEngine:
+    """An engine holding the policy's current weights, to evaluate them: the rollout engine when it is up to date,
+    else (the sampler lags, ``sampler_refresh_every > 1``) a new one from ``sampler_weights``."""
+    if s.sampler_step == s.optimizer_steps:
+        return s.engine
+    return policy_engine(s.cfg.workload, s.policy, s.reference, s.tokenizer)
+
+
+def policy_engine(w: DictConfig, policy, reference, tokenizer) -> RolloutEngine:
+    """A rollout engine (``workload.engine``) holding the policy's weights: a copy of the policy itself, or for a
+    LoRA policy a copy of the plain base model (the reference) loaded with the merged ``sampler_weights``: an
+    engine never holds adapter modules (``trainer.lora``)."""
+    if not lora_layers(policy):
+        return make_engine(str(w.engine), policy, tokenizer.eos_token_id, tokenizer.pad_token_id, engine_settings(w))
+    engine = make_engine(str(w.engine), reference, tokenizer.eos_token_id, tokenizer.pad_token_id, engine_settings(w))
+    engine.load_weights(sampler_weights(policy))
+    return engine
+
+
+def adapter_record(w: DictConfig, inputs: dict[str, str]) -> AdapterRecord | None:
+    """A LoRA run's checkpoint record (its settings, the base model's pinned files), None in full fine-tuning."""
+    lora = lora_settings(w)
+    return None if lora is None else AdapterRecord(lora.record(), model_files(inputs, w.model_path))
 
 
 def save_at(run: Run, done: int) -> None:
@@ -872,7 +1025,10 @@ def save_at(run: Run, done: int) -> None:
     save_checkpoint(run.ckpt_root, done, s.policy, s.optimizer,
                     {"prompts_consumed": done * int(s.cfg.workload.prompts_per_step), "config_digest": run.digest,
                      "sampler_step": s.sampler_step},
-                    sampler_state=s.engine.state_dict() if lagging else None)
+                    sampler_state=s.engine.state_dict() if lagging else None,
+                    adapter=adapter_record(s.cfg.workload, run.inputs))
+    if run.record is not None:  # the steps' times so far, for a resume after a kill
+        run.record.write("running", done, **record_details(run))
 
 
 def stop_for_requeue(run: Run, step: int, stop: StopRequest | None, planned: bool = False) -> None:
@@ -883,6 +1039,7 @@ def stop_for_requeue(run: Run, step: int, stop: StopRequest | None, planned: boo
         if step > run.start_step and step % int(s.cfg.workload.checkpoint_every):
             save_at(run, step)
         run.metrics_log.close()
+        run.ledger.close()
         signum = stop.signum if stop is not None else None  # None: another rank got it
         # Steps are 0-based (as metrics.jsonl and TensorBoard count them): steps 0..step-1 are done.
         n_updates, sender = int(s.cfg.workload.n_updates), signum or "to a rank"
@@ -918,17 +1075,20 @@ def train_steps(run: Run, stop: StopRequest | None) -> None:
             stop_for_requeue(run, step, stop)
         try:
             metrics, board = split_board_only(train_step(s, step))
-        except NonFiniteGradientError as exc:
+        except (NonFiniteGradientError, EngineSyncError) as exc:
             log.error("%s", exc)
             if run.record is not None:
                 run.metrics_log.close()
-                run.record.write("failed", step, error=str(exc), failed_step=step)
+                run.record.write(RUN_FAILED, step, error=str(exc), failed_step=step)
             raise
         done = step + 1
         if run.rank_log is not None:  # every rank: what it holds of the step after the reductions
             run.rank_log.write(step, metrics)
         if s.rank == 0:
             run.metrics_log.write(step, metrics, board)
+            run.ledger.write(step, metrics)
+            if len(run.step_times) == step:  # a resume that lost earlier times records none (never misplaced)
+                run.step_times.append(round(time.time(), 3))
             log.info("step %d of %d reward=%.3f loss=%.4f", step, n_updates, metrics["rollout/raw_reward"],
                      metrics["train/loss"])
             if evaluate_at and done % evaluate_at == 0 and done < n_updates:  # the final one is finish's
@@ -949,20 +1109,23 @@ def finish(run: Run) -> dict | None:
     if s.rank != 0:
         return None
     run.metrics_log.close()
+    run.ledger.close()
     n_updates = int(s.cfg.workload.n_updates)
-    final, initial = evaluate_checkpoints(s.cfg, run.out, n_updates, s.engine, s.reference, s.tokenizer,
+    final, initial = evaluate_checkpoints(s.cfg, run.out, n_updates, current_engine(s), s.reference, s.tokenizer,
                                           run.eval_examples, s.device, run.inputs, initial=run.initial)
     atomic_write_json(run.out / EVAL_RECORD, {"initial": initial, "final": final})
     # With evaluations during training the initial one went to TensorBoard before the first step.
     log.info("%s", log_eval(run.out, n_updates, initial, final, initial_logged=bool(eval_every(s.cfg))))
-    return run.record.write(RUN_COMPLETED, n_updates, **eval_record(s.cfg, run.evaluations))
+    return run.record.write(RUN_COMPLETED, n_updates, **record_details(run))
 
 
 def initial_eval_identity(cfg: DictConfig, examples: list[Example], device: torch.device, inputs: dict[str, str]) -> dict:
     """Everything that determines the initial checkpoint's evaluation bit for bit: the model and
     tokenizer files (their pinned SHA256s), the eval subset, k, seed and sampling, the engine, dtype,
-    device (GPU model), CPU thread count (it changes float reduction order) and the software."""
+    device (GPU model), CPU thread count (it changes float reduction order) and the software; and the task
+    (prompt and reward, ``task_record``) when it is not the embedded default's (whose identity it leaves as it was)."""
     w, e = cfg.workload, cfg.workload.eval
+    task = {} if workload_task(w).is_default() else {TASK_FIELD: task_record(w)}
     gpu = {"gpu": torch.cuda.get_device_name(device), "cuda": torch.version.cuda} if device.type == "cuda" else {}
     return {
         "model_files": model_files(inputs, w.model_path),
@@ -970,6 +1133,7 @@ def initial_eval_identity(cfg: DictConfig, examples: list[Example], device: torc
         "sampling": asdict(sampling_params(e, e.max_response_len)),
         "engine": str(w.engine), "dtype": str(w.dtype), "device": device.type, **gpu,
         "num_threads": torch.get_num_threads(), "versions": software_versions(), "source_commit": source_commit(),
+        **task,
     }
 
 
@@ -985,7 +1149,8 @@ def evaluate_checkpoints(cfg: DictConfig, out: Path, n_updates: int, engine: Rol
     eval_sampling = sampling_params(e, e.max_response_len)
     with compute_context(device, str(w.dtype)):
         final = evaluate(engine, tokenizer, examples, int(e.k), int(e.seed), eval_sampling,
-                         final_name or checkpoint_name(n_updates), out / EVAL_RESPONSES_DIR / "final.jsonl")
+                         final_name or checkpoint_name(n_updates), out / EVAL_RESPONSES_DIR / "final.jsonl",
+                         workload_reward(w))
     if initial is None:
         initial = evaluate_initial_checkpoint(cfg, out, reference, tokenizer, examples, device, inputs)
     return final, initial
@@ -999,10 +1164,11 @@ def evaluate_initial_checkpoint(cfg: DictConfig, out: Path, reference, tokenizer
     eval_sampling = sampling_params(e, e.max_response_len)
 
     def evaluate_initial(responses_path: Path) -> dict:
-        control = make_engine(str(w.engine), reference, tokenizer.eos_token_id, tokenizer.pad_token_id)
+        control = make_engine(str(w.engine), reference, tokenizer.eos_token_id, tokenizer.pad_token_id,
+                              engine_settings(w))
         with compute_context(device, str(w.dtype)):
             return evaluate(control, tokenizer, examples, int(e.k), int(e.seed), eval_sampling, "initial",
-                            responses_path)
+                            responses_path, workload_reward(w))
 
     shared = None
     if cfg.get("sweep_dir"):

@@ -10,20 +10,36 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 from pathlib import Path
 
 from facts import DYNAMIC_SAMPLING_KEYS, KL_LOSS_KEY, METRICS_LOG, OFF_POLICY_KEYS, REQUIRED_KEYS
-from facts.files import TENSORBOARD_DIR
-from facts.metrics import EVAL_SECONDS_TAG, EVAL_TAG_KEYS, TENSORBOARD_ONLY_TAGS, eval_line, eval_tag
+from facts.engines import TORCH_ENGINE
+from facts.files import RUN_COMPLETED, RUN_FAILED, TENSORBOARD_DIR
+from facts.metrics import (
+    EVAL_SECONDS_TAG,
+    EVAL_TAG_KEYS,
+    IDENTICAL_GROUPS_KEY,
+    MISMATCH_KEYS,
+    TENSORBOARD_ONLY_TAGS,
+    eval_line,
+    eval_tag,
+)
 from facts.ranks import rank_log, step_digest
 
-__all__ = ["KL_LOSS_KEY", "REQUIRED_KEYS", "MetricsLog", "RankLog", "metric_keys", "split_board_only"]
+__all__ = ["KL_LOSS_KEY", "REQUIRED_KEYS", "SESSION_STATUS", "MetricsLog", "RankLog", "metric_keys",
+           "split_board_only"]
+
+# A run's status (run.json's) as the HParams dashboard's session status (tensorboard.plugins.hparams.api_pb2.Status).
+SESSION_STATUS = {RUN_COMPLETED: "STATUS_SUCCESS", RUN_FAILED: "STATUS_FAILURE"}
 
 
-def metric_keys(algo) -> list[str]:
-    """Every key a run of ``algo`` (an ``AlgoConfig``) logs at every step, sorted; written to
-    ``run.json`` so that the evidence learns them from the run itself."""
-    keys = [*REQUIRED_KEYS, *OFF_POLICY_KEYS]
+def metric_keys(algo, engine: str = TORCH_ENGINE) -> list[str]:
+    """Every key a run of ``algo`` (an ``AlgoConfig``) with rollout engine ``engine`` logs at every step, sorted;
+    written to ``run.json`` so that the evidence learns them from the run itself."""
+    keys = [*REQUIRED_KEYS, *OFF_POLICY_KEYS, IDENTICAL_GROUPS_KEY]
+    if engine != TORCH_ENGINE:
+        keys.extend(MISMATCH_KEYS)
     if algo.use_kl_loss:
         keys.append(KL_LOSS_KEY)
     if algo.dynamic_sampling:
@@ -133,18 +149,45 @@ class MetricsLog:
         self._tb.flush()
 
     def write_hparams(self, hparams: dict[str, bool | int | float | str]) -> None:
-        """The run's settings as the HParams dashboard's session (TensorBoard's ``hparams_pb``), in an
-        event file of its own in the same run directory."""
-        from tensorboard.plugins.hparams.summary_v2 import hparams_pb  # api.py imports tensorflow (keras)
-        from torch.utils.tensorboard.writer import FileWriter
+        """The run's settings as the HParams dashboard's session (``write_hparams_session``)."""
+        write_hparams_session(self.path.parent / TENSORBOARD_DIR, hparams)
 
-        writer = FileWriter(str(self.path.parent / TENSORBOARD_DIR))
-        writer.add_summary(hparams_pb(hparams))
-        writer.close()
+    def write_session_end(self, status: str) -> None:
+        """The end of the run's HParams session (``write_session_end``). A run stopped for a requeue writes
+        none: its session goes on in the start that resumes it."""
+        write_session_end(self.path.parent / TENSORBOARD_DIR, status)
 
     def close(self) -> None:
         self._file.close()
         self._tb.close()
+
+
+def write_hparams_session(log_dir: Path, hparams: dict[str, bool | int | float | str]) -> None:
+    """Settings as the HParams dashboard's session start (TensorBoard's ``hparams_pb``), in an event file of its
+    own in the run directory ``log_dir``."""
+    from tensorboard.plugins.hparams.summary_v2 import hparams_pb  # api.py imports tensorflow (keras)
+    from torch.utils.tensorboard.writer import FileWriter
+
+    writer = FileWriter(str(log_dir))
+    writer.add_summary(hparams_pb(hparams))
+    writer.close()
+
+
+def write_session_end(log_dir: Path, status: str) -> None:
+    """The end of the HParams dashboard's session in the run directory ``log_dir`` (without it every session
+    shows ``STATUS_UNKNOWN``): the run's status (``SESSION_STATUS``: completed is ``STATUS_SUCCESS``, failed
+    ``STATUS_FAILURE``) and the time, in an event file of its own beside the session's start."""
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
+    from torch.utils.tensorboard.writer import FileWriter
+
+    info = plugin_data_pb2.SessionEndInfo(status=api_pb2.Status.Value(SESSION_STATUS[status]), end_time_secs=time.time())
+    content = plugin_data_pb2.HParamsPluginData(session_end_info=info)
+    summary = Summary(value=[Summary.Value(tag=metadata.SESSION_END_INFO_TAG, tensor=metadata.NULL_TENSOR,
+                                           metadata=metadata.create_summary_metadata(content))])
+    writer = FileWriter(str(log_dir))
+    writer.add_summary(summary)
+    writer.close()
 
 
 def eval_scalars(summary: dict) -> dict[str, float]:

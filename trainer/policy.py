@@ -1,8 +1,10 @@
-"""The policy model: loading, and per-token log-probabilities of sampled responses."""
+"""The policy model: loading, its LoRA adapters (``workload.lora``), the weights its sampler gets, and per-token
+log-probabilities of sampled responses."""
 
 from __future__ import annotations
 
 import contextlib
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -17,7 +19,10 @@ from trainer.decoding import (
     rotate,
     unsupported_reason,
 )
+from trainer.lora import Lora
 from trainer.rollout import distinct_prompts, left_pad
+
+ADAPTER = "default"  # peft's name for the one adapter a LoRA policy holds
 
 
 def load_policy(path: str, device: str = "cpu"):
@@ -32,6 +37,72 @@ def load_policy(path: str, device: str = "cpu"):
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, local_files_only=True)
     return model.to(device), tokenizer
+
+
+def add_lora(model, lora: Lora) -> None:
+    """Inject LoRA adapters into ``model`` in place (peft's ``inject_adapter_in_model``; ``trainer.lora`` says
+    which model each part of a run uses): every base weight is frozen, each targeted Linear layer gains ``A``
+    (Kaiming-uniform, drawn from the global torch generator: the run's seed fixes it) and ``B = 0``. The
+    adapters' dropout modules are put in training mode (the model stays in eval mode, as in full fine-tuning, so
+    only ``workload.lora.dropout`` drops anything, and only in the policy's training forward)."""
+    from peft import LoraConfig, inject_adapter_in_model
+
+    config = LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                        target_modules=list(lora.target_modules), bias="none")
+    inject_adapter_in_model(config, model, adapter_name=ADAPTER)
+    for layer in lora_layers(model).values():
+        layer.lora_dropout.train()
+
+
+def lora_layers(model) -> dict:
+    """The modules of ``model`` that carry a LoRA adapter, by name (none: a fully fine-tuned policy, which never
+    imports peft: no adapter exists before ``add_lora`` imported it)."""
+    if "peft" not in sys.modules:
+        return {}
+    from peft.tuners.lora import LoraLayer
+
+    return {name: module for name, module in model.named_modules() if isinstance(module, LoraLayer)}
+
+
+def sampler_weights(policy) -> dict[str, torch.Tensor]:
+    """The policy's weights for the sampler: what a rollout engine loads at each refresh (and what an evaluation's
+    engine is built from), the whole model in Hugging Face naming.
+
+    A fully fine-tuned policy: its own ``state_dict()`` (its live tensors; an engine copies them). A LoRA policy:
+    the merged weights, ``W + (alpha / rank) B A`` for every adapted layer (peft's ``get_delta_weight``) under the
+    base layer's own name (``q_proj.weight``, not ``q_proj.base_layer.weight``), every other weight as it is, the
+    adapters' own tensors left out: a plain model of the base architecture loads them. Computed without a graph;
+    the policy is not changed (no merge and unmerge of its weights, which would round them)."""
+    layers = lora_layers(policy)
+    if not layers:
+        return policy.state_dict()
+    with torch.no_grad():
+        deltas = {f"{name}.weight": layer.get_delta_weight(ADAPTER) for name, layer in layers.items()}
+        merged = {}
+        for key, value in policy.state_dict().items():
+            if ".lora_" in key:  # lora_A, lora_B (and peft's other adapter tensors): folded into the delta
+                continue
+            key = key.replace(".base_layer.", ".")
+            merged[key] = value + deltas[key] if key in deltas else value
+    return merged
+
+
+def adapter_weights(policy) -> dict[str, torch.Tensor]:
+    """A LoRA policy's trained weights alone (peft's adapter state dict: ``...q_proj.lora_A.weight``, ...)."""
+    from peft import get_peft_model_state_dict
+
+    return {key: value.detach().contiguous() for key, value in get_peft_model_state_dict(policy, adapter_name=ADAPTER).items()}
+
+
+def load_adapter_weights(policy, tensors: dict[str, torch.Tensor]) -> None:
+    """Load ``adapter_weights``' tensors into a LoRA policy with the same settings; refuses one that does not fit."""
+    from peft import set_peft_model_state_dict
+
+    result = set_peft_model_state_dict(policy, tensors, adapter_name=ADAPTER)
+    missing = [key for key in result.missing_keys if ".lora_" in key]
+    if result.unexpected_keys or missing:
+        raise ValueError(f"the adapter's weights do not fit the policy's adapters (unexpected: "
+                         f"{', '.join(result.unexpected_keys[:3]) or 'none'}; missing: {', '.join(missing[:3]) or 'none'})")
 
 
 def compute_context(device: torch.device, dtype: str):

@@ -33,13 +33,12 @@ def flat_cosine(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def _state(cfg: DictConfig):
-    """A ``RunState`` at step 0 of ``cfg``'s run (policy, reference, sampler at the policy's weights)."""
-    from trainer.data import PromptStream, load_split
+    """A ``RunState`` at step 0 of ``cfg``'s run: its policy (with ``workload.lora``'s adapters: the gradients are
+    the trained weights'), reference and sampler at the policy's weights, as ``trainer.loop.set_up`` makes them."""
+    from trainer.data import PromptStream, load_split, workload_task
     from trainer.inputs import resolve, verify_inputs
-    from trainer.loop import RunState, update_schedule
-    from trainer.policy import load_policy
+    from trainer.loop import RunState, load_models, policy_engine, update_schedule
     from trainer.reward_workers import make_scorer
-    from trainer.rollout import make_engine
 
     algo = validate(cfg)
     w = cfg.workload
@@ -48,15 +47,12 @@ def _state(cfg: DictConfig):
     torch.use_deterministic_algorithms(True)
     torch.manual_seed(int(cfg.seed))
     device = torch.device(str(w.device))
-    policy, tokenizer = load_policy(str(resolve(w.model_path)), str(device))
-    reference = copy.deepcopy(policy).eval()
-    for p in reference.parameters():
-        p.requires_grad_(False)
-    optimizer = torch.optim.SGD(policy.parameters(), lr=0.0)  # never stepped: the probe takes no update
-    engine = make_engine(str(w.engine), policy, tokenizer.eos_token_id, tokenizer.pad_token_id)
+    policy, reference, tokenizer, optimizer = load_models(w, device)  # the optimizer is never stepped here
+    engine = policy_engine(w, policy, reference, tokenizer)
+    task = workload_task(w)
     return RunState(cfg, algo, 0, 1, None, policy, reference, tokenizer, optimizer, engine,
-                    PromptStream(load_split(resolve(w.train_path)), int(cfg.seed)), device,
-                    make_scorer(0, 1), update_schedule(cfg))
+                    PromptStream(load_split(resolve(w.train_path), task, tokenizer), int(cfg.seed)), device,
+                    make_scorer(0, 1, task.reward), update_schedule(cfg))
 
 
 def arm_gradient(s, algo, rollout, lp) -> torch.Tensor:

@@ -4,45 +4,64 @@ With ``workload.reward_workers = N > 0`` the trainer scores responses on N Ray a
 each) of the Ray runtime its job started (``RAY_ADDRESS``), with at most
 ``workload.reward_max_concurrency`` scoring tasks in flight: seed 000's smoke runs that could not
 schedule their reward actors are why the launcher checks that the job's CPUs cover them.
+
+Either way each response is scored by the workload's reward (``workload.reward``, ``facts.reward``: a built-in of
+the label or a user's function of the row), and a value that is not a number in [0, 1] fails the run naming the
+row (``facts.reward.RewardValueError``; a Ray actor's error reaches the trainer as that error's cause).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
-from trainer.reward import math_reward
+from facts.reward import DEFAULT_REWARD, SCORE_TIMEOUT_S, RewardValueError, reward
 
 CHUNK = 8  # responses per remote call
-SCORE_TIMEOUT_S = 600.0  # an actor Ray cannot schedule must fail the job, not hang it to its time limit
+
+
+def _where(index: int) -> str:
+    return f"row {index} of the train split"
 
 
 class LocalScorer:
-    def score(self, texts: list[str], labels: list[str]) -> list[float]:
-        return [math_reward(t, y) for t, y in zip(texts, labels)]
+    def __init__(self, reward_name: str = DEFAULT_REWARD):
+        self.reward = reward(reward_name)
+
+    def score(self, texts: list[str], examples) -> list[float]:
+        """Each response's reward against its example (its label, or its row for a user's function)."""
+        return [self.reward.score(t, e.label, e.row, _where(e.index)) for t, e in zip(texts, examples)]
 
     def close(self) -> None:
         pass
 
 
 class RewardWorker:
-    """A Ray actor that scores a chunk of (response, label) pairs."""
+    """A Ray actor that scores a chunk of (response, label, row, row index) items with the workload's reward."""
 
-    def score(self, pairs: list[tuple[str, str]]) -> list[float]:
-        return [math_reward(t, y) for t, y in pairs]
+    def __init__(self, reward_name: str = DEFAULT_REWARD):
+        self.reward = reward(reward_name)
+
+    def score(self, items: list[tuple[str, str, dict | None, int]]) -> list[float]:
+        return [self.reward.score(t, y, row, _where(i)) for t, y, row, i in items]
 
 
 class RayRewardPool:
-    def __init__(self, n_workers: int, max_concurrency: int, address: str):
+    def __init__(self, n_workers: int, max_concurrency: int, address: str, reward_name: str = DEFAULT_REWARD):
         import ray
 
         self._ray = ray
-        ray.init(address=address, log_to_driver=False, include_dashboard=False, configure_logging=False)
+        # A user's reward module is found where the trainer found it: its actors get the trainer's import path.
+        env = {"env_vars": {"PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}} \
+            if reward(reward_name).takes_row else None
+        ray.init(address=address, log_to_driver=False, include_dashboard=False, configure_logging=False,
+                 runtime_env=env)
         remote_cls = ray.remote(num_cpus=1)(RewardWorker)
-        self.workers = [remote_cls.remote() for _ in range(n_workers)]
+        self.workers = [remote_cls.remote(reward_name) for _ in range(n_workers)]
         self.max_in_flight = max(1, max_concurrency)
 
-    def score(self, texts: list[str], labels: list[str]) -> list[float]:
-        pairs = list(zip(texts, labels))
+    def score(self, texts: list[str], examples) -> list[float]:
+        pairs = [(t, e.label, e.row, e.index) for t, e in zip(texts, examples)]
         chunks = [pairs[i:i + CHUNK] for i in range(0, len(pairs), CHUNK)]
         results: dict[int, list[float]] = {}
         pending: dict = {}
@@ -59,7 +78,13 @@ class RayRewardPool:
                     "scheduled (are the job's CPUs enough for its workers?)"
                 )
             for ref in done:
-                results[pending.pop(ref)] = self._ray.get(ref)
+                try:
+                    results[pending.pop(ref)] = self._ray.get(ref)
+                except self._ray.exceptions.RayTaskError as exc:  # the actor's own error, one line, as in process
+                    cause = exc.as_instanceof_cause()
+                    if isinstance(cause, RewardValueError):
+                        raise RewardValueError(str(cause).splitlines()[-1].removeprefix("facts.reward.RewardValueError: ")) from exc
+                    raise
         return [r for i in range(len(chunks)) for r in results[i]]
 
     def close(self) -> None:
@@ -68,13 +93,13 @@ class RayRewardPool:
         self._ray.shutdown()
 
 
-def make_scorer(n_workers: int, max_concurrency: int):
+def make_scorer(n_workers: int, max_concurrency: int, reward_name: str = DEFAULT_REWARD):
     if n_workers <= 0:
-        return LocalScorer()
+        return LocalScorer(reward_name)
     address = os.environ.get("RAY_ADDRESS")
     if not address:
         raise RuntimeError(
             f"workload.reward_workers={n_workers} needs the job-scoped Ray runtime (RAY_ADDRESS); run through "
             "launch.py, or set workload.reward_workers=0"
         )
-    return RayRewardPool(n_workers, max_concurrency, address)
+    return RayRewardPool(n_workers, max_concurrency, address, reward_name)

@@ -90,6 +90,12 @@ class RolloutEngine(Protocol):
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The engine's current weights (checkpointed when the sampler may lag the policy)."""
 
+    model: torch.nn.Module  # the sampler's weights as a trainer-side module (the mismatch's reference)
+
+    def profile(self) -> dict:
+        """The engine's determinism profile for run.json (engine, version, attention backend, seed handling,
+        batch invariance)."""
+
 
 def warn_if_greedy(sampling: SamplingParams, where: str) -> None:
     if sampling.greedy:
@@ -132,7 +138,7 @@ def distinct_prompts(prompts: list[list[int]]) -> tuple[list[list[int]], list[in
 class TorchEngine:
     """KV-cache sampling with a HuggingFace causal LM (CPU reference engine)."""
 
-    def __init__(self, model: torch.nn.Module, eos_id: int, pad_id: int):
+    def __init__(self, model: torch.nn.Module, eos_id: int, pad_id: int, settings=None):
         self.model = copy.deepcopy(model).eval()
         for p in self.model.parameters():
             p.requires_grad_(False)
@@ -145,6 +151,19 @@ class TorchEngine:
             log.info("rollout engine: the model's generic forward decodes (no lean path: %s)", why_not_lean)
         else:
             log.info("rollout engine: lean Qwen3 decoding with a preallocated KV cache")
+        self.why_not_lean = why_not_lean
+
+    def profile(self) -> dict:
+        """The determinism profile (``facts.engines.ENGINE_FIELD``): what decides whether a rerun is bit-identical."""
+        return {
+            "engine": "torch", "version": torch.__version__,
+            "attention_backend": f"the model's generic forward ({self.why_not_lean})" if self.why_not_lean
+            else "lean Qwen3 decoder (trainer.decoding): scaled_dot_product_attention prefill, two matmuls per token",
+            "seed_handling": "counter-based Gumbel-max noise per response key (splitmix64 of key, token, vocab index)",
+            "batch_invariant": False,  # finished rows leave the batch: BLAS may pick other kernels for the rest
+            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+            "num_threads": torch.get_num_threads(),
+        }
 
     def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         self.model.load_state_dict(state_dict)
@@ -309,14 +328,23 @@ def draw_aux(log_probs: torch.Tensor, aux: AuxDraws, seeds: torch.Tensor, step: 
         top, ids = torch.topk(log_probs, aux.top_k, dim=-1)
     else:
         top, ids = log_probs, None
+    return draw_aux_from_top(top, ids, aux, seeds, step)
+
+
+def draw_aux_from_top(top: torch.Tensor, ids: torch.Tensor | None, aux: AuxDraws, seeds: torch.Tensor,
+                      step: int) -> torch.Tensor:
+    """``draw_aux`` from given log-probs ``top`` ``[n, k]`` (most likely first) of the tokens ``ids`` (None: the
+    vocabulary in order): the inverse-CDF draws of ``softmax(top)``, ``[n, aux.samples]`` token ids. Another engine
+    that returns only the top-k log-probs draws with this (``trainer.vllm_engine``)."""
     cdf = torch.softmax(top, dim=-1).cumsum(-1)
     uniform = uniform_draws(seeds, step, aux.samples)[:, 0].to(cdf.dtype)
     picked = torch.searchsorted(cdf, uniform * cdf[:, -1:]).clamp_max(cdf.shape[-1] - 1)
     return picked if ids is None else ids.gather(-1, picked)
 
 
-def make_engine(name: str, model: torch.nn.Module, eos_id: int, pad_id: int) -> RolloutEngine:
-    """Build the rollout engine ``name`` (``trainer.engines``) around a copy of ``model``'s weights."""
+def make_engine(name: str, model: torch.nn.Module, eos_id: int, pad_id: int, settings=None) -> RolloutEngine:
+    """Build the rollout engine ``name`` (``trainer.engines``) around a copy of ``model``'s weights; ``settings``
+    (``trainer.engines.engine_settings`` of the workload) gives an engine that needs them its dtype and threads."""
     from trainer.engines import engine_class
 
-    return engine_class(name)(model, eos_id, pad_id)
+    return engine_class(name)(model, eos_id, pad_id, settings)

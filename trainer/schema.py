@@ -27,11 +27,24 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from facts.backends import BACKEND_KINDS
+from facts.containers import DIGEST_PATTERN, RUNTIMES
+from facts.license import DEFAULT_LICENSE, SPDX_ID
 from facts.processes import DEFAULT_RESOURCE_SAMPLE_S
 from facts.ranks import DEFAULT_RENDEZVOUS_TIMEOUT_S
+from facts.reward import DEFAULT_REWARD, reward_name_problem
 from facts.slurm_formats import GRES_PATTERN, MEM_PATTERN, TIME_FORMS, time_ok
+from facts.task import DEFAULT_TEMPLATE
+from facts.tracking import DEFAULT_PROJECT, LIVE_TOOLS
 
 SEED_MAX = 2**63 - 1  # torch.manual_seed and the run's derived seeds (trainer.data.mix_seed) are 63/64-bit
+# Upper bounds of the count settings: far above any run proofgrid makes, far below what would overflow a
+# tensor shape or a plan (10**15 for eval.k passed plan time once). Bounds that follow from other settings or
+# the inputs (num_threads <= cpus_per_job, a response cap within the model's positions, the batch's tokens)
+# are checked where those are known: trainer.config.validate and the launcher's preflight.
+STEPS_MAX = 10**6  # updates, steps between checkpoints, evaluations, refreshes
+COUNT_MAX = 2**16  # prompts, responses per prompt, k, mini-batches, workers, CPUs, nodes, ranks
+TOKENS_MAX = 2**20  # a response cap, in tokens
+SECONDS_MAX = 7 * 86400  # a week
 DTYPES = ("float32", "bfloat16", "float16")
 ALGO_DESCRIPTIVE_KEYS = {"short": str, "display_name": str}
 ALGO_KEYS_FROM_WORKLOAD = ("n_samples_per_prompt",)  # AlgoConfig fields filled from the workload
@@ -45,7 +58,7 @@ REQUIRED = "???"  # OmegaConf's MISSING: a setting without a default that the co
 
 
 def setting(default: Any = REQUIRED, **rules: Any):
-    """A schema field with its allowed range: ``ge``, ``gt``, ``le``, ``lt``, ``choices``, ``pattern``."""
+    """A schema field with its allowed range: ``ge``, ``gt``, ``le``, ``lt``, ``choices``, ``pattern``, ``reward_name`` (``facts.reward.reward_name_problem``)."""
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata=rules)
     return field(default=default, metadata=rules)
@@ -56,20 +69,53 @@ class SamplingSchema:
     """Training rollout sampling (the PPO ratio needs a proper, unfiltered distribution)."""
 
     temperature: float = setting(gt=0.0)
-    top_k: int = setting(ge=0)
+    top_k: int = setting(ge=0, le=TOKENS_MAX)
     top_p: float = setting(gt=0.0, le=1.0)
 
 
 @dataclass
 class EvalSchema:
-    n_prompts: int = setting(ge=1)  # also <= the test split's rows (checked with the inputs)
-    k: int = setting(ge=1)
+    n_prompts: int = setting(ge=1, le=STEPS_MAX)  # also <= the test split's rows (checked with the inputs)
+    k: int = setting(ge=1, le=COUNT_MAX)
     seed: int = setting(ge=0, le=SEED_MAX)
     temperature: float = setting(ge=0.0)  # 0 = greedy
-    top_k: int = setting(ge=0)
+    top_k: int = setting(ge=0, le=TOKENS_MAX)
     top_p: float = setting(gt=0.0, le=1.0)
-    max_response_len: int = setting(ge=1)
-    every: int = setting(0, ge=0)  # evaluate every N training steps too (0: only the initial and final)
+    max_response_len: int = setting(ge=1, le=TOKENS_MAX)
+    every: int = setting(0, ge=0, le=STEPS_MAX)  # evaluate every N training steps too (0: only the initial and final)
+
+
+@dataclass
+class DataSchema:
+    """How a split's rows are read (``facts.splits``): the prompt's field (or chat data's messages), the answer's."""
+
+    prompt_field: Optional[str] = setting("question", pattern=r".+")  # noqa: UP045
+    answer_field: str = setting("answer", pattern=r".+")
+    messages_field: Optional[str] = setting(None, pattern=r".+")  # noqa: UP045 - chat data: a list of messages
+
+
+@dataclass
+class PromptSchema:
+    """How a row becomes the policy's prompt (``facts.task``, ``trainer.prompts``)."""
+
+    template: Optional[str] = setting(DEFAULT_TEMPLATE)  # noqa: UP045 - a format string over the row's fields
+    chat: bool = setting(False)  # the tokenizer's own chat template, add_generation_prompt=True
+    system: Optional[str] = setting(None)  # noqa: UP045 - a chat prompt's system message
+    enable_thinking: Optional[bool] = setting(None)  # noqa: UP045 - passed to a chat template that reads it
+
+
+# The Linear layers of a Qwen3 (Llama-family) decoder layer: LoRA's targets unless workload.lora names others.
+LORA_DEFAULT_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+@dataclass
+class LoraSchema:
+    """``workload.lora``: train low-rank adapters instead of every weight (``trainer.lora``; null: full fine-tuning)."""
+
+    rank: int = setting(8, ge=1, le=COUNT_MAX)  # r: the adapters' inner dimension
+    alpha: float = setting(16.0, gt=0.0)  # the update is scaled by alpha / r
+    dropout: float = setting(0.0, ge=0.0, lt=1.0)  # on the adapters' input, in the policy's training forward only
+    target_modules: list[str] = setting(LORA_DEFAULT_TARGETS, nonempty=True)  # module names the model must have
 
 
 @dataclass
@@ -79,11 +125,11 @@ class WorkloadSchema:
     model_path: str = setting()
     train_path: str = setting()
     test_path: str = setting()
-    n_updates: int = setting(ge=1)
-    prompts_per_step: int = setting(ge=1)
-    n_samples_per_prompt: int = setting(ge=1)
-    global_batch_size: int = setting(ge=1)
-    max_response_len: int = setting(ge=1)
+    n_updates: int = setting(ge=1, le=STEPS_MAX)
+    prompts_per_step: int = setting(ge=1, le=COUNT_MAX)
+    n_samples_per_prompt: int = setting(ge=1, le=COUNT_MAX)
+    global_batch_size: int = setting(ge=1, le=COUNT_MAX**2)
+    max_response_len: int = setting(ge=1, le=TOKENS_MAX)
     lr: float = setting(gt=0.0)
     adam_betas: list[float] = setting(ge=0.0, lt=1.0, length=2)
     adam_eps: float = setting(gt=0.0)
@@ -91,18 +137,36 @@ class WorkloadSchema:
     max_grad_norm: float = setting(gt=0.0)  # <= 0 would flip the clipped gradient's sign
     sampling: SamplingSchema = field(default_factory=SamplingSchema)
     eval: EvalSchema = field(default_factory=EvalSchema)
-    checkpoint_every: int = setting(ge=1)
+    checkpoint_every: int = setting(ge=1, le=STEPS_MAX)
     engine: str = setting(choices="rollout_engines")
     device: str = setting(pattern=r"cpu|cuda(:\d+)?")
     dtype: str = setting(choices=DTYPES)
-    num_threads: int = setting(ge=1)
-    cpus_per_job: int = setting(ge=1)
-    reward_workers: int = setting(ge=0)
-    reward_max_concurrency: int = setting(ge=1)
-    gpus_per_job: int = setting(ge=0)
-    sampler_refresh_every: int = setting(1, ge=1)
-    ppo_epochs: int = setting(1, ge=1)
-    ppo_mini_batches: int = setting(1, ge=1)
+    num_threads: int = setting(ge=1, le=COUNT_MAX)  # also <= cpus_per_job (trainer.config.validate)
+    cpus_per_job: int = setting(ge=1, le=COUNT_MAX)
+    reward_workers: int = setting(ge=0, le=COUNT_MAX)
+    reward_max_concurrency: int = setting(ge=1, le=COUNT_MAX)
+    gpus_per_job: int = setting(ge=0, le=COUNT_MAX)
+    sampler_refresh_every: int = setting(1, ge=1, le=STEPS_MAX)
+    ppo_epochs: int = setting(1, ge=1, le=1000)
+    ppo_mini_batches: int = setting(1, ge=1, le=COUNT_MAX)
+    data: DataSchema = field(default_factory=DataSchema)
+    prompt: PromptSchema = field(default_factory=PromptSchema)
+    # A built-in reward (facts.reward) or the user's module:function of (response, row), imported at plan time
+    reward: str = setting(DEFAULT_REWARD, reward_name=True)  # a built-in or module:function (facts.reward)
+    lora: Optional[LoraSchema] = None  # noqa: UP045 - OmegaConf needs Optional
+
+
+@dataclass
+class ContainerSchema:
+    """The image every job of the sweep runs in (``launcher.container``; docs/containers.md)."""
+
+    runtime: str = setting(choices=tuple(RUNTIMES))
+    image: str = setting(pattern=r".+")  # an image file (.sif, .sqsh, an OCI archive) or a registry reference
+    digest: str = setting(pattern=DIGEST_PATTERN)  # sha256:<hex>: the image file's SHA256 or the reference's pin
+    mounts: list[str] = setting([], pattern=r"/.*")  # host paths bound read-only at the same path
+    allowed_roots: list[str] = setting([], pattern=r"/.*")  # where the profile lets mounts come from
+    python: str = setting("python3", pattern=r".+")  # the interpreter inside the image (relative: to the checkout)
+    runtime_args: list[str] = setting([])  # the site's extra options of the runtime's run command
 
 
 @dataclass
@@ -110,32 +174,39 @@ class ClusterSchema:
     """Where jobs run: ``local`` processes or one Slurm job array (``conf/cluster/``)."""
 
     kind: str = setting(choices=BACKEND_KINDS)
-    max_parallel: Optional[int] = setting(None, ge=1)  # noqa: UP045 - OmegaConf needs Optional
+    max_parallel: Optional[int] = setting(None, ge=1, le=STEPS_MAX)  # noqa: UP045 - OmegaConf needs Optional
     partition: Optional[str] = setting(None)  # noqa: UP045
     account: Optional[str] = setting(None)  # noqa: UP045
     qos: Optional[str] = setting(None)  # noqa: UP045
     gres: Optional[str] = setting(None, pattern=GRES_PATTERN)  # noqa: UP045
     gpu_model: Optional[str] = setting(None)  # noqa: UP045
-    cpus_per_task: Optional[int] = setting(None, ge=1)  # noqa: UP045
+    cpus_per_task: Optional[int] = setting(None, ge=1, le=COUNT_MAX)  # noqa: UP045
     mem: Optional[str] = setting(None, pattern=MEM_PATTERN)  # noqa: UP045
     time: Any = setting(None, slurm_time=True)  # minutes (int) or a Slurm time string
     constraint: Optional[str] = setting(None)  # noqa: UP045
-    array_parallelism: Optional[int] = setting(None, ge=1)  # noqa: UP045
-    max_array_size: Optional[int] = setting(None, ge=1)  # noqa: UP045 - null: the cluster's MaxArraySize
+    array_parallelism: Optional[int] = setting(None, ge=1, le=STEPS_MAX)  # noqa: UP045
+    max_array_size: Optional[int] = setting(None, ge=1, le=STEPS_MAX)  # noqa: UP045 - null: the cluster's MaxArraySize
     requeue: bool = setting(True)
-    signal_delay_s: int = setting(90, ge=0)  # USR2 this long before the time limit (checkpoint, requeue)
+    signal_delay_s: int = setting(90, ge=0, le=SECONDS_MAX)  # USR2 this long before the time limit (checkpoint, requeue)
     wait_timeout_s: Optional[float] = setting(None, gt=0.0)  # noqa: UP045
-    poll_interval_s: int = setting(60, ge=1)  # a waiting launcher's longest wait between two looks at Slurm
+    poll_interval_s: int = setting(60, ge=1, le=SECONDS_MAX)  # a waiting launcher's longest wait between two looks at Slurm
     seal_job: bool = setting(False)  # wait=false: an afterany job seals the bundle when the array ends
     # A job's allocation (Slurm): more than one task (nodes x tasks_per_node) runs one trainer rank per
     # task, and dp_size must equal that product; one task runs dp_size ranks as local processes.
-    nodes: int = setting(1, ge=1)
-    tasks_per_node: int = setting(1, ge=1)
-    gpus_per_node: Optional[int] = setting(None, ge=1)  # noqa: UP045 - GPU profiles: --gpus-per-node
+    nodes: int = setting(1, ge=1, le=COUNT_MAX)
+    tasks_per_node: int = setting(1, ge=1, le=COUNT_MAX)
+    gpus_per_node: Optional[int] = setting(None, ge=1, le=COUNT_MAX)  # noqa: UP045 - GPU profiles: --gpus-per-node
     resource_sample_s: float = setting(DEFAULT_RESOURCE_SAMPLE_S, gt=0.0)  # the job's CPU/memory/GPU samples, this often
-    rendezvous_timeout_s: int = setting(DEFAULT_RENDEZVOUS_TIMEOUT_S, ge=1)  # ranks that cannot meet fail the job after this long
+    # Response tokens per second of a training step on one rank of this hardware, for the job-time estimate
+    # (launcher.sizing); null: a measured reference (seed 000's A40, this project's CPU) scaled to the model.
+    response_tok_per_s: Optional[float] = setting(None, gt=0.0)  # noqa: UP045
+    rendezvous_timeout_s: int = setting(DEFAULT_RENDEZVOUS_TIMEOUT_S, ge=1, le=SECONDS_MAX)  # ranks that cannot meet fail the job after this long
     sbatch: dict[str, Any] = setting({})  # extra sbatch long options (checked in launcher.slurm.options)
     setup: list[str] = setting([])  # lines run in the batch script before the job (module load ...)
+    container: Optional[ContainerSchema] = setting(None)  # noqa: UP045 - null: jobs run on the host
+    # TCP ports outside its own block a job's processes may reach (a site's tracking or license server); the job's
+    # guard (launcher.runtime.confine) refuses every other one where Landlock has network rules.
+    job_ports: list[int] = setting([])
 
 
 @dataclass
@@ -148,6 +219,15 @@ class DebugSchema:
 
 
 @dataclass
+class TrackingSchema:
+    """Live tracking (launcher): each job's metrics to a tracker while it runs (docs/tracking.md)."""
+
+    live: Optional[str] = setting(None, choices=LIVE_TOOLS)  # noqa: UP045 - null: off (the offline export stays)
+    uri: Optional[str] = setting(None)  # noqa: UP045 - mlflow's tracking URI, tensorboard's log directory
+    project: str = setting(DEFAULT_PROJECT, pattern=r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+@dataclass
 class RunSchema:
     """The root of ``conf/config.yaml`` after composition."""
 
@@ -156,18 +236,20 @@ class RunSchema:
     workload: WorkloadSchema = field(default_factory=WorkloadSchema)
     cluster: ClusterSchema = field(default_factory=ClusterSchema)
     seed: int = setting(ge=0, le=SEED_MAX)
-    dp_size: int = setting(ge=1)
+    dp_size: int = setting(ge=1, le=COUNT_MAX)
     output_dir: str = setting()
     sweep_dir: Optional[str] = setting(None)  # noqa: UP045 - set by the launcher: share the initial eval
     resume: bool = setting()
     # 0: off. K >= 1: a run that starts before step K checkpoints there and exits 75 (as on a scheduler's
     # warning); a run resumed at K or later goes on. A certificate's resume job (facts.certify) uses it.
-    stop_at_step: int = setting(0, ge=0)
+    stop_at_step: int = setting(0, ge=0, le=STEPS_MAX)
     debug: DebugSchema = field(default_factory=DebugSchema)
     dry_run: bool = setting(False)
     wait: bool = setting(True)
     formal: bool = setting(False)
     certify: bool = setting(False)  # launcher: per arm, a rerun and a stop-and-resume job certify reproducibility
+    license: str = setting(DEFAULT_LICENSE, pattern=SPDX_ID)  # launcher: the bundle's license (facts.license)
+    tracking: TrackingSchema = field(default_factory=TrackingSchema)
 
 
 def _shown(value: Any) -> str:
@@ -230,13 +312,15 @@ def _range_problem(value: Any, rules: dict[str, Any]) -> str | None:
     pattern = rules.get("pattern")
     if pattern is not None and not (isinstance(value, str) and re.fullmatch(pattern, value)):
         return f"a string matching {pattern}"
+    if rules.get("reward_name") and (problem := reward_name_problem(value)):
+        return problem
     if rules.get("slurm_time") and not time_ok(value):
         return f"minutes > 0 or a Slurm time ({TIME_FORMS})"
     return None
 
 
 def _bound(b: Any) -> str:
-    return "2**63-1" if b == SEED_MAX else f"{b:g}"
+    return "2**63-1" if b == SEED_MAX else str(b) if isinstance(b, int) else f"{b:g}"
 
 
 def check_node(node: Any, schema: type, path: str) -> None:
@@ -256,8 +340,11 @@ def check_node(node: Any, schema: type, path: str) -> None:
                 raise SettingError(f"setting {key} is missing; set it in its config file or with {key}=...")
             continue
         value, hint = node[name], hints[name]
-        if dataclasses.is_dataclass(hint):
-            check_node(value, hint, key)
+        inner = _optional_dataclass(hint)
+        if inner is not None and value is None:
+            continue
+        if dataclasses.is_dataclass(hint) or inner is not None:
+            check_node(value, inner or hint, key)
             continue
         if name == "algo" and schema is RunSchema:
             check_algo(value)
@@ -268,13 +355,23 @@ def check_node(node: Any, schema: type, path: str) -> None:
         check_value(value, hint, dict(f.metadata), key)
 
 
+def _optional_dataclass(hint: Any) -> type | None:
+    """``X`` for a hint ``Optional[X]`` whose ``X`` is a schema dataclass (a group of settings that may be null)."""
+    if typing.get_origin(hint) not in (typing.Union, types.UnionType):
+        return None
+    options = [o for o in typing.get_args(hint) if o is not type(None)]
+    return options[0] if len(options) == 1 and dataclasses.is_dataclass(options[0]) else None
+
+
 def check_value(value: Any, hint: Any, rules: dict[str, Any], key: str) -> None:
     problem = _type_problem(value, hint)
     if problem is None and typing.get_origin(hint) is list:
         (item_hint,) = typing.get_args(hint) or (Any,)
         item_problems = [_type_problem(i, item_hint) or _range_problem(i, rules) for i in value]
         wrong_length = "length" in rules and len(value) != rules["length"]
-        if wrong_length or any(item_problems):
+        if rules.get("nonempty") and not value:
+            problem = "a list of at least one value"
+        elif wrong_length or any(item_problems):
             each = next((p for p in item_problems if p), None) or _bounds_text(rules) or "valid"
             problem = f"a list of {rules.get('length', 'any number of')} values, each {each}"
     elif problem is None:

@@ -15,11 +15,15 @@ relative to the bag, or the archive's name, and a reason):
                     its statistics recomputed from them; no stored summary reports impossible statistics
     subsets         each frozen subset cut again from its runs' pinned test split, where the reviewer has it
     resources       every accepted run's resource samples are there, well formed, their times increasing
+    judged          every run file's copy has the digest its job's file had when the job was judged, and a
+                    verbatim copy is that file (``judged.csv``; ``evidence.judged``)
     recomputation   every table CSV and every line of ``report.md`` (the resource peaks among them)
+    plan            every job the sweep's plan lists has its copy, each copy carries its plan's digest
+    images          every job copy ran the container image sweep.json pins (job.json's and run.json's digest)
     certificates    certify=true: ``certificates.json`` recomputed from the certificate jobs' copies and the runs
                     they repeat (each difference named by record and value); each failure has its incident
     rejections      a rejected job whose bundled evidence passes every gate (cherry-picking)
-    experiment      an experiment's ``verdict.json`` and its earlier stages
+    experiment      an experiment's ``verdict.json`` and its earlier stages; every job its spec plans is there
     records         ``bag-info.txt``, ``sweep.json``, ``index.csv`` and ``commands.txt`` agree
     figures         SVG figures hold no script or external reference, and redraw the same
     leaks           the leak scan (the sanitiser's own rule set)
@@ -42,9 +46,11 @@ from evidence.audit.crate import check_crate
 from evidence.audit.evaluations import check_evaluations
 from evidence.audit.experiment import check_experiment
 from evidence.audit.figures import check_figures
+from evidence.audit.images import check_images
 from evidence.audit.layout import check_layout
 from evidence.audit.leaks import scan_leaks
 from evidence.audit.locate import not_a_bundle
+from evidence.audit.plan import check_plan
 from evidence.audit.recomputation import check_recomputation
 from evidence.audit.records import check_records
 from evidence.audit.rejections import check_rejections
@@ -52,10 +58,11 @@ from evidence.audit.resources import check_resources
 from evidence.audit.runs import check_runs
 from evidence.audit.signature import check_signature, check_signed_bag
 from evidence.audit.subsets import check_subsets
-from evidence.dataset import BundleData, load_bundle_data
+from evidence.dataset import SETTINGS_FILE, BundleData, load_bundle_data
 from evidence.fileio import JSONError
+from evidence.judged import check_judged
 from evidence.problems import Problem, SigningError, UsageError
-from facts.files import BUNDLE_PAYLOAD, signature_path
+from facts.files import BUNDLE_DIR, BUNDLE_PAYLOAD, bundle_payload_dir, signature_path, sweep_bundle_payload
 
 # What a check of the content may raise on data no build writes: reported as a problem of the payload.
 RECOMPUTE_ERRORS = (KeyError, ValueError, TypeError, ZeroDivisionError, StopIteration, OverflowError)
@@ -81,6 +88,39 @@ def audit(path: str | Path, public_key: str | Path | None = None, notes: list[st
         raise SigningError(f"{path}: a signature covers the bundle's .tar.gz, not its directory; audit the archive "
                            "with --public-key")
     return audit_bag(path, notes) if path.is_dir() else audit_archive(path, key, notes)
+
+
+def bundle_of_input(path: str | Path) -> Path | None:
+    """The bundle an input of ``compare`` or ``export`` is read from (an archive, a bundle directory, a sweep's
+    built ``bundle/``), or None for a sweep evaluated in memory (its runs pass the build's gates there)."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    if (bundle_payload_dir(path) / SETTINGS_FILE).is_file():
+        return path
+    if (sweep_bundle_payload(path) / SETTINGS_FILE).is_file():
+        return path / BUNDLE_DIR
+    return None
+
+
+def audit_input(path: str | Path) -> tuple[Path | None, list]:
+    """``(bundle, findings)`` of an input as ``compare`` and ``export`` hold it to the audit before using it:
+    its bundle (``bundle_of_input``; None: nothing to audit) and the audit's findings (a bundle the audit
+    refuses to read is one finding, its line)."""
+    bundle = bundle_of_input(path)
+    if bundle is None:
+        return None, []
+    try:
+        return bundle, audit(bundle)
+    except (UsageError, SigningError) as exc:
+        return bundle, [str(exc)]
+
+
+def refused_input(label: str, bundle: Path, findings: list) -> str:
+    """The one line naming an input whose audit has findings: how many, the first two, the audit to run."""
+    first = "; ".join(str(p) for p in findings[:2])
+    return (f"{label}: {bundle} fails its audit ({len(findings)} finding(s), first: {first}): "
+            f"run python -m evidence audit {bundle}")
 
 
 def _load_public_key(path: str | Path):
@@ -132,10 +172,13 @@ def check_content(bag: Path, data: BundleData, notes: list[str] | None = None) -
     rejections, the experiment, then the records (each shared initial evaluation read once for all of them)."""
     data_dir, shared_checks = bag / BUNDLE_PAYLOAD, {}
     checks = (partial(check_runs, data_dir, data, shared_checks=shared_checks),
-              partial(check_evaluations, data_dir, data),
+              partial(check_evaluations, data_dir, data, notes),
               partial(check_subsets, data_dir, data, notes),
               partial(check_resources, data_dir, data),
+              partial(check_judged, data_dir),
               partial(check_recomputation, data_dir, data),
+              partial(check_plan, data_dir, data),
+              partial(check_images, data_dir, data.sweep),
               partial(check_certificates, data_dir, data),
               partial(check_rejections, data_dir, data, shared_checks=shared_checks, notes=notes),
               partial(check_experiment, data_dir, data),
@@ -157,7 +200,7 @@ def audit_bag(bag: Path, notes: list[str] | None = None) -> list[Problem]:
         problems += check_layout(bag, data)
         problems += unloadable if data is None else check_content(bag, data, notes)
         problems += _guarded(partial(check_figures, data_dir, data), f"{BUNDLE_PAYLOAD}/figures", "cannot redraw")
-    return problems + scan_leaks(bag)
+    return problems + scan_leaks(bag, notes=notes)
 
 
 __all__ = ["UsageError", "audit", "audit_archive", "audit_bag"]

@@ -3,7 +3,8 @@ bundle (and of each earlier stage's) re-scored response by response against the 
 carries (``data/eval_subset/<subset12>.json``, its SHA256 the summaries' pinned ``subset_sha256``), each summary's
 statistics recomputed from the re-scored rewards, and every stored summary (``eval.json`` entries, ``eval.csv``
 rows, the shared evaluations' records, an experiment's ``verdict.json`` per-run values) held to the statistics an
-evaluation can have."""
+evaluation can have. Each run's responses are re-scored with its own recorded reward (``evidence.rewards``): a
+user's function only when the reviewer passed it (``--reward``) with the recorded source; else one note."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from evidence.evaluations import RESPONSES_MISSING, read_subset, rescored_proble
 from evidence.fileio import JSONError, read_json
 from evidence.measures import EVAL_PREFIX
 from evidence.problems import Problem, VerdictError
+from evidence.rewards import recorded_reward, rescoring
 from evidence.verdict.spec import parse_experiment
 from facts.bundle_layout import fits
 from facts.evaluation import impossible_value
@@ -26,24 +28,34 @@ from facts.files import (
     EVAL_TABLE,
     INITIAL_EVAL_DIR,
     INITIAL_EVAL_RESPONSES,
+    RUN_RECORD,
     STAGES_DIR,
     VERDICT_FILE,
     bundle_subset_relpath,
     eval_responses_name,
 )
+from facts.reward import is_user_reward
 
 
 class _Payload:
     """One payload root (``data/`` or ``data/stages/<stage>/``): where its files are, how findings name them,
     and each subset and shared evaluation it has read (once)."""
 
-    def __init__(self, root: Path, prefix: str):
-        self.root, self.prefix = root, prefix
+    def __init__(self, root: Path, prefix: str, notes: list[str] | None = None):
+        self.root, self.prefix, self.notes = root, prefix, notes
         self.subsets: dict[str, tuple[dict | None, list[Problem]]] = {}
         self.shared_done: set[str] = set()
 
     def name(self, rel: str) -> str:
         return f"{self.prefix}/{rel}"
+
+    def scorer(self, record, rel: str):
+        """The reward ``record`` (a run.json, a shared evaluation's identity) re-scores with; None, and its note
+        (once), when it is a user's function the reviewer did not pass."""
+        found = rescoring(record, self.name(rel))
+        if found.note is not None and self.notes is not None and found.note not in self.notes:
+            self.notes.append(found.note)
+        return found.scorer
 
     def labels(self, digest) -> tuple[dict | None, list[Problem]]:
         """The labels of the subset with this SHA256; its problem the first time it is asked for."""
@@ -86,8 +98,11 @@ def _check_shared(payload: _Payload, shared_dir: str) -> list[Problem]:
     responses, missing = _responses(payload, responses_rel)
     if labels is None or responses is None:
         return problems + problems_of_subset + missing
+    scorer = payload.scorer(record.get("identity") if isinstance(record, dict) else None, record_rel)
+    if scorer is None:
+        return problems
     return problems + rescored_problems(summary, responses, labels, payload.name(responses_rel),
-                                        payload.name(record_rel), "initial")
+                                        payload.name(record_rel), "initial", scorer)
 
 
 def _check_run(payload: _Payload, job: str) -> list[Problem]:
@@ -99,6 +114,11 @@ def _check_run(payload: _Payload, job: str) -> list[Problem]:
     except JSONError:
         return []  # the runs check reports it
     problems = []
+    run_rel = f"{BUNDLE_RUNS_DIR}/{job}/{RUN_RECORD}"
+    try:
+        run_record = read_json(payload.root / run_rel)
+    except JSONError:
+        run_record = None  # the runs check reports it; its responses re-score with the default reward
     for kind in EVAL_KINDS:
         entry = summary.get(kind) if isinstance(summary, dict) else None
         if not isinstance(entry, dict):
@@ -112,16 +132,20 @@ def _check_run(payload: _Payload, job: str) -> list[Problem]:
         responses_rel = f"{BUNDLE_RUNS_DIR}/{job}/{EVAL_RESPONSES_DIR}/{eval_responses_name(kind)}"
         responses, missing = _responses(payload, responses_rel)
         problems += problems_of_subset + missing
-        if labels is not None and responses is not None:
+        scorer = payload.scorer(run_record, run_rel) if labels is not None and responses is not None else None
+        if scorer is not None:
             problems += rescored_problems(entry, responses, labels, payload.name(responses_rel),
-                                          payload.name(record_rel), kind)
+                                          payload.name(record_rel), kind, scorer)
     return problems
 
 
 def _check_payload(payload: _Payload, data: BundleData) -> list[Problem]:
     problems = []
     for (arm, seed), kinds in sorted(data.evals.items()):
+        # a user's reward may be graded (its eval.json entries say graded_reward; eval.csv has no such column)
+        graded = is_user_reward(recorded_reward(data.runs.get((arm, seed)))["name"])
         for kind, row in sorted(kinds.items()):
+            row = {**row, "graded_reward": True} if graded else row
             problems += statistics_problems(row, payload.name(EVAL_TABLE), f"{arm}-{seed} {kind}")
     for row in data.index:
         if row.get("accepted") == "yes":
@@ -165,13 +189,14 @@ def check_verdict_values(data_dir: Path, data: BundleData) -> list[Problem]:
     return problems
 
 
-def check_evaluations(data_dir: Path, data: BundleData) -> list[Problem]:
+def check_evaluations(data_dir: Path, data: BundleData, notes: list[str] | None = None) -> list[Problem]:
     """Every evaluation of the bundle and of its earlier stages re-scored, recomputed and held to the
     statistics an evaluation can have, and so are the per-run values of an experiment's verdict (module
     docstring)."""
-    problems = _check_payload(_Payload(data_dir, BUNDLE_PAYLOAD), data) + check_verdict_values(data_dir, data)
+    problems = _check_payload(_Payload(data_dir, BUNDLE_PAYLOAD, notes), data) + check_verdict_values(data_dir, data)
     for name, stage in sorted(data.stages.items()):
-        problems += _check_payload(_Payload(data_dir / STAGES_DIR / name, f"{BUNDLE_PAYLOAD}/{STAGES_DIR}/{name}"), stage)
+        problems += _check_payload(_Payload(data_dir / STAGES_DIR / name, f"{BUNDLE_PAYLOAD}/{STAGES_DIR}/{name}", notes),
+                                   stage)
     return problems
 
 

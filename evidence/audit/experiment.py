@@ -17,8 +17,10 @@ from evidence.audit.runs import check_runs
 from evidence.dataset import BundleData
 from evidence.fileio import JSONError, read_json, sha256_file
 from evidence.problems import Problem
+from evidence.verdict.design import design_problems, stage_of
 from evidence.verdict.probe import check_probe, check_stages_present
 from evidence.verdict.recompute import check_verdict
+from evidence.verdict.stages import earlier_stage
 from facts.files import (
     BUNDLE_PAYLOAD,
     EXPERIMENT_DIGEST_FIELD,
@@ -98,13 +100,38 @@ def check_spec_not_removed(data_dir: Path, data: BundleData) -> list[Problem]:
             for rel, recorded, _ in _recorded_digests(data_dir, paths) if recorded is not None]
 
 
+def check_stage_specs(data_dir: Path, data: BundleData) -> list[Problem]:
+    """Each earlier stage's copy of the spec (``data/stages/<name>/experiment.yaml``, which its own bundle carries) is
+    the bundle's spec, byte for byte."""
+    problems = []
+    for name, stage in sorted(data.stages.items()):
+        if stage.experiment is not None and stage.experiment != data.experiment:
+            problems.append(Problem(f"{BUNDLE_PAYLOAD}/{STAGES_DIR}/{name}/{EXPERIMENT_FILE}",
+                                    f"differs from {BUNDLE_PAYLOAD}/{EXPERIMENT_FILE}: the stage ran under another spec"))
+    return problems
+
+
+def check_design(data_dir: Path, data: BundleData) -> list[Problem]:
+    """Every job the pre-registered spec plans is in the bundle, stage by stage (``evidence.verdict.design``)."""
+    data_dir = Path(data_dir)
+    problems = design_problems(data_dir, data, stage_of(data), data.experiment, f"{BUNDLE_PAYLOAD}/")
+    for name, stage in sorted(data.stages.items()):
+        problems += design_problems(data_dir / STAGES_DIR / name, stage, name, data.experiment,
+                                    f"{BUNDLE_PAYLOAD}/{STAGES_DIR}/{name}/")
+    return problems
+
+
 def check_experiment(data_dir: Path, data: BundleData) -> list[Problem]:
     """The verdict recomputes; the spec's earlier stages are there; every earlier stage's runs and tables
-    recompute, and so does the probe's record; every run's and stage's record carries the spec's SHA256."""
+    recompute, and so does the probe's record; every run's and stage's record carries the spec's SHA256; every job
+    the spec plans is in the bundle. An earlier stage's own bundle (its spec, no verdict) is held to the same spec."""
     problems = check_verdict(data_dir, data)
-    if data.experiment is not None:
+    if data.experiment is not None and earlier_stage(data.sweep):
+        problems += check_registration_digests(Path(data_dir), data) + check_design(data_dir, data)
+    elif data.experiment is not None:
         problems += (check_stages_present(data) + check_probe(data_dir, data)
-                     + check_registration_digests(Path(data_dir), data))
+                     + check_registration_digests(Path(data_dir), data) + check_stage_specs(Path(data_dir), data)
+                     + check_design(data_dir, data))
     else:
         problems += check_spec_not_removed(Path(data_dir), data)
     for name, stage in data.stages.items():

@@ -1,5 +1,6 @@
 """Figures: self-contained SVG drawings (no script, event handler, embedded document or external
-reference), redrawn from the CSVs and compared byte for byte when this machine's matplotlib drew them."""
+reference), each with its PNG beside it (a well-formed PNG of pixels only, no text chunk), redrawn from the CSVs
+and compared byte for byte when this machine's matplotlib drew them."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from pathlib import Path
 from evidence.audit.archive import MAX_MEMBER_BYTES
 from evidence.bundle import FIGURES_DRAWN_BY, figures_library_version, private_tool_dirs
 from evidence.dataset import BundleData
-from evidence.figures import render_figures
+from evidence.figures import FIGURE_FORMATS, render_figures
 from evidence.fileio import sha256_file
+from evidence.png import SUFFIX as PNG_SUFFIX
+from evidence.png import problem as png_problem
 from evidence.problems import Problem
 from facts.files import (
     BUNDLE_PAYLOAD,
@@ -38,21 +41,30 @@ _SVG_REFERENCE = re.compile(r"""(?i)\bhref\s*=\s*["']\s*([^"']*)["']|url\(\s*["'
 
 def check_figures(data_dir: Path, data: BundleData | None = None) -> list[Problem]:
     """Every figure is an SVG with no script, event handler, embedded document or external reference
-    (only ``#id`` references inside the file). When this machine's matplotlib is the one that drew
-    them (evidence.json says which), the figures are also redrawn from the CSVs and compared byte for
-    byte (SVG bytes depend on the matplotlib version, so another version cannot compare)."""
+    (only ``#id`` references inside the file), with its PNG beside it (and every PNG with its SVG): a
+    well-formed PNG (signature, chunks and their CRCs, IHDR first, IEND last) that carries no text chunk.
+    When this machine's matplotlib is the one that drew them (evidence.json says which), the figures are
+    also redrawn from the CSVs and compared byte for byte, both formats (their bytes depend on the matplotlib
+    version, so another version cannot compare)."""
     findings = []
     figures = data_dir / FIGURES_DIR
     if not figures.is_dir():
         return findings
+    held = {p.name for p in figures.iterdir() if p.is_file()}
     for path in sorted(figures.rglob("*")):
         rel = f"{BUNDLE_PAYLOAD}/{path.relative_to(data_dir).as_posix()}"
-        if path.is_dir():
-            continue
-        if path.suffix != ".svg":
+        if path.is_dir() or path.suffix.lstrip(".") not in FIGURE_FORMATS:
             continue  # not a figure: the layout check names it
+        twins = [f"{path.stem}.{fmt}" for fmt in FIGURE_FORMATS if f"{path.stem}.{fmt}" not in held]
+        if path.parent == figures and twins:
+            findings.append(Problem(rel, f"has no {twins[0]} beside it (each figure is an SVG and a PNG)"))
         if path.stat().st_size > MAX_MEMBER_BYTES:
             continue  # reported by the leak scan, never read
+        if path.suffix == PNG_SUFFIX:
+            why = png_problem(path.read_bytes())
+            if why is not None:
+                findings.append(Problem(rel, f"not a figure's PNG: {why}"))
+            continue
         text = path.read_bytes().decode("utf-8", errors="replace")
         active = _SVG_ACTIVE.search(text)
         if active:
@@ -94,7 +106,7 @@ def _redrawn(data_dir: Path, data: BundleData) -> dict[str, bytes]:
 def _compare_redrawn_figures(figures: Path, data: BundleData) -> list[Problem]:
     findings = []
     redrawn = _redrawn(figures.parent, data)
-    held = {p.name: p for p in figures.glob("*.svg") if p.is_file()}  # anything else: the layout check names it
+    held = {p.name: p for fmt in FIGURE_FORMATS for p in figures.glob(f"*.{fmt}") if p.is_file()}  # else: layout
     for name in sorted(redrawn.keys() - held.keys()):
         findings.append(Problem(payload_relpath(FIGURES_DIR, name), "missing (the redrawing produces it)"))
     for name in sorted(held.keys() - redrawn.keys()):

@@ -25,6 +25,7 @@ from evidence.artifacts import (
 from evidence.audit.evaluations import run_evaluation_problems
 from evidence.dataset import BundleData, read_csv
 from evidence.fileio import JSONError, read_json
+from evidence.ledger import check_ledger
 from evidence.metrics_log import validate_metrics
 from evidence.problems import Problem
 from evidence.subset_source import check_subset, declared_difference, subset_source
@@ -33,6 +34,7 @@ from facts.files import (
     BUNDLE_RUNS_DIR,
     CHECKPOINTS_DIR,
     COMMAND_PUBLIC_RECORD,
+    DATA_LEDGER,
     EVAL_RECORD,
     EVAL_RESPONSES_DIR,
     INDEX_TABLE,
@@ -71,6 +73,8 @@ def _still_rejected(data_dir: Path, data: BundleData, row: dict, majority: tuple
     run_summary, run_failures = check_run_summary(run, algo, seed, n)
     if run_failures:
         failed("run", RUN_RECORD)
+    if isinstance(run_summary, dict) and check_ledger(run, run_summary, log.records):  # the rows it consumed, its steps
+        failed("ledger", DATA_LEDGER)
     record, summary, command = (_read_record(run, name, unshown) for name in (JOB_RECORD, EVAL_RECORD,
                                                                               COMMAND_PUBLIC_RECORD))
     if record is not _UNREAD:

@@ -13,6 +13,7 @@ from evidence.artifacts import check_shared_reference, shared_initial_dir
 from evidence.dataset import EVAL_COLUMNS, EVAL_ID_COLUMNS, BundleData, read_csv
 from evidence.fileio import JSONError, read_json
 from evidence.incidents import OPEN, history_incidents, load_user_incidents
+from evidence.ledger import check_ledger
 from evidence.metrics_log import validate_metrics
 from evidence.problems import IncidentsFileError, Problem, capped
 from evidence.ranks import check_ranks
@@ -34,6 +35,7 @@ from facts.files import (
     bundle_run_relpath,
     payload_relpath,
 )
+from facts.ledger import LEDGER_FIELD
 from facts.metrics import parse_eval_line
 from facts.ranks import RANK_LOGS_FIELD
 
@@ -100,6 +102,20 @@ def _check_ranks(data_dir: Path, arm: str, seed: int) -> list[Problem]:
         return []
     records = [parse for parse in (_parsed(line) for line in _lines(run / METRICS_LOG)) if parse is not None]
     return check_ranks(run, summary, records, record, prefix=bundle_run_relpath(job, ""))
+
+
+def _check_ledger(data_dir: Path, arm: str, seed: int) -> list[Problem]:
+    """The run consumed exactly its planned rows, in order, and its metrics log is its trainer's (``evidence.ledger``)."""
+    job = f"{arm}-{seed}"
+    run = bundle_run_dir(data_dir, job)
+    try:
+        summary = read_json(run / RUN_RECORD)
+    except JSONError:
+        return []  # the run's own checks report an unreadable record
+    if not isinstance(summary, dict) or LEDGER_FIELD not in summary:
+        return []
+    records = [parse for parse in (_parsed(line) for line in _lines(run / METRICS_LOG)) if parse is not None]
+    return check_ledger(run, summary, records, prefix=bundle_run_relpath(job, ""))
 
 
 def _lines(path: Path) -> list[str]:
@@ -272,6 +288,7 @@ def check_runs(data_dir: Path, data: BundleData, shared_checks: dict | None = No
     for arm, seed in data.accepted:
         problems += _check_metrics(data_dir, data, arm, seed)
         problems += _check_ranks(data_dir, arm, seed)
+        problems += _check_ledger(data_dir, arm, seed)
         problems += _check_eval(data_dir, data, arm, seed, shared)
         problems += _check_eval_line(data_dir, arm, seed)
     problems += _stray_initial_evals(data_dir, shared)

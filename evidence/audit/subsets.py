@@ -56,6 +56,9 @@ def _commands_disagree(root: Path, job: str, argv) -> str | None:
     listed = _listed_words(root, job)
     if listed is None or not isinstance(argv, list):
         return None
+    # commands.txt's line is the argv joined by spaces: an argument holding a space (a prompt template's override)
+    # is compared as the words it became there.
+    argv = " ".join(str(a) for a in argv).split()
     stated, in_list = declared_overrides(argv)[0], declared_overrides(listed)[0]
     if stated != in_list:
         return (f"command.public.json's evaluation overrides {stated} are not {COMMANDS_FILE}'s {in_list} for "
@@ -85,7 +88,8 @@ def _payload_subsets(root: Path, prefix: str, data: BundleData, problems: list[P
         except OSError:
             continue  # the evaluations check names a missing subset
         if source is None:
-            not_derived.setdefault(f"{prefix}/{rel}", f"run {job}'s run.json does not name its test split")
+            not_derived.setdefault(f"{prefix}/{rel}", f"run {job}'s run.json does not name its test split as one "
+                                                         "pinned file (a saved dataset is a directory of them)")
             continue
         record, argv = f"{prefix}/{BUNDLE_RUNS_DIR}/{job}/{RUN_RECORD}", _argv(root, job)
         if (disagree := _commands_disagree(root, job, argv)) is not None:

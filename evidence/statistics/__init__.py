@@ -3,11 +3,13 @@
 ``power``: the smallest difference a paired design detects; ``family``: p-values and Holm's correction
 across several pairs; ``resampling``: the paired bootstrap interval; ``robust``: rliable's interquartile
 mean and probability of improvement; ``noise``: an evaluation's own sampling error against the seeds' spread;
-``hierarchical``: the bootstrap over seeds, then prompts. ``evidence.stats`` keeps seed 000's definitions; this package builds
-on them and, like it, reads no file.
+``crossed``: the evaluation's noise with seeds crossed with prompts (the crossed bootstrap, the question-clustered
+t-interval); ``claims``: what a comparison may claim, one rule per function
+(the report's first line, its tables, the verdict and the audit all call it). ``evidence.stats`` keeps seed 000's
+definitions; this package builds on them and, like it, reads no file.
 """
 
-from evidence.statistics import family, hierarchical, noise, resampling, robust
+from evidence.statistics import claims, crossed, family, noise, resampling, robust
 from evidence.statistics.power import MDE_POWER, minimum_detectable_effect, paired_t_power
 
-__all__ = ["MDE_POWER", "family", "hierarchical", "noise", "resampling", "robust", "minimum_detectable_effect", "paired_t_power"]
+__all__ = ["MDE_POWER", "claims", "crossed", "family", "noise", "resampling", "robust", "minimum_detectable_effect", "paired_t_power"]

@@ -13,6 +13,7 @@ from evidence.dataset import EXPERIMENT_FILE, BundleData
 from evidence.fileio import JSONError, read_json, sha256_file
 from evidence.problems import Problem, VerdictError
 from evidence.verdict.record import VERDICT_FILE, bundle_verdict
+from evidence.verdict.stages import earlier_stage
 from facts.files import SWEEP_RECORD
 
 # Differing fields named one by one before the rest are counted.
@@ -61,6 +62,9 @@ def check_verdict(data_dir: Path, data: BundleData) -> list[Problem]:
                                                         "in the confirm stage's sweep.json)"))
     elif registered != sha256_file(data_dir / EXPERIMENT_FILE):
         findings.append(Problem(rel_spec, "SHA256 differs from the pre-registered experiment_sha256 in sweep.json"))
+    if earlier_stage(data.sweep):  # the probe's or tuning's own bundle: its spec, never a verdict
+        return findings + ([Problem(rel_verdict, f"present in the {earlier_stage(data.sweep)} stage's bundle: only the "
+                                                 "confirm stage's carries a verdict")] if has_verdict else [])
     if not has_verdict:
         return findings + [Problem(rel_verdict, "missing (the bundle carries an experiment spec)")]
     try:

@@ -14,10 +14,11 @@ from pathlib import Path
 from evidence import stats
 from evidence.dataset import BundleData
 from evidence.fileio import dumps_json, write_text
-from evidence.measures import arm_values, trajectory
+from evidence.measures import EVAL_PREFIX, arm_values, trajectory
 from evidence.problems import VerdictError
-from evidence.statistics import MDE_POWER, minimum_detectable_effect
+from evidence.statistics import MDE_POWER, claims
 from evidence.statistics.family import holm, paired_t_p_value
+from evidence.tables import pair_design
 from evidence.verdict.rule import (
     FAILED,
     INCONCLUSIVE,
@@ -31,7 +32,7 @@ from evidence.verdict.rule import (
 from evidence.verdict.selection import Selection, select_settings
 from evidence.verdict.sizing import SECOND_LOOK_PENDING, sized_look
 from evidence.verdict.spec import MIN_SEEDS, Experiment, arm_owner, parse_experiment, same_overrides
-from evidence.verdict.stages import TUNING_STAGE
+from evidence.verdict.stages import TUNING_STAGE, earlier_stage
 from facts.files import VERDICT_FILE
 
 SCHEMA = 1
@@ -88,6 +89,36 @@ def _comparison(experiment: Experiment, data: BundleData, treatment: str, select
     return criterion, labels, values, paired
 
 
+def evaluation_design(data: BundleData, criterion, labels: dict[str, str], paired: list[int]) -> claims.PairedDesign:
+    """What the evaluation says of treatment − baseline beside the seeds, in the criterion's units (no differences
+    yet: ``decide`` adds them): for an eval metric its prompts and, where the responses give it per prompt (pass@j,
+    a binary reward's mean), its grid and its evaluation-noise intervals over the paired seeds
+    (``evidence.tables.pair_design``)."""
+    measure = criterion.measure
+    name = measure.metric.removeprefix(EVAL_PREFIX) if measure.is_eval else None
+    design = pair_design(data, name, labels["treatment"], labels["baseline"], dict.fromkeys(paired, 0.0))
+    return replace(design.scaled(criterion.scale), differences=())
+
+
+def claim_record(claim: claims.PairClaim, design: claims.PairedDesign, margin: float | None) -> dict:
+    """What the design may claim (``claims.paired_claim``), as ``verdict.json`` holds it: the rules' findings
+    with the sentence that says them, the evaluation's grid, prompts and noise intervals the rules read, and TOST's
+    equivalence against the spec's margin (withheld, with why, when the design may claim nothing)."""
+    equivalence = None
+    if margin is not None:
+        e = claim.equivalence
+        equivalence = {"margin": margin, "test": "TOST, two one-sided paired t-tests",
+                       **({"withheld": claims.missing_sentence(claim.missing, "no equivalence test")} if e is None else
+                          {"alpha": e.alpha, "level": e.level, "p_value": e.p_value, "interval": list(e.interval),
+                           "equivalent": e.equivalent})}
+    return {"kind": claim.kind,
+            "missing": [{"rule": m.rule, "what": m.what, "remedy": m.remedy} for m in claim.missing],
+            "sentence": claims.missing_sentence(claim.missing) if claim.missing else None,
+            "step": design.step, "n_prompts": design.n_prompts,
+            "noise": [{"name": name, "interval": list(interval)} for name, interval in design.noise],
+            "equivalence": equivalence}
+
+
 def _comparison_record(experiment: Experiment, data: BundleData, treatment: str, selections: dict[str, Selection],
                        tuning_data: BundleData | None, holm: tuple[float, float] | None = None) -> dict:
     """The ``verdict.json`` record of one treatment against the baseline (a two-arm spec's whole record)."""
@@ -96,20 +127,27 @@ def _comparison_record(experiment: Experiment, data: BundleData, treatment: str,
     names = {"baseline": criterion.baseline, "treatment": treatment}
     look, design = None, list(experiment.seeds)
     if experiment.sizing is not None:  # the current look's seeds, and its test of 0
-        look = sized_look(experiment.sizing, criterion, {s: criterion.scale * (values["treatment"][s] -
-                                                                                values["baseline"][s])
-                                                         for s in paired}, 1 - data.ci_level)
+        scaled = {s: criterion.scale * (values["treatment"][s] - values["baseline"][s]) for s in paired}
+
+        def missing(seeds: list[int]) -> tuple[claims.Shortfall, ...]:
+            evaluation = evaluation_design(data, criterion, labels, seeds)
+            return claims.shortfalls(replace(evaluation, differences=tuple(scaled[s] for s in seeds)), data.ci_level)
+
+        look = sized_look(experiment.sizing, criterion, scaled, 1 - data.ci_level, missing)
         values = {role: {s: v for s, v in by_seed.items() if s in look.seeds} for role, by_seed in values.items()}
         paired, design = [s for s in paired if s in look.seeds], look.design
     curves = {role: mean_curve([trajectory(data, criterion.measure, labels[role], s) for s in paired])
               if paired else [] for role in labels}
+    evaluation = evaluation_design(data, criterion, labels, paired)
     test = None
     if holm is not None:
         diffs = [criterion.scale * (values["treatment"][s] - values["baseline"][s]) for s in paired]
         test = holm_test(holm[0], holm[1], stats.mean(diffs) if diffs else None)
     outcome = decide(criterion, values["baseline"], values["treatment"], curves["baseline"], curves["treatment"],
                      data.ci_level, min_seeds=2 if experiment.exploratory else MIN_SEEDS,
-                     test=look.test if look is not None else test)
+                     test=look.test if look is not None else test, evaluation=evaluation)
+    judged = replace(evaluation, differences=tuple(d for _, _, d in outcome.by_seed.values()))
+    claim = claims.paired_claim(judged, data.ci_level, margin=experiment.equivalence_margin)
     if look is not None and look.pending is not None and outcome.rule != "too-few-seeds":
         outcome.verdict, outcome.rule, outcome.reason = INCONCLUSIVE, SECOND_LOOK_PENDING, look.pending
     edges = [{"arm": s.arm, "setting": s.setting, "value": s.value, "side": s.edge}
@@ -135,8 +173,8 @@ def _comparison_record(experiment: Experiment, data: BundleData, treatment: str,
         "difference_mean": outcome.summary.mean, "difference_sd": outcome.summary.sd,
         "difference_ci95": list(outcome.interval) if outcome.interval else None,
         "ci_level": data.ci_level, "threshold": criterion.threshold,
-        "mde": {"power": MDE_POWER, "alpha": 1 - data.ci_level,
-                "value": minimum_detectable_effect(outcome.summary.sd, outcome.summary.n, 1 - data.ci_level)},
+        "mde": {"power": MDE_POWER, "alpha": 1 - data.ci_level, "value": claim.mde},
+        "claim": claim_record(claim, judged, experiment.equivalence_margin),
         "under_powered": under_powered(outcome, criterion),
         "inconclusive_below": criterion.inconclusive_below, "ci_excludes_zero": criterion.ci_excludes_zero,
         "collapse": _collapse_record(experiment, outcome),
@@ -163,21 +201,24 @@ def _family_record(experiment: Experiment, data: BundleData, selections: dict[st
     interval's test of 0, and the family's verdict (``family_verdict``)."""
     criterion, alpha = experiment.criterion, 1 - data.ci_level
     selected = {name: {s.setting: s.value} for name, s in selections.items()}
-    p_values = []
+    p_values, family_p = [], []
     for name in criterion.treatments:
-        crit, _, values, paired = _comparison(experiment, data, name, selected)
-        p_values.append(paired_t_p_value([crit.scale * (values["treatment"][s] - values["baseline"][s])
-                                          for s in paired]))
-    adjusted = holm([1.0 if p is None else p for p in p_values])  # no p (n < 2): no evidence against 0
+        crit, labels, values, paired = _comparison(experiment, data, name, selected)
+        diffs = tuple(crit.scale * (values["treatment"][s] - values["baseline"][s]) for s in paired)
+        design = replace(evaluation_design(data, crit, labels, paired), differences=diffs)
+        family_p.append(claims.family_p_value(design, data.ci_level))  # 1: no p, or a design that may claim nothing
+        p_values.append(paired_t_p_value(diffs) if not claims.shortfalls(design, data.ci_level) else None)
+    adjusted = holm(family_p)
     comparisons = [{**_comparison_record(experiment, data, name, selections, tuning_data, (p_adj, alpha)),
                     "holm": {"p_value": p, "adjusted_p_value": p_adj}}
                    for name, p, p_adj in zip(criterion.treatments, p_values, adjusted)]
     verdict = family_verdict([c["verdict"] for c in comparisons])
     return {
         "schema": SCHEMA, "verdict": verdict, "rule": FAMILY_RULE,
-        "reason": "; ".join(f"{c['arms']['treatment']['name']} {c['verdict']} ({c['rule']}, Holm-adjusted p "
-                            + ("—" if c["holm"]["p_value"] is None else f"{c['holm']['adjusted_p_value']:.3g}") + ")"
-                            for c in comparisons)
+        "reason": "; ".join(f"{c['arms']['treatment']['name']} {c['verdict']} ({c['rule']}, "
+                            + (c["claim"]["sentence"] if c["claim"]["sentence"] else "Holm-adjusted p "
+                               + ("—" if c["holm"]["p_value"] is None else f"{c['holm']['adjusted_p_value']:.3g}"))
+                            + ")" for c in comparisons)
         + f"; Holm's correction across {len(comparisons)} treatments against {criterion.baseline} at family-wise "
           f"α = {alpha:.2g}",
         "provisional": any(c["provisional"] for c in comparisons),
@@ -205,7 +246,7 @@ def experiment_verdict(experiment: Experiment, data: BundleData, tuning_data: Bu
 def bundle_verdict(data: BundleData) -> dict | None:
     """The verdict a bundle's own files give (its tuning stage's under ``data/stages/tuning/``);
     None when it carries no experiment spec."""
-    if data.experiment is None:
+    if data.experiment is None or earlier_stage(data.sweep):  # an earlier stage's bundle: the spec, no verdict
         return None
     return experiment_verdict(parse_experiment(data.experiment), data, data.stages.get(TUNING_STAGE))
 

@@ -7,9 +7,10 @@ record and the audit's recomputation both call it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from evidence import stats
+from evidence.statistics import claims
 from evidence.verdict.spec import Criterion
 from facts.states import FAILED, INCONCLUSIVE, VALIDATED
 
@@ -50,17 +51,24 @@ class Outcome:
     summary: stats.Summary
     interval: tuple[float, float] | None
     collapse: dict[str, CollapseCheck] = field(default_factory=dict)
+    missing: tuple[claims.Shortfall, ...] = ()  # what the design lacks for a test of 0 (claims.shortfalls)
 
 
 def decide(criterion: Criterion, baseline: Mapping[int, float], treatment: Mapping[int, float],
            baseline_curve: Sequence[float] = (), treatment_curve: Sequence[float] = (),
-           level: float = stats.CI_LEVEL, min_seeds: int = 2, test: tuple[bool, str] | None = None) -> Outcome:
+           level: float = stats.CI_LEVEL, min_seeds: int = 2, test: tuple[bool, str] | None = None,
+           evaluation: claims.PairedDesign = claims.NO_EVALUATION) -> Outcome:
     """The pre-registered rule, on raw metric values by seed and each arm's mean curve.
 
     d_s = scale · (treatment_s − baseline_s) over the seeds both arms have (scale 100 for points);
     mean ± SD (ddof=1) and the t-interval with df = n − 1. In order:
     fewer than ``min_seeds`` (at least 2) paired seeds -> INCONCLUSIVE (too-few-seeds);
     the baseline's drop from its own peak > collapse drop while the treatment's is not -> VALIDATED (collapse);
+    with ci_excludes_zero, a design that may claim nothing (``claims.shortfalls`` of the differences with
+    ``evaluation``'s grid, prompts and noise intervals, in the criterion's units: fewer than 3 seeds, tied
+    evaluations, one prompt, a metric without its noise check, a contradicting noise interval, seeds within the
+    evaluation's noise) -> INCONCLUSIVE (no-inference), whatever the mean: a refutation needs the same inference
+    as a validation;
     mean d >= threshold -> VALIDATED (threshold), unless ci_excludes_zero and the interval reaches 0 ->
     INCONCLUSIVE (threshold-within-noise);
     mean d >= inconclusive_below -> INCONCLUSIVE (inconclusive-band); otherwise FAILED (below-threshold).
@@ -78,18 +86,27 @@ def decide(criterion: Criterion, baseline: Mapping[int, float], treatment: Mappi
         collapse = {"baseline": collapse_check([scale * v for v in baseline_curve], criterion.collapse_drop),
                     "treatment": collapse_check([scale * v for v in treatment_curve], criterion.collapse_drop)}
 
+    missing = claims.shortfalls(replace(evaluation, differences=tuple(diffs)), level)
+
     def outcome(verdict: str, rule: str, reason: str) -> Outcome:
-        return Outcome(verdict, rule, reason, by_seed, summary, interval, collapse)
+        return Outcome(verdict, rule, reason, by_seed, summary, interval, collapse, missing)
 
     if len(seeds) < max(min_seeds, 2):
         return outcome(INCONCLUSIVE, "too-few-seeds",
                        f"{len(seeds)} seed(s) with both arms accepted; the verdict needs at least {max(min_seeds, 2)}")
     mean, low = summary.mean, interval[0]
-    shown = f"mean difference {mean:+.4g}{unit} (95% t-interval [{interval[0]:+.4g}, {interval[1]:+.4g}], n={len(seeds)})"
+    shown = (f"mean difference {mean:+.4g}{unit} (n={len(seeds)}; {claims.missing_sentence(missing)})" if missing
+             else f"mean difference {mean:+.4g}{unit} (95% t-interval [{interval[0]:+.4g}, {interval[1]:+.4g}], "
+                  f"n={len(seeds)})")
     if collapse and collapse["baseline"].collapsed and not collapse["treatment"].collapsed:
         return outcome(VALIDATED, "collapse",
                        f"the baseline dropped {collapse['baseline'].drop:.4g}{unit} from its peak (limit "
                        f"{criterion.collapse_drop:g}), the treatment {collapse['treatment'].drop:.4g}{unit}; {shown}")
+    if criterion.ci_excludes_zero and missing:
+        reached = "reaches" if mean >= criterion.threshold - THRESHOLD_SLACK else "is below"
+        return outcome(INCONCLUSIVE, "no-inference",
+                       f"{shown} {reached} the threshold {criterion.threshold:g}{unit}, but the design supports no "
+                       f"test of 0 in either direction")
     if mean >= criterion.threshold - THRESHOLD_SLACK:
         if criterion.ci_excludes_zero and test is not None and not test[0]:
             return outcome(INCONCLUSIVE, "threshold-within-noise",
@@ -116,6 +133,7 @@ def holm_test(adjusted_p: float, alpha: float, mean: float | None) -> tuple[bool
 def under_powered(outcome: Outcome, criterion: Criterion) -> bool:
     """A FAILED verdict whose interval still reaches the threshold (high end >= threshold): the design could not
     tell a difference of the threshold's size from the one observed. A mark beside the verdict, never a change
-    of it: the pre-registered rule decided."""
-    return outcome.verdict == FAILED and outcome.interval is not None \
+    of it: the pre-registered rule decided. A design that may claim nothing (``Outcome.missing``) has no interval
+    to reach it."""
+    return outcome.verdict == FAILED and outcome.interval is not None and not outcome.missing \
         and outcome.interval[1] >= criterion.threshold - THRESHOLD_SLACK

@@ -40,10 +40,13 @@ def family_section(record: dict) -> str:
            f"| Treatment | Treatment − baseline{unit} | 95% t-interval | p (paired t) | Holm-adjusted p | Verdict |",
            "|---|---|---|---|---|---|"]
     for c in record["comparisons"]:
-        ci, h = c["difference_ci95"], c["holm"]
-        out.append(f"| {c['arms']['treatment']['name']} | {_signed(c['difference_mean'])} | "
-                   + (f"[{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else "—") + " | "
-                   + ("—" if h["p_value"] is None else f"{h['p_value']:.3g}") + f" | {h['adjusted_p_value']:.3g} | "
+        ci, h, missing = c["difference_ci95"], c["holm"], _missing(c)
+        if missing:  # nothing inferential from a design that lacks what a test of 0 needs
+            cells = f"none ({missing}) | — | —"
+        else:
+            cells = ((f"[{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else "—") + " | "
+                     + ("—" if h["p_value"] is None else f"{h['p_value']:.3g}") + f" | {h['adjusted_p_value']:.3g}")
+        out.append(f"| {c['arms']['treatment']['name']} | {_signed(c['difference_mean'])} | {cells} | "
                    + c["verdict"] + (" (under-powered)" if c["under_powered"] else "") + " |")
     out.append("")
     for c in record["comparisons"]:
@@ -85,10 +88,15 @@ def comparison_section(record: dict, heading: str) -> str:
             for r in record["per_seed"]]
     sd = record["difference_sd"]
     ci = record["difference_ci95"]
+    missing = _missing(record)
     out.append(f"| mean ± SD | {_plain(record['baseline']['mean'])} | {_plain(record['treatment']['mean'])} | "
                f"{_signed(record['difference_mean'])}" + (f" ± {sd:.2f}" if sd is not None else " (n<2)")
-               + (f", 95% t-interval [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else "") + " |\n")
+               + (f", no interval ({missing})" if missing else f", 95% t-interval [{ci[0]:+.2f}, {ci[1]:+.2f}]"
+                  if ci else "") + " |\n")
     out.append(_power_sentence(record, unit))
+    equivalence = _equivalence_sentence(record, unit)
+    if equivalence:
+        out.append(equivalence)
     if "sizing" in record:
         out.append(_sizing_sentence(record["sizing"]))
     collapse = record["collapse"]
@@ -109,9 +117,36 @@ def comparison_section(record: dict, heading: str) -> str:
     return "\n".join(out)
 
 
+def _missing(record: dict) -> str | None:
+    """What a comparison's design lacks for any inferential statement (``claims.shortfalls``), in words; None
+    when it lacks nothing."""
+    claim = record.get("claim") or {}
+    return ", ".join(m["what"] for m in claim.get("missing", [])) or None
+
+
+def _equivalence_sentence(record: dict, unit: str) -> str | None:
+    """TOST against the spec's equivalence margin: its interval, p and decision, or why it is withheld; None
+    when the spec declares no margin."""
+    e = (record.get("claim") or {}).get("equivalence")
+    if e is None:
+        return None
+    said = f"Equivalence within ±{e['margin']:g}{unit} (the spec's equivalence margin), by {e['test']}"
+    if "withheld" in e:
+        return f"{said}: {e['withheld']}.\n"
+    low, high = e["interval"]
+    verdict = "equivalent" if e["equivalent"] else "not shown equivalent"
+    return (f"{said} at α = {e['alpha']:.2g}: {verdict} (p = {e['p_value']:.3g}; {e['level'] * 100:g}% t-interval "
+            f"[{low:+.2f}, {high:+.2f}]{unit}, " + ("inside" if e["equivalent"] else "not inside")
+            + f" ±{e['margin']:g}).\n")
+
+
 def _power_sentence(record: dict, unit: str) -> str:
-    """What the design could detect (its minimum detectable effect), and the under-powered mark's reason."""
+    """What the design could detect (its minimum detectable effect at 80 % power), and the under-powered mark's
+    reason; what the design lacks when it may state neither."""
     mde = record["mde"]
+    claim = record.get("claim") or {}
+    if mde["value"] is None and claim.get("sentence"):
+        return f"Minimum detectable effect: not stated ({claim['sentence']}).\n"
     if mde["value"] is None:
         return "Minimum detectable effect: none (fewer than two paired seeds).\n"
     text = (f"Minimum detectable effect: {mde['value']:.2f}{unit} (the smallest true difference this design, "

@@ -11,10 +11,11 @@ the two stages against c₂ (``evidence.statistics.sequential``). The looks' tes
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from evidence import stats
+from evidence.statistics import claims
 from evidence.statistics.sequential import Weights, boundaries, nominal_alpha, required_seeds, stage_z
 from evidence.verdict.rule import THRESHOLD_SLACK
 from evidence.verdict.spec import Criterion, Sizing
@@ -41,8 +42,13 @@ def _finite(z: float | None) -> float | None:
     return None if z is None or abs(z) == float("inf") else z
 
 
-def sized_look(sizing: Sizing, criterion: Criterion, differences: Mapping[int, float], alpha: float) -> Look:
-    """The current look of a sized design, from the paired differences by seed (in the criterion's units)."""
+def sized_look(sizing: Sizing, criterion: Criterion, differences: Mapping[int, float], alpha: float,
+               missing: Callable[[list[int]], tuple[claims.Shortfall, ...]] = lambda seeds: ()) -> Look:
+    """The current look of a sized design, from the paired differences by seed (in the criterion's units).
+
+    ``missing(seeds)``: what the design of those seeds lacks for a test of 0 (``claims.shortfalls``); a first
+    look that lacks anything never stops the design (its boundary crossed by tied differences is no evidence).
+    """
     c1, c2 = boundaries(sizing.spending, sizing.information_fraction, alpha)
     weights = Weights.planned(sizing.min, sizing.max)
     first = sorted(s for s in differences if s <= sizing.min)
@@ -51,7 +57,9 @@ def sized_look(sizing: Sizing, criterion: Criterion, differences: Mapping[int, f
                           sizing.min + 2, sizing.max)
     z1 = stage_z(first_d)
     crossed1 = z1 is not None and abs(z1) >= c1
-    stop = crossed1 and z1 > 0 and stats.mean(first_d) >= criterion.threshold - THRESHOLD_SLACK
+    reached = crossed1 and z1 > 0 and stats.mean(first_d) >= criterion.threshold - THRESHOLD_SLACK
+    lacking = missing(first) if reached else ()
+    stop = reached and not lacking
     second = sorted(s for s in differences if sizing.min < s <= need)
     z2 = stage_z([differences[s] for s in second]) if not stop else None
     combined = weights.combine(z1, z2) if z1 is not None and z2 is not None else None
@@ -71,9 +79,11 @@ def sized_look(sizing: Sizing, criterion: Criterion, differences: Mapping[int, f
     if stop:
         return Look(first, list(range(1, sizing.min + 1)), (True, ""), None, record)
     if combined is None:
-        why = (f"the first look ({len(first)} seeds) does not cross its boundary upward (Z = "
-               + ("—" if z1 is None else f"{z1:.3g}") + f", boundary {c1:.4g}) with a mean difference at the "
-               f"threshold; the second look needs seeds {sizing.min + 1}..{need}, at least two of them paired "
+        first_said = (f"the first look ({len(first)} seeds) supports no test of 0 ({claims.missing_parts(lacking)[0]})"
+                      if lacking else f"the first look ({len(first)} seeds) does not cross its boundary upward (Z = "
+                      + ("—" if z1 is None else f"{z1:.3g}") + f", boundary {c1:.4g}) with a mean difference at the "
+                      "threshold")
+        why = (f"{first_said}; the second look needs seeds {sizing.min + 1}..{need}, at least two of them paired "
                f"(it has {len(second)})")
         return Look(first, list(range(1, sizing.min + 1)), (False, why), why, record)
     return Look(first + second, list(range(1, need + 1)),

@@ -24,6 +24,8 @@ criterion and tuning (``parse_experiment``), the launcher's experiment runner th
       collapse: {drop_points: 10}  # VALIDATED also when the baseline drops more than this from its own
                                    # peak while the treatment does not
       ci_excludes_zero: true       # default: reaching the threshold also needs the 95 % t-interval above 0
+    equivalence_margin_points: 2   # optional: equivalence within ±2 points is claimed only by TOST against it
+                                   # (`equivalence_margin:` states it in the metric's own units)
     tuning:                        # optional: per arm, a grid over one setting, selected before confirm
       setting: workload.lr
       values: [1e-5, 4e-5, 1.6e-4] # or {isp: [...], sc: [...]} with the same number of values per arm
@@ -37,7 +39,7 @@ criterion and tuning (``parse_experiment``), the launcher's experiment runner th
     probe: {steps: 2, gradient_check: {...}, staleness_check: {...}}
 
 Every setting's value becomes override text the one way (``override_text``: ``true``/``false``,
-lists as ``[a,b]``), wherever in the spec it is written. Every problem is one ``VerdictError`` line.
+lists as ``[a,b]``, mappings as ``{k:v}``), wherever in the spec it is written. Every problem is one ``VerdictError`` line.
 """
 
 from __future__ import annotations
@@ -58,7 +60,8 @@ from facts.files import CONFIRM_STAGE, TUNING_STAGE
 
 MIN_SEEDS = 3  # for a verdict that is not exploratory
 # The spec's keys: the verdict's, and the ones only the launcher's stages read.
-VERDICT_KEYS = {"arms", "seeds", "exploratory", "criterion", "tuning"}
+MARGIN_KEYS = ("equivalence_margin_points", "equivalence_margin")
+VERDICT_KEYS = {"arms", "seeds", "exploratory", "criterion", "tuning", *MARGIN_KEYS}
 LAUNCHER_KEYS = {"name", "title", "hypothesis", "settings", "tuning_seeds", "budget", "probe", "certify"}
 CERTIFY_STAGES = (TUNING_STAGE, CONFIRM_STAGE)  # the stages a spec's certify block may name
 PROBE_KEYS = {"steps", "gradient_check", "staleness_check"}
@@ -76,11 +79,14 @@ _PROBE_CHECK_ROLES = (("gradient_check", ("baseline", "treatment")), ("staleness
 
 def override_text(value) -> str:
     """A setting's value as override text: as the user wrote it (YAML may have parsed 1e-4 as a float),
-    booleans as ``true``/``false``, lists as Hydra writes them on a command line (``[0.9,0.99]``)."""
+    booleans as ``true``/``false``, lists and mappings as Hydra writes them on a command line (``[0.9,0.99]``,
+    ``{rank:8,alpha:16}``: a group of settings set whole, such as ``workload.lora``)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(override_text(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{k}:{override_text(v)}" for k, v in value.items()) + "}"
     return str(value)
 
 
@@ -184,6 +190,7 @@ class Experiment:
     tuning: Tuning | None = None
     exploratory: bool = False
     sizing: Sizing | None = None
+    equivalence_margin: float | None = None  # in the criterion's units; TOST's margin (claims.tost)
 
 
 def _number(value, what: str) -> float:
@@ -211,6 +218,29 @@ def _measure(block: Mapping, what: str) -> Measure:
         return parse_measure(block.get("metric"), block.get("at"), block.get("last_k"))
     except MeasureError as exc:
         raise VerdictError(f"{what}: {exc}") from None
+
+
+def parse_margin(spec: Mapping, criterion: Criterion) -> float | None:
+    """The spec's equivalence margin in the criterion's units: ``equivalence_margin_points`` (a rate's points) or
+    ``equivalence_margin`` (the metric's own units), a positive number, for a rate below its whole range; None
+    when the spec declares none. Equivalence is claimed only by TOST against it (``claims.tost``)."""
+    points, plain = MARGIN_KEYS
+    if points in spec and plain in spec:
+        raise VerdictError(f"experiment: give {points} or {plain}, not both")
+    key = points if points in spec else plain if plain in spec else None
+    if key is None:
+        return None
+    value, metric = spec[key], criterion.measure.metric
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise VerdictError(f"experiment: {key} must be a positive number (the largest difference on {metric} that "
+                           f"counts as none), not {value!r}")
+    if key == points and not criterion.measure.is_rate:
+        raise VerdictError(f"experiment: {metric} is not a rate, so it has no points; state {plain} in its own units")
+    rate = value / POINTS_PER_UNIT if key == points else value
+    if criterion.measure.is_rate and rate >= 1:
+        raise VerdictError(f"experiment: {key} {value:g} spans the whole range of {metric} (a rate in [0, 1]); "
+                           + (f"write {points}: {value:g} for points" if key == plain else "give it below 100"))
+    return rate * criterion.scale if criterion.measure.is_rate else value
 
 
 def parse_criterion(block, arms: Mapping[str, Mapping]) -> Criterion:
@@ -382,7 +412,7 @@ def parse_experiment(spec) -> Experiment:
         raise VerdictError("seeds: n: auto decides by the looks' test of 0; drop ci_excludes_zero: false, or list "
                            "the seeds")
     tuning = parse_tuning(spec["tuning"], arms, criterion) if spec.get("tuning") is not None else None
-    return Experiment(arms, tuple(seeds), criterion, tuning, exploratory, sizing)
+    return Experiment(arms, tuple(seeds), criterion, tuning, exploratory, sizing, parse_margin(spec, criterion))
 
 
 def parse_sizing(block: Mapping, exploratory: bool) -> Sizing:

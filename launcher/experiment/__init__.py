@@ -15,8 +15,9 @@ Each stage is an ordinary sweep (its own jobs, evidence and bundle), so re-runni
 resumes: accepted jobs are never re-run. The spec is parsed and the verdict decided by
 ``evidence.verdict``; this package checks, plans and sequences: ``study`` (the spec against the config
 and the command line), ``registration``, ``runner`` (each stage's jobs), ``probe`` (its checks),
-``budget``, ``dry_run`` and ``stages`` (the real run). Every refusal is one line, before the stage it
-concerns starts.
+``budget``, ``dry_run``, ``stages`` (the real run: each decision between stages made in one place) and
+``chain`` (``wait=false`` on Slurm: the stages as a chain of Slurm jobs, each decision a job of its own, and
+no launcher waiting). Every refusal is one line, before the stage it concerns starts.
 """
 
 from __future__ import annotations
@@ -28,32 +29,30 @@ from omegaconf import DictConfig
 
 from evidence.verdict.spec import Study
 from launcher.errors import PreflightError
-from launcher.experiment.budget import check_budget, wall_cap
+from launcher.experiment.budget import check_budget
 from launcher.experiment.dry_run import dry_run
 from launcher.experiment.errors import ExperimentError, ExperimentFailed
-from launcher.experiment.registration import (
-    REGISTRATION,
-    check_registration,
-    overrides_for_record,
-    register,
-    spec_changes,
-)
-from launcher.experiment.runner import Runner, experiment_dir, split_overrides
+from launcher.experiment.registration import REGISTRATION, register, spec_changes
+from launcher.experiment.runner import experiment_dir, runner_for
 from launcher.experiment.stages import run_stages
-from launcher.experiment.study import check_arm_settings, check_user_overrides, compose, load_study
+from launcher.experiment.study import check_arm_settings, compose, load_study
 
 
 def run_experiment(cfg: DictConfig, overrides: list[str], exp_dir: Path, name: str) -> int:
-    """Check the spec and the directory, then run (or dry-run) every stage in order; an exit code."""
+    """Check the spec and the directory, then run (or dry-run) every stage in order, or (``wait=false`` on Slurm)
+    submit them as a chain of Slurm jobs and return; an exit code."""
+    # The chain asks Slurm (the back end's package): imported when an experiment runs, not with this package (a plain
+    # sweep's check that its directory is no experiment's stage imports the registration alone).
+    from launcher.experiment.chain import experiment_lock, submit_chain  # noqa: PLC0415
+
     try:
-        study = load_study(cfg.experiment, name)
-        user, launcher = split_overrides(overrides)
-        check_user_overrides(study, user)
-        check_arm_settings(study, user)
-        recorded = overrides_for_record(overrides)
-        check_registration(exp_dir, study, recorded)
-        runner = Runner(study, exp_dir, user, [*launcher, *wall_cap(study, cfg.cluster)], bool(cfg.dry_run))
-        return dry_run(runner) if runner.dry_run else run_stages(runner, recorded)
+        runner, recorded = runner_for(cfg, overrides, exp_dir, name)
+        if runner.dry_run:
+            return dry_run(runner)
+        if not runner.wait:
+            return submit_chain(runner, recorded, overrides, name, cfg.cluster)
+        with experiment_lock(exp_dir):  # no chain of this experiment is running meanwhile
+            return run_stages(runner, recorded)
     except PreflightError as exc:
         print(f"proofgrid: error: {exc}", file=sys.stderr)
         return 2

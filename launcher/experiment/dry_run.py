@@ -11,7 +11,7 @@ from evidence.verdict.stages import CONFIRM_STAGE, PROBE_STAGE, TUNING_STAGE
 from launcher.experiment.probe import DEFAULT_MIN_COSINE
 from launcher.experiment.runner import Runner, stage_header
 from launcher.jobs import check_arms
-from launcher.plan import expanded_commands
+from launcher.plan import dry_run_lines
 from launcher.spec import Sweep
 from launcher.sweep import jobs_checked
 
@@ -19,7 +19,7 @@ from launcher.sweep import jobs_checked
 def show(sweep: Sweep) -> None:
     """A stage's plan, checked against what its directory already ran and printed; nothing is written."""
     check_arms(sweep.sweep_dir, sweep.arms)
-    print("\n".join(expanded_commands(sweep)))
+    print("\n".join(dry_run_lines(sweep)))
     print(f"dry run: {jobs_checked(sweep)} checked, nothing submitted or written")
 
 
@@ -29,6 +29,10 @@ def dry_run(runner: Runner) -> int:
     print(f"experiment {study.name}: {study.experiment.criterion.treatment} vs {study.experiment.criterion.baseline}, "
           f"spec sha256 {study.sha256}")
     print(f"directory: {runner.exp_dir} (a run of this command writes there; this dry run writes nothing)")
+    if not runner.wait:
+        print("wait=false: the stages run as a chain of Slurm jobs, each stage's array followed (--dependency=afterany) "
+              "by a one-CPU decision job (python -m launcher experiment-step <dir> <k>) that seals it, decides and submits "
+              "the next; the launcher returns once the probe is submitted")
     stage_header(PROBE_STAGE, f"{runner.probe_steps()} step(s) of every arm, seed {study.experiment.seeds[0]}")
     show(runner.plan(PROBE_STAGE, runner.probe_cells()))
     grad = study.probe.get("gradient_check")
@@ -56,7 +60,7 @@ def dry_run(runner: Runner) -> int:
                                     f"registered before any seed runs)")
     confirm = runner.plan(CONFIRM_STAGE, runner.confirm_cells(selected, sizing.min if sizing else None))
     if selected:  # illustrative settings: a directory that ran other winners is no contradiction
-        print("\n".join(expanded_commands(confirm)))
+        print("\n".join(dry_run_lines(confirm)))
     else:
         show(confirm)
     c = study.experiment.criterion

@@ -17,6 +17,7 @@ from evidence.stats import CI_LEVEL
 from evidence.verdict.spec import Study
 from evidence.verdict.stages import STAGES
 from facts import atomic_write_json, sha256_file, sweep_jobs_dir
+from facts.plan import PLAN_DIGEST_FIELD, plan_digest, plan_jobs
 from launcher.experiment.errors import ExperimentError
 from launcher.grid import LAUNCHER_KEYS
 
@@ -98,16 +99,28 @@ def check_registration(exp_dir: Path, study: Study, overrides: list[str]) -> Non
                               f"[{' '.join(overrides)}]; repeat them to resume, or use a new hydra.run.dir")
 
 
-def register(exp_dir: Path, study: Study, overrides: list[str]) -> None:
-    """Record the spec's SHA256 as the first job starts (never rewritten once there)."""
+def register(exp_dir: Path, study: Study, overrides: list[str], sweeps: list | None = None) -> None:
+    """Record the spec's SHA256 as the first job starts (never rewritten once there), with the plan of every stage
+    as planned then (``plans_record``: ``sweeps``, each a stage's planned ``Sweep``)."""
     if (exp_dir / REGISTRATION).is_file():
         return
     exp_dir.mkdir(parents=True, exist_ok=True)
     (exp_dir / EXPERIMENT_FILE).write_text(study.text)
+    plans = plans_record(sweeps or [])
     atomic_write_json(exp_dir / REGISTRATION, {
         "experiment": study.name, "spec_sha256": sha256_file(exp_dir / EXPERIMENT_FILE), "overrides": overrides,
         "registered": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **({"plans": plans, PLAN_DIGEST_FIELD: plan_digest(plans)} if plans else {}),
         **({"sizing": sizing_record(study)} if study.experiment.sizing is not None else {})})
+
+
+def plans_record(sweeps: list) -> dict:
+    """Each stage's plan as the launcher plans it before the first job starts: its digest (``facts.plan``) and its
+    jobs. A stage whose jobs depend on an earlier result is planned as the budget counts it (the confirm stage at
+    each arm's first tuning value; a sized design's first look), and its later plans are recorded in its own
+    ``sweep.json`` (``earlier_plans``) before their jobs start."""
+    return {sweep.stage: {PLAN_DIGEST_FIELD: plan_digest(sweep.plan()), "jobs": plan_jobs(sweep.plan())}
+            for sweep in sweeps}
 
 
 def sizing_record(study: Study) -> dict:

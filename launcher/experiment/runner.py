@@ -8,14 +8,16 @@ seed and the launcher's settings.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from evidence.verdict.spec import DEFAULT_PROBE_STEPS, Study
 from evidence.verdict.stages import CONFIRM_STAGE, TUNING_STAGE
 from facts.certify import CERTIFY_FIELD
+from launcher.experiment.budget import wall_cap
 from launcher.experiment.errors import ExperimentError
-from launcher.experiment.study import check_arm_labels
+from launcher.experiment.registration import check_registration, overrides_for_record
+from launcher.experiment.study import check_arm_labels, check_arm_settings, check_user_overrides, load_study
 from launcher.grid import LAUNCHER_KEYS
 from launcher.plan import plan_cells
 
@@ -44,6 +46,8 @@ class Runner:
     user: dict[str, str]  # trainer overrides from the command line: every stage, every arm
     launcher: list[str]  # launcher overrides (dry_run, cluster, ...) and the budget's wall cap
     dry_run: bool
+    wait: bool = True  # wait=false on Slurm: the stages run as a chain of Slurm jobs (``launcher.experiment.chain``)
+    cache: dict = field(default_factory=dict, repr=False)  # what one process plans once (``stages._later``)
 
     def stage_dir(self, stage: str) -> Path:
         return self.exp_dir / stage
@@ -54,7 +58,7 @@ class Runner:
         look) carry the pre-registration digest from before the job runs (``Sweep.registered``)."""
         sweep = plan_cells(cells, self.stage_dir(stage))
         check_arm_labels(self.study, sweep)
-        return sweep.registered(self.study.sha256)
+        return sweep.registered(self.study.sha256, stage)
 
     def probe_steps(self) -> int:
         return self.study.probe.get("steps", DEFAULT_PROBE_STEPS)
@@ -91,6 +95,22 @@ class Runner:
         launcher = self.stage_launcher(CONFIRM_STAGE)
         return [_cell(s.settings, overrides, selected.get(arm, {}), self.user, seed=seed, launcher=launcher)
                 for arm, overrides in s.experiment.arms.items() for seed in s.experiment.seeds[:seeds]]
+
+
+def runner_for(cfg, overrides: list[str], exp_dir: Path, name: str, check_arms: bool = True) -> tuple[Runner, list[str]]:
+    """The run of ``cfg`` (``launch.py``'s composed config, or a decision job's composed again from the same
+    ``overrides``) in ``exp_dir``, checked against the spec and the registration (a changed spec or other overrides
+    in a directory that ran are refused), and the overrides it registers. ``check_arms``: compose every arm to check
+    its settings (the launcher's check before anything starts; a decision job's spec is the registered one)."""
+    study = load_study(cfg.experiment, name)
+    user, launcher = split_overrides(overrides)
+    check_user_overrides(study, user)
+    if check_arms:
+        check_arm_settings(study, user)
+    recorded = overrides_for_record(overrides)
+    check_registration(exp_dir, study, recorded)
+    runner = Runner(study, exp_dir, user, [*launcher, *wall_cap(study, cfg.cluster)], bool(cfg.dry_run), bool(cfg.wait))
+    return runner, recorded
 
 
 def stage_header(stage: str, text: str) -> None:

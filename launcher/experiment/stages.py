@@ -1,17 +1,27 @@
 """The experiment's real run, stage by stage: probe -> (budget) -> tuning -> confirm -> verdict.
 
 Each stage is an ordinary sweep of its own (jobs, evidence, bundle), so the same command resumes:
-accepted jobs are never re-run. The spec is pre-registered as the first job starts. A stage's writing
-(its jobs, its seal, the records the runner puts beside it) holds the stage's sweep lock, as a plain
-launcher does: a second launcher, a build or a signing of its evidence meanwhile is refused at once.
+accepted jobs are never re-run. The spec is pre-registered before the first job starts. What runs next is
+decided in one place, ``decide``: given the step just reached (``BEGIN``, or the stage that has just run and
+been sealed), it makes the decision between stages (the probe's checks and the budget, the selection from the
+tuning bundle, the grid extension at an edge, a sized design's second look, the verdict) and returns the next
+stage's planned sweep (``Next``) or the experiment's exit code. The waiting launcher (``run_stages``) runs each
+``Next`` and seals it; ``wait=false`` on Slurm (``launcher.experiment.chain``) submits each as an array followed
+by a decision job that seals it and calls ``decide`` in turn. A stage's writing (its jobs, its seal, the records
+the runner puts beside it) holds the stage's sweep lock, as a plain launcher does: a second launcher, a build or
+a signing of its evidence meanwhile is refused at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from evidence.dataset import EXPERIMENT_FILE, load_bundle_data
+from evidence.problems import EvidenceError
 from evidence.verdict.probe import over_budget, plan_cost
 from evidence.verdict.record import VERDICT_FILE
 from evidence.verdict.selection import Selection, extend_grid, select_from_bundle
@@ -27,28 +37,9 @@ from launcher.experiment.probe import probe_checks
 from launcher.experiment.registration import register
 from launcher.experiment.runner import Runner, stage_header
 from launcher.locks import sweep_lock
+from launcher.overrides import one_line
+from launcher.spec import Sweep
 from launcher.sweep import run_sweep
-
-
-def _run(sweep) -> int:
-    """One stage's sweep, run holding its directory's lock (``launcher.locks.sweep_lock``)."""
-    with sweep_lock(sweep.sweep_dir):
-        return run_sweep(sweep)
-
-
-def _bundle_data(runner: Runner, stage: str) -> Path:
-    return bundle_payload_dir(runner.stage_dir(stage) / BUNDLE_DIR)
-
-
-def run_probe(runner: Runner, recorded: list[str]) -> dict:
-    """Pre-register, run the probe's few steps of every arm and check them; its record (``probe.json``)."""
-    probe = runner.plan(PROBE_STAGE, runner.probe_cells())
-    register(runner.exp_dir, runner.study, recorded)  # the first job is about to start
-    stage_header(PROBE_STAGE, f"{len(probe.specs)} job(s)")
-    code = _run(probe)
-    if code != 0 and not (_bundle_data(runner, PROBE_STAGE) / INDEX_TABLE).is_file():
-        raise ExperimentFailed("probe failed: its sweep did not complete; see the messages above")
-    return probe_checks(runner, load_bundle_data(_bundle_data(runner, PROBE_STAGE)))
 
 
 def plan_later_stages(runner: Runner, grids: dict[str, list[str]], seeds: int | None = None) -> list:
@@ -84,50 +75,6 @@ def check_planned_budget(runner: Runner, record: dict, planned: list, first_look
              ": within the budget"))
 
 
-def _select(runner: Runner, bundle: Path) -> dict[str, Selection]:
-    try:
-        return select_from_bundle(runner.study.experiment, bundle)
-    except VerdictError as exc:
-        raise ExperimentFailed(f"tuning: {exc}") from None
-
-
-def run_tuning(runner: Runner, grids: dict[str, list[str]]) -> dict[str, dict[str, str]]:
-    """Run the grid, select per arm; an edge winner extends its grid once when the spec says so."""
-    tuning = runner.study.experiment.tuning
-    bundle = runner.stage_dir(TUNING_STAGE) / BUNDLE_DIR
-    stage_header(TUNING_STAGE, f"{sum(map(len, grids.values())) * len(runner.study.tuning_seeds)} job(s)")
-    _run(runner.plan(TUNING_STAGE, runner.tuning_cells(grids)))
-    chosen = _select(runner, bundle)
-    if tuning.on_edge == "extend":
-        edges = {arm: s.edge for arm, s in chosen.items() if s.edge}
-        if edges:
-            for arm, side in edges.items():
-                value = extend_grid(grids[arm], side)
-                grids[arm] = [value, *grids[arm]] if side == "low" else [*grids[arm], value]
-                print(f"tuning: {arm}'s best {tuning.setting}={chosen[arm].value} is on the {side} edge; "
-                      f"extending its grid once with {value}")
-            _run(runner.plan(TUNING_STAGE, runner.tuning_cells(grids)))
-            chosen = _select(runner, bundle)
-    print("tuning selected: " + "; ".join(
-        f"{arm} {s.setting}={s.value}" + (f" (on the {s.edge} edge)" if s.edge else "") for arm, s in chosen.items()))
-    return {arm: {s.setting: s.value} for arm, s in chosen.items()}
-
-
-def _confirm_look(runner: Runner, selected: dict[str, dict[str, str]], seeds: int | None, what: str) -> tuple[int, dict]:
-    """The confirm stage over the spec's (first ``seeds``) seeds, with the spec beside the sweep (its bundle carries
-    the verdict): the exit code and ``verdict.json``."""
-    study = runner.study
-    confirm = runner.plan(CONFIRM_STAGE, runner.confirm_cells(selected, seeds))  # bound to the spec's SHA256
-    with sweep_lock(runner.stage_dir(CONFIRM_STAGE)):  # the spec beside the sweep, its jobs and its seal
-        (runner.stage_dir(CONFIRM_STAGE) / EXPERIMENT_FILE).write_text(study.text)
-        stage_header(CONFIRM_STAGE, f"{len(confirm.specs)} job(s){what}")
-        code = run_sweep(confirm)
-    verdict = _bundle_data(runner, CONFIRM_STAGE) / VERDICT_FILE
-    if not verdict.is_file():
-        raise ExperimentFailed("no verdict: the confirm stage's bundle was not built; see the messages above")
-    return code, json.loads(verdict.read_text())
-
-
 def second_look_seeds(runner: Runner, v: dict, record: dict) -> int | None:
     """A sized design's second look, from its first look's verdict: the seeds it needs (None: the first look
     stopped, as its rule allows, or decided), refused in one line when their plan is over the spec's budget."""
@@ -161,24 +108,6 @@ def _sized_before(runner: Runner) -> int | None:
     return sizing["first_look"]["required_seeds"] if isinstance(sizing, dict) and sizing.get("look") == 2 else None
 
 
-def run_confirm(runner: Runner, selected: dict[str, dict[str, str]], record: dict) -> int:
-    """Every arm at its selected setting over the spec's seeds (a sized design: its first look's, then the
-    seeds its first look sizes); prints the verdict line."""
-    sizing = runner.study.experiment.sizing
-    sized = _sized_before(runner)
-    if sizing is None:
-        code, v = _confirm_look(runner, selected, None, "")
-    elif sized is not None:  # resumed after the second look was sized: its first look's seeds never re-run
-        code, v = _confirm_look(runner, selected, sized, f", the second look: seeds 1..{sized}")
-    else:
-        code, v = _confirm_look(runner, selected, sizing.min, f", the first look of a sized design ({sizing.spending})")
-        need = second_look_seeds(runner, v, record)
-        if need is not None:
-            code, v = _confirm_look(runner, selected, need, f", the second look: seeds 1..{need}")
-    print(verdict_line(v, f"{runner.stage_dir(CONFIRM_STAGE).name}/{BUNDLE_ARCHIVE}"))
-    return code
-
-
 def verdict_line(v: dict, bundle: str) -> str:
     """The confirm stage's printed line, from its ``verdict.json``: the verdict with its marks (under-powered:
     a FAILED verdict whose interval still reaches the threshold; provisional), the rule, the mean difference
@@ -190,23 +119,176 @@ def verdict_line(v: dict, bundle: str) -> str:
             f"{len(family['treatments'])} treatments against {family['baseline']}, Holm-corrected at family-wise "
             f"α {family['alpha']:.2g}; bundle {bundle}",
             *(f"   {c['arms']['treatment']['name']}: " + verdict_line(c, bundle).split(": ", 1)[1].rsplit(
-                "; bundle ", 1)[0] + f"; Holm-adjusted p {c['holm']['adjusted_p_value']:.3g}"
+                "; bundle ", 1)[0] + ("" if (c.get("claim") or {}).get("sentence") else
+                                      f"; Holm-adjusted p {c['holm']['adjusted_p_value']:.3g}")
               for c in v["comparisons"])])
     ci = v["difference_ci95"]
     marks = (" (under-powered)" if v["verdict"] == FAILED and v.get("under_powered") else "") \
         + (" (provisional)" if v["provisional"] else "")
+    missing = (v.get("claim") or {}).get("sentence")  # the design lacks what an interval needs: no interval shown
+    shown = (f" {v['metric']['units']} ({missing})" if missing else
+             (f" [{ci[0]:+.3g}, {ci[1]:+.3g}]" if ci else "") + f" {v['metric']['units']}")
     return (f"verdict: {v['verdict']}{marks} by rule {v['rule']}: {v['metric']['name']} difference "
-            f"{v['difference_mean']:+.3g}" + (f" [{ci[0]:+.3g}, {ci[1]:+.3g}]" if ci else "")
-            + f" {v['metric']['units']}; bundle {bundle}")
+            f"{v['difference_mean']:+.3g}{shown}; bundle {bundle}")
+
+
+
+
+# The steps of ``decide``: the start, and each one named after what has just run and been sealed.
+BEGIN = "begin"
+AFTER_PROBE = PROBE_STAGE
+AFTER_TUNING = TUNING_STAGE
+AFTER_EXTENSION = "tuning-extended"  # the tuning grid extended once at an edge winner (on_edge: extend)
+AFTER_FIRST_LOOK = "confirm-first-look"  # a sized design's first look
+AFTER_CONFIRM = CONFIRM_STAGE  # the confirm stage as a whole (its only look, or a sized design's second)
+STEPS = (BEGIN, AFTER_PROBE, AFTER_TUNING, AFTER_EXTENSION, AFTER_FIRST_LOOK, AFTER_CONFIRM)
+
+
+@dataclass
+class Next:
+    """The stage to run next: its planned sweep, the step that decides once it has run and been sealed, and the
+    stage header's text (None: the stage continues, as a tuning grid's extension does)."""
+
+    stage: str
+    sweep: Sweep
+    after: str
+    header: str | None
+
+
+def decide(runner: Runner, step: str, code: int, recorded: list[str]) -> Next | int:
+    """The decision at ``step`` (``BEGIN``, or the ``after`` of the stage that has just run and been sealed, its
+    seal's exit code ``code``): the next stage to run, or the experiment's exit code once the verdict is printed.
+    Raises ``ExperimentFailed`` (or ``ExperimentError``) in one line when the result stops the experiment. At
+    ``BEGIN`` the spec and the plan of every stage are pre-registered (``recorded``: the run's overrides)."""
+    if step == BEGIN:
+        later = _later(runner)
+        probe = runner.plan(PROBE_STAGE, runner.probe_cells())
+        register(runner.exp_dir, runner.study, recorded, [probe, *(later[1] if later[1] is not None else later[0])])
+        return Next(PROBE_STAGE, probe, AFTER_PROBE, f"{len(probe.specs)} job(s)")
+    if step == AFTER_PROBE:
+        if code != 0 and not (_bundle_data(runner, PROBE_STAGE) / INDEX_TABLE).is_file():
+            raise ExperimentFailed("probe failed: its sweep did not complete; see the messages above")
+        record = probe_checks(runner, load_bundle_data(_bundle_data(runner, PROBE_STAGE)))
+        check_planned_budget(runner, record, *_later(runner))
+        grids = _grids(runner)
+        if grids:
+            tuning = runner.plan(TUNING_STAGE, runner.tuning_cells(grids))
+            return Next(TUNING_STAGE, tuning, AFTER_TUNING, f"{len(tuning.specs)} job(s)")
+        return _confirm(runner, {})
+    if step == AFTER_TUNING:
+        chosen = _select(runner)
+        edges = {arm: s.edge for arm, s in chosen.items() if s.edge}
+        if runner.study.experiment.tuning.on_edge == "extend" and edges:
+            grids = _grids(runner)
+            for arm, side in edges.items():
+                value = extend_grid(grids[arm], side)
+                grids[arm] = [value, *grids[arm]] if side == "low" else [*grids[arm], value]
+                print(f"tuning: {arm}'s best {chosen[arm].setting}={chosen[arm].value} is on the {side} edge; "
+                      f"extending its grid once with {value}")
+            return Next(TUNING_STAGE, runner.plan(TUNING_STAGE, runner.tuning_cells(grids)), AFTER_EXTENSION, None)
+        return _confirm(runner, _selected(chosen))
+    if step == AFTER_EXTENSION:
+        return _confirm(runner, _selected(_select(runner)))
+    if step == AFTER_FIRST_LOOK:
+        need = second_look_seeds(runner, _verdict(runner), json.loads(
+            (runner.stage_dir(PROBE_STAGE) / PROBE_RECORD).read_text()))
+        if need is not None:
+            selected = _selected(_select(runner), quiet=True) if _grids(runner) else {}
+            return _confirm_look(runner, selected, need, f", the second look: seeds 1..{need}", AFTER_CONFIRM)
+    elif step != AFTER_CONFIRM:
+        raise ValueError(f"unknown step {step!r}; one of {', '.join(STEPS)}")
+    print(verdict_line(_verdict(runner), f"{runner.stage_dir(CONFIRM_STAGE).name}/{BUNDLE_ARCHIVE}"))
+    return code
+
+
+def _grids(runner: Runner) -> dict[str, list[str]]:
+    return runner.tuning_grids() if runner.study.experiment.tuning is not None else {}
+
+
+def _later(runner: Runner) -> tuple[list, list | None]:
+    """Every later stage as planned before the probe (``plan_later_stages``), and a sized design's first look:
+    what the registration binds and the budget counts; planned once per process (composing every cell)."""
+    if "later" not in runner.cache:
+        sizing = runner.study.experiment.sizing
+        runner.cache["later"] = (plan_later_stages(runner, _grids(runner)),
+                                 plan_later_stages(runner, _grids(runner), sizing.min) if sizing is not None else None)
+    return runner.cache["later"]
+
+
+def _bundle_data(runner: Runner, stage: str) -> Path:
+    return bundle_payload_dir(runner.stage_dir(stage) / BUNDLE_DIR)
+
+
+def _select(runner: Runner) -> dict[str, Selection]:
+    """Per arm, the winner in the tuning stage's sealed bundle (``evidence.verdict.selection``)."""
+    try:
+        return select_from_bundle(runner.study.experiment, runner.stage_dir(TUNING_STAGE) / BUNDLE_DIR)
+    except VerdictError as exc:
+        raise ExperimentFailed(f"tuning: {exc}") from None
+
+
+def _selected(chosen: dict[str, Selection], quiet: bool = False) -> dict[str, dict[str, str]]:
+    if not quiet:
+        print("tuning selected: " + "; ".join(
+            f"{arm} {s.setting}={s.value}" + (f" (on the {s.edge} edge)" if s.edge else "") for arm, s in chosen.items()))
+    return {arm: {s.setting: s.value} for arm, s in chosen.items()}
+
+
+def _confirm(runner: Runner, selected: dict[str, dict[str, str]]) -> Next:
+    """The confirm stage at the selected settings: over the spec's seeds; a sized design's first look, or its second
+    look when an earlier run of this experiment sized it (its first look's seeds never re-run)."""
+    sizing = runner.study.experiment.sizing
+    if sizing is None:
+        return _confirm_look(runner, selected, None, "", AFTER_CONFIRM)
+    sized = _sized_before(runner)
+    if sized is not None:
+        return _confirm_look(runner, selected, sized, f", the second look: seeds 1..{sized}", AFTER_CONFIRM)
+    return _confirm_look(runner, selected, sizing.min, f", the first look of a sized design ({sizing.spending})",
+                         AFTER_FIRST_LOOK)
+
+
+def _confirm_look(runner: Runner, selected: dict[str, dict[str, str]], seeds: int | None, what: str, after: str) -> Next:
+    confirm = runner.plan(CONFIRM_STAGE, runner.confirm_cells(selected, seeds))  # bound to the spec's SHA256
+    return Next(CONFIRM_STAGE, confirm, after, f"{len(confirm.specs)} job(s){what}")
+
+
+def _verdict(runner: Runner) -> dict:
+    """The confirm stage's ``verdict.json``, as its seal wrote it."""
+    verdict = _bundle_data(runner, CONFIRM_STAGE) / VERDICT_FILE
+    if not verdict.is_file():
+        raise ExperimentFailed("no verdict: the confirm stage's bundle was not built; see the messages above")
+    return json.loads(verdict.read_text())
+
+
+def spec_beside(runner: Runner, sweep: Sweep) -> None:
+    """The spec as run beside a stage's sweep: every stage's bundle carries the spec its records name."""
+    (sweep.sweep_dir / EXPERIMENT_FILE).parent.mkdir(parents=True, exist_ok=True)
+    (sweep.sweep_dir / EXPERIMENT_FILE).write_text(runner.study.text)
+
+
+@contextlib.contextmanager
+def stage_evidence(sweep_dir: Path) -> Iterator[None]:
+    """A stage's seal inside: evidence it refuses is one line naming the stage's directory to build once fixed."""
+    try:
+        yield
+    except EvidenceError as exc:  # the jobs ran; the stage's evidence was not sealed
+        raise ExperimentFailed(f"{sweep_dir.name}: the jobs ran but the evidence was not sealed: "
+                               f"{one_line(exc)}; fix that, then python -m evidence build {sweep_dir}") from None
+
+
+def _run(runner: Runner, sweep: Sweep) -> int:
+    """One stage's sweep run to its end and sealed, holding its directory's lock (``launcher.locks.sweep_lock``),
+    with the spec beside it."""
+    with sweep_lock(sweep.sweep_dir), stage_evidence(sweep.sweep_dir):
+        spec_beside(runner, sweep)
+        return run_sweep(sweep)
 
 
 def run_stages(runner: Runner, recorded: list[str]) -> int:
-    """probe -> (budget) -> tuning -> confirm -> verdict; each stage resumes from its own sweep."""
-    grids = runner.tuning_grids() if runner.study.experiment.tuning is not None else {}
-    planned = plan_later_stages(runner, grids)
-    sizing = runner.study.experiment.sizing
-    first_look = plan_later_stages(runner, grids, sizing.min) if sizing is not None else None
-    record = run_probe(runner, recorded)
-    check_planned_budget(runner, record, planned, first_look)
-    selected = run_tuning(runner, grids) if grids else {}
-    return run_confirm(runner, selected, record)
+    """probe -> (budget) -> tuning -> confirm -> verdict, waiting for each stage; each resumes from its own sweep."""
+    step, code = BEGIN, 0
+    while not isinstance(nxt := decide(runner, step, code, recorded), int):
+        if nxt.header is not None:
+            stage_header(nxt.stage, nxt.header)
+        code, step = _run(runner, nxt.sweep), nxt.after
+    return nxt

@@ -42,8 +42,8 @@ def check_user_overrides(study: Study, user: dict[str, str]) -> None:
 
 
 def check_arm_settings(study: Study, user: dict[str, str] | None = None) -> None:
-    """Every arm and shared setting names a real setting, and the criterion's metric is one every arm
-    logs (with the command line's ``user`` overrides)."""
+    """Every arm and shared setting names a real setting, the criterion's metric is one every arm logs (with the
+    command line's ``user`` overrides), and a collapse criterion on an evaluation can see a collapse."""
     extra = [study.settings, *(b.get("settings", {}) for b in (study.probe.get("gradient_check") or {},
                                                               study.probe.get("staleness_check") or {}))]
     for where, overrides in [*((f"arm {a}", o) for a, o in study.experiment.arms.items()),
@@ -55,15 +55,35 @@ def check_arm_settings(study: Study, user: dict[str, str] | None = None) -> None
     cfgs = {arm: compose([f"{k}={v}" for k, v in {**study.settings, **overrides, **(user or {})}.items()])
             for arm, overrides in study.experiment.arms.items()}
     check_arms_differ(study, cfgs)
+    check_collapse_observable(study, cfgs)
     for arm, cfg in cfgs.items():
         if measure.is_eval:
             k = int(cfg.workload.eval.k)
             logged = {"eval/mean_reward", "eval/truncation", *(f"eval/pass@{j}" for j in range(1, k + 1))}
         else:
-            logged = set(metric_keys(algo_config(cfg)))
+            logged = set(metric_keys(algo_config(cfg), str(cfg.workload.engine)))
         if measure.metric not in logged:
             raise ExperimentError(f"experiment {study.name}: criterion metric {measure.metric} is logged by no run of "
                                   f"arm {arm}; choose one of {', '.join(sorted(logged))}")
+
+
+def check_collapse_observable(study: Study, cfgs: dict[str, DictConfig]) -> None:
+    """A collapse criterion (``criterion.collapse``: the baseline drops more than X from its own peak) on an
+    evaluation metric needs evaluations during training: with ``workload.eval.every`` 0 (or not below
+    ``workload.n_updates``) a run is evaluated at its initial and final checkpoints only, its "peak" is one of the
+    two and a rise-then-collapse between them is never seen, so the criterion could never fire. Refused in one
+    line naming the arm and the fix. (A training metric's curve is every step's: always observable.)"""
+    criterion = study.experiment.criterion
+    if criterion.collapse_drop is None or not criterion.measure.is_eval:
+        return
+    for arm, cfg in cfgs.items():
+        every, steps = int(cfg.workload.eval.get("every", 0) or 0), int(cfg.workload.n_updates)
+        if not 0 < every < steps:
+            raise ExperimentError(
+                f"experiment {study.name}: criterion.collapse needs evaluations during training, but arm {arm} "
+                f"has workload.eval.every={every} with workload.n_updates={steps}, so {criterion.measure.metric}'s "
+                f"peak is its initial or final value and a collapse between them is never seen; set "
+                f"workload.eval.every below n_updates (e.g. {max(steps // 4, 1)}) in settings, or drop criterion.collapse")
 
 
 def compose(overrides: list[str]) -> DictConfig:

@@ -12,9 +12,11 @@ from launcher.local.options import (
            check_environment,
            check_profile,
            check_resources,
+           job_limits,
            local_concurrency,
            usable_cores,
 )
 
-__all__ = ["check_environment", "check_profile", "check_resources", "describe", "in_flight", "local_concurrency",
+__all__ = ["check_environment", "check_profile", "check_resources", "describe", "in_flight", "job_limits",
+           "local_concurrency",
            "print_failures", "refresh_job_records", "submit", "usable_cores"]

@@ -8,6 +8,7 @@ import os
 from omegaconf import DictConfig
 
 from launcher.errors import PreflightError
+from launcher.sizing import GIB, Limits, gpu_name
 from launcher.spec import MULTINODE_NEEDS_SLURM, allocation_shape
 
 
@@ -51,6 +52,33 @@ def check_resources(workload: DictConfig, cluster: DictConfig, dp_size: int = 1)
                 f"workload {workload.name} needs {workload.gpus_per_job} GPU(s) per job and "
                 f"{torch.cuda.device_count()} are visible; run on a GPU node or cluster=slurm"
             )
+
+
+def machine_memory() -> int | None:
+    """This machine's physical memory in bytes (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def job_limits(cluster: DictConfig, workload: DictConfig, dry_run: bool) -> Limits:
+    """This machine's memory, shared by the jobs that run at once (``local_concurrency``), and its first GPU's
+    memory for a GPU workload; no time limit."""
+    memory = machine_memory()
+    concurrent = local_concurrency(int(workload.cpus_per_job), cluster.get("max_parallel"))
+    gpu_memory, gpu_from, gpu_model = None, "", None
+    if int(workload.gpus_per_job) > 0:
+        import torch  # a GPU workload's plan imports it already (check_resources)
+
+        if torch.cuda.device_count():
+            props = torch.cuda.get_device_properties(0)
+            gpu_memory, gpu_from = float(props.total_memory), f"this machine's GPU 0, {props.name}"
+            gpu_model = gpu_name(props.name)
+    return Limits(node_memory=float(memory) if memory else None,
+                  node_memory_from=f"this machine's memory ({memory / GIB:.1f} GiB)" if memory else "",
+                  concurrent=concurrent, gpu_model=gpu_model, gpu_memory=gpu_memory, gpu_memory_from=gpu_from,
+                  time_from="local processes run until they end")
 
 
 def check_environment(cluster: DictConfig, dry_run: bool) -> None:

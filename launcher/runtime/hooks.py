@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import enum
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,14 +96,16 @@ class JobHooks:
     def begin(self, job_dir: Path) -> None:
         """The run has begun (its RUNNING record is written): what the scheduler knows of earlier ones."""
 
-    def start_services(self, roots: JobRoots, block: PortBlock, env: dict[str, str],
-                       ray_cpus: int) -> tuple[dict[str, str], JobRay | None]:
+    def start_services(self, roots: JobRoots, block: PortBlock, env: dict[str, str], ray_cpus: int,
+                       confine: Callable[[], None] | None = None,
+                       contain: Callable[[list[str]], list[str]] | None = None) -> tuple[dict[str, str], JobRay | None]:
         """What this runtime starts beside its trainer, on its own roots and ports, and the variables that
         adds to the trainer's environment: the job-scoped Ray head on this machine when the workload
-        uses Ray (``ray_cpus > 0``)."""
+        uses Ray (``ray_cpus > 0``), held to the job's write guard (``confine``, its ``preexec_fn``), in the
+        job's container image when it has one (``contain``: the command as the container runtime's)."""
         if ray_cpus <= 0:
             return {}, None
-        ray = JobRay(roots, block, ray_cpus, env)
+        ray = JobRay(roots, block, ray_cpus, env, confine=confine, contain=contain)
         try:
             return {"RAY_ADDRESS": ray.start()}, ray
         except BaseException:

@@ -2,7 +2,13 @@
 
 The trainer runs in a process group of its own; the kernel kills it when its runtime dies (even by
 SIGKILL), the runtime waits for the group's helpers on their way out, and ``leftovers`` lists
-anything of the job still alive or held afterwards, which the job record keeps as an incident.
+anything of the job still alive or held afterwards, which the job record keeps as an incident. The
+runtime is the child subreaper of all it starts (``facts.processes.ProcessTree``): a process that left the
+trainer's group and session, or its environment, is still below the runtime, so it is listed, then ended
+(``JobProcesses.end``: scans, kills and reaps until several scans in a row find nothing, so a process that forks
+and exits in a loop is caught as its generations pass through the subreaper) before the job's record is written;
+a marked process outside the tree (started through a daemon with the job's environment) is ended too. Nothing
+of the job writes after its end.
 """
 
 from __future__ import annotations
@@ -13,9 +19,9 @@ import signal
 import time
 from pathlib import Path
 
+from facts.processes import END_LIMIT_S, ProcessTree, command_line, marked_processes, stop_being_subreaper
 from launcher.isolation import JobRoots
 from launcher.ports import BLOCK_SIZE, PortBlock, listening_ports
-from launcher.ray_runtime import leftover_processes
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 GROUP_EXIT_GRACE_S = 15.0  # helpers of a finished trainer (torch's resource tracker) still exiting
@@ -61,9 +67,25 @@ def wait_for_group_exit(pgid: int, grace_s: float = GROUP_EXIT_GRACE_S) -> None:
         time.sleep(0.1)
 
 
-def leftovers(roots: JobRoots, block: PortBlock) -> list[dict]:
-    """Everything the job left behind; must be empty, and a non-empty list is an incident."""
-    found = leftover_processes(roots.job_dir)
+class JobProcesses(ProcessTree):
+    """The job's processes, by descent from the runtime (made their child subreaper for the job): every process
+    below it but those it had before the job began (a test's runtime runs in pytest's process)."""
+
+    def end(self, own: set[int], limit_s: float = END_LIMIT_S) -> dict:
+        """End them all however they fork (``ProcessTree.end``); then the runtime adopts no more."""
+        try:
+            return super().end(own, limit_s)
+        finally:
+            stop_being_subreaper()
+
+
+def leftovers(roots: JobRoots, block: PortBlock, processes: JobProcesses | None = None) -> list[dict]:
+    """Everything the job left behind: its processes (below the runtime, or carrying the job's environment
+    marker), listeners on its ports, its Ray alias. Must be empty; a non-empty list is an incident."""
+    found = marked_processes(roots.job_dir)
+    if processes is not None:
+        marked = {item["pid"] for item in found}
+        found += [{"kind": "process", "pid": pid, "cmd": command_line(pid)} for pid in processes.alive() if pid not in marked]
     # Only listeners count: a port of the block that someone still *serves* on after the job.
     found += [{"kind": "port", "port": p} for p in still_listening(range(block.start, block.start + BLOCK_SIZE))]
     if roots.ray_alias.is_symlink() or roots.ray_alias.exists():

@@ -7,8 +7,8 @@ inside each task (the job runtime with Slurm's hooks, the requeue, the history).
 """
 
 from launcher.slurm.backend import cancel_sweep, in_flight, refresh_job_records, submit
-from launcher.slurm.options import check_environment, check_profile, check_resources
+from launcher.slurm.options import check_environment, check_profile, check_resources, job_limits
 from launcher.slurm.script import describe
 
 __all__ = ["cancel_sweep", "check_environment", "check_profile", "check_resources", "describe", "in_flight",
-           "refresh_job_records", "submit"]
+           "job_limits", "refresh_job_records", "submit"]

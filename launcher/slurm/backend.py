@@ -48,7 +48,9 @@ from launcher.slurm.script import (
     SUBMITIT_DIR,
     array_chunks,
     chunk_name,
+    container_parameters,
     job_name,
+    sbatch_options,
     submitit_parameters,
 )
 from launcher.slurm.states import (
@@ -100,14 +102,15 @@ def submit(sweep: Sweep, todo: list[JobSpec]) -> bool:
     if not todo:
         return True
     folder = _fresh_folder(sweep.sweep_dir)
-    executor = submitit.SlurmExecutor(folder=str(folder))
+    container = container_parameters(sweep)  # Pyxis: each step in the image, submitit's command its interpreter's
+    executor = submitit.SlurmExecutor(folder=str(folder), **({"python": container["python"]} if container else {}))
     arrays: list[str] = []
     record_path = sweep.sweep_dir / SWEEP_RECORD
     record = json.loads(record_path.read_text()) if record_path.exists() else {}
     for chunk in array_chunks(len(todo), max_array_size(sweep.cluster)):
         specs = [todo[i] for i in chunk]
         params = submitit_parameters(sweep.cluster, len(specs), chunk_name(sweep.sweep_dir, specs))
-        executor.update_parameters(**params)
+        executor.update_parameters(**params, **{k: v for k, v in container.items() if k != "python"})
         try:
             jobs = executor.map_array(run_task, specs)
         except FailedJobError as exc:  # sbatch refused: one line, and nothing left behind
@@ -124,6 +127,8 @@ def submit(sweep: Sweep, todo: list[JobSpec]) -> bool:
     atomic_write_json(record_path, record)  # `launcher status` and tests read it while the array runs
     what = f"array job {arrays[0]}" if len(arrays) == 1 else f"{len(arrays)} array jobs ({', '.join(arrays)})"
     print(f"submitted Slurm {what} with {len(todo)} task(s); sweep directory: {sweep.sweep_dir}")
+    if not sweep.wait and sweep.stage is not None:  # an experiment's stage: its decision job follows (its chain says)
+        return False
     if not sweep.wait:
         if sweep.cluster.get("seal_job"):
             seal_id = submit_seal_job(sweep, arrays)
@@ -140,26 +145,44 @@ def submit(sweep: Sweep, todo: list[JobSpec]) -> bool:
 
 
 SEAL_LOG = "seal.log"
+# A job of proofgrid's own code (a seal, an experiment's decision): one CPU, reading and writing files.
+HELPER_RESOURCES = ("--cpus-per-task=1", "--mem=2G", "--time=00:30:00")
+# What a helper job that computes like one of the sweep's jobs asks for: the profile's own request.
+JOB_RESOURCES = ("cpus-per-task", "mem", "time", "gres", "constraint")
+
+
+def job_resources(cluster) -> tuple[str, ...]:
+    """The profile's request for one job (CPUs, memory, time, GPUs, features) as sbatch options: a helper job that
+    computes as the sweep's jobs do (an experiment's probe decision running its gradient check) asks for as much."""
+    return tuple(f"--{k}={v}" for k, v in sbatch_options(cluster, 1).items() if k in JOB_RESOURCES)
 
 
 def submit_seal_job(sweep: Sweep, arrays: list[str]) -> str:
     """A one-CPU job that runs after every array has ended (``afterany``) and seals the bundle
     (``python -m launcher seal``), so ``wait=false`` still ends with a sealed, audited bundle."""
-    cluster = sweep.cluster
-    argv = ["sbatch", "--parsable", f"--dependency=afterany:{':'.join(arrays)}", "--kill-on-invalid-dep=no",
-            f"--job-name={job_name(sweep.sweep_dir, 'seal')}", f"--partition={cluster.partition}",
-            "--cpus-per-task=1", "--mem=2G", "--time=00:30:00", f"--output={sweep.sweep_dir / SEAL_LOG}",
-            *(f"--{k}={cluster.get(k)}" for k in ("account", "qos") if cluster.get(k)),
-            f"--chdir={REPO_ROOT}", "--wrap",
-            f"{shlex.quote(sys.executable)} -m launcher seal {shlex.quote(str(sweep.sweep_dir))}"]
+    command = ["-m", "launcher", "seal", str(sweep.sweep_dir)]
+    return submit_helper_job(sweep.cluster, job_name(sweep.sweep_dir, "seal"), "the seal job", command,
+                             sweep.sweep_dir / SEAL_LOG, arrays, f"array(s) {', '.join(arrays)} were submitted",
+                             f"seal their evidence once they end with `python -m launcher seal "
+                             f"{shlex.quote(str(sweep.sweep_dir))}`")
+
+
+def submit_helper_job(cluster, name: str, what: str, command: list[str], log: Path, after: list[str],
+                      submitted: str, fix: str, resources: tuple[str, ...] = HELPER_RESOURCES) -> str:
+    """``python <command>`` (proofgrid's own code, from the checkout) as a one-CPU job of the profile's partition,
+    account and QOS, logging to ``log``; it starts once every job of ``after`` has ended, however it ended
+    (``afterany``: its code reads what they left), or at once when ``after`` is empty; one CPU, 2G and 30 min unless
+    ``resources`` says (``job_resources``). Returns its job id; a
+    refusal is one line naming it (``what``), saying what was submitted before it (``submitted``) and how to go on (``fix``)."""
+    after_them = [f"--dependency=afterany:{':'.join(after)}", "--kill-on-invalid-dep=no"] if after else []
+    argv = ["sbatch", "--parsable", *after_them, f"--job-name={name}", f"--partition={cluster.partition}",
+            *resources, f"--output={log}", *(f"--{k}={cluster.get(k)}" for k in ("account", "qos") if cluster.get(k)),
+            f"--chdir={REPO_ROOT}", "--wrap", shlex.join([sys.executable, *command])]
     reply = run_slurm(argv)
     if not reply.ok and reply.stderr:  # sbatch answered: a refusal, explained with its fix
-        raise PreflightError(explain_refusal(reply.stderr).replace(
-            "nothing was submitted", f"array(s) {', '.join(arrays)} were submitted"))
-    if not reply.ok:  # no answer (or no sbatch): the seal job may or may not exist, the arrays do
-        raise PreflightError(f"could not submit the seal job ({reply.error}); array(s) {', '.join(arrays)} were "
-                             f"submitted: seal their evidence once they end with "
-                             f"`python -m launcher seal {shlex.quote(str(sweep.sweep_dir))}`")
+        raise PreflightError(explain_refusal(reply.stderr).replace("nothing was submitted", submitted))
+    if not reply.ok:  # no answer (or no sbatch): the job may or may not exist, what came before does
+        raise PreflightError(f"could not submit {what} ({reply.error}); {submitted}: {fix}")
     return reply.stdout.strip().split(";")[0]
 
 

@@ -13,9 +13,11 @@ effort). ``pipe_records`` reads the ``|``-separated lines that ``sacct -P``, ``s
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 from launcher.errors import SchedulerUnavailable
 
@@ -74,6 +76,45 @@ def run_slurm(argv: Sequence[str], timeout_s: float = TIMEOUT_S) -> SlurmReply:
         said = _one_line(proc.stderr) or f"exit {proc.returncode}"
         return SlurmReply(argv, proc.stdout, proc.stderr, f"{argv[0]} failed: {said}")
     return SlurmReply(argv, proc.stdout, proc.stderr)
+
+
+# What Slurm's commands say when no controller answers (the profile is then not the problem).
+NO_CONTROLLER = ("unable to contact slurm controller", "connect failure", "connection refused", "socket timed out",
+                 "zero bytes were transmitted", "did not answer within")
+DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"  # where Slurm's commands look without SLURM_CONF
+DEFAULT_CONTROLLER_PORT = "6817"
+
+
+def no_controller(said: str | None) -> bool:
+    """Does a Slurm command's error say that no controller answered (not that it refused something)?"""
+    low = (said or "").lower()
+    return any(fragment in low for fragment in NO_CONTROLLER)
+
+
+def controller_address() -> str:
+    """Where this machine's Slurm configuration says the controller is: ``SLURM_CONF=<path>``'s (or the default
+    file's) ``SlurmctldHost`` and ``SlurmctldPort``, in words; what it cannot read is said as such."""
+    path = os.environ.get("SLURM_CONF") or DEFAULT_SLURM_CONF
+    named = f"SLURM_CONF={path}" if os.environ.get("SLURM_CONF") else f"{path} (SLURM_CONF is not set)"
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        return f"the address in {named}, which cannot be read ({exc.strerror}; a configless site serves it from the controller)"
+    settings: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        key, sep, value = line.split("#", 1)[0].strip().partition("=")
+        if sep:
+            settings.setdefault(key.strip().lower(), []).append(value.strip())
+    hosts = settings.get("slurmctldhost") or settings.get("controlmachine") or ["(none named)"]
+    port = (settings.get("slurmctldport") or [DEFAULT_CONTROLLER_PORT])[-1]
+    return f"{', '.join(hosts)} port {port} (from {named})"
+
+
+def no_controller_line(said: str) -> str:
+    """The one line for a Slurm command that found no controller: where it looked, what it said, what to do."""
+    return (f"no Slurm controller answers at {controller_address()}: {_one_line(said)}; the cluster profile is not "
+            "the problem: start slurmctld or restore the network to it, or point SLURM_CONF at your cluster's "
+            "slurm.conf; nothing was submitted")
 
 
 def pipe_records(text: str, fields: Sequence[str]) -> Iterator[dict[str, str]]:

@@ -22,7 +22,8 @@ from omegaconf import DictConfig
 
 from facts.slurm_formats import TIME_FORMS, gres_ok, limit_minutes, mem_mb, mem_ok, time_ok
 from launcher.errors import PreflightError
-from launcher.slurm.commands import not_on_path, pipe_records, run_slurm
+from launcher.sizing import GIB, GPU_MEMORY_GIB, Limits, gpu_name
+from launcher.slurm.commands import no_controller, no_controller_line, not_on_path, pipe_records, run_slurm
 from launcher.spec import allocation_shape
 from trainer.schema import ClusterSchema
 
@@ -229,8 +230,11 @@ def check_against_cluster(cluster: DictConfig) -> None:
     """One-line ``PreflightError`` when the cluster says the profile cannot run; silent where Slurm
     cannot be asked (a dry run on a laptop)."""
     partition = str(cluster.partition)
-    shown = run_slurm(["scontrol", "show", "partition", "-o", partition], _QUERY_TIMEOUT_S).answer()
+    reply = run_slurm(["scontrol", "show", "partition", "-o", partition], _QUERY_TIMEOUT_S)
+    shown = reply.answer()
     if shown is None:
+        if no_controller(reply.error):  # nobody answers: submitting would fail too, and no setting of the profile helps
+            raise PreflightError(no_controller_line(reply.error))
         partitions = run_slurm(["sinfo", "-h", "-o", "%P"], _QUERY_TIMEOUT_S).answer()
         if partitions is not None:  # Slurm answers, the partition is not there
             known = sorted({p.rstrip("*") for p in partitions.split()})
@@ -276,6 +280,81 @@ def check_against_cluster(cluster: DictConfig) -> None:
     _check_account_and_qos(cluster)
 
 
+def _partition_fields(partition: str) -> dict[str, str] | None:
+    """``scontrol show partition -o``'s fields of ``partition``; None where Slurm cannot be asked."""
+    shown = run_slurm(["scontrol", "show", "partition", "-o", partition], _QUERY_TIMEOUT_S).answer()
+    return None if shown is None else dict(f.split("=", 1) for f in shown.split() if "=" in f)
+
+
+def _gpus_asked(cluster: DictConfig) -> int | None:
+    """GPUs per task the profile asks for (its gres's gpu count, or gpus_per_node over the node's tasks)."""
+    if (g := _value(cluster, "gres")) is not None:
+        count = sum(n for name, _, n in _gres_items(str(g)) if name == "gpu")
+        if count:
+            return count
+    if (g := _value(cluster, "gpus_per_node")) is not None:
+        return max(1, int(g) // allocation_shape(cluster)[1])
+    return None
+
+
+def job_limits(cluster: DictConfig, workload: DictConfig, dry_run: bool) -> Limits:
+    """What a task of the profile gets, from the profile itself and, when submitting, from Slurm: ``cluster.mem``
+    (0 or unset: a whole node's memory, or the partition's default, by ``sinfo``/``scontrol``), the GPU model
+    (``cluster.gpu_model``, the gres type, or the partition's one GPU type) and its memory, ``cluster.time``
+    (unset: the partition's DefaultTime, else its MaxTime)."""
+    partition = str(cluster.get("partition"))
+    ask = not dry_run
+    fields = _partition_fields(partition) if ask else None
+    nodes = (_nodes(partition) or []) if ask else []
+    per_node = allocation_shape(cluster)[1]
+    memory, memory_from = None, ""
+    mem = _value(cluster, "mem")
+    if mem is not None and mem_mb(mem) > 0:
+        memory, memory_from = mem_mb(mem) * 2**20, f"cluster.mem={mem}"
+    elif nodes:
+        largest = max(n["mem_mb"] for n in nodes) * 2**20
+        per_cpu = _positive_int((fields or {}).get("DefMemPerCPU", ""))
+        per_node_default = _positive_int((fields or {}).get("DefMemPerNode", ""))
+        if mem is None and per_cpu:
+            memory = per_cpu * int(cluster.cpus_per_task) * per_node * 2**20
+            memory_from = f"cluster.mem unset: partition {partition}'s DefMemPerCPU={per_cpu}M x the node's CPUs"
+        elif mem is None and per_node_default:
+            memory, memory_from = per_node_default * 2**20, f"cluster.mem unset: partition {partition}'s DefMemPerNode"
+        else:
+            memory = largest
+            said = "cluster.mem=0" if mem is not None else "cluster.mem unset"
+            memory_from = f"{said}: a whole node of partition {partition}, at most {largest / 2**30:.1f} GiB (sinfo)"
+    gpu = gpu_name(_value(cluster, "gpu_model"))
+    gres = _value(cluster, "gres")
+    gres_types = {kind for name, kind, _ in _gres_items(str(gres)) if name == "gpu" and kind} if gres else set()
+    gpu_from = f"cluster.gpu_model={cluster.get('gpu_model')}" if gpu else ""
+    if gpu is None and len(gres_types) == 1:
+        (kind,) = gres_types
+        gpu, gpu_from = gpu_name(kind), f"cluster.gres={gres}"
+    offered = {kind for n in nodes for name, kind, _ in _gres_items(n["gres"]) if name == "gpu" and kind}
+    if gpu is None and len(offered) == 1 and int(workload.gpus_per_job) > 0:
+        (kind,) = offered
+        gpu, gpu_from = gpu_name(kind), f"partition {partition}'s GPUs ({kind}, sinfo)"
+    gpu_memory = GPU_MEMORY_GIB[gpu] * GIB if gpu else None
+    if gpu and not gpu_from.startswith("cluster.gpu_model"):
+        gpu_from = f"{gpu_from} ({gpu})"
+    elif gpu is None and int(workload.gpus_per_job) > 0:
+        gpu_from = "GPU memory not checked: name the GPU in cluster.gpu_model (A40, H100, ...)"
+    time_s, time_from = None, ""
+    if (t := _value(cluster, "time")) is not None:
+        time_s, time_from = limit_minutes(t) * 60.0, f"cluster.time={t}"
+    elif fields:
+        for key in ("DefaultTime", "MaxTime"):
+            value = fields.get(key, "NONE")
+            if value.upper() not in ("NONE", "UNLIMITED", "INFINITE"):
+                time_s, time_from = limit_minutes(value) * 60.0, f"cluster.time unset: partition {partition}'s {key}={value}"
+                break
+    return Limits(node_memory=memory, node_memory_from=memory_from, tasks_per_node=per_node, gpu_model=gpu,
+                  gpu_memory=gpu_memory, gpu_memory_from=gpu_from, gpus=_gpus_asked(cluster), time_s=time_s,
+                  time_from=time_from, signal_delay_s=float(cluster.get("signal_delay_s") or 0),
+                  requeue=bool(cluster.get("requeue", True)))
+
+
 def _check_account_and_qos(cluster: DictConfig) -> None:
     account, qos = _value(cluster, "account"), _value(cluster, "qos")
     if account is None and qos is None:
@@ -311,6 +390,8 @@ def explain_refusal(stderr: str) -> str:
     lines = [ln.strip() for ln in stderr.splitlines() if "error" in ln.lower()] or \
             [ln.strip() for ln in stderr.splitlines() if ln.strip()]
     said = "; ".join(dict.fromkeys(ln.removeprefix("sbatch: error: ") for ln in lines)) or "no reason given"
+    if no_controller(said):  # not a refusal: nobody answered, and no profile key would change that
+        return no_controller_line(said)
     low = said.lower()
     key = next((k for fragment, k in _REFUSALS if fragment in low), "the cluster profile")
     return f"Slurm refused the submission: {said}; change {key} ({_PROFILE}); nothing was submitted"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from facts import atomic_write_json
@@ -89,8 +90,9 @@ class SlurmRankHooks(SlurmHooks):
                 if e["state"].startswith(("DOWN", "FAIL"))]
         return sorted(set(down) & set(nodes), key=nodes.index)
 
-    def start_services(self, roots: JobRoots, block: PortBlock, env: dict[str, str],
-                       ray_cpus: int) -> tuple[dict[str, str], JobRay | None]:
+    def start_services(self, roots: JobRoots, block: PortBlock, env: dict[str, str], ray_cpus: int,
+                       confine: Callable[[], None] | None = None,
+                       contain: Callable[[list[str]], list[str]] | None = None) -> tuple[dict[str, str], JobRay | None]:
         """Rank 0 publishes the rendezvous (after its Ray head is up); the others wait for it; the first
         task of every other node joins Ray. Returns the trainer's ``env://`` variables (and Ray's address)."""
         per_node = self.spec.tasks_per_node
@@ -105,7 +107,8 @@ class SlurmRankHooks(SlurmHooks):
                         "the others reach (see /etc/hosts), with Slurm's default block distribution of tasks")
                 head = None
                 if ray_cpus > 0:
-                    ray = JobRay(roots, block, ray_cpus * per_node, env, node_ip=address)
+                    ray = JobRay(roots, block, ray_cpus * per_node, env, node_ip=address, confine=confine,
+                                 contain=contain)
                     head = ray.start()
                 self.published = {"job_id": self.job_id, "restart_count": self.restart_count, "node": self.host,
                                   "address": address, "port": block.ports["master_port"], "ray_address": head,
@@ -116,7 +119,7 @@ class SlurmRankHooks(SlurmHooks):
                 self.published = self._wait_for_rendezvous()
                 if ray_cpus > 0 and self.local_rank == 0:  # this node's part of the job's Ray
                     ray = JobRay(roots, block, ray_cpus * per_node, env, node_ip=address,
-                                 head=self.published["ray_address"])
+                                 head=self.published["ray_address"], confine=confine, contain=contain)
                     ray.start()
         except BaseException:
             if ray is not None:

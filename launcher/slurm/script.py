@@ -19,7 +19,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from facts.containers import PYXIS
+from facts.repo import REPO_ROOT
 from facts.slurm_formats import time_to_minutes
+from launcher.container import container_literals, container_python, pyxis_srun_args
 from launcher.slurm.options import extra_sbatch_options, max_array_size, setup_lines
 from launcher.slurm.states import describe_watch
 from launcher.spec import JobSpec, Sweep, allocation_shape
@@ -81,24 +84,43 @@ def submitit_parameters(cluster: DictConfig, n_jobs: int, name: str = "proofgrid
     return params
 
 
-def sbatch_script(cluster: DictConfig, n_jobs: int, folder: Path, name: str = "proofgrid") -> str:
+def sbatch_script(cluster: DictConfig, n_jobs: int, folder: Path, name: str = "proofgrid",
+                  container: dict | None = None) -> str:
     """The sbatch script ``submit`` hands to ``sbatch`` for an array of ``n_jobs`` in ``folder``:
     what ``SlurmExecutor`` writes, by the same module-level function, from the same parameters and
-    with its ``<python> -u -m submitit.core._submit <folder>`` command (see the module docstring)."""
+    with its ``<python> -u -m submitit.core._submit <folder>`` command (see the module docstring);
+    ``container``: ``container_parameters``' (Pyxis: the step in the image)."""
     # submitit's private renderer, here alone (see the module docstring); imported only when a script
     # is rendered, so that `launcher status` and `cancel` never load submitit.
     from submitit.slurm.slurm import _make_sbatch_string
 
-    command = " ".join([shlex.quote(sys.executable), "-u -m submitit.core._submit", shlex.quote(str(folder))])
+    container = container or {}
+    python = container.get("python", shlex.quote(sys.executable))
+    command = " ".join([python, "-u -m submitit.core._submit", shlex.quote(str(folder))])
     # submitit submits a map of one job as a plain job, not as an array of one
     return _make_sbatch_string(command=command, folder=folder, map_count=n_jobs if n_jobs > 1 else None,
-                               **submitit_parameters(cluster, n_jobs, name))
+                               **submitit_parameters(cluster, n_jobs, name),
+                               **{k: v for k, v in container.items() if k != "python"})
 
 
-def path_free_script(script: str, folder: Path) -> str:
+def container_parameters(sweep: Sweep) -> dict:
+    """What a Pyxis sweep changes in submitit's script: srun's options that start each step in the image
+    (``srun_args``) and the image's interpreter for submitit's command (``python``); {} otherwise."""
+    container = sweep.specs[0].container if sweep.specs else None
+    if not container or container["runtime"] != PYXIS:
+        return {}
+    return {"srun_args": pyxis_srun_args(container, sweep.sweep_dir), "python": shlex.quote(container_python(container))}
+
+
+def path_free_script(script: str, folder: Path, container: dict | None = None) -> str:
     """The script with the submission folder, the interpreter and the sweep's name (in the job name)
-    as placeholders (dry run, records). ``folder`` is ``<sweep>/.submitit/<run>``."""
+    as placeholders (dry run, records). ``folder`` is ``<sweep>/.submitit/<run>``; ``container``: the sweep's
+    (Pyxis: the image's directory, the mounts, the checkout and the sweep directory in srun's options)."""
     script = script.replace(str(folder), "<SWEEP_DIR>/.submitit/<RUN>").replace(shlex.quote(sys.executable), "<PYTHON>")
+    if container:
+        for path, placeholder in {**container_literals(container), str(folder.parent.parent): "<SWEEP_DIR>",
+                                  str(REPO_ROOT): "<REPO>"}.items():
+            script = script.replace(path, placeholder)
     return script.replace(f"--job-name={job_name(folder.parent.parent)}", "--job-name=pg-<SWEEP>")
 
 
@@ -132,6 +154,7 @@ def describe(sweep: Sweep) -> list[str]:
             lines.append(f"# sbatch | # array {k + 1} of {len(chunks)} (MaxArraySize {limit}): "
                          f"jobs [{chunk.start}]-[{chunk.stop - 1}]")
         name = chunk_name(sweep.sweep_dir, [sweep.all_specs[i] for i in chunk])
-        script = path_free_script(sbatch_script(sweep.cluster, len(chunk), folder, name), folder)
+        script = path_free_script(sbatch_script(sweep.cluster, len(chunk), folder, name, container_parameters(sweep)),
+                                  folder, sweep.specs[0].container if sweep.specs else None)
         lines += [f"# sbatch | {line}".rstrip() for line in script.splitlines()]
     return [*lines, describe_watch(sweep.cluster)]

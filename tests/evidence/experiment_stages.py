@@ -49,6 +49,14 @@ def register(stage: Path, spec_text: str) -> str:
     return digest
 
 
+def mark_stage(stage: Path, name: str, spec_text: str) -> None:
+    """A stage's sweep as the launcher leaves it: the spec as run beside it, its ``sweep.json`` naming the stage."""
+    (stage / "experiment.yaml").write_text(spec_text, encoding="utf-8")
+    record = json.loads((stage / "sweep.json").read_text())
+    record["stage"] = name
+    (stage / "sweep.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+
+
 def probe_record(probe: Path, spec: dict, confirm_steps: int, tuning_steps: int | None) -> dict:
     """``probe.json`` as the launcher writes it, from the probe's own metrics and the planned later runs."""
     arms, gaps = {}, {}
@@ -124,6 +132,7 @@ def add_launcher_stages(confirm: Path, spec_text: str, tuning_steps: int | None 
                        off_policy=off_policy)
     set_cpus(probe)
     digest = register(probe, spec_text)
+    mark_stage(probe, "probe", spec_text)  # as the launcher runs a stage: the spec beside it, its sweep.json says so
     build_bundle(probe, figures=False)
     if gradient is not None:
         (probe / "gradient_check.json").write_text(json.dumps(gradient, indent=2, sort_keys=True) + "\n")

@@ -192,7 +192,7 @@ def write_resources(job_dir: Path, index: int) -> None:
 
 def write_job(sweep: Path, algo: str, seed: int, index: int, n_steps: int, arm: str | None = None,
               overrides: dict | None = None, final_pass1=None, reward=None, final_counts=None,
-              off_policy=None) -> Path:
+              off_policy=None, n_prompts: int = N_PROMPTS) -> Path:
     """One complete, valid job directory (of ``arm`` when given: the arm contract's records)."""
     job_dir = sweep / "jobs" / f"{arm or algo}-{seed}"
     run_dir = job_dir / "run"
@@ -213,7 +213,7 @@ def write_job(sweep: Path, algo: str, seed: int, index: int, n_steps: int, arm: 
     # the arm's other settings after algo and seed, as commands.txt states them (the launcher writes both alike)
     settings = [f"{k}={v}" for k, v in (overrides or {}).items() if k != "algo"]
     argv = ["python", "-m", "trainer", f"algo={algo}", f"seed={seed}", *settings, "workload=toy",
-            f"workload.eval.n_prompts={N_PROMPTS}"]
+            f"workload.eval.n_prompts={n_prompts}"]
     write_json(job_dir / "command.json", {
         "argv": argv + [f"output_dir={job_dir.resolve() / 'run'}"],
         "env": {"TMPDIR": str((job_dir / "roots" / "tmp").resolve()), "PYTHONNOUSERSITE": "1"},
@@ -240,7 +240,7 @@ def write_job(sweep: Path, algo: str, seed: int, index: int, n_steps: int, arm: 
     (run_dir / "checkpoints" / "latest").write_text(checkpoint + "\n", encoding="utf-8")
     rng = random.Random(f"eval-{algo}-{seed}")
     pass1 = round(0.5 + rng.uniform(-0.1, 0.1), 4) if final_pass1 is None else final_pass1(arm or algo, seed)
-    write_eval(run_dir, checkpoint, pass1, final_counts=final_counts and final_counts(arm or algo, seed))
+    write_eval(run_dir, checkpoint, pass1, n_prompts, final_counts=final_counts and final_counts(arm or algo, seed))
     write_json(run_dir / "run.json", {
         "algo": algo, "algo_name": {"grpo": "grpo", "rpp": "reinforce_plus_plus",
                                     "rppb": "reinforce_plus_plus_baseline"}[algo],
@@ -250,7 +250,7 @@ def write_job(sweep: Path, algo: str, seed: int, index: int, n_steps: int, arm: 
         "inputs": {"model/model.safetensors": "ab" * 32, TEST_SPLIT: TEST_SPLIT_SHA256},
         "config": {"lr": float((overrides or {}).get("workload.lr", 1e-6)), "clip": 0.2, "seed": seed,
                    "workload": {"manifest": "manifests/toy.json", "test_path": TEST_SPLIT,
-                                "eval": {"n_prompts": N_PROMPTS}},
+                                "eval": {"n_prompts": n_prompts}},
                    "algo": {"name": algo, "kl_coef": 0.01 if algo == "rpp" else 0.0,
                             "kl_loss_coef": 0.0 if algo == "rpp" else 0.01}},
         "output_dir_abs": str(run_dir.resolve()),
@@ -260,13 +260,15 @@ def write_job(sweep: Path, algo: str, seed: int, index: int, n_steps: int, arm: 
 
 
 def make_sweep(root: Path, algos=ALGOS, seeds=SEEDS, n_steps: int = 10, name: str = "sweep", arms: dict | None = None,
-               final_pass1=None, reward=None, workload: str = "toy", final_counts=None, off_policy=None) -> Path:
+               final_pass1=None, reward=None, workload: str = "toy", final_counts=None, off_policy=None,
+               n_prompts: int = N_PROMPTS) -> Path:
     """A complete sweep: every job valid and accepted unless a test changes it.
 
     ``final_counts(arm, seed)``: the correct samples (of ``K``) of each of the ``N_PROMPTS`` prompts in the run's
     final evaluation, in place of ``final_pass1``'s evenly spread ones (prompts that differ in difficulty).
 
     ``arms``: ``{label: {"algo": ..., other overrides}}`` (the arm contract); ``algos`` is then derived.
+    ``n_prompts``: the evaluation's prompts (``workload.eval.n_prompts`` in every command), ``N_PROMPTS`` by default.
     """
     sweep = root / name
     sweep.mkdir(parents=True)
@@ -284,10 +286,11 @@ def make_sweep(root: Path, algos=ALGOS, seeds=SEEDS, n_steps: int = 10, name: st
     commands = []
     for i, (label, algo, overrides, seed) in enumerate(cells):
         write_job(sweep, algo, seed, i, n_steps, arm=label if arms is not None else None, overrides=overrides,
-                  final_pass1=final_pass1, reward=reward, final_counts=final_counts, off_policy=off_policy)
+                  final_pass1=final_pass1, reward=reward, final_counts=final_counts, off_policy=off_policy,
+                  n_prompts=n_prompts)
         extra = "".join(f" {k}={v}" for k, v in (overrides or {}).items() if k != "algo")
         commands.append(f"[{i}] {label}-{seed}: python -m trainer algo={algo} seed={seed}{extra} workload=toy "
-                        f"workload.eval.n_prompts={N_PROMPTS} output_dir=<JOB_DIR>/run")
+                        f"workload.eval.n_prompts={n_prompts} output_dir=<JOB_DIR>/run")
     (sweep / "commands.txt").write_text("\n".join(commands) + "\n", encoding="utf-8")
     return sweep
 
@@ -348,3 +351,51 @@ def share_initial_eval(sweep: Path, jobs, pass1: float = 0.25, computed_by: str 
         summary_record["source_commit"] = COMMIT
         write_json(run / "run.json", summary_record)
     return directory
+
+
+def _digest(value) -> str:
+    """SHA256 of canonical JSON (no spaces), as docs/run-directory.md states the data ledger's digests."""
+    return hashlib.sha256(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()
+
+
+def write_ledger(job_dir: Path, nonce: str, resumed_at: int | None = None, rows_per_step: int = 4,
+                 split_rows: int = 64) -> None:
+    """The trainer's data ledger of a job's run (``run/data_ledger.jsonl``), written from the formula the docs state
+    (not the trainer's code): one start line per process (``resumed_at``: a second process resumed there), one line
+    per step of its metrics log, the rows a seeded permutation of a ``split_rows``-row split; run.json declares it and
+    job.json carries the job's ``nonce``. Each process draws its own entropy (``os.urandom``), as the trainer does."""
+    import os
+
+    run_dir = job_dir / "run"
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    train_sha256 = "7a" * 32
+    order = random.Random(f"rows-{job_dir.name.split('.')[0]}").sample(range(split_rows), split_rows)
+    steps = []
+    for step in range(len(metrics)):
+        rows = [order[(step * rows_per_step + i) % split_rows] for i in range(rows_per_step)]
+        steps.append((rows, _digest([[r, f"question {r}", str(r)] for r in rows])))
+    plan, value = [], _digest(["proofgrid data ledger", train_sha256])
+    for step, (rows, digest) in enumerate(steps):
+        value = _digest([value, step, rows, digest])
+        plan.append(value)
+
+    def start(at: int) -> dict:
+        return {"start": {"process": os.urandom(16).hex(), "pid": 4000 + at, "started_at": 1700000000.0 + at,
+                          "job_nonce": nonce, "resumed_from": at, "n_steps": len(metrics),
+                          "rows_per_step": rows_per_step, "train_sha256": train_sha256, "plan_sha256": plan[-1]}}
+
+    lines = [start(0)]
+    for step, (rows, digest) in enumerate(steps):
+        if step == resumed_at:
+            lines.append(start(step))
+        logged = {k: v for k, v in metrics[step].items() if k != "step" and not k.startswith("perf/")}
+        lines.append({"step": step, "rows": rows, "rows_sha256": digest, "chain": plan[step], "plan": plan[step],
+                      "metrics": hashlib.sha256(json.dumps(logged, sort_keys=True).encode()).hexdigest()})
+    (run_dir / "data_ledger.jsonl").write_text("".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
+    run = json.loads((run_dir / "run.json").read_text())
+    run["data_ledger"] = {"file": "data_ledger.jsonl", "plan_sha256": plan[-1], "n_steps": len(metrics),
+                          "rows_per_step": rows_per_step, "train_sha256": train_sha256}
+    write_json(run_dir / "run.json", run)
+    record = json.loads((job_dir / "job.json").read_text())
+    record["job_nonce"] = nonce
+    write_json(job_dir / "job.json", record)

@@ -279,7 +279,7 @@ def test_secrets_of_every_kind_planted_after_sealing_are_reported_by_the_cli(bun
     kinds = {line[len(prefix):].split(":")[0] for line in done.stdout.splitlines() if line.startswith(prefix)}
     assert kinds >= {
         "private key block", "AWS Access Key", "cloud secret access key", "credentials in a URL",
-        "bearer token", "JSON Web Token", "webhook URL", "secret assignment", "Google API key", "GitHub token",
+        "credential header", "JSON Web Token", "webhook URL", "secret assignment", "Google API key", "GitHub token",
         "GitLab token", "Stripe key", "SendGrid API Key", "OpenAI/Anthropic-style key", "secret in a URL query"}
     for kind, (_, secret_part) in SECRETS.items():
         assert secret_part[:12] not in done.stdout, kind  # findings never print a secret

@@ -49,8 +49,6 @@ CASES = {
                          f"audit that: {AUDIT} sweep/bundle",
     "sweep/bundle/data/index.csv": "sweep/bundle/data/index.csv is not a bundle: it is inside the bundle "
                                    f"sweep/bundle; audit that: {AUDIT} sweep/bundle",
-    "sweep": "sweep is not a bundle: it is a sweep directory, whose bundle is sweep/bundle.tar.gz; "
-             f"audit that: {AUDIT} sweep/bundle.tar.gz",
     "sweep/jobs/grpo-42": "sweep/jobs/grpo-42 is not a bundle: it belongs to the sweep sweep, whose bundle is "
                           f"sweep/bundle.tar.gz; audit that: {AUDIT} sweep/bundle.tar.gz",
     "sweep/jobs/grpo-42/run/checkpoints/step_000010/optimizer.pt": "sweep/jobs/grpo-42/run/checkpoints/step_000010/optimizer.pt is not a bundle: it "
@@ -60,8 +58,6 @@ CASES = {
                                   f"bundle; audit that: {AUDIT} sweep/bundle.tar.gz (it checks the sidecar)",
     "exp": "exp is not a bundle: it contains the bundles exp/confirm/bundle.tar.gz, exp/probe/bundle.tar.gz: audit "
            f"one of them (the experiment's is its confirm stage's), e.g. {AUDIT} exp/confirm/bundle.tar.gz",
-    "exp/probe": "exp/probe is not a bundle: it is a sweep directory, whose bundle is exp/probe/bundle.tar.gz; "
-                 f"audit that: {AUDIT} exp/probe/bundle.tar.gz",
     "fresh": "fresh is not a bundle and holds none: it contains the sweep(s) fresh/probe, none sealed yet; seal one "
              f"first: python -m evidence build fresh/probe, then {AUDIT} fresh/probe/bundle.tar.gz",
     "fresh/probe/jobs/grpo-1": "fresh/probe/jobs/grpo-1 is not a bundle: it belongs to the sweep fresh/probe, which "
@@ -87,6 +83,28 @@ def test_a_path_that_is_not_a_bundle_gets_one_line_naming_the_bundle_to_audit(tr
     assert main(["audit", given]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err == f"python -m evidence: error: {CASES[given]}\n"
+
+
+@pytest.mark.parametrize("sweep", ["sweep", "exp/probe"])
+def test_a_sealed_sweep_directory_is_audited_through_its_bundle(tree, sweep, capsys, monkeypatch):
+    """Issue 36 section 5: the sweep's bundle is what a reviewer means; the audit says which one it read."""
+    monkeypatch.chdir(tree)
+    assert main(["audit", sweep]) == 0
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert err == "" and lines[0] == f"auditing {sweep}/bundle.tar.gz, the bundle of the sweep {sweep}"
+    assert lines[-1] == "clean"
+
+
+@pytest.mark.parametrize("given", ["fresh/probe/jobs/grpo-1", "sweep/jobs/grpo-42", "empty"])
+def test_the_console_command_s_refusals_name_its_own_commands(tree, given, capsys, monkeypatch):
+    """Run as ``proofgrid audit``, the line names ``proofgrid build`` and ``proofgrid audit``: the commands the user
+    types, not the module they run."""
+    monkeypatch.chdir(tree)
+    assert main(["audit", given], prog="proofgrid") == 2
+    expected = CASES[given].replace("python -m evidence ", "proofgrid ")
+    assert capsys.readouterr().err == f"proofgrid: error: {expected}\n"
+    assert "python -m evidence" not in expected and ("proofgrid build " in expected or "proofgrid audit " in expected)
 
 
 def test_an_absolute_path_is_answered_with_absolute_paths(tree, capsys):

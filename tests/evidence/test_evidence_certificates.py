@@ -14,7 +14,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from sweep_factory import make_sweep, write_json
+from sweep_factory import make_sweep, write_json, write_ledger
 
 from evidence import audit
 from evidence.bundle import build_bundle
@@ -144,13 +144,19 @@ N_STEPS = 4
 
 
 def _certify(sweep: Path, job: str, kind: str, stop: int | None = None) -> Path:
-    """``certify/<job>.<kind>/``: a copy of the grid job, as a certificate job leaves it (a resume's run.json says
-    where it resumed)."""
+    """``certify/<job>.<kind>/``: the grid job's files, as a certificate job that reproduces it leaves them, with its
+    own records: its job.json names what it certifies, with its own nonce and start time, and its ledger was written by
+    its own processes (a resume's two; its run.json says where it resumed)."""
     name = f"{job}.{kind}"
     copy = Path(shutil.copytree(sweep / "jobs" / job, sweep / "certify" / name))
     run = json.loads((copy / "run" / "run.json").read_text())
     run["resumed_from"] = None if stop is None else {"checkpoint": f"step_{stop:06d}", "step": stop}
     write_json(copy / "run" / "run.json", run)
+    record = json.loads((copy / "job.json").read_text())
+    record.update(certify={"of": job, "kind": kind, **({"stop_at_step": stop} if stop is not None else {})},
+                  started_at=1700000100.0 + len(name))
+    write_json(copy / "job.json", record)
+    write_ledger(copy, nonce=hashlib.sha256(name.encode()).hexdigest()[:32], resumed_at=stop)
     record = json.loads((sweep / "sweep.json").read_text())
     entry = {"of": job, "kind": kind, "arm": job.rsplit("-", 1)[0], "seed": int(job.rsplit("-", 1)[1]),
              **({"stop_at_step": stop} if stop is not None else {})}
@@ -165,12 +171,15 @@ def _certify(sweep: Path, job: str, kind: str, stop: int | None = None) -> Path:
 def certified(tmp_path_factory):
     """grpo x 2 seeds; grpo-1 rerun reproduces, grpo-2 resume differs at step 3 in train/loss. Built once."""
     sweep = make_sweep(tmp_path_factory.mktemp("certified"), algos=("grpo",), seeds=(1, 2), n_steps=N_STEPS)
+    for job in ("grpo-1", "grpo-2"):
+        write_ledger(sweep / "jobs" / job, nonce=hashlib.sha256(job.encode()).hexdigest()[:32])
     _certify(sweep, "grpo-1", "rerun")
     resumed = _certify(sweep, "grpo-2", "resume", stop=2)
     log = resumed / "run" / "metrics.jsonl"
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     lines[3]["train/loss"] = lines[3]["train/loss"] + 1e-3
     log.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    write_ledger(resumed, nonce=hashlib.sha256(b"grpo-2.resume").hexdigest()[:32], resumed_at=2)  # what it logged
     return sweep, build_bundle(sweep, figures=False)
 
 
@@ -237,3 +246,86 @@ def test_the_audit_flags_a_dropped_not_reproduced_incident_and_a_copy_sweep_json
                             "reproduce grpo-2") for f in found), found
     assert any(f.startswith("data/certify/grpo-1.resume/metrics.jsonl: the copy of certificate job 'grpo-1.resume'")
                for f in found), found
+
+
+# ---- a certificate job made by copying the original's files is refused as a copy ------------------------------------
+
+def _copy_files(sweep: Path, names: tuple[str, ...], cert: str = "grpo-2.resume", of: str = "grpo-2") -> None:
+    """The original's files ``names`` (relative to its job directory) copied over the certificate job's."""
+    for name in names:
+        source, target = sweep / "jobs" / of / name, sweep / "certify" / cert / name
+        shutil.copyfile(source, target)
+
+
+def _nonce_of(sweep: Path, job: str) -> str:
+    folder = "certify" if "." in job else "jobs"
+    return json.loads((sweep / folder / job / "job.json").read_text())["job_nonce"]
+
+
+def _restamp(sweep: Path, cert: str, nonce: str) -> None:
+    """The forger's next step: the copied ledger's start lines restated with the certificate job's own nonce."""
+    path = sweep / "certify" / cert / "run" / "data_ledger.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    for line in lines:
+        if "start" in line:
+            line["start"]["job_nonce"] = nonce
+    path.write_text("".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
+
+
+RESUME, RERUN = "grpo-2.resume", "grpo-1.rerun"
+
+
+def _set_job(sweep: Path, job: str, **fields) -> None:
+    path = sweep / ("certify" if "." in job else "jobs") / job / "job.json"
+    write_json(path, {**json.loads(path.read_text()), **fields})
+
+
+# variant -> (the certificate job it forges, the edit, what its first difference says)
+COPIES = {
+    # the attack as found: the original's metrics (and evaluation, responses) over the certificate job's
+    "metrics only": (RESUME, lambda s: _copy_files(s, ("run/metrics.jsonl", "run/eval.json", "run/eval/final.jsonl")),
+                     "its data ledger does not hold: certify/grpo-2.resume/data_ledger.jsonl: step 3: metrics.jsonl's "
+                     "line is not the values this run's trainer logged"),
+    "metrics and ledger": (RESUME, lambda s: _copy_files(s, ("run/metrics.jsonl", "run/data_ledger.jsonl")),
+                           "its data_ledger.jsonl was written by another job (job nonce"),
+    "the ledger restamped with the certificate's nonce": (
+        RESUME, lambda s: (_copy_files(s, ("run/metrics.jsonl", "run/data_ledger.jsonl")),
+                           _restamp(s, RESUME, _nonce_of(s, RESUME))),
+        "its data_ledger.jsonl records a process of the original's (entropy draw"),
+    "the job nonce set to the original's": (
+        RESUME, lambda s: _set_job(s, RESUME, job_nonce=_nonce_of(s, "grpo-2")),
+        "its job.json carries the original's job_nonce"),
+    "the original's start time": (RESUME, lambda s: _set_job(s, RESUME, started_at=1700000000.5),
+                                  "its job.json records the original's start time"),
+    "a resume whose ledger shows no resumed process": (
+        RESUME, lambda s: write_ledger(s / "certify" / RESUME, nonce=_nonce_of(s, RESUME)),
+        "its data_ledger.jsonl records no process resumed at step 2"),
+    # a rerun's run.json is the original's: only its own records tell it from a copy
+    "every run file and the job record": (
+        RERUN, lambda s: _copy_files(s, ("run/metrics.jsonl", "run/data_ledger.jsonl", "run/run.json", "job.json"),
+                                     RERUN, "grpo-1"),
+        "its job.json is not the certificate job's (it records certify None, not rerun of grpo-1): a copy"),
+    "the rerun's ledger copied": (RERUN, lambda s: _copy_files(s, ("run/data_ledger.jsonl",), RERUN, "grpo-1"),
+                                  "its data_ledger.jsonl was written by another job (job nonce"),
+}
+
+
+@pytest.mark.parametrize("variant", list(COPIES))
+def test_a_certificate_job_made_of_the_original_s_files_is_refused_as_a_copy(certified, tmp_path, variant):
+    """Each way of making a certificate job from the original's files: the certificate is not reproduced, its first
+    difference names what gives the copy away, the audit recomputes the same (clean: the build told the truth)."""
+    sweep = Path(shutil.copytree(certified[0], tmp_path / "sweep"))
+    shutil.rmtree(sweep / "bundle")
+    _set_job(sweep, "grpo-2", started_at=1700000000.5)  # a start time of the original's, which a copy would share
+    copied, edit, said = COPIES[variant]
+    edit(sweep)
+    result = build_bundle(sweep, figures=False)
+    certs = {c["certificate_job"]: c for c in json.loads((result.bundle_dir / "data" / "certificates.json").read_text())
+             ["certificates"]}
+    assert not certs[copied]["reproduced"], certs[copied]
+    assert said in certs[copied]["first_difference"], certs[copied]["first_difference"]
+    other = certs[RESUME if copied == RERUN else RERUN]
+    assert other["checks"]["identity"]["ok"] and other["reproduced"] is (other["certificate_job"] == RERUN)
+    if copied == RERUN:  # its metrics, checkpoint and responses agree with the original's: its identity gives it away
+        assert not certs[copied]["checks"]["identity"]["ok"] and certs[copied]["checks"]["metrics"]["ok"]
+    assert audit(result.archive) == []

@@ -19,9 +19,14 @@ import pytest
 from rocrate.rocrate import ROCrate
 from sweep_factory import COMMIT, SUBSET_SHA, job_dir, make_sweep, set_job_fields
 
+from tests.no_network import no_network_prefix
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]
+# roc-validator in a venv of its own, its HTTP cache holding the RO-Crate 1.1 context: `make crate-validator`
+# (scripts/crate_validator.py); `make test` makes it first.
+CRATE_VENV = REPO / ".venv-crate"
+VALIDATOR = CRATE_VENV / "bin" / "rocrate-validator"
 STARTED = 1768471200.0  # 2026-01-15T10:00:00Z, a job's started_at (Unix time)
 
 
@@ -57,11 +62,17 @@ def test_the_crate_is_a_workflow_run_crate_of_every_accepted_run(built):
     data = built / "bundle" / "data"
     crate = ROCrate(data)  # ro-crate-py's own reader
     raw = json.loads((data / "ro-crate-metadata.json").read_text())
-    assert raw["@context"] == ["https://w3id.org/ro/crate/1.1/context", "https://w3id.org/ro/terms/workflow-run/context"]
+    assert raw["@context"] == ["https://w3id.org/ro/crate/1.1/context",
+                               {"sha256": "https://w3id.org/ro/terms/workflow-run#sha256"}]
     assert crate.version == "1.1"
     assert crate.mainEntity.id == "sweep.json"
     assert {"File", "SoftwareSourceCode", "ComputationalWorkflow"} <= set(crate.mainEntity.type)
-    assert "https://w3id.org/ro/wfrun/workflow/0.5" in ids(crate.root_dataset["conformsTo"])
+    assert set(ids(crate.root_dataset["conformsTo"])) == {
+        "https://w3id.org/ro/wfrun/process/0.5", "https://w3id.org/ro/wfrun/workflow/0.5",
+        "https://w3id.org/workflowhub/workflow-ro-crate/1.0"}
+    # The sweep records no license (an older sweep.json): the documented default, as an SPDX entity.
+    assert crate.root_dataset["license"].id == "https://spdx.org/licenses/CC-BY-4.0"
+    assert crate.root_dataset["license"]["identifier"] == "CC-BY-4.0"
     assert crate.root_dataset["datePublished"] == "2026-01-15T10:00:00Z"  # the sweep's record, not the build's clock
 
     accepted = [f"{a}-{s}" for a in ("grpo", "rpp", "rppb") for s in (42, 1234, 2026) if (a, s) != ("rppb", 2026)]
@@ -70,6 +81,7 @@ def test_the_crate_is_a_workflow_run_crate_of_every_accepted_run(built):
     for job in accepted:
         action = actions[f"#run-{job}"]
         assert ids(action["result"]) == [f"runs/{job}/"]
+        assert action["actionStatus"] == "http://schema.org/CompletedActionStatus"  # the value, not an @id
         run = json.loads((data / "runs" / job / "run.json").read_text())
         inputs = {ni(d) for d in run["inputs"].values()} | {ni(SUBSET_SHA)}
         assert inputs <= set(ids(action["object"]))
@@ -99,6 +111,10 @@ def test_the_crate_names_every_payload_file_with_the_bags_digest_and_the_manifes
     for rel, entity in files.items():
         content = (data / rel).read_bytes()
         assert (entity["sha256"], entity["contentSize"]) == (hashlib.sha256(content).hexdigest(), len(content)), rel
+        expected_format = {".json": "application/json", ".jsonl": "application/jsonl", ".csv": "text/csv",
+                           ".md": "text/markdown", ".yaml": "application/yaml", ".log": "text/plain",
+                           ".txt": "text/plain", ".png": "image/png"}
+        assert entity["encodingFormat"] == expected_format.get(Path(rel).suffix, "application/octet-stream"), rel
     manifest = dict(reversed(line.split(maxsplit=1)) for line in (bag / "manifest-sha256.txt").read_text().splitlines())
     assert manifest["data/ro-crate-metadata.json"] == hashlib.sha256((data / "ro-crate-metadata.json").read_bytes()).hexdigest()
     assert evidence("audit", built / "bundle.tar.gz").returncode == 0
@@ -173,9 +189,17 @@ CRATE_FORGERIES = {
         "data/ro-crate-metadata.json: @id #rpp-42-seed: states value 1, the build writes 42"),
     "a run's status set to failed": (
         lambda bag: _graph_edit(bag, lambda g: _set(g, "#run-rpp-42",
-                                                    actionStatus={"@id": "http://schema.org/FailedActionStatus"})),
-        'data/ro-crate-metadata.json: @id #run-rpp-42: states actionStatus {"@id": '
-        '"http://schema.org/FailedActionStatus"}, the build writes {"@id": "http://schema.org/CompletedActionStatus"}'),
+                                                    actionStatus="http://schema.org/FailedActionStatus")),
+        'data/ro-crate-metadata.json: @id #run-rpp-42: states actionStatus "http://schema.org/FailedActionStatus", '
+        'the build writes "http://schema.org/CompletedActionStatus"'),
+    "the license changed": (
+        lambda bag: _graph_edit(bag, lambda g: _set(g, "./", license={"@id": "https://spdx.org/licenses/CC0-1.0"})),
+        'data/ro-crate-metadata.json: @id ./: states license {"@id": "https://spdx.org/licenses/CC0-1.0"}, the build '
+        'writes {"@id": "https://spdx.org/licenses/CC-BY-4.0"}'),
+    "a file's encodingFormat restated": (
+        lambda bag: _graph_edit(bag, lambda g: _set(g, "runs/grpo-42/eval.json", encodingFormat="text/plain")),
+        'data/ro-crate-metadata.json: @id runs/grpo-42/eval.json: states encodingFormat "text/plain", the build writes '
+        '"application/json"'),
     "a run's name rewritten": (
         lambda bag: _graph_edit(bag, lambda g: _set(g, "#run-rpp-42", name="training run rpp-42 (Qwen3-8B, 64 H100s)")),
         'data/ro-crate-metadata.json: @id #run-rpp-42: states name "training run rpp-42 (Qwen3-8B, 64 H100s)"'),
@@ -231,3 +255,58 @@ def test_reseal_bag_restates_the_crate_as_a_forger_would(built, tmp_path):
     reseal_bag(bag)
     done = evidence("audit", bag)
     assert done.returncode == 0 and done.stdout.splitlines()[-1] == "clean", done.stdout
+
+
+def validate(crate_dir: Path, profile: str, severity: str) -> dict:
+    """roc-validator's JSON report of ``crate_dir`` against ``profile`` at ``severity``, with no network (its
+    cache answers the context's URL; a fetch of anything else fails)."""
+    if not VALIDATOR.is_file():
+        pytest.fail(f"roc-validator is not installed in {CRATE_VENV.name}/: run make crate-validator")
+    report = crate_dir.parent / f"validation-{profile}-{severity}.json"
+    cache = crate_dir.parent / f"http-cache-{severity}"  # a copy: parallel tests never share the SQLite file
+    shutil.copyfile(CRATE_VENV / "http-cache.sqlite", cache.with_name(cache.name + ".sqlite"))
+    done = subprocess.run([*no_network_prefix(), str(VALIDATOR), "--no-interactive", "--disable-color", "validate",
+                           "--offline", "--cache-path", str(cache), "--no-paging",
+                           "-p", profile, "-l", severity, "-f", "json", "-o", str(report), str(crate_dir)],
+                          capture_output=True, text=True, timeout=300)
+    assert report.is_file(), done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads(report.read_text())
+
+
+def failed_checks(report: dict) -> dict[str, str]:
+    return {issue["check"]["identifier"]: issue["message"] for issue in report["issues"]}
+
+
+def test_roc_validator_passes_the_crate_at_the_required_level_of_each_profile_it_conforms_to(built, tmp_path):
+    """Workflow Run Crate 0.5 inherits Process Run Crate 0.5, Workflow RO-Crate 1.0 and RO-Crate 1.1: each one's
+    REQUIRED checks hold; and of the RECOMMENDED ones, those the independent client found failing (the license as
+    an entity, the profiles in conformsTo, actionStatus's value, every file's encodingFormat) hold too."""
+    crate_dir = Path(shutil.copytree(built / "bundle" / "data", tmp_path / "data"))
+    required = validate(crate_dir, "workflow-run-crate-0.5", "REQUIRED")
+    assert set(required["statistics"]["profiles"]) >= {"ro-crate-1.1", "workflow-ro-crate-1.0", "process-run-crate-0.5",
+                                                        "workflow-run-crate-0.5"}
+    assert required["skipped_checks"] == 0 and required["statistics"]["total_checks"] > 40
+    assert required["passed"], failed_checks(required)
+    recommended = failed_checks(validate(crate_dir, "workflow-run-crate-0.5", "RECOMMENDED"))
+    for check in ("ro-crate-1.1_22.1",  # the license, a contextual entity
+                  "workflow-run-crate-0.5_6.1",  # conformsTo names Process Run Crate and Workflow RO-Crate
+                  "process-run-crate-0.5_8.7",  # actionStatus is schema.org's CompletedActionStatus
+                  "process-run-crate-0.5_8.3",  # every action has a description
+                  "ro-crate-1.1_27.1"):  # every File has an encodingFormat
+        assert check not in recommended, recommended[check]
+
+
+def test_roc_validator_fails_a_crate_without_license_or_with_a_status_as_an_id(built, tmp_path):
+    """The validator run above can fail: the two defects the client reported, put back, are each found."""
+    crate_dir = Path(shutil.copytree(built / "bundle" / "data", tmp_path / "data"))
+    path = crate_dir / "ro-crate-metadata.json"
+    crate = json.loads(path.read_text())
+    for entity in crate["@graph"]:
+        if entity["@id"] == "./":
+            del entity["license"]
+        if entity.get("actionStatus"):
+            entity["actionStatus"] = {"@id": entity["actionStatus"]}
+    path.write_text(json.dumps(crate, indent=2))
+    required = validate(crate_dir, "workflow-run-crate-0.5", "REQUIRED")
+    assert not required["passed"] and {"ro-crate-1.1_8.3", "workflow-ro-crate-1.0_5.1"} <= set(failed_checks(required))
+    assert "process-run-crate-0.5_8.7" in failed_checks(validate(crate_dir, "workflow-run-crate-0.5", "RECOMMENDED"))

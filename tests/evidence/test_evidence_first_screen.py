@@ -67,3 +67,28 @@ def test_the_config_dump_is_an_appendix_and_the_report_lists_only_settings_that_
     assert [line.split(",")[0] for line in differ[1:]] == ["algo.kl_coef", "algo.kl_loss_coef"]  # not algo.name
     appendix = (data / "tables" / "resolved_config.csv").read_text().splitlines()
     assert appendix[0] == "setting,arm,value" and "algo.name,rpp,rpp" in appendix
+
+
+def test_the_job_column_names_each_job_as_its_reader_knows_it_and_the_scheduler_s_id_beside_it(clean_build):
+    """Issue 36 section 5: every report table's "Job" is the job's name (grpo-42, its directory under jobs/), never
+    the scheduler's id (local-0, 937650); the jobs table keeps that id in its own "Scheduler job" column."""
+    import csv
+
+    _, result = clean_build
+    with open(result.bundle_dir / "data" / "index.csv", newline="") as f:
+        index = list(csv.DictReader(f))
+    names, ids = {r["job"] for r in index}, {r["job_id"] for r in index}
+    report = (result.bundle_dir / "data" / "report.md").read_text().splitlines()
+    tables = 0
+    for i, line in enumerate(report):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if "Job" not in cells or not line.startswith("|"):
+            continue
+        tables += 1
+        column = cells.index("Job")
+        rows = [[c.strip() for c in r.strip("|").split("|")] for r in report[i + 2:] if r.startswith("|")]
+        rows = rows[:next((k for k, r in enumerate(rows) if len(r) != len(cells)), len(rows))]
+        assert rows and {r[column] for r in rows} <= names and not {r[column] for r in rows} & ids, line
+        if "Scheduler job" in cells:
+            assert {r[cells.index("Scheduler job")] for r in rows} == ids
+    assert tables >= 3  # jobs, stability per run, efficiency per run (and resource peaks when sampled)

@@ -1,11 +1,12 @@
 """The evaluation's own noise apart from the seeds' spread (issue 22, section 3): each run's pass@1 standard error
-clustered by prompt, the hierarchical bootstrap over seeds then prompts, and the rule that says which of the two
-holds a comparison's precision.
+clustered by prompt, the crossed bootstrap over seeds and prompts and the question-clustered t-interval (every seed
+is evaluated on the same prompts), and the rule that says which of the two holds a comparison's precision.
 
 References written here: the SE by a float64 loop over the prompts; its coverage of a simulated population of
 prompts of differing difficulty (and the responses-as-independent SE's failure there); the bootstrap's draws
-replayed by plain loops and its distribution against the two-stage bootstrap's exact mean and variance; and, for
-what the build writes, each run's own responses file read here.
+replayed by plain loops and its distribution against the crossed bootstrap's exact mean and variance (and a simulation
+of the crossed design, where the nested "seeds, then prompts" bootstrap under-covers); the question interval with
+scipy; and, for what the build writes, each run's own responses file read here.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from bundle_tables import edit_cell, rows
+from scipy import stats as sps
 from sweep_factory import N_PROMPTS, K, make_sweep
 
 from evidence import audit
-from evidence.statistics import hierarchical, noise
+from evidence.statistics import crossed, noise
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]
@@ -85,55 +87,108 @@ def test_the_rule_compares_the_seeds_variance_with_the_mean_squared_se():
 
 
 def replayed_means(rates: list[list[float]], n_resamples: int, seed: int) -> list[float]:
-    """The documented draws replayed with plain loops: S seed indices per resample, then P prompt indices per drawn
-    seed (one chunk: the matrices here are small), each resample's mean summed value by value."""
+    """The documented draws replayed with plain loops: S seed indices per resample, then P prompt indices per
+    resample shared by every drawn seed (one chunk: the matrices here are small), each resample's mean summed value
+    by value."""
     rng = np.random.default_rng(seed)
     s, p = len(rates), len(rates[0])
-    seeds, prompts = rng.integers(0, s, (n_resamples, s)), rng.integers(0, p, (n_resamples, s, p))
+    seeds, prompts = rng.integers(0, s, (n_resamples, s)), rng.integers(0, p, (n_resamples, p))
     means = []
     for b in range(n_resamples):
         total = 0.0
         for j in range(s):
             for i in range(p):
-                total += rates[int(seeds[b, j])][int(prompts[b, j, i])]
+                total += rates[int(seeds[b, j])][int(prompts[b, i])]
         means.append(total / (s * p))
     return means
 
 
-def test_the_hierarchical_bootstrap_replays_its_recorded_draws():
+def reference_question_interval(rates: list[list[float]], level: float = 0.95) -> tuple[float, float]:
+    """scipy: the t-interval (df = P − 1) of the per-prompt means over the seeds."""
+    q = np.asarray(rates, dtype=np.float64).mean(axis=0)
+    return tuple(sps.t.interval(level, q.size - 1, loc=q.mean(), scale=sps.sem(q)))
+
+
+def test_the_crossed_bootstrap_replays_its_recorded_draws():
     rates = (np.random.default_rng(1).integers(0, K + 1, (3, 7)) / K).tolist()
     means = replayed_means(rates, 500, 22)
-    assert hierarchical.hierarchical_means(rates, 500, 22) == pytest.approx(means, rel=1e-12)
-    low, high = hierarchical.hierarchical_interval(rates, 0.95, 500, 22)
+    assert crossed.crossed_means(rates, 500, 22) == pytest.approx(means, rel=1e-12)
+    low, high = crossed.crossed_interval(rates, 0.95, 500, 22)
     assert (low, high) == pytest.approx(tuple(np.quantile(means, [0.025, 0.975])), rel=1e-12)
-    assert hierarchical.hierarchical_interval([rates[0]], 0.95) is None  # one seed: nothing to resample
-    assert hierarchical.hierarchical_interval([[0.5], [0.25]], 0.95) is None  # one prompt
+    assert crossed.crossed_interval([rates[0]], 0.95) is None  # one seed: nothing to resample
+    assert crossed.crossed_interval([[0.5], [0.25]], 0.95) is None  # one prompt
 
 
-def test_the_hierarchical_bootstrap_has_the_two_stage_bootstraps_mean_and_variance():
-    """Resampling S seeds, then P prompts of each: E[T*] = the grand mean, Var[T*] = (Var_s(m_s) + mean_s(v_s)/P)/S
-    with m_s, v_s seed s's mean and variance (ddof=0) over its prompts, Var_s over seeds (ddof=0)."""
+def test_the_crossed_bootstrap_has_the_crossed_designs_exact_mean_and_variance():
+    """Seeds and prompts drawn independently, the prompts once for all seeds: with x_si = μ + a_s + b_i + e_si (the
+    two-way decomposition, a and b centred, e with zero row and column means), E[T*] = μ and
+    Var[T*] = mean(a²)/S + mean(b²)/P + mean(e²)/(S·P). A nested bootstrap's prompt term would be mean(b²)/(S·P)."""
     rng = np.random.default_rng(5)
-    rates = rng.binomial(K, rng.beta(0.5, 0.5, (6, 40)) + 0.0 * np.arange(6)[:, None]) / K
+    rates = rng.binomial(K, rng.beta(0.5, 0.5, 40)[None, :].repeat(6, 0)) / K
     rates[0] = np.clip(rates[0] + 0.25, 0, 1)  # one seed well apart from the others
-    draws = hierarchical.hierarchical_means(rates, 20000, 7)
-    seed_means = rates.mean(axis=1)
-    variance = (np.var(seed_means) + np.mean(rates.var(axis=1)) / rates.shape[1]) / rates.shape[0]
-    assert draws.mean() == pytest.approx(rates.mean(), abs=4 * math.sqrt(variance / 20000))
+    mu = rates.mean()
+    a, b = rates.mean(axis=1) - mu, rates.mean(axis=0) - mu
+    e = rates - mu - a[:, None] - b[None, :]
+    s, p = rates.shape
+    variance = np.mean(a ** 2) / s + np.mean(b ** 2) / p + np.mean(e ** 2) / (s * p)
+    draws = crossed.crossed_means(rates, 20000, 7)
+    assert draws.mean() == pytest.approx(mu, abs=4 * math.sqrt(variance / 20000))
     assert draws.var() == pytest.approx(variance, rel=0.05)  # 20,000 draws: ~1 % sampling error of a variance
 
 
-def test_the_hierarchical_bootstrap_draws_chunk_by_chunk_as_documented():
+def test_the_crossed_bootstrap_draws_chunk_by_chunk_as_documented():
     """50 seeds x 1,000 prompts: 83 resamples fit in a chunk, so 200 are drawn as 83, 83 and 34, each chunk's seed
     draws before its prompt draws; replayed here one resample at a time."""
     rates = np.random.default_rng(9).integers(0, K + 1, (50, 1000)) / K
-    chunk = hierarchical.CHUNK_VALUES // rates.size
+    chunk = crossed.CHUNK_VALUES // rates.size
     assert chunk == 83
     rng, expected = np.random.default_rng(4), []
     for size in (83, 83, 34):
-        seeds, prompts = rng.integers(0, 50, (size, 50)), rng.integers(0, 1000, (size, 50, 1000))
-        expected += [rates[seeds[b][:, None], prompts[b]].mean() for b in range(size)]
-    assert hierarchical.hierarchical_means(rates, 200, 4) == pytest.approx(expected, rel=1e-12)
+        seeds, prompts = rng.integers(0, 50, (size, 50)), rng.integers(0, 1000, (size, 1000))
+        expected += [rates[seeds[b][:, None], prompts[b][None, :]].mean() for b in range(size)]
+    assert crossed.crossed_means(rates, 200, 4) == pytest.approx(expected, rel=1e-12)
+
+
+def test_the_question_interval_is_scipys_t_interval_of_the_per_prompt_means():
+    rng = np.random.default_rng(11)
+    for shape in ((1, 2), (3, 25), (5, 7)):
+        rates = (rng.integers(0, K + 1, shape) / K).tolist()
+        if np.ptp(np.mean(rates, axis=0)) == 0:
+            continue
+        assert crossed.question_interval(rates, 0.95) == pytest.approx(reference_question_interval(rates), rel=1e-12)
+        assert crossed.question_interval(rates, 0.9) == pytest.approx(reference_question_interval(rates, 0.9),
+                                                                        rel=1e-12)
+    assert crossed.question_interval([[0.5], [0.25]]) is None  # one prompt
+    assert crossed.question_interval([[0.25, 0.25], [0.5, 0.5]]) == (0.375, 0.375)  # no spread between questions
+
+
+def replayed_nested_means(x: np.ndarray, n_resamples: int, seed: int) -> np.ndarray:
+    """The nested ("seeds, then each seed's prompts") bootstrap the evidence used before, written here."""
+    rng = np.random.default_rng(seed)
+    s, p = x.shape
+    seeds, prompts = rng.integers(0, s, (n_resamples, s)), rng.integers(0, p, (n_resamples, s, p))
+    return x[seeds[:, :, None], prompts].mean(axis=(1, 2))
+
+
+def test_in_a_crossed_design_the_crossed_intervals_cover_and_the_nested_bootstrap_does_not():
+    """Simulated crossed design, as the evaluation draws it: 3 seeds share 25 prompts whose true per-prompt
+    differences vary (b_i ~ N(0, 0.2²), population mean 0), each seed adds a small shift (N(0, 0.01²)) and response
+    noise (N(0, 0.05²)). 400 evaluations: the crossed bootstrap and the question-clustered t-interval cover 0 at
+    about 95 %; the nested bootstrap (each seed its own prompts), whose prompt term is S times too small, far less."""
+    rng = np.random.default_rng(2026)
+    reps, s, p = 400, 3, 25
+    covered = {"crossed": 0, "question": 0, "nested": 0}
+    for r in range(reps):
+        x = rng.normal(0, 0.2, p)[None, :] + rng.normal(0, 0.01, (s, 1)) + rng.normal(0, 0.05, (s, p))
+        lo, hi = crossed.crossed_interval(x, 0.95, 1000, r)
+        covered["crossed"] += lo <= 0 <= hi
+        lo, hi = crossed.question_interval(x, 0.95)
+        covered["question"] += lo <= 0 <= hi
+        nested = np.quantile(replayed_nested_means(x, 400, r), [0.025, 0.975])
+        covered["nested"] += nested[0] <= 0 <= nested[1]
+    assert 0.90 <= covered["crossed"] / reps <= 0.98, covered
+    assert 0.92 <= covered["question"] / reps <= 0.98, covered
+    assert covered["nested"] / reps < 0.80, covered
 
 
 # ---- through python -m evidence build and audit ----------------------------------------------------
@@ -205,9 +260,11 @@ def test_the_report_says_which_comparison_needs_more_prompts_and_which_more_seed
         assert float(row["seed_var"]) == pytest.approx(seed_var, rel=1e-9)
         assert float(row["eval_var"]) == pytest.approx(eval_var, rel=1e-12)
         assert row["spread"] == ("seeds" if seed_var > eval_var else "evaluation")
-        replay = replayed_means(per_seed, int(row["hb_resamples"]), int(row["hb_seed"]))
-        assert (float(row["hb_low"]), float(row["hb_high"])) == pytest.approx(
+        replay = replayed_means(per_seed, int(row["cb_resamples"]), int(row["cb_seed"]))
+        assert (float(row["cb_low"]), float(row["cb_high"])) == pytest.approx(
             tuple(np.quantile(replay, [0.025, 0.975])), rel=1e-12)
+        assert (float(row["q_low"]), float(row["q_high"])) == pytest.approx(reference_question_interval(per_seed),
+                                                                            rel=1e-12)
     assert table[("grpo", "")]["spread"] == "evaluation" and table[("rpp", "")]["spread"] == "seeds"
     report = (bag / "data" / "report.md").read_text()
     assert ("- GRPO: the seed-to-seed spread does not exceed the evaluation's noise (s² = 0.0001 against σ²_eval = "
@@ -223,8 +280,9 @@ def test_the_audit_flags_an_edited_se_an_edited_noise_cell_and_an_edited_report_
     tables = edited / "data" / "tables"
     edit_cell(tables / "eval_se.csv", 2, "se", 0.05)
     edit_cell(tables / "eval_noise.csv", 2, "spread", "seeds")
-    edit_cell(tables / "eval_noise.csv", 2, "hb_low", 0.3)
-    edit_cell(tables / "eval_noise.csv", 3, "hb_seed", 7)
+    edit_cell(tables / "eval_noise.csv", 2, "cb_low", 0.3)
+    edit_cell(tables / "eval_noise.csv", 3, "cb_seed", 7)
+    edit_cell(tables / "eval_noise.csv", 4, "q_high", 0.9)
     report = edited / "data" / "report.md"
     text = report.read_text()
     line = "- GRPO: the seed-to-seed spread does not exceed the evaluation's noise"
@@ -233,7 +291,8 @@ def test_the_audit_flags_an_edited_se_an_edited_noise_cell_and_an_edited_report_
     reseal_bag(edited)
     reasons = [str(f) for f in audit(edited)]
     for where in ("data/tables/eval_se.csv: line 2, column se:", "data/tables/eval_noise.csv: line 2, column spread:",
-                  "data/tables/eval_noise.csv: line 2, column hb_low:", "data/tables/eval_noise.csv: line 3, column hb_seed:"):
+                  "data/tables/eval_noise.csv: line 2, column cb_low:", "data/tables/eval_noise.csv: line 3, column cb_seed:",
+                  "data/tables/eval_noise.csv: line 4, column q_high:"):
         assert any(r.startswith(where) for r in reasons), (where, reasons)
     assert any(r.startswith("data/report.md: line") and "GRPO: the seed-to-seed spread exceeds" in r
                for r in reasons), reasons

@@ -143,3 +143,28 @@ def test_the_command_lists_each_tag_and_fails_on_a_truncated_file(tmp_path):
                          capture_output=True, text=True, env=env, cwd=REPO)
     assert cut.returncode == 1
     assert f"problem: {path.name}: truncated or corrupt record" in cut.stderr
+
+
+def test_a_tail_returns_each_point_once_as_it_is_written_across_files(tmp_path):
+    """``ScalarTail`` (the live follower's reader): points written between two looks, a file that appears later
+    read from its start, nothing twice; float32 as TensorBoard stores it."""
+    from evidence.tensorboard_log import ScalarTail
+
+    directory = tmp_path / "run"
+    directory.mkdir()
+    tail = ScalarTail(directory)
+    assert tail.new_points() == []
+    writer = SummaryWriter(log_dir=str(directory))
+    for step in range(3):
+        writer.add_scalar("train/loss", loss_at(step), step)
+    writer.flush()
+    first = [(tag, p.step, p.value) for tag, p in tail.new_points()]
+    assert first == [("train/loss", s, pytest.approx(loss_at(s), rel=1e-6)) for s in range(3)]
+    writer.add_scalar("train/loss", loss_at(3), 3)
+    writer.flush()
+    assert [(tag, p.step) for tag, p in tail.new_points()] == [("train/loss", 3)]
+    writer.close()
+    write_run(directory, range(4, 6), name="events.out.tfevents.9999999999.later")  # a resumed trainer's new file
+    later = [(tag, p.step) for tag, p in tail.new_points()]
+    assert later == [(t, s) for s in range(4, 6) for t in ("train/loss", "rollout/raw_reward")]
+    assert tail.new_points() == []

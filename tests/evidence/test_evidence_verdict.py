@@ -12,6 +12,7 @@ import math
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -153,7 +154,10 @@ def test_a_baseline_collapse_the_treatment_avoids_is_validated_by_the_collapse_r
 def test_a_collapse_in_both_arms_is_no_collapse_difference(tmp_path):
     verdict = verdict_of(reward_sweep(tmp_path, treatment_collapses=True))
     assert verdict["collapse"]["baseline"]["collapsed"] and verdict["collapse"]["treatment"]["collapsed"]
-    assert (verdict["verdict"], verdict["rule"]) == ("FAILED", "below-threshold")
+    # no collapse rule; the arms tie on every seed (d = 0, 0, 0): a design that supports no test of 0 decides
+    # nothing in either direction (adversarial finding F8), never FAILED
+    assert (verdict["verdict"], verdict["rule"]) == ("INCONCLUSIVE", "no-inference")
+    assert [m["rule"] for m in verdict["claim"]["missing"]] == ["tied-evaluations"]
     assert verdict["difference_mean"] == 0.0
 
 
@@ -171,9 +175,15 @@ def test_a_rejected_job_leaving_fewer_than_3_paired_seeds_is_inconclusive(tmp_pa
 def test_decide_without_an_inconclusive_band_fails_below_the_threshold_and_needs_two_seeds():
     criterion = parse_experiment({**spec_with(), "criterion": {
         "metric": "eval/pass@1", "baseline": "isp", "treatment": "sc", "threshold_points": 4}}).criterion
-    outcome = decide(criterion, {1: 0.5, 2: 0.5}, {1: 0.53, 2: 0.535})
+    outcome = decide(criterion, {1: 0.5, 2: 0.5, 3: 0.5}, {1: 0.53, 2: 0.535, 3: 0.52})
     assert (outcome.verdict, outcome.rule) == ("FAILED", "below-threshold")
-    assert math.isclose(outcome.summary.mean, 3.25, rel_tol=1e-9)
+    assert math.isclose(outcome.summary.mean, 17 / 6, rel_tol=1e-9)
+    # two seeds support no test of 0: below the threshold too, the verdict is no refutation (finding F8)
+    outcome = decide(criterion, {1: 0.5, 2: 0.5}, {1: 0.53, 2: 0.535})
+    assert (outcome.verdict, outcome.rule) == ("INCONCLUSIVE", "no-inference")
+    assert "is below the threshold 4 points" in outcome.reason and "in either direction" in outcome.reason
+    assert decide(replace(criterion, ci_excludes_zero=False), {1: 0.5, 2: 0.5}, {1: 0.53, 2: 0.535}).verdict == \
+        "FAILED"  # a rule on the mean alone decides on the mean alone, either way
     assert decide(criterion, {1: 0.5}, {1: 0.9}).rule == "too-few-seeds"
     assert decide(criterion, {1: 0.5, 2: 0.5}, {3: 0.9, 4: 0.9}).verdict == "INCONCLUSIVE"
 
@@ -258,6 +268,7 @@ def test_selection_picks_the_best_value_and_flags_a_winner_on_the_grid_edge():
 
 LRS = ("1e-5", "4e-5", "1.6e-4")
 TUNED_SPEC = SPEC + """\
+tuning_seeds: [1, 2]
 tuning:
   setting: workload.lr
   values: [1e-5, 4e-5, 1.6e-4]

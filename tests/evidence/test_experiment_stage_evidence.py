@@ -69,6 +69,49 @@ def test_the_honest_experiment_bundle_audits_clean(experiment_bag):
     assert record["budget"]["cpu_hours"] == pytest.approx(60 * step_s * CPUS / 3600, rel=1e-12)
 
 
+def test_the_probe_stage_s_own_bundle_carries_its_spec_and_audits_clean(experiment_bag):
+    """Issue 33 item 8: the probe's records name the registered spec, and its own bundle carries it (no verdict), so
+    it audits clean on its own as the confirm stage's does; the confirm bundle's copy of it holds the same spec."""
+    from evidence import audit
+
+    probe = experiment_bag.parent.parent / "probe" / "bundle"
+    assert (probe / "data" / "experiment.yaml").read_text() == SPEC and not (probe / "data" / "verdict.json").exists()
+    assert "## Verdict" not in (probe / "data" / "report.md").read_text()
+    assert audit(probe) == []
+    assert (experiment_bag / "data" / "stages" / "probe" / "experiment.yaml").read_text() == SPEC
+
+
+def test_a_probe_bundle_that_carries_a_verdict_or_another_spec_is_a_finding(experiment_bag, tmp_path):
+    from evidence import audit
+
+    probe = Path(shutil.copytree(experiment_bag.parent.parent / "probe" / "bundle", tmp_path / "probe"))
+    shutil.copyfile(experiment_bag / "data" / "verdict.json", probe / "data" / "verdict.json")
+    reseal_bag(probe)
+    assert any(f"{p.file}: {p.detail()}" == "data/verdict.json: present in the probe stage's bundle: only the confirm "
+               "stage's carries a verdict" for p in audit(probe))
+    loosened = forged(experiment_bag, tmp_path, lambda data: (data / "stages" / "probe" / "experiment.yaml").write_text(
+        SPEC.replace("threshold_points: 4", "threshold_points: 1")))
+    _, lines = audit_cli(loosened)
+    assert "data/stages/probe/experiment.yaml: differs from data/experiment.yaml: the stage ran under another spec" \
+        in lines, lines
+
+
+def test_a_spec_planned_seed_missing_from_the_confirm_bundle_is_a_finding(experiment_bag, tmp_path):
+    """The pre-registered spec plans every arm over its seeds: a seed's run deleted from the bundle (its index row and
+    copy, everything the bundle says of it) is a finding naming the spec arm and the seed."""
+    from evidence import audit
+
+    def drop(data: Path) -> None:
+        shutil.rmtree(data / "runs" / "rppb-2")
+        rows = (data / "index.csv").read_text().splitlines()
+        (data / "index.csv").write_text("\n".join(r for r in rows if not r.startswith("rppb-2,")) + "\n")
+
+    bag = forged(experiment_bag, tmp_path, drop)
+    found = [f"{p.file}: {p.detail()}" for p in audit(bag)]
+    assert "data/index.csv: spec arm sc: seed(s) [2] of the spec's seeds [1, 2, 3] have no run in this bundle (planned " \
+           "by the pre-registered spec; never run, or removed)" in found, found
+
+
 @pytest.mark.parametrize("gone", ["stages", "stages/probe", "stages/probe/probe.json"])
 def test_deleted_stage_evidence_resealed_is_a_finding(experiment_bag, tmp_path, gone):
     def delete(data: Path) -> None:

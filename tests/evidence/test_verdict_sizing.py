@@ -273,3 +273,24 @@ def test_a_sized_design_with_several_treatments_is_refused():
     spec["criterion"]["treatment"] = ["sc", "ent"]
     with pytest.raises(VerdictError, match="^seeds: n: auto sizes one comparison"):
         parse_experiment(spec)
+
+
+def test_a_first_look_whose_differences_tie_never_stops_the_design():
+    """Three seeds 5 points apart each (SD 0): Z₁ is infinite and crosses any boundary, yet a tied design supports no
+    test of 0 (``claims.tied_evaluations``): the verdict waits for the second look, saying why."""
+    from evidence.statistics import claims
+
+    spec = {"arms": {"a": {"algo": "grpo"}, "b": {"algo": "rpp"}}, "seeds": {"n": "auto", "min": 3, "max": 10},
+            "criterion": {"metric": "eval/pass@1", "baseline": "a", "treatment": "b", "threshold_points": 4}}
+    experiment = parse_experiment(spec)
+    tied = {1: 5.0, 2: 5.0, 3: 5.0}
+
+    def missing(seeds):
+        found = tuple(tied[s] for s in seeds)  # its evaluation-noise interval known: a point, as the differences
+        return claims.shortfalls(claims.PairedDesign(found, 1.0, 25, (("question", (5.0, 5.0)),)), 0.95)
+
+    assert sized_look(experiment.sizing, experiment.criterion, tied, ALPHA).record["stopped_early"] is True
+    look = sized_look(experiment.sizing, experiment.criterion, tied, ALPHA, missing)
+    assert look.record["stopped_early"] is False and look.record["first_look"]["crossed"] is True
+    assert look.pending.startswith("the first look (3 seeds) supports no test of 0 (tied evaluations); the second "
+                                   "look needs seeds 4..")

@@ -6,3 +6,10 @@ logs, checkpoints, a Hugging Face model directory) at paths its docstring names.
 data and reward code (``trainer.data``, ``trainer.reward``) so that every trainer sees the same
 prompts and is scored by the same function; it never imports the launcher.
 """
+
+# The plan checks a trainer spec may name (its ``plan_check``), and no other function of an adapter: each is called
+# in the launcher while it plans, dry runs included, with the job's expanded argv, and refuses with a ``ValueError``
+# whose text is one line. It imports nothing heavy, runs nothing and writes nothing (an adapter's ``main`` trains).
+PLAN_CHECKS = frozenset({
+    "trainer.adapters.trl_grpo:check_command",  # TRL's GRPOTrainer: what TRL cannot honour (no TRL imported)
+})

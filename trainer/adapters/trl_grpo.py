@@ -10,10 +10,11 @@ Every setting is an explicit argument, named after the proofgrid setting the har
 (``{seed}``, ``{workload.lr}``, ``{algo.clip_high}``, ...). The settings are checked and mapped before
 TRL is imported: a setting TRL cannot honour is refused in one line with exit code 2, and
 ``--check-only`` prints the mapped ``GRPOConfig`` arguments as JSON without training (a plan-time
-check). The run trains on the CPU (or ``--device cuda``) with proofgrid's math reward
-(``trainer.reward.math_reward``) as TRL's reward function, on the training split's prompts in
-proofgrid's own order (``trainer.data.PromptStream``): step ``s`` sees exactly the prompts
-``python -m trainer`` sees at step ``s`` with the same seed.
+check). The run trains on the CPU (or ``--device cuda``) with the workload's reward
+(``--reward``, ``facts.reward``: a built-in, or the user's ``module:function`` of the row) as TRL's reward
+function, on the training split's prompts in proofgrid's own order (``trainer.data.PromptStream``), each
+rendered by proofgrid's renderer (``trainer.prompts``: the template, or the tokenizer's chat template) and given
+to TRL as text: step ``s`` sees exactly the prompts ``python -m trainer`` sees at step ``s`` with the same seed.
 
 Mapping (proofgrid setting -> TRL ``GRPOConfig`` / ``GRPOTrainer`` argument; TRL 1.16)
 =========================================  ==========================================================
@@ -22,7 +23,10 @@ proofgrid                                  TRL
 ``workload.model_path`` (--model-dir)      ``GRPOTrainer(model=<dir>)``, ``model_init_kwargs.dtype``;
                                            the tokenizer: ``AutoTokenizer`` of the same directory
 ``workload.train_path`` (--train)          ``train_dataset``: ``steps x P`` prompts in ``PromptStream(seed)``
-                                           order (``PROMPT_TEMPLATE``), ``shuffle_dataset=False``
+                                           order, ``shuffle_dataset=False``; each prompt rendered by
+``workload.data``, ``.prompt`` (--task)    proofgrid's renderer, as text (``--task``: the ``{task}`` placeholder,
+                                           the workload's field map, prompt and reward as JSON)
+``workload.reward`` (--task)               ``reward_funcs``: the reward of (completion, label or row)
 ``seed``                                   ``seed``, ``data_seed`` (TRL seeds sampling with ``seed + rank``)
 ``workload.n_updates`` (--steps)           ``max_steps``; one optimizer step per rollout batch:
                                            ``steps_per_generation=1``, ``gradient_accumulation_steps=1``,
@@ -50,6 +54,10 @@ proofgrid                                  TRL
 ``algo=gspo``                              ``importance_sampling_level="sequence"``
 ``algo=sapo``, ``tau_pos``, ``tau_neg``    ``loss_type="sapo"``, ``sapo_temperature_pos/neg``
 ``checkpoint_every`` (--save-steps)        ``save_strategy="steps"``, ``save_steps``
+``workload.lora``: ``rank``, ``alpha``,     ``GRPOTrainer(peft_config=LoraConfig(r, lora_alpha, lora_dropout,
+``dropout``, ``target_modules``            target_modules, bias="none"))`` (TRL's reference is then the base
+(--lora-rank, --lora-alpha, ...)           model, the adapters disabled, as proofgrid's is); the final model
+                                           is saved merged (``merge_and_unload``), a plain model directory
 ``num_threads``, ``device``, ``dtype``     ``torch.set_num_threads``, ``use_cpu``, ``bf16`` with bf16 weights
 (fixed)                                    ``logging_steps=1``, ``report_to="tensorboard"``,
                                            ``activation_checkpointing=False``, ``disable_dropout=True``,
@@ -58,8 +66,10 @@ proofgrid                                  TRL
 
 TRL's own options pass through: ``--loss-type`` (any of ``TRL_LOSS_TYPES`` that computes the algorithm's
 policy loss, e.g. ``grpo`` or ``dapo`` for ``algo=grpo``) and ``--scale-rewards`` (``group``,
-``batch``, ``none``) override the mapped value, and ``--trl KEY=VALUE`` sets any other ``GRPOConfig``
-field (a YAML value) that the mapping does not own. The record says which values came from where.
+``batch``, ``none``) override the mapped value, and ``--trl KEY=VALUE`` sets one of the ``GRPOConfig`` fields of
+``PASS_THROUGH_FIELDS`` (a YAML value): those that change neither a setting proofgrid records nor the loss/reward
+contract (speed, memory, log verbosity); any other field is refused. The record says which values came from where,
+and the declaration (the report's contract table) names every field passed through.
 
 Refused (one line, exit 2), because TRL's ``GRPOTrainer`` has no equivalent: ``algo=rpp`` / ``rppb``
 (token-level returns with a k1 reward penalty, global masked normalisation over every valid token),
@@ -68,7 +78,10 @@ Refused (one line, exit 2), because TRL's ``GRPOTrainer`` has no equivalent: ``a
 max_completion_length``), ``kl_loss_type=k1``, a KL loss with ``algo=gspo`` (``k3 x`` the sequence
 ratio does not have k2's gradient), ``ppo_epochs``, ``ppo_mini_batches`` or
 ``sampler_refresh_every`` other than 1 (TRL would count each update as a step), fewer than 2
-responses per prompt.
+responses per prompt, ``workload.lora.dropout`` other than 0 (``disable_dropout=True``, fixed so that the
+model's own dropout stays off as in proofgrid's forward, zeroes the adapters' dropout too), ``trainer.use_vllm=true``
+(``USE_VLLM_REFUSED``: TRL's colocated vLLM syncs weights in a way vLLM's CPU build cannot take; proofgrid's trainer
+runs vLLM with ``workload.engine=vllm``).
 
 Output directory
 ----------------
@@ -116,6 +129,7 @@ RUN_RECORD = "trl_run.json"
 # train/step_time stops before the optimizer step): what `python -m benchmarks trl` compares.
 STEP_CLOCK = "step_clock.jsonl"
 EXIT_REFUSED = 2
+PASSED_THROUGH = "TRL option"  # a Plan's source of a field ``--trl`` set (PASS_THROUGH_FIELDS)
 # TRL 1.16's loss types (GRPOConfig.loss_type; TRL's names, some of which spell proofgrid algorithms'),
 # each with the proofgrid policy loss it computes.
 TRL_LOSS_TYPES = {
@@ -123,6 +137,17 @@ TRL_LOSS_TYPES = {
     "bnpo": "clipped surrogate", "cispo": "CISPO", "sapo": "SAPO", "luspo": "LUSPO", "vespo": "VESPO",
 }
 SCALE_REWARDS = ("group", "batch", "none")
+
+
+# trainer=trl trainer.use_vllm=true, answered before anything runs (docs/engines.md): TRL 1.16's colocated mode syncs
+# every step's weights with `llm.llm_engine.model_executor.driver_worker.model_runner.model.load_weights(...)`, which
+# vLLM's CPU build (the `vllm` extra, 0.32.0) cannot take: its linear layers are repacked after loading, and the
+# call fails at the first of them (measured: "AttributeError: 'Parameter' object has no attribute 'weight_loader'"
+# at model.layers.0.self_attn.q_proj.weight); TRL 1.16 also supports vLLM 0.22-0.31 only. proofgrid's own trainer
+# runs vLLM with vLLM's reload_weights, which works there (docs/engines.md).
+USE_VLLM_REFUSED = ("trainer.use_vllm=true: TRL's colocated vLLM syncs weights with vLLM's in-place load_weights, "
+                    "which vLLM's CPU build 0.32.0 cannot take (its linear layers are repacked after loading); run "
+                    "trainer=proofgrid workload.engine=vllm for vLLM rollouts, or trainer.use_vllm=false")
 
 
 class Refused(ValueError):
@@ -224,8 +249,12 @@ def declaration(p: Plan, algo: str) -> dict:
     policy_loss = TRL_LOSS_TYPES[c["loss_type"]]
     loss = f"{level} PPO clipped surrogate (epsilon {c['epsilon']:g}/{c['epsilon_high']:g})" \
         if policy_loss == "clipped surrogate" else f"{policy_loss} (TRL loss_type={c['loss_type']})"
+    passed = {k: v for k, v in c.items() if p.sources.get(k) == PASSED_THROUGH}
+    if passed:  # in the contract table too: what else the run was given
+        loss += "; TRL options passed through: " + ", ".join(f"{k}={json.dumps(v)}" for k, v in passed.items())
     return {"trl_algo": algo, "loss_type": c["loss_type"], "scale_rewards": c["scale_rewards"], "beta": beta,
             "importance_sampling_level": c["importance_sampling_level"], "kl_estimator": "k3 x ratio" if beta else None,
+            "trl_options": passed,
             "contract": {"advantage": SCALE_REWARDS_ADVANTAGE[c["scale_rewards"]],
                          "normalization": LOSS_TYPE_REDUCTIONS[c["loss_type"]], "kl_regularization": kl, "loss": loss}}
 
@@ -240,7 +269,26 @@ OWNED_FIELDS = frozenset({
     "sapo_temperature_pos", "sapo_temperature_neg", "save_strategy", "save_steps", "use_cpu", "bf16", "fp16",
     "logging_steps", "logging_strategy", "report_to", "model_init_kwargs", "shuffle_dataset",
     "use_bias_correction_kl", "resume_from_checkpoint", "activation_checkpointing", "gradient_checkpointing",
+    "use_vllm", "vllm_mode", "disable_tqdm", "disable_dropout", "log_completions", "dataloader_num_workers",
 })
+
+
+# The GRPOConfig fields ``--trl`` may set (TRL 1.16), each with why it changes neither a setting proofgrid records
+# (the mapping above) nor the loss/reward contract (``declaration``): performance, memory and log verbosity only. Any
+# other field is refused: TRL's sampling (``generation_kwargs``, ``min_p``, ``repetition_penalty``) overrides the
+# workload's recorded sampling, ``optim*`` replaces the AdamW whose settings are recorded, and the loss and reward
+# fields (``delta``, ``top_entropy_quantile``, ``mask_truncated_completions``, ``reward_weights``, ``entropy_coef``,
+# ``cast_lm_head_to_fp32``, ...) change what the contract table says the run computes. An accepted field is in
+# ``trl_run.json``'s declaration and the report's contract table (``declaration``).
+PASS_THROUGH_FIELDS = {
+    "cache_implementation": "the generation's KV-cache layout (GenerationConfig's cache_implementation): speed only",
+    "pad_to_multiple_of": "pads prompts and completions to a multiple, masked out of attention and loss: speed only",
+    "torch_empty_cache_steps": "empties the device's memory cache every N steps: memory only",
+    "dataloader_pin_memory": "pinned host memory for the data loader: speed only",
+    "full_determinism": "transformers' enable_full_determinism(seed) instead of set_seed(seed): the same seed, "
+                        "deterministic kernels",
+    "log_level": "the verbosity of transformers' log: its console only",
+}
 
 
 def _bool(text: str) -> bool:
@@ -264,7 +312,7 @@ def parser(cls: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> argp
     ap = cls(prog=PROG, description=__doc__.splitlines()[0])
     req = ap.add_argument_group("run")
     req.add_argument("--model-dir", required=True, help="{workload.model_path}: a Hugging Face model directory")
-    req.add_argument("--train", required=True, help="{workload.train_path}: parquet with question, answer")
+    req.add_argument("--train", required=True, help="{workload.train_path}: a split (parquet, jsonl or saved dataset)")
     req.add_argument("--output-dir", required=True, type=Path, help="{output_dir}")
     req.add_argument("--seed", required=True, type=int, help="{seed}")
     req.add_argument("--steps", required=True, type=int, help="{workload.n_updates}: rollout batches")
@@ -295,15 +343,25 @@ def parser(cls: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> argp
     wl.add_argument("--ppo-epochs", type=int, default=1, help="{workload.ppo_epochs}")
     wl.add_argument("--ppo-mini-batches", type=int, default=1, help="{workload.ppo_mini_batches}")
     wl.add_argument("--sampler-refresh-every", type=int, default=1, help="{workload.sampler_refresh_every}")
+    wl.add_argument("--lora-rank", type=int, help="{workload.lora.rank}: train LoRA adapters (TRL's peft_config)")
+    wl.add_argument("--lora-alpha", type=float, help="{workload.lora.alpha}")
+    wl.add_argument("--lora-dropout", type=float, default=0.0, help="{workload.lora.dropout}")
+    wl.add_argument("--lora-target-modules", nargs="+", help="{workload.lora.target_modules}")
     wl.add_argument("--save-steps", type=int, default=25, help="{workload.checkpoint_every}")
     wl.add_argument("--num-threads", type=int, default=1, help="{workload.num_threads}")
     wl.add_argument("--device", default="cpu", help="{workload.device}: cpu or cuda")
     wl.add_argument("--dtype", default="float32", help="{workload.dtype}: float32 or bfloat16")
+    wl.add_argument("--task", type=_task, default=None,
+                    help="{task}: the workload's data field map, prompt and reward as JSON (default: the embedded "
+                         "default's: question/answer, 'Question: {question}\\nAnswer:', gsm8k_hash)")
     trl = ap.add_argument_group("TRL's own options")
     trl.add_argument("--loss-type", help=f"TRL's loss_type ({', '.join(TRL_LOSS_TYPES)}); default: from --loss-reduction")
     trl.add_argument("--scale-rewards", help=f"TRL's scale_rewards ({', '.join(SCALE_REWARDS)}); default: from --std-normalize")
+    trl.add_argument("--use-vllm", type=_bool, default=False,
+                     help="{trainer.use_vllm}: TRL's colocated vLLM generation (refused: see USE_VLLM_REFUSED)")
     trl.add_argument("--trl", type=_key_value, action="extend", nargs="+", default=[], metavar="KEY=VALUE",
-                     help="other GRPOConfig fields (YAML values), e.g. mask_truncated_completions=true")
+                     help="GRPOConfig fields passed through (YAML values; PASS_THROUGH_FIELDS), e.g. "
+                          "cache_implementation=static")
     ap.add_argument("--resume", type=_bool, default=True, help="{resume}: continue from the newest TRL checkpoint")
     ap.add_argument("--check-only", action="store_true", help="check and map the settings, print them, train nothing")
     return ap
@@ -316,6 +374,27 @@ class Plan:
     grpo_config: dict
     sources: dict  # GRPOConfig field -> the proofgrid setting or option it came from
     model_dtype: str
+    peft_config: dict | None = None  # LoraConfig's arguments (workload.lora), None: full fine-tuning
+
+
+def lora_config(a: argparse.Namespace) -> dict | None:
+    """``workload.lora`` as ``peft.LoraConfig`` arguments, or None; ``Refused`` for what TRL cannot honour."""
+    given = {"rank": a.lora_rank, "alpha": a.lora_alpha, "target_modules": a.lora_target_modules}
+    if all(v is None for v in given.values()):
+        return None
+    missing = [k for k, v in given.items() if v is None]
+    if missing:
+        raise Refused(f"a LoRA policy needs --lora-{missing[0].replace('_', '-')} too "
+                      f"(pass every one of {{workload.lora.rank}}, alpha, dropout and target_modules)")
+    if a.lora_rank < 1 or a.lora_alpha <= 0 or not 0 <= a.lora_dropout < 1:
+        raise Refused(f"workload.lora rank={a.lora_rank} alpha={a.lora_alpha:g} dropout={a.lora_dropout:g}: the rank "
+                      "must be >= 1, alpha > 0 and the dropout in [0, 1)")
+    if a.lora_dropout != 0:
+        raise Refused(f"workload.lora.dropout={a.lora_dropout:g}: TRL's disable_dropout=True (fixed, so that the model's "
+                      "own dropout stays off as in proofgrid's forward) zeroes the adapters' dropout too; set "
+                      "workload.lora.dropout=0")
+    return {"r": a.lora_rank, "lora_alpha": a.lora_alpha, "lora_dropout": a.lora_dropout,
+            "target_modules": list(a.lora_target_modules), "bias": "none"}
 
 
 def plan(a: argparse.Namespace) -> Plan:
@@ -354,6 +433,8 @@ def plan(a: argparse.Namespace) -> Plan:
     if beta != 0.0 and not algo.kl_exact:
         raise Refused(f"algo={a.algo} with a KL loss: TRL's KL term (k3 times the sequence ratio) does not have the "
                       "k2 gradient; set algo.kl_loss_coef=0 or algo.use_kl_loss=false")
+    if a.use_vllm:
+        raise Refused(USE_VLLM_REFUSED)
     for name, value in (("ppo_epochs", a.ppo_epochs), ("ppo_mini_batches", a.ppo_mini_batches),
                         ("sampler_refresh_every", a.sampler_refresh_every)):
         if value != 1:
@@ -399,9 +480,12 @@ def plan(a: argparse.Namespace) -> Plan:
     for key, value in a.trl:
         if key in OWNED_FIELDS:
             raise Refused(f"TRL option {key} is set from proofgrid's settings here; change the proofgrid setting")
+        if key not in PASS_THROUGH_FIELDS:
+            raise Refused(f"TRL option {key} is not passed through: it may change the settings proofgrid records or "
+                          f"the loss/reward contract; the fields passed through are {', '.join(PASS_THROUGH_FIELDS)}")
         config[key] = value
-        sources[key] = "TRL option"
-    return Plan(config, sources, a.dtype)
+        sources[key] = PASSED_THROUGH
+    return Plan(config, sources, a.dtype, lora_config(a))
 
 
 class _CheckParser(argparse.ArgumentParser):
@@ -435,13 +519,26 @@ def check_trl_fields(config: dict) -> None:
 def _versions() -> dict:
     from importlib.metadata import version
 
-    return {name: version(name) for name in ("trl", "transformers", "torch", "accelerate", "datasets")}
+    return {name: version(name) for name in ("trl", "transformers", "torch", "accelerate", "datasets", "peft")}
 
 
 def _write_record(out: Path, record: dict) -> None:
     from facts import atomic_write_json
 
     atomic_write_json(out / RUN_RECORD, record)
+
+
+def _task(text: str):
+    """``--task``: the workload's task settings (``facts.task``) as the ``{task}`` placeholder writes them."""
+    from facts.task import Task
+
+    try:
+        settings = json.loads(text)
+        if not isinstance(settings, dict):
+            raise ValueError
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a JSON object of task settings: {text[:60]!r}") from None
+    return Task.of(settings)
 
 
 def train(a: argparse.Namespace, p: Plan, stop) -> int:
@@ -459,10 +556,11 @@ def train(a: argparse.Namespace, p: Plan, stop) -> int:
     from transformers.trainer_utils import get_last_checkpoint
     from trl import GRPOConfig, GRPOTrainer
 
+    from facts.reward import reward
+    from facts.task import Task
     from trainer.data import PromptStream, load_split
     from trainer.inputs import resolve, verify_inputs
     from trainer.preemption import EXIT_CHECKPOINTED
-    from trainer.reward import math_reward as proofgrid_math_reward
 
     check_trl_fields(p.grpo_config)
     model_dir, train_path = resolve(a.model_dir), resolve(a.train)
@@ -474,12 +572,17 @@ def train(a: argparse.Namespace, p: Plan, stop) -> int:
                       "resume, or use a fresh output directory")
     torch.set_num_threads(a.num_threads)
 
-    stream = PromptStream(load_split(train_path), a.seed)
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+    task = a.task or Task()
+    scorer = reward(task.reward)
+    stream = PromptStream(load_split(train_path, task, tokenizer, scorer), a.seed)
     examples = [stream.at(pos) for pos in range(a.steps * a.prompts_per_step)]
-    dataset = Dataset.from_list([{"prompt": e.prompt, "label": e.label} for e in examples])
+    dataset = Dataset.from_list([{"prompt": e.prompt, "label": e.label, "row_index": e.index,
+                                  "row_json": json.dumps(e.row) if e.row is not None else ""} for e in examples])
 
-    def math_reward(completions, label, **_):  # TRL names the reward's logs after the function
-        return [proofgrid_math_reward(c, y) for c, y in zip(completions, label)]
+    def math_reward(completions, label, row_index, row_json, **_):  # TRL names the reward's logs after the function
+        return [scorer.score(c, y, json.loads(r) if r else None, f"row {i} of the train split")
+                for c, y, i, r in zip(completions, label, row_index, row_json)]
 
     class StopAtStepBoundary(TrainerCallback):
         """On a checkpoint signal: save at the end of this step and stop (TRL's public control flags)."""
@@ -506,20 +609,26 @@ def train(a: argparse.Namespace, p: Plan, stop) -> int:
 
     record = {
         "trainer": "trl", "entry": PROG, "status": "running", "seed": a.seed, "steps": a.steps,
-        "algo": a.algo, "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()
+        "algo": a.algo, "settings": {k: (str(v) if isinstance(v, Path) else v.settings() if isinstance(v, Task) else v)
+                                     for k, v in vars(a).items()
                                      if k not in ("output_dir", "check_only", "trl")},
-        "trl_options": dict(a.trl), "grpo_config": p.grpo_config, "sources": p.sources, "versions": _versions(),
+        "trl_options": dict(a.trl), "grpo_config": p.grpo_config, "peft_config": p.peft_config,
+        "sources": p.sources, "versions": _versions(),
         "inputs": inputs, "resumed_from": Path(last).name if last else None, "steps_completed": 0,
         "tensorboard": TENSORBOARD_DIR, "checkpoints": CHECKPOINTS_DIR, "final_model": FINAL_MODEL_DIR,
         "algorithm": declaration(p, a.algo),
     }
     _write_record(out, record)
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
     args = GRPOConfig(output_dir=str(checkpoints), **p.grpo_config,
                       model_init_kwargs={"dtype": p.model_dtype, "local_files_only": True})
     stopper = StopAtStepBoundary()
+    peft_config = None
+    if p.peft_config is not None:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(**p.peft_config, task_type="CAUSAL_LM")
     trainer = GRPOTrainer(model=str(model_dir), reward_funcs=math_reward, args=args, train_dataset=dataset,
-                          processing_class=tokenizer, callbacks=[stopper, StepClock()])
+                          processing_class=tokenizer, callbacks=[stopper, StepClock()], peft_config=peft_config)
     trainer.train(resume_from_checkpoint=last)
     record["steps_completed"] = trainer.state.global_step
     if stopper.stopped_at is not None:
@@ -530,7 +639,10 @@ def train(a: argparse.Namespace, p: Plan, stop) -> int:
               f"checkpoint {CHECKPOINTS_DIR}/checkpoint-{stopper.stopped_at}", file=sys.stderr)
         return EXIT_CHECKPOINTED
     final = out / FINAL_MODEL_DIR
-    trainer.model.save_pretrained(str(final))  # weights, config, generation config; no trainer pickles
+    # Weights, config, generation config; no trainer pickles. A LoRA policy's are the merged weights, so the final
+    # model is a plain model directory, as the harness's evaluator loads it.
+    model = trainer.model.merge_and_unload() if p.peft_config is not None else trainer.model
+    model.save_pretrained(str(final))
     tokenizer.save_pretrained(str(final))
     record["status"] = RUN_COMPLETED
     _write_record(out, record)
@@ -552,7 +664,8 @@ def main(argv: list[str] | None = None) -> int:
         p = plan(a)
         if a.check_only:
             check_trl_fields(p.grpo_config)
-            print(json.dumps({"grpo_config": p.grpo_config, "sources": p.sources}, indent=1, sort_keys=True))
+            print(json.dumps({"grpo_config": p.grpo_config, "peft_config": p.peft_config, "sources": p.sources},
+                             indent=1, sort_keys=True))
             return 0
         a.output_dir.mkdir(parents=True, exist_ok=True)
         with own_run_dir(a.output_dir):

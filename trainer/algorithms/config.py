@@ -49,6 +49,10 @@ class AlgoConfig:
     dynamic_sampling_max_attempts: int = 4  # dapo: prompts tried per slot before keeping the last group
     overlong_cache: int = 0  # dapo: soft overlong penalty over the last `cache` tokens (0: off)
     overlong_penalty_factor: float = 1.0  # dapo: penalty at the response cap
+    # Training–inference mismatch corrections, any algorithm (trainer.algorithms.correction): null is off.
+    tis_cap: float | None = None  # truncated importance sampling: each token's loss x min(pi_trainer/pi_engine, cap)
+    mis_bound: float | None = None  # masked importance sampling: a ratio outside [1/bound, bound] leaves the loss
+    mis_level: str = "token"  # token | sequence: what mis_bound masks (a token, or the response whole)
 
     def __post_init__(self) -> None:
         est = algorithm(self.estimator)  # raises on an unknown name
@@ -78,6 +82,11 @@ class AlgoConfig:
 
 
 AUX_SOURCES = ("top_k", "full")
+# Upper bounds of the counts (as trainer.schema bounds the workload's): tokens or draws per position, a vocabulary
+# at most; prompts tried per slot.
+AUX_MAX = 2**20
+ATTEMPTS_MAX = 1024
+MIS_LEVELS = ("token", "sequence")  # trainer.algorithms.correction's (that module imports torch)
 # Every algorithm-specific setting: the union of what the records read.
 ALGORITHM_SETTINGS = tuple(dict.fromkeys(key for record in RECORDS for key in record.settings))
 # Each check: (rule, predicate that is True when the config is refused, message).
@@ -86,17 +95,28 @@ _SETTING_CHECKS = (
      lambda c: f"tau_pos={c.tau_pos} and tau_neg={c.tau_neg}: f_tau divides by tau; set tau_pos > 0 and tau_neg > 0"),
     ("is-cap", lambda c: c.is_cap is not None and c.is_cap < 1.0,
      lambda c: f"is_cap={c.is_cap} truncates even on-policy ratios (rho = 1); set is_cap >= 1 or null"),
-    ("aux-tokens", lambda c: c.aux_samples < 1 or c.aux_top_k < 1 or c.aux_source not in AUX_SOURCES,
+    ("aux-tokens", lambda c: not (1 <= c.aux_samples <= AUX_MAX and 1 <= c.aux_top_k <= AUX_MAX)
+     or c.aux_source not in AUX_SOURCES,
      lambda c: f"aux_samples={c.aux_samples}, aux_top_k={c.aux_top_k}, aux_source={c.aux_source!r}: set "
-               f"aux_samples >= 1, aux_top_k >= 1 and aux_source one of {', '.join(AUX_SOURCES)}"),
+               f"aux_samples and aux_top_k in 1..{AUX_MAX} and aux_source one of {', '.join(AUX_SOURCES)}"),
     ("sc-kl", lambda c: c.sc_kl_coeff < 0 or (c.sc_kl_coeff != 0 and c.use_kl_loss),
      lambda c: f"sc_kl_coeff={c.sc_kl_coeff} must be >= 0 and not combined with use_kl_loss=true (it would "
                "regularise twice); keep one"),
-    ("dynamic-sampling", lambda c: c.dynamic_sampling_max_attempts < 1,
-     lambda c: f"dynamic_sampling_max_attempts={c.dynamic_sampling_max_attempts}: set dynamic_sampling_max_attempts >= 1"),
-    ("overlong", lambda c: c.overlong_cache < 0 or c.overlong_penalty_factor < 0,
-     lambda c: f"overlong_cache={c.overlong_cache} and overlong_penalty_factor={c.overlong_penalty_factor} "
-               "must not be negative; set both >= 0"),
+    ("tis-cap", lambda c: c.tis_cap is not None and c.tis_cap < 1.0,
+     lambda c: f"tis_cap={c.tis_cap} truncates even tokens the engine and the trainer agree on (ratio 1); "
+               "set tis_cap >= 1 or null"),
+    ("mis-bound", lambda c: (c.mis_bound is not None and c.mis_bound <= 1.0) or c.mis_level not in MIS_LEVELS,
+     lambda c: f"mis_bound={c.mis_bound}, mis_level={c.mis_level!r}: set mis_bound > 1 (a ratio outside "
+               f"[1/bound, bound] is masked) or null, and mis_level one of {', '.join(MIS_LEVELS)}"),
+    ("mis-level", lambda c: c.mis_bound is None and c.mis_level != "token",
+     lambda c: f"mis_level={c.mis_level!r} without mis_bound would be silently ignored; set mis_bound, or "
+               "remove mis_level"),
+    ("dynamic-sampling", lambda c: not 1 <= c.dynamic_sampling_max_attempts <= ATTEMPTS_MAX,
+     lambda c: f"dynamic_sampling_max_attempts={c.dynamic_sampling_max_attempts}: set dynamic_sampling_max_attempts "
+               f"in 1..{ATTEMPTS_MAX}"),
+    ("overlong", lambda c: not 0 <= c.overlong_cache <= AUX_MAX or c.overlong_penalty_factor < 0,
+     lambda c: f"overlong_cache={c.overlong_cache} and overlong_penalty_factor={c.overlong_penalty_factor}: set "
+               f"overlong_cache in 0..{AUX_MAX} (tokens) and overlong_penalty_factor >= 0"),
 )
 
 

@@ -2,7 +2,8 @@
 
 The files stay on disk because they are the interface users read for an algorithm's defaults (and
 ``launch.py --help`` lists them); their content is the record (``facts.algorithms``): the summary as
-the header comment, then ``short``, ``display_name``, ``estimator`` and the shipped config node.
+the header comment, then ``short``, ``display_name``, ``estimator``, the shipped config node and the settings
+every algorithm reads (``facts.algorithms.COMMON_CONFIG``).
 ``python -m trainer.algorithms.config_group`` rewrites them; ``--check`` exits 1 naming every file
 that differs from its record (the test suite runs the same comparison).
 """
@@ -15,7 +16,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from facts.algorithms import RECORDS, Algorithm
+from facts.algorithms import COMMON_CONFIG, RECORDS, Algorithm
 from facts.repo import CONF_DIR
 
 ALGO_DIR = CONF_DIR / "algo"
@@ -45,7 +46,7 @@ def render(record: Algorithm) -> str:
     """The text of ``conf/algo/<record.short>.yaml``."""
     comment = "".join(f"# {line}\n" for line in textwrap.wrap(record.summary, width=100 - 2, break_on_hyphens=False))
     values = {"short": record.short, "display_name": record.display_name, "estimator": record.name,
-              **record.config}
+              **record.config, **COMMON_CONFIG}
     return comment + "".join(f"{key}: {yaml_scalar(value)}\n" for key, value in values.items())
 
 

@@ -73,7 +73,7 @@ MODEL_CONFIG = dict(
     num_hidden_layers=3,
     num_attention_heads=4,
     num_key_value_heads=2,
-    head_dim=24,
+    head_dim=32,  # vLLM's CPU attention refuses 24 (workload.engine=vllm); 32 it runs
     max_position_embeddings=256,
     rms_norm_eps=1e-6,
     tie_word_embeddings=True,
@@ -220,13 +220,13 @@ def set_determinism(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def build_model(tokenizer, seed: int = MODEL_SEED):
+def build_model(tokenizer, seed: int = MODEL_SEED, model_config: dict | None = None):
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     config = Qwen3Config(
         vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id, bos_token_id=None, **MODEL_CONFIG,
+        eos_token_id=tokenizer.eos_token_id, bos_token_id=None, **(model_config or MODEL_CONFIG),
     )
     torch.manual_seed(seed)
     model = Qwen3ForCausalLM(config)
@@ -256,16 +256,22 @@ def noisy_answer(answer: str, rng: random.Random, p: float) -> str:
     return "\n".join(out) + f"\n#### {prev}"
 
 
-def sft_batches(tokenizer, rows, batch_size: int, seed: int, slip: float = 0.0, slip_from: int = 0):
+def sft_batches(tokenizer, rows, batch_size: int, seed: int, slip: float = 0.0, slip_from: int = 0,
+                prompts: list[str] | None = None, target=None):
     """Endless deterministic stream of (input_ids, attention_mask, labels), right-padded; from batch
-    ``slip_from`` on, targets get arithmetic slips with probability ``slip`` per step."""
-    import torch
+    ``slip_from`` on, targets get arithmetic slips with probability ``slip`` per step. ``prompts``: each row's
+    prompt text (default: the toy's template of its question); ``target(row, rng)``: its response text, with
+    slips drawn from ``rng`` when one is given (default: the toy's answer, ``noisy_answer``)."""
 
     def enc(text):
         return tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    prompts = [enc(format_prompt(q)) for q, _ in rows]
-    targets = [enc(format_target(a)) + [tokenizer.eos_token_id] for _, a in rows]
+    if target is None:
+        def target(row, rng):
+            return format_target(noisy_answer(row[1], rng, slip) if rng is not None else row[1])
+
+    prompts = [enc(p) for p in (prompts if prompts is not None else [format_prompt(q) for q, _ in rows])]
+    targets = [enc(target(row, None)) + [tokenizer.eos_token_id] for row in rows]
     rng = random.Random(seed)
     order: list[int] = []
     step = 0
@@ -279,23 +285,32 @@ def sft_batches(tokenizer, rows, batch_size: int, seed: int, slip: float = 0.0, 
         for i in idx:
             r = targets[i]
             if slip > 0 and step >= slip_from:
-                r = enc(format_target(noisy_answer(rows[i][1], rng, slip))) + [tokenizer.eos_token_id]
+                r = enc(target(rows[i], rng)) + [tokenizer.eos_token_id]
             seqs.append((prompts[i], r))
-        L = max(len(p) + len(r) for p, r in seqs)
-        ids = torch.full((batch_size, L), tokenizer.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((batch_size, L), dtype=torch.long)
-        labels = torch.full((batch_size, L), -100, dtype=torch.long)
-        for j, (p, r) in enumerate(seqs):
-            n = len(p) + len(r)
-            ids[j, :n] = torch.tensor(p + r)
-            mask[j, :n] = 1
-            labels[j, len(p):n] = torch.tensor(r)
-        yield ids, mask, labels
+        yield collate(seqs, tokenizer.pad_token_id)
         step += 1
 
 
+def collate(seqs: list[tuple[list[int], list[int]]], pad_id: int):
+    """(input_ids, attention_mask, labels) of (prompt, response) token lists, right-padded: the loss on the
+    response tokens only."""
+    import torch
+
+    L = max(len(p) + len(r) for p, r in seqs)
+    ids = torch.full((len(seqs), L), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), L), dtype=torch.long)
+    labels = torch.full((len(seqs), L), -100, dtype=torch.long)
+    for j, (p, r) in enumerate(seqs):
+        n = len(p) + len(r)
+        ids[j, :n] = torch.tensor(p + r)
+        mask[j, :n] = 1
+        labels[j, len(p):n] = torch.tensor(r)
+    return ids, mask, labels
+
+
 def sft(model, tokenizer, rows, steps: int = SFT_STEPS, seed: int = MODEL_SEED, log_every: int = 100,
-        callback=None):
+        callback=None, batches=None):
+    """The warm start: AdamW with warmup and cosine decay on ``batches`` (default: ``sft_batches`` of ``rows``)."""
     import torch
 
     opt = torch.optim.AdamW(model.parameters(), lr=SFT_LR, betas=(0.9, 0.95), weight_decay=0.0)
@@ -307,7 +322,8 @@ def sft(model, tokenizer, rows, steps: int = SFT_STEPS, seed: int = MODEL_SEED, 
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
     model.train()
-    batches = sft_batches(tokenizer, rows, SFT_BATCH, seed, slip=SFT_SLIP, slip_from=SFT_CLEAN_STEPS)
+    if batches is None:
+        batches = sft_batches(tokenizer, rows, SFT_BATCH, seed, slip=SFT_SLIP, slip_from=SFT_CLEAN_STEPS)
     t0 = time.perf_counter()
     for step in range(steps):
         ids, mask, labels = next(batches)
@@ -359,6 +375,11 @@ def build(out: Path, sft_steps: int = SFT_STEPS) -> None:
     model = build_model(tokenizer)
     sft(model, tokenizer, train, steps=sft_steps)
 
+    save_model(model, tokenizer, out)
+
+
+def save_model(model, tokenizer, out: Path) -> None:
+    """The model and tokenizer into ``out/model`` (replacing it), readable by all like the data files."""
     model_dir = out / TOY_MODEL_DIR
     if model_dir.exists():
         shutil.rmtree(model_dir)
@@ -374,20 +395,25 @@ def build(out: Path, sft_steps: int = SFT_STEPS) -> None:
         p.chmod(0o644)  # safetensors writes 0600
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    ap.add_argument("--write-manifest", action="store_true",
-                    help=f"also write {DEFAULT_MANIFEST.relative_to(REPO_ROOT)}")
-    ap.add_argument("--manifest", type=Path, default=DEFAULT_MANIFEST)
+def cli(argv: list[str] | None, description: str, out: Path, manifest: Path, build_fn, manifest_fn,
+        sft_steps: int) -> None:
+    """An asset builder's command line: ``--out``, ``--write-manifest`` (``--manifest``), ``--sft-steps``."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--out", type=Path, default=out)
+    ap.add_argument("--write-manifest", action="store_true", help=f"also write {manifest.relative_to(REPO_ROOT)}")
+    ap.add_argument("--manifest", type=Path, default=manifest)
+    ap.add_argument("--sft-steps", type=int, default=sft_steps, help="the warm start's steps (a test builds a few)")
     args = ap.parse_args(argv)
-
     t0 = time.perf_counter()
-    build(args.out)
+    build_fn(args.out, args.sft_steps)
     print(f"built {args.out} in {time.perf_counter() - t0:.1f}s")
     if args.write_manifest:
-        write_manifest(args.out, args.manifest)
+        manifest_fn(args.out, args.manifest)
         print(f"wrote {args.manifest}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    cli(argv, __doc__.split("\n\n")[0], DEFAULT_OUT, DEFAULT_MANIFEST, build, write_manifest, SFT_STEPS)
 
 
 if __name__ == "__main__":

@@ -4,9 +4,11 @@ or turned into a teardown, and the files it holds open for writing watched for a
 
 Outside writes: every ``WATCH_INTERVAL_S`` the descriptors of the trainer and its descendants are read
 from ``/proc``; a regular file open for writing (``fdinfo`` flags ``O_WRONLY``/``O_RDWR``) whose path is
-not inside the job directory (nor ``/dev``, ``/proc``, ``/sys``) is recorded. This sees what a trainer
-keeps open (a log, an event file, a checkpoint being written), not a file opened and closed between two
-samples; processes it leaves behind are the job runtime's finding (``leftovers``), whatever they are.
+not inside the job directory (nor ``/dev``, ``/proc``: ``facts.processes.JOB_WRITABLE_SYSTEM_DIRS``) is
+recorded. This sees what a trainer keeps open (a log, an event file, a checkpoint being written); a file opened
+and closed between two samples is the job runtime's write guard's (Landlock: such a write fails at the source,
+``launcher.runtime.confine``), and processes it leaves behind are the runtime's finding (``leftovers``), whatever
+they are.
 """
 
 from __future__ import annotations
@@ -22,11 +24,19 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from facts.processes import (
+    JOB_WRITABLE_SYSTEM_DIRS,
+    ProcessTree,
+    descendants,
+    marked_processes,
+    stop_being_subreaper,
+)
 from trainer.preemption import CHECKPOINT_SIGNALS
 
 WATCH_INTERVAL_S = 0.2
-STOP_GRACE_S = 10.0  # a trainer without a stop handler: SIGTERM, then SIGKILL after this
-ALLOWED_PREFIXES = ("/dev/", "/proc/", "/sys/")
+STOP_GRACE_S = 10.0
+COMMAND_EXIT_GRACE_S = 5.0  # what the command started (a logger's service process) may finish exiting meanwhile  # a trainer without a stop handler: SIGTERM, then SIGKILL after this
+ALLOWED_PREFIXES = tuple(f"{d}/" for d in JOB_WRITABLE_SYSTEM_DIRS)
 MAX_OUTSIDE = 5  # distinct outside paths recorded
 TAIL_LINES = 200
 # The last line of a traceback, or a program's one-line error.
@@ -51,22 +61,6 @@ class OutsideWrite:
 def _read(path: str) -> str:
     with open(path, encoding="utf-8", errors="replace") as f:
         return f.read()
-
-
-def descendants(pid: int) -> list[int]:
-    """``pid`` and every process below it, from ``/proc/<pid>/task/<tid>/children``."""
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        found.append(current)
-        try:
-            tasks = os.listdir(f"/proc/{current}/task")
-        except OSError:
-            continue
-        for tid in tasks:
-            with contextlib.suppress(OSError):
-                todo += [int(c) for c in _read(f"/proc/{current}/task/{tid}/children").split()]
-    return found
 
 
 class WriteWatch:
@@ -199,3 +193,28 @@ def wait_watching(process: TrainerProcess, watch: WriteWatch, on_tick) -> int:
         on_tick()
         time.sleep(WATCH_INTERVAL_S)
     return process.finish()
+
+
+def end_command_tree(tree: ProcessTree, job_dir: Path, grace_s: float = COMMAND_EXIT_GRACE_S) -> list[dict]:
+    """After the command exited: nothing of it may run while proofgrid evaluates its model. What is still alive
+    below this run (its subreaper) after ``grace_s``, however it forks, and any process outside the job's tree that
+    carries the job's marker (started through a daemon with the job's environment) is ended; returns those
+    (pid, cmd), each a reason to reject the run."""
+    deadline = time.monotonic() + grace_s
+    while tree.alive() and time.monotonic() < deadline:
+        tree.reap()
+        time.sleep(0.1)
+    try:
+        ending = tree.end()
+    finally:
+        stop_being_subreaper()
+    left = ending["ended"]
+    # The runtime's own children (its Ray, the live-tracking follower) carry the marker too: spared.
+    runtime_tree = set(descendants(os.getppid()))
+    for item in marked_processes(job_dir, spare=runtime_tree):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(item["pid"], signal.SIGKILL)
+        left.append({"pid": item["pid"], "cmd": item["cmd"]})
+    if not ending["quiet"]:
+        left.append({"pid": None, "cmd": f"processes still forking after {ending['rounds']} rounds of ending them"})
+    return left

@@ -43,9 +43,17 @@ from facts import (
     algorithm,
     atomic_write_json,
 )
+from facts.processes import ProcessTree
 from trainer.external.checkpoint import CheckpointError, check_final_model, load_final_model
 from trainer.external.metrics import MetricsError, jsonl_line, read_log, to_records
-from trainer.external.process import CommandError, TrainerProcess, WriteWatch, exit_words, wait_watching
+from trainer.external.process import (
+    CommandError,
+    TrainerProcess,
+    WriteWatch,
+    end_command_tree,
+    exit_words,
+    wait_watching,
+)
 from trainer.external.spec import TrainerSpec, from_record
 from trainer.preemption import EXIT_CHECKPOINTED, EXIT_STOPPED_UNSAVED, StopRequest
 
@@ -90,15 +98,18 @@ class ExternalRun:
         record = algorithm(str(algo["estimator"]) if "estimator" in algo else str(algo["short"]))
         keys = sorted(self.spec.metrics.map)
         config = {k: v for k, v in c.items() if k not in ("output_dir", "sweep_dir")}
-        from trainer.loop import software_versions, source_commit
+        from facts.task import TASK_FIELD
+        from trainer.data import task_record
+        from trainer.loop import image_record, software_versions, source_commit
 
         return {
             "algo": record.short, "algo_name": record.name, "seed": int(c["seed"]), "workload": str(c["workload"]["name"]),
             "n_updates": int(c["workload"]["n_updates"]), "dp_size": 1, "versions": software_versions(),
             "inputs": self.inputs, "source_commit": source_commit(), "config": config, METRIC_KEYS_FIELD: keys,
-            FINAL_MODEL_FIELD: self.final_model,
+            FINAL_MODEL_FIELD: self.final_model, TASK_FIELD: task_record(c["workload"]),
             TRAINER_FIELD: {"name": self.spec.name, "command": self.argv, "resume": self.spec.resume,
                             "stop_signal": self.spec.stop_signal, "restarts": self.restarts, **self.trainer_record},
+            **image_record(),
         }
 
     def write(self, status: str, steps: int = 0, **details) -> dict:
@@ -176,11 +187,15 @@ def train(run: ExternalRun, stop: StopRequest | None) -> tuple[int, str | None]:
             log.info("signal %s: trainer %s has no stop handler; ending it (nothing is saved)", stop.signum, spec.name)
             process.terminate()
 
+    tree = ProcessTree()  # this run is the subreaper of everything the command starts, whatever it sheds
     process.start()
     sys.stdout.flush()
     code = wait_watching(process, watch, on_tick)
     on_tick()  # a request that came as the trainer exited
     run.trainer_record["exit_code"] = code
+    left = end_command_tree(tree, run.out.parent)
+    if left:
+        run.trainer_record["left_running"] = left
     if watch.found:
         run.trainer_record["outside_writes"] = [w.as_record() for w in watch.found.values()]
     if handled["stop"]:
@@ -191,7 +206,15 @@ def train(run: ExternalRun, stop: StopRequest | None) -> tuple[int, str | None]:
         return EXIT_STOPPED_UNSAVED, "stopped without a checkpoint it can resume from"
     if code != 0:
         cause = process.last_error_line()
-        raise RunFailed(f"the trainer's command {exit_words(code)}" + (f": {cause}" if cause else " and printed nothing"))
+        # The job's write guard (launcher.runtime.confine) refuses a write outside the job at its source.
+        hint = ("; a job writes only inside its job directory (job.json's guard): point that output into {output_dir}"
+                if cause and "Permission denied" in cause else "")
+        raise RunFailed(f"the trainer's command {exit_words(code)}" + (f": {cause}{hint}" if cause else " and printed nothing"))
+    if left:
+        shown = "; ".join(f"pid {item['pid']}: {item['cmd'] or '?'}" for item in left[:3])
+        more = f" (and {len(left) - 3} more)" if len(left) > 3 else ""
+        raise RunFailed(f"the trainer's command left {len(left)} process(es) running after it exited, ended before "
+                        f"proofgrid's evaluation: {shown}{more}; a trainer's command waits for everything it starts")
     if watch.found:
         first = next(iter(watch.found.values()))
         more = f" (and {len(watch.found) - 1} more)" if len(watch.found) > 1 else ""
@@ -203,7 +226,7 @@ def train(run: ExternalRun, stop: StopRequest | None) -> tuple[int, str | None]:
 
 def write_metrics(run: ExternalRun) -> int:
     """metrics.jsonl and canonical TensorBoard events from the trainer's log; the number of steps."""
-    trainer_log = read_log(run.spec.metrics, run.trainer_out)
+    trainer_log = read_log(run.spec.metrics, run.trainer_out, int(run.config["workload"]["n_updates"]))
     converted = to_records(trainer_log, run.spec.metrics)
     with open(run.out / METRICS_LOG, "w", encoding="utf-8") as f:
         f.writelines(jsonl_line(r) + "\n" for r in converted.records)
@@ -217,7 +240,7 @@ def write_metrics(run: ExternalRun) -> int:
     m = run.spec.metrics
     run.trainer_record["metrics_source"] = {
         "format": m.format, "path": f"{TRAINER_OUTPUT_DIR}/{m.path}", "step_key": m.step_key, "step_offset": m.step_offset,
-        "map": dict(m.map), "files": trainer_log.files, "tags_written": sorted(trainer_log.points),
+        "map": dict(m.map), "files": trainer_log.files, "tags_written": trainer_log.tags_written(),
         "rewritten_steps": converted.rewritten_steps,
     }
     return converted.steps
@@ -225,10 +248,13 @@ def write_metrics(run: ExternalRun) -> int:
 
 def declared_algorithm(run: ExternalRun) -> dict:
     """What the run declares it ran: the trainer's own declaration (the spec's ``declares`` file), else
-    the spec's ``contract`` over the algorithm's record, else the record as configured; with its trainer."""
+    the spec's ``contract`` over the algorithm's record, else the record as configured; with its trainer, and the
+    algorithm's name the spec declares (``algorithm``) as its display name."""
     algo = run.config["algo"]
     record = algorithm(str(algo.get("estimator", algo.get("short"))))
     base = {**record.declaration(), "loss_reduction": algo.get("loss_reduction"), "trainer": run.spec.name}
+    if run.spec.algorithm:
+        base["display_name"] = run.spec.algorithm
     if run.spec.declares:
         path = run.trainer_out / run.spec.declares
         try:
@@ -249,7 +275,8 @@ def evaluate(run: ExternalRun) -> tuple[dict, dict]:
     import torch
     from omegaconf import OmegaConf
 
-    from trainer.data import load_split
+    from trainer.data import load_split, workload_task
+    from trainer.engines import engine_settings
     from trainer.inputs import resolve
     from trainer.loop import evaluate_checkpoints
     from trainer.policy import load_policy
@@ -267,9 +294,10 @@ def evaluate(run: ExternalRun) -> tuple[dict, dict]:
     check_final_model(final_dir, run.final_model, model_dir)
     policy = load_final_model(final_dir, run.final_model, str(device))
     reference, tokenizer = load_policy(str(model_dir), str(device))
-    examples = load_split(resolve(w["test_path"]))[: int(w["eval"]["n_prompts"])]
+    examples = load_split(resolve(w["test_path"]), workload_task(w), tokenizer)[: int(w["eval"]["n_prompts"])]
     cfg = OmegaConf.create({**c, "sweep_dir": str(run.sweep_dir) if run.sweep_dir else None})
-    engine = make_engine(str(w["engine"]), policy, tokenizer.eos_token_id, tokenizer.pad_token_id)
+    engine = make_engine(str(w["engine"]), policy, tokenizer.eos_token_id, tokenizer.pad_token_id,
+                         engine_settings(cfg.workload))  # the workload's dtype and threads, as its own trainer's
     return evaluate_checkpoints(cfg, run.out, int(w["n_updates"]), engine, reference, tokenizer, examples, device,
                                 run.inputs, final_name=run.final_model)
 

@@ -21,8 +21,15 @@ Standard library only (the launcher parses and expands specs while it plans, tor
                        ``checkpointed_exit``; ``null``: it has no such handler, and a stop ends its run
 ``declares``           a JSON file under ``{output_dir}`` whose ``algorithm`` object is what the run
                        declares it ran (loss, normalisation, KL); ``contract``: the same, fixed in the spec
-``plan_check``         ``module:function`` called in the launcher with the expanded command before
-                       anything starts (it raises ``ValueError`` with a one-line reason to refuse)
+``algorithm``          the algorithm the trainer runs, by its name (``RLOO``): the arm is labelled
+                       (``rloo-<trainer>``) and described by it, not by ``algo`` (proofgrid's algorithm)
+``plan_check``         ``trainer.adapters.<module>:<function>``, one of ``trainer.adapters.PLAN_CHECKS``, called in
+                       the launcher with the expanded command before anything starts, dry runs included (it
+                       raises ``ValueError`` with a one-line reason to refuse). Only the spec file declares
+                       it (a command-line override is refused), and only proofgrid's adapters' code: a plan
+                       check runs while the launcher plans, where nothing may run or write
+``requires_extra``     the optional extra of pyproject.toml the trainer needs (``trl``: ``facts.extras``); the
+                       launcher refuses the arm at plan time, naming its Makefile target, where it is missing
 any other key          the trainer's own options (``trainer.loss_type``): each must appear in the command
 =====================  ==============================================================================
 
@@ -33,26 +40,36 @@ dotted name, ``{seed}``, ``{workload.lr}``, ``{algo.kl_loss_coef}``, ``{workload
 file leaves out has its default. A path setting (``workload.model_path``, ...) expands to an absolute
 path. A list fills one argument per item when the placeholder is the whole argument, else its items
 joined by commas; booleans are ``true``/``false``. ``{{`` and ``}}`` are literal braces. A placeholder
-naming no setting is refused with one line.
+naming no setting is refused with one line; one below a null group of settings (``{workload.lora.rank}`` with
+``workload.lora: null``) is null.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib
+import json
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from facts.extras import EXTRAS
 from facts.trainers import PROOFGRID_TRAINER, TRAINER_SPEC_FIELDS
+from trainer.adapters import PLAN_CHECKS
 
 PROOFGRID = PROOFGRID_TRAINER  # the name of proofgrid's own trainer (conf/trainer/proofgrid.yaml)
 DEFERRED = "output_dir"  # filled when the job starts (the runtime names its run directory)
 METRIC_FORMATS = ("tensorboard", "jsonl")
 STOP_SIGNALS = ("USR2", "TERM")
+# The package whose declared checks a spec may name as its plan check (``trainer.adapters.PLAN_CHECKS``): reviewed
+# code that reads the command and writes nothing, never a third party's nor any other function of an adapter (it
+# would run at plan time, dry runs included: an adapter's ``main`` trains).
+PLAN_CHECK_PACKAGE = "trainer.adapters"
 CONTRACT_FIELDS = ("advantage", "normalization", "kl_regularization", "loss")
 SPEC_FIELDS = TRAINER_SPEC_FIELDS
 METRICS_FIELDS = ("format", "path", "step_key", "step_offset", "map")
+ALGORITHM_NAME = r"[A-Za-z0-9][A-Za-z0-9 .+_-]{0,39}"  # a spec's `algorithm`: a name a label can be made of
 # Settings that hold a path (relative to the checkout): they expand to absolute paths, because the
 # trainer runs in its own output directory.
 PATH_SETTINGS = ("workload.manifest", "workload.model_path", "workload.train_path", "workload.test_path")
@@ -86,7 +103,9 @@ class TrainerSpec:
     checkpointed_exit: int = 75
     declares: str | None = None
     contract: dict[str, str] | None = None
+    algorithm: str | None = None
     plan_check: str | None = None
+    requires_extra: str | None = None
     options: dict = field(default_factory=dict)
 
     @property
@@ -151,12 +170,25 @@ def parse_spec(node: dict, proofgrid_metrics: tuple[str, ...] = ()) -> TrainerSp
     if contract is not None and (not isinstance(contract, dict) or set(contract) - set(CONTRACT_FIELDS)
                                  or not all(isinstance(v, str) and v for v in contract.values())):
         raise SpecError(f"{_where(name, 'contract')} must map some of {', '.join(CONTRACT_FIELDS)} to text")
+    algorithm = node.get("algorithm")
+    if algorithm is not None and not (isinstance(algorithm, str) and re.fullmatch(ALGORITHM_NAME, algorithm)):
+        raise SpecError(f"{_where(name, 'algorithm')}={algorithm!r} must name the algorithm the trainer runs "
+                        "(letters, digits, spaces, '.', '+', '-' or '_', at most 40), e.g. RLOO")
     plan_check = node.get("plan_check")
-    if plan_check is not None and not (isinstance(plan_check, str) and re.fullmatch(r"[\w.]+:\w+", plan_check)):
-        raise SpecError(f"{_where(name, 'plan_check')}={plan_check!r} must be module:function")
+    if plan_check is not None and not (isinstance(plan_check, str) and plan_check in PLAN_CHECKS):
+        raise SpecError(f"{_where(name, 'plan_check')}={plan_check!r} is refused: a plan check runs in the launcher "
+                        f"while it plans (dry runs too), so it must be one of proofgrid's declared plan checks "
+                        f"({PLAN_CHECK_PACKAGE}.PLAN_CHECKS: {', '.join(sorted(PLAN_CHECKS))}); check a trainer of "
+                        "your own in its command")
+    extra = node.get("requires_extra")
+    if extra is not None and extra not in EXTRAS:
+        raise SpecError(f"{_where(name, 'requires_extra')}={extra!r} is not an extra proofgrid knows; they are: "
+                        f"{', '.join(EXTRAS)} (or null)")
     spec = TrainerSpec(name=name, command=list(command), metrics=metrics, checkpoint=checkpoint, resume=resume,
                        stop_signal=stop_signal, checkpointed_exit=exit_code, declares=declares,
-                       contract=dict(contract) if contract else None, plan_check=plan_check, options=options)
+                       contract=dict(contract) if contract else None, algorithm=algorithm, plan_check=plan_check,
+                       requires_extra=extra,
+                       options=options)
     used = set(_placeholders(command))
     unused = sorted(k for k in options if f"trainer.{k}" not in used
                     and not any(u.startswith(f"trainer.{k}.") or u.startswith(f"trainer.{k}[") for u in used))
@@ -164,6 +196,31 @@ def parse_spec(node: dict, proofgrid_metrics: tuple[str, ...] = ()) -> TrainerSp
         raise SpecError(f"trainer {name}: option {unused[0]} is not used by its command (no {{trainer.{unused[0]}}} "
                         "in it); use it there, or drop it (a misspelt spec field?)")
     return spec
+
+
+def run_plan_check(spec: TrainerSpec, argv: list[str]) -> None:
+    """Call the spec's declared plan check (``PLAN_CHECKS``) on the job's expanded ``argv``; a refusal, a failure to
+    import it or any failure of its own (``SystemExit`` from a parser too) is a one-line ``SpecError``."""
+    if spec.plan_check is None:
+        return
+    if spec.plan_check not in PLAN_CHECKS:  # parse_spec refuses it; a spec built another way too
+        raise SpecError(f"trainer {spec.name}'s plan_check {spec.plan_check} is not a declared plan check "
+                        f"({PLAN_CHECK_PACKAGE}.PLAN_CHECKS)")
+    module, _, function = spec.plan_check.partition(":")
+    try:
+        check = getattr(importlib.import_module(module), function)
+    except (ImportError, AttributeError):
+        raise SpecError(f"trainer {spec.name}'s plan_check {spec.plan_check} cannot be imported; fix the spec") from None
+    try:
+        check(argv)
+    except ValueError as exc:
+        raise SpecError(f"trainer {spec.name} refuses it: {exc}") from None
+    except (KeyboardInterrupt, GeneratorExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - a check's own failure (SystemExit too) is one line, never a traceback
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise SpecError(f"trainer {spec.name}'s plan_check {spec.plan_check} failed "
+                        f"({type(exc).__name__}{': ' + first if first else ''}); fix the spec or the check") from None
 
 
 def _parse_metrics(node, name: str, known: tuple[str, ...]) -> MetricsSpec:
@@ -225,9 +282,12 @@ MISSING = _Missing()
 
 
 def lookup(values: dict, key: str):
-    """``values`` at the dotted key (``a.b[0].c``), or ``MISSING``."""
+    """``values`` at the dotted key (``a.b[0].c``), or ``MISSING``; None below a null setting (a group of settings
+    that is off, ``workload.lora: null``, has null settings: an optional group naming one is left out)."""
     node = values
     for part in key.split("."):
+        if node is None:
+            return None
         name, _, rest = part.partition("[")
         indexes = [int(i) for i in re.findall(r"\[(\d+)\]", "[" + rest)] if rest else []
         if not isinstance(node, dict) or name not in node:
@@ -302,8 +362,13 @@ def _value(key: str, values: dict, name: str):
 
 def placeholder_values(config: dict, repo: Path, python: str | None = None) -> dict:
     """What placeholders resolve against: the validated config (``config``, a plain mapping with every
-    default filled), its path settings made absolute, plus ``python`` and ``repo``."""
-    values = {**config, "python": python or sys.executable, "repo": str(repo)}
+    default filled), its path settings made absolute, plus ``python``, ``repo`` and ``task`` (the workload's data
+    field map, prompt and reward as one compact JSON argument, ``facts.task``)."""
+    from facts.task import Task
+
+    task = Task.of(config.get("workload") or {}).settings()  # one JSON argument: a template's newlines stay escaped
+    values = {**config, "python": python or sys.executable, "repo": str(repo),
+              "task": json.dumps(task, sort_keys=True, separators=(",", ":"), ensure_ascii=False)}
     for key in PATH_SETTINGS:
         value = lookup(values, key)
         if isinstance(value, str):
@@ -343,7 +408,7 @@ def to_record(spec: TrainerSpec) -> dict:
     """The spec as plain data (a job carries it in ``spec.json``; ``from_record`` reads it back)."""
     record = {"name": spec.name, "checkpoint": spec.checkpoint, "resume": spec.resume,
               "stop_signal": spec.stop_signal, "checkpointed_exit": spec.checkpointed_exit,
-              "declares": spec.declares, "contract": spec.contract}
+              "declares": spec.declares, "contract": spec.contract, "algorithm": spec.algorithm}
     if spec.metrics is not None:
         m = spec.metrics
         record["metrics"] = {"format": m.format, "path": m.path, "map": dict(m.map), "step_key": m.step_key,
@@ -356,6 +421,6 @@ def from_record(record: dict) -> TrainerSpec:
     return TrainerSpec(
         name=record["name"], command=[], checkpoint=record.get("checkpoint"), resume=bool(record.get("resume")),
         stop_signal=record.get("stop_signal"), checkpointed_exit=int(record.get("checkpointed_exit", 75)),
-        declares=record.get("declares"), contract=record.get("contract"),
+        declares=record.get("declares"), contract=record.get("contract"), algorithm=record.get("algorithm"),
         metrics=MetricsSpec(metrics["format"], metrics["path"], dict(metrics["map"]), metrics.get("step_key"),
                             int(metrics.get("step_offset", 0))) if metrics else None)
