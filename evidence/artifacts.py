@@ -54,12 +54,14 @@ from facts.files import (
     LINK_FIX,
     NEVER_FOLLOWED,
     RUN_COMPLETED,
+    RUN_OUTPUTS_FIELD,
     RUN_RECORD,
     TENSORBOARD_DIR,
     TENSORBOARD_EVENTS,
     WEIGHTS_FILE,
     eval_responses_name,
     linked_part,
+    run_output_digests,
     run_relpath,
     unfollowed_paths,
 )
@@ -596,6 +598,31 @@ def check_cleanup(job_record: dict) -> list[Problem]:
         shown = "; ".join(str(item) for item in cleanup[:3]) + ("; …" if len(cleanup) > 3 else "")
         return [Problem(JOB_RECORD, f"{len(cleanup)} leftover(s) after the job: {shown}", kind="cleanup")]
     return []
+
+
+OUTPUTS_KIND = "outputs"  # a run record that is not what the job's runtime left once nothing of the job ran
+
+
+def check_run_outputs(job_record: dict, run_dir: Path) -> list[Problem]:
+    """The run's records are what the job's runtime hashed once nothing of the job ran any more (job.json's
+    ``run_outputs_sha256``, ``facts.files.run_output_digests``): one that changed, appeared or went since was written
+    by something outside the job's life (a process that escaped it, a hand edit), and the job is rejected naming it.
+    A record that states no digests (a runtime before them, a job that never ran) is held to nothing here."""
+    recorded = job_record.get(RUN_OUTPUTS_FIELD)
+    if recorded is None:
+        return []
+    if not isinstance(recorded, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in recorded.items()):
+        return [Problem(JOB_RECORD, f"{RUN_OUTPUTS_FIELD} is not a map of file to SHA256", kind=OUTPUTS_KIND)]
+    found = run_output_digests(run_dir)
+    problems = []
+    for name in sorted(set(recorded) | set(found)):
+        if recorded.get(name) == found.get(name):
+            continue
+        how, then = (("appeared", "no such file") if name not in recorded else ("is gone", recorded[name][:12] + "…")
+                     if name not in found else ("changed", f"{recorded[name][:12]}…, it now hashes {found[name][:12]}…"))
+        problems.append(Problem(run_relpath(name), f"{how} after the job ended (job.json's {RUN_OUTPUTS_FIELD}: {then}):"
+                                " something outside the job wrote its evidence", kind=OUTPUTS_KIND))
+    return problems
 
 
 def check_run_summary(run_dir: Path, algo: str, seed: int, n_updates: int) -> tuple[dict | None, list[Problem]]:

@@ -146,6 +146,10 @@ INITIAL_EVAL_COMPUTED = "initial_eval_computed.jsonl"
 DATA_LEDGER = "data_ledger.jsonl"
 SHARED_KEY_CHARS = 12  # the key's prefix that names its directory
 CHUNK = 1 << 20  # 1 MiB: large enough that hashing runs at sha256sum speed
+# job.json: the SHA256 of the run's records (metrics, evaluation, responses, run.json) taken by the job's runtime once
+# nothing of the job ran any more (``run_output_digests``). The evidence holds the run to them: a record that changed
+# after the job ended (a process that escaped it, a hand edit) rejects the job, naming the file.
+RUN_OUTPUTS_FIELD = "run_outputs_sha256"
 
 
 def checkpoint_name(step: int) -> str:
@@ -364,3 +368,12 @@ def atomic_write_json(path: str | Path, data) -> str:
     tmp.write_bytes(encoded)
     os.replace(tmp, path)
     return hashlib.sha256(encoded).hexdigest()
+
+
+def run_output_digests(run_dir: str | Path) -> dict[str, str]:
+    """SHA256 of the run's metrics, evaluation, responses and run record, by their path in ``run_dir``: what the job
+    produced, as the runtime records it after the job's processes are gone and as the evidence finds it again."""
+    run_dir = Path(run_dir)
+    files = [run_dir / name for name in (METRICS_LOG, EVAL_RECORD, RUN_RECORD)]
+    files += sorted((run_dir / EVAL_RESPONSES_DIR).glob("*.jsonl"))
+    return {f.relative_to(run_dir).as_posix(): sha256_file(f) for f in files if f.is_file() and not f.is_symlink()}

@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -173,6 +174,36 @@ def test_a_job_reaches_no_other_port_signals_no_other_process_and_makes_no_file_
     guard = record["guard"]
     assert guard["network"].startswith(f"landlock ABI {ABI}: TCP bind and connect only to the job's port block"), guard
     assert guard["scopes"] == f"landlock ABI {ABI}: signals and abstract unix sockets only within the job", guard
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("what", "edit", "says"), [
+    ("eval.json, rewritten to the same values", lambda run: (run / EVAL_RECORD).write_text(
+        json.dumps(json.loads((run / EVAL_RECORD).read_text()), indent=3)), "run/eval.json: changed after the job ended"),
+    ("a response file, its lines written again", lambda run: (run / "eval" / "final.jsonl").write_text("".join(
+        json.dumps(json.loads(line), separators=(",", ":")) + "\n"
+        for line in (run / "eval" / "final.jsonl").read_text().splitlines())),
+     "run/eval/final.jsonl: changed after the job ended"),
+    ("a response file planted", lambda run: shutil.copyfile(run / "eval" / "final.jsonl", run / "eval" / "step_1.jsonl"),
+     "run/eval/step_1.jsonl: appeared after the job ended"),
+])
+def test_a_run_record_that_changed_after_the_job_ended_rejects_the_job_naming_the_file(escapes, tmp_path, what, edit,
+                                                                                       says):
+    """What the runtime hashed once nothing of the job ran (job.json's run_outputs_sha256) is what the evidence
+    judges: a write by something that outlived the job, or a hand edit, rejects the job at the build, and the
+    bundle's audit says the rejection rests on that record (issue 33 item 1: seal what was judged)."""
+    copy = Path(shutil.copytree(escapes["sweep"], tmp_path / "sweep", symlinks=True,
+                                ignore=shutil.ignore_patterns("bundle", "bundle.tar.gz*", "*.lock")))
+    edit(copy / "jobs" / "reinforce-escape-3" / "run")
+    build = subprocess.run([sys.executable, "-m", "evidence", "build", "--no-figures", str(copy)], cwd=REPO,
+                           capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stdout[-2000:] + build.stderr[-2000:]
+    row = index_rows(copy)["reinforce-escape-3"]
+    assert row["accepted"] == "no" and says in row["reason"] and "run_outputs_sha256" in row["reason"], (what, row)
+    audit = subprocess.run([sys.executable, "-m", "evidence", "audit", str(copy / "bundle")], cwd=REPO,
+                           capture_output=True, text=True, timeout=600)
+    assert "rejection: reinforce-escape-3 is rejected" in audit.stdout + audit.stderr, audit.stdout[-3000:]
+    assert "outputs" in audit.stdout + audit.stderr and "a valid run left out" not in audit.stdout, audit.stdout[-3000:]
 
 
 @pytest.mark.parametrize(("ports", "says"), [

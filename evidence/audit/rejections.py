@@ -5,7 +5,8 @@ that does not re-score, a subset that is not its pinned split's) is confirmed. O
 does not carry is taken as the build states it, and said in a note per job, which ``audit --strict`` counts as a
 finding: a link in the job's evidence (never followed, never carried: the build reads nothing more of such a job), a
 file of the run missing from the bundle, artifacts.csv's listing of the checkpoint and TensorBoard files (never
-carried), job.json's record of leftovers after the job (the launcher's observation, which nothing carried re-checks),
+carried), job.json's record of leftovers after the job (the launcher's observation, which nothing carried re-checks) or
+of the run's records' digests at the job's end (the bundle carries them sanitised),
 a malformed command record, records that disagree (a run cut short in one record and complete in the others; job.json
 naming another algorithm or seed than run.json, the index and the directory), or no runs/<job>/ at all. Deleting a
 valid run's file, editing one record, or planting a link, is how it would be hidden."""
@@ -40,6 +41,7 @@ from facts.files import (
     INDEX_TABLE,
     JOB_RECORD,
     METRICS_LOG,
+    RUN_OUTPUTS_FIELD,
     RUN_RECORD,
     TENSORBOARD_DIR,
     TENSORBOARD_EVENTS,
@@ -83,6 +85,8 @@ def _still_rejected(data_dir: Path, data: BundleData, row: dict, majority: tuple
         else:
             if check_cleanup(record):
                 unshown.append("cleanup")  # the launcher's record of what outlived the job: nothing carried re-checks it
+            if RUN_OUTPUTS_FIELD in row.get("reason", ""):  # the runtime's digests of the job's own files (the bundle
+                unshown.append("outputs")  # carries them sanitised): the build's finding stands as it states it
             recorded = (record.get("algo"), record.get("seed"))
             if recorded != (algo, seed):  # never a failed run: which record was edited, the bundle cannot say
                 unshown.append(f"job ({JOB_RECORD} records {recorded[0]}-{recorded[1]} while {INDEX_TABLE} and "

@@ -16,7 +16,6 @@ writes into the job's ``run/`` only its step records.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import signal
@@ -27,7 +26,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from facts import EVAL_RECORD, EVAL_RESPONSES_DIR, METRICS_LOG, RUN_RECORD, atomic_write_json, run_dir_of_job
+from facts import RUN_RECORD, atomic_write_json, run_dir_of_job
 from facts.certify import PLANNED_RESTART_FIELD
 from facts.containers import CONTAINER_FIELD, CONTAINER_PREFLIGHT, CONTAINER_RUNTIME_STARTED, IMAGE_DIGEST_ENV
 from facts.files import (
@@ -36,8 +35,10 @@ from facts.files import (
     MACHINE_NAMES,
     RESOURCE_SAMPLING_FIELD,
     RUN_COMPLETED,
+    RUN_OUTPUTS_FIELD,
     RUNTIME_LOG,
     TRAINER_LOG,
+    run_output_digests,
 )
 from facts.machine import machine_names
 from facts.processes import marked_processes, runtime_identity
@@ -93,15 +94,6 @@ SHM_DIR = Path("/dev/shm")
 SHM_LEFT_FIELD = "dev_shm_left"  # job.json: files that appeared in /dev/shm during the job and stayed
 
 
-RUN_OUTPUTS_FIELD = "run_outputs_sha256"  # job.json: the run's records as they were once nothing of the job ran
-
-
-def run_output_digests(run_dir: Path) -> dict[str, str]:
-    """SHA-256 of the run's metrics, evaluation, responses and run record, taken after the job's processes are gone:
-    what the job produced, bound outside anything its trainer could still change."""
-    files = [run_dir / name for name in (METRICS_LOG, EVAL_RECORD, RUN_RECORD)]
-    files += sorted((run_dir / EVAL_RESPONSES_DIR).glob("*.jsonl"))
-    return {str(f.relative_to(run_dir)): hashlib.sha256(f.read_bytes()).hexdigest() for f in files if f.is_file()}
 
 
 def shm_files() -> set[str]:
