@@ -210,6 +210,10 @@ def _relabel_everything(sweep_dir: Path, row: int) -> tuple[str, str]:
                                                               "key": record["key"],
                                                               "sha256": sha256_file(rekeyed / "eval.json")}}
         (run / "eval.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        job = json.loads((run.parent / "job.json").read_text())  # and the runtime's digests of the run's records
+        job["run_outputs_sha256"] = {name: hashlib.sha256((run / name).read_bytes()).hexdigest()
+                                     for name in job["run_outputs_sha256"]}
+        (run.parent / "job.json").write_text(json.dumps(job, indent=1, sort_keys=True) + "\n")
     return old, new
 
 
