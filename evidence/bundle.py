@@ -120,6 +120,7 @@ from facts.files import (
     payload_relpath,
     recorded_job_dirs,
 )
+from facts.ledger import LEDGER_FIELD
 from facts.locks import BUILD, sweep_lock
 from facts.processes import local_runtime_alive
 from facts.ranks import RANKS_DIR
@@ -290,9 +291,16 @@ def _write_run_files(evidence: JobEvidence, job_dir: Path, out: Path, clean: San
 def _copy_computed(job_dir: Path, out: Path, root: Path | JobFiles | None = None) -> None:
     """The run's records of digests, byte for byte: the shared initial evaluations it records having computed
     (``INITIAL_EVAL_COMPUTED``: relative paths and digests, what the audit holds each shared evaluation to) and its
-    data ledger (``DATA_LEDGER``: the rows each step consumed, chained, which the audit re-checks)."""
-    for name in (INITIAL_EVAL_COMPUTED, DATA_LEDGER):
-        _copy_bytes(run_dir_of_job(job_dir) / name, out / name, root or job_dir)
+    data ledger (``DATA_LEDGER``: the rows each step consumed, chained, which the audit re-checks) where the run's
+    carried run.json declares one: a run killed before its record declared it (run.json written at its start, or
+    none) has its ledger in the sweep, not in the bundle, whose layout admits no ledger a run does not declare."""
+    _copy_bytes(run_dir_of_job(job_dir) / INITIAL_EVAL_COMPUTED, out / INITIAL_EVAL_COMPUTED, root or job_dir)
+    try:
+        declared = LEDGER_FIELD in read_json(out / RUN_RECORD)
+    except (JSONError, TypeError):
+        declared = False
+    if declared:
+        _copy_bytes(run_dir_of_job(job_dir) / DATA_LEDGER, out / DATA_LEDGER, root or job_dir)
 
 
 def _copy_logs(root: Path | JobFiles, record_dir: Path, out: Path, clean: Sanitizer) -> None:
