@@ -604,6 +604,13 @@ _OPTION_ITEM = re.compile(r"--?((?:[A-Za-z0-9]+[-_])*[A-Za-z0-9]+)")
 _SPEC_PLACEHOLDER = re.compile(r"\{[\w.]+\}")
 
 
+def working_directory(option: str, value: str) -> bool:
+    """Whether a secret-named option's value is a directory it names, not a credential: a bare ``--pwd`` given an
+    absolute path (``apptainer exec --pwd /dir``: the directory to start in). ``--pwd hunter2`` and ``--db-pwd
+    /x`` stay credentials."""
+    return name_parts(option) == ["pwd"] and value.startswith("/")
+
+
 def command_line_secrets(items) -> set[int]:
     """The positions of a list's items that are credentials by where they stand, the list read as a command line
     (a job's argv, a spec's command, any JSON list): the item after a secret-named option (``--password``,
@@ -618,7 +625,8 @@ def command_line_secrets(items) -> set[int]:
             continue
         name = _OPTION_ITEM.fullmatch(option)
         if name and credential_name("secret option", name.group(1)) and not _OPTION_ITEM.fullmatch(value) \
-                and not _NOT_A_SECRET.fullmatch(value) and not _SPEC_PLACEHOLDER.fullmatch(value):
+                and not _NOT_A_SECRET.fullmatch(value) and not _SPEC_PLACEHOLDER.fullmatch(value) \
+                and not working_directory(name.group(1), value):
             found.add(i)
     return found
 
@@ -635,6 +643,8 @@ def _extra_hits(text: str, lowered: str | None) -> Iterator[_Hit]:
                 if kind == "netrc credentials" and "password" not in match.group(0).lower():
                     break  # "machine learning login page": a netrc entry has a password
                 if kind in _VALUE_RULES and _NOT_A_SECRET.fullmatch(text[start:end]):
+                    continue
+                if kind == "secret option" and working_directory(match.group(1), text[start:end]):
                     continue
                 if kind == "credentials in a URL" and text[start:end].lower() in SERVICE_ACCOUNTS:
                     continue  # git+ssh://git@github.com/org/x: a service account, no one's credential

@@ -514,6 +514,8 @@ ARGV_SHAPES = {
                                              {1, 3, 5}),
     "short values and punctuation": (["--secret", "ab", "--credentials", "{\"k\": 1}"], {1, 3}),
     "one item --opt=value, the text rules'": (["--password=q8Zr2LmPv4Ks9TnWc3Xy", "--seed", "1"], set()),
+    "a password given as --pwd, and a prefixed pwd given a path": (["x", "--pwd", "hunter2hunter2", "--db-pwd", "/x9"],
+                                                                  {2, 4}),
 }
 # Lists that read like a command line but hold no credential: left as they are.
 ARGV_NOT_CREDENTIALS = [
@@ -524,6 +526,7 @@ ARGV_NOT_CREDENTIALS = [
     ["--password", "${DB_PASSWORD}", "--token", "none", "--api-key", "<SECRET>"],  # configuration
     ["-p", "8080", "--key-file", "cert.pem", "--tokenizer", "gpt2", "--keep", "x"],  # no credential option
     ["--api-key"],  # nothing after it
+    ["apptainer", "exec", "--pwd", "/checkout", "img.sif"],  # the directory apptainer starts in (--pwd <dir>)
 ]
 
 
