@@ -500,6 +500,9 @@ def test_a_node_failure_requeues_the_job_which_resumes_bit_identically_and_the_w
         log.index("resumed from") < log.index("eval final"), "the node must fail mid-training:\n" + log[-3000:]
     with open(sweep_dir / "bundle" / "data" / "incidents.csv", newline="") as f:
         incidents = [(r["job"], r["job_id"], r["kind"], r["title"]) for r in csv.DictReader(f)]
+    # 100 toy steps can sharpen the policy until most rollout groups repeat one response: a noted anomaly of the run
+    # (an identical-groups incident, issue 37 section 3), the same with or without the node failure, not this test's.
+    incidents = [i for i in incidents if i[2] != "identical-groups"]
     assert [i[:3] for i in incidents] == [("rpp-7", job_id, "node-failure")], incidents
     # The node's name is a host name: the bundle names it <HOST>, like every host.
     assert incidents[0][3].startswith("node failure (NODE_FAIL on <HOST>): requeued by Slurm")
