@@ -665,8 +665,13 @@ def _rebind(confirm: Path, keep) -> None:
                                            ).hexdigest()
     record.pop("earlier_plans", None)
     (confirm / "sweep.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    for path in [*confirm.glob("jobs/*/job.json"), *confirm.glob("jobs/*/run/run.json")]:
-        path.write_text(json.dumps({**json.loads(path.read_text()), "plan_sha256": record["plan_sha256"]}) + "\n")
+    for path in [*confirm.glob("jobs/*/run/run.json"), *confirm.glob("jobs/*/job.json")]:  # run.json first: then
+        changed = {"plan_sha256": record["plan_sha256"]}  # job.json's digests of the run's records, rewritten too
+        if path.name == "job.json":
+            run = path.parent / "run"
+            changed["run_outputs_sha256"] = {name: hashlib.sha256((run / name).read_bytes()).hexdigest()
+                                             for name in json.loads(path.read_text())["run_outputs_sha256"]}
+        path.write_text(json.dumps({**json.loads(path.read_text()), **changed}) + "\n")
     lines = (confirm / "commands.txt").read_text().splitlines()
     (confirm / "commands.txt").write_text("".join(f"{line}\n" for line in lines if not line.startswith("[")
                                                   or line.split(": ", 1)[0].split("] ", 1)[1] in record["jobs"]))
