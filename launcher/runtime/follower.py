@@ -31,12 +31,14 @@ failed), then exits. A follower that has not exited ``FINISH_TIMEOUT_S`` later i
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import select
 import subprocess
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 
 from facts import TRAINER_OUTPUT_DIR, run_dir_of_job
@@ -121,6 +123,26 @@ class Tracker:
         raise NotImplementedError
 
 
+@contextlib.contextmanager
+def _store_lock(uri: str):
+    """An exclusive lock on a local MLflow store (a ``file:`` URI or a path) while an experiment is looked up and
+    made: MLflow's file store checks a name's uniqueness and then writes a new experiment, so two jobs starting
+    together each made one named ``tracking.project`` and the second job's run was in neither's search. A server's
+    store keeps names unique itself: no lock."""
+    parsed = urllib.parse.urlparse(uri)
+    if parsed.scheme not in ("", "file"):
+        yield
+        return
+    store = Path(urllib.parse.unquote(parsed.path))
+    store.mkdir(parents=True, exist_ok=True)
+    fd = os.open(store / ".proofgrid-experiments.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 class MlflowTracker(Tracker):
     def begin(self, config: dict) -> None:
         from mlflow.entities import Param, RunStatus
@@ -130,14 +152,15 @@ class MlflowTracker(Tracker):
 
         self.client = MlflowClient(tracking_uri=self.settings["uri"])
         project = self.settings["project"]
-        experiment = self.client.get_experiment_by_name(project)
-        if experiment is None:
-            try:
-                experiment_id = self.client.create_experiment(project)
-            except Exception:  # noqa: BLE001 - another job of the sweep created it meanwhile
-                experiment_id = self.client.get_experiment_by_name(project).experiment_id
-        else:
-            experiment_id = experiment.experiment_id
+        with _store_lock(self.settings["uri"]):  # the sweep's jobs start together: one experiment of that name
+            experiment = self.client.get_experiment_by_name(project)
+            if experiment is None:
+                try:
+                    experiment_id = self.client.create_experiment(project)
+                except Exception:  # noqa: BLE001 - another sweep's job created it meanwhile (a tracking server)
+                    experiment_id = self.client.get_experiment_by_name(project).experiment_id
+            else:
+                experiment_id = experiment.experiment_id
         # A requeued job's next start resumes its run: the one tagged with this job of this sweep.
         key = f"{self.spec.sweep_dir}::{self.spec.name}"
         self.run_key = _digest(key)
