@@ -60,6 +60,7 @@ from facts.files import (
     TENSORBOARD_EVENTS,
     WEIGHTS_FILE,
     eval_responses_name,
+    is_run_output,
     linked_part,
     run_output_digests,
     run_relpath,
@@ -603,17 +604,24 @@ def check_cleanup(job_record: dict) -> list[Problem]:
 OUTPUTS_KIND = "outputs"  # a run record that is not what the job's runtime left once nothing of the job ran
 
 
-def check_run_outputs(job_record: dict, run_dir: Path) -> list[Problem]:
+def check_run_outputs(job_record: dict, run_dir: Path, job_digests: dict[str, str] | None = None) -> list[Problem]:
     """The run's records are what the job's runtime hashed once nothing of the job ran any more (job.json's
     ``run_outputs_sha256``, ``facts.files.run_output_digests``): one that changed, appeared or went since was written
     by something outside the job's life (a process that escaped it, a hand edit), and the job is rejected naming it.
-    A record that states no digests (a runtime before them, a job that never ran) is held to nothing here."""
+    A record that states no digests (a runtime before them, a job that never ran) is held to nothing here.
+    ``job_digests``: the build's digests of the job directory's files (``evidence.judged.job_file_digests``, keyed
+    relative to the job directory), read instead of hashing the run's records a second time."""
     recorded = job_record.get(RUN_OUTPUTS_FIELD)
     if recorded is None:
         return []
     if not isinstance(recorded, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in recorded.items()):
         return [Problem(JOB_RECORD, f"{RUN_OUTPUTS_FIELD} is not a map of file to SHA256", kind=OUTPUTS_KIND)]
-    found = run_output_digests(run_dir)
+    if job_digests is None:
+        found = run_output_digests(run_dir)
+    else:
+        prefix = f"{run_dir.name}/"
+        found = {rel[len(prefix):]: digest for rel, digest in job_digests.items()
+                 if rel.startswith(prefix) and is_run_output(rel[len(prefix):])}
     problems = []
     for name in sorted(set(recorded) | set(found)):
         if recorded.get(name) == found.get(name):

@@ -194,7 +194,7 @@ def evaluate_job(job_dir: str | Path, algo: str | None = None, seed: int | None 
         elif record.get("arm", algo) != evidence.arm:
             fail([Problem(JOB_RECORD, f"records arm {record.get('arm')}, not {evidence.arm}", kind="job")])
         fail(check_cleanup(record))
-        fail(check_run_outputs(record, job_dir / JOB_RUN_DIR))
+        fail(check_run_outputs(record, job_dir / JOB_RUN_DIR, before))  # the digests just taken, when taken
     except JSONError as exc:
         fail([Problem(JOB_RECORD, str(exc), kind="job")])
 

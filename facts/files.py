@@ -370,9 +370,18 @@ def atomic_write_json(path: str | Path, data) -> str:
     return hashlib.sha256(encoded).hexdigest()
 
 
+def is_run_output(relpath: str) -> bool:
+    """Whether ``relpath`` (relative to the run directory) is one of the run's records ``run_output_digests`` binds:
+    its metrics log, evaluation summary, run record, or an evaluation's responses (``eval/<kind>.jsonl``)."""
+    parts = relpath.split("/")
+    return relpath in (METRICS_LOG, EVAL_RECORD, RUN_RECORD) or (
+        len(parts) == 2 and parts[0] == EVAL_RESPONSES_DIR and parts[1].endswith(".jsonl"))
+
+
 def run_output_digests(run_dir: str | Path) -> dict[str, str]:
-    """SHA256 of the run's metrics, evaluation, responses and run record, by their path in ``run_dir``: what the job
-    produced, as the runtime records it after the job's processes are gone and as the evidence finds it again."""
+    """SHA256 of the run's metrics, evaluation, responses and run record (``is_run_output``), by their path in
+    ``run_dir``: what the job produced, as the runtime records it after the job's processes are gone and as the
+    evidence finds it again."""
     run_dir = Path(run_dir)
     files = [run_dir / name for name in (METRICS_LOG, EVAL_RECORD, RUN_RECORD)]
     files += sorted((run_dir / EVAL_RESPONSES_DIR).glob("*.jsonl"))
