@@ -31,7 +31,6 @@ failed), then exits. A follower that has not exited ``FINISH_TIMEOUT_S`` later i
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import select
@@ -43,6 +42,7 @@ from pathlib import Path
 
 from facts import TRAINER_OUTPUT_DIR, run_dir_of_job
 from facts.files import EVAL_RECORD, JOB_SPEC, METRICS_LOG, RUN_COMPLETED, RUN_FAILED, RUN_RECORD
+from facts.locks import try_lock
 from facts.metrics import EVAL_TAG_KEYS, eval_tag
 from facts.states import COMPLETED, FAILED, REQUEUED
 from facts.tracking import FINISH_TIMEOUT_S, POLL_S
@@ -123,6 +123,10 @@ class Tracker:
         raise NotImplementedError
 
 
+STORE_LOCK = ".proofgrid-experiments.lock"  # in a local MLflow store: held while an experiment is found or made
+STORE_LOCK_WAIT_S = 60
+
+
 @contextlib.contextmanager
 def _store_lock(uri: str):
     """An exclusive lock on a local MLflow store (a ``file:`` URI or a path) while an experiment is looked up and
@@ -135,9 +139,12 @@ def _store_lock(uri: str):
         return
     store = Path(urllib.parse.unquote(parsed.path))
     store.mkdir(parents=True, exist_ok=True)
-    fd = os.open(store / ".proofgrid-experiments.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    path, deadline = store / STORE_LOCK, time.monotonic() + STORE_LOCK_WAIT_S
+    while (fd := try_lock(path)) is None:  # facts.locks: never through a link; a file system without flock: unguarded
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{path.name} in the MLflow store stayed locked for {STORE_LOCK_WAIT_S} s")
+        time.sleep(0.05)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)
