@@ -141,7 +141,7 @@ def bench_hashing() -> None:
 
 def bench_validation() -> None:
     """Structured metrics validation throughput on a 100k-step metrics.jsonl."""
-    from evidence.metrics_log import validate_metrics
+    from evidence.gates.metrics_log import validate_metrics
     from trainer.metrics import KL_LOSS_KEY, REQUIRED_KEYS
 
     n = 100_000
@@ -432,7 +432,7 @@ def bench_trl_harness(steps: int = 20) -> None:
     if importlib.util.find_spec("trl") is None:
         print("trl_harness skipped: TRL is not installed (make trl)")
         return
-    from evidence.tensorboard_log import read_scalars
+    from evidence.gates.tensorboard_log import read_scalars
     from facts import (
         METRICS_LOG,
         RUN_RECORD,

@@ -94,9 +94,9 @@ def _build(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from evidence.bundle import build_bundle
     from evidence.problems import IncidentsFileError, LeakError, SweepError, VerdictError
-    from evidence.sanitize import payload_note
+    from evidence.seal.bundle import build_bundle
+    from evidence.seal.sanitize import payload_note
     from facts.locks import LockHeld, LockPathError
 
     if args.last_k < 1:
@@ -104,7 +104,7 @@ def _build(args) -> int:
     if not any(sweep_jobs_dir(args.sweep_dir).glob(job_files_glob(JOB_RECORD))):  # 0/N sealed as if it were a result
         return _fail(f"nothing ran in {args.sweep_dir}: no job under {JOBS_DIR}/ has a job.json (a dry run only "
                      "plans); run the sweep (or wait for its jobs to start), then build")
-    from evidence.rewards import RewardError, reviewer_rewards
+    from evidence.evaluation.rewards import RewardError, reviewer_rewards
 
     try:
         with reviewer_rewards(args.reward):
@@ -139,11 +139,11 @@ def _build(args) -> int:
 
 
 def _audit(args) -> int:
-    from evidence.audit import audit
+    from evidence.audit import audit_bundle
     from evidence.audit.locate import is_sweep, sweep_bundle
     from evidence.audit.signature import signature_status
+    from evidence.evaluation.rewards import RewardError, reviewer_rewards
     from evidence.problems import SigningError, UsageError
-    from evidence.rewards import RewardError, reviewer_rewards
 
     if is_sweep(args.path) and (sealed := sweep_bundle(args.path)) is not None:
         print(f"auditing {sealed}, the bundle of the sweep {args.path}")  # what a sweep's audit means
@@ -151,10 +151,10 @@ def _audit(args) -> int:
     try:
         notes: list[str] = []
         with reviewer_rewards(args.reward):
-            findings = audit(args.path, public_key=args.public_key, notes=notes)
+            findings = audit_bundle(args.path, public_key=args.public_key, notes=notes)
         key = None
         if args.public_key is not None:
-            from evidence.signing import load_public_key  # the signing library: only when a key is given
+            from evidence.seal.signing import load_public_key  # the signing library: only when a key is given
 
             key = load_public_key(args.public_key)
     except (UsageError, SigningError, RewardError) as exc:
@@ -188,11 +188,11 @@ def _sweep_of_archive_locked(archive: Path):
 
 def _audit_before_signing(archive: Path) -> str | None:
     """Why ``archive`` is not signed (a signature vouches for it): the audit's findings, or None when clean."""
-    from evidence.audit import audit
+    from evidence.audit import audit_bundle
     from evidence.problems import UsageError
 
     try:
-        problems = audit(archive)
+        problems = audit_bundle(archive)
     except UsageError:  # not a bundle archive: sign_archive says so (a usage error)
         return None
     from facts.files import signature_path
@@ -208,7 +208,7 @@ def _audit_before_signing(archive: Path) -> str | None:
 
 def _sign(args) -> int:
     from evidence.problems import SigningError
-    from evidence.signing import generate_key, key_label, load_signer, sign_archive
+    from evidence.seal.signing import generate_key, key_label, load_signer, sign_archive
     from facts.locks import LockHeld, LockPathError
 
     try:
@@ -243,7 +243,7 @@ def _sign(args) -> int:
 def _validate(args) -> int:
     from evidence.audit.locate import is_archive, is_bag, is_sweep
     from evidence.fileio import JSONError, read_json
-    from evidence.index import JobEvidence, check_run_dir, evaluate_job
+    from evidence.gates.index import JobEvidence, check_run_dir, evaluate_job
 
     path: Path = args.run_dir
     if is_bag(path) or is_archive(path):
@@ -284,8 +284,8 @@ def _validate(args) -> int:
 
 
 def _compare(args) -> int:
-    from evidence.compare import compare_paths
     from evidence.problems import CompareError
+    from evidence.tools.compare import compare_paths
 
     if args.last_k < 1:
         return _fail("--last-k must be at least 1")
@@ -298,7 +298,7 @@ def _compare(args) -> int:
 
 def _export(args) -> int:
     from evidence.problems import ExportError, LoadError
-    from evidence.tracking import export
+    from evidence.tools.export import export
 
     try:
         result = export(args.path, args.to, args.out, args.project, force=args.force)

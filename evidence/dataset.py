@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from evidence.certificates import compute_certificates
 from evidence.fileio import JSONError, read_json, write_text
-from evidence.metrics_log import COMMON_KEYS
+from evidence.gates.certificates import compute_certificates
+from evidence.gates.metrics_log import COMMON_KEYS
 from evidence.sweep import read_arms
 from facts import loads_strict
 from facts.evaluation import prompt_counts
@@ -126,7 +126,7 @@ class BundleData:
     # Each accepted run's final evaluation per prompt, {row index: (correct, responses)}, from its responses
     # (runs/<job>/eval/final.jsonl; ``read_prompt_counts``); absent when the file is missing or unreadable.
     final_prompts: dict[tuple[str, int], dict[int, tuple[int, int]]] = field(default_factory=dict)
-    # certify=true: the reproducibility certificates recomputed from the payload's files (evidence.certificates);
+    # certify=true: the reproducibility certificates recomputed from the payload's files (evidence.gates.certificates);
     # None for a sweep that certifies nothing.
     certificates: dict | None = None
     # Values the tables derive from the loaded data once per load, by (kind, key): an arm's report name, which

@@ -10,7 +10,7 @@ a job's attempts 0, 1, ...), ``<rank>`` a rank's name (held to the ranks the run
 job.json's ``world_size``), ``<table>`` / ``<figure>`` a table's or a figure's name (the recomputation and the
 figure check hold them to the ones it makes), ``<log>`` one of the logs a job keeps (``JOB_LOGS``; Ray's only
 when the job's command names one), ``<stage>`` an experiment's earlier stage and ``<certjob>`` a certificate job
-(``certify=true``; the audit holds it to ``sweep.json``'s ``certify``). What each run had, ``evidence.layout``
+(``certify=true``; the audit holds it to ``sweep.json``'s ``certify``). What each run had, ``evidence.seal.layout``
 checks. A sweep's payload is ``SWEEP_PAYLOAD``; an experiment's confirm stage adds ``EXPERIMENT_PAYLOAD``: its
 spec, its verdict and each earlier stage's whole sweep payload (with the probe's records) under
 ``stages/<stage>/``.
@@ -122,7 +122,7 @@ EXPERIMENT_PAYLOAD = (
 PAYLOAD_LAYOUT = SWEEP_PAYLOAD + EXPERIMENT_PAYLOAD
 # The payload files sealed byte for byte as a model wrote them or a dataset holds them (the evaluated responses,
 # the shared initial evaluations' responses, the frozen evaluation subsets), in a sweep's payload and an earlier
-# stage's: the model's and the data's text, not the machine's (``evidence.sanitize.payload_findings``).
+# stage's: the model's and the data's text, not the machine's (``evidence.seal.sanitize.payload_findings``).
 _VERBATIM = (f"{BUNDLE_RUNS_DIR}/<job>/{EVAL_RESPONSES_DIR}/<eval_kind>.jsonl",
              f"{CERTIFY_DIR}/<certjob>/{EVAL_RESPONSES_DIR}/final.jsonl",
              f"{INITIAL_EVAL_DIR}/<key12>/{INITIAL_EVAL_RESPONSES}", f"{EVAL_SUBSETS_DIR}/<subset12>.json")

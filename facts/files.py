@@ -87,7 +87,7 @@ FIGURES_DIR = "figures"
 # More payload files: the retained artifacts' digests, the report, the user's incidents file (copied from the
 # sweep), an experiment's spec as run and its verdict; a job's logs under runs/<job>/logs/.
 ARTIFACTS_TABLE = "artifacts.csv"
-# Each run file's copy with the SHA256 its job's file had when the job was judged (evidence.judged).
+# Each run file's copy with the SHA256 its job's file had when the job was judged (evidence.gates.judged).
 JUDGED_TABLE = "judged.csv"
 REPORT_FILE = "report.md"
 INCIDENTS_FILE = "incidents.yaml"  # <sweep>/incidents.yaml (optional), kept in the bundle as it is

@@ -4,7 +4,7 @@ A bundle built off the cluster (a laptop, CI) knows neither the cluster's user (
 ``$SLURM_JOB_USER``) nor its nodes' and login node's names (``$HOSTNAME``, ``$SLURM_SUBMIT_HOST``, their
 fully qualified forms), so its sanitiser could not replace them. The job's runtime records them in the job
 directory (``facts.files.MACHINE_NAMES``: never copied into a bundle) and the build's sanitiser reads them
-(``evidence.bundle``) beside its own machine's.
+(``evidence.seal.bundle``) beside its own machine's.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 
 The trainer refuses an input whose bytes differ from its pin (``trainer.inputs``) and records the pins in its
 run.json's ``inputs``; the evidence holds a run's record to the manifests of the reviewer's checkout
-(``evidence.subset_source``). Both read the format here.
+(``evidence.evaluation.subset_source``). Both read the format here.
 """
 
 from __future__ import annotations

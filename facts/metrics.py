@@ -42,7 +42,7 @@ EVAL_SECONDS_TAG = "perf/eval_s"  # wall seconds of one evaluation during traini
 # run.json's record of the evaluations during training: every, each one's step, seconds and summary.
 EVAL_DURING_TRAINING_FIELD = "eval_during_training"
 # run.json: the Unix time (s, to the ms) at which each step's metrics.jsonl line was written, index = step; carried
-# across resumes and rewritten at each checkpoint. The exports' wall time of a step (evidence.tracking).
+# across resumes and rewritten at each checkpoint. The exports' wall time of a step (evidence.tools.export).
 STEP_TIMES_FIELD = "step_ended_at"
 
 

@@ -1,6 +1,6 @@
 """A workload's data: a split read from a local file with the workload's field map, stated once. The trainer
 reads its splits with it, the launcher checks them with it before anything runs, and the evidence cuts the frozen
-evaluation subset again from the pinned test split with it (``evidence.subset_source``).
+evaluation subset again from the pinned test split with it (``evidence.evaluation.subset_source``).
 
 Formats, by what the path is:
 

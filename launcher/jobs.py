@@ -13,7 +13,7 @@ import os
 import shutil
 from pathlib import Path
 
-from evidence.index import evaluate_job
+from evidence.gates.index import evaluate_job
 from facts import INITIAL_EVAL_DIR, JOBS_DIR, run_dir_of_job
 from facts.files import (
     ATTEMPTS_DIR,

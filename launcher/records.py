@@ -3,7 +3,7 @@
 ``command.json`` is what exactly ran: the trainer argv, the environment variables the job changed
 (an env diff, never the whole environment, so no unrelated secret is copied), the working
 directory, and the sbatch script when Slurm ran it. ``command.public.json`` is the same with
-machine paths, user and host names replaced by placeholders (``evidence.sanitize``).
+machine paths, user and host names replaced by placeholders (``evidence.seal.sanitize``).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import json
 import sys
 from pathlib import Path
 
-from evidence.ranks import RENDEZVOUS_ADDRESS_PLACEHOLDER
-from evidence.sanitize import SECRET_PLACEHOLDER, Sanitizer, command_line_secrets
+from evidence.gates.ranks import RENDEZVOUS_ADDRESS_PLACEHOLDER
+from evidence.seal.sanitize import SECRET_PLACEHOLDER, Sanitizer, command_line_secrets
 from facts import atomic_write_json
 from facts.files import COMMAND_PUBLIC_RECORD, COMMAND_RECORD, JOB_RECORD
 from facts.ranks import MASTER_ADDR_ENV
@@ -72,7 +72,7 @@ def sweep_sanitizer(sweep_dir: Path, repo_root: Path, literals: dict[str, str] |
 def public_copy(data, sanitizer: Sanitizer):
     """``data`` with every string sanitised (keys and values), structure unchanged; a list is also read as a
     command line (an argv): the value after a credential option (``--api-key``, ``--password``) is ``<SECRET>``
-    (``evidence.sanitize.command_line_secrets``, which the bundle's sanitiser and the leak scan ask too)."""
+    (``evidence.seal.sanitize.command_line_secrets``, which the bundle's sanitiser and the leak scan ask too)."""
     if isinstance(data, dict):
         return {sanitizer.clean(str(k)): public_copy(v, sanitizer) for k, v in data.items()}
     if isinstance(data, list | tuple):

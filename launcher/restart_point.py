@@ -13,7 +13,7 @@ import json
 import shutil
 from pathlib import Path
 
-from evidence.metrics_log import validate_metrics
+from evidence.gates.metrics_log import validate_metrics
 from facts import CHECKPOINTS_DIR, JOB_RUN_DIR, METRICS_LOG, run_dir_of_job
 from facts.files import TENSORBOARD_DIR, TRAINER_STATE
 

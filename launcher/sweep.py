@@ -24,7 +24,7 @@ from launcher.locks import sweep_lock
 from launcher.plan import dry_run_lines, write_plan
 from launcher.spec import JobSpec, Sweep
 
-HEADLINE_TABLE = "headline.csv"  # evidence.tables.headline_table: one row, the report's first sentence
+HEADLINE_TABLE = "headline.csv"  # evidence.report.tables.headline_table: one row, the report's first sentence
 
 
 def run_sweep(sweep: Sweep) -> int:
@@ -78,11 +78,11 @@ def jobs_checked(sweep: Sweep) -> str:
 def seal(sweep_dir: Path, user_rewards: tuple[str, ...] = ()) -> int:
     """Build, seal and audit the evidence bundle; 0 when every job was accepted and the audit is clean.
     ``user_rewards``: the sweep's own ``module:function`` rewards (its workloads', imported when it was planned),
-    with which the build and the audit re-score its runs (``evidence.rewards``; without them they say they did not)."""
+    with which the build and the audit re-score its runs (``evidence.evaluation.rewards``; without them they say they did not)."""
     # The build and the audit (bagit, the report, the tables: ~0.4 s of imports) only when a sweep is
     # sealed: a dry run, `status` and `cancel` import this module and never seal.
-    from evidence import audit, build_bundle
-    from evidence.rewards import reviewer_rewards
+    from evidence import audit_bundle, build_bundle
+    from evidence.evaluation.rewards import reviewer_rewards
 
     # One writer of its evidence: the build and the audit of what it sealed.
     with sweep_lock(sweep_dir), reviewer_rewards(user_rewards):
@@ -94,7 +94,7 @@ def seal(sweep_dir: Path, user_rewards: tuple[str, ...] = ()) -> int:
                            arm_names(bundle_payload_dir(result.bundle_dir)))
         print(result.summary())
         certified = print_certificates(bundle_payload_dir(result.bundle_dir) / CERTIFICATES_FILE)
-        findings = audit(result.archive)
+        findings = audit_bundle(result.archive)
     for finding in findings:
         print(f"audit: {finding}", file=sys.stderr)
     print(f"audit: {'clean' if not findings else f'{len(findings)} finding(s)'}")
@@ -132,10 +132,10 @@ def job_arms(sweep_dir: Path) -> dict[str, str]:
 
 def arm_names(data_dir: Path) -> dict[str, str]:
     """Arm label -> the name the report gives it (an experiment spec's arm name, the algorithm a trainer declares
-    it runs, ``GRPO`` for the plain ``grpo`` arm: ``evidence.tables.display``), from the sealed bundle's data."""
+    it runs, ``GRPO`` for the plain ``grpo`` arm: ``evidence.report.tables.display``), from the sealed bundle's data."""
     # with the build's own imports: only a sealed sweep reads them
     from evidence.dataset import load_bundle_data
-    from evidence.tables import display
+    from evidence.report.tables import display
 
     data = load_bundle_data(data_dir)
     return {arm: display(data, arm) for arm in data.arms}
@@ -170,7 +170,7 @@ def print_eval_summary(tables_dir: Path, jobs: list[dict], arms: dict[str, str],
             return list(csv.DictReader(f))
 
     # imported here, as seal's evidence is: a dry run, status and cancel skip its ~0.3 s
-    from evidence.tables import fmt
+    from evidence.report.tables import fmt
 
     rows = {(_arm(r), r["checkpoint"]): r for r in read("eval_aggregate.csv")}
     initial = read("eval_initial.csv")

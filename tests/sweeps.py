@@ -81,7 +81,7 @@ def restate_judged(data: Path) -> None:
     import csv
     import hashlib
 
-    from evidence.judged import JUDGED_COLUMNS
+    from evidence.gates.judged import JUDGED_COLUMNS
 
     table = data / "judged.csv"
     if not table.is_file():
@@ -117,8 +117,8 @@ def reseal_bag(bag: Path) -> None:
     if crate_path.is_file():
         # A consistent forger regenerates the whole crate from the edited payload, as the build writes it
         # (the audit regenerates and compares it); a payload the loader refuses gets the digests restated only.
-        from evidence.crate import write_crate
         from evidence.dataset import load_bundle_data
+        from evidence.seal.crate import write_crate
         try:
             write_crate(data, load_bundle_data(data))
             regenerated = True

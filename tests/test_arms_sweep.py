@@ -24,7 +24,7 @@ JOBS = sorted(f"{arm}-{seed}" for arm in ARMS for seed in (1, 2))
 
 
 def _evidence_reads_arms() -> bool:
-    from evidence.index import INDEX_COLUMNS
+    from evidence.gates.index import INDEX_COLUMNS
 
     return "arm" in INDEX_COLUMNS
 

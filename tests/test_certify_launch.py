@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from evidence import audit
+from evidence import audit_bundle
 from tests.launch_in_process import launch_in_process
 from tests.sweeps import REPO, launch, reseal_bag
 
@@ -93,7 +93,7 @@ def test_the_audit_names_an_edited_certificate_in_a_resealed_bundle(certified, t
     certs["reproduced"] = "3/4"
     path.write_text(json.dumps(certs, indent=1, sort_keys=True) + "\n")
     reseal_bag(bag)
-    found = [f"{p.file}: {p.detail()}" for p in audit(bag)]
+    found = [f"{p.file}: {p.detail()}" for p in audit_bundle(bag)]
     assert f"data/certificates.json: certificates[{index}] ({BAD}.rerun).reproduced: recorded True, recomputed False " \
            "from the runs' files" in found, found
     assert "data/certificates.json: reproduced: recorded '3/4', recomputed '2/4' from the runs' files" in found, found

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from evidence.audit import audit
+from evidence.audit import audit_bundle
 from evidence.audit.images import check_images
 from facts.containers import CONTAINER_PREFLIGHT, IMAGE_DIGEST_ITEM, contained_command
 from facts.files import JOB_SPEC, RAY_START_LOG
@@ -342,7 +342,7 @@ def test_a_contained_sweep_runs_in_the_image_and_records_its_digest_everywhere(c
     assert [e["sha256"] for e in images] == [digest.split(":")[1]]
     actions = [e for e in crate["@graph"] if e["@id"].startswith("#run-")]
     assert len(actions) == 2 and all(a["containerImage"] == {"@id": images[0]["@id"]} for a in actions)
-    assert audit(sweep_dir / "bundle.tar.gz") == []
+    assert audit_bundle(sweep_dir / "bundle.tar.gz") == []
 
 
 def test_the_image_s_writes_stay_in_the_job_s_roots(contained_sweep, podman_image, tmp_path):
@@ -399,4 +399,4 @@ def test_a_contained_sweep_on_the_throwaway_slurm_cluster(podman_image, slurm_cl
     assert record["scheduler"] == "slurm" and record["state"] == "COMPLETED"
     assert record["container"]["image_digest"] == digest_of(image) and record["container"]["preflight"]["failure"] is None
     assert json.loads((sweep_dir / "jobs" / "grpo-1" / "run" / "run.json").read_text())["image_digest"] == digest_of(image)
-    assert audit(sweep_dir / "bundle.tar.gz") == []
+    assert audit_bundle(sweep_dir / "bundle.tar.gz") == []

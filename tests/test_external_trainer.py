@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from evidence.metrics_log import validate_metrics
+from evidence.gates.metrics_log import validate_metrics
 from facts import METRICS_LOG, RUN_RECORD, checkpoint_name
 from facts.files import BUNDLE_ARCHIVE, MACHINE_NAMES
 from launcher.experiment import REGISTRATION

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from evidence import audit
+from evidence import audit_bundle
 from facts import sha256_file
 from facts.evaluation import recompute_eval
 from facts.files import INITIAL_EVAL_COMPUTED
@@ -292,7 +292,7 @@ def test_a_tampered_shared_evaluation_in_the_bundle_is_an_audit_finding(sweep, t
         shutil.rmtree(directory)
         expected = "missing (the shared initial evaluation)"
     _reseal(bag)
-    reasons = [str(f) for f in audit(bag)]
+    reasons = [str(f) for f in audit_bundle(bag)]
     assert not any("SHA256 differs from manifest" in r for r in reasons)
     assert f"{file}: {expected}" in reasons, reasons
 
@@ -305,7 +305,7 @@ def test_a_shared_evaluation_sampled_unlike_the_runs_final_eval_is_an_audit_find
     record["config"]["workload"]["eval"]["top_p"] = 0.5  # as if rpp-2's final eval had sampled otherwise
     run_json.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     _reseal(bag)
-    reasons = [str(f) for f in audit(bag)]
+    reasons = [str(f) for f in audit_bundle(bag)]
     assert "data/runs/rpp-2/eval.json: the shared initial evaluation was not made with this run's top_p" in reasons, reasons
     assert not any(r.startswith("data/runs/grpo-1/eval.json") for r in reasons)
 
@@ -326,7 +326,7 @@ def test_a_shared_evaluation_whose_statistics_do_not_recompute_is_an_audit_findi
         run_eval["initial"]["shared"]["sha256"] = digest
         path.write_text(json.dumps(run_eval, indent=1, sort_keys=True) + "\n")
     _reseal(bag)
-    reasons = [str(f) for f in audit(bag)]
+    reasons = [str(f) for f in audit_bundle(bag)]
     assert any(r.startswith(f"data/initial_eval/{directory.name}/eval.json: mean_reward ")
                and "does not recompute from its responses" in r for r in reasons), reasons
 
@@ -550,7 +550,7 @@ def _synthetic_shared_sweep(root: Path) -> Path:
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory) -> tuple[Path, Path]:
     """The synthetic sharing sweep and its bundle directory, built once (no figures)."""
-    from evidence.bundle import build_bundle
+    from evidence.seal.bundle import build_bundle
 
     sweep_dir = _synthetic_shared_sweep(tmp_path_factory.mktemp("synthetic-shared"))
     result = build_bundle(sweep_dir, figures=False)
@@ -652,7 +652,7 @@ def test_a_synthetic_sweep_sharing_its_initial_evaluation_validates_and_audits_c
 
     for job in SYNTHETIC_JOBS:
         assert evaluate_job(sweep_dir / "jobs" / job).failures == []
-    assert audit(bag) == []
+    assert audit_bundle(bag) == []
 
 
 def _shared_dir_after(root: Path, before: Path) -> Path:
@@ -683,7 +683,7 @@ def test_the_audit_names_every_kind_of_broken_shared_reference_in_a_bundle(synth
     runs = [data / "runs" / job for job in SYNTHETIC_JOBS]
     where, reason = _tamper(case, shared_dir, [run / "eval.json" for run in runs], runs[0] / "run.json")
     _reseal(bag)
-    reasons = [str(f) for f in audit(bag)]
+    reasons = [str(f) for f in audit_bundle(bag)]
     shared_dir = _shared_dir_after(data, shared_dir)
     file = f"data/initial_eval/{shared_dir.name}/eval.json" if where == "shared" else f"data/runs/{SYNTHETIC_JOBS[0]}/eval.json"
     assert f"{file}: {reason}" in reasons, reasons
@@ -695,7 +695,7 @@ def test_the_audit_names_every_kind_of_broken_shared_reference_in_a_bundle(synth
 def test_a_sweeps_jobs_read_and_validate_their_shared_evaluation_once(synthetic, tmp_path):
     """The cache a sweep's validation keeps is keyed by the shared file: once the first job has read
     and validated it, the second job's check reads nothing (here: it no longer exists)."""
-    from evidence.index import evaluate_job
+    from evidence.gates.index import evaluate_job
 
     sweep_dir = Path(shutil.copytree(synthetic[0], tmp_path / "sweep", ignore=shutil.ignore_patterns("bundle*")))
     checked: dict = {}
@@ -742,7 +742,7 @@ def test_a_reference_to_a_path_outside_the_sweep_rejects_the_job_and_the_bundle_
         rows = {row["job"]: row for row in csv.DictReader(f)}
     assert rows[SYNTHETIC_JOBS[0]]["accepted"] == "no" and "initial.shared.path" in rows[SYNTHETIC_JOBS[0]]["reason"]
     assert (elsewhere / "eval.json").read_text() == "{}\n"
-    assert audit(sweep_dir / "bundle.tar.gz") == []
+    assert audit_bundle(sweep_dir / "bundle.tar.gz") == []
 
 
 @pytest.mark.parametrize("case", SHARED_TAMPERS)
@@ -750,7 +750,7 @@ def test_a_job_rejected_for_its_shared_reference_stays_rejected_in_the_audit(syn
     """Damage found before the build rejects the job; the bundle carries the same damage, so the audit
     re-checks the reference and does not call the rejection cherry-picking (it used to, as the
     rejection re-check looked only at the run's own files)."""
-    from evidence.bundle import build_bundle
+    from evidence.seal.bundle import build_bundle
 
     sweep_dir = Path(shutil.copytree(synthetic[0], tmp_path / "sweep", ignore=shutil.ignore_patterns("bundle*")))
     runs = [sweep_dir / "jobs" / job / "run" for job in SYNTHETIC_JOBS]
@@ -758,7 +758,7 @@ def test_a_job_rejected_for_its_shared_reference_stays_rejected_in_the_audit(syn
     result = build_bundle(sweep_dir, figures=False)
     rejected = {row["job"] for row in result.jobs if row["accepted"] != "yes"}
     assert SYNTHETIC_JOBS[0] in rejected
-    assert not [f for f in audit(result.archive) if "a valid run left out" in f.reason]
+    assert not [f for f in audit_bundle(result.archive) if "a valid run left out" in f.reason]
 
 
 def test_a_run_directory_copied_out_of_its_sweep_says_where_its_shared_evaluation_must_be(synthetic, tmp_path):

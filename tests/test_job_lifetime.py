@@ -136,7 +136,7 @@ def test_a_running_record_whose_runtime_died_is_marked_failed_with_the_cause_fro
     record = json.loads((job_dir / "job.json").read_text())
     assert record["state"] == "FAILED" and "No space left on device" in record["failure"]
     assert marked == {"grpo-1": record["failure"]}
-    from evidence.bundle import refuse_jobs_in_flight
+    from evidence.seal.bundle import refuse_jobs_in_flight
 
     refuse_jobs_in_flight(tmp_path)  # evidence build no longer waits for it
 

@@ -84,8 +84,8 @@ def test_a_dry_run_never_imports_the_tensor_library():
 
 
 def _evidence_package() -> set[str]:
-    """``launcher.records`` uses ``evidence.sanitize``, whose package imports the bundle writer (bagit)."""
-    return _imported_after("import evidence.sanitize") & {"bagit", "rich"}
+    """``launcher.records`` uses ``evidence.seal.sanitize``, whose package imports the bundle writer (bagit)."""
+    return _imported_after("import evidence.seal.sanitize") & {"bagit", "rich"}
 
 
 def _launcher_imports() -> dict[str, set[str]]:

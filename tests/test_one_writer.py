@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from evidence import audit
-from evidence.bundle import SweepError, bag_files, write_archive
+from evidence import audit_bundle
+from evidence.seal.bundle import SweepError, bag_files, write_archive
 from facts.files import SWEEP_LOCK
 from tests.evidence.sweep_factory import make_sweep
 from tests.sweeps import REPO, wait_for
@@ -69,7 +69,7 @@ WRITERS = {
 
 def _signing_key(path: Path) -> Path:
     """A real private key: sign refuses a bad key before it looks at the lock, so the lock alone must refuse."""
-    from evidence.signing import generate_key
+    from evidence.seal.signing import generate_key
 
     if not path.is_file():
         generate_key(path)
@@ -126,4 +126,4 @@ def test_a_build_while_the_launcher_runs_and_seals_the_sweep_is_refused_and_the_
     assert launcher.returncode == 0, err[-3000:]
     assert "audit: clean" in out
     assert json.loads((sweep_dir / "jobs" / "grpo-1" / "job.json").read_text())["state"] == "COMPLETED"
-    assert audit(sweep_dir / "bundle.tar.gz") == []
+    assert audit_bundle(sweep_dir / "bundle.tar.gz") == []

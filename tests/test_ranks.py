@@ -13,7 +13,7 @@ import subprocess
 import types
 from pathlib import Path
 
-from evidence.ranks import check_ranks
+from evidence.gates.ranks import check_ranks
 from facts.ranks import rank_record_dir
 from facts.states import COMPLETED, RUNNING
 from launcher.liveness import death_cause

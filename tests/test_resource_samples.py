@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from evidence import audit
-from evidence.tensorboard_log import read_hparams, read_scalars
+from evidence import audit_bundle
+from evidence.gates.tensorboard_log import read_hparams, read_scalars
 from facts.metrics import eval_tag
 from tests.sweeps import launch, reseal_bag
 
@@ -81,7 +81,7 @@ def test_the_bundle_keeps_the_samples_and_the_report_states_each_arm_s_peaks(swe
         why = json.loads((sweep / "jobs" / f"{ARMS[0]}-5" / "job.json").read_text())["resource_sampling"]["gpu"]
         assert f"GPU samples: {why}." in report.splitlines()
         assert all(row["peak_gpu_util_percent"] in ("", None) for row in peaks.values()), peaks
-    assert audit(sweep / "bundle.tar.gz") == []
+    assert audit_bundle(sweep / "bundle.tar.gz") == []
 
 
 def reseal(bag: Path) -> None:
@@ -96,7 +96,7 @@ def test_the_audit_finds_missing_or_reordered_samples_and_a_peak_that_does_not_r
     lines[1], lines[2] = lines[2], lines[1]
     (runs / "rpp-5" / "resources.jsonl").write_text("\n".join(lines) + "\n")
     reseal(bag)
-    found = [str(p) for p in audit(bag)]
+    found = [str(p) for p in audit_bundle(bag)]
     assert any("data/runs/grpo-5/resources.jsonl" in f and "missing" in f for f in found), found
     assert any("data/runs/rpp-5/resources.jsonl" in f and "do not increase: sample 3" in f for f in found), found
     assert any("tables/resource_peaks.csv" in f for f in found), found  # grpo's peaks now come from no sample
@@ -113,7 +113,7 @@ def test_a_peak_edited_in_the_report_does_not_recompute(sweep, tmp_path):
     lines[number] = " | ".join(cells)
     report.write_text("\n".join(lines))
     reseal(bag)
-    found = [str(p) for p in audit(bag)]
+    found = [str(p) for p in audit_bundle(bag)]
     assert found and all("data/report.md" in f and f"line {number + 1}" in f for f in found), found
 
 

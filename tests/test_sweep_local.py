@@ -96,9 +96,9 @@ def test_every_algorithm_and_seed_beats_its_initial_checkpoint(sweep):
 @pytest.mark.slow
 def test_the_bundle_is_sealed_and_audits_clean(sweep):
     sweep_dir, proc = sweep
-    from evidence import audit
+    from evidence import audit_bundle
 
-    assert audit(sweep_dir / "bundle.tar.gz") == []
+    assert audit_bundle(sweep_dir / "bundle.tar.gz") == []
     assert "audit: clean" in proc.stdout
     digest = (sweep_dir / "bundle.tar.gz.sha256").read_text().split()[0]
     assert digest in proc.stdout

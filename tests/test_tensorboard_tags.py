@@ -2,7 +2,7 @@
 entropy, the k1 reference KL where the record puts KL in the reward, and every evaluation on one set
 of ``eval/`` tags (initial at step 0, during training every N steps, final at n_updates).
 
-Read back with the project's one reader of event files (``evidence.tensorboard_log``, TensorBoard's own
+Read back with the project's one reader of event files (``evidence.gates.tensorboard_log``, TensorBoard's own
 loader) from real trainer runs on the toy workload.
 """
 
@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 
-from evidence.tensorboard_log import read_hparams, read_scalars
+from evidence.gates.tensorboard_log import read_hparams, read_scalars
 from facts.algorithms import ALGORITHMS, KL_IN_REWARD
 from facts.files import TENSORBOARD_DIR
 from facts.metrics import (

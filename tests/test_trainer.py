@@ -149,7 +149,7 @@ def test_dp2_produces_the_same_advantages_as_dp1(tmp_path, algo):
 
 
 def test_trainer_and_evidence_agree_on_the_required_metric_keys():
-    from evidence.metrics_log import required_keys
+    from evidence.gates.metrics_log import required_keys
 
     for algo in ("grpo", "rpp", "rppb"):
         expected = set(REQUIRED_KEYS) | ({KL_LOSS_KEY} if algo != "rpp" else set())
@@ -298,7 +298,7 @@ def test_a_non_finite_gradient_norm_stops_the_run_and_the_evidence_names_the_cau
     assert "non-finite gradient norm" in summary["error"]
     assert [r["step"] for r in read_metrics(out)] == [0]  # the poisoned step is never logged nor stepped
 
-    from evidence.artifacts import check_run_summary
+    from evidence.gates.artifacts import check_run_summary
 
     _, failures = check_run_summary(out, "grpo", 7, 4)
     assert any("non-finite gradient norm" in f.reason for f in failures)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from evidence.tensorboard_log import read_scalars
+from evidence.gates.tensorboard_log import read_scalars
 from trainer.adapters.trl_grpo import (
     CHECKPOINTS_DIR,
     FINAL_MODEL_DIR,

@@ -164,7 +164,7 @@ def test_a_scheduler_end_without_a_recorded_failure_is_named_with_the_log(state,
 
 @pytest.mark.usefixtures("slurm_cluster")
 def test_a_scancelled_slurm_job_shows_the_scheduler_reason_in_status_and_evidence(tmp_path):
-    from evidence.index import evaluate_job
+    from evidence.gates.index import evaluate_job
 
     submitted = subprocess.run(["sbatch", "--parsable", "--wrap", "sleep 300", "-o", str(tmp_path / "slurm.out")],
                                capture_output=True, text=True, check=True)

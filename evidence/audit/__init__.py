@@ -1,10 +1,10 @@
 """Audit a released bundle (a bag directory or its ``.tar.gz``) with no access to the sweep.
 
-``audit(path)`` is a short chain of named checks, in order, each returning ``Problem`` records (a file
+``audit_bundle(path)`` is a short chain of named checks, in order, each returning ``Problem`` records (a file
 relative to the bag, or the archive's name, and a reason):
 
     archive         member headers before anything is extracted; the sidecar's SHA256
-    signature       the archive's signature, verified with the reviewer's public key (``audit(path, public_key)``)
+    signature       the archive's signature, verified with the reviewer's public key (``audit_bundle(path, public_key)``)
     crate           ``ro-crate-metadata.json`` names the bag's files with their digests and every accepted run
     bag             bagit-python's ``Bag.validate()`` plus proofgrid's rules
     layout          every payload file is one the build writes (``facts.bundle_layout``), of a job the index lists;
@@ -16,7 +16,7 @@ relative to the bag, or the archive's name, and a reason):
     subsets         each frozen subset cut again from its runs' pinned test split, where the reviewer has it
     resources       every accepted run's resource samples are there, well formed, their times increasing
     judged          every run file's copy has the digest its job's file had when the job was judged, and a
-                    verbatim copy is that file (``judged.csv``; ``evidence.judged``)
+                    verbatim copy is that file (``judged.csv``; ``evidence.gates.judged``)
     recomputation   every table CSV and every line of ``report.md`` (the resource peaks among them)
     plan            every job the sweep's plan lists has its copy, each copy carries its plan's digest
     images          every job copy ran the container image sweep.json pins (job.json's and run.json's digest)
@@ -60,7 +60,7 @@ from evidence.audit.signature import check_signature, check_signed_bag
 from evidence.audit.subsets import check_subsets
 from evidence.dataset import SETTINGS_FILE, BundleData, load_bundle_data
 from evidence.fileio import JSONError
-from evidence.judged import check_judged
+from evidence.gates.judged import check_judged
 from evidence.problems import Problem, SigningError, UsageError
 from facts.files import BUNDLE_DIR, BUNDLE_PAYLOAD, bundle_payload_dir, signature_path, sweep_bundle_payload
 
@@ -70,7 +70,7 @@ RECORDS_ERRORS = (KeyError, ValueError, TypeError, OverflowError)
 LOAD_ERRORS = (JSONError, OSError, KeyError, ValueError, TypeError, OverflowError)
 
 
-def audit(path: str | Path, public_key: str | Path | None = None, notes: list[str] | None = None) -> list[Problem]:
+def audit_bundle(path: str | Path, public_key: str | Path | None = None, notes: list[str] | None = None) -> list[Problem]:
     """Audit a bundle directory or a ``.tar.gz`` of one; an empty list means clean. Any other path is
     refused (``UsageError``) with one line naming the bundle it is inside, belongs to or contains. With
     ``public_key`` (a key file) the archive's signature must verify with it (``SigningError`` for a key
@@ -111,7 +111,7 @@ def audit_input(path: str | Path) -> tuple[Path | None, list]:
     if bundle is None:
         return None, []
     try:
-        return bundle, audit(bundle)
+        return bundle, audit_bundle(bundle)
     except (UsageError, SigningError) as exc:
         return bundle, [str(exc)]
 
@@ -124,7 +124,7 @@ def refused_input(label: str, bundle: Path, findings: list) -> str:
 
 
 def _load_public_key(path: str | Path):
-    from evidence.signing import load_public_key  # the signing library: only when a key is given
+    from evidence.seal.signing import load_public_key  # the signing library: only when a key is given
 
     return load_public_key(path)
 
@@ -203,4 +203,4 @@ def audit_bag(bag: Path, notes: list[str] | None = None) -> list[Problem]:
     return problems + scan_leaks(bag, notes=notes)
 
 
-__all__ = ["UsageError", "audit", "audit_archive", "audit_bag"]
+__all__ = ["UsageError", "audit_archive", "audit_bag", "audit_bundle"]

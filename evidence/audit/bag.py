@@ -15,9 +15,9 @@ from pathlib import Path
 import bagit
 
 from evidence.audit.archive import name_problem, shown_name
-from evidence.bundle import TAG_FILES
 from evidence.fileio import sha256_file
 from evidence.problems import Problem
+from evidence.seal.bundle import TAG_FILES
 from facts.files import BUNDLE_PAYLOAD
 
 MANIFEST = "manifest-sha256.txt"

@@ -3,20 +3,20 @@ bundle (and of each earlier stage's) re-scored response by response against the 
 carries (``data/eval_subset/<subset12>.json``, its SHA256 the summaries' pinned ``subset_sha256``), each summary's
 statistics recomputed from the re-scored rewards, and every stored summary (``eval.json`` entries, ``eval.csv``
 rows, the shared evaluations' records, an experiment's ``verdict.json`` per-run values) held to the statistics an
-evaluation can have. Each run's responses are re-scored with its own recorded reward (``evidence.rewards``): a
+evaluation can have. Each run's responses are re-scored with its own recorded reward (``evidence.evaluation.rewards``): a
 user's function only when the reviewer passed it (``--reward``) with the recorded source; else one note."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from evidence.artifacts import EVAL_KINDS, shared_initial_dir
 from evidence.dataset import BundleData
-from evidence.evaluations import RESPONSES_MISSING, read_subset, rescored_problems, statistics_problems
+from evidence.evaluation.rescore import RESPONSES_MISSING, read_subset, rescored_problems, statistics_problems
+from evidence.evaluation.rewards import recorded_reward, rescoring
 from evidence.fileio import JSONError, read_json
-from evidence.measures import EVAL_PREFIX
+from evidence.gates.artifacts import EVAL_KINDS, shared_initial_dir
 from evidence.problems import Problem, VerdictError
-from evidence.rewards import recorded_reward, rescoring
+from evidence.report.measures import EVAL_PREFIX
 from evidence.verdict.spec import parse_experiment
 from facts.bundle_layout import fits
 from facts.evaluation import impossible_value

@@ -9,13 +9,13 @@ import re
 from pathlib import Path
 
 from evidence.audit.archive import MAX_MEMBER_BYTES
-from evidence.bundle import FIGURES_DRAWN_BY, figures_library_version, private_tool_dirs
 from evidence.dataset import BundleData
-from evidence.figures import FIGURE_FORMATS, render_figures
 from evidence.fileio import sha256_file
-from evidence.png import SUFFIX as PNG_SUFFIX
-from evidence.png import problem as png_problem
 from evidence.problems import Problem
+from evidence.report.figures import FIGURE_FORMATS, render_figures
+from evidence.report.png import SUFFIX as PNG_SUFFIX
+from evidence.report.png import problem as png_problem
+from evidence.seal.bundle import FIGURES_DRAWN_BY, figures_library_version, private_tool_dirs
 from facts.files import (
     BUNDLE_PAYLOAD,
     BUNDLE_RUNS_DIR,

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from evidence.dataset import BundleData
-from evidence.layout import unexpected_files
 from evidence.problems import Problem
+from evidence.seal.layout import unexpected_files
 from facts.files import BUNDLE_PAYLOAD
 
 

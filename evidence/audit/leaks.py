@@ -1,13 +1,13 @@
-"""The leak scan over every file and file name in the bag: the sanitiser's own rule set (``evidence.sanitize``)."""
+"""The leak scan over every file and file name in the bag: the sanitiser's own rule set (``evidence.seal.sanitize``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from evidence.audit.archive import MAX_MEMBER_BYTES
-from evidence.png import document_text
 from evidence.problems import Problem
-from evidence.sanitize import Sanitizer, payload_findings, payload_note
+from evidence.report.png import document_text
+from evidence.seal.sanitize import Sanitizer, payload_findings, payload_note
 
 
 def scan_leaks(bag: Path, clean: Sanitizer | None = None, notes: list[str] | None = None) -> list[Problem]:

@@ -15,8 +15,8 @@ import zlib
 from pathlib import Path
 
 from evidence.audit.archive import MAX_ARCHIVE_BYTES, MAX_MEMBERS, canonical_name, member_problem
-from evidence.bundle import TAG_FILES
 from evidence.dataset import EXPERIMENT_FILE
+from evidence.seal.bundle import TAG_FILES
 from evidence.verdict.stages import CONFIRM_STAGE
 from facts.files import (
     BUNDLE_ARCHIVE,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from evidence.dataset import BundleData, read_csv
 from evidence.problems import Problem, capped
-from evidence.report import render_report
-from evidence.tables import compute_tables
+from evidence.report.sections import render_report
+from evidence.report.tables import compute_tables
 from facts.files import TABLES_DIR, payload_relpath
 
 

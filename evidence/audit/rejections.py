@@ -15,7 +15,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evidence.artifacts import (
+from evidence.audit.evaluations import run_evaluation_problems
+from evidence.dataset import BundleData, read_csv
+from evidence.evaluation.subset_source import check_subset, declared_difference, subset_source
+from evidence.fileio import JSONError, read_json
+from evidence.gates.artifacts import (
     EVAL_KINDS,
     EVIDENCE_LINK,
     check_cleanup,
@@ -23,13 +27,9 @@ from evidence.artifacts import (
     check_shared_reference,
     checkpoint_name,
 )
-from evidence.audit.evaluations import run_evaluation_problems
-from evidence.dataset import BundleData, read_csv
-from evidence.fileio import JSONError, read_json
-from evidence.ledger import check_ledger
-from evidence.metrics_log import validate_metrics
+from evidence.gates.ledger import check_ledger
+from evidence.gates.metrics_log import validate_metrics
 from evidence.problems import Problem
-from evidence.subset_source import check_subset, declared_difference, subset_source
 from facts.bundle_layout import fits
 from facts.files import (
     BUNDLE_RUNS_DIR,

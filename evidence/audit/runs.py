@@ -9,14 +9,14 @@ import json
 import math
 from pathlib import Path
 
-from evidence.artifacts import check_shared_reference, shared_initial_dir
 from evidence.dataset import EVAL_COLUMNS, EVAL_ID_COLUMNS, BundleData, read_csv
 from evidence.fileio import JSONError, read_json
-from evidence.incidents import OPEN, history_incidents, load_user_incidents
-from evidence.ledger import check_ledger
-from evidence.metrics_log import validate_metrics
+from evidence.gates.artifacts import check_shared_reference, shared_initial_dir
+from evidence.gates.incidents import OPEN, history_incidents, load_user_incidents
+from evidence.gates.ledger import check_ledger
+from evidence.gates.metrics_log import validate_metrics
+from evidence.gates.ranks import check_ranks
 from evidence.problems import IncidentsFileError, Problem, capped
-from evidence.ranks import check_ranks
 from facts import EVAL_RECORD, INITIAL_EVAL_DIR
 from facts.files import (
     BUNDLE_PAYLOAD,
@@ -88,7 +88,7 @@ def _check_metrics(data_dir: Path, data: BundleData, arm: str, seed: int) -> lis
 
 
 def _check_ranks(data_dir: Path, arm: str, seed: int) -> list[Problem]:
-    """Every rank of the run reported every step and agrees with its metrics log (``evidence.ranks``)."""
+    """Every rank of the run reported every step and agrees with its metrics log (``evidence.gates.ranks``)."""
     job = f"{arm}-{seed}"
     run = bundle_run_dir(data_dir, job)
     try:
@@ -105,7 +105,7 @@ def _check_ranks(data_dir: Path, arm: str, seed: int) -> list[Problem]:
 
 
 def _check_ledger(data_dir: Path, arm: str, seed: int) -> list[Problem]:
-    """The run consumed exactly its planned rows, in order, and its metrics log is its trainer's (``evidence.ledger``)."""
+    """The run consumed exactly its planned rows, in order, and its metrics log is its trainer's (``evidence.gates.ledger``)."""
     job = f"{arm}-{seed}"
     run = bundle_run_dir(data_dir, job)
     try:

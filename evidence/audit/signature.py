@@ -1,4 +1,4 @@
-"""The archive's signature (``bundle.tar.gz.intoto.jsonl``, ``evidence.signing``): verified with the reviewer's key.
+"""The archive's signature (``bundle.tar.gz.intoto.jsonl``, ``evidence.seal.signing``): verified with the reviewer's key.
 
 With ``--public-key``: the envelope must carry a signature by that key over its statement, the statement's
 subject must be the audited archive's SHA256 and its manifests the bag's; a bundle without a signature is
@@ -19,7 +19,7 @@ KIND = "signature"
 
 
 def check_signature(archive: Path, key=None):
-    """The signature's problems, and its statement (``evidence.signing.SignedStatement``) when the bag's
+    """The signature's problems, and its statement (``evidence.seal.signing.SignedStatement``) when the bag's
     manifests remain to be checked against it (verified by ``key``, or as claimed when no key was given).
 
     The signing library (securesystemslib, pyca/cryptography) is loaded only for a signed archive or a
@@ -27,7 +27,7 @@ def check_signature(archive: Path, key=None):
     path = signature_path(archive)
     if not path.is_file() and key is None:
         return [], None
-    from evidence.signing import key_label, read_signature, verify_envelope
+    from evidence.seal.signing import key_label, read_signature, verify_envelope
 
     if not path.is_file():
         return [Problem(archive.name, f"unsigned: no {path.name} beside it, and the audit was given a public key "
@@ -51,7 +51,7 @@ def check_signature(archive: Path, key=None):
 def check_signed_bag(bag: Path, signed, signature_name: str) -> list[Problem]:
     """The extracted bag's manifests are the ones the statement (a ``SignedStatement``) signs: its root
     name, each manifest's SHA256, the payload entries."""
-    from evidence.signing import SIGNED_MANIFESTS, manifest_entries
+    from evidence.seal.signing import SIGNED_MANIFESTS, manifest_entries
 
     predicate = signed.predicate
     if predicate.get("bag") != bag.name:

@@ -1,5 +1,5 @@
 """The frozen evaluation subsets the bundle carries (``data/eval_subset/<subset12>.json``) cut again from the
-test split each accepted run pinned (``evidence.subset_source``): a subset file whose rows are not the split's
+test split each accepted run pinned (``evidence.evaluation.subset_source``): a subset file whose rows are not the split's
 first ``n_prompts`` (an edited label, question or index) is a finding naming its first differing row, whatever
 digests were rewritten around it; so is a run.json whose split or row count is not what its workload and command
 declare. Where the split with its pinned bytes is not in the reviewer's checkout (a
@@ -10,15 +10,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from evidence.dataset import BundleData
-from evidence.fileio import JSONError, read_json
-from evidence.problems import Problem
-from evidence.subset_source import (
+from evidence.evaluation.subset_source import (
     check_subset,
     command_settings,
     declared_difference,
     declared_overrides,
     subset_source,
 )
+from evidence.fileio import JSONError, read_json
+from evidence.problems import Problem
 from facts.bundle_layout import fits
 from facts.files import (
     BUNDLE_PAYLOAD,

@@ -5,7 +5,7 @@ across several pairs; ``resampling``: the paired bootstrap interval; ``robust``:
 mean and probability of improvement; ``noise``: an evaluation's own sampling error against the seeds' spread;
 ``crossed``: the evaluation's noise with seeds crossed with prompts (the crossed bootstrap, the question-clustered
 t-interval); ``claims``: what a comparison may claim, one rule per function
-(the report's first line, its tables, the verdict and the audit all call it). ``evidence.stats`` keeps seed 000's
+(the report's first line, its tables, the verdict and the audit all call it). ``evidence.statistics.descriptive`` keeps seed 000's
 definitions; this package builds on them and, like it, reads no file.
 """
 

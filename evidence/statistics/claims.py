@@ -20,7 +20,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from evidence import stats
+from evidence.statistics import descriptive
 from evidence.statistics.family import paired_t_p_value
 from evidence.statistics.power import MDE_POWER, minimum_detectable_effect
 
@@ -54,11 +54,11 @@ class PairedDesign:
 
     @property
     def mean(self) -> float | None:
-        return stats.mean(self.differences) if self.differences else None
+        return descriptive.mean(self.differences) if self.differences else None
 
     @property
     def sd(self) -> float | None:
-        return stats.sample_sd(self.differences)
+        return descriptive.sample_sd(self.differences)
 
     def scaled(self, factor: float) -> PairedDesign:
         """The same design in units ``factor`` times as large (a rate's points: 100)."""
@@ -167,7 +167,7 @@ def noise_contradicts(design: PairedDesign, level: float) -> Shortfall | None:
     within what evaluating on other prompts could give: the seeds' interval is not evidence of a difference.
     Tied differences have no seed-level interval to contradict (a point, which ``tied_evaluations`` names).
     """
-    interval = stats.t_interval(list(design.differences), level)
+    interval = descriptive.t_interval(list(design.differences), level)
     if interval is None or not excludes_zero(interval) or tied_evaluations(design) is not None:
         return None
     against = [name for name, noise in design.noise if excludes_zero(noise) != excludes_zero(interval)]
@@ -243,12 +243,12 @@ def tost(differences: Sequence[float], margin: float, alpha: float) -> Equivalen
     """
     from scipy import special  # imported on first use: scipy is slow to import
 
-    n, mean, sd = len(differences), stats.mean(differences), stats.sample_sd(differences)
+    n, mean, sd = len(differences), descriptive.mean(differences), descriptive.sample_sd(differences)
     se = sd / math.sqrt(n)
     p_lower = float(special.stdtr(n - 1, -(mean + margin) / se))
     p_upper = float(special.stdtr(n - 1, (mean - margin) / se))
     p = max(p_lower, p_upper)
-    interval = stats.t_interval(list(differences), 1 - 2 * alpha)
+    interval = descriptive.t_interval(list(differences), 1 - 2 * alpha)
     return Equivalence(margin, alpha, p, interval, p < alpha)
 
 
@@ -294,7 +294,7 @@ def paired_claim(design: PairedDesign, level: float, p_holm: float | None = None
     if missing:
         return PairClaim(NO_CLAIM, design.n, design.mean, missing=missing)
     alpha = 1 - level
-    interval = stats.t_interval(list(design.differences), level)
+    interval = descriptive.t_interval(list(design.differences), level)
     mde = minimum_detectable_effect(design.sd, design.n, alpha, MDE_POWER)
     equivalence = tost(design.differences, margin, alpha) if margin is not None else None
     kind = DIFFERS if excludes_zero(interval) else NO_DIFFERENCE

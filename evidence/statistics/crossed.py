@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from evidence import stats
+from evidence.statistics import descriptive
 
 if TYPE_CHECKING:
     import numpy as np
@@ -62,7 +62,7 @@ def _block(values):
     return values if values.ndim == 2 and values.shape[0] >= 2 and values.shape[1] >= 2 else None
 
 
-def crossed_interval(values, level: float = stats.CI_LEVEL, n_resamples: int = CROSSED_RESAMPLES,
+def crossed_interval(values, level: float = descriptive.CI_LEVEL, n_resamples: int = CROSSED_RESAMPLES,
                      seed: int = CROSSED_SEED) -> tuple[float, float] | None:
     """The percentile interval [q_{(1−level)/2}, q_{(1+level)/2}] (numpy's default linear quantile) of
     ``crossed_means``; None with fewer than two seeds or two prompts (nothing to resample at one level)."""
@@ -75,7 +75,7 @@ def crossed_interval(values, level: float = stats.CI_LEVEL, n_resamples: int = C
     return float(low), float(high)
 
 
-def question_interval(values, level: float = stats.CI_LEVEL) -> tuple[float, float] | None:
+def question_interval(values, level: float = descriptive.CI_LEVEL) -> tuple[float, float] | None:
     """The question-clustered t-interval of the grand mean of ``values`` (S seeds x P prompts; S ≥ 1).
 
     The question is the unit the evaluation samples (Miller 2024, "Adding Error Bars to Evals"): q_i, the mean over

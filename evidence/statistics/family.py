@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from evidence import stats
+from evidence.statistics import descriptive
 
 
 def paired_t_p_value(differences: Sequence[float]) -> float | None:
@@ -13,10 +13,10 @@ def paired_t_p_value(differences: Sequence[float]) -> float | None:
 
     None when n < 2 (no SD); with no spread, 0 for a non-zero mean and 1 for a zero one.
     """
-    sd = stats.sample_sd(differences)
+    sd = descriptive.sample_sd(differences)
     if sd is None:
         return None
-    mean = stats.mean(differences)
+    mean = descriptive.mean(differences)
     if sd == 0:
         return 0.0 if mean != 0 else 1.0
     from scipy import special  # imported on first use: scipy is slow to import
@@ -53,4 +53,4 @@ def family_interval(differences: Sequence[float], level: float, m: int) -> tuple
     Consistent with Holm in one direction: an interval that excludes 0 means Holm rejects that pair (Holm's
     p̃ ≤ m·p); Holm may reject a pair whose interval still includes 0.
     """
-    return stats.t_interval(differences, family_level(level, m))
+    return descriptive.t_interval(differences, family_level(level, m))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from evidence import stats
+from evidence.statistics import descriptive
 
 
 def eval_standard_error(rates: Sequence[float]) -> float | None:
@@ -19,7 +19,7 @@ def eval_standard_error(rates: Sequence[float]) -> float | None:
     √(p̄(1 − p̄)/(P·k)) leaves out the first and understates it whenever prompts differ in difficulty.
     None when P < 2.
     """
-    return None if len(rates) < 2 else stats.sample_sd(list(rates)) / math.sqrt(len(rates))
+    return None if len(rates) < 2 else descriptive.sample_sd(list(rates)) / math.sqrt(len(rates))
 
 
 def paired_eval_standard_error(rates_a: Sequence[float], rates_b: Sequence[float]) -> float | None:
@@ -35,7 +35,7 @@ SEEDS_EXCEED, WITHIN_NOISE, NO_SPREAD, TOO_FEW = "seeds", "evaluation", "none", 
 
 def seed_variance(values: Sequence[float]) -> float | None:
     """The seeds' variance of a per-seed value: s² = Σ_s (x_s − x̄)²/(n − 1) (ddof=1); None when n < 2."""
-    sd = stats.sample_sd(list(values))
+    sd = descriptive.sample_sd(list(values))
     return None if sd is None else sd * sd
 
 

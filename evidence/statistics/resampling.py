@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from evidence import stats
+from evidence.statistics import descriptive
 
 # Recorded in every row that carries a bootstrap interval, so that the audit redraws the same resamples.
 BOOTSTRAP_METHOD = "percentile"  # rliable's default; BCa's jackknife is unstable at a handful of seeds
@@ -12,7 +12,7 @@ BOOTSTRAP_RESAMPLES = 9999
 BOOTSTRAP_SEED = 22
 
 
-def paired_bootstrap_interval(differences: Sequence[float], level: float = stats.CI_LEVEL,
+def paired_bootstrap_interval(differences: Sequence[float], level: float = descriptive.CI_LEVEL,
                               seed: int = BOOTSTRAP_SEED, n_resamples: int = BOOTSTRAP_RESAMPLES,
                               method: str = BOOTSTRAP_METHOD) -> tuple[float, float] | None:
     """Bootstrap interval of the mean paired difference: resample the seeds with replacement (each seed keeps
@@ -25,7 +25,7 @@ def paired_bootstrap_interval(differences: Sequence[float], level: float = stats
     """
     if method != "percentile":
         raise ValueError(f"bootstrap method {method!r} is not implemented: the recorded method is 'percentile'")
-    sd = stats.sample_sd(differences)
+    sd = descriptive.sample_sd(differences)
     if sd is None:
         return None
     if sd == 0:

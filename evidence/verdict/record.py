@@ -11,14 +11,13 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from evidence import stats
 from evidence.dataset import BundleData
 from evidence.fileio import dumps_json, write_text
-from evidence.measures import EVAL_PREFIX, arm_values, trajectory
 from evidence.problems import VerdictError
-from evidence.statistics import MDE_POWER, claims
+from evidence.report.measures import EVAL_PREFIX, arm_values, trajectory
+from evidence.report.tables import pair_design
+from evidence.statistics import MDE_POWER, claims, descriptive
 from evidence.statistics.family import holm, paired_t_p_value
-from evidence.tables import pair_design
 from evidence.verdict.rule import (
     FAILED,
     INCONCLUSIVE,
@@ -93,7 +92,7 @@ def evaluation_design(data: BundleData, criterion, labels: dict[str, str], paire
     """What the evaluation says of treatment − baseline beside the seeds, in the criterion's units (no differences
     yet: ``decide`` adds them): for an eval metric its prompts and, where the responses give it per prompt (pass@j,
     a binary reward's mean), its grid and its evaluation-noise intervals over the paired seeds
-    (``evidence.tables.pair_design``)."""
+    (``evidence.report.tables.pair_design``)."""
     measure = criterion.measure
     name = measure.metric.removeprefix(EVAL_PREFIX) if measure.is_eval else None
     design = pair_design(data, name, labels["treatment"], labels["baseline"], dict.fromkeys(paired, 0.0))
@@ -142,7 +141,7 @@ def _comparison_record(experiment: Experiment, data: BundleData, treatment: str,
     test = None
     if holm is not None:
         diffs = [criterion.scale * (values["treatment"][s] - values["baseline"][s]) for s in paired]
-        test = holm_test(holm[0], holm[1], stats.mean(diffs) if diffs else None)
+        test = holm_test(holm[0], holm[1], descriptive.mean(diffs) if diffs else None)
     outcome = decide(criterion, values["baseline"], values["treatment"], curves["baseline"], curves["treatment"],
                      data.ci_level, min_seeds=2 if experiment.exploratory else MIN_SEEDS,
                      test=look.test if look is not None else test, evaluation=evaluation)
@@ -154,7 +153,7 @@ def _comparison_record(experiment: Experiment, data: BundleData, treatment: str,
              for s in selections.values() if s.edge]
 
     def summary(role: str) -> dict:
-        found = stats.across_seeds([criterion.scale * v for s, v in values[role].items() if s in paired])
+        found = descriptive.across_seeds([criterion.scale * v for s, v in values[role].items() if s in paired])
         return {"n": found.n, "mean": found.mean, "sd": found.sd}
 
     return {

@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from evidence import stats
-from evidence.statistics import claims
+from evidence.statistics import claims, descriptive
 from evidence.verdict.spec import Criterion
 from facts.states import FAILED, INCONCLUSIVE, VALIDATED
 
@@ -37,7 +36,7 @@ def collapse_check(curve: Sequence[float], limit: float) -> CollapseCheck:
 def mean_curve(curves: Sequence[Sequence[float]]) -> list[float]:
     """Point-wise mean over seeds of equally long curves (aligned at their ends if lengths differ)."""
     length = min(len(c) for c in curves)
-    return [stats.mean([c[len(c) - length + i] for c in curves]) for i in range(length)]
+    return [descriptive.mean([c[len(c) - length + i] for c in curves]) for i in range(length)]
 
 
 @dataclass
@@ -48,7 +47,7 @@ class Outcome:
     rule: str
     reason: str
     by_seed: dict[int, tuple[float, float, float]]  # seed -> (baseline, treatment, treatment − baseline)
-    summary: stats.Summary
+    summary: descriptive.Summary
     interval: tuple[float, float] | None
     collapse: dict[str, CollapseCheck] = field(default_factory=dict)
     missing: tuple[claims.Shortfall, ...] = ()  # what the design lacks for a test of 0 (claims.shortfalls)
@@ -56,7 +55,7 @@ class Outcome:
 
 def decide(criterion: Criterion, baseline: Mapping[int, float], treatment: Mapping[int, float],
            baseline_curve: Sequence[float] = (), treatment_curve: Sequence[float] = (),
-           level: float = stats.CI_LEVEL, min_seeds: int = 2, test: tuple[bool, str] | None = None,
+           level: float = descriptive.CI_LEVEL, min_seeds: int = 2, test: tuple[bool, str] | None = None,
            evaluation: claims.PairedDesign = claims.NO_EVALUATION) -> Outcome:
     """The pre-registered rule, on raw metric values by seed and each arm's mean curve.
 
@@ -80,7 +79,7 @@ def decide(criterion: Criterion, baseline: Mapping[int, float], treatment: Mappi
     seeds = [s for s in baseline if s in treatment]
     by_seed = {s: (scale * baseline[s], scale * treatment[s], scale * (treatment[s] - baseline[s])) for s in seeds}
     diffs = [by_seed[s][2] for s in seeds]
-    summary, interval = stats.across_seeds(diffs), stats.t_interval(diffs, level)
+    summary, interval = descriptive.across_seeds(diffs), descriptive.t_interval(diffs, level)
     collapse: dict[str, CollapseCheck] = {}
     if criterion.collapse_drop is not None and baseline_curve and treatment_curve:
         collapse = {"baseline": collapse_check([scale * v for v in baseline_curve], criterion.collapse_drop),

@@ -10,10 +10,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from evidence import stats
 from evidence.dataset import BundleData, load_bundle_data
-from evidence.measures import arm_values
 from evidence.problems import VerdictError
+from evidence.report.measures import arm_values
+from evidence.statistics import descriptive
 from evidence.verdict.spec import Experiment, Tuning, arm_owner, canonical
 from facts.files import bundle_payload_dir
 
@@ -80,7 +80,7 @@ def tuning_scores(tuning: Tuning, arms: Mapping[str, Mapping[str, str]], data: B
             continue
         values = list(arm_values(data, tuning.measure, label).values())
         text = overrides[tuning.setting]
-        grids[owner][canonical(text)] = (text, stats.mean(values) if values else None)
+        grids[owner][canonical(text)] = (text, descriptive.mean(values) if values else None)
     return {name: dict(grid.values()) for name, grid in grids.items()}
 
 

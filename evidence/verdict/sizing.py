@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from evidence import stats
-from evidence.statistics import claims
+from evidence.statistics import claims, descriptive
 from evidence.statistics.sequential import Weights, boundaries, nominal_alpha, required_seeds, stage_z
 from evidence.verdict.rule import THRESHOLD_SLACK
 from evidence.verdict.spec import Criterion, Sizing
@@ -53,11 +52,11 @@ def sized_look(sizing: Sizing, criterion: Criterion, differences: Mapping[int, f
     weights = Weights.planned(sizing.min, sizing.max)
     first = sorted(s for s in differences if s <= sizing.min)
     first_d = [differences[s] for s in first]
-    need = required_seeds(stats.sample_sd(first_d), criterion.threshold, nominal_alpha(c2), sizing.power,
+    need = required_seeds(descriptive.sample_sd(first_d), criterion.threshold, nominal_alpha(c2), sizing.power,
                           sizing.min + 2, sizing.max)
     z1 = stage_z(first_d)
     crossed1 = z1 is not None and abs(z1) >= c1
-    reached = crossed1 and z1 > 0 and stats.mean(first_d) >= criterion.threshold - THRESHOLD_SLACK
+    reached = crossed1 and z1 > 0 and descriptive.mean(first_d) >= criterion.threshold - THRESHOLD_SLACK
     lacking = missing(first) if reached else ()
     stop = reached and not lacking
     second = sorted(s for s in differences if sizing.min < s <= need)
@@ -68,7 +67,7 @@ def sized_look(sizing: Sizing, criterion: Criterion, differences: Mapping[int, f
         "min": sizing.min, "max": sizing.max, "information_fraction": sizing.information_fraction,
         "weights": [weights.first, weights.second], "boundaries": [c1, c2],
         "nominal_alpha": [nominal_alpha(c1), nominal_alpha(c2)],
-        "first_look": {"seeds": first, "sd": stats.sample_sd(first_d), "z": _finite(z1), "crossed": crossed1,
+        "first_look": {"seeds": first, "sd": descriptive.sample_sd(first_d), "z": _finite(z1), "crossed": crossed1,
                        "required_seeds": need},
         "second_look": None if stop or not second else {
             "seeds": second, "z_stage": _finite(z2), "z": _finite(combined),

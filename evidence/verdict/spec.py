@@ -52,8 +52,8 @@ from dataclasses import dataclass
 import yaml
 
 from evidence.dataset import BundleData
-from evidence.measures import POINTS_PER_UNIT, Measure, MeasureError, arm_values, parse_measure
 from evidence.problems import VerdictError
+from evidence.report.measures import POINTS_PER_UNIT, Measure, MeasureError, arm_values, parse_measure
 from evidence.statistics.power import MDE_POWER
 from evidence.statistics.sequential import SPENDING_RULES
 from facts.files import CONFIRM_STAGE, TUNING_STAGE

@@ -12,8 +12,8 @@ from pathlib import Path
 import yaml
 
 from evidence.dataset import EXPERIMENT_FILE
+from evidence.statistics.descriptive import CI_LEVEL
 from evidence.statistics.sequential import Weights, boundaries, nominal_alpha
-from evidence.stats import CI_LEVEL
 from evidence.verdict.spec import Study
 from evidence.verdict.stages import STAGES
 from facts import atomic_write_json, sha256_file, sweep_jobs_dir

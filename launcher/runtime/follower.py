@@ -16,7 +16,7 @@ to the job's ``runtime.log`` and stops following: the job never fails for it.
 What reaches the tracker: the job's name, arm, algo and seed, its resolved settings (``run/run.json``'s
 ``config``, or the external trainer's) through the launcher's path-free sanitiser (``launcher.records``: machine
 paths, user and host names and secrets become placeholders), each step's finite values on keys that are names
-(``evidence.tracking.metric_key_problem``; MLflow's spelling ``mlflow_key``) at the time the line was seen, and at
+(``evidence.tools.export.metric_key_problem``; MLflow's spelling ``mlflow_key``) at the time the line was seen, and at
 the end the final evaluation's ``eval/*`` values at ``n_updates``. Nothing else: W&B runs with its git, code,
 system metrics, machine metadata and console capture off and its host set to the job's name, its local files
 under the job's ``roots/cache/wandb``; MLflow's runs carry no user. W&B is online where the user has network and
@@ -88,7 +88,7 @@ class LiveTracking:
 def tracker_environment(tracking: dict, roots: JobRoots) -> dict[str, str]:
     """What the tracker's library is given beside the job's isolated environment: its local files under the
     job's roots, no telemetry, no git or code capture."""
-    from evidence.tracking import mlflow_environment
+    from evidence.tools.export import mlflow_environment
 
     if tracking["live"] == "wandb":
         local = roots.cache / WANDB_CACHE
@@ -155,7 +155,7 @@ class MlflowTracker(Tracker):
         from mlflow.entities import Param, RunStatus
         from mlflow.tracking import MlflowClient
 
-        from evidence.tables import flatten
+        from evidence.report.tables import flatten
 
         self.client = MlflowClient(tracking_uri=self.settings["uri"])
         project = self.settings["project"]
@@ -183,7 +183,7 @@ class MlflowTracker(Tracker):
     def log(self, step: int, values: dict[str, float], at: float) -> None:
         from mlflow.entities import Metric
 
-        from evidence.tracking import mlflow_key
+        from evidence.tools.export import mlflow_key
 
         self.client.log_batch(self.run_id, metrics=[Metric(mlflow_key(k), v, int(at * 1000), step)
                                                     for k, v in values.items()])
@@ -312,7 +312,7 @@ class TrainerLogFollower:
                      for record in records]
         else:
             if self.events is None:
-                from evidence.tensorboard_log import ScalarTail
+                from evidence.gates.tensorboard_log import ScalarTail
 
                 self.events = ScalarTail(self.path)
             by_step: dict[int, dict[str, float]] = {}
@@ -330,7 +330,7 @@ class TrainerLogFollower:
 
 def loggable(record: dict) -> dict[str, float]:
     """A line's values a tracker takes: finite numbers on keys that are names (never paths)."""
-    from evidence.tracking import metric_key_problem
+    from evidence.tools.export import metric_key_problem
 
     return {k: float(v) for k, v in record.items()
             if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool) and v == v

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from sweep_factory import make_sweep  # noqa: E402
 
-from evidence.bundle import build_bundle  # noqa: E402
+from evidence.seal.bundle import build_bundle  # noqa: E402
 
 
 @pytest.fixture(scope="session")

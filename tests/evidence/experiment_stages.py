@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 from sweep_factory import make_sweep
 
-from evidence.bundle import build_bundle
+from evidence.seal.bundle import build_bundle
 
 CPUS = 2
 

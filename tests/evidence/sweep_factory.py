@@ -307,7 +307,7 @@ def set_job_fields(sweep: Path, algo: str, seed: int, **fields) -> None:
 
 
 # A shared initial evaluation as the trainer's shared_initial_eval writes it, and what the runs that reference it
-# record of their setup (run.json's config.workload), so that it is their control (evidence.artifacts).
+# record of their setup (run.json's config.workload), so that it is their control (evidence.gates.artifacts).
 SAMPLING = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_new_tokens": 48}
 WORKLOAD = {"model_path": "model", "engine": "torch", "dtype": "float32", "device": "cpu",
             "eval": {"k": K, "seed": 29, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_response_len": 48}}

@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from evidence.certificates import tolerance
-from evidence.index import rollout_diversity
-from evidence.metrics_log import validate_metrics
+from evidence.gates.certificates import tolerance
+from evidence.gates.index import rollout_diversity
+from evidence.gates.metrics_log import validate_metrics
 from facts import REQUIRED_KEYS
 from facts.engines import IDENTICAL_GROUPS_BOUND
 from facts.metrics import IDENTICAL_GROUPS_KEY, MISMATCH_KEYS

@@ -8,7 +8,7 @@ import json
 
 from sweep_factory import job_dir, make_sweep
 
-from evidence import audit, build_bundle
+from evidence import audit_bundle, build_bundle
 
 SEEDS = (1, 2)
 # What a trainer other than proofgrid's might declare for its GRPO runs (issue 20): its own row.
@@ -55,7 +55,7 @@ def test_the_contract_row_the_k1_check_and_the_kl_cells_follow_what_the_runs_dec
     assert {r["arm"] for r in _rows(tables / "k1_activation.csv")} == {"grpo"}
     # rpp logs no KL loss and now declares no KL in the reward: its cells say there is no KL-loss term.
     assert "N/A (no KL-loss term)" in report and "N/A (k1 reward shaping)" not in report
-    assert [str(f) for f in audit(result.bundle_dir)] == []
+    assert [str(f) for f in audit_bundle(result.bundle_dir)] == []
 
 
 def test_the_report_names_the_kl_placements_of_the_arms_it_has_and_no_others(tmp_path):

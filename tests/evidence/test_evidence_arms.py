@@ -11,7 +11,7 @@ from pathlib import Path
 
 from sweep_factory import job_dir, make_sweep
 
-from evidence import audit, build_bundle
+from evidence import audit_bundle, build_bundle
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,7 +77,7 @@ def test_an_lr_by_algo_sweep_builds_through_the_cli_grouped_by_arm_and_audits_cl
     report = (data / "report.md").read_text()
     assert "| Arm | Seed |" in report and "rpp-lr3e-4 (algo=rpp, workload.lr=3e-4)" in report
     assert "grpo-lr3e-4 − grpo-lr1e-4" in report
-    assert audit(sweep / "bundle") == []
+    assert audit_bundle(sweep / "bundle") == []
 
 
 def test_a_sweep_without_arm_fields_is_one_arm_per_algo(clean_build):
@@ -108,5 +108,5 @@ def test_a_bundle_whose_sweep_json_names_an_unsafe_arm_is_a_finding_not_a_crash(
     record["arms"]["../escape"] = record["arms"].pop("rpp-lr3e-4")
     path.write_text(json.dumps(record))
     reseal_bag(bag)
-    reasons = [str(f) for f in audit(bag)]
+    reasons = [str(f) for f in audit_bundle(bag)]
     assert "data: cannot recompute (SweepError: sweep.json: arm label '../escape' is not a filesystem-safe name)" in reasons

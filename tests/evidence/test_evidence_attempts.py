@@ -8,7 +8,7 @@ import shutil
 
 from sweep_factory import job_dir, set_job_fields, write_json
 
-from evidence import audit, build_bundle
+from evidence import audit_bundle, build_bundle
 
 CANCELLED = {"algo": "rpp", "seed": 42, "scheduler": "slurm", "job_id": "88_3", "state": "CANCELLED",
              "exit_code": 143, "exit_signal": 15, "failure": "terminated by signal 15", "node": "cn-042.cluster.example"}
@@ -42,7 +42,7 @@ def test_every_earlier_attempt_and_requeue_is_an_incident_and_stays_in_the_bundl
     assert kept["state"] == "CANCELLED" and kept["node"] == "<HOST>"
     report = (data / "report.md").read_text()
     assert "No incidents." not in report and "Attempt 0 ended CANCELLED" in report
-    assert audit(result.archive) == []
+    assert audit_bundle(result.archive) == []
 
 
 def test_the_audit_finds_an_attempt_missing_from_the_incidents(sweep, tmp_path):
@@ -58,7 +58,7 @@ def test_the_audit_finds_an_attempt_missing_from_the_incidents(sweep, tmp_path):
         writer = csv.DictWriter(f, columns)
         writer.writeheader()
         writer.writerows(kept)
-    messages = [str(f) for f in audit(bag)]
+    messages = [str(f) for f in audit_bundle(bag)]
     assert any("requeue incident" in m and "attempt history is missing" in m for m in messages), messages
 
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import bagit
 import pytest
 
-from evidence import audit
+from evidence import audit_bundle
 from evidence.__main__ import main
 from evidence.audit import archive as archive_checks
-from evidence.bundle import build_bundle, write_archive
+from evidence.seal.bundle import build_bundle, write_archive
 from tests.sweeps import reseal_bag
 
 
@@ -29,7 +29,7 @@ def reseal(bag: Path) -> None:
 
 
 def audit_reasons(path: Path, word: str = "") -> list[str]:
-    return [str(f) for f in audit(path) if word in str(f)]
+    return [str(f) for f in audit_bundle(path) if word in str(f)]
 
 
 def test_tampered_payload_byte(bundle_copy):
@@ -121,7 +121,7 @@ def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile
 ])
 def test_unsafe_archive_members_are_refused_before_extraction(bundle_copy, tmp_path, member, reason):
     archive = _archive_with(tmp_path, bundle_copy, member)
-    findings = audit(archive)
+    findings = audit_bundle(archive)
     assert any(f.file == f"evil.tar.gz:{member.name}" and reason in f.reason for f in findings), findings
     # Nothing was extracted: the bag checks never ran.
     assert not any(f.file.startswith("data/") for f in findings)
@@ -148,7 +148,7 @@ def test_a_member_bigger_than_any_bundle_file_is_refused_unread(tmp_path):
     archive = tmp_path / "bomb.tar.gz"
     with gzip.open(archive, "wb") as raw:
         raw.write(header.tobuf(tarfile.GNU_FORMAT))
-    (finding,) = audit(archive)
+    (finding,) = audit_bundle(archive)
     assert finding.file == "bomb.tar.gz" and "not a bundle; nothing extracted" in finding.reason
     assert main(["audit", str(archive)]) == 1
 
@@ -194,7 +194,7 @@ def test_archive_sidecar_mismatch(clean_build, tmp_path):
     archive = tmp_path / "bundle.tar.gz"
     archive.write_bytes(result.archive.read_bytes())
     (tmp_path / "bundle.tar.gz.sha256").write_text("0" * 64 + "  bundle.tar.gz\n")
-    assert [str(f) for f in audit(archive)] == ["bundle.tar.gz: SHA256 differs from bundle.tar.gz.sha256"]
+    assert [str(f) for f in audit_bundle(archive)] == ["bundle.tar.gz: SHA256 differs from bundle.tar.gz.sha256"]
 
 
 def test_edited_table_cell_does_not_recompute(bundle_copy):
@@ -206,7 +206,7 @@ def test_edited_table_cell_does_not_recompute(bundle_copy):
     lines[1] = ",".join(cells)
     table.write_text("\n".join(lines) + "\n")
     reseal(bundle_copy)
-    (finding,) = audit(bundle_copy)
+    (finding,) = audit_bundle(bundle_copy)
     assert finding.file == "data/tables/stability.csv"
     assert finding.reason.startswith("line 2, column raw_reward_mean:") and "does not recompute" in finding.reason
 
@@ -217,7 +217,7 @@ def test_edited_report_number_does_not_recompute(bundle_copy):
     assert "| REINFORCE++ | 3 |" in text
     report.write_text(text.replace("| REINFORCE++ | 3 |", "| REINFORCE++ | 4 |", 1))
     reseal(bundle_copy)
-    (finding,) = audit(bundle_copy)
+    (finding,) = audit_bundle(bundle_copy)
     assert finding.file == "data/report.md" and finding.reason.startswith("line ")
 
 
@@ -231,7 +231,7 @@ def test_edited_step_record_breaks_tables_report_and_cross_check(bundle_copy):
     lines[-1] = ",".join(cells)
     steps.write_text("\n".join(lines) + "\n")
     reseal(bundle_copy)
-    files = {f.file for f in audit(bundle_copy)}
+    files = {f.file for f in audit_bundle(bundle_copy)}
     assert {"data/steps.csv", "data/tables/stability.csv", "data/report.md"} <= files
 
 
@@ -347,7 +347,7 @@ def test_a_rejection_the_bundle_supports_is_not_cherry_picking(bundle_copy):
                                if ln.startswith("grpo-42,") else ln for ln in lines])
     reseal(bundle_copy)
     notes = []
-    assert not [f for f in audit(bundle_copy, notes=notes) if "a valid run left out" in f.reason]
+    assert not [f for f in audit_bundle(bundle_copy, notes=notes) if "a valid run left out" in f.reason]
     assert not [n for n in notes if n.startswith("rejection: grpo-42")], notes  # the bundle shows it: confirmed
 
 
@@ -373,7 +373,7 @@ def test_a_rejection_resting_on_evidence_the_bundle_does_not_carry_is_said(bundl
     _reject(bundle_copy, "grpo-42", f"{remove.removeprefix('runs/grpo-42/') or 'job directory'} missing")
     reseal(bundle_copy)
     notes = []
-    assert not [f for f in audit(bundle_copy, notes=notes) if "a valid run left out" in f.reason]
+    assert not [f for f in audit_bundle(bundle_copy, notes=notes) if "a valid run left out" in f.reason]
     (note,) = [n for n in notes if n.startswith("rejection: grpo-42 is rejected")]
     assert said in note and note.endswith("not re-derived, the rejection is as the build states it"), note
 
@@ -456,7 +456,7 @@ def test_a_run_cut_short_in_one_record_and_complete_in_the_others_is_said(bundle
     _reject(bundle_copy, "grpo-42", "run/metrics.jsonl: 9 of 10 steps" if cut == "metrics" else "run/run.json: 9 steps")
     reseal(bundle_copy)
     notes = []
-    assert not [f for f in audit(bundle_copy, notes=notes) if "a valid run left out" in f.reason]
+    assert not [f for f in audit_bundle(bundle_copy, notes=notes) if "a valid run left out" in f.reason]
     (note,) = [n for n in notes if n.startswith("rejection: grpo-42 is rejected")]
     assert "on records that disagree" in note and "say it completed" in note, note
 
@@ -518,7 +518,7 @@ def test_a_rejection_resting_on_a_launcher_record_is_said_not_confirmed(sweep, c
     index = {row.split(",")[0]: row for row in (bag / "data" / "index.csv").read_text().splitlines()}
     assert ",no," in index["grpo-42"], index["grpo-42"]  # the build's gate rejected it
     notes = []
-    assert not [f for f in audit(bag, notes=notes) if "a valid run left out" in f.reason]
+    assert not [f for f in audit_bundle(bag, notes=notes) if "a valid run left out" in f.reason]
     (note,) = [n for n in notes if n.startswith("rejection: grpo-42 is rejected")]
     said = "on records that disagree" if "while" in gate else "on evidence the bundle does not carry or cannot re-check"
     assert said in note and gate in note and note.endswith("not re-derived, the rejection is as the build states it"), note
@@ -535,7 +535,7 @@ def test_a_run_rejected_for_its_evaluation_setting_is_not_called_a_valid_run_lef
                lambda r: r["config"]["workload"]["eval"].__setitem__("n_prompts", 24))
     _reject(bundle_copy, "grpo-42", "run/run.json: run.json evaluates on 24 prompts")
     reseal(bundle_copy)
-    assert not [f for f in audit(bundle_copy) if "a valid run left out" in f.reason]
+    assert not [f for f in audit_bundle(bundle_copy) if "a valid run left out" in f.reason]
 
 
 def _declare(bag: Path, job: str, edit_argv, in_list: bool) -> None:

@@ -15,10 +15,10 @@ import bagit
 import pytest
 from sweep_factory import job_dir, make_sweep, metric_records, set_job_fields, write_eval
 
-from evidence import SweepError, audit, build_bundle, evaluate_job
-from evidence.bundle import LeakError, seal
-from evidence.incidents import IncidentsFileError
-from evidence.sanitize import Sanitizer
+from evidence import SweepError, audit_bundle, build_bundle, evaluate_job
+from evidence.gates.incidents import IncidentsFileError
+from evidence.seal.bundle import LeakError, seal
+from evidence.seal.sanitize import Sanitizer
 
 PAYLOAD = ("report.md", "index.csv", "incidents.csv", "steps.csv", "eval.csv", "tables/stability.csv",
            "tables/efficiency.csv", "tables/eval_per_run.csv", "tables/eval_aggregate.csv",
@@ -49,8 +49,8 @@ def test_clean_sweep_builds_a_valid_bag_that_audits_clean(clean_build_with_figur
     assert sorted(p.name for p in result.bundle_dir.glob("*manifest-*.txt")) == ["manifest-sha256.txt",
                                                                                "tagmanifest-sha256.txt"]
     assert (sweep / "bundle.tar.gz.sha256").read_text() == f"{result.archive_sha256}  bundle.tar.gz\n"
-    assert audit(result.bundle_dir) == []
-    assert audit(result.archive) == []
+    assert audit_bundle(result.bundle_dir) == []
+    assert audit_bundle(result.archive) == []
     # one row per (algo, seed, step), metric columns named as in metrics.jsonl
     steps = rows(data / "steps.csv")
     assert len(steps) == 90 and "train/kl_loss" in steps[0] and "rollout/raw_reward" in steps[0]
@@ -127,7 +127,7 @@ def test_rejected_job_is_kept_out_of_every_aggregate(sweep):
     (incident,) = [i for i in result.incidents if i.job == "grpo-42"]
     assert incident.kind == "rejected" and incident.action == "excluded from every aggregate"
     assert "key train/grad_norm: non-finite number Infinity" in incident.title
-    assert audit(result.bundle_dir) == []
+    assert audit_bundle(result.bundle_dir) == []
 
 
 def test_all_zero_eval_reward_is_flagged_and_excluded(sweep):
@@ -196,7 +196,7 @@ def test_incidents_yaml_resolutions_exclusions_and_user_incidents(sweep):
     assert index_of(result)["grpo-42"]["accepted"] == "no"
     assert kinds[("", "user")].source == "incidents.yaml"
     assert (result.bundle_dir / "data" / "incidents.yaml").is_file()
-    assert audit(result.bundle_dir) == []
+    assert audit_bundle(result.bundle_dir) == []
 
 
 @pytest.mark.parametrize("text,message", [
@@ -218,7 +218,7 @@ def test_one_seed_statistics_say_n_below_two(tmp_path):
     assert "(n<2)" in report and "| n<2 |" in report
     for path in [data / "report.md", *sorted((data / "tables").glob("*.csv"))]:
         assert "nan" not in path.read_text().lower().replace("nancy", ""), path.name
-    assert audit(result.bundle_dir) == []
+    assert audit_bundle(result.bundle_dir) == []
 
 
 def test_paths_names_and_secrets_are_sanitised_on_the_way_in(sweep, monkeypatch):
@@ -244,7 +244,7 @@ def test_paths_names_and_secrets_are_sanitised_on_the_way_in(sweep, monkeypatch)
     assert "Nancy" in bundled_log  # ordinary text survives
     trainer_log = (result.bundle_dir / "data" / "runs" / "rpp-42" / "logs" / "trainer.log").read_text()
     assert trainer_log == "cache in <PATH>, <SECRET>\n"
-    assert audit(result.bundle_dir) == []
+    assert audit_bundle(result.bundle_dir) == []
 
 
 def test_seal_refuses_a_bag_that_still_leaks(tmp_path, monkeypatch):
@@ -296,7 +296,7 @@ def test_one_sample_per_prompt_eval_has_no_pass_at_2_or_4(tmp_path):
     assert result.accepted == 4
     aggregate = rows(result.bundle_dir / "data" / "tables" / "eval_aggregate.csv")
     assert {r["pass@2_mean"] for r in aggregate} == {""}
-    assert audit(result.archive) == []
+    assert audit_bundle(result.archive) == []
 
 
 def test_evidence_build_writes_nothing_under_home(sweep, tmp_path):
@@ -326,7 +326,7 @@ def test_secrets_of_every_kind_are_sealed_out_and_the_audit_agrees(sweep):
     for kind, (_, secret_part) in SECRETS.items():
         assert secret_part not in everything, kind
     assert "Nancy" in (result.bundle_dir / "data" / "runs" / "rpp-42" / "logs" / "runtime.log").read_text()
-    assert audit(result.archive) == []
+    assert audit_bundle(result.archive) == []
 
 
 def test_ordinary_word_user_and_host_names_neither_block_sealing_nor_rewrite_keys(sweep, monkeypatch):
@@ -343,7 +343,7 @@ def test_ordinary_word_user_and_host_names_neither_block_sealing_nor_rewrite_key
     assert rows(data / "index.csv")[0]["job"] == "grpo-42"
     assert "seed" in rows(data / "steps.csv")[0] and "<USER>" not in (data / "steps.csv").read_text()
     assert "grpo" in json.loads((data / "sweep.json").read_text())["algos"]
-    assert audit(result.archive) == []
+    assert audit_bundle(result.archive) == []
 
 
 def test_an_integer_too_large_for_a_float_rejects_the_job(sweep):
@@ -353,7 +353,7 @@ def test_an_integer_too_large_for_a_float_rejects_the_job(sweep):
     result = build_bundle(sweep, figures=False)
     (row,) = [r for r in result.jobs if r["job"] == "grpo-42"]
     assert row["accepted"] == "no" and "integer -10000000000… too large for a float" in row["reason"]
-    assert audit(result.archive) == []
+    assert audit_bundle(result.archive) == []
 
 
 @pytest.mark.parametrize("odd", ["symlink", "directory"])

@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 from sweep_factory import make_sweep, write_json, write_ledger
 
-from evidence import audit
-from evidence.bundle import build_bundle
-from evidence.certificates import (
+from evidence import audit_bundle
+from evidence.gates.certificates import (
     checkpoint_digest,
     content_sha256,
     differences,
@@ -27,6 +26,7 @@ from evidence.certificates import (
     first_response_difference,
     tolerance,
 )
+from evidence.seal.bundle import build_bundle
 from facts.certify import stop_step
 from tests.sweeps import reseal_bag
 
@@ -205,7 +205,7 @@ def test_a_certified_sweep_s_bundle_certifies_each_copy_and_a_difference_is_an_i
     with open(data / "index.csv", newline="") as f:  # the copies are outside the grid: no index row, no statistic
         assert sorted(r["job"] for r in csv.DictReader(f)) == ["grpo-1", "grpo-2"]
     assert (data / "certify" / "grpo-2.resume" / "metrics.jsonl").is_file()
-    assert audit(result.archive) == []
+    assert audit_bundle(result.archive) == []
 
 
 def _audit_edited(certified, tmp_path, edit) -> list[str]:
@@ -213,7 +213,7 @@ def _audit_edited(certified, tmp_path, edit) -> list[str]:
     bag = Path(shutil.copytree(result.bundle_dir, tmp_path / "bundle"))
     edit(bag / "data")
     reseal_bag(bag)
-    return [f"{p.file}: {p.detail()}" for p in audit(bag)]
+    return [f"{p.file}: {p.detail()}" for p in audit_bundle(bag)]
 
 
 def test_the_audit_names_an_edited_certificate_s_file_record_and_value(certified, tmp_path):
@@ -328,4 +328,4 @@ def test_a_certificate_job_made_of_the_original_s_files_is_refused_as_a_copy(cer
     assert other["checks"]["identity"]["ok"] and other["reproduced"] is (other["certificate_job"] == RERUN)
     if copied == RERUN:  # its metrics, checkpoint and responses agree with the original's: its identity gives it away
         assert not certs[copied]["checks"]["identity"]["ok"] and certs[copied]["checks"]["metrics"]["ok"]
-    assert audit(result.archive) == []
+    assert audit_bundle(result.archive) == []

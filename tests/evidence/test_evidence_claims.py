@@ -19,7 +19,7 @@ from sweep_factory import N_PROMPTS, K
 from test_evidence_stats_noise import reference_question_interval, reference_se, replayed_means
 from test_evidence_stats_power import independent_mde
 
-from evidence.headline import Pair, headline_sentence
+from evidence.report.headline import Pair, headline_sentence
 from evidence.statistics import claims, crossed, family
 from evidence.statistics.claims import (
     DIFFERS,

@@ -32,7 +32,7 @@ from statsmodels.stats.weightstats import ttost_paired
 from sweep_factory import N_PROMPTS, K, make_sweep
 from test_evidence_stats_noise import reference_question_interval, replayed_means
 
-from evidence import audit
+from evidence import audit_bundle
 from launcher.experiment.stages import verdict_line
 from tests.sweeps import reseal_bag
 
@@ -331,7 +331,7 @@ def test_an_overclaiming_headline_resealed_into_a_degenerate_bundle_is_a_finding
     table = bag / "data" / "tables" / "headline.csv"
     table.write_text(f"metric,sentence\neval_final_pass@1,{forged}\n")
     reseal_bag(bag)
-    reasons = [str(f) for f in audit(bag)]
+    reasons = [str(f) for f in audit_bundle(bag)]
     assert any(r.startswith("data/report.md: line 3: does not recompute (recorded 'treated − control is +3.0")
                for r in reasons), reasons
     assert any(r.startswith("data/tables/headline.csv: line 2, column sentence:") for r in reasons), reasons

@@ -15,7 +15,7 @@ from scipy import stats as scipy_stats
 from sweep_factory import WORKLOAD, make_sweep
 
 from evidence import build_bundle
-from evidence.compare import CompareError, compare_paths
+from evidence.tools.compare import CompareError, compare_paths
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]

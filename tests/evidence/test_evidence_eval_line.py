@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from sweep_factory import job_dir, make_sweep
 
-from evidence import audit, build_bundle
+from evidence import audit_bundle, build_bundle
 from facts.metrics import eval_line, parse_eval_line
 from tests.sweeps import reseal_bag
 
@@ -35,7 +35,7 @@ def test_the_line_round_trips_and_an_honest_bundle_audits_clean(bundle):
     line = (bundle / "data" / "runs" / "rpp-42" / "logs" / "trainer.log").read_text().splitlines()[1]
     checkpoint, final, initial = parse_eval_line(line)
     assert "pass@1" in final and "pass@1" in initial
-    assert audit(bundle) == []
+    assert audit_bundle(bundle) == []
 
 
 def test_python_m_evidence_audit_names_a_summary_the_trainer_did_not_log(bundle, tmp_path):

@@ -11,9 +11,9 @@ import pytest
 from sweep_factory import make_sweep
 
 from evidence.__main__ import main
-from evidence.bundle import build_bundle
 from evidence.dataset import load_bundle_data
-from evidence.figures import ARM_COLOURS, moving_average, render_figures
+from evidence.report.figures import ARM_COLOURS, moving_average, render_figures
+from evidence.seal.bundle import build_bundle
 
 ARMS = ("GRPO", "REINFORCE++", "REINFORCE++-baseline")
 
@@ -153,7 +153,7 @@ def test_an_arm_with_more_seeds_than_can_be_read_draws_its_seeds_band_not_a_line
     """Past MAX_SEED_LINES seeds an arm draws the 10th-90th percentile band of its seeds (not thousands of
     thin lines, each also costing its points in the legend's placement), and the resource figure the first
     MAX_SEED_LINES runs by seed; the figures say so."""
-    from evidence.figures import MAX_SEED_LINES
+    from evidence.report.figures import MAX_SEED_LINES
 
     n = MAX_SEED_LINES + 5
     sweep = make_sweep(tmp_path, algos=("grpo", "rpp"), seeds=tuple(range(n)), n_steps=6)
@@ -170,7 +170,7 @@ def test_an_arm_with_more_seeds_than_can_be_read_draws_its_seeds_band_not_a_line
 
 
 def test_the_seed_band_is_the_10th_to_90th_percentile_at_each_step():
-    from evidence.figures import seed_band
+    from evidence.report.figures import seed_band
 
     lines = [[float(i), 2.0 * i] for i in range(11)]  # at each step the values 0..10 (and 0..20)
     # linear-interpolated percentiles of 0..10: the 10th is 1, the 90th 9

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from sweep_factory import make_sweep, set_job_fields
 
-from evidence import audit, build_bundle
+from evidence import audit_bundle, build_bundle
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,7 +35,7 @@ def bundles(tmp_path_factory) -> dict[str, Path]:
 
 
 def test_an_honest_incidents_yaml_audits_clean(bundles):
-    assert audit(bundles["with"]) == []
+    assert audit_bundle(bundles["with"]) == []
 
 
 ADDED = {
@@ -71,7 +71,7 @@ def test_an_incidents_yaml_the_tables_do_not_derive_from_is_a_finding_resealed(b
     bag = Path(shutil.copytree(bundles[base], tmp_path / "bundle"))
     (bag / "data" / "incidents.yaml").write_text(text)
     reseal_bag(bag)
-    found = [str(p) for p in audit(bag)]
+    found = [str(p) for p in audit_bundle(bag)]
     assert any(line.startswith(expected) for line in found), found
 
 

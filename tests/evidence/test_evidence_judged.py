@@ -15,11 +15,11 @@ import bagit
 import pytest
 from sweep_factory import make_sweep
 
-from evidence import audit
-from evidence.crate import write_crate
+from evidence import audit_bundle
 from evidence.dataset import load_bundle_data
-from evidence.judged import JobFiles, changed_while_judged, job_file_digests, refuse_changed
+from evidence.gates.judged import JobFiles, changed_while_judged, job_file_digests, refuse_changed
 from evidence.problems import SweepError
+from evidence.seal.crate import write_crate
 
 
 def _rows(bag: Path) -> dict[str, dict]:
@@ -81,7 +81,7 @@ def test_the_audit_finds_a_run_copy_that_is_not_the_judged_file_or_has_no_digest
     extra = bundle_copy / "data" / "runs" / "rpp-42" / "logs" / "ray.log"
     extra.write_text("a log nobody judged\n")
     _restate_crate_and_manifests(bundle_copy)
-    reasons = [str(p) for p in audit(bundle_copy) if p.kind == "judged"]
+    reasons = [str(p) for p in audit_bundle(bundle_copy) if p.kind == "judged"]
     assert reasons == [
         "data/runs/rpp-42/eval/final.jsonl: is not the file its job was judged on (judged.csv: "
         f"{_rows(bundle_copy)['runs/rpp-42/eval/final.jsonl']['judged_sha256'][:12]}…)",

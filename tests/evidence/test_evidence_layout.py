@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from sweep_factory import job_dir, make_sweep, share_initial_eval
 
-from evidence import SweepError, audit
+from evidence import SweepError, audit_bundle
 from evidence.__main__ import main
 from evidence.audit.archive import MAX_MEMBER_DEPTH, checked_member_filter
-from evidence.bundle import refuse_unexpected_files, write_archive
-from evidence.layout import unexpected_files
+from evidence.seal.bundle import refuse_unexpected_files, write_archive
+from evidence.seal.layout import unexpected_files
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]
@@ -184,7 +184,7 @@ def test_a_member_deeper_than_any_bundle_is_one_finding_through_the_module_nothi
     ("bundle/data/runs/grpo-42/" + "n" * 300, "300-byte component, above the 255-byte limit"),
 ])
 def test_a_member_name_too_deep_or_too_long_is_refused_before_extraction(built, tmp_path, name, reason):
-    findings = audit(_with_member(built, tmp_path, name))
+    findings = audit_bundle(_with_member(built, tmp_path, name))
     assert len(findings) == 1 and reason in findings[0].reason, findings
 
 
@@ -194,7 +194,7 @@ def test_a_chain_of_too_deep_directories_is_one_finding(built, tmp_path):
     _write(bag / "data" / "runs" / "grpo-42" / Path(*["d"] * 900) / "deep.txt")
     reseal_bag(bag)
     write_archive(bag, tmp_path / "deep.tar.gz")
-    findings = audit(tmp_path / "deep.tar.gz")
+    findings = audit_bundle(tmp_path / "deep.tar.gz")
     assert len(findings) == 1 and "levels deep" in findings[0].reason, findings
 
 
@@ -211,7 +211,7 @@ def test_a_bag_directory_with_a_deep_tree_is_one_finding_for_the_audit_and_compa
             os.mkdir("d")
             os.chdir("d")
         os.chdir(cwd)
-        findings = audit(bag)
+        findings = audit_bundle(bag)
         assert len(findings) == 1 and findings[0].file == "data/runs/grpo-42/logs/" + "d/" * 27 + "d", findings
         assert f"{MAX_MEMBER_DEPTH + 1} levels deep" in findings[0].reason
         capsys.readouterr()

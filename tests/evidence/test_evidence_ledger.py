@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from sweep_factory import _digest, job_dir, make_sweep, write_json, write_ledger
 
-from evidence import audit, build_bundle, evaluate_job
+from evidence import audit_bundle, build_bundle, evaluate_job
 from tests.sweeps import reseal_bag
 
 N_STEPS = 5
@@ -71,7 +71,7 @@ def test_an_honest_stop_and_resume_is_accepted_and_its_bundle_audits_clean(resum
     assert [s["resumed_from"] for s in starts] == [0, 2] and starts[0]["process"] != starts[1]["process"]
     result = build_bundle(sweep, figures=False)
     assert result.accepted == 1 and (result.bundle_dir / "data" / "runs" / "grpo-1" / "data_ledger.jsonl").is_file()
-    assert audit(result.archive) == []
+    assert audit_bundle(result.archive) == []
 
 
 def _skip_step(lines):  # verl#7401's class: a resume that runs past steps nobody ran
@@ -181,7 +181,7 @@ def test_the_audit_names_a_ledger_edited_in_a_resealed_bundle(resumed, tmp_path)
     _reorder_rows_rechained(lines)
     path.write_text("".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
     reseal_bag(bag)
-    found = [str(p) for p in audit(bag)]
+    found = [str(p) for p in audit_bundle(bag)]
     assert any(f.startswith("data/runs/grpo-1/data_ledger.jsonl: line 6, step 3: consumed rows [") for f in found), found
 
 
@@ -207,9 +207,9 @@ def test_a_run_rejected_on_its_ledger_is_a_rejection_the_bundle_shows(resumed, t
     result = build_bundle(sweep, figures=False)
     assert result.accepted == 0 and "data_ledger.jsonl: line 6, step 3" in result.jobs[0]["reason"]
     notes: list[str] = []
-    assert audit(result.archive, notes=notes) == [] and notes == []
+    assert audit_bundle(result.archive, notes=notes) == [] and notes == []
     bag = Path(shutil.copytree(result.bundle_dir, tmp_path / "bag"))
     (bag / "data" / "runs" / "grpo-1" / "data_ledger.jsonl").unlink()
     reseal_bag(bag)
     notes = []
-    assert audit(bag, notes=notes) == [] and any("grpo-1" in n and "not re-derived" in n for n in notes), notes
+    assert audit_bundle(bag, notes=notes) == [] and any("grpo-1" in n and "not re-derived" in n for n in notes), notes

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from sweep_factory import job_dir, make_sweep
 
-from evidence import audit
-from evidence.bundle import build_bundle
-from evidence.index import evaluate_job
+from evidence import audit_bundle
+from evidence.gates.index import evaluate_job
+from evidence.seal.bundle import build_bundle
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -143,7 +143,7 @@ def test_the_bundle_carries_no_byte_read_through_a_link(linked):
 def test_the_bundle_sealed_with_link_rejections_audits_clean(linked):
     _, result = linked
     notes = []
-    assert [str(p) for p in audit(result.archive, notes=notes)] == []
+    assert [str(p) for p in audit_bundle(result.archive, notes=notes)] == []
     # each link rejection is said: the bundle cannot show the link (nor carries the rest of what the build did not
     # read), and a forged link incident is how a valid run would be hidden; rpp-3's whole directory is the link
     noted = sorted(note.split()[1] for note in notes if note.startswith("rejection: "))

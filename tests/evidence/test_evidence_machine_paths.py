@@ -1,4 +1,4 @@
-"""Machine paths, names and e-mail addresses as a class (evidence/sanitize.py's docstring), through
+"""Machine paths, names and e-mail addresses as a class (evidence/seal/sanitize.py's docstring), through
 ``python -m evidence build`` and ``audit``: cluster layouts no rule names, a user and host name the
 sanitiser learns from the environment it runs in, and ordinary content left as it was."""
 

@@ -7,8 +7,8 @@ import json
 import pytest
 from sweep_factory import job_dir, metric_records, write_metrics
 
-from evidence.index import evaluate_job
-from evidence.metrics_log import validate_metrics
+from evidence.gates.index import evaluate_job
+from evidence.gates.metrics_log import validate_metrics
 
 
 def write_lines(tmp_path, lines: list[str], newline_at_end: bool = True):

@@ -13,9 +13,9 @@ import pytest
 from experiment_stages import add_launcher_stages
 from sweep_factory import make_sweep, write_json
 
-from evidence import audit
-from evidence.bundle import build_bundle
-from evidence.png import PNGError, chunks, document_text
+from evidence import audit_bundle
+from evidence.report.png import PNGError, chunks, document_text
+from evidence.seal.bundle import build_bundle
 from tests.sweeps import reseal_bag
 
 SPEC = """\
@@ -155,7 +155,7 @@ def test_every_figure_is_an_svg_with_a_png_beside_it_of_pixels_only(clean_build_
 def test_the_audit_checks_each_png_like_the_svgs(figures_bundle_copy, forge, says):
     forge(figures_bundle_copy / "data" / "figures" / "reward.png")
     reseal_bag(figures_bundle_copy)
-    reasons = [str(f) for f in audit(figures_bundle_copy)]
+    reasons = [str(f) for f in audit_bundle(figures_bundle_copy)]
     assert any(r.startswith(says) for r in reasons), reasons
 
 
@@ -163,7 +163,7 @@ def test_a_png_redrawn_differently_is_a_finding(figures_bundle_copy):
     png = figures_bundle_copy / "data" / "figures" / "reward.png"
     png.write_bytes((figures_bundle_copy / "data" / "figures" / "grad_norm.png").read_bytes())
     reseal_bag(figures_bundle_copy)
-    reasons = [str(f) for f in audit(figures_bundle_copy)]
+    reasons = [str(f) for f in audit_bundle(figures_bundle_copy)]
     assert "data/figures/reward.png: differs from the figure redrawn from steps.csv / eval.csv" in reasons
 
 

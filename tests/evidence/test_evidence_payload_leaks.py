@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from sweep_factory import job_dir, make_sweep
 
-from evidence import audit, build_bundle
-from evidence.bundle import LeakError
-from evidence.sanitize import MACHINE_LEAK_KINDS, Sanitizer, payload_findings
+from evidence import audit_bundle, build_bundle
+from evidence.seal.bundle import LeakError
+from evidence.seal.sanitize import MACHINE_LEAK_KINDS, Sanitizer, payload_findings
 from facts.bundle_layout import verbatim_member
 from facts.files import MACHINE_NAMES
 
@@ -121,4 +121,4 @@ def test_the_names_a_jobs_runtime_recorded_are_sealed_out_where_the_build_does_n
     assert "qbrandt" in logs[False] and "login1" in logs[False]  # the gap: this machine knows neither
     assert logs[True] == ("USER=<USER> SLURM_JOB_USER=<USER> HOSTNAME=<HOST> ssh <USER>@<HOST> submitted from "
                           "<HOST>\n"), logs[True]
-    assert audit(tmp_path / "True" / "sweep" / "bundle") == []
+    assert audit_bundle(tmp_path / "True" / "sweep" / "bundle") == []

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from sweep_factory import N_PROMPTS, SUBSET_SHA, K, make_sweep, share_initial_eval
 
-from evidence.bundle import build_bundle
+from evidence.seal.bundle import build_bundle
 from tests.sweeps import reseal_bag
 
 JOBS = ("grpo-42", "rpp-42")
@@ -92,8 +92,8 @@ def _edit_eval_csv(data: Path, job: str, kind: str, values: dict) -> None:
 def _restate_derived(data: Path) -> None:
     """What a thorough forger does after editing eval.csv: the tables and the report recomputed from it."""
     from evidence.dataset import load_bundle_data
-    from evidence.report import render_report
-    from evidence.tables import compute_tables
+    from evidence.report.sections import render_report
+    from evidence.report.tables import compute_tables
 
     loaded = load_bundle_data(data)
     tables = compute_tables(loaded)
@@ -385,20 +385,20 @@ def _restated(records: list[dict]) -> dict:
 
 @pytest.mark.parametrize("name", sorted(MISPLACED))
 def test_a_final_evaluations_misplaced_sample_is_an_audit_finding_naming_row_and_sample(bag, name):
-    from evidence import audit
+    from evidence import audit_bundle
 
     path = bag / "data" / "runs" / "grpo-42" / "eval" / "final.jsonl"
     honest = _read_jsonl(path)
     forged = MISPLACED[name][0](honest)
     _write_jsonl(path, forged)
     _forge_summary(bag, "grpo-42", "final", _restated(forged))
-    findings = [str(p) for p in audit(bag)]
+    findings = [str(p) for p in audit_bundle(bag)]
     assert _names(findings, "data/runs/grpo-42/eval/final.jsonl", _expected(name, honest)), findings
 
 
 @pytest.mark.parametrize("name", sorted(MISPLACED))
 def test_the_build_gate_rejects_a_misplaced_sample_naming_row_and_sample(shared_build, tmp_path, name):
-    from evidence.index import evaluate_job
+    from evidence.gates.index import evaluate_job
 
     sweep = Path(shutil.copytree(shared_build[0], tmp_path / "sweep", ignore=shutil.ignore_patterns("bundle*")))
     run = sweep / "jobs" / "rpp-42" / "run"
@@ -432,8 +432,8 @@ def test_a_shared_initial_evaluations_copied_samples_reject_every_run_and_are_an
                                                                                                tmp_path):
     """The shared control's responses go through the same check: in the build's gate (its own line under the
     shared eval.json, each (row, sample) under its responses) and in the audit of a resealed bundle."""
-    from evidence import audit
-    from evidence.index import evaluate_job
+    from evidence import audit_bundle
+    from evidence.gates.index import evaluate_job
 
     sweep = Path(shutil.copytree(shared_build[0], tmp_path / "sweep", ignore=shutil.ignore_patterns("bundle*")))
     key12, honest = _copy_first_correct_in_sweep(sweep)
@@ -444,7 +444,7 @@ def test_a_shared_initial_evaluations_copied_samples_reject_every_run_and_are_an
         assert _names(failures, responses, (line, row, sample, "a second record of this (row, sample)")), failures
         assert any(f.startswith(f"initial_eval/{key12}/eval.json: responses.jsonl: row ") for f in failures), failures
     shared, _, _ = remark_shared_control_zero(bag, JOBS, remark=_copy_first_correct)
-    findings = [str(p) for p in audit(bag)]
+    findings = [str(p) for p in audit_bundle(bag)]
     assert _names(findings, f"data/initial_eval/{shared.name}/responses.jsonl",
                   (line, row, sample, "a second record of this (row, sample)")), findings
 

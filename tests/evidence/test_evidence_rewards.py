@@ -1,4 +1,4 @@
-"""Which reward re-scores a run (evidence.rewards): a built-in by its recorded name; a user's function only when the
+"""Which reward re-scores a run (evidence.evaluation.rewards): a built-in by its recorded name; a user's function only when the
 reviewer passes it with the source SHA256 the run recorded, never imported from what a record names."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from evidence.rewards import RewardError, recorded_reward, rescoring, reviewer_rewards
+from evidence.evaluation.rewards import RewardError, recorded_reward, rescoring, reviewer_rewards
 from facts.reward import math_boxed, math_reward
 
 SOURCE = "def score(response, row):\n    return float(row['answer'] in response)\n"

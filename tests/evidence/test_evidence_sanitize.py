@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import evidence
-from evidence.sanitize import Sanitizer, strip_abs_keys
+from evidence.seal.sanitize import Sanitizer, strip_abs_keys
 
 ENV = {
     "HOME": "/home/alice", "USER": "alice", "HF_TOKEN": "hf_" + "a1B2c3" * 5,
@@ -167,7 +167,7 @@ ANCHOR_CORPUS = [
 
 def test_the_anchors_skip_only_rules_that_cannot_match(monkeypatch):
     """Each rule's anchors are a necessary condition: the hits with them equal the rules run on every text."""
-    import evidence.sanitize as sanitize
+    import evidence.seal.sanitize as sanitize
 
     clean = Sanitizer(users={"seed", "alice"}, hosts={"grpo", "gpu-node-17"}, literals={"/scratch/j/sweep": "<SWEEP_DIR>"},
                       secrets={"hf_" + "a1B2c3" * 5: "HF_TOKEN"})
@@ -182,7 +182,7 @@ def test_every_plugin_anchor_was_read_off_the_installed_plugins_regexes():
     runs unanchored: exact, slower); with the pinned detect-secrets every anchored plugin is in effect."""
     import re
 
-    from evidence.sanitize import PLUGIN_ANCHORS, _detect_secrets, _plugin_anchors
+    from evidence.seal.sanitize import PLUGIN_ANCHORS, _detect_secrets, _plugin_anchors
 
     plugins = {type(plugin).__name__: (plugin, anchors) for plugin, anchors in _detect_secrets()[0]}
     assert set(PLUGIN_ANCHORS) <= set(plugins)
@@ -200,7 +200,7 @@ def test_the_name_trie_matches_what_the_longest_first_alternation_matches(seed):
     import random
     import re
 
-    from evidence.sanitize import _alternation
+    from evidence.seal.sanitize import _alternation
 
     rng = random.Random(seed)
     words = {"".join(rng.choice("ab-.1") for _ in range(rng.randint(1, 6))) for _ in range(40)}
@@ -532,7 +532,7 @@ ARGV_NOT_CREDENTIALS = [
 
 @pytest.mark.parametrize("shape", sorted(ARGV_SHAPES))
 def test_an_argv_list_is_sanitised_as_a_command_line(shape):
-    from evidence.sanitize import command_line_secrets
+    from evidence.seal.sanitize import command_line_secrets
 
     argv, secret = ARGV_SHAPES[shape]
     clean = Sanitizer()

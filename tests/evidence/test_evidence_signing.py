@@ -151,7 +151,7 @@ def _rebuild_with_an_edited_metric(sweep: Path) -> None:
 def _tamper_archive(sweep: Path) -> None:
     """One payload file of the archive edited, the archive rewritten and its sidecar recomputed (the bag's
     own manifests are left as they were)."""
-    from evidence.bundle import write_archive
+    from evidence.seal.bundle import write_archive
 
     report = sweep / "bundle" / "data" / "report.md"
     report.write_text(report.read_text().replace("GRPO", "GRPO (best)", 1))

@@ -17,7 +17,7 @@ from bundle_tables import edit_cell, final_pass1, rows
 from scipy import stats as sps
 from sweep_factory import make_sweep
 
-from evidence import audit, build_bundle
+from evidence import audit_bundle, build_bundle
 from evidence.statistics import family
 from tests.sweeps import reseal_bag
 
@@ -107,7 +107,7 @@ def test_a_three_arm_sweep_reports_each_metric_as_a_family_of_three_pairs(tmp_pa
     table = edited / "data" / "tables" / "paired_family.csv"
     edit_cell(table, 2, "p_holm", 0.001)
     reseal_bag(edited)
-    reasons = [str(f) for f in audit(edited)]
+    reasons = [str(f) for f in audit_bundle(edited)]
     assert any(r.startswith("data/tables/paired_family.csv: line 2, column p_holm:") for r in reasons), reasons
 
 

@@ -22,8 +22,8 @@ from test_evidence_claims import evaluated
 from test_evidence_stats_noise import reference_question_interval, replayed_means, run_rates
 from test_evidence_stats_power import independent_mde as mde  # the power integrated over the SD
 
-from evidence import audit
-from evidence.headline import Pair, headline_sentence
+from evidence import audit_bundle
+from evidence.report.headline import Pair, headline_sentence
 from evidence.statistics.claims import paired_claim
 from tests.sweeps import reseal_bag
 
@@ -139,7 +139,7 @@ def test_an_edited_headline_resealed_is_caught_by_the_audit(clean_build, tmp_pat
     with open(table, "w", newline="") as f:
         csv.writer(f, lineterminator="\n").writerows(rows)
     reseal_bag(bag)
-    reasons = [str(f) for f in audit(bag)]
+    reasons = [str(f) for f in audit_bundle(bag)]
     assert any(r.startswith("data/report.md: line 3: does not recompute (recorded 'REINFORCE++ beats GRPO")
                for r in reasons), reasons
     assert any(r.startswith("data/tables/headline.csv: line 2, column sentence:") for r in reasons), reasons

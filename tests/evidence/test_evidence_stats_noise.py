@@ -24,7 +24,7 @@ from bundle_tables import edit_cell, rows
 from scipy import stats as sps
 from sweep_factory import N_PROMPTS, K, make_sweep
 
-from evidence import audit
+from evidence import audit_bundle
 from evidence.statistics import crossed, noise
 from tests.sweeps import reseal_bag
 
@@ -231,7 +231,7 @@ def noisy(tmp_path_factory):
     done = subprocess.run([sys.executable, "-m", "evidence", "build", str(sweep), "--no-figures"], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert audit(sweep / "bundle") == []
+    assert audit_bundle(sweep / "bundle") == []
     return sweep, sweep / "bundle"
 
 
@@ -289,7 +289,7 @@ def test_the_audit_flags_an_edited_se_an_edited_noise_cell_and_an_edited_report_
     assert line in text
     report.write_text(text.replace(line, "- GRPO: the seed-to-seed spread exceeds the evaluation's noise"))
     reseal_bag(edited)
-    reasons = [str(f) for f in audit(edited)]
+    reasons = [str(f) for f in audit_bundle(edited)]
     for where in ("data/tables/eval_se.csv: line 2, column se:", "data/tables/eval_noise.csv: line 2, column spread:",
                   "data/tables/eval_noise.csv: line 2, column cb_low:", "data/tables/eval_noise.csv: line 3, column cb_seed:",
                   "data/tables/eval_noise.csv: line 4, column q_high:"):
@@ -310,6 +310,6 @@ def test_a_reward_edited_in_a_runs_responses_is_caught_and_moves_its_se(noisy, t
     lines[4] = json.dumps({**record, "reward": 1.0})
     responses.write_text("\n".join(lines) + "\n")
     reseal_bag(edited)
-    reasons = [str(f) for f in audit(edited)]
+    reasons = [str(f) for f in audit_bundle(edited)]
     assert any("grpo-2/eval/final.jsonl" in r and "re-scores to 0.0" in r for r in reasons), reasons
     assert any(r.startswith("data/tables/eval_se.csv: line 3, column se:") for r in reasons), reasons

@@ -22,7 +22,7 @@ from scipy import optimize
 from scipy import stats as sps
 from sweep_factory import make_sweep
 
-from evidence import audit, build_bundle
+from evidence import audit_bundle, build_bundle
 from evidence.statistics import minimum_detectable_effect, paired_t_power
 from launcher.experiment.stages import verdict_line
 from tests.sweeps import reseal_bag
@@ -162,7 +162,7 @@ def test_a_failed_verdict_whose_interval_reaches_the_threshold_is_marked_under_p
     assert "## Verdict: FAILED (under-powered)" in report
     assert f"Minimum detectable effect: {independent_mde(d):.2f} points" in report
     assert "The pre-registered rule's verdict stands." in report
-    assert audit(bag) == []
+    assert audit_bundle(bag) == []
     # the line the launcher prints after the confirm stage carries the mark too
     assert verdict_line(verdict, "confirm/bundle.tar.gz").startswith(
         "verdict: FAILED (under-powered) by rule below-threshold: eval/pass@1 difference ")
@@ -189,7 +189,7 @@ def test_an_edited_mde_resealed_is_caught_in_the_table_the_report_and_the_verdic
     report = bag / "data" / "report.md"
     report.write_text(report.read_text().replace("## Verdict: FAILED (under-powered)", "## Verdict: FAILED"))
     reseal_bag(bag)
-    reasons = [str(f) for f in audit(bag)]
+    reasons = [str(f) for f in audit_bundle(bag)]
     assert any(r.startswith("data/tables/paired_differences.csv: line 2, column mde:") for r in reasons), reasons
     assert any(r.startswith("data/verdict.json: does not recompute: mde.value") for r in reasons), reasons
     assert "data/verdict.json: does not recompute: under_powered: recorded False, recomputed True" in reasons

@@ -18,7 +18,7 @@ from bundle_tables import edit_cell, final_pass1, rows
 from scipy import stats as sps
 from sweep_factory import make_sweep
 
-from evidence import audit, build_bundle
+from evidence import audit_bundle, build_bundle
 from evidence.statistics import resampling, robust
 from tests.sweeps import reseal_bag
 
@@ -112,7 +112,7 @@ def test_five_seeds_give_the_bootstrap_the_iqm_and_the_probability_of_improvemen
     edit_cell(edited / "data" / "tables" / "paired_differences.csv", 2, "boot_seed", 7)
     edit_cell(edited / "data" / "tables" / "robust_measures.csv", 2, "value", 0.99)
     reseal_bag(edited)
-    reasons = [str(f) for f in audit(edited)]
+    reasons = [str(f) for f in audit_bundle(edited)]
     assert any(r.startswith("data/tables/paired_differences.csv: line 2, column boot_seed:") for r in reasons), reasons
     assert any(r.startswith("data/tables/robust_measures.csv: line 2, column value:") for r in reasons), reasons
 

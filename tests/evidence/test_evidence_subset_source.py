@@ -15,10 +15,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from evidence import audit, build_bundle
+from evidence import audit_bundle, build_bundle
 from evidence.audit.subsets import check_subsets
 from evidence.dataset import load_bundle_data
-from evidence.subset_source import SubsetSource, check_subset, pin_conflict, subset_source
+from evidence.evaluation.subset_source import SubsetSource, check_subset, pin_conflict, subset_source
 from tests.evidence.sweep_factory import make_sweep
 from tests.sweeps import REPO, reseal_bag
 
@@ -114,7 +114,7 @@ def built_bundle(tmp_path_factory) -> Path:
 
 def test_a_bundle_whose_subset_is_its_pinned_splits_audits_clean_with_nothing_left_unchecked(built_bundle):
     notes = []
-    assert audit(built_bundle, notes=notes) == [] and notes == []
+    assert audit_bundle(built_bundle, notes=notes) == [] and notes == []
 
 
 def _forged(bag: Path, tmp_path: Path, edit) -> Path:
@@ -266,7 +266,7 @@ def test_a_run_json_evaluating_on_what_its_workload_and_command_did_not_declare_
                                                                                            edit, finding):
     forged = _forged(built_bundle, tmp_path, edit)
     notes = []
-    found = [str(f) for f in audit(forged, notes=notes)]
+    found = [str(f) for f in audit_bundle(forged, notes=notes)]
     assert [f for f in found if f.startswith("data/runs/grpo-1/run.json") and finding in f], found
     assert not [n for n in notes if n.startswith("eval subset")], notes
 
@@ -283,7 +283,7 @@ def test_a_run_json_evaluating_on_what_its_workload_and_command_did_not_declare_
     (["workload.test_path=data/mine.parquet"], SubsetSource("data/mine.parquet", "0" * 64, 64), None),
 ])
 def test_the_split_and_its_rows_are_what_the_workload_and_the_command_declare(argv, source, difference):
-    from evidence.subset_source import declared_difference
+    from evidence.evaluation.subset_source import declared_difference
 
     found, unchecked = declared_difference(source, {"workload": "toy"}, ["python", "-m", "trainer", *(argv or [])])
     assert unchecked is None
@@ -291,7 +291,7 @@ def test_the_split_and_its_rows_are_what_the_workload_and_the_command_declare(ar
 
 
 def test_a_workload_the_checkout_does_not_have_is_said_and_another_trainers_command_is_not_read():
-    from evidence.subset_source import declared_difference
+    from evidence.evaluation.subset_source import declared_difference
 
     for name in ("mine", "../toy", "", None):
         found, unchecked = declared_difference(SubsetSource(TRAIN, TRAIN_SHA, 3), {"workload": name},
@@ -309,7 +309,7 @@ def test_a_workload_the_checkout_does_not_have_is_said_and_another_trainers_comm
 def test_a_proofgrid_run_whose_command_is_not_python_m_trainer_declares_nothing(argv):
     """A forger switching the command to another form to skip the check (round 2's D3-D7): run.json names no other
     trainer, so its command must be proofgrid's."""
-    from evidence.subset_source import declared_difference
+    from evidence.evaluation.subset_source import declared_difference
 
     for run in ({"workload": "toy"}, {"workload": "toy", "trainer": {"name": "proofgrid"}}):
         found, unchecked = declared_difference(SubsetSource(SPLIT, TOY_SHA, 3), run, argv)

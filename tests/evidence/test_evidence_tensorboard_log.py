@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from torch.utils.tensorboard import SummaryWriter
 
-from evidence.tensorboard_log import TagError, read_scalars
+from evidence.gates.tensorboard_log import TagError, read_scalars
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 1500  # past TensorBoard's 1,000-point sample per tag (tensorflow/tensorboard#706)
@@ -134,12 +134,12 @@ def test_no_event_file_is_a_problem(tmp_path):
 def test_the_command_lists_each_tag_and_fails_on_a_truncated_file(tmp_path):
     path = write_run(tmp_path, range(30))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    ok = subprocess.run([sys.executable, "-m", "evidence.tensorboard_log", str(tmp_path)],
+    ok = subprocess.run([sys.executable, "-m", "evidence.gates.tensorboard_log", str(tmp_path)],
                         capture_output=True, text=True, env=env, cwd=REPO)
     assert ok.returncode == 0, ok.stderr
     assert "train/loss\t30 points\tsteps 0..29" in ok.stdout.splitlines()
     path.write_bytes(path.read_bytes()[:-3])
-    cut = subprocess.run([sys.executable, "-m", "evidence.tensorboard_log", str(tmp_path)],
+    cut = subprocess.run([sys.executable, "-m", "evidence.gates.tensorboard_log", str(tmp_path)],
                          capture_output=True, text=True, env=env, cwd=REPO)
     assert cut.returncode == 1
     assert f"problem: {path.name}: truncated or corrupt record" in cut.stderr
@@ -148,7 +148,7 @@ def test_the_command_lists_each_tag_and_fails_on_a_truncated_file(tmp_path):
 def test_a_tail_returns_each_point_once_as_it_is_written_across_files(tmp_path):
     """``ScalarTail`` (the live follower's reader): points written between two looks, a file that appears later
     read from its start, nothing twice; float32 as TensorBoard stores it."""
-    from evidence.tensorboard_log import ScalarTail
+    from evidence.gates.tensorboard_log import ScalarTail
 
     directory = tmp_path / "run"
     directory.mkdir()

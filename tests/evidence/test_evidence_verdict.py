@@ -19,7 +19,7 @@ import pytest
 from experiment_stages import add_launcher_stages, register, set_cpus
 from sweep_factory import make_sweep
 
-from evidence import audit, build_bundle
+from evidence import audit_bundle, build_bundle
 from evidence.dataset import load_bundle_data
 from evidence.verdict import (
     VerdictError,
@@ -372,7 +372,7 @@ def reseal(bag: Path) -> None:
 def test_a_hand_edited_verdict_resealed_does_not_pass_the_audit(tmp_path):
     sweep = eval_sweep(tmp_path, {1: 1, 2: 0, 3: 2}, stages=True)
     bag = build_bundle(sweep, figures=False).bundle_dir
-    assert audit(bag) == []
+    assert audit_bundle(bag) == []
     edited = Path(shutil.copytree(bag, tmp_path / "edited"))
     path = edited / "data" / "verdict.json"
     record = json.loads(path.read_text())
@@ -380,7 +380,7 @@ def test_a_hand_edited_verdict_resealed_does_not_pass_the_audit(tmp_path):
     record.update(verdict="VALIDATED", rule="threshold", difference_mean=5.0)
     path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     reseal(edited)
-    reasons = [str(f) for f in audit(edited)]
+    reasons = [str(f) for f in audit_bundle(edited)]
     assert "data/verdict.json: does not recompute: verdict: recorded 'VALIDATED', recomputed 'FAILED'" in reasons
     assert any(r.startswith("data/verdict.json: does not recompute: difference_mean") for r in reasons)
     assert not any("SHA256" in r for r in reasons)
@@ -398,7 +398,7 @@ def test_a_loosened_spec_resealed_is_caught_by_the_report_and_by_the_pre_registe
     record["experiment_sha256"] = hashlib.sha256(SPEC.encode()).hexdigest()
     (sweep / "sweep.json").write_text(json.dumps(record))
     bag = build_bundle(sweep, figures=False).bundle_dir
-    assert audit(bag) == []
+    assert audit_bundle(bag) == []
     # Lower the threshold to 2 points and rewrite verdict.json to what the edited spec gives.
     spec = bag / "data" / "experiment.yaml"
     spec.write_text(SPEC.replace("threshold_points: 4", "threshold_points: 2").replace(
@@ -408,7 +408,7 @@ def test_a_loosened_spec_resealed_is_caught_by_the_report_and_by_the_pre_registe
     assert forged["verdict"] == "VALIDATED"
     (bag / "data" / "verdict.json").write_text(json.dumps(forged, indent=2, sort_keys=True) + "\n")
     reseal(bag)
-    reasons = [str(f) for f in audit(bag)]
+    reasons = [str(f) for f in audit_bundle(bag)]
     assert "data/experiment.yaml: SHA256 differs from the pre-registered experiment_sha256 in sweep.json" in reasons
     assert any(r.startswith("data/report.md: line") for r in reasons)  # the report still says INCONCLUSIVE
 
@@ -416,7 +416,7 @@ def test_a_loosened_spec_resealed_is_caught_by_the_report_and_by_the_pre_registe
 def test_an_edited_tuning_stage_resealed_is_caught_in_the_stage_and_in_the_verdict(tmp_path):
     confirm = tuned_experiment(tmp_path)
     bag = build_bundle(confirm, figures=False).bundle_dir
-    assert audit(bag) == []
+    assert audit_bundle(bag) == []
     # Make the baseline's edge value win its tuning: raise grpo-lr1.6e-4's rewards in the stage's steps.csv.
     steps = bag / "data" / "stages" / "tuning" / "steps.csv"
     lines = steps.read_text().splitlines()
@@ -428,7 +428,7 @@ def test_an_edited_tuning_stage_resealed_is_caught_in_the_stage_and_in_the_verdi
             lines[i] = ",".join(cells)
     steps.write_text("\n".join(lines) + "\n")
     reseal(bag)
-    reasons = [str(f) for f in audit(bag)]
+    reasons = [str(f) for f in audit_bundle(bag)]
     assert any(r.startswith("data/stages/tuning/steps.csv: grpo-lr1.6e-4-1 step 0 differs from "
                             "data/stages/tuning/runs/grpo-lr1.6e-4-1/metrics.jsonl") for r in reasons)
     assert any(r.startswith("data/stages/tuning/tables/") for r in reasons)
@@ -442,7 +442,7 @@ def test_a_verdict_without_its_spec_is_a_finding(clean_build, tmp_path):
     bag = Path(shutil.copytree(result.bundle_dir, tmp_path / "bag"))
     (bag / "data" / "verdict.json").write_text('{"verdict": "VALIDATED"}\n')
     reseal(bag)
-    assert [str(f) for f in audit(bag)] == [
+    assert [str(f) for f in audit_bundle(bag)] == [
         "data/verdict.json: present without data/experiment.yaml: nothing to recompute it from"]
 
 

@@ -72,23 +72,23 @@ def test_the_honest_experiment_bundle_audits_clean(experiment_bag):
 def test_the_probe_stage_s_own_bundle_carries_its_spec_and_audits_clean(experiment_bag):
     """Issue 33 item 8: the probe's records name the registered spec, and its own bundle carries it (no verdict), so
     it audits clean on its own as the confirm stage's does; the confirm bundle's copy of it holds the same spec."""
-    from evidence import audit
+    from evidence import audit_bundle
 
     probe = experiment_bag.parent.parent / "probe" / "bundle"
     assert (probe / "data" / "experiment.yaml").read_text() == SPEC and not (probe / "data" / "verdict.json").exists()
     assert "## Verdict" not in (probe / "data" / "report.md").read_text()
-    assert audit(probe) == []
+    assert audit_bundle(probe) == []
     assert (experiment_bag / "data" / "stages" / "probe" / "experiment.yaml").read_text() == SPEC
 
 
 def test_a_probe_bundle_that_carries_a_verdict_or_another_spec_is_a_finding(experiment_bag, tmp_path):
-    from evidence import audit
+    from evidence import audit_bundle
 
     probe = Path(shutil.copytree(experiment_bag.parent.parent / "probe" / "bundle", tmp_path / "probe"))
     shutil.copyfile(experiment_bag / "data" / "verdict.json", probe / "data" / "verdict.json")
     reseal_bag(probe)
     assert any(f"{p.file}: {p.detail()}" == "data/verdict.json: present in the probe stage's bundle: only the confirm "
-               "stage's carries a verdict" for p in audit(probe))
+               "stage's carries a verdict" for p in audit_bundle(probe))
     loosened = forged(experiment_bag, tmp_path, lambda data: (data / "stages" / "probe" / "experiment.yaml").write_text(
         SPEC.replace("threshold_points: 4", "threshold_points: 1")))
     _, lines = audit_cli(loosened)
@@ -99,7 +99,7 @@ def test_a_probe_bundle_that_carries_a_verdict_or_another_spec_is_a_finding(expe
 def test_a_spec_planned_seed_missing_from_the_confirm_bundle_is_a_finding(experiment_bag, tmp_path):
     """The pre-registered spec plans every arm over its seeds: a seed's run deleted from the bundle (its index row and
     copy, everything the bundle says of it) is a finding naming the spec arm and the seed."""
-    from evidence import audit
+    from evidence import audit_bundle
 
     def drop(data: Path) -> None:
         shutil.rmtree(data / "runs" / "rppb-2")
@@ -107,7 +107,7 @@ def test_a_spec_planned_seed_missing_from_the_confirm_bundle_is_a_finding(experi
         (data / "index.csv").write_text("\n".join(r for r in rows if not r.startswith("rppb-2,")) + "\n")
 
     bag = forged(experiment_bag, tmp_path, drop)
-    found = [f"{p.file}: {p.detail()}" for p in audit(bag)]
+    found = [f"{p.file}: {p.detail()}" for p in audit_bundle(bag)]
     assert "data/index.csv: spec arm sc: seed(s) [2] of the spec's seeds [1, 2, 3] have no run in this bundle (planned " \
            "by the pre-registered spec; never run, or removed)" in found, found
 
@@ -223,21 +223,21 @@ def _forge_verdict_value(bag: Path, tmp_path: Path, value: float) -> tuple[Path,
 ], ids=["off-lattice", "above-one", "negative"])
 def test_an_impossible_per_run_value_in_the_verdict_is_a_statistics_finding_naming_the_field(experiment_bag, tmp_path,
                                                                                             value, reason):
-    from evidence import audit
+    from evidence import audit_bundle
 
     bag, honest = _forge_verdict_value(experiment_bag, tmp_path, value)
-    findings = [str(f) for f in audit(bag)]
+    findings = [str(f) for f in audit_bundle(bag)]
     assert f"data/verdict.json: per_seed[0].treatment (rppb-1 final): {reason}" in findings, findings
     assert (f"data/verdict.json: does not recompute: per_seed[0].treatment: recorded {value!r}, recomputed "
             f"{honest!r}") in findings, findings
 
 
 def test_a_possible_but_wrong_verdict_value_is_the_recomputation_s_finding_only(experiment_bag, tmp_path):
-    from evidence import audit
+    from evidence import audit_bundle
 
     honest = json.loads((experiment_bag / "data" / "verdict.json").read_text())["per_seed"][0]["treatment"]
     bag, _ = _forge_verdict_value(experiment_bag, tmp_path, honest + 1.0 if honest < 100 else honest - 1.0)
-    findings = [str(f) for f in audit(bag)]
+    findings = [str(f) for f in audit_bundle(bag)]
     assert not any("per_seed[0].treatment (" in f for f in findings), findings  # one more correct of 100: possible
     assert any(f.startswith("data/verdict.json: does not recompute: per_seed[0].treatment: recorded ")
                for f in findings), findings
@@ -294,7 +294,7 @@ def test_a_criterion_loosened_after_the_results_with_sweep_json_recomputed_is_a_
 
 def _restated(bag: Path, tmp_path: Path, file: str, value) -> list[str]:
     """The audit's findings of ``bag`` with ``data/<file>``'s experiment_sha256 set to ``value`` (None: dropped)."""
-    from evidence import audit
+    from evidence import audit_bundle
 
     def edit(data: Path) -> None:
         record = json.loads((data / file).read_text())
@@ -303,7 +303,7 @@ def _restated(bag: Path, tmp_path: Path, file: str, value) -> list[str]:
             record["experiment_sha256"] = value
         (data / file).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
 
-    return [str(f) for f in audit(forged(bag, tmp_path, edit))]
+    return [str(f) for f in audit_bundle(forged(bag, tmp_path, edit))]
 
 
 @pytest.mark.parametrize("file", ["runs/rppb-2/job.json", "stages/probe/runs/grpo-1/job.json",
@@ -330,13 +330,13 @@ def test_an_experiment_bundle_stripped_of_its_spec_and_verdict_is_a_finding_per_
         experiment_bag, tmp_path):
     """Removing the spec and its verdict does not make the runs a plain sweep's: each record the launcher wrote
     before the results still names the spec they were planned under."""
-    from evidence import audit
+    from evidence import audit_bundle
 
     def strip(data: Path) -> None:
         (data / "experiment.yaml").unlink()
         (data / "verdict.json").unlink()
 
-    findings = [str(f) for f in audit(forged(experiment_bag, tmp_path, strip))]
+    findings = [str(f) for f in audit_bundle(forged(experiment_bag, tmp_path, strip))]
     digest = _sha256(SPEC)[:12]
     stripped = [f for f in findings if "planned under an experiment's spec" in f]
     assert {f.split(":")[0] for f in stripped} >= {"data/sweep.json", "data/runs/grpo-1/job.json",

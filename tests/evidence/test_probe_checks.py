@@ -19,7 +19,7 @@ import pytest
 from experiment_stages import add_launcher_stages, gradient_record
 from sweep_factory import make_sweep
 
-from evidence import audit, build_bundle
+from evidence import audit_bundle, build_bundle
 from evidence.problems import VerdictError
 from tests.sweeps import reseal_bag
 
@@ -79,7 +79,7 @@ def test_an_honest_probe_s_checks_recompute_and_the_bundle_audits_clean(honest):
     assert record["staleness"] == {"metric": "train/sampler_logp_gap", "stale": stale, "fresh": fresh,
                                    "min_ratio": 2.0, "passed": True}
     assert record["gradient"]["cosine"] == 0.97 and record["gradient"]["passed"] is True
-    assert audit(honest) == []
+    assert audit_bundle(honest) == []
 
 
 def test_python_m_evidence_build_refuses_a_verdict_past_a_staleness_check_the_runs_fail(tmp_path):
@@ -145,7 +145,7 @@ def test_edited_logged_gaps_under_a_record_still_saying_passed_are_findings_nami
     recorded = json.loads((honest / "data" / "stages" / "probe" / "probe.json").read_text())["checks"]["staleness"]
     fresh = {}
     bag = _forge(honest, tmp_path, lambda probe: fresh.setdefault("value", _raise_fresh_gap(probe, 0.05)))
-    findings = [str(f) for f in audit(bag)]
+    findings = [str(f) for f in audit_bundle(bag)]
     where = "data/stages/probe/probe.json"
     assert (f"{where}: checks.staleness.fresh: recorded {recorded['fresh']!r}, recomputed {fresh['value']!r}"
             in findings), findings
@@ -169,7 +169,7 @@ FAILED_GRADIENT = ("data/stages/probe/gradient_check.json: gradient check: sc vs
 
 
 def test_a_failed_gradient_check_flipped_to_passed_is_a_finding(honest, tmp_path):
-    findings = [str(f) for f in audit(_forge(honest, tmp_path, lambda probe: _failed_gradient(probe, True)))]
+    findings = [str(f) for f in audit_bundle(_forge(honest, tmp_path, lambda probe: _failed_gradient(probe, True)))]
     assert ("data/stages/probe/probe.json: checks.gradient: passed True at min_cosine 0.9; recomputed False at 0.9"
             in findings), findings
     assert FAILED_GRADIENT in findings, findings

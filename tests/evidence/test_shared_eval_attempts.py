@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from sweep_factory import make_sweep, share_initial_eval, write_json
 
-from evidence import audit, build_bundle
+from evidence import audit_bundle, build_bundle
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]
@@ -93,7 +93,7 @@ def test_an_attempt_that_read_the_same_bytes_accepts_the_jobs_and_audits_clean(a
     sweep, bundle = agreeing
     assert {job: row["accepted"] for job, row in _index(sweep).items()} == {"grpo-42": "yes", "rpp-42": "yes"}
     assert (bundle / "data" / "runs" / "rpp-42" / "attempts" / "0" / "eval.json").is_file()
-    assert audit(bundle) == []
+    assert audit_bundle(bundle) == []
 
 
 def test_an_index_accepting_the_jobs_beside_an_attempt_that_read_other_bytes_is_a_finding(replaced, agreeing,
@@ -108,7 +108,7 @@ def test_an_index_accepting_the_jobs_beside_an_attempt_that_read_other_bytes_is_
     path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     reseal_bag(bag)
     key12 = next((bag / "data" / "initial_eval").iterdir()).name
-    findings = [str(f) for f in audit(bag)]
+    findings = [str(f) for f in audit_bundle(bag)]
     assert (f"data/initial_eval/{key12}/eval.json: replaced after a run read it: rpp-42 attempt 0 read "
             f"{replaced[1][:12]}, the file is {replaced[2][:12]}; no run is judged on other bytes than its readers "
             "read") in findings, findings

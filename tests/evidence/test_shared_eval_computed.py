@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from sweep_factory import make_sweep, share_initial_eval
 
-from evidence import audit, build_bundle
+from evidence import audit_bundle, build_bundle
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,7 +53,7 @@ def test_a_shared_evaluation_a_job_of_the_sweep_computed_accepts_its_readers_and
     assert {job: row["accepted"] for job, row in _index(bundle).items()} == {"grpo-42": "yes", "rpp-42": "yes"}
     assert (bundle / "data" / "runs" / "grpo-42" / COMPUTED).is_file()
     assert not (bundle / "data" / "runs" / "rpp-42" / COMPUTED).exists()
-    assert audit(bundle) == []
+    assert audit_bundle(bundle) == []
 
 
 def _plant_unrecorded(sweep: Path, shared: str) -> None:
@@ -101,14 +101,14 @@ def test_a_shared_evaluation_no_job_of_the_sweep_computed_rejects_every_job_that
         assert f"{shared}/eval.json: {NOT_COMPUTED}" in index[job]["reason"], index[job]["reason"]
         assert f"remove {shared}/ and run its jobs again" in index[job]["reason"]
     assert f"{shared}/eval.json: {NOT_COMPUTED}" in _incidents(bundle)
-    assert audit(bundle) == []  # the rejection is honest: the audit re-checks the same record
+    assert audit_bundle(bundle) == []  # the rejection is honest: the audit re-checks the same record
 
 
 def test_a_bundle_whose_computing_record_is_removed_is_a_finding_naming_the_shared_evaluation(honest, tmp_path):
     bag = Path(shutil.copytree(honest[0], tmp_path / "bag"))
     (bag / "data" / "runs" / "grpo-42" / COMPUTED).unlink()
     reseal_bag(bag)
-    findings = [str(f) for f in audit(bag)]
+    findings = [str(f) for f in audit_bundle(bag)]
     assert any(f.startswith(f"data/{honest[1]}/eval.json: {NOT_COMPUTED}") for f in findings), findings
 
 

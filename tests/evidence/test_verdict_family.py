@@ -20,7 +20,7 @@ from experiment_stages import add_launcher_stages
 from scipy import stats as sps
 from sweep_factory import make_sweep
 
-from evidence import audit, build_bundle
+from evidence import audit_bundle, build_bundle
 from evidence.dataset import load_bundle_data
 from evidence.verdict import VerdictError, experiment_verdict, parse_experiment
 from launcher.experiment.stages import verdict_line
@@ -112,7 +112,7 @@ def test_holm_keeps_a_treatment_whose_own_interval_excludes_0_from_being_validat
     record["comparisons"][0]["verdict"] = "VALIDATED"
     (edited / "data" / "verdict.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     reseal_bag(edited)
-    reasons = [str(f) for f in audit(edited)]
+    reasons = [str(f) for f in audit_bundle(edited)]
     assert any(r.startswith("data/verdict.json: does not recompute: family.adjusted_p_values[0]: recorded 0.026")
                for r in reasons), reasons
     assert ("data/verdict.json: does not recompute: comparisons[0].verdict: recorded 'VALIDATED', recomputed "

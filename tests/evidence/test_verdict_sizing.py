@@ -23,7 +23,7 @@ from scipy import optimize, special
 from scipy import stats as sps
 from sweep_factory import make_sweep
 
-from evidence import audit, build_bundle
+from evidence import audit_bundle, build_bundle
 from evidence.statistics.sequential import boundaries, required_seeds
 from evidence.verdict import VerdictError, parse_experiment
 from evidence.verdict.sizing import sized_look
@@ -197,7 +197,7 @@ def test_the_first_look_sizes_the_second_and_waits_for_it(tmp_path):
     report = (bag / "data" / "report.md").read_text()
     assert "Sized design (`seeds: {n: auto, min: 3, max: 6}`), registered before any seed ran" in report
     assert verdict_line(verdict, "b").startswith("verdict: INCONCLUSIVE by rule second-look-pending")
-    assert audit(bag) == []
+    assert audit_bundle(bag) == []
     # probe.json prices the design at its most (max seeds) and its first look; an edited first look is caught
     probe = json.loads((bag / "data" / "stages" / "probe" / "probe.json").read_text())
     assert (probe["budget"]["runs"], probe["budget"]["first_look"]["runs"]) == (12, 6)  # 2 arms x 6, x 3 seeds
@@ -207,7 +207,7 @@ def test_the_first_look_sizes_the_second_and_waits_for_it(tmp_path):
     path.write_text(json.dumps(probe, indent=2, sort_keys=True) + "\n")
     reseal_bag(edited)
     assert any(str(f).startswith("data/stages/probe/probe.json: budget.first_look.cpu_hours: recorded 0.001")
-               for f in audit(edited))
+               for f in audit_bundle(edited))
 
 
 def test_the_second_look_combines_both_stages_and_the_audit_recomputes_it(tmp_path):
@@ -234,7 +234,7 @@ def test_the_second_look_combines_both_stages_and_the_audit_recomputes_it(tmp_pa
     record["sizing"]["first_look"]["required_seeds"] = 5
     (edited / "data" / "verdict.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     reseal_bag(edited)
-    reasons = [str(f) for f in audit(edited)]
+    reasons = [str(f) for f in audit_bundle(edited)]
     assert any(r.startswith("data/verdict.json: does not recompute: sizing.boundaries[1]: recorded 1.5") for r in reasons)
     assert ("data/verdict.json: does not recompute: sizing.first_look.required_seeds: recorded 5, recomputed 6"
             in reasons), reasons

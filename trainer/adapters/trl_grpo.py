@@ -89,7 +89,7 @@ Output directory
                                        inputs' SHA256, status (``running`` | ``completed`` | ``stopped``),
                                        steps completed, the checkpoint it resumed from
 ``tensorboard/events.out.tfevents.*``  TRL's logs, one event per step (``train/<TRL key>``); a resumed run
-                                       adds a file (``evidence.tensorboard_log`` reads them all)
+                                       adds a file (``evidence.gates.tensorboard_log`` reads them all)
 ``checkpoints/checkpoint-<N>/``        TRL's own checkpoints (weights, optimizer, scheduler, RNG states,
                                        ``trainer_state.json``), every ``--save-steps`` and at the end
 ``final/``                             the final model as a Hugging Face model directory

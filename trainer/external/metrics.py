@@ -2,7 +2,7 @@
 proofgrid's per-step records, judged while it is read, nothing repaired.
 
 ``read_log`` reads the scalars the trainer wrote one point at a time (TensorBoard's own event loader,
-through ``evidence.tensorboard_log.scan_scalars``: no 1,000-point reservoir sample; a JSONL file line by
+through ``evidence.gates.tensorboard_log.scan_scalars``: no 1,000-point reservoir sample; a JSONL file line by
 line) and keeps only the mapped tags' points. ``to_records`` renames them to proofgrid's metric names and
 shifts their steps by the spec's offset; the records are then written as ``metrics.jsonl`` and judged by the
 evidence's validator exactly as proofgrid's own (finite, every step, the declared count). So that the
@@ -107,7 +107,7 @@ def read_log(spec: MetricsSpec, trainer_out: Path, n_updates: int) -> TrainerLog
 
 
 def _read_tensorboard(directory: Path, reader: _Reader) -> None:
-    from evidence.tensorboard_log import ScalarLog, scan_scalars
+    from evidence.gates.tensorboard_log import ScalarLog, scan_scalars
 
     scanned = ScalarLog(directory)
     for tag, point in scan_scalars(directory, scanned):

@@ -2,7 +2,7 @@
 
 Each table carries its machine-readable form (CSV columns at full precision, written to
 ``tables/<name>.csv``) and its display form (markdown cells rounded as seed 000 rounds them).
-The statistics themselves are defined in ``evidence.stats``.
+The statistics themselves are defined in ``evidence.statistics.descriptive``.
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import combinations
 
-from evidence import headline, stats
-from evidence.certificates import CHECKS as CERTIFICATE_CHECKS
 from evidence.dataset import BundleData, csv_text
+from evidence.gates.certificates import CHECKS as CERTIFICATE_CHECKS
+from evidence.report import headline
 from evidence.statistics import (
     MDE_POWER,
     claims,
     crossed,
+    descriptive,
     family,
     minimum_detectable_effect,
     noise,
@@ -86,7 +87,7 @@ def fmt_signed(value: float | None, digits: int = 4) -> str:
     return "—" if value is None else no_negative_zero(f"{value:+.{digits}f}")
 
 
-def fmt_summary(summary: stats.Summary, digits: int, unit: str = "", signed: bool = False) -> str:
+def fmt_summary(summary: descriptive.Summary, digits: int, unit: str = "", signed: bool = False) -> str:
     """``mean ± SD``; ``mean (n<2)`` for one seed; ``—`` for none. Never NaN."""
     if summary.n == 0 or summary.mean is None:
         return "—"
@@ -113,7 +114,7 @@ def arms(data: BundleData) -> list[str]:
 
 @functools.lru_cache(maxsize=8)
 def _experiment(text: str):
-    # The spec's parser reads run values through evidence.measures, which reads these tables (and the verdict
+    # The spec's parser reads run values through evidence.report.measures, which reads these tables (and the verdict
     # package's __init__ reads them too): imported on use, the one place the tables read the spec.
     from evidence.verdict.spec import VerdictError, parse_experiment
 
@@ -255,12 +256,12 @@ EVAL_METRICS = (("pass@1", 4), ("pass@2", 4), ("pass@4", 4), ("truncation", 4), 
 
 def run_last_k(data: BundleData, arm: str, seed: int, key: str) -> float | None:
     values = series(data, arm, seed, key)
-    return None if values is None else stats.last_k_mean(values, data.last_k)
+    return None if values is None else descriptive.last_k_mean(values, data.last_k)
 
 
 def run_all_steps(data: BundleData, arm: str, seed: int, key: str) -> float | None:
     values = series(data, arm, seed, key)
-    return None if values is None else stats.all_steps_mean(values)
+    return None if values is None else descriptive.all_steps_mean(values)
 
 
 def run_elapsed_min(data: BundleData, arm: str, seed: int) -> float | None:
@@ -268,8 +269,8 @@ def run_elapsed_min(data: BundleData, arm: str, seed: int) -> float | None:
     return None if text == "" else float(text) / 60
 
 
-def _summarise(values: list[float | None]) -> stats.Summary:
-    return stats.across_seeds([v for v in values if v is not None])
+def _summarise(values: list[float | None]) -> descriptive.Summary:
+    return descriptive.across_seeds([v for v in values if v is not None])
 
 
 def kl_not_applicable(data: BundleData, arm: str) -> str:
@@ -626,7 +627,7 @@ def paired_values(data: BundleData, metric: str, arm: str) -> dict[int, float]:
     return {s: v for s, v in values.items() if v is not None}
 
 
-def paired_mde(data: BundleData, diff: stats.PairedDifference) -> float | None:
+def paired_mde(data: BundleData, diff: descriptive.PairedDifference) -> float | None:
     """The smallest difference the pair's design detects at 80 % power, at the interval's α = 1 − CI level."""
     return minimum_detectable_effect(diff.summary.sd, diff.summary.n, 1 - data.ci_level, MDE_POWER)
 
@@ -639,7 +640,7 @@ class Comparison:
     label: str
     a: str
     b: str
-    diff: stats.PairedDifference
+    diff: descriptive.PairedDifference
 
 
 def paired_comparisons(data: BundleData) -> list[Comparison]:
@@ -648,7 +649,7 @@ def paired_comparisons(data: BundleData) -> list[Comparison]:
     for metric, label in PAIRED_METRICS:
         label = label.replace("Last-K", f"Last-{data.last_k}")
         for a, b in arm_pairs(data):
-            diff = stats.paired_difference(paired_values(data, metric, a), paired_values(data, metric, b), data.ci_level)
+            diff = descriptive.paired_difference(paired_values(data, metric, a), paired_values(data, metric, b), data.ci_level)
             out.append(Comparison(metric, label, a, b, diff))
     return out
 
@@ -838,7 +839,7 @@ def paired_table(data: BundleData, judged: list[Judged]) -> Table:
 
 
 def headline_table(data: BundleData, judged: list[Judged]) -> Table:
-    """The report's first sentence (``evidence.headline``), from the claims of the headline metric's pairs; one row."""
+    """The report's first sentence (``evidence.report.headline``), from the claims of the headline metric's pairs; one row."""
     pairs = [headline.Pair(display(data, j.comparison.a), display(data, j.comparison.b), j.claim, j.family, j.untested)
              for j in judged if j.comparison.metric == headline.HEADLINE_METRIC]
     sentence = headline.headline_sentence([display(data, a) for a in arms(data)], pairs, data.ci_level)
@@ -890,7 +891,7 @@ def eval_se_table(data: BundleData) -> Table:
             rates = prompt_rates(data, a, s)
             values = list(rates.values()) if rates else []
             k = {n for _, n in data.final_prompts[(a, s)].values()} if rates else set()
-            pass1 = stats.mean(values) if values else None
+            pass1 = descriptive.mean(values) if values else None
             se = noise.eval_standard_error(values)
             rows.append([a, data.arm_algo(a), s, job_id(data, a, s), len(values), k.pop() if len(k) == 1 else None,
                          pass1, se])
@@ -947,7 +948,7 @@ def eval_noise_table(data: BundleData) -> Table:
         low, high = interval if interval else (None, None)
         q_low, q_high = question if question else (None, None)
         n_prompts = len(r.rates[0]) if r.rates else None
-        mean = stats.mean(r.values) if r.values else None
+        mean = descriptive.mean(r.values) if r.values else None
         rows.append([headline.HEADLINE_METRIC, r.a, r.b, len(r.values), n_prompts, mean, seed_var, eval_var, ratio,
                      spread, low, high, crossed.CROSSED_METHOD, crossed.CROSSED_RESAMPLES, crossed.CROSSED_SEED,
                      q_low, q_high])
@@ -1023,7 +1024,7 @@ def k1_table(data: BundleData) -> Table:
             returns, raw = series(data, a, s, "rollout/returns"), series(data, a, s, "rollout/raw_reward")
             if returns is None or raw is None:
                 continue
-            check = stats.k1_activation(returns, raw, data.last_k)
+            check = descriptive.k1_activation(returns, raw, data.last_k)
             rows.append([a, s, job_id(data, a, s), check.all_steps, check.last_k, check.final_step])
             shown = f"{s} / {job_name_of(data, a, s)}" if only_plain_arm else \
                 f"{display(data, a)} {s} / {job_name_of(data, a, s)}"

@@ -15,10 +15,10 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from evidence import stats
 from evidence.dataset import BundleData
-from evidence.tables import arms as ordered_arms
-from evidence.tables import display
+from evidence.report.tables import arms as ordered_arms
+from evidence.report.tables import display
+from evidence.statistics import descriptive
 
 # name -> (title, metrics.jsonl key or None for the eval figure)
 FIGURES = {
@@ -81,7 +81,7 @@ def arm_colour(index: int) -> str:
 def moving_average(values: list[float], window: int = SMOOTHING_STEPS) -> list[float]:
     """Centred moving average: the mean of the up-to-``window`` values around each point (shorter at the ends)."""
     half = window // 2
-    return [stats.mean(values[max(0, i - half): i + half + 1]) for i in range(len(values))]
+    return [descriptive.mean(values[max(0, i - half): i + half + 1]) for i in range(len(values))]
 
 
 @dataclass
@@ -98,7 +98,7 @@ class Curve:
 
     def mean(self) -> list[float]:
         """The across-seed mean at each step, unsmoothed."""
-        return [stats.mean(values) for values in self.by_step]
+        return [descriptive.mean(values) for values in self.by_step]
 
 
 def curves(data: BundleData, arms: list[str], key: str) -> tuple[list[Curve], list[str]]:
@@ -216,8 +216,8 @@ def _eval_figure(data: BundleData, algos: list[str]):
                 continue
             x = i + (g - (len(groups) - 1) / 2) * width
             xs.append(x)
-            heights.append(stats.mean(values))
-            errors.append(stats.sample_sd(values) or 0.0)
+            heights.append(descriptive.mean(values))
+            errors.append(descriptive.sample_sd(values) or 0.0)
             dots += [(x, v) for v in values]
         bar_style = ({"color": CONTROL_COLOUR, "hatch": "//", "edgecolor": "grey"} if algo is None
                      else {"color": colours[algo]})

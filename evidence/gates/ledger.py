@@ -8,7 +8,7 @@ step: rows that are not the planned ones, or not in the planned order), and to `
 values the step logged: a metrics log copied from another run, or edited, differs). Every process must have planned
 the run ``run.json`` declares (a training split or order changed on resume plans other rows) and carry the same job
 nonce (one job's processes); a resume past a step nobody ran skips it; a completed run ran steps ``0 .. n - 1`` and
-its last chain is its plan's. The build's gate (``evidence.index``) and the audit (``evidence.audit.runs``, and the
+its last chain is its plan's. The build's gate (``evidence.gates.index``) and the audit (``evidence.audit.runs``, and the
 certificates' run check) call ``check_ledger``; the certificates read each job's start lines (``read_ledger``) as
 evidence of which processes wrote it.
 """

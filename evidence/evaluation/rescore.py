@@ -1,7 +1,7 @@
 """An evaluation re-derived from its rawest data: every response re-scored against the frozen subset's label
-(with the run's reward, ``evidence.rewards``, never the stored reward), the summary's statistics recomputed from the re-scored
+(with the run's reward, ``evidence.evaluation.rewards``, never the stored reward), the summary's statistics recomputed from the re-scored
 rewards, and the statistics no evaluation can report (``facts.evaluation.impossible_statistics``); the build's
-eval gate (``evidence.artifacts``) and the audit (``evidence.audit.evaluations``) both judge by it."""
+eval gate (``evidence.gates.artifacts``) and the audit (``evidence.audit.evaluations``) both judge by it."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def rescored_problems(summary: dict, responses: bytes, labels: dict[int, str], r
     differs, naming its line and row), each evaluated row's samples 0..k-1 there once each (a finding per
     duplicated, out-of-range or missing (row, sample), ``facts.evaluation.sample_problems``), and ``summary``'s statistics (in ``summary_file`` at ``where``) recomputed
     from the re-scored rewards (a finding per statistic that differs, with the recomputed value). ``scorer``: the
-    run's reward (``evidence.rewards.rescoring``; default the embedded default's)."""
+    run's reward (``evidence.evaluation.rewards.rescoring``; default the embedded default's)."""
     records, rewards, problems, pairs = _records(responses, labels, responses_file, scorer)
     problems = capped(problems)
     if not records:

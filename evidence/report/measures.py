@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from evidence import stats
 from evidence.dataset import EVAL_FLOAT_COLUMNS, BundleData
-from evidence.tables import accepted_runs, eval_runs, series
+from evidence.report.tables import accepted_runs, eval_runs, series
+from evidence.statistics import descriptive
 
 EVAL_PREFIX = "eval/"
 FINAL, LAST_K = "final", "last_k"
@@ -93,7 +93,7 @@ def run_value(data: BundleData, measure: Measure, arm: str, seed: int) -> float 
     if (arm, seed) not in data.steps:
         return None
     values = series(data, arm, seed, measure.metric)
-    return None if values is None else stats.last_k_mean(values, measure.window(data))
+    return None if values is None else descriptive.last_k_mean(values, measure.window(data))
 
 
 def arm_values(data: BundleData, measure: Measure, arm: str) -> dict[int, float]:
@@ -116,4 +116,4 @@ def trajectory(data: BundleData, measure: Measure, arm: str, seed: int) -> list[
     if not values:
         return []
     k = min(measure.window(data), len(values))
-    return [stats.mean(values[end - k:end]) for end in range(k, len(values) + 1)]
+    return [descriptive.mean(values[end - k:end]) for end in range(k, len(values) + 1)]

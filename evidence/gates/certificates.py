@@ -5,7 +5,7 @@ A certificate job (``facts.certify``) is the original's command run again from s
 before a step and resumed by a new trainer process (``resume``). It reproduces its original when
 
     run          it completed (a rerun from step 0; a resume resumed at its planned step, run.json's resumed_from),
-                 and its data ledger holds (``evidence.ledger``: its metrics log is the one its own trainer logged),
+                 and its data ledger holds (``evidence.gates.ledger``: its metrics log is the one its own trainer logged),
     identity     it is a job of its own, not a copy of the original's files: its job.json is the certificate job's
                  (its certify record, its own job nonce), and each side's ledger was written by that side's own
                  processes (a start line's job nonce is its job.json's; no process's entropy draw appears on both
@@ -27,7 +27,7 @@ import struct
 from pathlib import Path
 
 from evidence.fileio import JSONError, read_json
-from evidence.ledger import check_ledger, read_ledger
+from evidence.gates.ledger import check_ledger, read_ledger
 from facts import checkpoint_name, loads_strict, sha256_file
 from facts.certify import CERTIFY_FIELD, NOT_REPRODUCED, PERF_PREFIX, RESUME, STOP_SETTING
 from facts.engines import TORCH_ENGINE, VLLM_ENGINE
@@ -373,7 +373,7 @@ def incident_title(cert: dict) -> str:
 
 
 def certificate_incidents(certificates: dict | None) -> list[dict]:
-    """One ``not-reproduced`` incident row (``evidence.incidents``'s columns but the id) per failed certificate."""
+    """One ``not-reproduced`` incident row (``evidence.gates.incidents``'s columns but the id) per failed certificate."""
     rows = []
     for cert in (certificates or {}).get("certificates", []):
         if not cert["reproduced"]:

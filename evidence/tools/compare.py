@@ -21,21 +21,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evidence import stats
 from evidence.dataset import EVAL_FLOAT_COLUMNS, BundleData, csv_text
 from evidence.fileio import JSONError
-from evidence.measures import EVAL_PREFIX, LAST_K, POINTS_PER_UNIT, Measure, arm_values, parse_measure
 from evidence.problems import CompareError, LoadError
-from evidence.results import read_evidence
-from evidence.statistics import MDE_POWER, minimum_detectable_effect
+from evidence.report.measures import EVAL_PREFIX, LAST_K, POINTS_PER_UNIT, Measure, arm_values, parse_measure
+from evidence.report.tables import arms as arm_order
+from evidence.report.tables import trainer_of
+from evidence.statistics import MDE_POWER, descriptive, minimum_detectable_effect
 from evidence.statistics.resampling import (
     BOOTSTRAP_METHOD,
     BOOTSTRAP_RESAMPLES,
     BOOTSTRAP_SEED,
     paired_bootstrap_interval,
 )
-from evidence.tables import arms as arm_order
-from evidence.tables import trainer_of
+from evidence.tools.load import read_evidence
 from facts.files import SWEEP_RECORD
 from facts.trainers import PROOFGRID_TRAINER
 
@@ -251,7 +250,7 @@ def compare_arm(measure: Measure, arm: str, a: BundleData, b: BundleData) -> dic
     """One table row: the measure of ``arm`` in A and in B, and B − A by seed where the seeds match.
     ``notes`` lists what a reader must know about the row (the CSV's ``note`` joins them with "; ")."""
     values_a, values_b = arm_values(a, measure, arm), arm_values(b, measure, arm)
-    sum_a, sum_b = stats.across_seeds(list(values_a.values())), stats.across_seeds(list(values_b.values()))
+    sum_a, sum_b = descriptive.across_seeds(list(values_a.values())), descriptive.across_seeds(list(values_b.values()))
     scale = POINTS_PER_UNIT if measure.is_rate else 1.0
     row = {"metric": measure.metric, "at": measure.at, "last_k": measure.last_k if measure.at == LAST_K else None,
            "arm": arm, "n_a": sum_a.n, "n_b": sum_b.n, "a_mean": sum_a.mean, "a_sd": sum_a.sd,
@@ -268,7 +267,7 @@ def compare_arm(measure: Measure, arm: str, a: BundleData, b: BundleData) -> dic
         logs = measure.is_eval or measure.metric in logged_metrics(data)
         notes.append(f"no accepted run in {side}" if logs or not data.accepted else f"{side} does not log {measure.metric}")
     elif set(values_a) == set(values_b):
-        paired = stats.paired_difference({s: scale * v for s, v in values_b.items()},
+        paired = descriptive.paired_difference({s: scale * v for s, v in values_b.items()},
                                          {s: scale * v for s, v in values_a.items()}, a.ci_level)
         row.update(pairing="paired", n_pairs=paired.summary.n, diff_mean=paired.summary.mean,
                    diff_sd=paired.summary.sd)
@@ -278,7 +277,7 @@ def compare_arm(measure: Measure, arm: str, a: BundleData, b: BundleData) -> dic
         else:
             notes.append("one seed: no SD or interval")
     else:
-        welch = stats.welch_difference([scale * v for v in values_a.values()],
+        welch = descriptive.welch_difference([scale * v for v in values_a.values()],
                                        [scale * v for v in values_b.values()], a.ci_level)
         row.update(pairing="unpaired", diff_mean=welch.mean)
         if welch.interval:
@@ -291,7 +290,7 @@ def compare_arm(measure: Measure, arm: str, a: BundleData, b: BundleData) -> dic
     return row
 
 
-def _beside_the_interval(differences: list[float], summary: stats.Summary, level: float) -> dict:
+def _beside_the_interval(differences: list[float], summary: descriptive.Summary, level: float) -> dict:
     """What the report's paired table gives beside a t-interval (``evidence.statistics``): the minimum detectable
     effect at 80 % power and α = 1 − ``level`` from the differences' SD and n, and the paired bootstrap interval
     (resampling the seeds with their pairs), its method, resamples and seed."""
@@ -341,8 +340,8 @@ def compare_many(sides: list[Side], measures: list[Measure], force: bool = False
     for measure in measures:
         scale = POINTS_PER_UNIT if measure.is_rate else 1.0
         for arm in arms:
-            summaries = [stats.across_seeds(list(arm_values(side.data, measure, arm).values()))
-                         if arm in side.data.arms else stats.Summary(0, None, None) for side in sides]
+            summaries = [descriptive.across_seeds(list(arm_values(side.data, measure, arm).values()))
+                         if arm in side.data.arms else descriptive.Summary(0, None, None) for side in sides]
             first = summaries[0].mean
             for number, (side, summary) in enumerate(zip(sides, summaries), start=1):
                 later = number > 1 and first is not None and summary.mean is not None
@@ -493,7 +492,7 @@ COLUMNS_MANY = ("metric", "at", "last_k", "arm", "input", "name", "n", "mean", "
                 "change_pct_vs_first", "note")
 
 
-def compare_paths(path_a, path_b, metrics: list[str] | None = None, last_k: int = stats.DEFAULT_LAST_K,
+def compare_paths(path_a, path_b, metrics: list[str] | None = None, last_k: int = descriptive.DEFAULT_LAST_K,
                   force: bool = False, csv_path: str | Path | None = None, more=()) -> str:
     """Load, compare, write the CSV if asked; returns the markdown. With ``more`` paths beyond A and B,
     the table across all of them. Raises ``CompareError`` (one line)."""

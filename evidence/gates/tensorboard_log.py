@@ -245,10 +245,10 @@ def read_hparams(directory: str | Path) -> dict[str, bool | float | str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m evidence.tensorboard_log <dir>``: each tag's point count and step range, then the problems."""
+    """``python -m evidence.gates.tensorboard_log <dir>``: each tag's point count and step range, then the problems."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m evidence.tensorboard_log <directory of event files>", file=sys.stderr)
+        print("usage: python -m evidence.gates.tensorboard_log <directory of event files>", file=sys.stderr)
         return 2
     log = read_scalars(args[0])
     for tag in log.tags:

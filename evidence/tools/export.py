@@ -41,14 +41,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evidence import stats
 from evidence.dataset import EVAL_FLOAT_COLUMNS, BundleData
 from evidence.fileio import environment
-from evidence.measures import EVAL_PREFIX
 from evidence.problems import ExportError
-from evidence.results import ARCHIVE_SUFFIXES, read_evidence
-from evidence.tables import accepted_runs, flatten
-from evidence.tables import arms as arm_order
+from evidence.report.measures import EVAL_PREFIX
+from evidence.report.tables import accepted_runs, flatten
+from evidence.report.tables import arms as arm_order
+from evidence.statistics import descriptive
+from evidence.tools.load import ARCHIVE_SUFFIXES, read_evidence
 from facts.extras import EXTRAS
 from facts.files import (
     BUNDLE_DIR,
@@ -358,7 +358,7 @@ def check_runs(runs: list[RunExport]) -> None:
 
 
 def export(path: str | Path, to: str, out: str | Path | None = None, project: str | None = None,
-           last_k: int = stats.DEFAULT_LAST_K, force: bool = False) -> ExportResult:
+           last_k: int = descriptive.DEFAULT_LAST_K, force: bool = False) -> ExportResult:
     """Export the accepted runs of a sweep directory, a bundle directory or a bundle archive to ``to``
     (``wandb`` or ``mlflow``) under ``out`` (default ``default_out``). ``project`` is the W&B project or
     the MLflow experiment (default ``proofgrid`` / the input's name). An input whose bundle's audit has

@@ -1,6 +1,6 @@
 """The frozen evaluation subset re-derived from the pinned test split it was cut from.
 
-Every response is re-scored against the subset's labels (``evidence.evaluations``), and the subset file is
+Every response is re-scored against the subset's labels (``evidence.evaluation.rescore``), and the subset file is
 pinned by the summaries' ``subset_sha256``; but a forger who edits a label rewrites that digest too. What
 they cannot rewrite is the test split itself: the run's ``run.json`` pins it by SHA256 (``inputs``, checked
 by the trainer before it ran), and the subset is a pure function of it and the evaluation's settings, the
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
-from evidence.rewards import recorded_reward
+from evidence.evaluation.rewards import recorded_reward
 from facts.containers import contained_command
 from facts.evaluation import subset_bytes, subset_labels
 from facts.files import TRAINER_FIELD, sha256_file

@@ -12,7 +12,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evidence.artifacts import (
+from evidence.fileio import JSONError, read_json
+from evidence.gates.artifacts import (
     EVIDENCE_LINK,
     ArtifactDigest,
     check_checkpoint,
@@ -27,12 +28,11 @@ from evidence.artifacts import (
     final_model_of,
     primary_artifacts,
 )
-from evidence.fileio import JSONError, read_json
-from evidence.judged import changed_while_judged, job_file_digests
-from evidence.ledger import check_ledger
-from evidence.metrics_log import MetricsLog, validate_metrics
+from evidence.gates.judged import changed_while_judged, job_file_digests
+from evidence.gates.ledger import check_ledger
+from evidence.gates.metrics_log import MetricsLog, validate_metrics
+from evidence.gates.ranks import check_ranks
 from evidence.problems import Problem
-from evidence.ranks import check_ranks
 from evidence.sweep import Sweep, algo_name, job_name
 from facts import EVAL_RECORD, JOB_RUN_DIR, JOBS_DIR, RUN_RECORD
 from facts.engines import IDENTICAL_GROUPS_BOUND
@@ -64,7 +64,7 @@ class JobEvidence:
     anomalies: list[Problem] = field(default_factory=list)  # reported, not rejecting
     exclusion: str | None = None  # manual exclusion from incidents.yaml
     artifacts: list[ArtifactDigest] = field(default_factory=list)
-    judged: dict[str, str] | None = None  # the job's files' SHA256 when it was judged (digests=True; evidence.judged)
+    judged: dict[str, str] | None = None  # the job's files' SHA256 when it was judged (digests=True; evidence.gates.judged)
 
     def __post_init__(self):
         self.arm = self.arm or self.algo

@@ -27,15 +27,6 @@ from pathlib import Path
 
 import bagit
 
-from evidence.artifacts import EVAL_KINDS, SHA256_HEX, shared_initial_dir
-from evidence.certificates import (
-    CHECKPOINT_COLUMNS,
-    certificate_incidents,
-    certified_jobs,
-    checkpoint_rows,
-    compute_certificates,
-)
-from evidence.crate import write_crate
 from evidence.dataset import (
     ARTIFACT_COLUMNS,
     EVAL_COLUMNS,
@@ -44,9 +35,16 @@ from evidence.dataset import (
     step_columns,
     write_csv,
 )
-from evidence.figures import render_figures
 from evidence.fileio import JSONError, dumps_json, environment, parse_json, read_json, sha256_file, write_text
-from evidence.incidents import (
+from evidence.gates.artifacts import EVAL_KINDS, SHA256_HEX, shared_initial_dir
+from evidence.gates.certificates import (
+    CHECKPOINT_COLUMNS,
+    certificate_incidents,
+    certified_jobs,
+    checkpoint_rows,
+    compute_certificates,
+)
+from evidence.gates.incidents import (
     ATTEMPTS_DIR,
     INCIDENT_COLUMNS,
     INCIDENTS_FILE,
@@ -54,23 +52,25 @@ from evidence.incidents import (
     derive_incidents,
     load_user_incidents,
 )
-from evidence.index import INDEX_COLUMNS, JobEvidence, evaluate_sweep, index_row
-from evidence.judged import JUDGED_COLUMNS, JobFiles, refuse_changed
-from evidence.layout import unexpected_files
-from evidence.plan import sweep_plan_problems
-from evidence.png import document_text
-from evidence.problems import IncidentsFileError, LeakError, Problem, SweepError
-from evidence.ranks import (
+from evidence.gates.index import INDEX_COLUMNS, JobEvidence, evaluate_sweep, index_row
+from evidence.gates.judged import JUDGED_COLUMNS, JobFiles, refuse_changed
+from evidence.gates.plan import sweep_plan_problems
+from evidence.gates.ranks import (
     RENDEZVOUS_ADDRESS_PLACEHOLDER,
     path_free_placement,
     placement_addresses,
     placement_hosts,
 )
-from evidence.report import render_report
-from evidence.sanitize import Sanitizer, payload_findings, payload_note, strip_abs_keys
-from evidence.stats import CI_LEVEL, DEFAULT_LAST_K
+from evidence.problems import IncidentsFileError, LeakError, Problem, SweepError
+from evidence.report.figures import render_figures
+from evidence.report.png import document_text
+from evidence.report.sections import render_report
+from evidence.report.tables import compute_tables
+from evidence.seal.crate import write_crate
+from evidence.seal.layout import unexpected_files
+from evidence.seal.sanitize import Sanitizer, payload_findings, payload_note, strip_abs_keys
+from evidence.statistics.descriptive import CI_LEVEL, DEFAULT_LAST_K
 from evidence.sweep import job_name, read_sweep
-from evidence.tables import compute_tables
 from evidence.verdict.probe import refuse_failed_probe
 from evidence.verdict.record import write_verdict
 from evidence.verdict.stages import add_experiment
@@ -144,7 +144,7 @@ class BuildResult:
     archive_sha256: str
     jobs: list[dict] = field(default_factory=list)  # index rows
     incidents: list[Incident] = field(default_factory=list)
-    plan_problems: list[Problem] = field(default_factory=list)  # the sweep's plan against its jobs (evidence.plan)
+    plan_problems: list[Problem] = field(default_factory=list)  # the sweep's plan against its jobs (evidence.gates.plan)
     notes: list[Problem] = field(default_factory=list)  # the leak scan's notes: sealed as written, said here
 
     @property
@@ -202,7 +202,7 @@ def _sanitizer(sweep_dir: Path, evidences: list[JobEvidence], certified: dict[st
 def _unlinked(root: Path | None, path: Path) -> bool:
     """``path`` (inside the job directory ``root``) is reached without a link and is no FIFO, socket or device
     (``facts.files.linked_part``): the only way the bundle copies a job's file. The job's gate has rejected the job
-    naming every other one (``evidence.artifacts.check_unfollowed``), so none is dropped without a word."""
+    naming every other one (``evidence.gates.artifacts.check_unfollowed``), so none is dropped without a word."""
     return root is None or linked_part(root, path.relative_to(root).as_posix(), ()) is None
 
 
@@ -336,7 +336,7 @@ def _write_payload(sweep, evidences: list[JobEvidence], incidents: list[Incident
     _copy_eval_subsets(sweep.dir, evidences, stage)
     for name in (INCIDENTS_FILE, COMMANDS_FILE):
         _copy_text(sweep.dir / name, stage / name, clean)
-    changed, judged = [], []  # what was judged is what is sealed (evidence.judged)
+    changed, judged = [], []  # what was judged is what is sealed (evidence.gates.judged)
     for evidence in evidences:
         job_dir = sweep_job_dir(sweep.dir, evidence.job)
         if evidence.present and job_dir.is_dir() and _unlinked(sweep.dir, job_dir):  # never a linked job directory
@@ -352,7 +352,7 @@ def _write_payload(sweep, evidences: list[JobEvidence], incidents: list[Incident
 def _write_certify_files(sweep, stage: Path, clean: Sanitizer) -> None:
     """certify=true: data/certify/<job>.<kind>/, each certificate job's copy (metrics, final responses byte for
     byte, records, logs), and data/certify/checkpoints.csv, the content digest of each file of the final checkpoint
-    of every certified job and certificate job (``evidence.certificates``; the checkpoints are not in the bundle)."""
+    of every certified job and certificate job (``evidence.gates.certificates``; the checkpoints are not in the bundle)."""
     jobs = certified_jobs(sweep.record)
     rows = []
     for job in dict.fromkeys(j["of"] for j in jobs.values()):
@@ -470,7 +470,7 @@ def make_bag(stage: Path, bag_info: dict[str, str]) -> None:
 def leak_scan(root: Path, clean: Sanitizer) -> tuple[list[Problem], list[Problem]]:
     """``(leaks, notes)``: every leak in every file under ``root`` (and in the file names), named by its relative
     path; what a model's response or a dataset's text holds that only looks like one is a note
-    (``evidence.sanitize.payload_findings``)."""
+    (``evidence.seal.sanitize.payload_findings``)."""
     leaks, notes = [], []
     paths = sorted(root.rglob("*"))
     rels = [path.relative_to(root).as_posix() for path in paths]

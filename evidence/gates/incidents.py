@@ -24,7 +24,7 @@ Automatic kinds: ``missing-job``, ``rejected``, ``all-zero-eval-reward``, ``evid
 is not a regular one, in the job's evidence: never followed, so the job is rejected naming it), ``manual-exclusion``,
 ``scheduler-state``, ``commit-mismatch``, ``all-zero-train-reward``, ``not-reproduced`` (a certificate job of
 ``certify=true`` that does not reproduce its original), ``identical-groups`` (steps whose share of rollout groups
-with K identical responses passed ``facts.engines.IDENTICAL_GROUPS_BOUND``: ``evidence.index.rollout_diversity``);
+with K identical responses passed ``facts.engines.IDENTICAL_GROUPS_BOUND``: ``evidence.gates.index.rollout_diversity``);
 user incidents are ``user``.
 
 A job's history is part of its evidence even after a successful re-run: every earlier attempt
@@ -42,9 +42,9 @@ from pathlib import Path
 
 import yaml
 
-from evidence.artifacts import ALL_ZERO_EVAL, EVIDENCE_LINK
 from evidence.fileio import JSONError, read_json
-from evidence.index import JobEvidence
+from evidence.gates.artifacts import ALL_ZERO_EVAL, EVIDENCE_LINK
+from evidence.gates.index import JobEvidence
 from evidence.problems import IncidentsFileError
 from facts import checkpoint_name, run_dir_of_job, sweep_job_dir
 from facts.failures import failure_cause
@@ -239,7 +239,7 @@ def derive_incidents(evidences: list[JobEvidence], user: UserIncidents, sweep_di
                      certificates: list[dict] = ()) -> list[Incident]:
     """Every incident of the sweep, numbered in job order, user-only incidents last. With
     ``sweep_dir``, each job's earlier attempts and recorded stops come first in its rows. ``certificates``:
-    the failed reproducibility certificates' rows (``evidence.certificates.certificate_incidents``), after the jobs'."""
+    the failed reproducibility certificates' rows (``evidence.gates.certificates.certificate_incidents``), after the jobs'."""
     rows: list[dict] = []
     for evidence in evidences:
         if sweep_dir is not None and evidence.present:

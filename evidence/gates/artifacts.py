@@ -21,11 +21,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NamedTuple
 
-from evidence.evaluations import RESPONSES_MISSING, read_subset, rescored_problems, statistics_problems
+from evidence.evaluation.rescore import RESPONSES_MISSING, read_subset, rescored_problems, statistics_problems
+from evidence.evaluation.rewards import rescoring
+from evidence.evaluation.subset_source import check_subset, declared_difference, subset_source
 from evidence.fileio import JSONError, parse_json, read_json, read_with_sha256, sha256_file
 from evidence.problems import Problem
-from evidence.rewards import rescoring
-from evidence.subset_source import check_subset, declared_difference, subset_source
 from facts import (
     EVAL_RECORD,
     FINAL_MODEL_FIELD,
@@ -518,7 +518,7 @@ def check_eval(run_dir: Path, final_checkpoint: str | None, expected_responses: 
 
 def subset_rederived(run_dir: Path, run_summary, subset_file: str) -> list[Problem]:
     """The run's subset file against the subset cut again from the test split its ``run_summary`` (run.json)
-    pins (``evidence.subset_source``), where the split with its pinned bytes is at hand: a finding naming the
+    pins (``evidence.evaluation.subset_source``), where the split with its pinned bytes is at hand: a finding naming the
     first row that differs; [] when they agree or the split is not at hand (the trainer checked its pin before
     it ran)."""
     source = subset_source(run_summary) if isinstance(run_summary, dict) else None
@@ -543,7 +543,7 @@ def rescore_run(run_dir: Path, summary: dict, sweep_dir: Path | None, shared_che
                 run_summary=None) -> list[Problem]:
     """Every response of the run's evaluations re-scored against its frozen subset (``run/eval/subset.json``,
     pinned by the final summary's ``subset_sha256``) and each summary recomputed from the re-scored rewards
-    (``evidence.evaluations``): the final one's and the initial one's, a shared initial evaluation's responses
+    (``evidence.evaluation.rescore``): the final one's and the initial one's, a shared initial evaluation's responses
     in ``sweep_dir`` (its problems named under its own file), re-scored once per ``shared_checks`` (the
     cache ``check_shared_reference`` keeps across a sweep's jobs: each job's entry equals the shared one)."""
     subset_file = run_relpath(EVAL_RESPONSES_DIR, EVAL_SUBSET)
@@ -579,7 +579,7 @@ def rescore_run(run_dir: Path, summary: dict, sweep_dir: Path | None, shared_che
             record = shared.record if shared is not None else None
             scorer = rescoring(record.get("identity") if isinstance(record, dict) else None, name).scorer
         if scorer is None:
-            continue  # not re-derived without the reviewer's function (evidence.rewards): the audit says so
+            continue  # not re-derived without the reviewer's function (evidence.evaluation.rewards): the audit says so
         try:
             found = rescored_problems(stated, path.read_bytes(), labels, name, summary_file, kind, scorer)
         except OSError:
@@ -609,7 +609,7 @@ def check_run_outputs(job_record: dict, run_dir: Path, job_digests: dict[str, st
     ``run_outputs_sha256``, ``facts.files.run_output_digests``): one that changed, appeared or went since was written
     by something outside the job's life (a process that escaped it, a hand edit), and the job is rejected naming it.
     A record that states no digests (a runtime before them, a job that never ran) is held to nothing here.
-    ``job_digests``: the build's digests of the job directory's files (``evidence.judged.job_file_digests``, keyed
+    ``job_digests``: the build's digests of the job directory's files (``evidence.gates.judged.job_file_digests``, keyed
     relative to the job directory), read instead of hashing the run's records a second time."""
     recorded = job_record.get(RUN_OUTPUTS_FIELD)
     if recorded is None:

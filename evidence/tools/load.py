@@ -22,7 +22,6 @@ from pathlib import Path
 import pyarrow as pa
 from pyarrow import csv as pa_csv
 
-from evidence import stats
 from evidence.audit.archive import check_members, extracted
 from evidence.audit.bag import check_bag
 from evidence.dataset import (
@@ -37,9 +36,10 @@ from evidence.dataset import (
     step_columns,
 )
 from evidence.fileio import JSONError, read_json
-from evidence.incidents import INCIDENT_COLUMNS, derive_incidents, load_user_incidents
-from evidence.index import INDEX_COLUMNS, evaluate_sweep, index_row
+from evidence.gates.incidents import INCIDENT_COLUMNS, derive_incidents, load_user_incidents
+from evidence.gates.index import INDEX_COLUMNS, evaluate_sweep, index_row
 from evidence.problems import EvidenceError, IncidentsFileError, LoadError, Problem, SweepError
+from evidence.statistics import descriptive
 from evidence.sweep import job_name, read_sweep
 from facts.files import (
     BUNDLE_PAYLOAD,
@@ -144,7 +144,7 @@ def _from_sweep(path: Path, last_k: int) -> BundleData:
     user = load_user_incidents(path, {job_name(a, s) for a, s in sweep.jobs})
     evidences = evaluate_sweep(sweep, user.excluded_jobs)
     incidents = [{k: cell(v) for k, v in i.row().items()} for i in derive_incidents(evidences, user, path)]
-    data = BundleData(sweep=sweep.record, settings={"last_k": last_k, "ci_level": stats.CI_LEVEL,
+    data = BundleData(sweep=sweep.record, settings={"last_k": last_k, "ci_level": descriptive.CI_LEVEL,
                                                     "n_updates": sweep.n_updates},
                       index=[{k: cell(v) for k, v in index_row(e).items()} for e in evidences], incidents=incidents)
     for e in evidences:
@@ -168,7 +168,7 @@ def input_name(path: Path) -> str:
     return f"{path.resolve().parent.name}/{path.name}" if path.name.startswith("bundle") else path.name
 
 
-def read_evidence(path: str | Path, last_k: int = stats.DEFAULT_LAST_K,
+def read_evidence(path: str | Path, last_k: int = descriptive.DEFAULT_LAST_K,
                   verify: bool = False) -> tuple[str, BundleData, dict[str, str] | None]:
     """``(name, data, tables)`` of a sweep directory, a bundle directory or a bundle archive; ``tables``
     is the bundle's sealed ``tables/*.csv`` text, None for a sweep evaluated in memory. With ``verify``
@@ -247,13 +247,13 @@ class Results:
         return table.to_pandas()
 
 
-def load(path: str | Path, last_k: int = stats.DEFAULT_LAST_K) -> Results:
+def load(path: str | Path, last_k: int = descriptive.DEFAULT_LAST_K) -> Results:
     """The results of a sweep directory, a bundle directory or a bundle archive (``.tar.gz``).
 
     ``last_k`` is the stability tables' window for a sweep without a built bundle (a bundle keeps its
     own). Raises ``LoadError`` (one line) for a path that is none of those.
     """
-    from evidence.tables import compute_tables  # the report's tables, for a sweep evaluated in memory
+    from evidence.report.tables import compute_tables  # the report's tables, for a sweep evaluated in memory
 
     name, data, table_files = read_evidence(path, last_k)
     if table_files is None:

@@ -1,0 +1,2 @@
+"""What a user runs on a sweep or a bundle besides build and audit: compare, load (pyarrow tables), export
+(W&B, MLflow)."""
