@@ -11,7 +11,7 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-# The CPU build of torch. A GPU user installs the CUDA build first (see README) and sets TORCH_SPEC=.
+# The CPU build of torch. A GPU user installs the CUDA build first (docs/install.md) and sets TORCH_SPEC=.
 TORCH_SPEC ?= torch==2.13.0
 PIP_FLAGS ?= --disable-pip-version-check -q
 STAMP  := $(VENV)/.installed
