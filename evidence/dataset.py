@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from evidence.fileio import JSONError, read_json, write_text
+from evidence.fileio import JSONError, read_csv, read_json, write_text
 from evidence.gates.certificates import compute_certificates
 from evidence.gates.metrics_log import COMMON_KEYS
 from evidence.sweep import read_arms
 from facts import loads_strict
+from facts.bundle_layout import EVAL_FLOAT_COLUMNS
 from facts.evaluation import prompt_counts
 from facts.files import (
     BUNDLE_RUNS_DIR,
@@ -46,7 +47,6 @@ EVAL_COLUMNS = EVAL_ID_COLUMNS + (
     "initial_eval",  # an initial row's shared evaluation (initial_eval/<key12>), empty for a run's own
 )
 EVAL_INT_COLUMNS = ("n_prompts", "k", "n_responses", "eval_seed")
-EVAL_FLOAT_COLUMNS = ("pass@1", "pass@2", "pass@4", "truncation", "mean_length", "mean_reward")
 ARTIFACT_COLUMNS = ("job", "path", "bytes", "sha256")
 SETTINGS_FILE = EVIDENCE_SETTINGS
 
@@ -76,15 +76,6 @@ def csv_text(columns, rows) -> str:
 
 def write_csv(path: str | Path, columns, rows) -> None:
     write_text(path, csv_text(columns, rows))
-
-
-def read_csv(path: str | Path) -> tuple[list[str], list[dict[str, str]]]:
-    """Header and rows (as str cells) of a CSV file."""
-    with open(path, encoding="utf-8", newline="") as handle:
-        reader = csv.reader(handle)
-        header = next(reader, [])
-        rows = [dict(zip(header, r)) for r in reader]
-    return header, rows
 
 
 def step_columns(metric_keys) -> tuple[str, ...]:

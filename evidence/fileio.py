@@ -3,6 +3,7 @@ deterministic writes."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 from collections.abc import Iterator
@@ -68,3 +69,12 @@ def environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def read_csv(path: str | Path) -> tuple[list[str], list[dict[str, str]]]:
+    """Header and rows (as str cells) of a CSV file."""
+    with open(path, encoding="utf-8", newline="") as handle:
+        reader = csv.reader(handle)
+        header = next(reader, [])
+        rows = [dict(zip(header, r)) for r in reader]
+    return header, rows

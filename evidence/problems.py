@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from study import spec
+
 # Reported per file before the rest are summarised, so one broken table does not bury the others.
 MAX_PER_FILE = 20
 
@@ -72,8 +74,9 @@ class IncidentsFileError(EvidenceError):
     """``incidents.yaml`` does not follow the schema (one-line message)."""
 
 
-class VerdictError(EvidenceError, ValueError):
-    """An experiment spec or its evidence that cannot give a verdict (one-line message)."""
+# An experiment spec or its evidence that cannot give a verdict (one-line message): stated with the spec, in
+# ``study.spec``, which the launcher reads too; a ValueError, not an EvidenceError.
+VerdictError = spec.VerdictError
 
 
 class LoadError(EvidenceError):

@@ -72,6 +72,8 @@ from facts.ranks import RANKS_DIR
 # An experiment's stages before confirm, whose evidence (their whole data/) the confirm stage's bundle carries,
 # and the records the launcher writes at a stage's root (the probe's checks), carried beside that data.
 EARLIER_STAGES = (PROBE_STAGE, TUNING_STAGE)
+# eval.csv's per-evaluation rates and means: the columns an experiment's eval/<name> measure may name.
+EVAL_FLOAT_COLUMNS = ("pass@1", "pass@2", "pass@4", "truncation", "mean_length", "mean_reward")
 STAGE_RECORDS = {PROBE_STAGE: (PROBE_RECORD, GRADIENT_RECORD)}
 
 # What each placeholder stands for: one path component (or the part of one that it is).

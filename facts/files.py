@@ -105,6 +105,7 @@ LOGS_DIR = "logs"
 # An experiment's stages (sibling sweeps of its directory) and the records the launcher writes at the probe
 # stage's root; the confirm stage's bundle carries each earlier stage's data/ under data/stages/<stage>/.
 PROBE_STAGE, TUNING_STAGE, CONFIRM_STAGE = "probe", "tuning", "confirm"
+STAGES = (PROBE_STAGE, TUNING_STAGE, CONFIRM_STAGE)  # an experiment's stages, in the order they run
 STAGES_DIR = "stages"
 STAGE_FIELD = "stage"  # a stage's sweep.json (and its plan): which stage of an experiment the sweep is
 PROBE_RECORD = "probe.json"  # per arm: step cost, peak memory; the declared checks and the budget

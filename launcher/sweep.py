@@ -24,7 +24,7 @@ from launcher.locks import sweep_lock
 from launcher.plan import dry_run_lines, write_plan
 from launcher.spec import JobSpec, Sweep
 
-HEADLINE_TABLE = "headline.csv"  # evidence.report.tables.headline_table: one row, the report's first sentence
+HEADLINE_TABLE = "headline.csv"  # evidence.tables.headline_table: one row, the report's first sentence
 
 
 def run_sweep(sweep: Sweep) -> int:
@@ -132,10 +132,10 @@ def job_arms(sweep_dir: Path) -> dict[str, str]:
 
 def arm_names(data_dir: Path) -> dict[str, str]:
     """Arm label -> the name the report gives it (an experiment spec's arm name, the algorithm a trainer declares
-    it runs, ``GRPO`` for the plain ``grpo`` arm: ``evidence.report.tables.display``), from the sealed bundle's data."""
+    it runs, ``GRPO`` for the plain ``grpo`` arm: ``evidence.tables.display``), from the sealed bundle's data."""
     # with the build's own imports: only a sealed sweep reads them
     from evidence.dataset import load_bundle_data
-    from evidence.report.tables import display
+    from evidence.tables import display
 
     data = load_bundle_data(data_dir)
     return {arm: display(data, arm) for arm in data.arms}
@@ -170,7 +170,7 @@ def print_eval_summary(tables_dir: Path, jobs: list[dict], arms: dict[str, str],
             return list(csv.DictReader(f))
 
     # imported here, as seal's evidence is: a dry run, status and cancel skip its ~0.3 s
-    from evidence.report.tables import fmt
+    from evidence.tables import fmt
 
     rows = {(_arm(r), r["checkpoint"]): r for r in read("eval_aggregate.csv")}
     initial = read("eval_initial.csv")

@@ -16,8 +16,6 @@ from evidence.evaluation.rewards import recorded_reward, rescoring
 from evidence.fileio import JSONError, read_json
 from evidence.gates.artifacts import EVAL_KINDS, shared_initial_dir
 from evidence.problems import Problem, VerdictError
-from evidence.report.measures import EVAL_PREFIX
-from evidence.verdict.spec import parse_experiment
 from facts.bundle_layout import fits
 from facts.evaluation import impossible_value
 from facts.files import (
@@ -35,6 +33,8 @@ from facts.files import (
     eval_responses_name,
 )
 from facts.reward import is_user_reward
+from study.measure import EVAL_PREFIX
+from study.spec import parse_experiment
 
 
 class _Payload:

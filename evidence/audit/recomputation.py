@@ -7,10 +7,11 @@ import io
 import math
 from pathlib import Path
 
-from evidence.dataset import BundleData, read_csv
+from evidence.dataset import BundleData
+from evidence.fileio import read_csv
 from evidence.problems import Problem, capped
 from evidence.report.sections import render_report
-from evidence.report.tables import compute_tables
+from evidence.tables import compute_tables
 from facts.files import TABLES_DIR, payload_relpath
 
 

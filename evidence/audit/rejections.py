@@ -16,9 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from evidence.audit.evaluations import run_evaluation_problems
-from evidence.dataset import BundleData, read_csv
+from evidence.dataset import BundleData
 from evidence.evaluation.subset_source import check_subset, declared_difference, subset_source
-from evidence.fileio import JSONError, read_json
+from evidence.fileio import JSONError, read_csv, read_json
 from evidence.gates.artifacts import (
     EVAL_KINDS,
     EVIDENCE_LINK,

@@ -9,8 +9,8 @@ import json
 import math
 from pathlib import Path
 
-from evidence.dataset import EVAL_COLUMNS, EVAL_ID_COLUMNS, BundleData, read_csv
-from evidence.fileio import JSONError, read_json
+from evidence.dataset import EVAL_COLUMNS, EVAL_ID_COLUMNS, BundleData
+from evidence.fileio import JSONError, read_csv, read_json
 from evidence.gates.artifacts import check_shared_reference, shared_initial_dir
 from evidence.gates.incidents import OPEN, history_incidents, load_user_incidents
 from evidence.gates.ledger import check_ledger

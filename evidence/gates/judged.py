@@ -19,8 +19,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evidence.dataset import read_csv
-from evidence.fileio import sha256_file
+from evidence.fileio import read_csv, sha256_file
 from evidence.problems import Problem, SweepError
 from facts.files import (
     BUNDLE_RUNS_DIR,

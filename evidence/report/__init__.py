@@ -1,1 +1,1 @@
-"""``report.md`` and its parts: the tables, the headline, the figures, the measures specs and compare name."""
+"""``report.md``: its sections and figures (the tables it shows are ``evidence.tables``)."""

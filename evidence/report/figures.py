@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evidence.dataset import BundleData
-from evidence.report.tables import arms as ordered_arms
-from evidence.report.tables import display
 from evidence.statistics import descriptive
+from evidence.tables import arms as ordered_arms
+from evidence.tables import display
 
 # name -> (title, metrics.jsonl key or None for the eval figure)
 FIGURES = {

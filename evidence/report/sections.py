@@ -10,7 +10,11 @@ from dataclasses import replace
 
 from evidence.dataset import EXPERIMENT_FILE, BundleData
 from evidence.report.figures import FIGURES, RESOURCE_FIGURE, RESOURCE_TITLE, left_out
-from evidence.report.tables import (
+from evidence.statistics import MDE_POWER, claims, noise, robust
+from evidence.statistics.crossed import CROSSED_METHOD, CROSSED_RESAMPLES, CROSSED_SEED
+from evidence.statistics.family import family_level
+from evidence.statistics.resampling import BOOTSTRAP_METHOD, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
+from evidence.tables import (
     Table,
     accepted_runs,
     algorithm_names,
@@ -27,10 +31,6 @@ from evidence.report.tables import (
     kl_in_reward,
     window_label,
 )
-from evidence.statistics import MDE_POWER, claims, noise, robust
-from evidence.statistics.crossed import CROSSED_METHOD, CROSSED_RESAMPLES, CROSSED_SEED
-from evidence.statistics.family import family_level
-from evidence.statistics.resampling import BOOTSTRAP_METHOD, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
 from evidence.verdict.record import VERDICT_FILE, bundle_verdict
 from evidence.verdict.section import verdict_section
 from evidence.verdict.stages import earlier_stage

@@ -65,12 +65,12 @@ from evidence.problems import IncidentsFileError, LeakError, Problem, SweepError
 from evidence.report.figures import render_figures
 from evidence.report.png import document_text
 from evidence.report.sections import render_report
-from evidence.report.tables import compute_tables
 from evidence.seal.crate import write_crate
 from evidence.seal.layout import unexpected_files
 from evidence.seal.sanitize import Sanitizer, payload_findings, payload_note, strip_abs_keys
 from evidence.statistics.descriptive import CI_LEVEL, DEFAULT_LAST_K
 from evidence.sweep import job_name, read_sweep
+from evidence.tables import compute_tables
 from evidence.verdict.probe import refuse_failed_probe
 from evidence.verdict.record import write_verdict
 from evidence.verdict.stages import add_experiment

@@ -5,8 +5,8 @@ across several pairs; ``resampling``: the paired bootstrap interval; ``robust``:
 mean and probability of improvement; ``noise``: an evaluation's own sampling error against the seeds' spread;
 ``crossed``: the evaluation's noise with seeds crossed with prompts (the crossed bootstrap, the question-clustered
 t-interval); ``claims``: what a comparison may claim, one rule per function
-(the report's first line, its tables, the verdict and the audit all call it). ``evidence.statistics.descriptive`` keeps seed 000's
-definitions; this package builds on them and, like it, reads no file.
+(the report's first line, its tables, the verdict and the audit all call it); ``headline``: that first line in
+words; ``descriptive``: seed 000's definitions, which the rest build on. No module here reads a file.
 """
 
 from evidence.statistics import claims, crossed, family, noise, resampling, robust

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import math
 
-# The power at which the minimum detectable effect is stated (the convention of power analysis).
-MDE_POWER = 0.8
+from study.design import MDE_POWER
 
 
 def paired_t_power(delta: float, sd: float, n: int, alpha: float) -> float:

@@ -24,9 +24,8 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-# The spending rules a spec may name (``seeds: {n: auto, ..., spending: <rule>}``); the first is the default.
-OBRIEN_FLEMING, POCOCK = "obrien-fleming", "pocock"
-SPENDING_RULES = (OBRIEN_FLEMING, POCOCK)
+from study.design import OBRIEN_FLEMING, POCOCK, SPENDING_RULES
+
 # Gauss–Legendre nodes for the one integral the second boundary needs (its integrand is smooth on [−c₁, c₁]).
 _NODES = 96
 

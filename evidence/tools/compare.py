@@ -23,10 +23,8 @@ from pathlib import Path
 
 from evidence.dataset import EVAL_FLOAT_COLUMNS, BundleData, csv_text
 from evidence.fileio import JSONError
+from evidence.measures import arm_values
 from evidence.problems import CompareError, LoadError
-from evidence.report.measures import EVAL_PREFIX, LAST_K, POINTS_PER_UNIT, Measure, arm_values, parse_measure
-from evidence.report.tables import arms as arm_order
-from evidence.report.tables import trainer_of
 from evidence.statistics import MDE_POWER, descriptive, minimum_detectable_effect
 from evidence.statistics.resampling import (
     BOOTSTRAP_METHOD,
@@ -34,9 +32,12 @@ from evidence.statistics.resampling import (
     BOOTSTRAP_SEED,
     paired_bootstrap_interval,
 )
+from evidence.tables import arms as arm_order
+from evidence.tables import trainer_of
 from evidence.tools.load import read_evidence
 from facts.files import SWEEP_RECORD
 from facts.trainers import PROOFGRID_TRAINER
+from study.measure import EVAL_PREFIX, LAST_K, POINTS_PER_UNIT, Measure, parse_measure
 
 DEFAULT_METRICS = ("train/loss", "train/grad_norm", "rollout/raw_reward", "eval/pass@1")
 COLUMNS = ("metric", "at", "last_k", "arm", "n_a", "n_b", "a_mean", "a_sd", "b_mean", "b_sd", "ratio_b_over_a",

@@ -44,10 +44,9 @@ from pathlib import Path
 from evidence.dataset import EVAL_FLOAT_COLUMNS, BundleData
 from evidence.fileio import environment
 from evidence.problems import ExportError
-from evidence.report.measures import EVAL_PREFIX
-from evidence.report.tables import accepted_runs, flatten
-from evidence.report.tables import arms as arm_order
 from evidence.statistics import descriptive
+from evidence.tables import accepted_runs, flatten
+from evidence.tables import arms as arm_order
 from evidence.tools.load import ARCHIVE_SUFFIXES, read_evidence
 from facts.extras import EXTRAS
 from facts.files import (
@@ -63,6 +62,7 @@ from facts.files import (
     sweep_job_dir,
 )
 from facts.metrics import STEP_TIMES_FIELD
+from study.measure import EVAL_PREFIX
 
 TOOLS = ("wandb", "mlflow")
 # Module each tool needs, and the one command that installs both (the pinned `export` extra).

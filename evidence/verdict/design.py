@@ -29,7 +29,6 @@ import yaml
 from evidence.dataset import BundleData
 from evidence.fileio import JSONError, read_json
 from evidence.problems import Problem, VerdictError
-from evidence.verdict.spec import Study, arm_owner, parse_study, same_overrides
 from facts.certify import CERTIFY_FIELD, RERUN, RESUME
 from facts.files import (
     BUNDLE_RUNS_DIR,
@@ -42,6 +41,7 @@ from facts.files import (
     TUNING_STAGE,
     VERDICT_FILE,
 )
+from study.spec import Study, arm_owner, parse_study, same_overrides
 
 KIND = "design"
 

@@ -19,7 +19,6 @@ import yaml
 from evidence.dataset import BundleData
 from evidence.fileio import JSONError, read_json
 from evidence.problems import Problem, VerdictError
-from evidence.verdict.spec import Study, parse_study, same_overrides
 from facts.files import (
     BUNDLE_PAYLOAD,
     CONFIRM_STAGE,
@@ -30,6 +29,7 @@ from facts.files import (
     STEPS_TABLE,
     TUNING_STAGE,
 )
+from study.spec import Study, parse_study, same_overrides
 
 DEFAULT_MIN_COSINE = 0.9
 DEFAULT_MIN_RATIO = 2.0

@@ -13,11 +13,11 @@ from pathlib import Path
 
 from evidence.dataset import BundleData
 from evidence.fileio import dumps_json, write_text
+from evidence.measures import arm_values, trajectory
 from evidence.problems import VerdictError
-from evidence.report.measures import EVAL_PREFIX, arm_values, trajectory
-from evidence.report.tables import pair_design
 from evidence.statistics import MDE_POWER, claims, descriptive
 from evidence.statistics.family import holm, paired_t_p_value
+from evidence.tables import pair_design
 from evidence.verdict.rule import (
     FAILED,
     INCONCLUSIVE,
@@ -30,9 +30,10 @@ from evidence.verdict.rule import (
 )
 from evidence.verdict.selection import Selection, select_settings
 from evidence.verdict.sizing import SECOND_LOOK_PENDING, sized_look
-from evidence.verdict.spec import MIN_SEEDS, Experiment, arm_owner, parse_experiment, same_overrides
 from evidence.verdict.stages import TUNING_STAGE, earlier_stage
 from facts.files import VERDICT_FILE
+from study.measure import EVAL_PREFIX
+from study.spec import MIN_SEEDS, Experiment, arm_owner, parse_experiment, same_overrides
 
 SCHEMA = 1
 ROLES = ("baseline", "treatment")
@@ -92,7 +93,7 @@ def evaluation_design(data: BundleData, criterion, labels: dict[str, str], paire
     """What the evaluation says of treatment − baseline beside the seeds, in the criterion's units (no differences
     yet: ``decide`` adds them): for an eval metric its prompts and, where the responses give it per prompt (pass@j,
     a binary reward's mean), its grid and its evaluation-noise intervals over the paired seeds
-    (``evidence.report.tables.pair_design``)."""
+    (``evidence.tables.pair_design``)."""
     measure = criterion.measure
     name = measure.metric.removeprefix(EVAL_PREFIX) if measure.is_eval else None
     design = pair_design(data, name, labels["treatment"], labels["baseline"], dict.fromkeys(paired, 0.0))

@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from evidence.statistics import claims, descriptive
-from evidence.verdict.spec import Criterion
 from facts.states import FAILED, INCONCLUSIVE, VALIDATED
+from study.spec import Criterion
 
 # A mean difference within this of the threshold reaches it: exact decimal inputs lose a few ulps.
 THRESHOLD_SLACK = 1e-9

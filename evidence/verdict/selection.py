@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evidence.dataset import BundleData, load_bundle_data
+from evidence.measures import arm_values
 from evidence.problems import VerdictError
-from evidence.report.measures import arm_values
 from evidence.statistics import descriptive
-from evidence.verdict.spec import Experiment, Tuning, arm_owner, canonical
 from facts.files import bundle_payload_dir
+from study.spec import Experiment, Tuning, arm_owner, canonical
 
 
 @dataclass(frozen=True)

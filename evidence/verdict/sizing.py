@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from evidence.statistics import claims, descriptive
 from evidence.statistics.sequential import Weights, boundaries, nominal_alpha, required_seeds, stage_z
 from evidence.verdict.rule import THRESHOLD_SLACK
-from evidence.verdict.spec import Criterion, Sizing
+from study.spec import Criterion, Sizing
 
 SECOND_LOOK_PENDING = "second-look-pending"  # the rule's name while the first look neither stops nor decides
 METHOD = ("two looks, each stage's paired t statistic mapped to a standard normal by its own t distribution and "

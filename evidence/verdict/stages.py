@@ -13,7 +13,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from evidence.fileio import read_json, write_text
-from evidence.verdict.spec import parse_experiment
 from facts.bundle_layout import EARLIER_STAGES, STAGE_RECORDS
 from facts.files import (
     BUNDLE_DIR,
@@ -25,13 +24,14 @@ from facts.files import (
     PROBE_RECORD,
     PROBE_STAGE,
     STAGE_FIELD,
+    STAGES,
     STAGES_DIR,
     SWEEP_RECORD,
     TUNING_STAGE,
     bundle_payload_dir,
 )
+from study.spec import parse_experiment
 
-STAGES = (PROBE_STAGE, TUNING_STAGE, CONFIRM_STAGE)
 __all__ = ["CONFIRM_STAGE", "EARLIER_STAGES", "GRADIENT_RECORD", "PROBE_RECORD", "PROBE_STAGE", "STAGES",
            "STAGE_RECORDS", "TUNING_STAGE", "add_experiment",
            "earlier_stage"]

@@ -27,7 +27,6 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from evidence.verdict.spec import Study
 from launcher.errors import PreflightError
 from launcher.experiment.budget import check_budget
 from launcher.experiment.dry_run import dry_run
@@ -36,6 +35,7 @@ from launcher.experiment.registration import REGISTRATION, register, spec_change
 from launcher.experiment.runner import experiment_dir, runner_for
 from launcher.experiment.stages import run_stages
 from launcher.experiment.study import check_arm_settings, compose, load_study
+from study.spec import Study
 
 
 def run_experiment(cfg: DictConfig, overrides: list[str], exp_dir: Path, name: str) -> int:

@@ -8,9 +8,9 @@ import math
 from omegaconf import DictConfig
 
 from evidence.verdict.probe import over_budget, plan_cost
-from evidence.verdict.spec import Study
 from facts.backends import SLURM
 from launcher.experiment.errors import ExperimentError
+from study.spec import Study
 
 
 def check_budget(study: Study, record: dict, planned: list, first_look: list | None = None) -> dict:

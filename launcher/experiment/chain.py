@@ -37,7 +37,6 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
 
-from evidence.verdict.stages import STAGES
 from facts import atomic_write_json
 from facts.backends import SLURM
 from facts.files import (
@@ -45,6 +44,7 @@ from facts.files import (
     CHAIN_COMMAND,
     CHAIN_DIR,
     CHAIN_RECORD,
+    STAGES,
     SWEEP_RECORD,
     recorded_job_dirs,
     sweep_jobs_dir,

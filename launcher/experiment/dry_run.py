@@ -7,7 +7,7 @@ a real run reads those, and a finished experiment's confirm stage keeps its pre-
 
 from __future__ import annotations
 
-from evidence.verdict.stages import CONFIRM_STAGE, PROBE_STAGE, TUNING_STAGE
+from facts.files import CONFIRM_STAGE, PROBE_STAGE, TUNING_STAGE
 from launcher.experiment.probe import DEFAULT_MIN_COSINE
 from launcher.experiment.runner import Runner, stage_header
 from launcher.jobs import check_arms

@@ -20,8 +20,7 @@ from evidence.verdict.probe import (
     staleness_levels,
     staleness_passes,
 )
-from evidence.verdict.stages import GRADIENT_RECORD, PROBE_STAGE
-from facts.files import BUNDLE_DIR, EXPERIMENT_DIGEST_FIELD
+from facts.files import BUNDLE_DIR, EXPERIMENT_DIGEST_FIELD, GRADIENT_RECORD, PROBE_STAGE
 from facts.repo import REPO_ROOT
 from launcher.experiment.errors import ExperimentFailed
 from launcher.experiment.runner import Runner

@@ -11,15 +11,14 @@ from pathlib import Path
 
 import yaml
 
-from evidence.dataset import EXPERIMENT_FILE
 from evidence.statistics.descriptive import CI_LEVEL
 from evidence.statistics.sequential import Weights, boundaries, nominal_alpha
-from evidence.verdict.spec import Study
-from evidence.verdict.stages import STAGES
 from facts import atomic_write_json, sha256_file, sweep_jobs_dir
+from facts.files import EXPERIMENT_FILE, STAGES
 from facts.plan import PLAN_DIGEST_FIELD, plan_digest, plan_jobs
 from launcher.experiment.errors import ExperimentError
 from launcher.grid import LAUNCHER_KEYS
+from study.spec import Study
 
 REGISTRATION = "registration.json"
 

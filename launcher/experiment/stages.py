@@ -20,16 +20,24 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from evidence.dataset import EXPERIMENT_FILE, load_bundle_data
+from evidence.dataset import load_bundle_data
 from evidence.problems import EvidenceError
 from evidence.verdict.probe import over_budget, plan_cost
 from evidence.verdict.record import VERDICT_FILE
 from evidence.verdict.selection import Selection, extend_grid, select_from_bundle
 from evidence.verdict.sizing import SECOND_LOOK_PENDING
-from evidence.verdict.spec import VerdictError
-from evidence.verdict.stages import CONFIRM_STAGE, PROBE_RECORD, PROBE_STAGE, TUNING_STAGE
 from facts import atomic_write_json
-from facts.files import BUNDLE_ARCHIVE, BUNDLE_DIR, INDEX_TABLE, bundle_payload_dir
+from facts.files import (
+    BUNDLE_ARCHIVE,
+    BUNDLE_DIR,
+    CONFIRM_STAGE,
+    EXPERIMENT_FILE,
+    INDEX_TABLE,
+    PROBE_RECORD,
+    PROBE_STAGE,
+    TUNING_STAGE,
+    bundle_payload_dir,
+)
 from facts.states import FAILED
 from launcher.experiment.budget import check_budget
 from launcher.experiment.errors import ExperimentFailed
@@ -40,6 +48,7 @@ from launcher.locks import sweep_lock
 from launcher.overrides import one_line
 from launcher.spec import Sweep
 from launcher.sweep import run_sweep
+from study.spec import VerdictError
 
 
 def plan_later_stages(runner: Runner, grids: dict[str, list[str]], seeds: int | None = None) -> list:
@@ -271,7 +280,7 @@ def stage_evidence(sweep_dir: Path) -> Iterator[None]:
     """A stage's seal inside: evidence it refuses is one line naming the stage's directory to build once fixed."""
     try:
         yield
-    except EvidenceError as exc:  # the jobs ran; the stage's evidence was not sealed
+    except (EvidenceError, VerdictError) as exc:  # the jobs ran; the stage's evidence was not sealed
         raise ExperimentFailed(f"{sweep_dir.name}: the jobs ran but the evidence was not sealed: "
                                f"{one_line(exc)}; fix that, then python -m evidence build {sweep_dir}") from None
 

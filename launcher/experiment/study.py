@@ -1,4 +1,4 @@
-"""The study as the launcher checks it: the composed spec parsed by ``evidence.verdict.spec``, then
+"""The study as the launcher checks it: the composed spec parsed by ``study.spec``, then
 against the config (every setting real, the criterion's metric logged) and the command line's overrides."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from hydra import compose as hydra_compose
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
-from evidence.verdict.spec import Study, VerdictError, arm_owner, parse_study
 from launcher.experiment.errors import ExperimentError
 from launcher.overrides import check_overrides
+from study.spec import Study, VerdictError, arm_owner, parse_study
 from trainer.config import algo_config
 from trainer.config import compose as trainer_compose
 from trainer.metrics import metric_keys

@@ -155,7 +155,7 @@ class MlflowTracker(Tracker):
         from mlflow.entities import Param, RunStatus
         from mlflow.tracking import MlflowClient
 
-        from evidence.report.tables import flatten
+        from evidence.tables import flatten
 
         self.client = MlflowClient(tracking_uri=self.settings["uri"])
         project = self.settings["project"]

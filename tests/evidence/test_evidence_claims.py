@@ -19,7 +19,6 @@ from sweep_factory import N_PROMPTS, K
 from test_evidence_stats_noise import reference_question_interval, reference_se, replayed_means
 from test_evidence_stats_power import independent_mde
 
-from evidence.report.headline import Pair, headline_sentence
 from evidence.statistics import claims, crossed, family
 from evidence.statistics.claims import (
     DIFFERS,
@@ -29,6 +28,7 @@ from evidence.statistics.claims import (
     paired_claim,
     shortfalls,
 )
+from evidence.statistics.headline import Pair, headline_sentence
 
 STEP = 1 / 64  # 16 prompts x 4 responses: the evaluation
 NOISE = crossed.CROSSED_NOISE

@@ -7,8 +7,8 @@ import json
 
 from sweep_factory import make_sweep
 
-from evidence.report.tables import fmt, fmt_interval, fmt_signed
 from evidence.seal.bundle import build_bundle
+from evidence.tables import fmt, fmt_interval, fmt_signed
 
 
 def test_the_report_leads_with_the_arms_the_eval_table_and_figure(clean_build):

@@ -93,7 +93,7 @@ def _restate_derived(data: Path) -> None:
     """What a thorough forger does after editing eval.csv: the tables and the report recomputed from it."""
     from evidence.dataset import load_bundle_data
     from evidence.report.sections import render_report
-    from evidence.report.tables import compute_tables
+    from evidence.tables import compute_tables
 
     loaded = load_bundle_data(data)
     tables = compute_tables(loaded)

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from evidence.report.tables import fmt_interval, fmt_summary
 from evidence.statistics import descriptive
+from evidence.tables import fmt_interval, fmt_summary
 
 # t_{0.975, 2} as widely printed (older scipy). It is off in the 11th digit: for df = 2 the quantile has
 # the closed form (2p - 1) / sqrt(2 p (1 - p)), 4.30265272974946385... at p = 0.975.

@@ -23,8 +23,8 @@ from test_evidence_stats_noise import reference_question_interval, replayed_mean
 from test_evidence_stats_power import independent_mde as mde  # the power integrated over the SD
 
 from evidence import audit_bundle
-from evidence.report.headline import Pair, headline_sentence
 from evidence.statistics.claims import paired_claim
+from evidence.statistics.headline import Pair, headline_sentence
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,18 +1,19 @@
-"""Run-level measures as experiment specs and ``evidence compare`` name them.
+"""A run-level measure as experiment specs and ``evidence compare`` name it: its grammar, checked before
+anything is read.
 
 A measure is ``eval/<name>`` at the final checkpoint (``eval/pass@1``, from ``eval.csv``) or a
 training metric's last-k mean (``rollout/raw_reward``, ``train/loss``, any ``metrics.jsonl`` key,
 from ``steps.csv``). Rates (pass@k, rewards in [0, 1], fractions) can also be read in points
-(100 x the rate). Errors are one line.
+(100 x the rate). Errors are one line. Reading a measure's values is the evidence's
+(``evidence.report.measures``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
-from evidence.dataset import EVAL_FLOAT_COLUMNS, BundleData
-from evidence.report.tables import accepted_runs, eval_runs, series
-from evidence.statistics import descriptive
+from facts.bundle_layout import EVAL_FLOAT_COLUMNS
 
 EVAL_PREFIX = "eval/"
 FINAL, LAST_K = "final", "last_k"
@@ -23,6 +24,12 @@ RATE_METRICS = frozenset({
     "train/clip_frac",
 })
 POINTS_PER_UNIT = 100.0
+
+
+class BundleData(Protocol):
+    """What a measure reads of a bundle's data (``evidence.dataset.BundleData``): its own last-K window."""
+
+    last_k: int
 
 
 class MeasureError(ValueError):
@@ -78,42 +85,3 @@ def parse_measure(metric, at=None, last_k=None) -> Measure:
     if last_k is not None and (not isinstance(last_k, int) or isinstance(last_k, bool) or last_k < 1):
         raise MeasureError(f"{metric}: last_k must be a positive integer, not {last_k!r}")
     return Measure(metric, LAST_K, last_k)
-
-
-def logged_by(data: BundleData, measure: Measure, arm: str) -> bool:
-    """Whether any accepted run of ``arm`` has a value of ``measure``."""
-    return bool(arm_values(data, measure, arm))
-
-
-def run_value(data: BundleData, measure: Measure, arm: str, seed: int) -> float | None:
-    """The measure of one accepted run: its final-checkpoint eval value, or its last-k training mean."""
-    if measure.is_eval:
-        entry = data.evals.get((arm, seed), {}).get(FINAL)
-        return None if entry is None else entry.get(measure.metric.removeprefix(EVAL_PREFIX))
-    if (arm, seed) not in data.steps:
-        return None
-    values = series(data, arm, seed, measure.metric)
-    return None if values is None else descriptive.last_k_mean(values, measure.window(data))
-
-
-def arm_values(data: BundleData, measure: Measure, arm: str) -> dict[int, float]:
-    """``{seed: value}`` over the accepted runs of ``arm`` that have the measure, in grid order."""
-    runs = eval_runs(data, arm) if measure.is_eval else accepted_runs(data, arm)
-    values = {s: run_value(data, measure, arm, s) for s in runs}
-    return {s: v for s, v in values.items() if v is not None}
-
-
-def trajectory(data: BundleData, measure: Measure, arm: str, seed: int) -> list[float]:
-    """The measure over one run, oldest first: eval values at each evaluated checkpoint (initial control
-    first, final last); for a training metric the trailing k-step mean at every step from k-1 on (the
-    last entry is the run's last-k mean)."""
-    if measure.is_eval:
-        entries = data.evals.get((arm, seed), {})
-        kinds = ["initial"] + sorted(k for k in entries if k not in ("initial", FINAL)) + [FINAL]
-        name = measure.metric.removeprefix(EVAL_PREFIX)
-        return [entries[k][name] for k in kinds if k in entries and entries[k].get(name) is not None]
-    values = series(data, arm, seed, measure.metric) if (arm, seed) in data.steps else None
-    if not values:
-        return []
-    k = min(measure.window(data), len(values))
-    return [descriptive.mean(values[end - k:end]) for end in range(k, len(values) + 1)]

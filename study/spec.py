@@ -51,12 +51,9 @@ from dataclasses import dataclass
 
 import yaml
 
-from evidence.dataset import BundleData
-from evidence.problems import VerdictError
-from evidence.report.measures import POINTS_PER_UNIT, Measure, MeasureError, arm_values, parse_measure
-from evidence.statistics.power import MDE_POWER
-from evidence.statistics.sequential import SPENDING_RULES
 from facts.files import CONFIRM_STAGE, TUNING_STAGE
+from study.design import MDE_POWER, SPENDING_RULES
+from study.measure import POINTS_PER_UNIT, Measure, MeasureError, parse_measure
 
 MIN_SEEDS = 3  # for a verdict that is not exploratory
 # The spec's keys: the verdict's, and the ones only the launcher's stages read.
@@ -76,6 +73,14 @@ _PROBE_CHECK_ROLES = (("gradient_check", ("baseline", "treatment")), ("staleness
 
 
 # ---- override values -----------------------------------------------------------------------------
+
+
+class VerdictError(ValueError):
+    """An experiment spec, or its evidence, that cannot give a verdict (one-line message naming the fix).
+
+    Stated with the spec, below the launcher and the evidence, which both raise it; ``evidence.problems``
+    lists it in the evidence's error family."""
+
 
 def override_text(value) -> str:
     """A setting's value as override text: as the user wrote it (YAML may have parsed 1e-4 as a float),
@@ -439,18 +444,6 @@ def parse_sizing(block: Mapping, exploratory: bool) -> Sizing:
     if spending not in SPENDING_RULES:
         raise VerdictError(f"seeds: spending {spending!r} is not a rule; choose {' or '.join(SPENDING_RULES)}")
     return Sizing(low, high, spending)
-
-
-def check_logged(experiment: Experiment, data: BundleData) -> None:
-    """Refuse (one line) a criterion or tuning metric that no accepted run of ``data`` (e.g. the probe) logs."""
-    measures = [("criterion", experiment.criterion.measure)]
-    if experiment.tuning is not None:
-        measures.append(("tuning", experiment.tuning.measure))
-    for role, measure in measures:
-        if not any(arm_values(data, measure, arm) for arm in data.arms):
-            logged = sorted(data.step_keys)
-            raise VerdictError(f"{role} metric {measure.metric} is logged by no accepted run"
-                               + ("" if measure.is_eval else f"; logged: {', '.join(logged) or 'nothing'}"))
 
 
 # ---- the whole spec, for the launcher's stages -----------------------------------------------

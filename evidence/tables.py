@@ -15,13 +15,13 @@ from itertools import combinations
 
 from evidence.dataset import BundleData, csv_text
 from evidence.gates.certificates import CHECKS as CERTIFICATE_CHECKS
-from evidence.report import headline
 from evidence.statistics import (
     MDE_POWER,
     claims,
     crossed,
     descriptive,
     family,
+    headline,
     minimum_detectable_effect,
     noise,
     robust,
@@ -114,9 +114,9 @@ def arms(data: BundleData) -> list[str]:
 
 @functools.lru_cache(maxsize=8)
 def _experiment(text: str):
-    # The spec's parser reads run values through evidence.report.measures, which reads these tables (and the verdict
+    # The spec's parser reads run values through evidence.measures, which reads these tables (and the verdict
     # package's __init__ reads them too): imported on use, the one place the tables read the spec.
-    from evidence.verdict.spec import VerdictError, parse_experiment
+    from study.spec import VerdictError, parse_experiment
 
     try:
         return parse_experiment(text)
@@ -125,7 +125,7 @@ def _experiment(text: str):
 
 
 def experiment_spec(data: BundleData):
-    """The bundle's experiment spec, parsed (``evidence.verdict.spec.Experiment``); None for a plain sweep, and for a
+    """The bundle's experiment spec, parsed (``study.spec.Experiment``); None for a plain sweep, and for a
     spec that does not parse (the build refuses it in its verdict; the audit's verdict check names it)."""
     return None if data.experiment is None else _experiment(data.experiment)
 
@@ -136,7 +136,7 @@ def spec_arm(data: BundleData, arm: str) -> str | None:
     spec = experiment_spec(data)
     if spec is None or arm not in data.arms:
         return None
-    from evidence.verdict.spec import arm_owner  # as _experiment: the spec's module is above the tables
+    from study.spec import arm_owner  # as _experiment: the spec's module is above the tables
 
     owners = {label: arm_owner(spec.arms, overrides) for label, (_, overrides) in data.arms.items()}
     owner = owners[arm]
@@ -839,7 +839,7 @@ def paired_table(data: BundleData, judged: list[Judged]) -> Table:
 
 
 def headline_table(data: BundleData, judged: list[Judged]) -> Table:
-    """The report's first sentence (``evidence.report.headline``), from the claims of the headline metric's pairs; one row."""
+    """The report's first sentence (``evidence.statistics.headline``), from the claims of the headline metric's pairs; one row."""
     pairs = [headline.Pair(display(data, j.comparison.a), display(data, j.comparison.b), j.claim, j.family, j.untested)
              for j in judged if j.comparison.metric == headline.HEADLINE_METRIC]
     sentence = headline.headline_sentence([display(data, a) for a in arms(data)], pairs, data.ci_level)
