@@ -153,6 +153,7 @@ from trainer.preemption import (
 )
 from trainer.reward_workers import make_scorer
 from trainer.rollout import AuxDraws, Generation, RolloutEngine, SamplingParams, make_engine, warn_if_greedy
+from trainer.trainer_errors import TrainerError
 
 log = logging.getLogger("trainer")
 VAR_FLOOR = 1e-8
@@ -231,7 +232,7 @@ class StepMetrics:
         return out
 
 
-class NonFiniteGradientError(RuntimeError):
+class NonFiniteGradientError(TrainerError, RuntimeError):
     """The gradient norm of a step is NaN or Inf: stepping the optimizer would poison every weight."""
 
 
@@ -696,7 +697,7 @@ def _run_rank(rank: int, world: int, cfg: DictConfig, plan: RunPlan, stop: StopR
             dist.destroy_process_group()
 
 
-class RendezvousError(RuntimeError):
+class RendezvousError(TrainerError, RuntimeError):
     """The ranks of a run did not meet (one line: where they were to meet, for how long, and the fix)."""
 
 

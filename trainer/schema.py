@@ -35,6 +35,7 @@ from facts.reward import DEFAULT_REWARD, reward_name_problem
 from facts.slurm_formats import GRES_PATTERN, MEM_PATTERN, TIME_FORMS, time_ok
 from facts.task import DEFAULT_TEMPLATE
 from facts.tracking import DEFAULT_PROJECT, LIVE_TOOLS
+from trainer.trainer_errors import TrainerError
 
 SEED_MAX = 2**63 - 1  # torch.manual_seed and the run's derived seeds (trainer.data.mix_seed) are 63/64-bit
 # Upper bounds of the count settings: far above any run proofgrid makes, far below what would overflow a
@@ -50,7 +51,7 @@ ALGO_DESCRIPTIVE_KEYS = {"short": str, "display_name": str}
 ALGO_KEYS_FROM_WORKLOAD = ("n_samples_per_prompt",)  # AlgoConfig fields filled from the workload
 
 
-class SettingError(ValueError):
+class SettingError(TrainerError, ValueError):
     """A refused setting (one line: the setting, the bad value, the allowed range)."""
 
 

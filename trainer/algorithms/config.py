@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from facts.algorithms import KL_AS_LOSS, KL_IN_REWARD, KL_LOSS_TYPES, LOSS_REDUCTIONS, RECORDS, algorithm
+from trainer.trainer_errors import TrainerError
 
 
-class AlgoConfigError(ValueError):
+class AlgoConfigError(TrainerError, ValueError):
     """A refused algorithm configuration; the message names the rule and how to fix it."""
 
 

@@ -56,6 +56,7 @@ from trainer.external.process import (
 )
 from trainer.external.spec import TrainerSpec, from_record
 from trainer.preemption import EXIT_CHECKPOINTED, EXIT_STOPPED_UNSAVED, StopRequest
+from trainer.trainer_errors import TrainerError
 
 log = logging.getLogger("trainer.external")
 PROG = "proofgrid external trainer"
@@ -66,7 +67,7 @@ EXIT_REFUSED = 2
 NOT_INHERITED = ("PROOFGRID_RUN_LOCK_FD",)
 
 
-class RunFailed(RuntimeError):
+class RunFailed(TrainerError, RuntimeError):
     """The run cannot be accepted; the message is the job's failure cause (one line)."""
 
 
