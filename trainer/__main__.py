@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from facts.reward import RewardValueError
-from trainer.config import compose, validate
+from trainer.run_config import compose, validate
 from trainer.run_lock import LockHeld, own_run_dir
 from trainer.trainer_errors import TrainerError
 

@@ -10,7 +10,7 @@ from omegaconf import DictConfig
 from evidence.verdict.probe import over_budget, plan_cost
 from evidence.verdict.spec import Study
 from facts.backends import SLURM
-from launcher.experiment.errors import ExperimentError
+from launcher.experiment.experiment_errors import ExperimentError
 
 
 def check_budget(study: Study, record: dict, planned: list, first_look: list | None = None) -> dict:

@@ -15,11 +15,11 @@ from evidence.verdict.spec import DEFAULT_PROBE_STEPS, Study
 from evidence.verdict.stages import CONFIRM_STAGE, TUNING_STAGE
 from facts.certify import CERTIFY_FIELD
 from launcher.experiment.budget import wall_cap
-from launcher.experiment.errors import ExperimentError
+from launcher.experiment.experiment_errors import ExperimentError
 from launcher.experiment.registration import check_registration, overrides_for_record
 from launcher.experiment.study import check_arm_labels, check_arm_settings, check_user_overrides, load_study
 from launcher.grid import LAUNCHER_KEYS
-from launcher.plan import plan_cells
+from launcher.planning import plan_cells
 
 DEFAULT_DIR = "outputs/experiments"
 DIGEST_CHARS = 8  # of the overrides' SHA256 in a default experiment directory's name

@@ -10,11 +10,11 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
 from evidence.verdict.spec import Study, VerdictError, arm_owner, parse_study
-from launcher.experiment.errors import ExperimentError
+from launcher.experiment.experiment_errors import ExperimentError
 from launcher.overrides import check_overrides
-from trainer.config import algo_config
-from trainer.config import compose as trainer_compose
-from trainer.metrics import metric_keys
+from trainer.metrics_writer import metric_keys
+from trainer.run_config import algo_config
+from trainer.run_config import compose as trainer_compose
 
 
 def load_study(node: DictConfig, name: str) -> Study:

@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from facts.repo import CONF_DIR
 from trainer.algorithms import AlgoConfig, AlgoConfigError
-from trainer.engines import EngineUnavailable, plan_check
+from trainer.engine_registry import EngineUnavailable, plan_check
 from trainer.inputs import resolve
 from trainer.trainer_errors import TrainerError
 

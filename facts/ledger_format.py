@@ -14,7 +14,7 @@ torn last line, holds:
 - one line per step, ``{"step", "rows", "rows_sha256", "chain", "plan", "metrics"}``: the training rows the
   step consumed (their indices in the split, in order), the digest of their content, the chain value
   ``chain(previous, step, rows, rows_sha256)`` (the previous step's chain, ``genesis`` before step 0), the
-  chain value the process's plan gives at that step, and ``facts.ranks.step_digest`` of the values the step
+  chain value the process's plan gives at that step, and ``facts.data_parallel_ranks.step_digest`` of the values the step
   logged to ``metrics.jsonl``.
 
 A process that resumes at step ``r`` supersedes every line of the steps from ``r`` on. ``run.json``'s

@@ -26,7 +26,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainer.external.spec import MetricsSpec
+from trainer.external.trainer_spec import MetricsSpec
 from trainer.trainer_errors import TrainerError
 
 TAGS_NAMED = 50  # the tags a refusal lists (a log may write many more)
