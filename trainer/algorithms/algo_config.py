@@ -65,10 +65,6 @@ class AlgoConfig:
     def short_name(self) -> str:
         return algorithm(self.estimator).short
 
-    @property
-    def kl_loss_active(self) -> bool:
-        return self.use_kl_loss and self.kl_loss_coef != 0.0
-
     @classmethod
     def from_mapping(cls, values: dict[str, Any]) -> AlgoConfig:
         """Build from a plain mapping (e.g. a Hydra node), refusing unknown keys (typos)."""
