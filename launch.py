@@ -28,14 +28,14 @@ def main(cfg: DictConfig) -> None:
     # cell is composed again with Hydra's compose API, exactly as a grid cell would be.
     from hydra.core.hydra_config import HydraConfig
 
-    from launcher.cli import launch_grid
+    from launcher.entry_points import launch_grid
     from launcher.grid import hydra_compose
     from launcher.preflight import remove_empty_dir
 
     hc = HydraConfig.get()
     try:
         if cfg.get("experiment") is not None:  # its stages are sweeps of their own (launcher/experiment/)
-            from launcher.cli import one_line_errors
+            from launcher.entry_points import one_line_errors
             from launcher.experiment import experiment_dir, run_experiment
 
             name = hc.runtime.choices.get("experiment")

@@ -142,7 +142,7 @@ def bench_hashing() -> None:
 def bench_validation() -> None:
     """Structured metrics validation throughput on a 100k-step metrics.jsonl."""
     from evidence.gates.metrics_log import validate_metrics
-    from trainer.metrics import KL_LOSS_KEY, REQUIRED_KEYS
+    from trainer.metrics_writer import KL_LOSS_KEY, REQUIRED_KEYS
 
     n = 100_000
     with tempfile.TemporaryDirectory() as tmp:
@@ -337,8 +337,8 @@ def bench_training() -> None:
 
 
 def bench_sizing() -> None:
-    """The job-size estimate (launcher.sizing) against measured runs: benchmarks/sizing.py."""
-    from benchmarks.sizing import bench_sizing as run
+    """The job-size estimate (launcher.job_sizing) against measured runs: benchmarks/sizing_accuracy.py."""
+    from benchmarks.sizing_accuracy import bench_sizing as run
 
     run()
 
@@ -373,7 +373,7 @@ def run_through_harness(trainer: str, steps: int, seed: int, tmp: Path) -> list[
     tokens: ``rollout/response_len`` x the batch, on both sides."""
     from facts.files import TRAINER_OUTPUT_DIR, run_dir_of_job, sweep_jobs_dir
     from trainer.adapters.trl_grpo import STEP_CLOCK
-    from trainer.config import compose
+    from trainer.run_config import compose
 
     sweep = tmp / f"{trainer}-{seed}"
     subprocess.run([sys.executable, "launch.py", "-m", f"trainer={trainer}", "algo=grpo", f"seed={seed}",
@@ -471,8 +471,8 @@ def bench_trl_harness(steps: int = 20) -> None:
 
 
 def bench_engines() -> None:
-    """The rollout engines side by side: ``benchmarks.engines`` (vLLM's CPU build: the `vllm` extra)."""
-    from benchmarks.engines import bench_engines as run
+    """The rollout engines side by side: ``benchmarks.engine_comparison`` (vLLM's CPU build: the `vllm` extra)."""
+    from benchmarks.engine_comparison import bench_engines as run
 
     run()
 

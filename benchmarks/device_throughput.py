@@ -42,8 +42,8 @@ SMOKE_WORKLOAD = ("workload.device=cpu", "workload.dtype=float32", "workload.num
 
 
 def real_inputs_present() -> bool:
-    from trainer.config import compose
     from trainer.inputs import InputDigestError, resolve, verify_inputs
+    from trainer.run_config import compose
 
     w = compose(["workload=gsm8k_qwen3_0p6b"]).workload
     if not all(resolve(p).exists() for p in (w.model_path, w.train_path, w.test_path, w.manifest)):
@@ -148,7 +148,7 @@ def run(out: Path, steps: int, smoke: bool, budget_s: float) -> dict:
     import torch
     import transformers
 
-    from trainer.config import compose
+    from trainer.run_config import compose
 
     cuda = torch.cuda.is_available() and not smoke
     result: dict = {

@@ -76,7 +76,7 @@ def write_json(path: Path, value) -> None:
 
 
 def metric_keys(arm: str) -> list[str]:
-    """The keys the trainer logs at every step of ``arm`` (``trainer.metrics.metric_keys``'s rule)."""
+    """The keys the trainer logs at every step of ``arm`` (``trainer.metrics_writer.metric_keys``'s rule)."""
     return sorted([*REQUIRED_KEYS, *OFF_POLICY_KEYS, *([KL_LOSS_KEY] if KL_LOSS_BY_ALGO[arm] else [])])
 
 

@@ -198,7 +198,7 @@ def sample_problem(sample) -> str | None:
 
 
 def read_resource_samples(path: Path) -> tuple[list[dict], list[str]]:
-    """The resource samples of a job's ``resources.jsonl`` (launcher.runtime.resources), in file order, and
+    """The resource samples of a job's ``resources.jsonl`` (launcher.runtime.resource_sampler), in file order, and
     a problem for each line that is not one (``line 3: is not a JSON object``); ``([], [why])`` when the
     file is missing or unreadable."""
     try:

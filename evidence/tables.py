@@ -1083,7 +1083,7 @@ def eval_initial_table(data: BundleData) -> Table:
                   "Mean length"), md)
 
 
-# ---- resource samples (runs/<job>/resources.jsonl, launcher.runtime.resources) -------------------
+# ---- resource samples (runs/<job>/resources.jsonl, launcher.runtime.resource_sampler) -------------------
 
 GIB = 2**30
 

@@ -1,7 +1,7 @@
 """Every algorithm as one declarative record: its names, contract, traits, settings and shipped defaults.
 
 A record is plain data (standard library only), read by all three layers: the config-time checks
-(``trainer.algorithms.config``, in the launcher's torch-free planning and dry run), the trainer
+(``trainer.algorithms.algo_config``, in the launcher's torch-free planning and dry run), the trainer
 (which resolves the record's ``raw_advantage`` and ``policy_loss`` in the decorator registries of
 ``trainer/algorithms/`` and writes the record's contract into each run's ``run.json``) and the
 evidence (display names and report order; the contract rows it reads from the runs).

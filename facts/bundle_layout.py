@@ -22,6 +22,7 @@ import re
 from functools import lru_cache
 
 from facts.certify import KINDS
+from facts.data_parallel_ranks import RANKS_DIR
 from facts.files import (
     ARTIFACTS_TABLE,
     ATTEMPTS_DIR,
@@ -67,7 +68,6 @@ from facts.files import (
     TUNING_STAGE,
     VERDICT_FILE,
 )
-from facts.ranks import RANKS_DIR
 
 # An experiment's stages before confirm, whose evidence (their whole data/) the confirm stage's bundle carries,
 # and the records the launcher writes at a stage's root (the probe's checks), carried beside that data.

@@ -13,9 +13,6 @@ RESUME = "resume"  # the same, stopped before ``stop_step`` with a checkpoint, t
 KINDS = (RERUN, RESUME)
 CERTIFY_FIELD = "certify"  # sweep.json's record of the certificate jobs; a certificate job's spec.json and job.json
 STOP_SETTING = "stop_at_step"  # the trainer setting that stops a run before that step (facts: trainer/schema.py)
-# The trainer's test/diagnostic setting whose whole purpose is to break determinism (one draw seeded from the OS
-# each step): a certified sweep run with it must fail its certificate.
-NONDETERMINISTIC_SETTING = "debug.os_seeded_draw"
 PERF_PREFIX = "perf/"  # wall-clock measurements (seconds, tokens per second, memory): never bit-identical
 PLANNED_RESTART_FIELD = "planned_restart"  # a resume job's job.json: where its first trainer stopped, as planned
 NOT_REPRODUCED = "not-reproduced"  # the incident kind of a certificate job that does not reproduce its original

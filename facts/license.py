@@ -9,8 +9,6 @@ own examples use. A lab whose results are not for reuse, or that wants none kept
 
 from __future__ import annotations
 
-import re
-
 DEFAULT_LICENSE = "CC-BY-4.0"
 LICENSE_FIELD = "license"  # sweep.json's field: the license the launcher was given
 # An SPDX license identifier (``MIT``, ``CC-BY-4.0``, ``Apache-2.0``, ``LicenseRef-lab-internal``).
@@ -21,10 +19,3 @@ SPDX_LICENSES_URL = "https://spdx.org/licenses/"
 def license_url(spdx_id: str) -> str:
     """The SPDX page naming a license: the crate's license entity's ``@id``."""
     return f"{SPDX_LICENSES_URL}{spdx_id}"
-
-
-def license_problem(value) -> str | None:
-    """Why ``value`` is no SPDX license identifier, else None."""
-    if isinstance(value, str) and re.fullmatch(SPDX_ID, value):
-        return None
-    return "an SPDX license identifier such as CC-BY-4.0, CC0-1.0, MIT or LicenseRef-<name>"

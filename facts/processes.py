@@ -82,11 +82,6 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def is_zombie(pid: int) -> bool:
-    """Whether ``pid`` has exited and waits to be reaped (or is gone)."""
-    return process_start_ticks(pid) is None
-
-
 # A process tree ended as a child subreaper ends it (the job runtime at the job's end, the external trainer when its
 # command exits): every generation of a process that forks and exits in a loop passes through the subreaper (an
 # orphan is adopted, then reaped), so the tree counts as ended only after QUIET_SCANS scans in a row found nothing

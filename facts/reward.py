@@ -1,5 +1,5 @@
 """The rewards a workload can score with (``workload.reward``), stated once: the trainer scores with them
-(``trainer.reward`` re-exports them, the reward workers call ``Reward.score``) and the evidence re-scores every
+(the reward workers call ``Reward.score``) and the evidence re-scores every
 evaluated response with the very same function, never trusting a stored reward.
 
 Built-in rewards, each a pure function of (response, label):

@@ -2,7 +2,7 @@
 profile may write, and what they mean in minutes and megabytes.
 
 The settings schema (``trainer.schema.ClusterSchema``) and the Slurm back end's profile check
-(``launcher.slurm.options``) both refuse a value with these, so the two can never disagree on what
+(``launcher.slurm.slurm_profile``) both refuse a value with these, so the two can never disagree on what
 Slurm accepts. ``fullmatch`` throughout: a trailing newline is no part of a valid value.
 """
 

@@ -1,5 +1,5 @@
 """Trainer specs (``conf/trainer/<name>.yaml``): the name of proofgrid's own trainer and the fields a spec
-declares (beside them a spec holds its trainer's own options). The parser is ``trainer.external.spec``;
+declares (beside them a spec holds its trainer's own options). The parser is ``trainer.external.trainer_spec``;
 the evidence reads the same names from the runs' recorded configuration."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 import sys
 
 try:
-    from launcher.cli import main
+    from launcher.entry_points import main
 except ModuleNotFoundError as exc:  # a bare `python` outside the project's venv: one line, not a traceback
     if exc.name is None or exc.name.partition(".")[0] in ("evidence", "facts", "launcher", "trainer"):
         raise

@@ -19,8 +19,8 @@ from omegaconf import DictConfig
 
 from facts.backends import LOCAL, SLURM
 from launcher.errors import PreflightError
-from launcher.sizing import Limits
-from launcher.spec import JobSpec, Sweep
+from launcher.job_sizing import Limits
+from launcher.job_spec import JobSpec, Sweep
 
 # cluster.kind -> the module implementing ``Backend``.
 BACKENDS = {LOCAL: "launcher.local", SLURM: "launcher.slurm"}
@@ -37,7 +37,7 @@ class Backend(Protocol):
 
     def job_limits(self, cluster: DictConfig, workload: DictConfig, dry_run: bool) -> Limits:
         """What this back end gives one job of ``workload``: memory per node, GPU memory, time, each with
-        where it came from; ``launcher.sizing.judge`` holds the job's estimate against it. When not
+        where it came from; ``launcher.job_sizing.judge`` holds the job's estimate against it. When not
         ``dry_run`` it may also ask the scheduler (a whole node's memory, a partition's time limit)."""
 
     def check_environment(self, cluster: DictConfig, dry_run: bool) -> None:

@@ -44,8 +44,8 @@ from facts.containers import (
 )
 from facts.files import INITIAL_EVAL_DIR
 from facts.repo import REPO_ROOT
+from launcher.directory_locks import INHERITED_FD_ENV
 from launcher.errors import PreflightError
-from launcher.locks import INHERITED_FD_ENV
 
 SETTING = "cluster.container"
 INHERITED_LOCK_FD = 3  # the run lock's descriptor inside the image (podman --preserve-fds=1 passes fd 3 on)

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from facts import run_dir_of_job
+from facts.data_parallel_ranks import MASTER_ADDR_ENV, MASTER_PORT_ENV, RANK_ENV, RENDEZVOUS_TIMEOUT_ENV
 from facts.files import JOB_ROOTS_DIR
 from facts.processes import JOB_MARKER_ENV
-from facts.ranks import MASTER_ADDR_ENV, MASTER_PORT_ENV, RANK_ENV, RENDEZVOUS_TIMEOUT_ENV
 
 # Unix socket paths are limited to 107 bytes, and Ray puts its sockets several levels below its
 # temp dir; a job directory deep in a sweep tree would overflow that. Ray therefore gets a short

@@ -34,10 +34,10 @@ from facts.files import (
 from facts.states import IN_FLIGHT_STATES
 from launcher.backend import BACKENDS, backend, refresh_job_records
 from launcher.errors import PreflightError, SchedulerUnavailable
+from launcher.job_records import read_job_record
+from launcher.job_spec import JobSpec, Sweep
 from launcher.liveness import mark_dead_local_jobs
-from launcher.records import read_job_record
 from launcher.restart_point import RUN_STATE_DIRS, discard_checkpoint_past_bad_metrics
-from launcher.spec import JobSpec, Sweep
 
 ATTEMPT_RUN_FILES = (METRICS_LOG, EVAL_RECORD, RUN_RECORD)
 ATTEMPT_RECORDS = (JOB_RECORD, COMMAND_RECORD, COMMAND_PUBLIC_RECORD, TRAINER_LOG, RUNTIME_LOG, RAY_START_LOG,

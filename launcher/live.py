@@ -4,7 +4,7 @@ job's ``JobSpec.tracking``, which the job runtime's follower (``launcher.runtime
 Refused in one line before anything runs: a tracker whose library is not installed (naming the Makefile target
 of its extra, ``facts.extras``), and ``tracking.uri`` set for W&B (W&B's server is its own setting,
 ``WANDB_BASE_URL``, and its credentials the user's). Unset, MLflow writes a file store and TensorBoard its event
-files under ``<sweep>/tracking/<tool>/`` (``facts.tracking.LIVE_DIR``); a relative ``tracking.uri`` directory is
+files under ``<sweep>/tracking/<tool>/`` (``facts.trackers.LIVE_DIR``); a relative ``tracking.uri`` directory is
 taken from the directory the launcher was started in.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from facts.extras import extra_problem
-from facts.tracking import DEFAULT_PROJECT, LIVE_DIR, LIVE_EXTRAS
+from facts.trackers import DEFAULT_PROJECT, LIVE_DIR, LIVE_EXTRAS
 from launcher.errors import PreflightError
 
 URI_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+:")  # http:, https:, file:, sqlite:, databricks: (not C:)

@@ -18,7 +18,7 @@ from facts.failures import log_pointer
 from facts.files import RUNTIME_LOG, TRAINER_LOG
 from facts.processes import local_runtime_alive
 from facts.states import FAILED, IN_FLIGHT_STATES
-from launcher.records import read_job_record, update_job_record
+from launcher.job_records import read_job_record, update_job_record
 
 TAIL_BYTES = 65536
 # The last line of a Python traceback, or one of proofgrid's own one-line errors.

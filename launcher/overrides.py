@@ -23,8 +23,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from facts.repo import CONF_DIR
 from launcher.errors import PreflightError
+from launcher.job_spec import MULTINODE_NEEDS_SLURM
 from launcher.preflight import check_sweep_dir
-from launcher.spec import MULTINODE_NEEDS_SLURM
 
 GROUPS = ("algo", "workload", "cluster", "experiment", "trainer")
 # Hydra's command-line options that take a value (the value is not an override).
@@ -32,13 +32,13 @@ VALUE_OPTIONS = ("-cp", "--config-path", "-cn", "--config-name", "-cd", "--confi
                  "--package", "--experimental-rerun")
 CONFIG_DIR_OPTIONS = ("-cd", "--config-dir")
 # The algorithm's identity: its record sets these through the group choice (algo=<short>); an override
-# would run one algorithm under another's name (trainer.config.DESCRIPTIVE_ALGO_KEYS and the estimator
+# would run one algorithm under another's name (trainer.run_config.DESCRIPTIVE_ALGO_KEYS and the estimator
 # that names the record), and the evidence, which knows algorithms by their records, fails after training.
 DERIVED_ALGO_KEYS = ("short", "display_name", "estimator")
 
 
 # Settings no command line may give: a plan check runs code in the launcher while it plans (dry runs included),
-# so only the trainer's spec file declares it (trainer.external.spec.PLAN_CHECK_PACKAGE says whose code).
+# so only the trainer's spec file declares it (trainer.external.trainer_spec.PLAN_CHECK_PACKAGE says whose code).
 SPEC_FILE_ONLY = ("trainer.plan_check",)
 
 

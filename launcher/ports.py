@@ -49,7 +49,6 @@ NAMED_PORTS = (
     "sglang_nccl",
     "master_port",
 )
-WORKER_PORTS = BLOCK_SIZE - len(NAMED_PORTS)
 
 
 # Candidate parents of the lock directory, first usable wins. Host-wide tmpfs first: Slurm sites

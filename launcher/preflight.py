@@ -17,13 +17,13 @@ from omegaconf import DictConfig
 from facts.repo import REPO_ROOT
 from launcher.backend import backend
 from launcher.errors import PortLockError, PreflightError
+from launcher.job_sizing import NotEstimated, estimate, judge
+from launcher.job_spec import allocation_shape
 from launcher.ports import port_base
-from launcher.sizing import NotEstimated, estimate, judge
-from launcher.spec import allocation_shape
 from trainer.algorithms import AlgoConfigError
-from trainer.config import RunConfigError, validate
 from trainer.inputs import InputDigestError, TaskError, check_task, resolve, verify_inputs
 from trainer.lora import LoraError, check_targets, lora_settings
+from trainer.run_config import RunConfigError, validate
 
 
 def source_state(repo: Path = REPO_ROOT) -> tuple[str | None, bool]:
@@ -86,7 +86,7 @@ def check_model(workload: DictConfig) -> None:
     positions (``max_position_embeddings``, from its config.json)."""
     import json
 
-    from trainer.external.checkpoint import model_dir_problem
+    from trainer.external.final_model import model_dir_problem
 
     model = resolve(workload.model_path)
     problem = model_dir_problem(model)
@@ -124,7 +124,7 @@ def check_resources(workload: DictConfig, cluster: DictConfig, dp_size: int = 1)
 
 
 def check_size(job_cfg: DictConfig, cluster: DictConfig, dry_run: bool) -> tuple[list[str], list[str]]:
-    """What a job of this config needs against what the back end gives it (``launcher.sizing``): the dry run's
+    """What a job of this config needs against what the back end gives it (``launcher.job_sizing``): the dry run's
     ``# estimate |`` lines and ``# limits |`` line, and the judge's warnings; a shortfall that cannot fit is a ``PreflightError``."""
     w = job_cfg.workload
     limits = backend(cluster.kind).job_limits(cluster, w, dry_run)

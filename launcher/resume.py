@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from facts.files import RESUME_COMMAND
-from launcher.spec import hydra_value
+from launcher.job_spec import hydra_value
 
 DIR_KEYS = ("hydra.sweep.dir", "hydra.run.dir")
 MULTIRUN_FLAGS = ("-m", "--multirun")

@@ -75,7 +75,7 @@ def launcher_command(command: str, args: list[str]) -> int:
         return _error(problem)
     if len(args) != 1 or args[0].startswith("-"):
         return _error(f"usage: {PROG} {command} <sweep_dir>")
-    from launcher.cli import main as launcher_main
+    from launcher.entry_points import main as launcher_main
 
     return launcher_main([command, *args])
 

@@ -85,7 +85,7 @@ grep -q "nothing to install" "$work/again.txt" || die "a second plan still insta
 echo "== A/3 imports (all but torch) and the toy tokenizer through the shipped transformers"
 on_image "$work/site" "$A" - <<'EOF'
 import bagit, detect_secrets, huggingface_hub, hydra, omegaconf, psutil, rocrate, submitit, tokenizers, transformers  # noqa: E401, F401
-import evidence.__main__, launcher.plan  # noqa: E401, F401 - the evidence room and the planner load without torch
+import evidence.__main__, launcher.planning  # noqa: E401, F401 - the evidence room and the planner load without torch
 from transformers import AutoTokenizer
 
 tok = AutoTokenizer.from_pretrained("trainer/assets/toy/model")

@@ -105,7 +105,7 @@ def test_registry_contract():
 
 
 def test_every_shipped_algo_config_composes_and_validates():
-    from trainer.config import CONF_DIR, compose, validate
+    from trainer.run_config import CONF_DIR, compose, validate
 
     shipped = sorted(p.stem for p in (CONF_DIR / "algo").glob("*.yaml"))
     assert {"gspo", "sapo", "dapo", "is_pg", "score_centering"} <= set(shipped)
@@ -117,8 +117,8 @@ def test_every_shipped_algo_config_composes_and_validates():
 @pytest.mark.parametrize("key", ["sampler_refresh_every", "ppo_epochs", "ppo_mini_batches"])
 @pytest.mark.parametrize("bad", [0, -1, 1.5, "two", True])
 def test_update_schedule_keys_must_be_integers_of_at_least_one(key, bad):
-    from trainer.config import RunConfigError, compose
     from trainer.loop import update_schedule
+    from trainer.run_config import RunConfigError, compose
 
     cfg = compose()
     cfg.workload[key] = bad
@@ -128,8 +128,8 @@ def test_update_schedule_keys_must_be_integers_of_at_least_one(key, bad):
 
 
 def test_ppo_mini_batches_must_split_each_rank_batch_evenly():
-    from trainer.config import RunConfigError, compose
     from trainer.loop import update_schedule
+    from trainer.run_config import RunConfigError, compose
 
     assert update_schedule(compose(["workload.ppo_mini_batches=4"])).updates_per_step == 4
     with pytest.raises(RunConfigError, match="ppo_mini_batches=5 must divide the 32 responses"):

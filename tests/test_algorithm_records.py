@@ -92,7 +92,7 @@ def test_a_rendered_config_node_reads_back_as_the_record():
 
 def test_every_record_setting_and_config_key_is_an_algo_config_field():
     from trainer.algorithms import AlgoConfig
-    from trainer.algorithms.config import ALGORITHM_SETTINGS
+    from trainer.algorithms.algo_config import ALGORITHM_SETTINGS
 
     fields = {f.name for f in dataclasses.fields(AlgoConfig)}
     for record in RECORDS:
@@ -110,7 +110,7 @@ def test_the_shared_views_are_derived_from_the_records():
 
 
 def test_the_records_load_without_the_tensor_library():
-    code = "import sys, facts.algorithms, trainer.algorithms.config; print('torch' in sys.modules)"
+    code = "import sys, facts.algorithms, trainer.algorithms.algo_config; print('torch' in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "False"
 

@@ -103,13 +103,13 @@ def test_a_seed_that_is_not_an_integer_is_refused(seed):
 
 @pytest.fixture(scope="module")
 def planner():
-    from launcher.plan import plan_grid
+    from launcher.planning import plan_grid
 
     return lambda sweep_dir, *grid: plan_grid([*grid, "dry_run=true"], sweep_dir)
 
 
 def test_planning_an_lr_x_algo_x_seed_grid_gives_eight_jobs_of_four_arms(planner, tmp_path):
-    from launcher.plan import write_plan
+    from launcher.planning import write_plan
 
     sweep = planner(tmp_path, "algo=grpo,rpp", "seed=1,2", "workload.lr=1e-4,3e-4")
     assert [s.name for s in sweep.specs] == [
@@ -142,7 +142,7 @@ def test_a_grid_that_is_not_one_comparison_is_refused_before_anything_runs(plann
 
 
 def test_an_older_spec_without_an_arm_reads_as_its_algo(tmp_path):
-    from launcher.spec import JobSpec
+    from launcher.job_spec import JobSpec
 
     old = {"name": "grpo-1", "algo": "grpo", "seed": 1, "sweep_dir": str(tmp_path), "trainer_overrides": ["algo=grpo"],
            "cpus": 1, "ray_cpus": 0, "n_updates": 2, "source_commit": None, "gpu_model": None}
@@ -151,8 +151,8 @@ def test_an_older_spec_without_an_arm_reads_as_its_algo(tmp_path):
 
 
 def test_an_experiment_runner_plans_and_dry_runs_a_stage_in_process(tmp_path, capsys):
-    from launcher.plan import plan_grid
-    from launcher.sweep import run_sweep
+    from launcher.planning import plan_grid
+    from launcher.sweep_runner import run_sweep
 
     sweep = plan_grid(["algo=grpo,rpp", "seed=1", "workload.lr=1e-4,3e-4", "dry_run=true"], tmp_path / "stage")
     assert run_sweep(sweep) == 0

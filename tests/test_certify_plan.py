@@ -9,8 +9,8 @@ import json
 import pytest
 
 from launcher.errors import PreflightError
-from launcher.plan import plan_certificates
-from launcher.spec import JobSpec
+from launcher.job_spec import JobSpec
+from launcher.planning import plan_certificates
 
 
 def _job(arm: str, seed: int, sweep: str = "/s", external=None) -> JobSpec:
@@ -55,7 +55,7 @@ def test_a_run_too_short_to_resume_or_another_trainer_is_refused_in_one_line():
 
 
 def test_the_trainer_refuses_a_stop_at_or_past_the_run_s_end_in_one_line():
-    from trainer.config import RunConfigError, compose, validate
+    from trainer.run_config import RunConfigError, compose, validate
 
     validate(compose(["workload.n_updates=3", "stop_at_step=2"]))
     with pytest.raises(RunConfigError, match=r"stop_at_step=3 must be below workload.n_updates=3"):

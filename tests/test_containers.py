@@ -33,10 +33,10 @@ from launcher.container import (
     runtime_problem,
 )
 from launcher.errors import PreflightError
-from launcher.plan import plan_grid, write_plan
-from launcher.records import sweep_sanitizer
+from launcher.job_records import sweep_sanitizer
+from launcher.job_spec import JobSpec
+from launcher.planning import plan_grid, write_plan
 from launcher.runtime.inside import preflight
-from launcher.spec import JobSpec
 from tests.containers import build_image, podman_env, podman_missing
 from tests.launch_in_process import launch_in_process
 from tests.sweeps import REPO, index_rows, job_records, launch

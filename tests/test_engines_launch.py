@@ -105,7 +105,7 @@ def test_run_json_and_the_evaluations_name_the_engine_and_its_determinism_profil
 
 def test_the_vllm_engine_s_bad_inputs_are_refused_at_plan_time_in_one_line(tmp_path):
     from trainer.algorithms import AlgoConfig
-    from trainer.engines import EngineUnavailable, plan_check
+    from trainer.engine_registry import EngineUnavailable, plan_check
 
     workload = SimpleNamespace(engine="vllm", device="cpu", dtype="float32")
     model = tmp_path / "model"
@@ -131,8 +131,8 @@ def test_the_vllm_engine_s_bad_inputs_are_refused_at_plan_time_in_one_line(tmp_p
 
 
 def test_without_the_extra_the_vllm_engine_is_refused_naming_make_vllm(tmp_path):
-    """The same check in an interpreter without vLLM's CPU build (the system Python: trainer.engines is torch-free)."""
-    code = ("import sys, types; from pathlib import Path; from trainer.engines import plan_check, EngineUnavailable\n"
+    """The same check in an interpreter without vLLM's CPU build (the system Python: trainer.engine_registry is torch-free)."""
+    code = ("import sys, types; from pathlib import Path; from trainer.engine_registry import plan_check, EngineUnavailable\n"
             "try:\n plan_check(types.SimpleNamespace(engine='vllm', device='cpu', dtype='float32'), None, Path('.'))\n"
             "except EngineUnavailable as e: print(e)\n")
     proc = subprocess.run(["/usr/bin/python3", "-S", "-c", code], cwd=REPO, capture_output=True, text=True,

@@ -342,9 +342,9 @@ def test_every_stage_job_is_planned_with_the_registered_digest_certificates_and_
     """The spec's SHA256 (registration.json's spec_sha256) is in every record a stage's plan writes before its job
     runs: sweep.json, each job's spec.json and the identity its job.json starts with, for the probe, a certified
     confirm's certificate jobs and a sized design's second look; a plain sweep's records stay as they were."""
-    from launcher.experiment.stages import plan_later_stages
-    from launcher.plan import plan_cells
-    from launcher.spec import JobSpec
+    from launcher.experiment.stage_runner import plan_later_stages
+    from launcher.job_spec import JobSpec
+    from launcher.planning import plan_cells
 
     planned = []
     for name, extra in (("certified", ["+experiment.certify={stages:[confirm]}"]),

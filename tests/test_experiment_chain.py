@@ -223,7 +223,7 @@ def test_the_dry_run_of_a_chain_says_how_its_stages_follow_each_other(tmp_path):
 def test_status_of_an_experiment_directory_shows_each_stage_s_jobs(tmp_path, capsys):
     """An experiment's directory is no sweep: ``launcher status`` shows each stage that has jobs (it said the
     directory "has no jobs/"); a directory that is neither is still refused in one line."""
-    from launcher.cli import main
+    from launcher.entry_points import main
 
     for stage, job in (("probe", "grpo-1"), ("confirm", "grpo-2")):
         (tmp_path / "exp" / stage / "jobs" / job).mkdir(parents=True)
@@ -242,7 +242,7 @@ def test_a_decision_job_asks_for_one_cpu_unless_it_runs_the_probe_s_gradient_che
     """A decision seals and plans (one CPU, 2G, 30 min); the probe's decision of a spec with a gradient check computes
     both arms' gradients, so it asks for what the profile asks for one job (a GPU site's 16 CPUs, 64G, the A40)."""
     from launcher.experiment.study import compose
-    from launcher.slurm.backend import HELPER_RESOURCES, job_resources
+    from launcher.slurm.slurm_backend import HELPER_RESOURCES, job_resources
 
     assert HELPER_RESOURCES == ("--cpus-per-task=1", "--mem=2G", "--time=00:30:00")
     assert job_resources(compose(["cluster=a40_seed000"]).cluster) == (

@@ -25,10 +25,10 @@ from facts import METRICS_LOG, RUN_RECORD, checkpoint_name
 from facts.files import BUNDLE_ARCHIVE, MACHINE_NAMES
 from launcher.experiment import REGISTRATION
 from tests.sweeps import CONTRACT_SCRIPT_HEAD, REPO, index_rows, job_records, launch, reseal_bag
-from trainer.external.checkpoint import CheckpointError, check_final_model
-from trainer.external.metrics import MetricsError, jsonl_line, read_log, to_records
-from trainer.external.process import TrainerProcess, WriteWatch, exit_words, wait_watching
-from trainer.external.spec import MetricsSpec
+from trainer.external.external_metrics import MetricsError, jsonl_line, read_log, to_records
+from trainer.external.external_process import TrainerProcess, WriteWatch, exit_words, wait_watching
+from trainer.external.final_model import CheckpointError, check_final_model
+from trainer.external.trainer_spec import MetricsSpec
 
 TOY_MODEL = REPO / "trainer" / "assets" / "toy" / "model"
 NO_TRL = importlib.util.find_spec("trl") is None
@@ -492,7 +492,7 @@ def _run(tmp_path: Path, argv: list[str]) -> tuple[int, TrainerProcess, WriteWat
 
 
 def test_a_command_that_is_not_found_is_one_line_naming_it(tmp_path):
-    from trainer.external.process import CommandError
+    from trainer.external.external_process import CommandError
 
     with pytest.raises(CommandError, match="the trainer's command 'no-such-trainer' was not found"):
         _run(tmp_path, ["no-such-trainer", "--x"])
@@ -518,8 +518,8 @@ def _job_spec(tmp_path: Path, script: Path) -> tuple[Path, list[str]]:
     """A job's spec.json for trainer=command running ``script``, as the planner writes it."""
     from omegaconf import OmegaConf
 
-    from trainer.config import compose
-    from trainer.external.spec import parse_spec, to_record
+    from trainer.external.trainer_spec import parse_spec, to_record
+    from trainer.run_config import compose
 
     config = OmegaConf.to_container(compose(["trainer=command", "workload.n_updates=2"]), resolve=True)
     spec = parse_spec({**config["trainer"], "command": [sys.executable, str(script), "{output_dir}"]})

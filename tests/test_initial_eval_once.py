@@ -337,7 +337,7 @@ def test_a_shared_evaluation_whose_statistics_do_not_recompute_is_an_audit_findi
 def test_the_launcher_hands_the_sweep_dir_to_the_trainer_only_when_jobs_can_share(tmp_path, seeds, shared):
     """A one-job sweep (``launch.py`` without -m is one) evaluates its initial checkpoint itself."""
     from launcher.isolation import JobRoots
-    from launcher.plan import plan_grid
+    from launcher.planning import plan_grid
 
     sweep = plan_grid(["algo=grpo", seeds, "dry_run=true"], tmp_path / "sweep")
     for spec in sweep.specs:
@@ -467,10 +467,10 @@ def test_the_key_changes_with_what_changes_the_bits_and_not_with_what_the_arms_v
     import torch
     from omegaconf import OmegaConf
 
-    from trainer.config import compose
     from trainer.data import load_split
     from trainer.inputs import resolve, verify_inputs
     from trainer.loop import initial_eval_identity
+    from trainer.run_config import compose
 
     def key(*overrides: str, threads: int = 1) -> str:
         cfg = compose(list(overrides))

@@ -16,7 +16,7 @@ import pytest
 
 from facts.processes import descendants, process_start_ticks
 from launcher.runtime.confine import WriteGuard, landlock_abi
-from launcher.runtime.process import JobProcesses
+from launcher.runtime.trainer_processes import JobProcesses
 from tests.sweeps import free_listener
 
 ABI, NO_LANDLOCK = landlock_abi()

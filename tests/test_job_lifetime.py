@@ -14,18 +14,18 @@ import time
 import pytest
 
 from facts.processes import local_runtime_alive, process_start_ticks, runtime_identity
+from launcher.directory_locks import RUN_LOCK, LockHeld, lock_job_run_dir, sweep_lock
 from launcher.errors import JobFailed
+from launcher.job_spec import JobSpec
 from launcher.liveness import mark_dead_local_jobs
-from launcher.locks import RUN_LOCK, LockHeld, lock_job_run_dir, sweep_lock
 from launcher.runtime import run_job
-from launcher.spec import JobSpec
 from tests.sweeps import REPO
 from tests.trainer_runs import train_in_process
 
 HOLD = """
 import sys, time
 from pathlib import Path
-from launcher.locks import {fn}
+from launcher.directory_locks import {fn}
 {call}
 print("held", flush=True)
 time.sleep(60)
@@ -100,7 +100,7 @@ def test_lock_files_are_never_followed_through_a_symlink(tmp_path):
 
 TETHERED = """
 import subprocess, sys
-from launcher.runtime.process import die_with_parent
+from launcher.runtime.trainer_processes import die_with_parent
 import os
 child = subprocess.Popen(["sleep", "60"], preexec_fn=die_with_parent(os.getpid()), start_new_session=True)
 print(child.pid, flush=True)

@@ -195,7 +195,7 @@ def test_each_kind_of_refusal_is_one_line_from_launch_py_run_as_a_process(tmp_pa
 def test_the_run_dir_reaches_the_trainer_exactly_whatever_its_characters(path):
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from launcher.spec import hydra_value
+    from launcher.job_spec import hydra_value
 
     (parsed,) = OverridesParser.create().parse_overrides([f"output_dir={hydra_value(path)}"])
     assert not parsed.is_sweep_override() and parsed.value() == path

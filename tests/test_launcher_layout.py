@@ -24,7 +24,7 @@ def _imported_after(statement: str) -> set[str]:
 @pytest.mark.parametrize("backend", ["launcher.local", "launcher.slurm"])
 def test_a_back_end_imports_neither_the_planner_nor_the_job_state(backend):
     imported = _imported_after(f"import {backend}")
-    assert not imported & {"launcher.sweep", "launcher.plan", "launcher.jobs", "launcher.grid", "launcher.cli"}
+    assert not imported & {"launcher.sweep_runner", "launcher.planning", "launcher.jobs", "launcher.grid", "launcher.entry_points"}
 
 
 @pytest.mark.parametrize("backend", ["local", "slurm"])
@@ -59,7 +59,7 @@ def test_the_hydra_plugins_subclass_only_hydras_public_plugin_classes():
 
 
 def test_planning_imports_no_scheduler_client_ray_plotting_or_tensor_library():
-    imported = _imported_after("import launcher.plan, launcher.grid, launcher.sweep")
+    imported = _imported_after("import launcher.planning, launcher.grid, launcher.sweep_runner")
     heavy = {"torch", "ray", "matplotlib", "transformers", "submitit", "rich", "bagit"} - _evidence_package()
     assert not imported & heavy
 
@@ -77,14 +77,14 @@ def test_a_dry_run_never_imports_the_tensor_library():
         proc = subprocess.run([sys.executable, "-c", code, f"{tmp}/sweep"], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     imported = set(json.loads(proc.stderr.strip().splitlines()[-1]))
-    assert "launcher.plan" in imported and "trainer.algorithms.config" in imported
+    assert "launcher.planning" in imported and "trainer.algorithms.algo_config" in imported
     assert not imported & {"torch", "transformers", "trainer.algorithms.registry", "trainer.rollout"}
     # A local sweep's dry run asks its own back end what it would submit: no other back end, no job runtime.
     assert "launcher.local" in imported and not imported & {"launcher.slurm", "launcher.runtime", "submitit"}
 
 
 def _evidence_package() -> set[str]:
-    """``launcher.records`` uses ``evidence.seal.sanitize``, whose package imports the bundle writer (bagit)."""
+    """``launcher.job_records`` uses ``evidence.seal.sanitize``, whose package imports the bundle writer (bagit)."""
     return _imported_after("import evidence.seal.sanitize") & {"bagit", "rich"}
 
 

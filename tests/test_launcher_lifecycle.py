@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from facts.processes import process_start_ticks
-from launcher.locks import RUN_LOCK
+from launcher.directory_locks import RUN_LOCK
+from launcher.job_spec import hydra_value
 from launcher.ray_runtime import leftover_processes
-from launcher.spec import hydra_value
 from tests.sweeps import REPO, index_rows, job_records, launch
 
 pytestmark = pytest.mark.slow

@@ -14,7 +14,7 @@ from tests.sweeps import REPO
 # Two jobs that ignore SIGTERM (a trainer deep in a long step): only SIGKILL ends them.
 SCRIPT = textwrap.dedent('''
     import os, subprocess, sys, tempfile, time
-    from launcher.local.backend import stop_jobs
+    from launcher.local.local_backend import stop_jobs
     ready = tempfile.mkdtemp()
     jobs = {f"job{i}": subprocess.Popen(["bash", "-c", f"trap '' TERM; touch {ready}/{i}; sleep 300 & wait; sleep 300"],
                                         start_new_session=True) for i in range(2)}

@@ -160,7 +160,7 @@ def test_dotted_targets_match_as_peft_matches_them():
     (8, "setting workload.lora=8 is refused: it must be a mapping of settings"),
 ])
 def test_a_bad_lora_setting_is_refused_by_the_schema_in_one_line(lora, says):
-    from trainer.config import RunConfigError, compose, validate
+    from trainer.run_config import RunConfigError, compose, validate
 
     cfg = compose()
     cfg.workload.lora = lora
@@ -171,7 +171,7 @@ def test_a_bad_lora_setting_is_refused_by_the_schema_in_one_line(lora, says):
 
 def test_a_checkpoint_holds_the_adapter_beside_the_base_model_digest_and_resumes_only_on_that_base(tmp_path):
     from trainer.checkpoint import AdapterRecord, load_checkpoint, save_checkpoint
-    from trainer.config import RunConfigError
+    from trainer.run_config import RunConfigError
 
     model = adapted()
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad])

@@ -160,7 +160,7 @@ def test_a_bad_lora_setting_is_one_line_before_anything_runs(tmp_path, overrides
 def test_the_probes_gradient_check_differentiates_the_weights_the_run_trains(tmp_path):
     """At step 0 a LoRA policy is the base model, so the batch is the same as full fine-tuning's; only the weights
     the gradient is taken over differ (the adapters' alone), and with them its norm."""
-    from trainer.probe import main
+    from trainer.gradient_probe import main
 
     shared = ["workload.sampler_refresh_every=1", "seed=1", "workload.prompts_per_step=2", "workload.global_batch_size=16"]
     norms = {}

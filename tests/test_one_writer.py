@@ -31,7 +31,7 @@ sys.stdin.read()
 """
 # The holders a second writer meets: a launcher (its lock, as launch.py takes it) and an evidence build.
 HOLDERS = {
-    "launcher": ("launcher.locks", "held = sweep_lock(Path({sweep!r})); held.__enter__()", "a launcher"),
+    "launcher": ("launcher.directory_locks", "held = sweep_lock(Path({sweep!r})); held.__enter__()", "a launcher"),
     "build": ("facts.locks", "held = sweep_lock(Path({sweep!r}), 'build'); held.__enter__()", "python -m evidence build"),
 }
 

@@ -1,4 +1,4 @@
-"""The plan bound before any job starts (facts.plan), without Hydra: sweep.json's plan lists every job (grid, then
+"""The plan bound before any job starts (facts.sweep_plan), without Hydra: sweep.json's plan lists every job (grid, then
 certificate jobs), its SHA256 (written out here from its definition) goes into every job's spec and identity, each job
 draws a nonce of its own once and keeps it across later plans, a plan that grows keeps the earlier one's digest, and
 nothing of it reaches the dry run's commands (the goldens stay as they were)."""
@@ -10,8 +10,8 @@ import json
 
 from omegaconf import OmegaConf
 
-from launcher.plan import expanded_commands, plan_certificates, write_plan
-from launcher.spec import JobSpec, Sweep
+from launcher.job_spec import JobSpec, Sweep
+from launcher.planning import expanded_commands, plan_certificates, write_plan
 
 
 def _job(arm: str, seed: int, sweep: str) -> JobSpec:

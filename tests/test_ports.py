@@ -130,7 +130,7 @@ def test_a_listener_on_its_way_out_is_not_a_leftover_and_one_that_stays_is():
     keeps listening is, once the grace is over."""
     import time
 
-    from launcher.runtime.process import still_listening
+    from launcher.runtime.trainer_processes import still_listening
 
     port = BASE + 720
     closing = subprocess.Popen([sys.executable, "-c", (

@@ -14,13 +14,13 @@ import types
 from pathlib import Path
 
 from evidence.gates.ranks import check_ranks
-from facts.ranks import rank_record_dir
+from facts.data_parallel_ranks import rank_record_dir
 from facts.states import COMPLETED, RUNNING
+from launcher.job_records import read_job_record, update_job_record
+from launcher.job_spec import JobSpec
 from launcher.liveness import death_cause
-from launcher.records import read_job_record, update_job_record
 from launcher.runtime import RunEnd
-from launcher.slurm.ranks import SlurmRankHooks
-from launcher.spec import JobSpec
+from launcher.slurm.rank_task import SlurmRankHooks
 from tests.sweeps import REPO
 from tests.trainer_runs import trainer_cmd
 
@@ -127,7 +127,7 @@ def test_rank_0_records_its_runtime_s_end_though_a_waiting_launcher_copied_sacct
 def test_another_nodes_rendezvous_address_is_a_placeholder_in_the_public_command_record(tmp_path):
     """command.public.json names rank 0's node by <RANK0_NODE_ADDR>, never its address or host name (a literal
     added to a sanitiser after it was built was in none of its rules, and the address was published)."""
-    from launcher.records import write_command_records
+    from launcher.job_records import write_command_records
 
     spec = JobSpec(name="grpo-1", algo="grpo", seed=1, sweep_dir=str(tmp_path), trainer_overrides=("algo=grpo",),
                    cpus=1, ray_cpus=0, n_updates=2, source_commit=None, nodes=2)

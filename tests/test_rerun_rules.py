@@ -12,8 +12,8 @@ import pytest
 
 from facts.slurm_formats import time_to_minutes
 from launcher.errors import PreflightError
+from launcher.job_spec import JobSpec
 from launcher.jobs import check_arms, check_plain_sweep, check_rerun
-from launcher.spec import JobSpec
 from tests.trainer_runs import train_in_process
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.runtime.resources import ResourceSampler
+from launcher.runtime.resource_sampler import ResourceSampler
 from tests.sweeps import REPO
 
 HOLD_MIB = 256

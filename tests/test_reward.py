@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.reward import extract_last_number, math_reward, normalize_label
+from facts.reward import extract_last_number, math_reward, normalize_label
 
 
 @pytest.mark.parametrize(("text", "value"), [

@@ -9,8 +9,8 @@ import pytest
 
 from launcher.errors import JobFailed
 from launcher.isolation import JobRoots, env_diff, isolated_env
+from launcher.job_spec import JobSpec
 from launcher.runtime import run_job
-from launcher.spec import JobSpec
 
 
 def _spec(tmp_path, **changes) -> JobSpec:

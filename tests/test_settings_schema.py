@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 
-from trainer.config import RunConfigError, compose, validate
+from trainer.run_config import RunConfigError, compose, validate
 from trainer.schema import SEED_MAX, algo_fields
 
 # (override(s), the setting the one-line error must name). Several bad values per setting.

@@ -1,4 +1,4 @@
-"""A profile sized from the workload (issue 36 section 2): what a job needs (``launcher.sizing``) against what the
+"""A profile sized from the workload (issue 36 section 2): what a job needs (``launcher.job_sizing``) against what the
 profile, this machine or Slurm gives it; refused or warned in one line before anything is submitted, the estimate
 in the dry run.
 
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from launcher.sizing import (
+from launcher.job_sizing import (
     ACTIVATION_BYTES,
     BACKWARD_FACTOR,
     LOGITS_GRADIENT_BYTES,
@@ -134,9 +134,9 @@ def test_a_gpu_model_or_gres_type_is_matched_to_the_memory_table(text, name):
 
 @pytest.mark.slow  # four forwards of a small model with autograd's hooks: 10-20 s on the shared machine
 def test_the_activation_bytes_match_the_tensors_autograd_keeps_on_a_shape_outside_the_fit():
-    """The fit (launcher.sizing.ACTIVATION_BYTES) was made on the shapes of benchmarks/sizing.py; this one is not
+    """The fit (launcher.job_sizing.ACTIVATION_BYTES) was made on the shapes of benchmarks/sizing_accuracy.py; this one is not
     among them (wider MLP, more heads, another vocabulary)."""
-    from benchmarks.sizing import saved_bytes_per_token
+    from benchmarks.sizing_accuracy import saved_bytes_per_token
 
     L, H, heads, kv, d, I, V = 3, 320, 5, 1, 64, 1280, 1500  # noqa: E741 - the formula's names
     for dtype in ("float32", "bfloat16"):
@@ -149,7 +149,7 @@ def test_the_activation_bytes_match_the_tensors_autograd_keeps_on_a_shape_outsid
 # ---- the judge -------------------------------------------------------------------------------------------------
 
 def _gsm8k_workload(**changes):
-    from trainer.config import compose
+    from trainer.run_config import compose
 
     cfg = compose(["workload=gsm8k_qwen3_0p6b", *(f"workload.{k}={v}" for k, v in changes.items())])
     return cfg.workload
@@ -325,7 +325,7 @@ def test_a_model_the_estimate_cannot_read_is_said_and_planned(tmp_path):
 
 def test_the_toy_s_estimated_peak_is_within_15_percent_of_a_real_run_s_peak_resident_size(tmp_path):
     """A 3-step toy run under benchmarks/rusage.py (its own wait4: the trainer's peak resident size)."""
-    from trainer.config import compose
+    from trainer.run_config import compose
 
     usage = tmp_path / "usage.json"
     overrides = ["algo=grpo", "seed=1", "workload.n_updates=3", "workload.eval.n_prompts=16"]
@@ -370,7 +370,7 @@ def test_a_no_controller_submission_names_the_controller_not_the_profile(slurm_c
 
 
 def test_an_unreachable_controller_in_sbatch_s_words_is_not_blamed_on_the_profile():
-    from launcher.slurm.options import explain_refusal
+    from launcher.slurm.slurm_profile import explain_refusal
 
     line = explain_refusal("sbatch: error: Batch job submission failed: Unable to contact slurm controller "
                            "(connect failure)\n")

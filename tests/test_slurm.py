@@ -240,7 +240,7 @@ def test_cancelling_an_array_with_pending_tasks_ends_the_wait_and_unblocks_the_r
 
 def test_a_task_slurm_no_longer_reports_is_vanished_after_a_second_look_never_left_pending():
     from facts.states import VANISHED
-    from launcher.slurm.states import confirmed_states
+    from launcher.slurm.slurm_states import confirmed_states
 
     looks = []
     states = confirmed_states(["987654_3"], confirm_delay_s=0.1, sleep=looks.append)
@@ -254,7 +254,7 @@ def test_a_state_a_requeue_follows_is_not_final_while_squeue_still_holds_the_tas
     # run again. No look through the requeue may call the task ended; test_slurm_states pins the
     # combination on that exact record, which this window is too short to catch reliably.
     from facts.states import IN_FLIGHT_STATES, TERMINAL_STATES
-    from launcher.slurm.states import confirmed_states, sacct_runs
+    from launcher.slurm.slurm_states import confirmed_states, sacct_runs
 
     array = subprocess.run(["sbatch", "--parsable", "--requeue", "--mem=100M", "-o", "/dev/null", "--array=0-1",
                             "--job-name=proofgrid-test-requeue", "--wrap", "sleep 120"],
@@ -281,9 +281,9 @@ def test_the_waiting_launcher_returns_only_after_the_last_run_of_a_task_that_req
     # The wait seals on its first all-terminal look: from the moment a warned task asks `scontrol
     # requeue` for itself (as launcher.runtime does), squeue holds it again, so no state between its
     # runs is confirmed final. A plain script keeps this to Slurm's own timing (no trainer).
-    from launcher.records import update_job_record
-    from launcher.slurm.backend import wait_for_jobs
-    from launcher.slurm.states import sacct_runs
+    from launcher.job_records import update_job_record
+    from launcher.slurm.slurm_backend import wait_for_jobs
+    from launcher.slurm.slurm_states import sacct_runs
 
     script, armed = tmp_path / "task.sh", tmp_path / "armed"
     # The warning goes out once the trap is set (the marker), not once squeue says RUNNING: under load
@@ -379,7 +379,7 @@ def test_a_profile_value_the_cluster_cannot_honour_is_refused_in_one_line_before
     ("--cpus-per-task=64", "cluster.cpus_per_task"),
 ])
 def test_each_sbatch_refusal_becomes_one_line_naming_the_profile_key(tmp_path, option, key):
-    from launcher.slurm.options import explain_refusal
+    from launcher.slurm.slurm_profile import explain_refusal
 
     proc = subprocess.run(["sbatch", option, "-o", "/dev/null", "--wrap", "true"], capture_output=True, text=True,
                           cwd=tmp_path)
@@ -454,7 +454,7 @@ def test_a_node_failure_requeues_the_job_which_resumes_bit_identically_and_the_w
     # is on it) is set DOWN under a running job. Slurm records the run as NODE_FAIL, requeues the task
     # (--requeue) and starts it again once the node is back; the waiting launcher must not seal the
     # terminal-looking NODE_FAIL as a rejection in the meantime.
-    from launcher.slurm.states import sacct_runs
+    from launcher.slurm.slurm_states import sacct_runs
 
     partition, node = slurm_cluster.get("PROOFGRID_SLURM_FAIL_PARTITION"), slurm_cluster.get("PROOFGRID_SLURM_FAIL_NODE")
     if not (partition and node):

@@ -15,7 +15,7 @@ import pytest
 
 from facts import sweep_job_dir
 from facts.files import JOB_RECORD
-from launcher.slurm.states import look_intervals
+from launcher.slurm.slurm_states import look_intervals
 
 REPO = Path(__file__).resolve().parent.parent
 

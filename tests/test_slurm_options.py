@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from facts.slurm_formats import mem_mb
 from launcher.errors import PreflightError
-from launcher.slurm.options import _gres_fits, check_formats, explain_refusal
+from launcher.slurm.slurm_profile import _gres_fits, check_formats, explain_refusal
 from tests.launch_in_process import launch_in_process
 from tests.sweeps import launch
 

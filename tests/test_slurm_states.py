@@ -14,8 +14,8 @@ from omegaconf import OmegaConf
 from facts.states import VANISHED
 from launcher.errors import PreflightError, SchedulerUnavailable
 from launcher.slurm.commands import pipe_records, run_slurm
-from launcher.slurm.options import check_environment
-from launcher.slurm.states import (
+from launcher.slurm.slurm_profile import check_environment
+from launcher.slurm.slurm_states import (
     SACCT_FORMAT,
     SQUEUE_FORMAT,
     base_state,

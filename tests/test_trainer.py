@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tests.trainer_runs import REPO, read_metrics, run_trainer, train_in_process, trainer_cmd, without_perf
-from trainer.metrics import KL_LOSS_KEY, REQUIRED_KEYS
+from trainer.metrics_writer import KL_LOSS_KEY, REQUIRED_KEYS
 
 SHORT = ("workload.n_updates=4", "workload.checkpoint_every=2", "workload.eval.n_prompts=8")
 

@@ -1,4 +1,4 @@
-"""``python -m trainer.probe``: two arms' gradients on one staleness-0 batch (an experiment probe's check)."""
+"""``python -m trainer.gradient_probe``: two arms' gradients on one staleness-0 batch (an experiment probe's check)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from trainer.probe import flat_cosine, main
+from trainer.gradient_probe import flat_cosine, main
 
 
 def test_flat_cosine_matches_a_float64_reference():

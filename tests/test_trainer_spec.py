@@ -12,7 +12,7 @@ import pytest
 from launcher.grid import arm_bases, arm_labels
 from tests.launch_in_process import launch_in_process
 from tests.sweeps import REPO
-from trainer.external.spec import SpecError, expand_command, parse_spec, placeholder_values
+from trainer.external.trainer_spec import SpecError, expand_command, parse_spec, placeholder_values
 
 ECOSYSTEM_CACHES = ("HF_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "VLLM_CACHE_ROOT", "XDG_CACHE_HOME",
                     "WANDB_DIR")
@@ -263,8 +263,8 @@ def _interrupted_by_a_base_exception(argv):
     ("_interrupted_by_a_base_exception", "failed (Odd: first line); fix the spec or the check"),
 ])
 def test_a_declared_plan_checks_own_failure_is_one_line_whatever_it_raises(monkeypatch, check, says):
-    import trainer.external.spec as spec_module
-    from trainer.external.spec import run_plan_check
+    import trainer.external.trainer_spec as spec_module
+    from trainer.external.trainer_spec import run_plan_check
 
     name = f"tests.test_trainer_spec:{check}"
     monkeypatch.setattr(spec_module, "PLAN_CHECKS", spec_module.PLAN_CHECKS | {name})
@@ -289,8 +289,8 @@ def test_every_declared_plan_check_is_importable_and_refuses_a_command_it_cannot
 
 def test_an_external_trainer_in_an_allocation_of_several_tasks_is_refused_at_plan_time(tmp_path):
     from launcher.errors import PreflightError
-    from launcher.plan import plan_trainer
-    from trainer.config import compose
+    from launcher.planning import plan_trainer
+    from trainer.run_config import compose
 
     for nodes, tasks in ((2, 1), (1, 2)):
         cfg = compose(["trainer=command", "cluster=slurm", f"cluster.nodes={nodes}", f"cluster.tasks_per_node={tasks}",
@@ -342,7 +342,7 @@ def test_a_spec_that_declares_its_algorithm_labels_and_describes_its_arm_by_it(t
     """A lab's RLOO script under proofgrid's default algo=grpo: its spec's ``algorithm`` is the arm's label
     (``rloo-lab``, never ``grpo-lab``) and the display name its runs declare (the report's Algorithms line)."""
     from trainer.external.run import ExternalRun, declared_algorithm
-    from trainer.external.spec import from_record, to_record
+    from trainer.external.trainer_spec import from_record, to_record
 
     parsed = parse_spec(spec(["python", "train.py", "{output_dir}"], algorithm="RLOO",
                              contract={"loss": "RLOO leave-one-out baseline"}))

@@ -15,7 +15,7 @@ import torch
 
 from facts.engines import SYNC_TOLERANCE
 from tests.trainer_runs import REPO
-from trainer.engines import EngineSettings
+from trainer.engine_registry import EngineSettings
 from trainer.policy import build_token_batch, load_policy, response_logprobs
 from trainer.rollout import AuxDraws, SamplingParams, TorchEngine
 

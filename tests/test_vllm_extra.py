@@ -14,7 +14,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from tests.trainer_runs import REPO
-from trainer.engines import VLLM_DISTRIBUTION, VLLM_VERSION
+from trainer.engine_registry import VLLM_DISTRIBUTION, VLLM_VERSION
 
 # What pyproject.toml's comment above the extra overrides, and why (the test names them; the comment explains).
 OVERRIDDEN = {"transformers", "torch", "torchvision", "torchaudio", "torchcodec"}

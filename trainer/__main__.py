@@ -11,10 +11,9 @@ import sys
 from pathlib import Path
 
 from facts.reward import RewardValueError
-from trainer.algorithms import AlgoConfigError
-from trainer.config import RunConfigError, compose, validate
-from trainer.inputs import InputDigestError
+from trainer.run_config import compose, validate
 from trainer.run_lock import LockHeld, own_run_dir
+from trainer.trainer_errors import TrainerError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,9 +29,6 @@ def main(argv: list[str] | None = None) -> int:
         owner = own_run_dir(Path(cfg.output_dir)) if given is None or given[0] == 0 else contextlib.nullcontext()
         with owner:
             summary = train(cfg)
-    except (AlgoConfigError, RunConfigError, InputDigestError, LockHeld) as exc:
-        print(f"proofgrid trainer: error: {exc}", file=sys.stderr)
-        return 2
     except NonFiniteGradientError as exc:
         print(f"proofgrid trainer: error: {exc}", file=sys.stderr)
         return 3
@@ -42,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     except RewardValueError as exc:  # the workload's reward raised or gave no number in [0, 1]: the row named
         print(f"proofgrid trainer: error: {exc}", file=sys.stderr)
         return 5
+    except (TrainerError, LockHeld) as exc:  # every other refusal of the trainer: one line, exit 2
+        print(f"proofgrid trainer: error: {exc}", file=sys.stderr)
+        return 2
     rank = f" (rank {summary['rank']})" if "rank" in summary else ""
     print(f"trained {summary['algo']} seed {summary['seed']}{rank}: {summary['steps_completed']} steps")
     return 0

@@ -23,9 +23,9 @@ from safetensors.torch import load_file, load_model, save_file, save_model
 
 from facts import checkpoint_name
 from facts.files import LATEST_CHECKPOINT, TRAINER_STATE, WEIGHTS_FILE
-from trainer.config import RunConfigError
 from trainer.lora import ADAPTER_RECORD
 from trainer.policy import adapter_weights, load_adapter_weights
+from trainer.run_config import RunConfigError
 
 SAMPLER_FILE = "sampler.pt"
 

@@ -22,12 +22,13 @@ import torch
 from facts.engines import SYNC_TOLERANCE, WEIGHT_SYNC_LOG
 from trainer.policy import TokenBatch, build_token_batch, response_logprobs
 from trainer.rollout import SamplingParams
+from trainer.trainer_errors import TrainerError
 
 PROBE_PROMPTS = 4
 PROBE_TOKENS = 16
 
 
-class EngineSyncError(RuntimeError):
+class EngineSyncError(TrainerError, RuntimeError):
     """The engine's log-probs after a weight sync are not the trainer's: the sync did not take."""
 
 

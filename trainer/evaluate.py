@@ -33,6 +33,7 @@ from facts.files import EVAL_SUBSET, json_record_bytes, linked_part
 from facts.reward import DEFAULT_REWARD, Reward, reward
 from trainer.data import Example, mix_seed, subset_digest, subset_rows_bytes
 from trainer.rollout import RolloutEngine, SamplingParams
+from trainer.trainer_errors import TrainerError
 
 
 def evaluate(engine: RolloutEngine, tokenizer, examples: list[Example], k: int, eval_seed: int,
@@ -91,7 +92,7 @@ def write_subset(path: Path, examples: list[Example]) -> None:
     os.replace(partial, path)
 
 
-class SharedEvaluationLinkError(RuntimeError):
+class SharedEvaluationLinkError(TrainerError, RuntimeError):
     """A symbolic link where the sweep's shared initial evaluation lives (one line: the link and the fix)."""
 
 

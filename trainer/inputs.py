@@ -22,9 +22,10 @@ from facts import sha256_file
 from facts.manifests import ManifestFormatError, PinnedFile, read_manifest
 from facts.repo import MANIFESTS_DIR, REPO_ROOT
 from facts.splits import JSONL_SUFFIX, PARQUET_SUFFIX, SplitError, count_rows
+from trainer.trainer_errors import TrainerError
 
 
-class InputDigestError(RuntimeError):
+class InputDigestError(TrainerError, RuntimeError):
     """An input file is missing or its bytes differ from the committed pin."""
 
 
@@ -133,7 +134,7 @@ def pin(workload: str, inputs: list[str], manifest_dir: Path = MANIFESTS_DIR) ->
     return manifest
 
 
-class TaskError(ValueError):
+class TaskError(TrainerError, ValueError):
     """A workload's task that cannot run (one line: the file or setting, and the fix)."""
 
 

@@ -17,7 +17,7 @@ summed across ranks because each rank's loss is its share of the global loss. Th
 spawned here (``train``) or, when torch.distributed's ``env://`` variables say so (``RANK``,
 ``WORLD_SIZE``, ...: a scheduler started one process per rank, possibly on several nodes), this
 process is one of them; the loop is the same either way. With more than one rank, each writes the
-digest of every step's reduced values to ``run/ranks/rank<r>.jsonl`` (``facts.ranks``).
+digest of every step's reduced values to ``run/ranks/rank<r>.jsonl`` (``facts.data_parallel_ranks``).
 """
 
 from __future__ import annotations
@@ -52,6 +52,15 @@ from facts import (
 )
 from facts.algorithms import KL_IN_REWARD
 from facts.containers import IMAGE_DIGEST_ENV, IMAGE_DIGEST_FIELD
+from facts.data_parallel_ranks import (
+    LOCAL_RANK_VAR,
+    MASTER_ADDR_ENV,
+    MASTER_PORT_ENV,
+    RANK_LOGS_FIELD,
+    RANK_VAR,
+    RENDEZVOUS_TIMEOUT_ENV,
+    WORLD_SIZE_VAR,
+)
 from facts.engines import ENGINE_FIELD, TORCH_ENGINE
 from facts.evaluation import model_files
 from facts.files import (
@@ -70,17 +79,8 @@ from facts.metrics import (
     REFERENCE_KL_TAG,
     STEP_TIMES_FIELD,
 )
-from facts.plan import PLAN_DIGEST_ENV, PLAN_DIGEST_FIELD
-from facts.ranks import (
-    LOCAL_RANK_VAR,
-    MASTER_ADDR_ENV,
-    MASTER_PORT_ENV,
-    RANK_LOGS_FIELD,
-    RANK_VAR,
-    RENDEZVOUS_TIMEOUT_ENV,
-    WORLD_SIZE_VAR,
-)
 from facts.repo import REPO_ROOT, SOURCE_COMMIT_ENV
+from facts.sweep_plan import PLAN_DIGEST_ENV, PLAN_DIGEST_FIELD
 from facts.task import TASK_FIELD
 from trainer.algorithms import (
     KL_ESTIMATORS,
@@ -107,7 +107,6 @@ from trainer.checkpoint import (
     load_sampler_weights,
     save_checkpoint,
 )
-from trainer.config import RunConfigError, validate
 from trainer.data import (
     Example,
     PromptStream,
@@ -118,13 +117,13 @@ from trainer.data import (
     workload_reward,
     workload_task,
 )
+from trainer.engine_registry import engine_settings
 from trainer.engine_sync import EngineSyncError, SyncProbe, check_sync, make_probe
-from trainer.engines import engine_settings
 from trainer.evaluate import evaluate, shared_initial_eval
 from trainer.inputs import resolve, verify_inputs
-from trainer.ledger import DataLedger
+from trainer.ledger_writer import DataLedger
 from trainer.lora import LoraError, check_targets, lora_settings
-from trainer.metrics import (
+from trainer.metrics_writer import (
     KL_LOSS_KEY,
     MetricsLog,
     RankLog,
@@ -153,6 +152,8 @@ from trainer.preemption import (
 )
 from trainer.reward_workers import make_scorer
 from trainer.rollout import AuxDraws, Generation, RolloutEngine, SamplingParams, make_engine, warn_if_greedy
+from trainer.run_config import RunConfigError, validate
+from trainer.trainer_errors import TrainerError
 
 log = logging.getLogger("trainer")
 VAR_FLOOR = 1e-8
@@ -231,7 +232,7 @@ class StepMetrics:
         return out
 
 
-class NonFiniteGradientError(RuntimeError):
+class NonFiniteGradientError(TrainerError, RuntimeError):
     """The gradient norm of a step is NaN or Inf: stepping the optimizer would poison every weight."""
 
 
@@ -657,7 +658,7 @@ class RunPlan:
 
 
 def plan_run(cfg: DictConfig) -> RunPlan:
-    """Every config-time check of one run (``trainer.config.validate``, the update schedule)."""
+    """Every config-time check of one run (``trainer.run_config.validate``, the update schedule)."""
     return RunPlan(validate(cfg), update_schedule(cfg))
 
 
@@ -696,7 +697,7 @@ def _run_rank(rank: int, world: int, cfg: DictConfig, plan: RunPlan, stop: StopR
             dist.destroy_process_group()
 
 
-class RendezvousError(RuntimeError):
+class RendezvousError(TrainerError, RuntimeError):
     """The ranks of a run did not meet (one line: where they were to meet, for how long, and the fix)."""
 
 
@@ -778,7 +779,7 @@ def run_summary(cfg: DictConfig, algo: AlgoConfig, world: int, inputs: dict[str,
         METRIC_KEYS_FIELD: metric_keys(algo, str(cfg.workload.engine)),
         TASK_FIELD: task_record(cfg.workload),  # the prompt's SHA256 and the reward the evidence re-scores with
         ALGORITHM_FIELD: {**algorithm(algo.estimator).declaration(), "loss_reduction": algo.loss_reduction},
-        **({RANK_LOGS_FIELD: world} if world > 1 else {}),  # every rank records its steps (facts.ranks)
+        **({RANK_LOGS_FIELD: world} if world > 1 else {}),  # every rank records its steps (facts.data_parallel_ranks)
         **image_record(),
     }
 
@@ -804,7 +805,7 @@ class Run:
     rank_log: RankLog | None = None  # with several ranks, each one's digest of every step's reduced values
     evaluations: list[dict] | None = None  # rank 0's evaluations during training (workload.eval.every)
     initial: dict | None = None  # the initial checkpoint's evaluation when it ran before training
-    ledger: DataLedger | None = None  # rank 0's data ledger: the rows each step consumed (facts.ledger)
+    ledger: DataLedger | None = None  # rank 0's data ledger: the rows each step consumed (facts.ledger_format)
     step_times: list[float] | None = None  # rank 0's run.json step_ended_at: when each step's line was written
 
     @property

@@ -32,12 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainer.schema import LoraSchema
+from trainer.trainer_errors import TrainerError
 
 ADAPTER_RECORD = "adapter.json"  # in a LoRA run's checkpoint, beside the adapter's weights
 WEIGHTS_INDEX = "model.safetensors.index.json"  # a sharded Hugging Face model's map of weight names to files
 
 
-class LoraError(ValueError):
+class LoraError(TrainerError, ValueError):
     """A LoRA setting the model cannot take (one line: the setting, what the model has, the fix)."""
 
 

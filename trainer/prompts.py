@@ -15,13 +15,14 @@ from pathlib import Path
 
 from facts.splits import SplitRow
 from facts.task import Task, TemplateError, template_fields
+from trainer.trainer_errors import TrainerError
 
 CHAT_TEMPLATE_FILE = "chat_template.jinja"  # transformers 5 keeps a tokenizer's chat template beside its config
 TOKENIZER_CONFIG = "tokenizer_config.json"
 THINKING_VARIABLE = "enable_thinking"
 
 
-class PromptError(ValueError):
+class PromptError(TrainerError, ValueError):
     """A prompt setting that cannot be rendered (one line: the setting, the model or row, and the fix)."""
 
 

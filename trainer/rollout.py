@@ -343,8 +343,8 @@ def draw_aux_from_top(top: torch.Tensor, ids: torch.Tensor | None, aux: AuxDraws
 
 
 def make_engine(name: str, model: torch.nn.Module, eos_id: int, pad_id: int, settings=None) -> RolloutEngine:
-    """Build the rollout engine ``name`` (``trainer.engines``) around a copy of ``model``'s weights; ``settings``
-    (``trainer.engines.engine_settings`` of the workload) gives an engine that needs them its dtype and threads."""
-    from trainer.engines import engine_class
+    """Build the rollout engine ``name`` (``trainer.engine_registry``) around a copy of ``model``'s weights; ``settings``
+    (``trainer.engine_registry.engine_settings`` of the workload) gives an engine that needs them its dtype and threads."""
+    from trainer.engine_registry import engine_class
 
     return engine_class(name)(model, eos_id, pad_id, settings)

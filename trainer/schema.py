@@ -2,7 +2,7 @@
 
 The dataclasses below are OmegaConf structured configs; ``check_settings`` validates a composed
 config against them before anything starts (the launcher's preflight and the trainer both call it
-through ``trainer.config.validate``), in two layers:
+through ``trainer.run_config.validate``), in two layers:
 
 1. strict values: an ``int`` setting holds a genuine integer (``seed=1.5``, ``true``, ``1e3``,
    ``01``, ``2**70`` are refused, not converted), a ``float`` a finite number, a ``bool`` a
@@ -12,7 +12,7 @@ through ``trainer.config.validate``), in two layers:
 
 The ``algo`` node is typed by ``trainer.algorithms.AlgoConfig`` itself (its dataclass fields), so a
 new algorithm setting needs no edit here; ``AlgoConfig`` then applies the algorithms' own rules. The
-``trainer`` node is a trainer spec, checked by ``trainer.external.spec``.
+``trainer`` node is a trainer spec, checked by ``trainer.external.trainer_spec``.
 Every refusal is one line naming the setting, the bad value and the allowed range.
 """
 
@@ -28,19 +28,20 @@ from typing import Any, Optional
 
 from facts.backends import BACKEND_KINDS
 from facts.containers import DIGEST_PATTERN, RUNTIMES
+from facts.data_parallel_ranks import DEFAULT_RENDEZVOUS_TIMEOUT_S
 from facts.license import DEFAULT_LICENSE, SPDX_ID
 from facts.processes import DEFAULT_RESOURCE_SAMPLE_S
-from facts.ranks import DEFAULT_RENDEZVOUS_TIMEOUT_S
 from facts.reward import DEFAULT_REWARD, reward_name_problem
 from facts.slurm_formats import GRES_PATTERN, MEM_PATTERN, TIME_FORMS, time_ok
 from facts.task import DEFAULT_TEMPLATE
-from facts.tracking import DEFAULT_PROJECT, LIVE_TOOLS
+from facts.trackers import DEFAULT_PROJECT, LIVE_TOOLS
+from trainer.trainer_errors import TrainerError
 
 SEED_MAX = 2**63 - 1  # torch.manual_seed and the run's derived seeds (trainer.data.mix_seed) are 63/64-bit
 # Upper bounds of the count settings: far above any run proofgrid makes, far below what would overflow a
 # tensor shape or a plan (10**15 for eval.k passed plan time once). Bounds that follow from other settings or
 # the inputs (num_threads <= cpus_per_job, a response cap within the model's positions, the batch's tokens)
-# are checked where those are known: trainer.config.validate and the launcher's preflight.
+# are checked where those are known: trainer.run_config.validate and the launcher's preflight.
 STEPS_MAX = 10**6  # updates, steps between checkpoints, evaluations, refreshes
 COUNT_MAX = 2**16  # prompts, responses per prompt, k, mini-batches, workers, CPUs, nodes, ranks
 TOKENS_MAX = 2**20  # a response cap, in tokens
@@ -50,7 +51,7 @@ ALGO_DESCRIPTIVE_KEYS = {"short": str, "display_name": str}
 ALGO_KEYS_FROM_WORKLOAD = ("n_samples_per_prompt",)  # AlgoConfig fields filled from the workload
 
 
-class SettingError(ValueError):
+class SettingError(TrainerError, ValueError):
     """A refused setting (one line: the setting, the bad value, the allowed range)."""
 
 
@@ -141,7 +142,7 @@ class WorkloadSchema:
     engine: str = setting(choices="rollout_engines")
     device: str = setting(pattern=r"cpu|cuda(:\d+)?")
     dtype: str = setting(choices=DTYPES)
-    num_threads: int = setting(ge=1, le=COUNT_MAX)  # also <= cpus_per_job (trainer.config.validate)
+    num_threads: int = setting(ge=1, le=COUNT_MAX)  # also <= cpus_per_job (trainer.run_config.validate)
     cpus_per_job: int = setting(ge=1, le=COUNT_MAX)
     reward_workers: int = setting(ge=0, le=COUNT_MAX)
     reward_max_concurrency: int = setting(ge=1, le=COUNT_MAX)
@@ -198,10 +199,10 @@ class ClusterSchema:
     gpus_per_node: Optional[int] = setting(None, ge=1, le=COUNT_MAX)  # noqa: UP045 - GPU profiles: --gpus-per-node
     resource_sample_s: float = setting(DEFAULT_RESOURCE_SAMPLE_S, gt=0.0)  # the job's CPU/memory/GPU samples, this often
     # Response tokens per second of a training step on one rank of this hardware, for the job-time estimate
-    # (launcher.sizing); null: a measured reference (seed 000's A40, this project's CPU) scaled to the model.
+    # (launcher.job_sizing); null: a measured reference (seed 000's A40, this project's CPU) scaled to the model.
     response_tok_per_s: Optional[float] = setting(None, gt=0.0)  # noqa: UP045
     rendezvous_timeout_s: int = setting(DEFAULT_RENDEZVOUS_TIMEOUT_S, ge=1, le=SECONDS_MAX)  # ranks that cannot meet fail the job after this long
-    sbatch: dict[str, Any] = setting({})  # extra sbatch long options (checked in launcher.slurm.options)
+    sbatch: dict[str, Any] = setting({})  # extra sbatch long options (checked in launcher.slurm.slurm_profile)
     setup: list[str] = setting([])  # lines run in the batch script before the job (module load ...)
     container: Optional[ContainerSchema] = setting(None)  # noqa: UP045 - null: jobs run on the host
     # TCP ports outside its own block a job's processes may reach (a site's tracking or license server); the job's
@@ -304,7 +305,7 @@ def _range_problem(value: Any, rules: dict[str, Any]) -> str | None:
     choices = rules.get("choices")
     if choices is not None:
         if choices == "rollout_engines":
-            from trainer.engines import ENGINES
+            from trainer.engine_registry import ENGINES
 
             choices = tuple(sorted(ENGINES))
         if value not in choices:
@@ -409,10 +410,10 @@ def check_algo(node: Any) -> None:
 
 
 def check_trainer(node: Any) -> None:
-    """The ``trainer`` node is a trainer spec (``trainer.external.spec``): proofgrid's own, or a command
+    """The ``trainer`` node is a trainer spec (``trainer.external.trainer_spec``): proofgrid's own, or a command
     with its metric map (onto proofgrid's metric names), final model and options."""
     from facts import DYNAMIC_SAMPLING_KEYS, KL_LOSS_KEY, OFF_POLICY_KEYS, REQUIRED_KEYS
-    from trainer.external.spec import SpecError, parse_spec
+    from trainer.external.trainer_spec import SpecError, parse_spec
 
     try:
         parse_spec(node, (*REQUIRED_KEYS, KL_LOSS_KEY, *OFF_POLICY_KEYS, *DYNAMIC_SAMPLING_KEYS))

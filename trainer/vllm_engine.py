@@ -19,7 +19,7 @@ log-prob under the processed distribution (``logprobs_mode=processed_logprobs``:
 trainer's). Score centering's auxiliary draws are drawn here from the top-k log-probs vLLM returns at every position
 (``logprobs=aux.top_k``), with the torch engine's counter-based uniforms of the response's auxiliary stream, so the
 same distribution gives the same draws in both engines; a full-vocabulary draw (``aux_source=full``) is refused at
-plan time (``trainer.engines.plan_check``).
+plan time (``trainer.engine_registry.plan_check``).
 
 Private parts of vLLM used here, each in one place with its reason: ``collective_rpc("reload_weights", ...)`` (the
 worker method RL frameworks sync with; no public ``LLM`` method takes weights), ``llm.llm_engine.vllm_config`` (the
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import torch
 
-from trainer.engines import EngineSettings
+from trainer.engine_registry import EngineSettings
 from trainer.policy import sampler_weights
 from trainer.rollout import (
     AuxDraws,

@@ -18,6 +18,7 @@ from evidence.gates.metrics_log import validate_metrics
 from evidence.gates.ranks import check_ranks
 from evidence.problems import IncidentsFileError, Problem, capped
 from facts import EVAL_RECORD, INITIAL_EVAL_DIR
+from facts.data_parallel_ranks import RANK_LOGS_FIELD
 from facts.files import (
     BUNDLE_PAYLOAD,
     BUNDLE_RUNS_DIR,
@@ -35,9 +36,8 @@ from facts.files import (
     bundle_run_relpath,
     payload_relpath,
 )
-from facts.ledger import LEDGER_FIELD
+from facts.ledger_format import LEDGER_FIELD
 from facts.metrics import parse_eval_line
-from facts.ranks import RANK_LOGS_FIELD
 
 
 class _SharedChecks:

@@ -46,7 +46,7 @@ from facts.files import (
     eval_responses_name,
     run_dir_of_job,
 )
-from facts.plan import JOB_NONCE_FIELD
+from facts.sweep_plan import JOB_NONCE_FIELD
 
 SCHEMA = 2
 CHECKS = ("run", "identity", "metrics", "checkpoint", "responses")

@@ -1,8 +1,8 @@
-"""A run's data ledger (``facts.ledger``): across every resume and requeue, the run consumed exactly its planned
+"""A run's data ledger (``facts.ledger_format``): across every resume and requeue, the run consumed exactly its planned
 training rows, in order, ran every step once, and its metrics log is the one its trainer recorded.
 
 Read in file order, a start line at step ``r`` supersedes the lines of steps ``r`` on (a resumed process runs them
-again); the lines that remain are the run's steps. Each is held to the chain (``facts.ledger.chain`` of the step
+again); the lines that remain are the run's steps. Each is held to the chain (``facts.ledger_format.chain`` of the step
 before it: an edited, reordered or inserted line breaks it), to the plan (the chain the process's plan gives at that
 step: rows that are not the planned ones, or not in the planned order), and to ``metrics.jsonl`` (the digest of the
 values the step logged: a metrics log copied from another run, or edited, differs). Every process must have planned
@@ -20,10 +20,10 @@ from pathlib import Path
 
 from evidence.problems import Problem, capped
 from facts import RUN_RECORD, loads_strict
+from facts.data_parallel_ranks import step_digest
 from facts.files import DATA_LEDGER, RUN_COMPLETED
-from facts.ledger import LEDGER_FIELD, START, chain, genesis
-from facts.plan import JOB_NONCE_FIELD
-from facts.ranks import step_digest
+from facts.ledger_format import LEDGER_FIELD, START, chain, genesis
+from facts.sweep_plan import JOB_NONCE_FIELD
 
 KIND = "ledger"
 DECLARED = ("plan_sha256", "n_steps", "rows_per_step", "train_sha256")  # run.json's declaration each start repeats

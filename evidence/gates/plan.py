@@ -1,4 +1,4 @@
-"""The plan a sweep's jobs were bound to before any ran (``facts.plan``): every planned job has its records, and
+"""The plan a sweep's jobs were bound to before any ran (``facts.sweep_plan``): every planned job has its records, and
 every record carries the plan it was prepared under. The build (on the sweep's job directories) and the audit (on
 the bundle's copies) call ``plan_problems``, so a planned job deleted before a rebuild, a job renamed, or the plan
 edited after its jobs ran (a seed dropped from it, a certificate job struck out) is a finding of both.
@@ -28,7 +28,7 @@ from facts.files import (
     run_dir_of_job,
     run_relpath,
 )
-from facts.plan import EARLIER_PLANS_FIELD, PLAN_DIGEST_FIELD, PLAN_FIELD, plan_digest, plan_jobs
+from facts.sweep_plan import EARLIER_PLANS_FIELD, PLAN_DIGEST_FIELD, PLAN_FIELD, plan_digest, plan_jobs
 
 KIND = "plan"
 Records = dict[str, tuple[dict | None, dict | None]]  # job -> (its job.json, its run.json); None: absent

@@ -2,7 +2,7 @@
 
 A run of several ranks declares how many in ``run.json`` (``rank_logs``); each rank wrote
 ``ranks/rank<r>.jsonl`` with, per step, the digest of the step's reduced values as that rank held
-them (``facts.ranks.step_digest``). The digest of rank 0's ``metrics.jsonl`` line is recomputed here
+them (``facts.data_parallel_ranks.step_digest``). The digest of rank 0's ``metrics.jsonl`` line is recomputed here
 from the line itself: a rank whose digest differs held other values after the all_reduces (a rank
 that diverged, or a log that is not the run's). A job of several tasks also lists its ranks in
 ``job.json`` (``ranks``: each one's node and how its runtime ended); each must have completed.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from evidence.problems import Problem, capped
 from facts import JOB_RECORD
-from facts.ranks import RANK_LOGS_FIELD, RANKS_DIR, rank_log, step_digest
+from facts.data_parallel_ranks import RANK_LOGS_FIELD, RANKS_DIR, rank_log, step_digest
 from facts.states import COMPLETED
 
 KIND = "ranks"

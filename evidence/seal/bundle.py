@@ -85,6 +85,7 @@ from facts import (
 )
 from facts.backends import LOCAL
 from facts.bundle_layout import fits
+from facts.data_parallel_ranks import RANKS_DIR
 from facts.files import (
     ARTIFACTS_TABLE,
     BUNDLE_ARCHIVE,
@@ -120,10 +121,9 @@ from facts.files import (
     payload_relpath,
     recorded_job_dirs,
 )
-from facts.ledger import LEDGER_FIELD
+from facts.ledger_format import LEDGER_FIELD
 from facts.locks import BUILD, sweep_lock
 from facts.processes import local_runtime_alive
-from facts.ranks import RANKS_DIR
 from facts.states import IN_FLIGHT_STATES
 
 BUNDLE_DIR = "bundle"

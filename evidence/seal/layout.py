@@ -15,6 +15,7 @@ from evidence.fileio import JSONError, read_json
 from evidence.gates.artifacts import shared_initial_dir
 from evidence.gates.certificates import certified_jobs
 from facts.bundle_layout import payload_member
+from facts.data_parallel_ranks import RANK_LOGS_FIELD, RANKS_DIR
 from facts.files import (
     ATTEMPTS_DIR,
     BUNDLE_RUNS_DIR,
@@ -30,8 +31,7 @@ from facts.files import (
     RUN_RECORD,
     STAGES_DIR,
 )
-from facts.ledger import LEDGER_FIELD
-from facts.ranks import RANK_LOGS_FIELD, RANKS_DIR
+from facts.ledger_format import LEDGER_FIELD
 from facts.states import COMPLETED
 
 NOT_WRITTEN = "not a file the build writes (the bundle's layout, facts/bundle_layout.py, has no such member)"

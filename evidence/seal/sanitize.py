@@ -617,7 +617,7 @@ def command_line_secrets(items) -> set[int]:
     ``--api-key``: the "secret option" rule's names, ``credential_name``), unless it is itself an option (as
     argparse reads it), configuration (``_NOT_A_SECRET``) or a spec's placeholder. One item ``--password=x`` is
     the text rules' (as the same text on a line is). The sanitiser, the launcher's public records
-    (``launcher.records.public_copy``) and the leak scan all ask this."""
+    (``launcher.job_records.public_copy``) and the leak scan all ask this."""
     found = set()
     for i in range(1, len(items)):
         option, value = items[i - 1], items[i]

@@ -1,7 +1,7 @@
 """The probe stage's numbers from its own runs, and their audit: each arm's seconds per step and peak memory,
 the staleness check's levels, the gradient check's outcome and the plan's cost against the spec's budget.
 
-The launcher records them in ``probe.json`` (``launcher.experiment.probe``, ``budget``) from the probe stage's
+The launcher records them in ``probe.json`` (``launcher.experiment.probe_checks``, ``budget``) from the probe stage's
 built bundle; the confirm bundle carries that bundle and the record under ``data/stages/probe/``, and
 ``check_probe`` recomputes every number of the record from the probe's runs and the later stages' records.
 A declared check that fails on the probe's own evidence (``failed_checks``) is where the launcher stops: the

@@ -75,7 +75,7 @@ class ProofgridLauncher(Launcher):
         self.hydra_context = hydra_context
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from launcher.cli import launch_grid
+        from launcher.entry_points import launch_grid
         from launcher.preflight import remove_empty_dir
 
         loader, master = self.hydra_context.config_loader, self.config

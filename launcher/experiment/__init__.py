@@ -30,10 +30,10 @@ from omegaconf import DictConfig
 from launcher.errors import PreflightError
 from launcher.experiment.budget import check_budget
 from launcher.experiment.dry_run import dry_run
-from launcher.experiment.errors import ExperimentError, ExperimentFailed
+from launcher.experiment.experiment_errors import ExperimentError, ExperimentFailed
 from launcher.experiment.registration import REGISTRATION, register, spec_changes
 from launcher.experiment.runner import experiment_dir, runner_for
-from launcher.experiment.stages import run_stages
+from launcher.experiment.stage_runner import run_stages
 from launcher.experiment.study import check_arm_settings, compose, load_study
 from study.spec import Study
 

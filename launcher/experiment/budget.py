@@ -9,7 +9,7 @@ from omegaconf import DictConfig
 
 from evidence.verdict.probe import over_budget, plan_cost
 from facts.backends import SLURM
-from launcher.experiment.errors import ExperimentError
+from launcher.experiment.experiment_errors import ExperimentError
 from study.spec import Study
 
 

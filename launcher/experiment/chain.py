@@ -51,21 +51,21 @@ from facts.files import (
 )
 from facts.states import TERMINAL_STATES
 from launcher.backend import backend, refresh_job_records
+from launcher.directory_locks import sweep_lock
 from launcher.errors import LauncherError, LockHeld, PreflightError, SchedulerUnavailable
-from launcher.experiment.errors import ExperimentError, ExperimentFailed
+from launcher.experiment.experiment_errors import ExperimentError, ExperimentFailed
 from launcher.experiment.runner import Runner, runner_for, stage_header
-from launcher.experiment.stages import AFTER_PROBE, BEGIN, Next, decide, spec_beside, stage_evidence
+from launcher.experiment.stage_runner import AFTER_PROBE, BEGIN, Next, decide, spec_beside, stage_evidence
 from launcher.interrupts import HANDLED, signals_interrupt
-from launcher.locks import sweep_lock
+from launcher.job_records import read_job_record
 from launcher.overrides import one_line
-from launcher.plan import extra_config_dirs
-from launcher.records import read_job_record
+from launcher.planning import extra_config_dirs
 from launcher.slurm import cancel_sweep
-from launcher.slurm.backend import HELPER_RESOURCES, job_resources, submit_helper_job
 from launcher.slurm.commands import run_slurm
 from launcher.slurm.script import job_name
-from launcher.slurm.states import confirmed_states, squeue_states
-from launcher.sweep import seal, submit_sweep
+from launcher.slurm.slurm_backend import HELPER_RESOURCES, job_resources, submit_helper_job
+from launcher.slurm.slurm_states import confirmed_states, squeue_states
+from launcher.sweep_runner import seal, submit_sweep
 
 STEP_COMMAND = "experiment-step"  # python -m launcher experiment-step <dir> <k>: decision k of the chain
 # How each decision ended, as the decision job records it in chain.json (none yet: queued, running, or killed).

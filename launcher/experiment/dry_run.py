@@ -8,12 +8,12 @@ a real run reads those, and a finished experiment's confirm stage keeps its pre-
 from __future__ import annotations
 
 from facts.files import CONFIRM_STAGE, PROBE_STAGE, TUNING_STAGE
-from launcher.experiment.probe import DEFAULT_MIN_COSINE
+from launcher.experiment.probe_checks import DEFAULT_MIN_COSINE
 from launcher.experiment.runner import Runner, stage_header
+from launcher.job_spec import Sweep
 from launcher.jobs import check_arms
-from launcher.plan import dry_run_lines
-from launcher.spec import Sweep
-from launcher.sweep import jobs_checked
+from launcher.planning import dry_run_lines
+from launcher.sweep_runner import jobs_checked
 
 
 def show(sweep: Sweep) -> None:
@@ -37,7 +37,7 @@ def dry_run(runner: Runner) -> int:
     show(runner.plan(PROBE_STAGE, runner.probe_cells()))
     grad = study.probe.get("gradient_check")
     if grad:
-        print(f"   gradient check: python -m trainer.probe ({grad['treatment']} vs {grad['baseline']}, staleness 0, "
+        print(f"   gradient check: python -m trainer.gradient_probe ({grad['treatment']} vs {grad['baseline']}, staleness 0, "
               f"cosine >= {float(grad.get('min_cosine', DEFAULT_MIN_COSINE)):g})")
     if study.budget:
         print(f"   budget: {', '.join(f'{k}={v}' for k, v in sorted(study.budget.items()))}; checked against the "

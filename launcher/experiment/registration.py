@@ -15,8 +15,8 @@ from evidence.statistics.descriptive import CI_LEVEL
 from evidence.statistics.sequential import Weights, boundaries, nominal_alpha
 from facts import atomic_write_json, sha256_file, sweep_jobs_dir
 from facts.files import EXPERIMENT_FILE, STAGES
-from facts.plan import PLAN_DIGEST_FIELD, plan_digest, plan_jobs
-from launcher.experiment.errors import ExperimentError
+from facts.sweep_plan import PLAN_DIGEST_FIELD, plan_digest, plan_jobs
+from launcher.experiment.experiment_errors import ExperimentError
 from launcher.grid import LAUNCHER_KEYS
 from study.spec import Study
 
@@ -114,7 +114,7 @@ def register(exp_dir: Path, study: Study, overrides: list[str], sweeps: list | N
 
 
 def plans_record(sweeps: list) -> dict:
-    """Each stage's plan as the launcher plans it before the first job starts: its digest (``facts.plan``) and its
+    """Each stage's plan as the launcher plans it before the first job starts: its digest (``facts.sweep_plan``) and its
     jobs. A stage whose jobs depend on an earlier result is planned as the budget counts it (the confirm stage at
     each arm's first tuning value; a sized design's first look), and its later plans are recorded in its own
     ``sweep.json`` (``earlier_plans``) before their jobs start."""

@@ -14,11 +14,11 @@ from pathlib import Path
 from facts.certify import CERTIFY_FIELD
 from facts.files import CONFIRM_STAGE, TUNING_STAGE
 from launcher.experiment.budget import wall_cap
-from launcher.experiment.errors import ExperimentError
+from launcher.experiment.experiment_errors import ExperimentError
 from launcher.experiment.registration import check_registration, overrides_for_record
 from launcher.experiment.study import check_arm_labels, check_arm_settings, check_user_overrides, load_study
 from launcher.grid import LAUNCHER_KEYS
-from launcher.plan import plan_cells
+from launcher.planning import plan_cells
 from study.spec import DEFAULT_PROBE_STEPS, Study
 
 DEFAULT_DIR = "outputs/experiments"

@@ -9,12 +9,12 @@ from hydra import compose as hydra_compose
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
-from launcher.experiment.errors import ExperimentError
+from launcher.experiment.experiment_errors import ExperimentError
 from launcher.overrides import check_overrides
 from study.spec import Study, VerdictError, arm_owner, parse_study
-from trainer.config import algo_config
-from trainer.config import compose as trainer_compose
-from trainer.metrics import metric_keys
+from trainer.metrics_writer import metric_keys
+from trainer.run_config import algo_config
+from trainer.run_config import compose as trainer_compose
 
 
 def load_study(node: DictConfig, name: str) -> Study:

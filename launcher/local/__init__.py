@@ -7,8 +7,8 @@ scheduler to ask, script to write or requeue to handle: the runtime's default ho
 its record (``launcher.liveness``).
 """
 
-from launcher.local.backend import describe, in_flight, print_failures, refresh_job_records, submit
-from launcher.local.options import (
+from launcher.local.local_backend import describe, in_flight, print_failures, refresh_job_records, submit
+from launcher.local.local_profile import (
            check_environment,
            check_profile,
            check_resources,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from facts.files import JOB_SPEC
 from launcher.errors import JobFailed
+from launcher.job_spec import JobSpec
 from launcher.runtime.job import run_job
-from launcher.spec import JobSpec
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,7 @@ store) never runs in the runtime, and a tracker that fails (no network, a bad UR
 to the job's ``runtime.log`` and stops following: the job never fails for it.
 
 What reaches the tracker: the job's name, arm, algo and seed, its resolved settings (``run/run.json``'s
-``config``, or the external trainer's) through the launcher's path-free sanitiser (``launcher.records``: machine
+``config``, or the external trainer's) through the launcher's path-free sanitiser (``launcher.job_records``: machine
 paths, user and host names and secrets become placeholders), each step's finite values on keys that are names
 (``evidence.tools.export.metric_key_problem``; MLflow's spelling ``mlflow_key``) at the time the line was seen, and at
 the end the final evaluation's ``eval/*`` values at ``n_updates``. Nothing else: W&B runs with its git, code,
@@ -45,11 +45,11 @@ from facts.files import EVAL_RECORD, JOB_SPEC, METRICS_LOG, RUN_COMPLETED, RUN_F
 from facts.locks import try_lock
 from facts.metrics import EVAL_TAG_KEYS, eval_tag
 from facts.states import COMPLETED, FAILED, REQUEUED
-from facts.tracking import FINISH_TIMEOUT_S, POLL_S
+from facts.trackers import FINISH_TIMEOUT_S, POLL_S
+from launcher.directory_locks import INHERITED_FD_ENV
 from launcher.isolation import JobRoots
-from launcher.locks import INHERITED_FD_ENV
-from launcher.runtime.process import die_with_parent
-from launcher.spec import JobSpec
+from launcher.job_spec import JobSpec
+from launcher.runtime.trainer_processes import die_with_parent
 
 FOLLOWER_MODULE = "launcher.runtime.follower"
 WANDB_CACHE = "wandb"  # <job>/roots/cache/wandb: W&B's local files for this job
@@ -223,7 +223,7 @@ class TensorboardTracker(Tracker):
     def begin(self, config: dict) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        from trainer.metrics import hparam_values, write_hparams_session
+        from trainer.metrics_writer import hparam_values, write_hparams_session
 
         self.directory = Path(self.settings["uri"]) / self.name
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -237,7 +237,7 @@ class TensorboardTracker(Tracker):
         self.writer.flush()
 
     def end(self, state: str, at: float) -> None:
-        from trainer.metrics import write_session_end
+        from trainer.metrics_writer import write_session_end
 
         self.writer.close()
         if state != REQUEUED:
@@ -340,7 +340,7 @@ def loggable(record: dict) -> dict[str, float]:
 def sanitised(spec: JobSpec, data: dict) -> dict:
     """``data`` as the tracker may see it: the launcher's path-free sanitiser over every key and string."""
     from facts.repo import REPO_ROOT
-    from launcher.records import path_free_sanitizer, public_copy
+    from launcher.job_records import path_free_sanitizer, public_copy
 
     return public_copy(data, path_free_sanitizer(spec, REPO_ROOT))
 

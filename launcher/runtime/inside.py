@@ -31,8 +31,8 @@ from facts import atomic_write_json, sha256_file
 from facts.containers import CONTAINER_PREFLIGHT
 from facts.files import JOB_SPEC
 from facts.repo import REPO_ROOT
+from launcher.job_spec import JobSpec
 from launcher.runtime.confine import WriteGuard
-from launcher.spec import JobSpec
 
 PREFLIGHT_FAILED = 3
 # The modules whose files the record names: proofgrid's own (which must be the checkout's) and the stack's.

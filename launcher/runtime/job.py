@@ -9,7 +9,7 @@ the terminal ``job.json``. What the scheduler adds at each phase is the back end
 
 A job of several tasks runs one of these per task (``JobHooks.placement``): rank 0 keeps the job's
 records in the job directory as a job of one task does; rank r > 0 keeps its own in
-``<job>/ranks/rank<r>/`` (``facts.ranks.rank_record_dir``: its record, trainer log and roots) and
+``<job>/ranks/rank<r>/`` (``facts.data_parallel_ranks.rank_record_dir``: its record, trainer log and roots) and
 writes into the job's ``run/`` only its step records.
 """
 
@@ -29,6 +29,7 @@ from pathlib import Path
 from facts import RUN_RECORD, atomic_write_json, run_dir_of_job
 from facts.certify import PLANNED_RESTART_FIELD
 from facts.containers import CONTAINER_FIELD, CONTAINER_PREFLIGHT, CONTAINER_RUNTIME_STARTED, IMAGE_DIGEST_ENV
+from facts.data_parallel_ranks import rank_record_dir
 from facts.files import (
     INITIAL_EVAL_DIR,
     JOB_GUARD_FIELD,
@@ -42,23 +43,22 @@ from facts.files import (
 )
 from facts.machine import machine_names
 from facts.processes import marked_processes, runtime_identity
-from facts.ranks import rank_record_dir
 from facts.repo import REPO_ROOT, SOURCE_COMMIT_ENV
 from facts.states import COMPLETED, FAILED, REQUEUED, RUNNING, TERMINATED
 from launcher.container import INHERITED_LOCK_FD, Contained, check_container_here, container_record
+from launcher.directory_locks import INHERITED_FD_ENV, lock_job_run_dir, record_holder
 from launcher.errors import JobFailed, PreflightError
 from launcher.isolation import JobRoots, env_diff, isolated_env
+from launcher.job_records import read_job_record, update_job_record, write_command_records
+from launcher.job_spec import JobSpec
 from launcher.liveness import death_cause
-from launcher.locks import INHERITED_FD_ENV, lock_job_run_dir, record_holder
 from launcher.ports import BLOCK_SIZE, DEFAULT_MAX_BLOCKS, PortBlock, claim_port_block, port_base
 from launcher.ray_runtime import JobRay
-from launcher.records import read_job_record, update_job_record, write_command_records
 from launcher.runtime.confine import WriteGuard
 from launcher.runtime.follower import LiveTracking
-from launcher.runtime.hooks import JobHooks, Reaction, RunEnd
-from launcher.runtime.process import JobProcesses, die_with_parent, leftovers, wait_for_group_exit
-from launcher.runtime.resources import ResourceSampler
-from launcher.spec import JobSpec
+from launcher.runtime.resource_sampler import ResourceSampler
+from launcher.runtime.runtime_hooks import JobHooks, Reaction, RunEnd
+from launcher.runtime.trainer_processes import JobProcesses, die_with_parent, leftovers, wait_for_group_exit
 from trainer.preemption import CHECKPOINT_SIGNALS, EXIT_CHECKPOINTED, EXIT_STOPPED_UNSAVED
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR2)
@@ -220,7 +220,7 @@ class JobRun:
         update_job_record(self.record_dir, {JOB_GUARD_FIELD: guard})
         env = isolated_env(self.roots, self.block.ports, self.base_env)
         env.update(self.spec.trainer_env(self.roots))
-        env.update(self.spec.run_env())  # its nonce and plan digest, which its trainer records (facts.plan)
+        env.update(self.spec.run_env())  # its nonce and plan digest, which its trainer records (facts.sweep_plan)
         env[SOURCE_COMMIT_ENV] = self.spec.source_commit or ""
         if self.image_digest is not None:
             env[IMAGE_DIGEST_ENV] = self.image_digest  # the trainer records the image it ran in

@@ -6,9 +6,9 @@ own) and names the arrays; ``options`` checks the cluster profile; ``states`` re
 inside each task (the job runtime with Slurm's hooks, the requeue, the history).
 """
 
-from launcher.slurm.backend import cancel_sweep, in_flight, refresh_job_records, submit
-from launcher.slurm.options import check_environment, check_profile, check_resources, job_limits
 from launcher.slurm.script import describe
+from launcher.slurm.slurm_backend import cancel_sweep, in_flight, refresh_job_records, submit
+from launcher.slurm.slurm_profile import check_environment, check_profile, check_resources, job_limits
 
 __all__ = ["cancel_sweep", "check_environment", "check_profile", "check_resources", "describe", "in_flight",
            "job_limits", "refresh_job_records", "submit"]

@@ -19,9 +19,9 @@ from pathlib import Path
 from facts.files import RUNTIME_LOG
 from facts.states import BOOT_FAIL, NODE_FAIL, PREEMPTED, REQUEUED, RUNNING
 from launcher.errors import SchedulerUnavailable
-from launcher.records import read_job_record, update_job_record
+from launcher.job_records import read_job_record, update_job_record
 from launcher.slurm.commands import run_slurm
-from launcher.slurm.states import sacct_runs
+from launcher.slurm.slurm_states import sacct_runs
 
 HISTORY_KEY = "history"
 # A task that keeps being stopped is given up after this many requeues of its own.

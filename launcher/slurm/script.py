@@ -23,9 +23,9 @@ from facts.containers import PYXIS
 from facts.repo import REPO_ROOT
 from facts.slurm_formats import time_to_minutes
 from launcher.container import container_literals, container_python, pyxis_srun_args
-from launcher.slurm.options import extra_sbatch_options, max_array_size, setup_lines
-from launcher.slurm.states import describe_watch
-from launcher.spec import JobSpec, Sweep, allocation_shape
+from launcher.job_spec import JobSpec, Sweep, allocation_shape
+from launcher.slurm.slurm_profile import extra_sbatch_options, max_array_size, setup_lines
+from launcher.slurm.slurm_states import describe_watch
 
 # The submitit folder of the sweep's first submission, as the dry run shows it.
 SUBMITIT_DIR = ".submitit"

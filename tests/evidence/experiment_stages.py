@@ -101,7 +101,7 @@ def probe_record(probe: Path, spec: dict, confirm_steps: int, tuning_steps: int 
 
 
 def gradient_record(cosine: float, finite: bool = True) -> dict:
-    """``gradient_check.json`` as ``python -m trainer.probe`` writes it (norms and counts made up, the cosine given)."""
+    """``gradient_check.json`` as ``python -m trainer.gradient_probe`` writes it (norms and counts made up, the cosine given)."""
     return {"staleness": 0, "responses": 32, "valid_tokens": 1536, "baseline": {"algo": "grpo", "grad_norm": 1.25},
             "treatment": {"algo": "rppb", "grad_norm": 1.31}, "cosine": cosine, "relative_difference": 0.21,
             "finite": finite}

@@ -183,7 +183,7 @@ def write_eval(run_dir: Path, final_checkpoint: str, final_pass1: float, n_promp
 
 
 def write_resources(job_dir: Path, index: int) -> None:
-    """The runtime's resource samples of a job (launcher.runtime.resources): four samples, 5 s apart."""
+    """The runtime's resource samples of a job (launcher.runtime.resource_sampler): four samples, 5 s apart."""
     with open(job_dir / "resources.jsonl", "w", encoding="utf-8") as f:
         for n in range(4):
             f.write(json.dumps({"t": 1700000000.0 + 5 * n + 1000 * index, "cpu_percent": 50.0 + 10 * n + index,

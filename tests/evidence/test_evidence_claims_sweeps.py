@@ -33,7 +33,7 @@ from sweep_factory import N_PROMPTS, K, make_sweep
 from test_evidence_stats_noise import reference_question_interval, replayed_means
 
 from evidence import audit_bundle
-from launcher.experiment.stages import verdict_line
+from launcher.experiment.stage_runner import verdict_line
 from tests.sweeps import reseal_bag
 
 pytestmark = pytest.mark.slow  # nine experiments sealed and audited: about a minute and a half on two cores
@@ -149,7 +149,7 @@ EXPECTED = {
 @pytest.fixture(scope="module")
 def sealed(tmp_path_factory) -> dict[str, tuple[Path, str, int]]:
     """Each case an experiment's confirm sweep sealed as the launcher seals it: (sweep, what it printed, exit code)."""
-    from launcher.sweep import seal
+    from launcher.sweep_runner import seal
 
     out = {}
     for i, (name, (seeds, kwargs, change)) in enumerate(CASES.items()):
@@ -256,7 +256,7 @@ def test_a_tied_pair_is_no_rejection_in_the_holm_family(tmp_path):
     """Finding F7 through the seal: grpo 0.30 on every seed, rpp 0.40 on every seed (rpp − grpo tied), rppb 0.60,
     0.70, 0.80. The tied pair has no p-value and counts as 1: Holm (statsmodels) of the other two with m = 3, so
     neither holds; the sentence says one of the 3 was untestable."""
-    from launcher.sweep import seal
+    from launcher.sweep_runner import seal
 
     arms = {"grpo": {"algo": "grpo"}, "rpp": {"algo": "rpp"}, "rppb": {"algo": "rppb"}}
     value = {"grpo": lambda s: 0.30, "rpp": lambda s: 0.40, "rppb": lambda s: {1: 0.60, 2: 0.70, 3: 0.80}[s]}
@@ -303,7 +303,7 @@ def test_equivalence_is_claimed_by_tost_against_the_specs_margin_with_its_interv
 
 
 def test_the_spec_arm_names_label_every_table_and_the_launchers_summary(sealed, capsys):
-    from launcher.sweep import arm_names, print_eval_summary
+    from launcher.sweep_runner import arm_names, print_eval_summary
 
     sweep, _, _ = sealed["equivalent by TOST"]
     data = sweep / "bundle" / "data"

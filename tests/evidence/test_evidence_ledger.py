@@ -186,8 +186,8 @@ def test_the_audit_names_a_ledger_edited_in_a_resealed_bundle(resumed, tmp_path)
 
 
 def test_the_chain_is_the_documented_formula():
-    """facts.ledger against the formula written out here: SHA256 of canonical JSON, genesis bound to the split."""
-    from facts.ledger import chain, genesis, planned_chain, rows_digest
+    """facts.ledger_format against the formula written out here: SHA256 of canonical JSON, genesis bound to the split."""
+    from facts.ledger_format import chain, genesis, planned_chain, rows_digest
 
     start = hashlib.sha256(b'["proofgrid data ledger","' + b"7a" * 32 + b'"]').hexdigest()
     assert genesis("7a" * 32) == start

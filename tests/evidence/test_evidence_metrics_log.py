@@ -168,7 +168,7 @@ def test_rejected_job_reports_the_violation_in_its_reason(sweep):
 
 
 def test_the_keys_a_run_declares_in_its_run_json_are_the_keys_each_step_must_carry(tmp_path):
-    # A new algorithm needs no evidence edit: the run states its keys (trainer.metrics.metric_keys).
+    # A new algorithm needs no evidence edit: the run states its keys (trainer.metrics_writer.metric_keys).
     records = metric_records("rpp", 42, 3)
     declared = sorted([*records[0].keys() - {"step"}, "train/staleness"])
     (tmp_path / "run.json").write_text(json.dumps({"metric_keys": declared}))

@@ -579,7 +579,7 @@ def test_a_command_line_list_written_out_in_text_has_its_credential_replaced(lin
 
 
 def test_the_launchers_public_record_replaces_an_argv_credential_as_the_bundle_does():
-    from launcher.records import public_copy
+    from launcher.job_records import public_copy
 
     clean = Sanitizer()
     data = {"argv": ["t.py", "--api-key", "Tr0ub4dor&3xyzQ", "--lr", "0.1"], "env": {"X": "1"}}

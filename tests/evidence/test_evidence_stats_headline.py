@@ -147,7 +147,7 @@ def test_an_edited_headline_resealed_is_caught_by_the_audit(clean_build, tmp_pat
 
 
 def test_the_launchers_seal_prints_the_sentence_first(tmp_path, capsys):
-    from launcher.sweep import seal
+    from launcher.sweep_runner import seal
 
     sweep = make_sweep(tmp_path, arms={"grpo": {"algo": "grpo"}, "rpp": {"algo": "rpp"}})
     seal(sweep)

@@ -24,7 +24,7 @@ from sweep_factory import make_sweep
 
 from evidence import audit_bundle, build_bundle
 from evidence.statistics import minimum_detectable_effect, paired_t_power
-from launcher.experiment.stages import verdict_line
+from launcher.experiment.stage_runner import verdict_line
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]

@@ -23,7 +23,7 @@ from sweep_factory import make_sweep
 from evidence import audit_bundle, build_bundle
 from evidence.dataset import load_bundle_data
 from evidence.verdict import VerdictError, experiment_verdict, parse_experiment
-from launcher.experiment.stages import verdict_line
+from launcher.experiment.stage_runner import verdict_line
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]

@@ -27,7 +27,7 @@ from evidence import audit_bundle, build_bundle
 from evidence.statistics.sequential import boundaries, required_seeds
 from evidence.verdict import VerdictError, parse_experiment
 from evidence.verdict.sizing import sized_look
-from launcher.experiment.stages import verdict_line
+from launcher.experiment.stage_runner import verdict_line
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]

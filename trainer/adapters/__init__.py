@@ -3,7 +3,7 @@
 Each adapter is a ``python -m trainer.adapters.<name>`` program that takes its settings as explicit
 arguments, trains with the other library's own trainer, and writes that library's own files (event
 logs, checkpoints, a Hugging Face model directory) at paths its docstring names. It uses proofgrid's
-data and reward code (``trainer.data``, ``trainer.reward``) so that every trainer sees the same
+data and reward code (``trainer.data``, ``facts.reward``) so that every trainer sees the same
 prompts and is scored by the same function; it never imports the launcher.
 """
 

@@ -119,6 +119,7 @@ from pathlib import Path
 
 from facts.algorithms import ALGO_ORDER, ALGORITHMS
 from facts.files import RUN_COMPLETED
+from trainer.trainer_errors import TrainerError
 
 PROG = "python -m trainer.adapters.trl_grpo"
 TENSORBOARD_DIR = "tensorboard"
@@ -150,7 +151,7 @@ USE_VLLM_REFUSED = ("trainer.use_vllm=true: TRL's colocated vLLM syncs weights w
                     "trainer=proofgrid workload.engine=vllm for vLLM rollouts, or trainer.use_vllm=false")
 
 
-class Refused(ValueError):
+class Refused(TrainerError, ValueError):
     """A setting TRL's GRPOTrainer cannot honour; the message names it and what to do instead."""
 
 

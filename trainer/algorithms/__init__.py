@@ -15,7 +15,7 @@ import importlib
 
 # Exported name -> the submodule that defines it.
 _EXPORTS = {
-    "AlgoConfig": "config", "AlgoConfigError": "config",
+    "AlgoConfig": "algo_config", "AlgoConfigError": "algo_config",
     "KL_LOSS_TYPES": "facts", "LOSS_REDUCTIONS": "facts",
     "POLICY_LOSSES": "named", "RAW_ADVANTAGES": "named", "LossInputs": "named", "RolloutBatch": "named",
     "register_policy_loss": "named", "register_raw_advantage": "named",

@@ -17,7 +17,7 @@ from trainer.algorithms.masking import as_bool_mask, last_valid_index
 from trainer.algorithms.named import RolloutBatch, register_raw_advantage
 
 if TYPE_CHECKING:
-    from trainer.algorithms.config import AlgoConfig
+    from trainer.algorithms.algo_config import AlgoConfig
 
 
 def _check_groups(batch_size: int, group_size: int, min_group_size: int, who: str) -> None:

@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from trainer.algorithms.config import MIS_LEVELS  # torch-free: the config checks read it too
+from trainer.algorithms.algo_config import MIS_LEVELS  # torch-free: the config checks read it too
 from trainer.algorithms.masking import as_bool_mask
 
 if TYPE_CHECKING:
-    from trainer.algorithms.config import AlgoConfig
+    from trainer.algorithms.algo_config import AlgoConfig
 
 
 def _delta(logp_old: torch.Tensor, logp_sampler: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from trainer.algorithms.config import AlgoConfig
+    from trainer.algorithms.algo_config import AlgoConfig
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from trainer.algorithms.masking import as_bool_mask, valid_count
 from trainer.algorithms.named import LossInputs, register_policy_loss
 
 if TYPE_CHECKING:
-    from trainer.algorithms.config import AlgoConfig
+    from trainer.algorithms.algo_config import AlgoConfig
 
 
 def ppo_clip_token_loss(

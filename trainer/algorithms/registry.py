@@ -38,7 +38,7 @@ from trainer.algorithms.named import (
 from trainer.algorithms.normalization import masked_global_normalize
 
 if TYPE_CHECKING:
-    from trainer.algorithms.config import AlgoConfig
+    from trainer.algorithms.algo_config import AlgoConfig
 
 __all__ = ["ESTIMATORS", "Advantages", "Estimator", "LossInputs", "RolloutBatch", "compute_advantages",
            "get_estimator"]

@@ -34,13 +34,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from trainer.external.run import run_external
     from trainer.run_lock import LockHeld, own_run_dir
+    from trainer.trainer_errors import TrainerError
 
     job_spec = json.loads(ns.job_spec.read_text())
     ns.output_dir.mkdir(parents=True, exist_ok=True)
     try:
         with own_run_dir(ns.output_dir):  # one trainer per run directory
             return run_external(job_spec, command, ns.output_dir, ns.sweep_dir, stop)
-    except LockHeld as exc:
+    except (TrainerError, LockHeld) as exc:
         print(f"proofgrid external trainer: error: {exc}", file=sys.stderr)
         return 2
 

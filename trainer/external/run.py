@@ -3,7 +3,7 @@ command), read its metrics, check its final model, evaluate it with proofgrid's 
 
 The run directory keeps proofgrid's contract (docs/run-directory.md), so the evidence judges this run
 exactly as one of ``python -m trainer``: ``metrics.jsonl`` (the mapped tags under proofgrid's names,
-``trainer.external.metrics``) with canonical TensorBoard events beside it, ``eval.json`` (the final model
+``trainer.external.external_metrics``) with canonical TensorBoard events beside it, ``eval.json`` (the final model
 and the initial-checkpoint control, evaluated on the workload's frozen subset with the same sampling,
 seed, engine and identity as proofgrid's trainer, so a sweep's shared control serves every trainer),
 and ``run.json``, which also names the final model (``final_model``) and what ran (``trainer``: the
@@ -44,9 +44,8 @@ from facts import (
     atomic_write_json,
 )
 from facts.processes import ProcessTree
-from trainer.external.checkpoint import CheckpointError, check_final_model, load_final_model
-from trainer.external.metrics import MetricsError, jsonl_line, read_log, to_records
-from trainer.external.process import (
+from trainer.external.external_metrics import MetricsError, jsonl_line, read_log, to_records
+from trainer.external.external_process import (
     CommandError,
     TrainerProcess,
     WriteWatch,
@@ -54,8 +53,10 @@ from trainer.external.process import (
     exit_words,
     wait_watching,
 )
-from trainer.external.spec import TrainerSpec, from_record
+from trainer.external.final_model import CheckpointError, check_final_model, load_final_model
+from trainer.external.trainer_spec import TrainerSpec, from_record
 from trainer.preemption import EXIT_CHECKPOINTED, EXIT_STOPPED_UNSAVED, StopRequest
+from trainer.trainer_errors import TrainerError
 
 log = logging.getLogger("trainer.external")
 PROG = "proofgrid external trainer"
@@ -66,7 +67,7 @@ EXIT_REFUSED = 2
 NOT_INHERITED = ("PROOFGRID_RUN_LOCK_FD",)
 
 
-class RunFailed(RuntimeError):
+class RunFailed(TrainerError, RuntimeError):
     """The run cannot be accepted; the message is the job's failure cause (one line)."""
 
 
@@ -276,7 +277,7 @@ def evaluate(run: ExternalRun) -> tuple[dict, dict]:
     from omegaconf import OmegaConf
 
     from trainer.data import load_split, workload_task
-    from trainer.engines import engine_settings
+    from trainer.engine_registry import engine_settings
     from trainer.inputs import resolve
     from trainer.loop import evaluate_checkpoints
     from trainer.policy import load_policy
@@ -342,7 +343,7 @@ def run_external(job_spec: dict, argv: list[str], out: Path, sweep_dir: Path | N
     except (CommandError, RunFailed, MetricsError, CheckpointError) as exc:
         return run.fail(str(exc), steps)
     atomic_write_json(out / EVAL_RECORD, {"initial": initial, "final": final})
-    from trainer.metrics import log_eval
+    from trainer.metrics_writer import log_eval
 
     log.info("%s", log_eval(out, int(run.config["workload"]["n_updates"]), initial, final))
     run.write("completed", steps, **{ALGORITHM_FIELD: declared})

@@ -57,6 +57,7 @@ from pathlib import Path
 from facts.extras import EXTRAS
 from facts.trainers import PROOFGRID_TRAINER, TRAINER_SPEC_FIELDS
 from trainer.adapters import PLAN_CHECKS
+from trainer.trainer_errors import TrainerError
 
 PROOFGRID = PROOFGRID_TRAINER  # the name of proofgrid's own trainer (conf/trainer/proofgrid.yaml)
 DEFERRED = "output_dir"  # filled when the job starts (the runtime names its run directory)
@@ -77,7 +78,7 @@ _TOKEN = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\[\d+\])*(?:\.[A-Za-z_][A-Za-z0-9_]*(?:\[\d+\])*)*")
 
 
-class SpecError(ValueError):
+class SpecError(TrainerError, ValueError):
     """A trainer spec or its command that cannot run; the message is one line naming the field and the fix."""
 
 

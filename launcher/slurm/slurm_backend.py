@@ -2,9 +2,9 @@
 (several only above the cluster's MaxArraySize), not N sbatch calls.
 
 ``submit`` hands the array to submitit (its script: ``launcher.slurm.script``; each task runs
-``launcher.slurm.task.run_task``), then waits with a live table until Slurm confirms every task
+``launcher.slurm.array_task.run_task``), then waits with a live table until Slurm confirms every task
 ended, or leaves the tasks running (``wait=false``) with a seal job after them. Scheduler states
-come from ``sacct`` and ``squeue`` as ``launcher.slurm.states`` confirms them (accounting is
+come from ``sacct`` and ``squeue`` as ``launcher.slurm.slurm_states`` confirms them (accounting is
 required: without it a cancelled job's state is unknowable). Every Slurm command proofgrid runs
 itself goes through ``launcher.slurm.commands.run_slurm``; the array's submission is submitit's.
 """
@@ -39,10 +39,11 @@ from facts.states import (
     VIEW_QUEUED,
 )
 from launcher.errors import PreflightError, SchedulerUnavailable
+from launcher.job_records import read_job_record, update_job_record
+from launcher.job_spec import JobSpec, Sweep
 from launcher.progress import progress_table
-from launcher.records import read_job_record, update_job_record
+from launcher.slurm.array_task import run_task
 from launcher.slurm.commands import run_slurm
-from launcher.slurm.options import explain_refusal, max_array_size
 from launcher.slurm.script import (
     MAX_NAMED_TASKS,
     SUBMITIT_DIR,
@@ -53,15 +54,14 @@ from launcher.slurm.script import (
     sbatch_options,
     submitit_parameters,
 )
-from launcher.slurm.states import (
+from launcher.slurm.slurm_profile import explain_refusal, max_array_size
+from launcher.slurm.slurm_states import (
     DEFAULT_POLL_INTERVAL_S,
     confirmed_states,
     look_intervals,
     poll_interval_s,
     recorded_exit_code,
 )
-from launcher.slurm.task import run_task
-from launcher.spec import JobSpec, Sweep
 
 
 def _fresh_folder(sweep_dir: Path) -> Path:

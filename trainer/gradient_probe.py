@@ -1,6 +1,6 @@
-"""``python -m trainer.probe``: an experiment probe's gradient check — two arms' losses on ONE batch.
+"""``python -m trainer.gradient_probe``: an experiment probe's gradient check — two arms' losses on ONE batch.
 
-    python -m trainer.probe --out grad.json --baseline "algo=is_pg" --treatment "algo=score_centering" \
+    python -m trainer.gradient_probe --out grad.json --baseline "algo=is_pg" --treatment "algo=score_centering" \
         workload.sampler_refresh_every=1 seed=1
 
 One rollout batch is drawn from the initial policy (the sampler holds the policy's own weights, so
@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 
 from facts import atomic_write_json
 from trainer.algorithms import LossInputs, reduce_loss
-from trainer.config import compose, validate
+from trainer.run_config import compose, validate
 
 
 def flat_cosine(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -107,7 +107,7 @@ def _needs_aux(algo) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trainer.probe", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m trainer.gradient_probe", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="where to write the check's JSON")
     parser.add_argument("--baseline", required=True, help="the baseline arm's overrides, space-separated")
     parser.add_argument("--treatment", required=True, help="the treatment arm's overrides, space-separated")

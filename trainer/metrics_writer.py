@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from facts import DYNAMIC_SAMPLING_KEYS, KL_LOSS_KEY, METRICS_LOG, OFF_POLICY_KEYS, REQUIRED_KEYS
+from facts.data_parallel_ranks import rank_log, step_digest
 from facts.engines import TORCH_ENGINE
 from facts.files import RUN_COMPLETED, RUN_FAILED, TENSORBOARD_DIR
 from facts.metrics import (
@@ -25,7 +26,6 @@ from facts.metrics import (
     eval_line,
     eval_tag,
 )
-from facts.ranks import rank_log, step_digest
 
 __all__ = ["KL_LOSS_KEY", "REQUIRED_KEYS", "SESSION_STATUS", "MetricsLog", "RankLog", "metric_keys",
            "split_board_only"]
@@ -88,7 +88,7 @@ def _keep_steps_before(path: Path, start_step: int) -> None:
 
 class RankLog:
     """One rank's record of its steps, ``run/ranks/rank<r>.jsonl``: per step ``{"step", "rank", "host",
-    "digest"}``, the digest (``facts.ranks.step_digest``) of the step's reduced values as this rank holds
+    "digest"}``, the digest (``facts.data_parallel_ranks.step_digest``) of the step's reduced values as this rank holds
     them. Every rank holds the same values after the all_reduces, so the digests agree across ranks and
     with rank 0's ``metrics.jsonl`` line, which the evidence checks. Truncated on resume like the log."""
 

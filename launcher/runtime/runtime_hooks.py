@@ -3,13 +3,13 @@
 ``JobHooks`` itself is a job with no scheduler around it, the local back end's: the launcher that
 started it names it, a stop signal stops it, nothing is requeued and nothing more is kept. A back
 end whose scheduler does more subclasses it and hands an instance to ``run_job`` from its own task
-entry point (``launcher.slurm.task``: Slurm's warning becomes a checkpoint, the stopped task
+entry point (``launcher.slurm.array_task``: Slurm's warning becomes a checkpoint, the stopped task
 requeues itself, Slurm's own requeues and output are recorded). Another shape of job plugs in the
 same way, without a branch in the runtime: each task of a job of several tasks (a multi-node job)
 is one runtime whose hooks say which rank it is (``placement``), start or join what spans the
 allocation and meet the other ranks (``start_services``: rank 0 publishes its node's address, its
 port block's ``master_port`` and its Ray head, the others read them), and keep each rank's record
-(``ended``): ``launcher.slurm.ranks``.
+(``ended``): ``launcher.slurm.rank_task``.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 requeued (found in accounting as the run begins), the time-limit or preemption warning turned into a
 checkpoint-and-stop (a plain ``scancel`` into a quick cleanup), the stopped task's own requeue and
 its history event, and the task's submitit output kept in the job directory. A rank of a job of
-several tasks adds its place among the ranks (``launcher.slurm.ranks``).
+several tasks adds its place among the ranks (``launcher.slurm.rank_task``).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 
 from facts.backends import SLURM
 from facts.states import RUNNING, TERMINATED
+from launcher.job_records import update_job_record
 from launcher.progress import completed_steps
-from launcher.records import update_job_record
 from launcher.runtime import JobHooks, Reaction, RunEnd
 from launcher.slurm.requeue import (
     append_history,

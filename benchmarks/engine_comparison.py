@@ -1,7 +1,7 @@
 """The rollout engines side by side (``python -m benchmarks engines``): the torch engine against vLLM's CPU build
 in one process, on the same model, prompts, keys and thread count, interleaved.
 
-    python -m benchmarks.engines <model dir> --prompts 4 --k 8 --tokens 48 --rounds 3
+    python -m benchmarks.engine_comparison <model dir> --prompts 4 --k 8 --tokens 48 --rounds 3
 
 prints one JSON line: per engine its best round's response tokens per second and wall seconds, and the start-up
 vLLM paid. ``bench_engines`` (``benchmarks/__main__.py``) runs it on the toy model (the default's geometry: 4
@@ -43,7 +43,7 @@ def write_large_model(toy_model: Path, out: Path) -> Path:
 
 
 def measure(model_dir: Path, prompts: int, k: int, tokens: int, rounds: int) -> dict:
-    from trainer.engines import EngineSettings
+    from trainer.engine_registry import EngineSettings
     from trainer.policy import load_policy
     from trainer.rollout import SamplingParams, TorchEngine
     from trainer.vllm_engine import VLLMEngine
@@ -116,7 +116,7 @@ def bench_engines() -> None:
         cases = [[str(toy)], [str(Path(tmp) / "large"), "--write-large", "--prompts", "4", "--k", "4", "--tokens", "512",
                                 "--rounds", "2"]]
         for case in cases:
-            proc = subprocess.run([sys.executable, "-m", "benchmarks.engines", *case], cwd=REPO_ROOT, capture_output=True,
+            proc = subprocess.run([sys.executable, "-m", "benchmarks.engine_comparison", *case], cwd=REPO_ROOT, capture_output=True,
                                   text=True, check=True)
             r = json.loads(proc.stdout.strip().splitlines()[-1])
             print(f"engines   {r['model']} ({r['prompts']} prompts x {r['k']}, up to {r['tokens']} tokens, 1 thread): "

@@ -22,7 +22,7 @@ from evidence.verdict.probe import (
 )
 from facts.files import BUNDLE_DIR, EXPERIMENT_DIGEST_FIELD, GRADIENT_RECORD, PROBE_STAGE
 from facts.repo import REPO_ROOT
-from launcher.experiment.errors import ExperimentFailed
+from launcher.experiment.experiment_errors import ExperimentFailed
 from launcher.experiment.runner import Runner
 
 
@@ -55,11 +55,11 @@ def staleness_check(runner: Runner, data: BundleData, arms: dict[str, dict], sta
 
 
 def gradient_check(runner: Runner, grad: dict) -> dict:
-    """Both arms' gradients on one staleness-0 batch, by ``python -m trainer.probe`` (a process of its own)."""
+    """Both arms' gradients on one staleness-0 batch, by ``python -m trainer.gradient_probe`` (a process of its own)."""
     study = runner.study
     shared = {**study.settings, **runner.user, **grad["settings"]}
     out = runner.stage_dir(PROBE_STAGE) / GRADIENT_RECORD
-    argv = [sys.executable, "-m", "trainer.probe", "--out", str(out)]
+    argv = [sys.executable, "-m", "trainer.gradient_probe", "--out", str(out)]
     for role in ("baseline", "treatment"):
         argv += [f"--{role}", " ".join(shlex.quote(f"{k}={v}") for k, v in study.experiment.arms[grad[role]].items())]
     argv += [*(f"{k}={v}" for k, v in shared.items()), f"seed={study.experiment.seeds[0]}"]

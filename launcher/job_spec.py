@@ -2,7 +2,7 @@
 the resources it needs) and the ``Sweep`` that holds them with the launcher's settings.
 
 A ``JobSpec`` is plain data (picklable for submitit, JSON for the local runner and the records).
-The planner (``launcher.plan``) makes both; the back ends and the job runtime only read them.
+The planner (``launcher.planning``) makes both; the back ends and the job runtime only read them.
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ from omegaconf import DictConfig, OmegaConf
 from facts import TRAINER_OUTPUT_DIR, sweep_job_dir
 from facts.certify import CERTIFY_FIELD, RESUME, STOP_SETTING
 from facts.containers import CONTAINER_FIELD
+from facts.data_parallel_ranks import DEFAULT_RENDEZVOUS_TIMEOUT_S
 from facts.files import EXPERIMENT_DIGEST_FIELD, JOB_SPEC, STAGE_FIELD, certify_job_dir
 from facts.license import DEFAULT_LICENSE, LICENSE_FIELD
-from facts.plan import (
+from facts.processes import DEFAULT_RESOURCE_SAMPLE_S
+from facts.sweep_plan import (
     EARLIER_PLANS_FIELD,
     JOB_NONCE_BYTES,
     JOB_NONCE_ENV,
@@ -32,10 +34,8 @@ from facts.plan import (
     plan_digest,
     plan_jobs,
 )
-from facts.processes import DEFAULT_RESOURCE_SAMPLE_S
-from facts.ranks import DEFAULT_RENDEZVOUS_TIMEOUT_S
 from launcher.isolation import JobRoots, ecosystem_env
-from trainer.external.spec import fill_output_dir
+from trainer.external.trainer_spec import fill_output_dir
 
 # Characters a Hydra override value may hold unquoted (a comma would make a sweep, a quote or a
 # non-ASCII character fails to parse).
@@ -80,7 +80,7 @@ class JobSpec:
         return self.nodes * self.tasks_per_node
 
     # A trainer that is not proofgrid's (a trainer spec with a command): {"argv": its command with every
-    # placeholder filled but {output_dir}, "spec": the spec as data (trainer.external.spec.to_record),
+    # placeholder filled but {output_dir}, "spec": the spec as data (trainer.external.trainer_spec.to_record),
     # "config": the job's resolved, validated config}. None: proofgrid's own trainer.
     external: dict | None = None
     # A reproducibility certificate's job (certify=true, facts.certify): {"of": the grid's job it repeats,
@@ -90,7 +90,7 @@ class JobSpec:
     # spec_sha256), recorded in its job.json before it runs, so a spec changed after the results disagrees with every
     # run's own record (evidence.audit.experiment). None: a job of a plain sweep.
     experiment_sha256: str | None = None
-    # The plan it was prepared under (facts.plan: sweep.json's plan_sha256) and its own nonce, drawn when the launcher
+    # The plan it was prepared under (facts.sweep_plan: sweep.json's plan_sha256) and its own nonce, drawn when the launcher
     # first planned it and kept across its attempts; both bound when the plan is written (``Sweep.bind_plan``), in its
     # job.json from its start and handed to its trainer (``run_env``). None: not bound (a plan not written yet).
     plan_sha256: str | None = None
@@ -212,7 +212,7 @@ class Sweep:
     prompts: list[str] = field(default_factory=list)  # the dry run's lines of each task's first rendered prompts
     user_rewards: tuple[str, ...] = ()  # the arms' module:function rewards: the seal re-scores with them
     license: str = DEFAULT_LICENSE  # the bundle's license (license=, facts.license), recorded in sweep.json
-    estimates: list[str] = field(default_factory=list)  # the dry run's lines of what a job needs and gets (launcher.sizing)
+    estimates: list[str] = field(default_factory=list)  # the dry run's lines of what a job needs and gets (launcher.job_sizing)
 
     def registered(self, digest: str, stage: str | None = None) -> Sweep:
         """This sweep as ``stage`` of the experiment pre-registered with spec SHA256 ``digest``: its ``sweep.json``
@@ -233,7 +233,7 @@ class Sweep:
         return [*self.specs, *self.certify]
 
     def plan(self) -> dict:
-        """What must run, bound before any job starts (``facts.plan``): every job in order (grid, then certificate
+        """What must run, bound before any job starts (``facts.sweep_plan``): every job in order (grid, then certificate
         jobs) with its arm and seed and what it certifies, the workload, run length, and pre-registered spec."""
         jobs = [{"job": s.name, "arm": s.arm_label, "seed": s.seed, **({"certify": dict(s.certify)} if s.certify else {})}
                 for s in self.all_specs]

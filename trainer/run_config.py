@@ -12,8 +12,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from facts.repo import CONF_DIR
 from trainer.algorithms import AlgoConfig, AlgoConfigError
-from trainer.engines import EngineUnavailable, plan_check
+from trainer.engine_registry import EngineUnavailable, plan_check
 from trainer.inputs import resolve
+from trainer.trainer_errors import TrainerError
 
 DESCRIPTIVE_ALGO_KEYS = ("short", "display_name")
 # The most tokens one batch may hold (responses x the response cap): 2,000x seed 000's rollout (32 x 1,024) and
@@ -22,7 +23,7 @@ STEP_TOKENS_MAX = 2**26
 EVAL_TOKENS_MAX = 2**26
 
 
-class RunConfigError(ValueError):
+class RunConfigError(TrainerError, ValueError):
     """A refused run configuration (one line: the setting and the fix)."""
 
 

@@ -39,15 +39,15 @@ from facts.files import (
     bundle_payload_dir,
 )
 from facts.states import FAILED
+from launcher.directory_locks import sweep_lock
 from launcher.experiment.budget import check_budget
-from launcher.experiment.errors import ExperimentFailed
-from launcher.experiment.probe import probe_checks
+from launcher.experiment.experiment_errors import ExperimentFailed
+from launcher.experiment.probe_checks import probe_checks
 from launcher.experiment.registration import register
 from launcher.experiment.runner import Runner, stage_header
-from launcher.locks import sweep_lock
+from launcher.job_spec import Sweep
 from launcher.overrides import one_line
-from launcher.spec import Sweep
-from launcher.sweep import run_sweep
+from launcher.sweep_runner import run_sweep
 from study.spec import VerdictError
 
 
@@ -286,7 +286,7 @@ def stage_evidence(sweep_dir: Path) -> Iterator[None]:
 
 
 def _run(runner: Runner, sweep: Sweep) -> int:
-    """One stage's sweep run to its end and sealed, holding its directory's lock (``launcher.locks.sweep_lock``),
+    """One stage's sweep run to its end and sealed, holding its directory's lock (``launcher.directory_locks.sweep_lock``),
     with the spec beside it."""
     with sweep_lock(sweep.sweep_dir), stage_evidence(sweep.sweep_dir):
         spec_beside(runner, sweep)

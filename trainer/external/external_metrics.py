@@ -26,13 +26,14 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainer.external.spec import MetricsSpec
+from trainer.external.trainer_spec import MetricsSpec
+from trainer.trainer_errors import TrainerError
 
 TAGS_NAMED = 50  # the tags a refusal lists (a log may write many more)
 LINE_MAX_BYTES = 1 << 20  # a JSONL metrics line longer than this is no metrics line
 
 
-class MetricsError(RuntimeError):
+class MetricsError(TrainerError, RuntimeError):
     """The trainer's log cannot be turned into per-step records (one line: what, where, and what it wrote)."""
 
 

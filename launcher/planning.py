@@ -23,15 +23,15 @@ from omegaconf import DictConfig, OmegaConf
 
 from facts import atomic_write_json, sweep_jobs_dir
 from facts.certify import RERUN, RESUME, STOP_SETTING, certificate_job_name, stop_step
+from facts.data_parallel_ranks import DEFAULT_RENDEZVOUS_TIMEOUT_S
 from facts.extras import extra_problem
 from facts.files import CERTIFY_DIR, COMMANDS_FILE, JOB_SPEC, SWEEP_RECORD
 from facts.license import DEFAULT_LICENSE
 from facts.ordering import natural_key
-from facts.plan import EARLIER_PLANS_FIELD
 from facts.processes import DEFAULT_RESOURCE_SAMPLE_S
-from facts.ranks import DEFAULT_RENDEZVOUS_TIMEOUT_S
 from facts.repo import CONF_DIR, REPO_ROOT, SOURCE_COMMIT_ENV
 from facts.reward import is_user_reward
+from facts.sweep_plan import EARLIER_PLANS_FIELD
 from facts.trainers import PROOFGRID_TRAINER
 from launcher.backend import backend
 from launcher.container import Contained, container_literals, job_container, plan_container
@@ -49,14 +49,13 @@ from launcher.grid import (
     last_value_wins,
 )
 from launcher.isolation import JobRoots, isolated_env, rank_env
+from launcher.job_records import config_dir_literals, public_copy, sweep_sanitizer
+from launcher.job_spec import JobSpec, Sweep, allocation_shape
 from launcher.live import live_tracking
 from launcher.overrides import refuse_spec_file_only
 from launcher.ports import NAMED_PORTS
 from launcher.preflight import check_inputs, check_job_config, check_resources, check_size, check_source
-from launcher.records import config_dir_literals, public_copy, sweep_sanitizer
-from launcher.spec import JobSpec, Sweep, allocation_shape
-from trainer.config import algo_config
-from trainer.external.spec import (
+from trainer.external.trainer_spec import (
     SpecError,
     TrainerSpec,
     expand_command,
@@ -66,6 +65,7 @@ from trainer.external.spec import (
     to_record,
 )
 from trainer.prompts import preview
+from trainer.run_config import algo_config
 from trainer.schema import structured_schema
 
 
@@ -337,7 +337,7 @@ def plan_certificates(specs: list[JobSpec], n_updates: int) -> list[JobSpec]:
 def plan_grid(grid: Sequence[str], sweep_dir: Path, config_name: str = "config") -> Sweep:
     """Plan a grid without a shell (an experiment runner's stage): ``grid`` is what follows
     ``launch.py -m`` (``["algo=grpo,rpp", "seed=1,2", "workload.lr=1e-4,3e-4", "dry_run=true"]``),
-    composed with Hydra's compose API from ``conf/``. Run it with ``launcher.sweep.run_sweep``;
+    composed with Hydra's compose API from ``conf/``. Run it with ``launcher.sweep_runner.run_sweep``;
     its jobs are ``sweep.specs`` (each ``job_dir`` holds ``job.json``)."""
     try:
         cells = expand_grid(grid)

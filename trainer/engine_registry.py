@@ -16,6 +16,7 @@ from pathlib import Path
 
 from facts.algorithms import algorithm
 from facts.engines import TORCH_ENGINE, VLLM_ENGINE
+from trainer.trainer_errors import TrainerError
 
 ENGINES = {TORCH_ENGINE: "trainer.rollout:TorchEngine", VLLM_ENGINE: "trainer.vllm_engine:VLLMEngine"}
 # The distribution and version the `vllm` extra installs (the Makefile's VLLM_SPEC; pyproject.toml says why).
@@ -37,7 +38,7 @@ class EngineSettings:
     num_threads: int = 1
 
 
-class EngineUnavailable(ValueError):
+class EngineUnavailable(TrainerError, ValueError):
     """An engine that cannot run these settings here (one line: what and the fix)."""
 
 

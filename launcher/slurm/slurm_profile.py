@@ -22,9 +22,9 @@ from omegaconf import DictConfig
 
 from facts.slurm_formats import TIME_FORMS, gres_ok, limit_minutes, mem_mb, mem_ok, time_ok
 from launcher.errors import PreflightError
-from launcher.sizing import GIB, GPU_MEMORY_GIB, Limits, gpu_name
+from launcher.job_sizing import GIB, GPU_MEMORY_GIB, Limits, gpu_name
+from launcher.job_spec import allocation_shape
 from launcher.slurm.commands import no_controller, no_controller_line, not_on_path, pipe_records, run_slurm
-from launcher.spec import allocation_shape
 from trainer.schema import ClusterSchema
 
 _NAME = re.compile(r"^[\w.-]+$")

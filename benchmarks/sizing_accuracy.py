@@ -1,8 +1,8 @@
-"""``python -m benchmarks sizing``: the job-size estimate (``launcher.sizing``) against measured runs.
+"""``python -m benchmarks sizing``: the job-size estimate (``launcher.job_sizing``) against measured runs.
 
 Two parts. ``activations``: the bytes autograd keeps for the backward of the policy's forward
 (``trainer.policy.response_logprobs``), counted exactly with ``torch.autograd.graph.saved_tensors_hooks`` on
-several Qwen3 shapes, and the least-squares fit that gives ``launcher.sizing.ACTIVATION_BYTES``. ``runs``: the
+several Qwen3 shapes, and the least-squares fit that gives ``launcher.job_sizing.ACTIVATION_BYTES``. ``runs``: the
 trainer (``python -m trainer``, CPU, one thread) on the toy workload and on larger random-weight Qwen3 models
 built here (the toy tokenizer and prompts, responses that mostly run to the cap), each in a process of its
 own under ``benchmarks/rusage.py``: its peak resident size against the estimate's peak, and its CPU seconds
@@ -129,10 +129,10 @@ def backward_peak(shape: tuple, dtype: str, cap: int, responses: int = 32) -> di
 
 
 def bench_backward() -> None:
-    from launcher.sizing import ACTIVATION_BYTES, BACKWARD_FACTOR, LOGITS_GRADIENT_BYTES, ModelShape
+    from launcher.job_sizing import ACTIVATION_BYTES, BACKWARD_FACTOR, LOGITS_GRADIENT_BYTES, ModelShape
 
     for shape, dtype, cap in BACKWARD_SHAPES:
-        code = f"import json; from benchmarks.sizing import backward_peak; print(json.dumps(backward_peak({shape}, {dtype!r}, {cap})))"
+        code = f"import json; from benchmarks.sizing_accuracy import backward_peak; print(json.dumps(backward_peak({shape}, {dtype!r}, {cap})))"
         out = json.loads(subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, check=True, capture_output=True,
                                         text=True).stdout)
         L, H, heads, kv, d, I, V = shape  # noqa: E741 - the formula's names
@@ -181,8 +181,8 @@ def measure(overrides: list[str], tmp: Path, tag: str) -> dict:
 
 
 def predicted(overrides: list[str], tmp: Path):
-    from launcher.sizing import estimate
-    from trainer.config import compose
+    from launcher.job_sizing import estimate
+    from trainer.run_config import compose
 
     cfg = compose([o for o in overrides if not o.startswith("output_dir=")] + ["workload.num_threads=1"])
     return estimate(cfg.workload, 1, 1)

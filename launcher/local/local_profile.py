@@ -8,8 +8,8 @@ import os
 from omegaconf import DictConfig
 
 from launcher.errors import PreflightError
-from launcher.sizing import GIB, Limits, gpu_name
-from launcher.spec import MULTINODE_NEEDS_SLURM, allocation_shape
+from launcher.job_sizing import GIB, Limits, gpu_name
+from launcher.job_spec import MULTINODE_NEEDS_SLURM, allocation_shape
 
 
 def usable_cores() -> int:

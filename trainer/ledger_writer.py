@@ -1,4 +1,4 @@
-"""The run's data ledger, ``run/data_ledger.jsonl`` (the format and the chain: ``facts.ledger``), written by rank 0.
+"""The run's data ledger, ``run/data_ledger.jsonl`` (the format and the chain: ``facts.ledger_format``), written by rank 0.
 
 A process plans the whole run from the split it loaded (every step's rows from the prompt stream), records a
 start line, then one line per step it ran: the rows the step's prompt slots took, their content digest, the chain
@@ -14,10 +14,18 @@ import os
 import time
 from pathlib import Path
 
+from facts.data_parallel_ranks import step_digest
 from facts.files import DATA_LEDGER
-from facts.ledger import LEDGER_FIELD, PROCESS_DRAW_BYTES, START, chain, genesis, planned_chain, rows_digest
-from facts.plan import JOB_NONCE_ENV
-from facts.ranks import step_digest
+from facts.ledger_format import (
+    LEDGER_FIELD,
+    PROCESS_DRAW_BYTES,
+    START,
+    chain,
+    genesis,
+    planned_chain,
+    rows_digest,
+)
+from facts.sweep_plan import JOB_NONCE_ENV
 from trainer.data import PromptStream
 
 

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from facts.algorithms import KL_AS_LOSS, KL_IN_REWARD, KL_LOSS_TYPES, LOSS_REDUCTIONS, RECORDS, algorithm
+from trainer.trainer_errors import TrainerError
 
 
-class AlgoConfigError(ValueError):
+class AlgoConfigError(TrainerError, ValueError):
     """A refused algorithm configuration; the message names the rule and how to fix it."""
 
 
@@ -63,10 +64,6 @@ class AlgoConfig:
     @property
     def short_name(self) -> str:
         return algorithm(self.estimator).short
-
-    @property
-    def kl_loss_active(self) -> bool:
-        return self.use_kl_loss and self.kl_loss_coef != 0.0
 
     @classmethod
     def from_mapping(cls, values: dict[str, Any]) -> AlgoConfig:

@@ -16,10 +16,10 @@ from pathlib import Path
 from evidence.gates.ranks import RENDEZVOUS_ADDRESS_PLACEHOLDER
 from evidence.seal.sanitize import SECRET_PLACEHOLDER, Sanitizer, command_line_secrets
 from facts import atomic_write_json
+from facts.data_parallel_ranks import MASTER_ADDR_ENV
 from facts.files import COMMAND_PUBLIC_RECORD, COMMAND_RECORD, JOB_RECORD
-from facts.ranks import MASTER_ADDR_ENV
 from launcher.container import container_literals
-from launcher.spec import JobSpec
+from launcher.job_spec import JobSpec
 
 _write_json = atomic_write_json
 

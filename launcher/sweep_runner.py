@@ -19,10 +19,10 @@ from facts.files import (
     bundle_payload_dir,
 )
 from launcher.backend import backend
+from launcher.directory_locks import sweep_lock
+from launcher.job_spec import JobSpec, Sweep
 from launcher.jobs import check_arms, check_planned_by_this_launcher, prepare_job_dirs
-from launcher.locks import sweep_lock
-from launcher.plan import dry_run_lines, write_plan
-from launcher.spec import JobSpec, Sweep
+from launcher.planning import dry_run_lines, write_plan
 
 HEADLINE_TABLE = "headline.csv"  # evidence.tables.headline_table: one row, the report's first sentence
 

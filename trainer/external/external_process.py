@@ -32,6 +32,7 @@ from facts.processes import (
     stop_being_subreaper,
 )
 from trainer.preemption import CHECKPOINT_SIGNALS
+from trainer.trainer_errors import TrainerError
 
 WATCH_INTERVAL_S = 0.2
 STOP_GRACE_S = 10.0
@@ -44,7 +45,7 @@ _ERROR_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)
                          r"|Killed.*)$", re.IGNORECASE)
 
 
-class CommandError(RuntimeError):
+class CommandError(TrainerError, RuntimeError):
     """The trainer's command could not be started (one line: the program and why)."""
 
 

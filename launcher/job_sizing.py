@@ -49,7 +49,7 @@ MARGIN = 1.10  # "tight": within 10% of the estimate (allocator fragmentation, t
 # packed Qwen3 forward and log-softmax), by compute dtype: per layer ``a_H H + a_A A + a_K K + a_I I``, plus
 # ``a_V V + a_0``. Least-squares fit to the saved tensors counted with ``torch.autograd.graph.saved_tensors_hooks``
 # (their growth from 32 to 64 tokens per response) on 12 Qwen3 shapes (H 128-512, A 256-768, K 64-256, I 384-1536,
-# V 256-4096, L 2-5; benchmarks/sizing.py): worst residual 2.9% (float32) and 1.2% (bfloat16); within 3.7% on three
+# V 256-4096, L 2-5; benchmarks/sizing_accuracy.py): worst residual 2.9% (float32) and 1.2% (bfloat16); within 3.7% on three
 # shapes outside the fit (tests/test_sizing.py checks one).
 ACTIVATION_BYTES = {
     "float32": {"H": 29.1, "A": 31.1, "K": 16.2, "I": 15.4, "V": 8.08, "0": 3044.0},
@@ -58,11 +58,11 @@ ACTIVATION_BYTES = {
 ACTIVATION_BYTES["float16"] = ACTIVATION_BYTES["bfloat16"]  # the same autocast path, not measured separately
 
 # The trainer process's own resident size on the host (Python, torch, transformers, the tokenizer, the data) before
-# its first batch: 458-529 MiB measured in the runs of benchmarks/sizing.py; a site's Python and libraries may differ.
+# its first batch: 458-529 MiB measured in the runs of benchmarks/sizing_accuracy.py; a site's Python and libraries may differ.
 R0_BYTES = 512 * 2**20
 # The update's peak over what autograd keeps (the backward's gradient buffers of each layer), and the bytes per
 # response token per vocabulary entry of the log-softmax's gradient: fit to the resident peaks of a forward and
-# backward of two Qwen3 shapes, checked on a third (float32 +6.1%, bfloat16 -0.9%; benchmarks/sizing.py).
+# backward of two Qwen3 shapes, checked on a third (float32 +6.1%, bfloat16 -0.9%; benchmarks/sizing_accuracy.py).
 BACKWARD_FACTOR = 1.40
 LOGITS_GRADIENT_BYTES = 6
 # A GPU job's host memory beyond R0: the CUDA runtime and the libraries torch loads (cuBLAS, cuDNN). An assumed
@@ -83,7 +83,7 @@ class Throughput:
 
 # One CPU thread, 32 responses per step: seconds per response token = ALPHA + BETA x C. Fit to two random-weight
 # Qwen3 models on this project's 2-core machine (C = 3.7M and 12.9M, responses at 97% of a 96-token cap;
-# benchmarks/sizing.py); threads divide it (ideal scaling, not measured).
+# benchmarks/sizing_accuracy.py); threads divide it (ideal scaling, not measured).
 CPU_SECONDS_PER_TOKEN = (1.107e-3, 1.497e-10)
 # Seed 000: Qwen3-0.6B (C = 596M) at 4 x 8 responses, cap 1,024, bf16, with its SGLang rollout engine; proofgrid's
 # own torch engine has not been measured on a GPU yet. Another model: scaled by C_ref / C.
@@ -296,7 +296,7 @@ def throughput(shape: ModelShape, on_gpu: bool, threads: int, gpu: str | None, g
 def estimate(workload: DictConfig, dp_size: int, ranks_per_task: int, gpu: str | None = None,
              given_tok_per_s: float | None = None) -> Estimate:
     """The estimate for one job of ``workload`` run as ``dp_size`` ranks, ``ranks_per_task`` of them in one task
-    (``launcher.spec.allocation_shape``: all of them in a one-task job). ``NotEstimated`` when the model's config
+    (``launcher.job_spec.allocation_shape``: all of them in a one-task job). ``NotEstimated`` when the model's config
     does not say enough."""
     from trainer.inputs import resolve  # the launcher's own dependency (its pins), no torch
 

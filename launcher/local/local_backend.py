@@ -21,11 +21,11 @@ from facts.processes import local_runtime_alive
 from facts.repo import REPO_ROOT
 from facts.states import CANCELLED, FAILED, RUNNING, VIEW_DONE
 from launcher.interrupts import HANDLED, raise_interrupted
+from launcher.job_records import read_job_record, update_job_record
+from launcher.job_spec import JobSpec, Sweep
 from launcher.liveness import mark_dead_local_jobs
-from launcher.local.options import local_concurrency
+from launcher.local.local_profile import local_concurrency
 from launcher.progress import SweepProgress, natural_key
-from launcher.records import read_job_record, update_job_record
-from launcher.spec import JobSpec, Sweep
 
 # A job the user stopped (Ctrl-C, or a signal to the launcher) is not a crash: say so, not "signal 15".
 STOPPED_WITH_THE_LAUNCHER = "stopped with the launcher (Ctrl-C or a signal to it); the next run resumes it"

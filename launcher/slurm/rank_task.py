@@ -2,7 +2,7 @@
 placed by Slurm, as the job runtime's hooks.
 
 Slurm starts one task per rank (submitit's ``srun`` line, ``--nodes`` x ``--ntasks-per-node``); each runs
-``launcher.slurm.task.run_task``, which hands the runtime these hooks. The ranks are Slurm's
+``launcher.slurm.array_task.run_task``, which hands the runtime these hooks. The ranks are Slurm's
 (``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``, read through submitit's ``JobEnvironment``).
 Rank 0 runs on the allocation's first node: its runtime claims its port block there, starts the job's
 Ray head there when the workload uses Ray, and publishes the rendezvous (that node's address, the
@@ -23,18 +23,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 from facts import atomic_write_json
-from facts.ranks import RANKS_DIR, RENDEZVOUS_RECORD, rank_record_dir
+from facts.data_parallel_ranks import RANKS_DIR, RENDEZVOUS_RECORD, rank_record_dir
 from facts.states import COMPLETED, FAILED, REQUEUED, TERMINATED
 from launcher.isolation import JobRoots, rank_env
+from launcher.job_records import read_job_record, update_job_record
+from launcher.job_spec import JobSpec
 from launcher.ports import PortBlock
 from launcher.ray_runtime import JobRay
-from launcher.records import read_job_record, update_job_record
 from launcher.runtime import RunEnd
-from launcher.runtime.hooks import Placement
+from launcher.runtime.runtime_hooks import Placement
 from launcher.slurm.commands import pipe_records, run_slurm
-from launcher.slurm.hooks import SlurmHooks, submitit_paths
 from launcher.slurm.requeue import keep_scheduler_output, record_scheduler_requeues
-from launcher.spec import JobSpec
+from launcher.slurm.slurm_hooks import SlurmHooks, submitit_paths
 
 # At its end, how long rank 0 waits for the other ranks' final records before it gathers them.
 RANK_RECORDS_WAIT_S = 30.0

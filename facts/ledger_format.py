@@ -6,7 +6,8 @@ NeMo-RL#2519, a changed dataset that silently skips samples).
 ``run/data_ledger.jsonl`` (``facts.files.DATA_LEDGER``), appended by rank 0 and never rewritten but for a
 torn last line, holds:
 
-- one start line per trainer process, ``{"start": {...}}`` (``START_FIELDS``): who wrote what follows (a draw
+- one start line per trainer process, ``{"start": {"process", "pid", "started_at", "job_nonce",
+  "resumed_from", "n_steps", "rows_per_step", "train_sha256", "plan_sha256"}}``: who wrote what follows (a draw
   from the operating system's entropy made when the process started, its pid and start time, the launcher's
   per-job nonce when a launcher started it), the step it resumed at, and the plan of the whole run as that
   process computed it from its own training split: ``plan_sha256``, the last value of the chain below over
@@ -14,7 +15,7 @@ torn last line, holds:
 - one line per step, ``{"step", "rows", "rows_sha256", "chain", "plan", "metrics"}``: the training rows the
   step consumed (their indices in the split, in order), the digest of their content, the chain value
   ``chain(previous, step, rows, rows_sha256)`` (the previous step's chain, ``genesis`` before step 0), the
-  chain value the process's plan gives at that step, and ``facts.ranks.step_digest`` of the values the step
+  chain value the process's plan gives at that step, and ``facts.data_parallel_ranks.step_digest`` of the values the step
   logged to ``metrics.jsonl``.
 
 A process that resumes at step ``r`` supersedes every line of the steps from ``r`` on. ``run.json``'s
@@ -30,11 +31,6 @@ from collections.abc import Iterable
 
 LEDGER_FIELD = "data_ledger"  # run.json: {"file", "plan_sha256", "n_steps", "rows_per_step", "train_sha256"}
 START = "start"  # the key of a start line
-# What a start line records: the process (an entropy draw, pid, start time), the launcher's job nonce, the step
-# it resumed at and the whole run's plan as it computed it.
-START_FIELDS = ("process", "pid", "started_at", "job_nonce", "resumed_from", "n_steps", "rows_per_step",
-                "train_sha256", "plan_sha256")
-STEP_FIELDS = ("step", "rows", "rows_sha256", "chain", "plan", "metrics")
 PROCESS_DRAW_BYTES = 16  # the start line's ``process``: this many bytes of os.urandom, as hex
 
 

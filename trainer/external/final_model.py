@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from trainer.trainer_errors import TrainerError
+
 # The configuration keys a final model may change (every other key of the two configurations, as transformers
 # reads them with every default filled, must be equal: an activation, a RoPE base or a norm epsilon changes what
 # the weights compute while their shapes stay): what wrote the file, how the weights are stored (the evaluator
@@ -24,7 +26,7 @@ WEIGHT_GLOBS = ("*.safetensors", "pytorch_model*.bin")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(TrainerError, RuntimeError):
     """The trainer's final model cannot be evaluated (one line: why, and where it should be)."""
 
 

@@ -32,18 +32,18 @@ from facts.files import (
 )
 from facts.states import COMPLETED, FAILED, IN_FLIGHT_STATES, PENDING, VIEW_QUEUED
 from launcher.backend import refresh_job_records
+from launcher.directory_locks import sweep_lock
 from launcher.errors import LockHeld, PreflightError, SchedulerUnavailable
 from launcher.interrupts import signals_interrupt, signum_of
+from launcher.job_records import read_job_record
 from launcher.jobs import check_plain_sweep
 from launcher.liveness import mark_dead_local_jobs
-from launcher.locks import sweep_lock
 from launcher.overrides import one_line
-from launcher.plan import plan_sweep
+from launcher.planning import plan_sweep
 from launcher.preflight import check_launch_environment
 from launcher.progress import completed_steps, natural_key
-from launcher.records import read_job_record
 from launcher.resume import record_resume_command, resume_advice
-from launcher.sweep import run_sweep, seal
+from launcher.sweep_runner import run_sweep, seal
 
 
 def launch_grid(root_cfg, cells: list[list[str]], sweep_dir: str, compose) -> int:
