@@ -16,7 +16,7 @@ from functools import cached_property
 from pathlib import Path
 
 from evidence.fileio import JSONError, read_csv, read_json, write_text
-from evidence.gates.certificates import compute_certificates
+from evidence.gates.certificate_jobs import compute_certificates
 from evidence.gates.metrics_log import COMMON_KEYS
 from evidence.sweep import read_arms
 from facts import loads_strict
@@ -117,7 +117,7 @@ class BundleData:
     # Each accepted run's final evaluation per prompt, {row index: (correct, responses)}, from its responses
     # (runs/<job>/eval/final.jsonl; ``read_prompt_counts``); absent when the file is missing or unreadable.
     final_prompts: dict[tuple[str, int], dict[int, tuple[int, int]]] = field(default_factory=dict)
-    # certify=true: the reproducibility certificates recomputed from the payload's files (evidence.gates.certificates);
+    # certify=true: the reproducibility certificates recomputed from the payload's files (evidence.gates.certificate_jobs);
     # None for a sweep that certifies nothing.
     certificates: dict | None = None
     # Values the tables derive from the loaded data once per load, by (kind, key): an arm's report name, which

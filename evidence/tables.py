@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from itertools import combinations
 
 from evidence.dataset import BundleData, csv_text
-from evidence.gates.certificates import CHECKS as CERTIFICATE_CHECKS
+from evidence.gates.certificate_jobs import CHECKS as CERTIFICATE_CHECKS
 from evidence.statistics import (
     MDE_POWER,
     claims,

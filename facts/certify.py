@@ -3,7 +3,7 @@ a resume job stops at, the trainer settings they use, and which metrics a certif
 
 Per arm of a certified sweep, one seed's job runs again from scratch (``rerun``) and one is stopped at a step
 and resumed from its checkpoint in a fresh trainer process (``resume``), each a job of its own in
-``<sweep>/certify/<job>.<kind>/``; the evidence compares each with the original (``evidence.gates.certificates``).
+``<sweep>/certify/<job>.<kind>/``; the evidence compares each with the original (``evidence.gates.certificate_jobs``).
 """
 
 from __future__ import annotations

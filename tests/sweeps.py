@@ -118,7 +118,7 @@ def reseal_bag(bag: Path) -> None:
         # A consistent forger regenerates the whole crate from the edited payload, as the build writes it
         # (the audit regenerates and compares it); a payload the loader refuses gets the digests restated only.
         from evidence.dataset import load_bundle_data
-        from evidence.seal.crate import write_crate
+        from evidence.seal.ro_crate import write_crate
         try:
             write_crate(data, load_bundle_data(data))
             regenerated = True

@@ -45,9 +45,8 @@ from evidence.audit.certificates import check_certificates
 from evidence.audit.crate import check_crate
 from evidence.audit.evaluations import check_evaluations
 from evidence.audit.experiment import check_experiment
-from evidence.audit.figures import check_figures
+from evidence.audit.figure_files import check_figures
 from evidence.audit.images import check_images
-from evidence.audit.layout import check_layout
 from evidence.audit.leaks import scan_leaks
 from evidence.audit.locate import not_a_bundle
 from evidence.audit.plan import check_plan
@@ -58,6 +57,7 @@ from evidence.audit.resources import check_resources
 from evidence.audit.runs import check_runs
 from evidence.audit.signature import check_signature, check_signed_bag
 from evidence.audit.subsets import check_subsets
+from evidence.audit.unexpected_files import check_layout
 from evidence.dataset import SETTINGS_FILE, BundleData, load_bundle_data
 from evidence.fileio import JSONError
 from evidence.gates.judged import check_judged

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from evidence.dataset import BundleData
 from evidence.fileio import JSONError, read_json
-from evidence.gates.certificates import differences, incident_title
+from evidence.gates.certificate_jobs import differences, incident_title
 from evidence.problems import Problem, capped
 from facts.certify import NOT_REPRODUCED
 from facts.files import CERTIFICATES_FILE, INCIDENTS_TABLE, STAGES_DIR, payload_relpath

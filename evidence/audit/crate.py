@@ -6,7 +6,7 @@ directory) with the size and SHA256 it states; every payload file is named; each
 is its ``runs/<job>/`` and whose object holds each input its run.json pins, and no action is of a run the
 index does not accept; the main entity is the sweep's plan, a ComputationalWorkflow, and the crate
 conforms to the Workflow Run Crate profile. And since the build writes the crate deterministically from the
-bag's own data (``evidence.seal.crate.build_crate``), the audit regenerates it and compares: every entity and
+bag's own data (``evidence.seal.ro_crate.build_crate``), the audit regenerates it and compares: every entity and
 property the crate states (a software version, a seed, an action's status, a name, an extra input or entity,
 the root's description, the ``@context``, a removed ``sha256``) is the regenerated one, each difference named.
 """
@@ -23,7 +23,7 @@ from rocrate.rocrate import ROCrate
 from evidence.dataset import BundleData
 from evidence.fileio import JSONError, read_json, sha256_file
 from evidence.problems import Problem
-from evidence.seal.crate import (
+from evidence.seal.ro_crate import (
     RUN_ACTION_PREFIX,
     WORKFLOW_PROFILE,
     build_crate,

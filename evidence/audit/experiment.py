@@ -17,9 +17,9 @@ from evidence.audit.runs import check_runs
 from evidence.dataset import BundleData
 from evidence.fileio import JSONError, read_json, sha256_file
 from evidence.problems import Problem
-from evidence.verdict.design import design_problems, stage_of
 from evidence.verdict.probe import check_probe, check_stages_present
 from evidence.verdict.recompute import check_verdict
+from evidence.verdict.spec_jobs import design_problems, stage_of
 from evidence.verdict.stages import earlier_stage
 from facts.files import (
     BUNDLE_PAYLOAD,
@@ -112,7 +112,7 @@ def check_stage_specs(data_dir: Path, data: BundleData) -> list[Problem]:
 
 
 def check_design(data_dir: Path, data: BundleData) -> list[Problem]:
-    """Every job the pre-registered spec plans is in the bundle, stage by stage (``evidence.verdict.design``)."""
+    """Every job the pre-registered spec plans is in the bundle, stage by stage (``evidence.verdict.spec_jobs``)."""
     data_dir = Path(data_dir)
     problems = design_problems(data_dir, data, stage_of(data), data.experiment, f"{BUNDLE_PAYLOAD}/")
     for name, stage in sorted(data.stages.items()):

@@ -1,4 +1,4 @@
-"""The plan (``evidence.gates.plan``): every job the sweep's plan lists has its copy in the bundle, every copy carries the
+"""The plan (``evidence.gates.plan_binding``): every job the sweep's plan lists has its copy in the bundle, every copy carries the
 plan it was prepared under, and the plan hashes to the digest its jobs carry; for the payload and each earlier stage."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from evidence.dataset import BundleData
-from evidence.gates.plan import bundle_plan_problems
+from evidence.gates.plan_binding import bundle_plan_problems
 from evidence.problems import Problem
 from facts.files import BUNDLE_PAYLOAD, STAGES_DIR
 

@@ -239,7 +239,7 @@ def derive_incidents(evidences: list[JobEvidence], user: UserIncidents, sweep_di
                      certificates: list[dict] = ()) -> list[Incident]:
     """Every incident of the sweep, numbered in job order, user-only incidents last. With
     ``sweep_dir``, each job's earlier attempts and recorded stops come first in its rows. ``certificates``:
-    the failed reproducibility certificates' rows (``evidence.gates.certificates.certificate_incidents``), after the jobs'."""
+    the failed reproducibility certificates' rows (``evidence.gates.certificate_jobs.certificate_incidents``), after the jobs'."""
     rows: list[dict] = []
     for evidence in evidences:
         if sweep_dir is not None and evidence.present:

@@ -37,7 +37,7 @@ from evidence.dataset import (
 )
 from evidence.fileio import JSONError, dumps_json, environment, parse_json, read_json, sha256_file, write_text
 from evidence.gates.artifacts import EVAL_KINDS, SHA256_HEX, shared_initial_dir
-from evidence.gates.certificates import (
+from evidence.gates.certificate_jobs import (
     CHECKPOINT_COLUMNS,
     certificate_incidents,
     certified_jobs,
@@ -54,7 +54,7 @@ from evidence.gates.incidents import (
 )
 from evidence.gates.index import INDEX_COLUMNS, JobEvidence, evaluate_sweep, index_row
 from evidence.gates.judged import JUDGED_COLUMNS, JobFiles, refuse_changed
-from evidence.gates.plan import sweep_plan_problems
+from evidence.gates.plan_binding import sweep_plan_problems
 from evidence.gates.ranks import (
     RENDEZVOUS_ADDRESS_PLACEHOLDER,
     path_free_placement,
@@ -65,8 +65,8 @@ from evidence.problems import IncidentsFileError, LeakError, Problem, SweepError
 from evidence.report.figures import render_figures
 from evidence.report.png import document_text
 from evidence.report.sections import render_report
-from evidence.seal.crate import write_crate
 from evidence.seal.layout import unexpected_files
+from evidence.seal.ro_crate import write_crate
 from evidence.seal.sanitize import Sanitizer, payload_findings, payload_note, strip_abs_keys
 from evidence.statistics.descriptive import CI_LEVEL, DEFAULT_LAST_K
 from evidence.sweep import job_name, read_sweep
@@ -144,7 +144,7 @@ class BuildResult:
     archive_sha256: str
     jobs: list[dict] = field(default_factory=list)  # index rows
     incidents: list[Incident] = field(default_factory=list)
-    plan_problems: list[Problem] = field(default_factory=list)  # the sweep's plan against its jobs (evidence.gates.plan)
+    plan_problems: list[Problem] = field(default_factory=list)  # the sweep's plan against its jobs (evidence.gates.plan_binding)
     notes: list[Problem] = field(default_factory=list)  # the leak scan's notes: sealed as written, said here
 
     @property
@@ -352,7 +352,7 @@ def _write_payload(sweep, evidences: list[JobEvidence], incidents: list[Incident
 def _write_certify_files(sweep, stage: Path, clean: Sanitizer) -> None:
     """certify=true: data/certify/<job>.<kind>/, each certificate job's copy (metrics, final responses byte for
     byte, records, logs), and data/certify/checkpoints.csv, the content digest of each file of the final checkpoint
-    of every certified job and certificate job (``evidence.gates.certificates``; the checkpoints are not in the bundle)."""
+    of every certified job and certificate job (``evidence.gates.certificate_jobs``; the checkpoints are not in the bundle)."""
     jobs = certified_jobs(sweep.record)
     rows = []
     for job in dict.fromkeys(j["of"] for j in jobs.values()):

@@ -13,7 +13,7 @@ from pathlib import Path
 from evidence.dataset import BundleData
 from evidence.fileio import JSONError, read_json
 from evidence.gates.artifacts import shared_initial_dir
-from evidence.gates.certificates import certified_jobs
+from evidence.gates.certificate_jobs import certified_jobs
 from facts.bundle_layout import payload_member
 from facts.data_parallel_ranks import RANK_LOGS_FIELD, RANKS_DIR
 from facts.files import (

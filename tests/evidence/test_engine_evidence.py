@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from evidence.gates.certificates import tolerance
+from evidence.gates.certificate_jobs import tolerance
 from evidence.gates.index import rollout_diversity
 from evidence.gates.metrics_log import validate_metrics
 from facts import REQUIRED_KEYS

@@ -17,7 +17,7 @@ import pytest
 from sweep_factory import make_sweep, write_json, write_ledger
 
 from evidence import audit_bundle
-from evidence.gates.certificates import (
+from evidence.gates.certificate_jobs import (
     checkpoint_digest,
     content_sha256,
     differences,

@@ -19,7 +19,7 @@ from evidence import audit_bundle
 from evidence.dataset import load_bundle_data
 from evidence.gates.judged import JobFiles, changed_while_judged, job_file_digests, refuse_changed
 from evidence.problems import SweepError
-from evidence.seal.crate import write_crate
+from evidence.seal.ro_crate import write_crate
 
 
 def _rows(bag: Path) -> dict[str, dict]:

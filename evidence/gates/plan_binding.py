@@ -5,7 +5,7 @@ edited after its jobs ran (a seed dropped from it, a certificate job struck out)
 
 The plan is the sweep's own record: a forger who rewrites the plan, its digest and every job's records alike leaves
 a consistent sweep. What holds it beyond that is a pre-registration (an experiment's spec fixes its arms, seeds, looks
-and certificate jobs: ``evidence.verdict.design``) or a signature made where it ran.
+and certificate jobs: ``evidence.verdict.spec_jobs``) or a signature made where it ran.
 """
 
 from __future__ import annotations
