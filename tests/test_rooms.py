@@ -126,6 +126,31 @@ def test_inside_the_evidence_no_import_runs_back_up():
     assert not wrong, "\n".join(wrong)
 
 
+# What facts/ may import besides the standard library, and only inside the function that needs it.
+FACTS_LAZY_IMPORTS = {"pyarrow", "datasets", "math_verify"}
+
+
+def test_facts_imports_the_standard_library_and_loads_a_reader_only_where_it_reads():
+    import sys
+
+    wrong = []
+    for room, path in _modules():
+        if room != "facts":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        top = {id(node) for node in tree.body}
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
+            for name in names:
+                root = name.split(".")[0]
+                if root in sys.stdlib_module_names or root == "facts" or root == "__future__":
+                    continue
+                if root not in FACTS_LAZY_IMPORTS or id(node) in top:
+                    wrong.append(f"{path.relative_to(ROOT)} imports {name}" + (" at import time" if id(node) in top else ""))
+    assert not wrong, "\n".join(wrong)
+
+
 def test_every_listed_use_is_a_module_that_exists():
     """A stale entry would let a renamed module's imports pass unlisted."""
     known = _project_modules()
