@@ -1163,6 +1163,9 @@ def compute_tables(data: BundleData) -> dict[str, Table]:
               paired_table(data, judged), family_table(data, judged), robust_table(data), eval_se_table(data),
               noise_table, headline_table(data, judged), k1_table(data), incidents_table(data), resolved_config_table(data),
               *resource_tables(data)]
+    from evidence.questions import question_tables  # the question as the evaluation's unit: above the tables
+
+    tables += question_tables(data)
     if data.certificates is not None:  # certify=true only: other sweeps' tables stay as they were
         tables.append(certificates_table(data))
     return {t.name: t for t in tables}
