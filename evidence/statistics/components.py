@@ -128,6 +128,7 @@ def crossed_components(cell_means, ms_response: float, k: int) -> Components | N
     if y.ndim != 2 or y.shape[0] < 2 or y.shape[1] < 2 or k < 2:
         return None
     n_seeds, n_questions = y.shape
+    ms_response = float(ms_response)
     grand = float(y.mean())
     seed_means, question_means = y.mean(axis=1), y.mean(axis=0)
     ms_seed = k * n_questions * float(((seed_means - grand) ** 2).sum()) / (n_seeds - 1)
@@ -135,11 +136,11 @@ def crossed_components(cell_means, ms_response: float, k: int) -> Components | N
     residual = y - seed_means[:, None] - question_means[None, :] + grand
     ms_interaction = k * float((residual ** 2).sum()) / ((n_seeds - 1) * (n_questions - 1))
     return Components(
-        n_seeds, n_questions, k, grand, ms_seed, ms_question, ms_interaction, float(ms_response),
+        n_seeds, n_questions, k, grand, ms_seed, ms_question, ms_interaction, ms_response,
         seed=max(0.0, (ms_seed - ms_interaction) / (k * n_questions)),
         question=max(0.0, (ms_question - ms_interaction) / (k * n_seeds)),
         interaction=max(0.0, (ms_interaction - ms_response) / k),
-        response=max(0.0, float(ms_response)))
+        response=max(0.0, ms_response))
 
 
 def binary_within_ms(correct, k: int) -> float:
