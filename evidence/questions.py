@@ -144,6 +144,11 @@ def _components_of(data: BundleData, a: str, b: str) -> tuple[components.Compone
     return found, "", common
 
 
+COMPONENT_COLUMNS = ("metric", "a", "b", "n_seeds", "n_questions", "k", "mean", "ms_seed", "ms_question",
+                     "ms_seed_x_question", "ms_response", "var_seed", "var_question", "var_seed_x_question",
+                     "var_response", "icc_question", "design_effect", "var_mean", "se_mean", "df", "low", "high", "none")
+
+
 def variance_components_table(data: BundleData) -> Table:
     """Per arm and per pair on final eval pass@1: the mean squares, the truncated ANOVA components, ρ_question, the
     design effect and the crossed interval ȳ ± t_ν·√V̂ (``evidence.statistics.components``)."""
@@ -154,7 +159,7 @@ def variance_components_table(data: BundleData) -> Table:
         found, why, common = _components_of(data, a, b)
         who = display(data, a) if not b else f"{display(data, a)} − {display(data, b)}"
         if found is None:
-            rows.append([headline.HEADLINE_METRIC, a, b, len(common)] + [None] * 17 + [why])
+            rows.append([headline.HEADLINE_METRIC, a, b, len(common)] + [None] * (len(COMPONENT_COLUMNS) - 5) + [why])
             md.append([who, str(len(common)), "—", "—", "—", "—", "—", "—", "—", "—", f"none ({why})"])
             continue
         se, df = found.se_mean, found.df
@@ -167,11 +172,7 @@ def variance_components_table(data: BundleData) -> Table:
                    *(fmt(v, 5) for v in found.variances), fmt(found.icc_question, 3), fmt(found.design_effect, 2),
                    "—" if interval is None else f"{fmt_signed(found.mean) if b else fmt(found.mean, 4)} "
                    f"{fmt_interval(interval)} (ν = {df:.1f})"])
-    return Table("variance_components",
-                 ("metric", "a", "b", "n_seeds", "n_questions", "k", "mean", "ms_seed", "ms_question",
-                  "ms_seed_x_question", "ms_response", "var_seed", "var_question", "var_seed_x_question",
-                  "var_response", "icc_question", "design_effect", "var_mean", "se_mean", "df", "low", "high", "none"),
-                 rows,
+    return Table("variance_components", COMPONENT_COLUMNS, rows,
                  (f"{arm_header(data)} or comparison (a − b)", "Seeds", "Questions", "k", "σ²_seed", "σ²_question",
                   "σ²_seed×question", "σ²_response", "ρ_question", "Design effect",
                   f"Crossed {level * 100:g}% t-interval"), md)

@@ -275,3 +275,24 @@ def test_questions_that_vary_more_than_seeds_say_more_questions_not_more_seeds_a
     turned = allocation.advise(seedy, allocation.Costs(seed=60.0, response=1.0), 0.05, 0.05)
     assert turned.cheapest.seeds > 3 and turned.cheapest.questions <= 400
     assert advice_sentence("A − B", turned, 0.05, "x").endswith(": more seeds, not more questions.")
+
+
+def test_every_row_of_every_question_table_has_its_columns_whatever_the_design(tmp_path):
+    """One seed per arm (no components, no allocation) and a full 3 x 3 sweep: each row as long as its header."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from sweep_factory import make_sweep
+
+    from evidence.bundle import build_bundle
+    from evidence.dataset import load_bundle_data
+    from evidence.questions import question_tables
+
+    for seeds in ((42,), (42, 1234, 2026)):
+        sweep = make_sweep(tmp_path / f"s{len(seeds)}", seeds=seeds)
+        result = build_bundle(sweep, figures=False)
+        for table in question_tables(load_bundle_data(result.bundle_dir / "data")):
+            assert table.csv_rows, table.name
+            assert all(len(row) == len(table.csv_columns) for row in table.csv_rows), table.name
+            assert all(len(row) == len(table.md_columns) for row in table.md_rows), table.name
