@@ -296,3 +296,32 @@ def test_every_row_of_every_question_table_has_its_columns_whatever_the_design(t
             assert table.csv_rows, table.name
             assert all(len(row) == len(table.csv_columns) for row in table.csv_rows), table.name
             assert all(len(row) == len(table.md_columns) for row in table.md_rows), table.name
+
+
+# ---- the audit: an edited number of the question tables is a finding ----------------------------------------------
+
+def _edit_cell(path, column: str, change, line: int = 1) -> str:
+    lines = path.read_text().splitlines()
+    header, cells = lines[0].split(","), lines[line].split(",")
+    where = header.index(column)
+    cells[where] = change(cells[where])
+    lines[line] = ",".join(cells)
+    path.write_text("\n".join(lines) + "\n")
+    return cells[where]
+
+
+@pytest.mark.parametrize(("table", "column", "change"), [
+    ("variance_components", "var_question", lambda v: repr(float(v) * 0.5)),
+    ("allocation", "cheapest_seeds", lambda v: str(int(v) - 1)),
+    ("eval_questions", "correct", lambda v: str(int(v) + 1)),
+])
+def test_an_edited_question_statistic_in_a_resealed_bundle_is_a_finding(bundle_copy, table, column, change):
+    from evidence import audit
+    from tests.sweeps import reseal_bag
+
+    path = bundle_copy / "data" / "tables" / f"{table}.csv"
+    edited = _edit_cell(path, column, change)
+    reseal_bag(bundle_copy)
+    (finding,) = audit(bundle_copy)
+    assert finding.file == f"data/tables/{table}.csv"
+    assert finding.reason.startswith(f"line 2, column {column}: {edited!r} does not recompute")
