@@ -325,3 +325,59 @@ def test_an_edited_question_statistic_in_a_resealed_bundle_is_a_finding(bundle_c
     (finding,) = audit(bundle_copy)
     assert finding.file == f"data/tables/{table}.csv"
     assert finding.reason.startswith(f"line 2, column {column}: {edited!r} does not recompute")
+
+
+# ---- the smallest difference: the build's setting, else the experiment's threshold, else the default ---------------
+
+def test_the_builds_smallest_difference_reaches_the_allocation_and_the_audit_holds_it(sweep):
+    import subprocess
+    import sys
+
+    from evidence import audit
+    from evidence.dataset import load_bundle_data
+    from evidence.questions import smallest_difference
+
+    build = subprocess.run([sys.executable, "-m", "evidence", "build", str(sweep), "--no-figures",
+                            "--smallest-difference", "4"], capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stderr[-2000:]
+    data = sweep / "bundle" / "data"
+    assert json_of(data / "evidence.json")["smallest_difference_points"] == 4
+    rows = csv_rows(data / "tables" / "allocation.csv")
+    assert {(r["delta"], r["delta_source"]) for r in rows} == {("0.04", "set by the build's --smallest-difference")}
+    assert "to detect 4 points (set by the build's --smallest-difference) at 80% power" in \
+        (data / "report.md").read_text()
+    assert audit(sweep / "bundle") == []
+    loaded = load_bundle_data(data)
+    loaded.settings.pop("smallest_difference_points")
+    assert smallest_difference(loaded) == (allocation.DEFAULT_SMALLEST_DIFFERENCE, "the default: no threshold stated")
+    loaded.experiment = EXPERIMENT
+    assert smallest_difference(loaded) == pytest.approx((0.03, "the experiment's threshold"))
+
+
+EXPERIMENT = """\
+title: the threshold as the allocation's default
+hypothesis: rpp reaches at least 3 points more eval pass@1 than grpo
+arms:
+  control: {algo: grpo}
+  treated: {algo: rpp}
+seeds: [42, 1234, 2026]
+criterion:
+  metric: eval/pass@1
+  at: final
+  baseline: control
+  treatment: treated
+  threshold_points: 3
+"""
+
+
+def json_of(path):
+    import json
+
+    return json.loads(path.read_text())
+
+
+def csv_rows(path) -> list[dict[str, str]]:
+    import csv
+
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
