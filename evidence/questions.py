@@ -218,7 +218,8 @@ def measured_costs(data: BundleData, arm_list: list[str]) -> allocation.Costs | 
 
     c_response = Σ measured evaluation seconds / Σ their responses, where run.json records its evaluations'
     seconds; else Σ (elapsed_s − Σ_steps perf/step_s) / Σ (eval_responses_initial + eval_responses_final) (index.csv,
-    steps.csv: everything of a job that is not a training step, counted as evaluation — an upper bound);
+    steps.csv, the initial responses only where the run evaluated its initial checkpoint itself, not read a shared
+    evaluation: everything of a job that is not a training step, counted as evaluation — an upper bound);
     c_seed = mean over the runs of elapsed_s − c_response·eval_responses_final (training, start-up and the initial
     control: what a seed costs whatever its evaluation's size). None without a run that has both."""
     runs = [(a, s) for a in arm_list for s in accepted_runs(data, a)]
@@ -227,7 +228,8 @@ def measured_costs(data: BundleData, arm_list: list[str]) -> allocation.Costs | 
     for (a, s) in runs:
         row = data.index_row(a, s)
         elapsed, final = _number(row.get("elapsed_s", "")), _number(row.get("eval_responses_final", ""))
-        initial = _number(row.get("eval_responses_initial", "")) or 0.0
+        shared = data.evals.get((a, s), {}).get("initial", {}).get("initial_eval")  # another job's evaluation
+        initial = 0.0 if shared else _number(row.get("eval_responses_initial", "")) or 0.0
         steps = series(data, a, s, STEP_SECONDS)
         if elapsed is None or not final:
             continue
