@@ -357,6 +357,8 @@ def advice_sentence(who: str, advice: allocation.Advice, delta: float, source: s
             f"({_hours(best.cost)})"
     if current is None:
         return text + "."
+    if current.power >= MDE_POWER:
+        return text + ": the design as run already reaches it."
     more_seeds = advice.seeds_only
     seeds_words = (f"more seeds alone would need {more_seeds.seeds} at {current.questions} questions "
                    f"({_hours(more_seeds.cost)})" if more_seeds is not None else

@@ -381,3 +381,12 @@ def csv_rows(path) -> list[dict[str, str]]:
 
     with open(path, newline="") as handle:
         return list(csv.DictReader(handle))
+
+
+def test_a_design_that_already_reaches_the_power_says_so():
+    from evidence.questions import advice_sentence
+
+    c = truth_components(n_seeds=10, n_questions=2000, k=4)
+    advice = allocation.advise(c, allocation.Costs(seed=3600.0, response=1.0), 0.05, 0.05)
+    assert advice.current.power >= 0.8
+    assert advice_sentence("A − B", advice, 0.05, "x").endswith(": the design as run already reaches it.")
