@@ -31,6 +31,9 @@ def _parser(prog: str = "python -m evidence") -> argparse.ArgumentParser:
     build.add_argument("sweep_dir", type=Path)
     build.add_argument("--last-k", type=int, default=10, help="last-K window of the stability table (default 10)")
     build.add_argument("--no-figures", action="store_true", help="skip the SVG figures")
+    build.add_argument("--smallest-difference", type=float, metavar="POINTS",
+                       help="the smallest difference of final eval pass@1 that matters, in points: the report's "
+                            "allocation plans to detect it (default: the experiment's threshold, else 5)")
     build.add_argument("--reward", action="append", default=[], metavar="MODULE:FUNCTION",
                        help="re-score the runs whose reward is this function of yours (its source must have the "
                             "SHA256 the runs recorded); repeatable")
@@ -63,6 +66,9 @@ def _parser(prog: str = "python -m evidence") -> argparse.ArgumentParser:
     compare.add_argument("--last-k", type=int, default=10, help="last-K window of training metrics (default 10)")
     compare.add_argument("--csv", type=Path, help="also write the table as CSV (full precision) to this path")
     compare.add_argument("--force", action="store_true", help="compare different workloads or no common arm")
+    compare.add_argument("--smallest-difference", type=float, metavar="POINTS",
+                         help="the smallest B − A of final eval pass@1 that matters, in points, for the allocation "
+                              "under the table (default: A's)")
     export = sub.add_parser("export", help="the accepted runs as W&B offline runs or an MLflow file store, by arm")
     export.add_argument("path", type=Path, help="sweep directory, bundle directory or bundle .tar.gz")
     export.add_argument("--to", required=True, choices=("wandb", "mlflow"), help="the tracking tool")
@@ -101,6 +107,9 @@ def _build(args) -> int:
 
     if args.last_k < 1:
         return _fail("--last-k must be at least 1")
+    if args.smallest_difference is not None and not 0 < args.smallest_difference <= 100:
+        return _fail(f"--smallest-difference {args.smallest_difference:g}: give a difference in points, above 0 and "
+                     "at most 100 (5 = five points of pass@1)")
     if not any(sweep_jobs_dir(args.sweep_dir).glob(job_files_glob(JOB_RECORD))):  # 0/N sealed as if it were a result
         return _fail(f"nothing ran in {args.sweep_dir}: no job under {JOBS_DIR}/ has a job.json (a dry run only "
                      "plans); run the sweep (or wait for its jobs to start), then build")
@@ -108,7 +117,8 @@ def _build(args) -> int:
 
     try:
         with reviewer_rewards(args.reward):
-            result = build_bundle(args.sweep_dir, last_k=args.last_k, figures=not args.no_figures)
+            result = build_bundle(args.sweep_dir, last_k=args.last_k, figures=not args.no_figures,
+                                  smallest_difference=args.smallest_difference)
     except RewardError as exc:
         return _fail(str(exc))
     except LockHeld as exc:  # another writer of the sweep's evidence (a launcher sealing it, another build)
@@ -289,8 +299,12 @@ def _compare(args) -> int:
 
     if args.last_k < 1:
         return _fail("--last-k must be at least 1")
+    if args.smallest_difference is not None and not 0 < args.smallest_difference <= 100:
+        return _fail(f"--smallest-difference {args.smallest_difference:g}: give a difference in points, above 0 and "
+                     "at most 100 (5 = five points of pass@1)")
     try:
-        print(compare_paths(args.a, args.b, args.metric, args.last_k, args.force, args.csv, args.more), end="")
+        print(compare_paths(args.a, args.b, args.metric, args.last_k, args.force, args.csv, args.more,
+                            args.smallest_difference), end="")
     except CompareError as exc:
         return _fail(str(exc))
     return EXIT_OK

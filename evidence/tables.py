@@ -1153,17 +1153,14 @@ def resource_tables(data: BundleData) -> tuple[Table, Table]:
                   run_rows, (header, "Seed", "Job", "Samples", "Sampled (s)", *names), run_md))
 
 
-def compute_tables(data: BundleData) -> dict[str, Table]:
-    """Every table of the report, by name (the CSV file stem under tables/)."""
+def seed_tables(data: BundleData) -> list[Table]:
+    """The tables of the runs and their seeds, in the report's order (``evidence.computed`` adds the questions')."""
     noise_table = eval_noise_table(data)
     judged = judge_comparisons(data)
-    tables = [jobs_table(data), algorithm_contract_table(data), algorithm_config_table(data),
-              environment_table(data), *stability_tables(data), normalisation_table(data),
-              *efficiency_tables(data), eval_per_run_table(data), eval_initial_table(data),
-              eval_aggregate_table(data),
-              paired_table(data, judged), family_table(data, judged), robust_table(data), eval_se_table(data),
-              noise_table, headline_table(data, judged), k1_table(data), incidents_table(data), resolved_config_table(data),
-              *resource_tables(data)]
-    if data.certificates is not None:  # certify=true only: other sweeps' tables stay as they were
-        tables.append(certificates_table(data))
-    return {t.name: t for t in tables}
+    return [jobs_table(data), algorithm_contract_table(data), algorithm_config_table(data),
+            environment_table(data), *stability_tables(data), normalisation_table(data),
+            *efficiency_tables(data), eval_per_run_table(data), eval_initial_table(data),
+            eval_aggregate_table(data),
+            paired_table(data, judged), family_table(data, judged), robust_table(data), eval_se_table(data),
+            noise_table, headline_table(data, judged), k1_table(data), incidents_table(data), resolved_config_table(data),
+            *resource_tables(data)]

@@ -7,11 +7,11 @@ import io
 import math
 from pathlib import Path
 
+from evidence.computed import compute_tables
 from evidence.dataset import BundleData
 from evidence.fileio import read_csv
 from evidence.problems import Problem, capped
 from evidence.report.sections import render_report
-from evidence.tables import compute_tables
 from facts.files import TABLES_DIR, payload_relpath
 
 

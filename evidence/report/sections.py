@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from evidence.computed import compute_tables
 from evidence.dataset import EXPERIMENT_FILE, BundleData
+from evidence.questions import questions_section
 from evidence.report.figures import FIGURES, RESOURCE_FIGURE, RESOURCE_TITLE, left_out
 from evidence.statistics import MDE_POWER, claims, noise, robust
 from evidence.statistics.crossed import CROSSED_METHOD, CROSSED_RESAMPLES, CROSSED_SEED
@@ -20,7 +22,6 @@ from evidence.tables import (
     algorithm_names,
     arm_header,
     arms,
-    compute_tables,
     display,
     eval_runs,
     families,
@@ -591,7 +592,7 @@ def _limitations(data: BundleData, tables: dict[str, Table]) -> str:
 # that returns its markdown (None: the section does not apply to this bundle).
 SECTIONS = (_title, _headline, _verdict, _at_a_glance, _provenance, _scope, _algorithm_contract, _environment,
             _training_stability, _efficiency, _resources, _evaluation, _paired_differences, _family, _robust,
-            _eval_noise, _k1_activation, _certificates, _incidents, _limitations, _appendix)
+            _eval_noise, questions_section, _k1_activation, _certificates, _incidents, _limitations, _appendix)
 
 
 def render_report(data: BundleData, tables: dict[str, Table] | None = None) -> str:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import bagit
 
+from evidence.computed import compute_tables
 from evidence.dataset import (
     ARTIFACT_COLUMNS,
     EVAL_COLUMNS,
@@ -62,6 +63,7 @@ from evidence.gates.ranks import (
     placement_hosts,
 )
 from evidence.problems import IncidentsFileError, LeakError, Problem, SweepError
+from evidence.questions import SMALLEST_DIFFERENCE_SETTING
 from evidence.report.figures import render_figures
 from evidence.report.png import document_text
 from evidence.report.sections import render_report
@@ -70,7 +72,6 @@ from evidence.seal.ro_crate import write_crate
 from evidence.seal.sanitize import Sanitizer, payload_findings, payload_note, strip_abs_keys
 from evidence.statistics.descriptive import CI_LEVEL, DEFAULT_LAST_K
 from evidence.sweep import job_name, read_sweep
-from evidence.tables import compute_tables
 from evidence.verdict.probe import refuse_failed_probe
 from evidence.verdict.record import write_verdict
 from evidence.verdict.stages import add_experiment
@@ -312,11 +313,13 @@ def _copy_logs(root: Path | JobFiles, record_dir: Path, out: Path, clean: Saniti
 
 
 def _write_payload(sweep, evidences: list[JobEvidence], incidents: list[Incident], stage: Path,
-                   clean: Sanitizer, last_k: int, figures: bool) -> None:
+                   clean: Sanitizer, last_k: int, figures: bool, smallest_difference: float | None = None) -> None:
     write_text(stage / SWEEP_RECORD, dumps_json(clean.clean_json(strip_abs_keys(sweep.record))))
     settings = {"schema": SCHEMA, "last_k": last_k, "ci_level": CI_LEVEL, "n_updates": sweep.n_updates}
     if figures:  # the audit redraws the figures when its matplotlib is this one (SVG bytes depend on it)
         settings[FIGURES_DRAWN_BY] = figures_library_version()
+    if smallest_difference is not None:  # the allocation's δ in points (evidence.questions); absent: as before
+        settings[SMALLEST_DIFFERENCE_SETTING] = smallest_difference
     write_text(stage / SETTINGS_FILE, dumps_json(settings))
     write_csv(stage / INDEX_TABLE, INDEX_COLUMNS, clean.clean_rows([index_row(e) for e in evidences]))
     write_csv(stage / INCIDENTS_TABLE, INCIDENT_COLUMNS, clean.clean_rows([i.row() for i in incidents]))
@@ -590,7 +593,8 @@ def private_tool_dirs():
         yield Path(tmp)
 
 
-def build_bundle(sweep_dir: str | Path, last_k: int = DEFAULT_LAST_K, figures: bool = True) -> BuildResult:
+def build_bundle(sweep_dir: str | Path, last_k: int = DEFAULT_LAST_K, figures: bool = True,
+                 smallest_difference: float | None = None) -> BuildResult:
     """Validate a sweep and seal ``<sweep_dir>/bundle/``, ``bundle.tar.gz`` and its ``.sha256``, holding the
     sweep's lock (``facts.locks``) throughout.
 
@@ -603,10 +607,10 @@ def build_bundle(sweep_dir: str | Path, last_k: int = DEFAULT_LAST_K, figures: b
     if last_k < 1:
         raise ValueError("last_k must be at least 1")
     with sweep_lock(sweep_dir, BUILD):  # one writer of the sweep's evidence at a time (the launcher's seal too)
-        return _build_locked(sweep, last_k, figures)
+        return _build_locked(sweep, last_k, figures, smallest_difference)
 
 
-def _build_locked(sweep, last_k: int, figures: bool) -> BuildResult:
+def _build_locked(sweep, last_k: int, figures: bool, smallest_difference: float | None = None) -> BuildResult:
     """``build_bundle`` while this process holds the sweep's lock."""
     sweep_dir = sweep.dir
     refuse_jobs_in_flight(sweep_dir)
@@ -626,7 +630,7 @@ def _build_locked(sweep, last_k: int, figures: bool) -> BuildResult:
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir()
     try:
-        _write_payload(sweep, evidences, incidents, stage, clean, last_k, figures)
+        _write_payload(sweep, evidences, incidents, stage, clean, last_k, figures, smallest_difference)
         incidents = _certify(sweep, evidences, user, stage, clean) or incidents
         add_experiment(sweep_dir, stage)  # an experiment's spec and tuning stage -> data/verdict.json
         data = load_bundle_data(stage)

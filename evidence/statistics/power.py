@@ -16,11 +16,16 @@ def paired_t_power(delta: float, sd: float, n: int, alpha: float) -> float:
     ``nctdtr`` returns NaN where a CDF value has underflowed (below 1e-15 wherever it was probed, df 1..199,
     λ up to 200): such a value is taken as 0.
     """
+    return t_power(delta * math.sqrt(n) / sd, n - 1, alpha)
+
+
+def t_power(noncentrality: float, df: float, alpha: float) -> float:
+    """Power of a two-sided t-test at level α whose statistic follows the noncentral t with ``df`` degrees of freedom
+    (any positive real: a Satterthwaite df too) and noncentrality λ: 1 − F(t_c; df, λ) + F(−t_c; df, λ),
+    t_c = t_{1−α/2, df} (``paired_t_power``'s formula, λ and df given)."""
     from scipy import special  # imported on first use: scipy is slow to import
 
-    df = n - 1
     critical = float(special.stdtrit(df, 1 - alpha / 2))
-    noncentrality = delta * math.sqrt(n) / sd
     below_upper, below_lower = (_cdf_or_zero(special.nctdtr(df, noncentrality, t)) for t in (critical, -critical))
     return 1 - below_upper + below_lower
 

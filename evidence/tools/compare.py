@@ -494,9 +494,11 @@ COLUMNS_MANY = ("metric", "at", "last_k", "arm", "input", "name", "n", "mean", "
 
 
 def compare_paths(path_a, path_b, metrics: list[str] | None = None, last_k: int = descriptive.DEFAULT_LAST_K,
-                  force: bool = False, csv_path: str | Path | None = None, more=()) -> str:
+                  force: bool = False, csv_path: str | Path | None = None, more=(),
+                  smallest_difference: float | None = None) -> str:
     """Load, compare, write the CSV if asked; returns the markdown. With ``more`` paths beyond A and B,
-    the table across all of them. Raises ``CompareError`` (one line)."""
+    the table across all of them; with two, beneath the table the question-level lines
+    (``evidence.question_compare``: ``smallest_difference`` in points, else A's). Raises ``CompareError`` (one line)."""
     names = list(dict.fromkeys(list(DEFAULT_METRICS) + list(metrics or [])))
     try:
         measures = [parse_measure(name, None, None if name.startswith("eval/") else last_k) for name in names]
@@ -513,6 +515,13 @@ def compare_paths(path_a, path_b, metrics: list[str] | None = None, last_k: int 
             rows = compare(sides[0], sides[1], measures, force)
             forced = differences(sides, [arm for arm in arm_order(sides[0].data) if arm in sides[1].data.arms])
             text, columns = markdown(sides[0], sides[1], rows, sides[0].data.ci_level, forced), COLUMNS
+            from evidence.tools.question_compare import (
+                question_lines,  # the question as the unit: above the tables
+            )
+
+            text += "".join(line + "\n" for line in question_lines(
+                sides[0].data, sides[1].data, [arm for arm in arm_order(sides[0].data) if arm in sides[1].data.arms],
+                None if smallest_difference is None else smallest_difference / POINTS_PER_UNIT))
         else:
             rows = compare_many(sides, measures, force)
             text, columns = markdown_many(sides, rows, differences(sides, shared_arms(sides))), COLUMNS_MANY

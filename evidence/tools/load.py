@@ -253,7 +253,7 @@ def load(path: str | Path, last_k: int = descriptive.DEFAULT_LAST_K) -> Results:
     ``last_k`` is the stability tables' window for a sweep without a built bundle (a bundle keeps its
     own). Raises ``LoadError`` (one line) for a path that is none of those.
     """
-    from evidence.tables import compute_tables  # the report's tables, for a sweep evaluated in memory
+    from evidence.computed import compute_tables  # the report's tables, for a sweep evaluated in memory
 
     name, data, table_files = read_evidence(path, last_k)
     if table_files is None:

@@ -91,9 +91,9 @@ def _edit_eval_csv(data: Path, job: str, kind: str, values: dict) -> None:
 
 def _restate_derived(data: Path) -> None:
     """What a thorough forger does after editing eval.csv: the tables and the report recomputed from it."""
+    from evidence.computed import compute_tables
     from evidence.dataset import load_bundle_data
     from evidence.report.sections import render_report
-    from evidence.tables import compute_tables
 
     loaded = load_bundle_data(data)
     tables = compute_tables(loaded)
