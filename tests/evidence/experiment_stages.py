@@ -110,9 +110,11 @@ def gradient_record(cosine: float, finite: bool = True) -> dict:
 
 
 def seed_list(spec: dict) -> list[int]:
-    """The spec's seeds: its list, or a sized design's first look (1..min), which the tuning stage defaults to."""
+    """The spec's seeds: its list, or seeds in waves' first wave (1..min), which the tuning stage defaults to."""
     seeds = spec["seeds"]
-    return list(range(1, seeds["min"] + 1)) if isinstance(seeds, dict) else seeds
+    if not isinstance(seeds, dict):
+        return seeds
+    return list(range(1, (seeds["waves"][0] if "waves" in seeds else seeds["min"]) + 1))
 
 
 def add_launcher_stages(confirm: Path, spec_text: str, tuning_steps: int | None = None, probe_steps: int = 3,
