@@ -85,8 +85,10 @@ def next_wave_seeds(runner: Runner, v: dict, record: dict) -> int | None:
     z = "—" if look["z"] is None else f"{look['z']:.3g}"
     sized = (f"; the threshold needs {need} seeds at {sizing['power'] * 100:g}% power from their SD {look['sd']:.3g}"
              if "required_seeds" in look else "")
+    spent = sum((done.get("cost") or {}).get("cpu_hours", 0.0) for done in sizing["looks"])
     print(f"look {look['look']} of {len(sizing['waves'])}: {len(look['seeds'])} seeds, Z = {z} inside its boundary "
-          f"{look['boundary']:.4g} ({sizing['rule']}){sized}: wave {look['look'] + 1} runs seeds {first}..{need}")
+          f"{look['boundary']:.4g} ({sizing['rule']}){sized}: wave {look['look'] + 1} runs seeds {first}..{need} "
+          f"({spent:.3g} CPU-h spent so far)")
     grids = runner.tuning_grids() if runner.study.experiment.tuning is not None else {}
     cost = plan_cost(record["budget"]["step_s"], [(spec.n_updates, spec.cpus) for sweep in
                                                   plan_later_stages(runner, grids, need) for spec in sweep.specs])
