@@ -241,6 +241,7 @@ def z_by_hand(d: list[float]) -> float:
     return float(sps.norm.isf(sps.t.sf(t, len(d) - 1)))
 
 
+@pytest.mark.slow
 def test_two_waves_then_the_third_decides_and_the_audit_catches_an_edited_look(tmp_path):
     """Waves [3, 3, 4]: look 1 and look 2 go on, look 3 decides; every look's Z is the fixed-weight combination of its
     waves' own t statistics (recomputed here with scipy.stats), the report states what each decision cost, and an
@@ -280,24 +281,28 @@ def test_two_waves_then_the_third_decides_and_the_audit_catches_an_edited_look(t
     assert "data/verdict.json: does not recompute: sizing.looks[1].z: recorded 3.5" in audited.stdout
 
 
-def test_a_look_that_crosses_with_the_mean_at_the_threshold_stops_the_design_before_the_next_wave(tmp_path):
-    d = {1: 9, 2: 10, 3: 11, 4: 9, 5: 10, 6: 11}
-    bag = build_bundle(waves_experiment(tmp_path, d), figures=False).bundle_dir
-    sizing = json.loads((bag / "data" / "verdict.json").read_text())["sizing"]
-    assert [look["decision"] for look in sizing["looks"]] == ["continue", "stop-efficacy"]
+def look_at(differences: dict[int, float]):
+    """The verdict's current look of SPEC's design on these differences (points), without a bundle."""
+    experiment = parse_experiment(SPEC)
+    return sized_look(experiment.sizing, experiment.criterion, differences, ALPHA)
+
+
+def test_a_look_that_crosses_with_the_mean_at_the_threshold_stops_the_design_before_the_next_wave():
+    look = look_at({1: 9, 2: 10, 3: 11, 4: 9, 5: 10, 6: 11, 7: 0})
+    sizing = look.record
+    assert [one["decision"] for one in sizing["looks"]] == ["continue", "stop-efficacy"]
     assert sizing["stopped_early"] and sizing["next_wave"] is None and sizing["design_seeds"] == 6
+    assert look.test == (True, "") and look.seeds == [1, 2, 3, 4, 5, 6] and sizing["seeds_outside_design"] == [7]
 
 
-def test_a_look_below_the_futility_bound_stops_the_design_by_the_rule(tmp_path):
-    bag = build_bundle(waves_experiment(tmp_path, {1: -2, 2: -4, 3: 1}), figures=False).bundle_dir
-    verdict = json.loads((bag / "data" / "verdict.json").read_text())
-    assert verdict["sizing"]["looks"][0]["decision"] == "stop-futility" and verdict["sizing"]["look"] == 1
-    assert (verdict["verdict"], verdict["rule"]) == ("FAILED", "below-threshold")
+def test_a_look_below_the_futility_bound_stops_the_design_and_says_why():
+    look = look_at({1: -2, 2: -4, 3: 1})
+    assert look.record["looks"][0]["decision"] == "stop-futility" and look.pending is None
+    assert look.test[0] is False and "is below the futility bound 0: the design stopped for futility" in look.test[1]
 
 
-def test_a_look_that_has_not_decided_waits_for_the_next_wave(tmp_path):
-    bag = build_bundle(waves_experiment(tmp_path, {1: 4, 2: -3, 3: 2}), figures=False).bundle_dir
-    verdict = json.loads((bag / "data" / "verdict.json").read_text())
-    assert (verdict["verdict"], verdict["rule"]) == ("INCONCLUSIVE", "next-wave-pending")
-    assert verdict["sizing"]["next_wave"] == [4, 6] and verdict["sizing"]["design_seeds"] == 3
-    assert verdict["reason"].startswith("look 1 (3 seeds of its wave) does not cross its boundary upward")
+def test_a_look_that_has_not_decided_waits_for_the_next_wave_naming_its_seeds():
+    look = look_at({1: 4, 2: -3, 3: 2, 4: 5})
+    assert look.record["next_wave"] == [4, 6] and look.record["design_seeds"] == 3 and look.seeds == [1, 2, 3]
+    assert look.pending.startswith("look 1 (3 seeds of its wave) does not cross its boundary upward (Z = ")
+    assert look.pending.endswith("; look 2 needs seeds 4..6, at least two of them paired (it has 1)")
