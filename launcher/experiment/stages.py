@@ -29,7 +29,7 @@ from evidence.verdict.sizing import WAVE_PENDING
 from evidence.verdict.spec import VerdictError
 from evidence.verdict.stages import CONFIRM_STAGE, PROBE_RECORD, PROBE_STAGE, TUNING_STAGE
 from facts import atomic_write_json
-from facts.files import BUNDLE_ARCHIVE, BUNDLE_DIR, INDEX_TABLE, bundle_payload_dir
+from facts.files import BUNDLE_ARCHIVE, BUNDLE_DIR, INDEX_TABLE, SWEEP_RECORD, bundle_payload_dir
 from facts.states import FAILED
 from launcher.experiment.budget import check_budget
 from launcher.experiment.errors import ExperimentFailed
@@ -102,15 +102,22 @@ def next_wave_seeds(runner: Runner, v: dict, record: dict) -> int | None:
 
 
 def _reached_before(runner: Runner) -> int | None:
-    """The last seed of the design through the looks an earlier run of this experiment took (its confirm bundle's
-    verdict), or None. Accepted jobs never re-run, so the earlier looks' differences, and what they decided, are
+    """The last seed of the design an earlier run of this experiment reached, or None: through the looks its confirm
+    bundle's verdict took, or through the wave it had planned (its confirm ``sweep.json``) when it stopped before
+    sealing that wave. Accepted jobs never re-run, so the earlier looks' differences, and what they decided, are
     fixed."""
+    reached = []
     try:
         sizing = json.loads((_bundle_data(runner, CONFIRM_STAGE) / VERDICT_FILE).read_text()).get("sizing")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return sizing.get("design_seeds") if isinstance(sizing, dict) and isinstance(sizing.get("design_seeds"), int) \
-        else None
+        reached.append(int(sizing["design_seeds"]))
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        pass
+    try:
+        planned = json.loads((runner.stage_dir(CONFIRM_STAGE) / SWEEP_RECORD).read_text()).get("seeds")
+        reached.append(max(int(s) for s in planned))
+    except (OSError, ValueError, AttributeError, TypeError):
+        pass
+    return max(reached, default=None)
 
 
 def verdict_line(v: dict, bundle: str) -> str:
