@@ -10,8 +10,11 @@ criterion and tuning (``parse_experiment``), the launcher's experiment runner th
       isp: {algo: is_pg}
       sc:  {algo: score_centering}
     settings: {workload.n_updates: 32}   # every arm of every stage
-    seeds: [1, 2, 3]               # a verdict needs >= 3 unless `exploratory: true`; or a sized design:
-                                   # {n: auto, min: 3, max: 10, spending: obrien-fleming} (or pocock)
+    seeds: [1, 2, 3]               # a verdict needs >= 3 unless `exploratory: true`; or seeds in waves:
+                                   # {n: auto, waves: [3, 3, 4], spending: obrien-fleming (or pocock), futility: 0}
+                                   # (a wave runs only while no look has decided; evidence.statistics.waves), or
+                                   # {n: auto, min: 3, max: 10, spending: ...}: two waves, the second sized by the
+                                   # first look (waves [min, max - min], its size chosen in min+2..max)
     tuning_seeds: [101]            # the tuning stage's seeds (default: seeds)
     criterion:
       metric: eval/pass@1          # eval/<name> at: final, or a training metric at: last_k (+ last_k: 10)
@@ -52,7 +55,7 @@ from dataclasses import dataclass
 import yaml
 
 from facts.files import CONFIRM_STAGE, TUNING_STAGE
-from study.design import MDE_POWER, SPENDING_RULES
+from study.design import MAX_WAVES, MDE_POWER, SPENDING_RULES, fractions
 from study.measure import POINTS_PER_UNIT, Measure, MeasureError, parse_measure
 
 MIN_SEEDS = 3  # for a verdict that is not exploratory
@@ -67,7 +70,7 @@ DEFAULT_PROBE_STEPS = 2
 _CRITERION_KEYS = {"metric", "at", "last_k", "baseline", "treatment", "threshold", "threshold_points",
                    "inconclusive_below", "inconclusive_below_points", "collapse", "ci_excludes_zero"}
 _TUNING_KEYS = {"setting", "values", "metric", "at", "last_k", "goal", "on_edge"}
-_SIZING_KEYS = {"n", "min", "max", "spending"}
+_SIZING_KEYS = {"n", "min", "max", "waves", "spending", "futility"}
 # The probe's declared checks and the spec arms each one names.
 _PROBE_CHECK_ROLES = (("gradient_check", ("baseline", "treatment")), ("staleness_check", ("arm",)))
 
@@ -171,18 +174,42 @@ class Tuning:
 
 @dataclass(frozen=True)
 class Sizing:
-    """``seeds: {n: auto, min: 3, max: 10, spending: obrien-fleming}``: seeds 1..min run first, the verdict's first
-    look sizes the rest (up to ``max``), and the looks spend α by the named rule (``evidence.statistics.sequential``)."""
+    """Seeds in waves (``seeds: {n: auto, waves: [3, 3, 4], spending: obrien-fleming, futility: 0}``): wave k adds
+    ``waves[k]`` seeds, and look k, after wave k, stops the design when its boundary is crossed (or its Z is below the
+    futility bound); the looks spend α by the named rule (``evidence.statistics.waves``). The two-look sized design
+    ``{n: auto, min, max}`` is waves ``[min, max - min]`` with ``resized``: its second wave runs only the seeds its
+    first look says the threshold needs (at least two, ``evidence.statistics.sequential.required_seeds``)."""
 
-    min: int
-    max: int
+    waves: tuple[int, ...]
     spending: str
+    resized: bool = False
+    futility: float | None = None
     power: float = MDE_POWER
 
     @property
+    def min(self) -> int:
+        """The first wave's seeds: the first look."""
+        return self.waves[0]
+
+    @property
+    def max(self) -> int:
+        """The design's largest size: every wave's seeds."""
+        return sum(self.waves)
+
+    @property
+    def ends(self) -> tuple[int, ...]:
+        """The last seed of each wave as planned: M_k = waves[0] + … + waves[k]."""
+        return tuple(sum(self.waves[:k + 1]) for k in range(len(self.waves)))
+
+    @property
+    def fractions(self) -> tuple[float, ...]:
+        """Each look's information fraction M_k/M_K, fixed before any seed runs."""
+        return fractions(self.waves)
+
+    @property
     def information_fraction(self) -> float:
-        """The first look's share of the design's largest size, fixed before any seed runs: min/max."""
-        return self.min / self.max
+        """The first look's share of the design's largest size: min/max."""
+        return self.fractions[0]
 
 
 @dataclass(frozen=True)
@@ -404,8 +431,8 @@ def parse_experiment(spec) -> Experiment:
         seeds = list(range(1, sizing.max + 1))
     if not isinstance(seeds, (list, tuple)) or not seeds or not all(
             isinstance(s, int) and not isinstance(s, bool) for s in seeds) or len(set(seeds)) != len(seeds):
-        raise VerdictError("experiment: 'seeds' must be a list of distinct integers, or {n: auto, min: 3, max: 10} "
-                           "for a sized design")
+        raise VerdictError("experiment: 'seeds' must be a list of distinct integers, or {n: auto, waves: [3, 3, 4]} "
+                           "for seeds in waves")
     if len(seeds) < MIN_SEEDS and not exploratory:
         raise VerdictError(f"experiment: {len(seeds)} seed(s); a verdict needs at least {MIN_SEEDS} "
                            f"(or declare exploratory: true)")
@@ -421,15 +448,31 @@ def parse_experiment(spec) -> Experiment:
 
 
 def parse_sizing(block: Mapping, exploratory: bool) -> Sizing:
-    """``seeds: {n: auto, min, max, spending}`` checked: min >= 3 (2 when exploratory), max >= min + 2 (the second
-    look tests at least two new seeds of its own), a known spending rule; every problem one line."""
+    """``seeds: {n: auto, waves: [...], spending, futility}`` or ``{n: auto, min, max, spending, futility}`` checked:
+    the first wave (min) of at least 3 seeds (2 when exploratory), every later wave of at least 2 (its own paired t
+    statistic needs two; max >= min + 2), at most ``MAX_WAVES`` waves, a known spending rule (``obrien_fleming`` is
+    ``obrien-fleming``), a finite futility bound on the Z scale; every problem one line."""
     unknown = sorted(set(block) - _SIZING_KEYS)
     if unknown:
-        raise VerdictError(f"seeds: unknown key {unknown[0]!r}; a sized design is {{n: auto, min: 3, max: 10, "
-                           f"spending: {SPENDING_RULES[0]}}}")
+        raise VerdictError(f"seeds: unknown key {unknown[0]!r}; seeds in waves are {{n: auto, waves: [3, 3, 4], "
+                           f"spending: {SPENDING_RULES[0]}}} (or {{n: auto, min: 3, max: 10}})")
     if block.get("n") != "auto":
-        raise VerdictError(f"seeds: n is {block.get('n')!r}; write n: auto for a sized design, or list the seeds")
+        what = "waves" if "waves" in block else "a sized design"
+        raise VerdictError(f"seeds: n is {block.get('n')!r}; write n: auto for {what}, or list the seeds")
     lowest = 2 if exploratory else MIN_SEEDS
+    spending = block.get("spending", SPENDING_RULES[0])
+    spending = spending.replace("_", "-") if isinstance(spending, str) else spending
+    if spending not in SPENDING_RULES:
+        raise VerdictError(f"seeds: spending {block.get('spending')!r} is not a rule; choose "
+                           f"{' or '.join(SPENDING_RULES)}")
+    futility = block.get("futility")
+    if futility is not None and (isinstance(futility, bool) or not isinstance(futility, (int, float))
+                                 or not math.isfinite(futility)):
+        raise VerdictError(f"seeds: futility is {futility!r}; give the Z below which an interim look stops the "
+                           f"design (e.g. futility: 0, the treatment not ahead), or drop it")
+    futility = None if futility is None else float(futility)
+    if "waves" in block:
+        return Sizing(_waves(block, lowest, exploratory), spending, False, futility)
     low, high = block.get("min"), block.get("max")
     for key, value in (("min", low), ("max", high)):
         if isinstance(value, bool) or not isinstance(value, int):
@@ -440,10 +483,29 @@ def parse_sizing(block: Mapping, exploratory: bool) -> Sizing:
     if high < low + 2:
         raise VerdictError(f"seeds: max is {high}; it must be at least min + 2 = {low + 2} (the second look tests "
                            f"two new seeds or more of its own)")
-    spending = block.get("spending", SPENDING_RULES[0])
-    if spending not in SPENDING_RULES:
-        raise VerdictError(f"seeds: spending {spending!r} is not a rule; choose {' or '.join(SPENDING_RULES)}")
-    return Sizing(low, high, spending)
+    return Sizing((low, high - low), spending, True, futility)
+
+
+def _waves(block: Mapping, lowest: int, exploratory: bool) -> tuple[int, ...]:
+    """The waves' sizes, each checked (see ``parse_sizing``)."""
+    if "min" in block or "max" in block:
+        raise VerdictError("seeds: give waves or min and max, not both (min/max is waves [min, max - min] with the "
+                           "second wave sized by the first look)")
+    waves = block["waves"]
+    if not isinstance(waves, (list, tuple)) or not all(isinstance(w, int) and not isinstance(w, bool) for w in waves):
+        raise VerdictError(f"seeds: waves must be a list of the seeds each wave adds, e.g. [3, 3, 4], not {waves!r}")
+    if not 2 <= len(waves) <= MAX_WAVES:
+        raise VerdictError(f"seeds: waves has {len(waves)} wave(s); give 2 to {MAX_WAVES} (one wave is a fixed "
+                           f"design: list its seeds)")
+    if waves[0] < lowest:
+        raise VerdictError(f"seeds: the first wave has {waves[0]} seed(s); the first look needs at least {lowest}"
+                           + ("" if exploratory else " (or declare exploratory: true)"))
+    for k, size in enumerate(waves[1:], start=2):
+        if size < 2:
+            raise VerdictError(f"seeds: wave {k} adds {size} seed(s); each wave after the first adds at least 2 (its "
+                               f"own paired t statistic needs two); the waves give each wave's new seeds, not a "
+                               f"running total")
+    return tuple(waves)
 
 
 # ---- the whole spec, for the launcher's stages -----------------------------------------------

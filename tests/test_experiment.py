@@ -422,7 +422,8 @@ def test_the_registration_records_the_sized_designs_rule_before_any_seed_runs(tm
     sizing = json.loads((tmp_path / REGISTRATION).read_text())["sizing"]
     assert {k: sizing[k] for k in ("n", "min", "max", "spending", "power")} == {
         "n": "auto", "min": 3, "max": 10, "spending": "obrien-fleming", "power": 0.8}
-    assert sizing["alpha"] == pytest.approx(0.05) and sizing["information_fraction"] == pytest.approx(0.3)
+    assert sizing["alpha"] == pytest.approx(0.05) and sizing["information_fractions"] == pytest.approx([0.3, 1.0])
+    assert sizing["waves"] == [3, 7] and sizing["resized"] is True
     assert sizing["weights"] == pytest.approx([math.sqrt(0.3), math.sqrt(0.7)])
     # O'Brien-Fleming-type spending at t = 0.3: c1 = z_{0.975} / sqrt(0.3)
     assert sizing["boundaries"][0] == pytest.approx(1.959963984540054 / math.sqrt(0.3), rel=1e-9)
@@ -436,6 +437,15 @@ def test_a_sized_design_dry_run_shows_its_first_look_and_names_its_rule(tmp_path
             "(pocock spending, registered before any seed runs)") in proc.stdout
     assert len(_jobs(proc.stdout)) == 2 + 6  # the probe, then the first look: 2 arms x 3 seeds
     assert not (tmp_path / REGISTRATION).exists()
+
+
+def test_a_dry_run_of_seeds_in_waves_shows_the_first_wave_and_the_waves_after_it(tmp_path):
+    proc = _experiment(tmp_path, "experiment=loss_norm", "~experiment.seeds", "+experiment.seeds={n:auto,waves:[3,3,4],"
+                       "spending:obrien_fleming}", "dry_run=true")
+    assert proc.returncode == 0, proc.stderr
+    assert ("== confirm: every arm over seeds 1..3 (the first look), then waves of 3, 4 seeds while no look has "
+            "decided (obrien-fleming spending, registered before any seed runs)") in proc.stdout
+    assert len(_jobs(proc.stdout)) == 2 + 6  # the probe, then the first wave: 2 arms x 3 seeds
 
 
 def test_experiment_with_dash_m_is_refused(tmp_path):
@@ -569,14 +579,15 @@ def test_a_stage_whose_sweep_another_writer_holds_is_refused_in_one_line_before_
     assert not (tmp_path / "probe" / "jobs").exists()
 
 
-SIZED_RUN = ("experiment=loss_norm", "~experiment.seeds", "+experiment.seeds={n:auto,min:2,max:4}",
-         "+experiment.exploratory=true", "workload.n_updates=3", "workload.eval.n_prompts=4")
+SIZED_RUN = ("experiment=loss_norm", "~experiment.seeds", "+experiment.seeds={n:auto,waves:[2,2,2]}",
+             "+experiment.exploratory=true", "workload.n_updates=3", "workload.eval.n_prompts=4")
 
 
 @pytest.fixture(scope="module")
 def sized(tmp_path_factory):
-    """``seeds: {n: auto, min: 2, max: 4}`` (exploratory) run once through ``launch.py`` on tiny runs (probe, the first
-    look's two seeds, then the seeds it sizes): (experiment dir, the command, its CompletedProcess)."""
+    """``seeds: {n: auto, waves: [2, 2, 2]}`` (exploratory) run once through ``launch.py`` on tiny runs (probe, the first
+    wave's two seeds, then each next wave while no look has decided): (experiment dir, the command, its
+    CompletedProcess)."""
     exp = tmp_path_factory.mktemp("sized") / "exp"
     cmd = [sys.executable, "launch.py", *SIZED_RUN, f"hydra.run.dir={exp}"]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1500,
@@ -590,26 +601,34 @@ def _evidence(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_a_sized_design_runs_its_first_look_then_the_seeds_it_sizes_through_launch_py(sized):
-    """The registration names the rule before any seed runs, the probe's record prices the design at its most and its
-    first look, the first look's two seeds run, then the seeds it sizes (here always 3..4: max is min + 2), and the
-    bundle's verdict carries both looks and passes the audit."""
+def test_seeds_in_waves_run_wave_by_wave_until_a_look_decides_through_launch_py(sized):
+    """The registration names the rule and the boundaries before any seed runs, the probe's record prices the design
+    at its most and its first wave, the first wave's two seeds run, then each next wave only while the previous look
+    has not decided (the launcher says why it runs it), and the bundle's verdict carries every look taken and passes
+    the audit."""
     exp, cmd, proc = sized
     assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
     registration = json.loads((exp / REGISTRATION).read_text())
-    assert registration["sizing"]["spending"] == "obrien-fleming" and registration["sizing"]["max"] == 4
+    assert registration["sizing"]["spending"] == "obrien-fleming" and registration["sizing"]["waves"] == [2, 2, 2]
+    assert len(registration["sizing"]["boundaries"]) == 3
     probe = json.loads((exp / "probe" / "probe.json").read_text())
-    assert probe["budget"]["runs"] == 8 and probe["budget"]["first_look"]["runs"] == 4  # 2 arms x 4, x 2 seeds
+    assert probe["budget"]["runs"] == 12 and probe["budget"]["first_look"]["runs"] == 4  # 2 arms x 6, x 2 seeds
     data = exp / "confirm" / "bundle" / "data"
     verdict = json.loads((data / "verdict.json").read_text())
     sizing = verdict["sizing"]
+    looks = sizing["looks"]
     jobs = sorted(p.name for p in (exp / "confirm" / "jobs").iterdir())
-    if sizing["stopped_early"]:  # the first look crossed its boundary with a mean at the threshold
-        assert len(jobs) == 4 and sizing["look"] == 1
-    else:
-        assert "first look: 2 seeds, Z = " in proc.stdout and "the second look runs seeds 3..4" in proc.stdout
-        assert len(jobs) == 8 and sizing["look"] == 2 and sizing["second_look"]["seeds"] == [3, 4]
-        assert verdict["seeds"] == [1, 2, 3, 4]
+    assert len(jobs) == 4 * len(looks) and sizing["design_seeds"] == 2 * len(looks)
+    assert [look["decision"] for look in looks[:-1]] == ["continue"] * (len(looks) - 1)
+    assert looks[-1]["decision"] != "continue" and sizing["next_wave"] is None  # the last look taken decided
+    for look in looks[:-1]:  # each wave after a look that went on, and the line that says why
+        assert f"look {look['look']} of 3: 2 seeds, Z = " in proc.stdout
+        assert f"wave {look['look'] + 1} runs seeds {2 * look['look'] + 1}..{2 * look['look'] + 2}" in proc.stdout
+    assert f"look {len(looks)} of 3" not in proc.stdout  # the deciding look submits nothing more
+    assert verdict["seeds"] == list(range(1, 2 * len(looks) + 1))
+    assert all(look["cost"]["jobs"] == 4 and look["cost"]["unmeasured"] == 0 and look["cost"]["cpu_hours"] > 0
+               for look in looks)
+    assert "Seeds in waves (`seeds: {n: auto, waves: [2, 2, 2]}`)" in (data / "report.md").read_text()
     assert f"verdict: {verdict['verdict']}" in proc.stdout
     # every confirm job, the second look's included, records the digest registered before any seed ran
     assert {json.loads(p.read_text()).get("experiment_sha256") for p in (exp / "confirm" / "jobs").glob("*/job.json")} \
@@ -623,16 +642,18 @@ def test_a_sized_design_runs_its_first_look_then_the_seeds_it_sizes_through_laun
     carried = {p.parent.name: json.loads(p.read_text())["plan_sha256"] for p in (exp / "confirm" / "jobs").glob("*/job.json")}
     assert {job: digest for job, digest in carried.items() if int(job.rsplit("-", 1)[1]) <= 2} == {
         job: first["plan_sha256"] for job in first["jobs"]}
-    if not sizing["stopped_early"]:
-        assert confirm["earlier_plans"] == [first]
-        assert {digest for job, digest in carried.items() if int(job.rsplit("-", 1)[1]) > 2} == {confirm["plan_sha256"]}
+    plans = [*confirm.get("earlier_plans", []), {"plan_sha256": confirm["plan_sha256"]}]
+    assert len(plans) == len(looks) and plans[0] == first
+    for k, plan in enumerate(plans):  # each wave's jobs carry the plan of the look that ran them
+        assert {digest for job, digest in carried.items() if 2 * k < int(job.rsplit("-", 1)[1]) <= 2 * k + 2} == {
+            plan["plan_sha256"]}
     audit = _evidence("audit", exp / "confirm" / "bundle.tar.gz")
     assert audit.returncode == 0, audit.stdout + audit.stderr
     # The same command again starts nothing: the confirm stage resumes at the look it reached
     again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900,
                            env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert again.returncode in (0, 1), again.stdout[-3000:] + again.stderr[-3000:]
-    assert f"{len(jobs)} job(s) already accepted" in again.stdout and "first look: " not in again.stdout
+    assert f"{len(jobs)} job(s) already accepted" in again.stdout and " of 3: 2 seeds, Z = " not in again.stdout
     assert json.loads((data / "verdict.json").read_text()) == verdict
 
 
@@ -678,34 +699,39 @@ def _rebind(confirm: Path, keep) -> None:
 
 
 TOKEN, RESPONSE = "dapo-loss_reduction_token_mean", "dapo-loss_reduction_response_mean"
-SEED_GONE = ("data/index.csv: spec arm token_mean: seed(s) [2] of the sized design's second look, seeds 1..4 (its "
-             "first look sized it) have no run in this bundle (planned by the pre-registered spec; never run, or "
-             "removed)")
-DELETIONS = {  # variant -> (the edit of the confirm stage, a finding of the build, findings of the audit)
-    "a first-look seed": (lambda c: shutil.rmtree(c / "jobs" / f"{TOKEN}-2"),
-                          f"plan: jobs/{TOKEN}-2/job.json: planned (plan ",
-                          [f"data/runs/{TOKEN}-2/job.json: planned (plan ", SEED_GONE]),
-    "a first-look seed and its plan entry": (
+
+
+def _seed_gone(looks: int) -> str:
+    return (f"data/index.csv: spec arm token_mean: seed(s) [2] of the design's waves 1..{looks}, seeds 1..{2 * looks} "
+            "have no run in this bundle (planned by the pre-registered spec; never run, or removed)")
+
+
+DELETIONS = {  # variant -> (the edit of the confirm stage, a finding of the build, findings of the audit), given L looks
+    "a first-look seed": lambda n: (lambda c: shutil.rmtree(c / "jobs" / f"{TOKEN}-2"),
+                                    f"plan: jobs/{TOKEN}-2/job.json: planned (plan ",
+                                    [f"data/runs/{TOKEN}-2/job.json: planned (plan ", _seed_gone(n)]),
+    "a first-look seed and its plan entry": lambda n: (
         lambda c: (shutil.rmtree(c / "jobs" / f"{TOKEN}-2"), _rebind(c, lambda e: e["job"] != f"{TOKEN}-2")),
-        None, [SEED_GONE]),
-    "the whole second look": (
-        lambda c: [shutil.rmtree(c / "jobs" / f"{arm}-{seed}") for arm in (TOKEN, RESPONSE) for seed in (3, 4)],
-        f"plan: jobs/{RESPONSE}-3/job.json: planned (plan ",
-        [f"data/runs/{arm}-{seed}/job.json: planned (plan " for arm in (RESPONSE, TOKEN) for seed in (3, 4)]),
+        None, [_seed_gone(n)]),
+    "the last wave": lambda n: (
+        lambda c: [shutil.rmtree(c / "jobs" / f"{arm}-{seed}") for arm in (TOKEN, RESPONSE) for seed in (2 * n - 1, 2 * n)],
+        f"plan: jobs/{RESPONSE}-{2 * n - 1}/job.json: planned (plan ",
+        [f"data/runs/{arm}-{seed}/job.json: planned (plan " for arm in (RESPONSE, TOKEN) for seed in (2 * n - 1, 2 * n)]),
 }
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", list(DELETIONS))
-def test_a_deleted_seed_or_look_of_a_sized_design_is_a_finding_of_the_build_and_the_audit(sized, tmp_path, variant):
-    """The reported attack: a FAILED sized design made INCONCLUSIVE by deleting a first-look seed (or the whole second
-    look) and rebuilding. The plan bound before the jobs ran names the missing jobs; with the plan rewritten too,
-    the pre-registered spec still does."""
+def test_a_deleted_seed_or_wave_of_a_design_in_waves_is_a_finding_of_the_build_and_the_audit(sized, tmp_path, variant):
+    """The reported attack: a FAILED design made INCONCLUSIVE by deleting a first-wave seed (or the whole last wave)
+    and rebuilding. The plan bound before the jobs ran names the missing jobs; with the plan rewritten too, the
+    pre-registered spec still does."""
     exp, _, proc = sized
-    if json.loads((exp / "confirm" / "bundle" / "data" / "verdict.json").read_text())["sizing"]["look"] != 2:
-        pytest.skip("the first look stopped the design: there is no second look to delete")
+    looks = json.loads((exp / "confirm" / "bundle" / "data" / "verdict.json").read_text())["sizing"]["look"]
+    if looks < 2:
+        pytest.skip("the first look stopped the design: there is no later wave to delete")
     copy = Path(shutil.copytree(exp, tmp_path / "exp", symlinks=True))
-    edit, built, audited = DELETIONS[variant]
+    edit, built, audited = DELETIONS[variant](looks)
     edit(copy / "confirm")
     build = _evidence("build", copy / "confirm", "--no-figures")
     assert build.returncode == (1 if built else 0), build.stdout[-2000:] + build.stderr[-2000:]
@@ -717,22 +743,23 @@ def test_a_deleted_seed_or_look_of_a_sized_design_is_a_finding_of_the_build_and_
 
 
 @pytest.mark.slow
-def test_the_first_look_s_bundle_presented_after_the_second_look_ran_claims_no_decision(sized, tmp_path):
-    """What stays out of reach (evidence/README.md): the whole second look deleted and the plan rolled back to the
-    first look's is the bundle the launcher sealed after the first look; it audits clean, and its verdict is pending,
+def test_the_first_look_s_bundle_presented_after_later_waves_ran_claims_no_decision(sized, tmp_path):
+    """What stays out of reach (evidence/README.md): every later wave deleted and the plan rolled back to the first
+    look's is the bundle the launcher sealed after the first look; it audits clean, and its verdict is pending,
     never a decision."""
     exp, _, _ = sized
-    if json.loads((exp / "confirm" / "bundle" / "data" / "verdict.json").read_text())["sizing"]["look"] != 2:
-        pytest.skip("the first look stopped the design: there is no second look to delete")
+    looks = json.loads((exp / "confirm" / "bundle" / "data" / "verdict.json").read_text())["sizing"]["look"]
+    if looks < 2:
+        pytest.skip("the first look stopped the design: there is no later wave to delete")
     copy = Path(shutil.copytree(exp, tmp_path / "exp", symlinks=True))
     for arm in (TOKEN, RESPONSE):
-        for seed in (3, 4):
+        for seed in range(3, 2 * looks + 1):
             shutil.rmtree(copy / "confirm" / "jobs" / f"{arm}-{seed}")
     _rebind(copy / "confirm", lambda e: e["seed"] <= 2)
     assert _evidence("build", copy / "confirm", "--no-figures").returncode == 0
     assert _evidence("audit", copy / "confirm" / "bundle.tar.gz").returncode == 0
     verdict = json.loads((copy / "confirm" / "bundle" / "data" / "verdict.json").read_text())
-    assert (verdict["verdict"], verdict["rule"], verdict["sizing"]["look"]) == ("INCONCLUSIVE", "second-look-pending", 1)
+    assert (verdict["verdict"], verdict["rule"], verdict["sizing"]["look"]) == ("INCONCLUSIVE", "next-wave-pending", 1)
 
 
 @pytest.mark.slow

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 
 from study.design import OBRIEN_FLEMING, POCOCK, SPENDING_RULES
 
@@ -42,40 +41,15 @@ def spent_alpha(rule: str, t: float, alpha: float) -> float:
     raise ValueError(f"unknown spending rule {rule!r}; known: {', '.join(SPENDING_RULES)}")
 
 
-def continue_then_cross(c1: float, c2: float, t: float) -> float:
-    """P(|Z₁| < c₁, |Z₂| ≥ c₂) for standard normals with corr(Z₁, Z₂) = √t: with Z₂ = √t·Z₁ + √(1 − t)·W,
-    ∫_{−c₁}^{c₁} φ(z)·[Φ((−c₂ − √t·z)/√(1 − t)) + Φ((−c₂ + √t·z)/√(1 − t))] dz (Gauss–Legendre)."""
-    import numpy as np
-    from scipy import special
-
-    nodes, weights = _legendre()
-    z, w = c1 * nodes, c1 * weights
-    r, s = math.sqrt(t), math.sqrt(1 - t)
-    density = np.exp(-z * z / 2) / math.sqrt(2 * math.pi)
-    return float(np.sum(w * density * (special.ndtr((-c2 - r * z) / s) + special.ndtr((-c2 + r * z) / s))))
-
-
-@lru_cache(maxsize=1)
-def _legendre():
-    import numpy as np
-
-    return np.polynomial.legendre.leggauss(_NODES)
-
-
-@lru_cache(maxsize=32)
 def boundaries(rule: str, t: float, alpha: float) -> tuple[float, float]:
     """The two looks' two-sided boundaries (c₁, c₂) on the standard normal scale at information fraction t:
-    c₁ = Φ⁻¹(1 − α(t)/2), so P(|Z₁| ≥ c₁) = α(t); c₂ solves P(|Z₁| < c₁, |Z₂| ≥ c₂) = α − α(t)
-    (``continue_then_cross``, by bisection), so the two looks together reject a true null with probability α."""
-    from scipy import special
+    c₁ = Φ⁻¹(1 − α(t)/2), so P(|Z₁| ≥ c₁) = α(t); c₂ solves P(|Z₁| < c₁, |Z₂| ≥ c₂) = α − α(t), so the two looks
+    together reject a true null with probability α: the K = 2 case of ``evidence.statistics.waves.boundaries``
+    (with Z₂ = √t·Z₁ + √(1 − t)·W, one integral over [−c₁, c₁] on Gauss–Legendre nodes, by bisection)."""
+    from evidence.statistics import waves  # it builds on this module's spending functions
 
-    first = spent_alpha(rule, t, alpha)
-    c1 = float(special.ndtri(1 - first / 2))
-    low, high = 0.0, 40.0
-    while high - low > 1e-12:  # P(continue, then cross) falls as c₂ rises
-        mid = (low + high) / 2
-        low, high = (mid, high) if continue_then_cross(c1, mid, t) > alpha - first else (low, mid)
-    return c1, (low + high) / 2
+    c1, c2 = waves.boundaries(rule, (t, 1.0), alpha)
+    return c1, c2
 
 
 def nominal_alpha(boundary: float) -> float:

@@ -29,7 +29,7 @@ from evidence.verdict.rule import (
     under_powered,
 )
 from evidence.verdict.selection import Selection, select_settings
-from evidence.verdict.sizing import SECOND_LOOK_PENDING, sized_look
+from evidence.verdict.sizing import WAVE_PENDING, sized_look
 from evidence.verdict.stages import TUNING_STAGE, earlier_stage
 from facts.files import VERDICT_FILE
 from study.measure import EVAL_PREFIX
@@ -62,6 +62,32 @@ def _role_values(experiment: Experiment, data: BundleData, labels: dict[str, str
         raise VerdictError(f"criterion metric {measure.metric} is logged by no accepted run of "
                            f"{labels['baseline']} or {labels['treatment']}")
     return values
+
+
+def wave_cost(data: BundleData, labels: list[str], seeds: list[int]) -> dict:
+    """What a wave's jobs cost (every job of those seeds in ``labels``' arms that ``index.csv`` lists, accepted or
+    not): CPU-hours = Σ elapsed_s × workload.cpus_per_job / 3600 and GPU-hours = Σ elapsed_s × workload.gpus_per_job /
+    3600, elapsed_s the scheduler's (``index.csv``), the resources the job's ``run.json`` config; ``unmeasured``: jobs
+    listed without either."""
+    jobs, unmeasured, cpu_s, gpu_s = 0, 0, 0.0, 0.0
+    for label in labels:
+        for seed in seeds:
+            try:
+                row = data.index_row(label, seed)
+            except KeyError:
+                continue
+            jobs += 1
+            workload = ((data.runs.get((label, seed)) or {}).get("config") or {}).get("workload") or {}
+            cpus, gpus = workload.get("cpus_per_job"), workload.get("gpus_per_job", 0)
+            try:
+                elapsed = float(row.get("elapsed_s") or "nan")
+            except ValueError:
+                elapsed = float("nan")
+            if elapsed != elapsed or not isinstance(cpus, int) or not isinstance(gpus, int):
+                unmeasured += 1
+                continue
+            cpu_s, gpu_s = cpu_s + elapsed * cpus, gpu_s + elapsed * gpus
+    return {"jobs": jobs, "unmeasured": unmeasured, "cpu_hours": cpu_s / 3600, "gpu_hours": gpu_s / 3600}
 
 
 def _tuning_record(experiment: Experiment, selections: dict[str, Selection], tuning_data: BundleData | None):
@@ -133,7 +159,8 @@ def _comparison_record(experiment: Experiment, data: BundleData, treatment: str,
             evaluation = evaluation_design(data, criterion, labels, seeds)
             return claims.shortfalls(replace(evaluation, differences=tuple(scaled[s] for s in seeds)), data.ci_level)
 
-        look = sized_look(experiment.sizing, criterion, scaled, 1 - data.ci_level, missing)
+        look = sized_look(experiment.sizing, criterion, scaled, 1 - data.ci_level, missing,
+                          lambda seeds: wave_cost(data, list(labels.values()), seeds))
         values = {role: {s: v for s, v in by_seed.items() if s in look.seeds} for role, by_seed in values.items()}
         paired, design = [s for s in paired if s in look.seeds], look.design
     curves = {role: mean_curve([trajectory(data, criterion.measure, labels[role], s) for s in paired])
@@ -149,7 +176,7 @@ def _comparison_record(experiment: Experiment, data: BundleData, treatment: str,
     judged = replace(evaluation, differences=tuple(d for _, _, d in outcome.by_seed.values()))
     claim = claims.paired_claim(judged, data.ci_level, margin=experiment.equivalence_margin)
     if look is not None and look.pending is not None and outcome.rule != "too-few-seeds":
-        outcome.verdict, outcome.rule, outcome.reason = INCONCLUSIVE, SECOND_LOOK_PENDING, look.pending
+        outcome.verdict, outcome.rule, outcome.reason = INCONCLUSIVE, WAVE_PENDING, look.pending
     edges = [{"arm": s.arm, "setting": s.setting, "value": s.value, "side": s.edge}
              for s in selections.values() if s.edge]
 

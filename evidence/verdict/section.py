@@ -163,26 +163,54 @@ def _z(value: float | None) -> str:
     return "±∞ (no spread)" if value is None else f"{value:.3f}"
 
 
+def _hours(cost: dict | None) -> str:
+    """A wave's measured cost in words: GPU-hours where its jobs held GPUs, else CPU-hours."""
+    if not cost:
+        return "cost not measured"
+    text = (f"{cost['gpu_hours']:.3g} GPU-h" if cost["gpu_hours"] else f"{cost['cpu_hours']:.3g} CPU-h") \
+        + f" ({cost['jobs']} jobs"
+    return text + (f", {cost['unmeasured']} unmeasured)" if cost["unmeasured"] else ")")
+
+
 def _sizing_sentence(sizing: dict) -> str:
-    """A sized design's looks: the rule, the boundaries, each look's statistic and the seeds the first look sized."""
-    first, second = sizing["first_look"], sizing["second_look"]
-    w1, w2 = sizing["weights"]
-    c1, c2 = sizing["boundaries"]
-    a1, a2 = sizing["nominal_alpha"]
-    text = (f"Sized design (`seeds: {{n: auto, min: {sizing['min']}, max: {sizing['max']}}}`), registered before any "
-            f"seed ran: two looks spending α = {sizing['alpha']:.2g} by the {sizing['rule']} rule (Lan-DeMets) at "
-            f"information fraction {sizing['information_fraction']:.3g}; boundaries |Z| ≥ {c1:.3f} at the first look "
-            f"(nominal p {a1:.3g}) and {c2:.3f} at the second (nominal p {a2:.3g}); each stage's paired t statistic "
-            f"is mapped to a standard normal and the second look combines them as Z = {w1:.3f}·z₁ + {w2:.3f}·z₂. "
-            f"First look: seeds {', '.join(map(str, first['seeds']))}, SD of the differences "
-            + ("—" if first["sd"] is None else f"{first['sd']:.2f}") + f", Z = {_z(first['z'])}"
-            + (" (crossed)" if first["crossed"] else "") + f"; the threshold needs {first['required_seeds']} seeds at "
-            f"{sizing['power'] * 100:g}% power.")
-    if sizing["stopped_early"]:
-        text += " The first look crossed its boundary with a mean difference at the threshold: the design stopped there."
-    elif second is not None:
-        text += (f" Second look: seeds {', '.join(map(str, second['seeds']))}, stage Z = {_z(second['z_stage'])}, "
-                 f"combined Z = {_z(second['z'])}" + (" (crossed)" if second["crossed"] else " (not crossed)") + ".")
+    """A design in waves: the rule, the boundaries, what the design claims, and each look's statistic, decision and
+    what the decision cost (its wave's hours, and the total up to it)."""
+    waves, bounds, looks = sizing["waves"], sizing["boundaries"], sizing["looks"]
+    written = (f"min: {sizing['min']}, max: {sizing['max']}" if sizing["resized"] else
+               f"waves: [{', '.join(map(str, waves))}]") + ("" if sizing["futility"] is None else
+                                                             f", futility: {sizing['futility']:g}")
+    claimed = sizing["claims"]
+    text = (f"Seeds in waves (`seeds: {{n: auto, {written}}}`), registered before any seed ran: {len(waves)} looks "
+            f"spending α = {sizing['alpha']:.2g} by the {sizing['rule']} rule (Lan-DeMets) at information fractions "
+            f"{', '.join(f'{t:.3g}' for t in sizing['information_fractions'])}; boundaries |Z| ≥ "
+            f"{', '.join(f'{c:.3f}' for c in bounds)} (nominal p {', '.join(f'{a:.3g}' for a in sizing['nominal_alpha'])})"
+            f"; each wave's paired t statistic is mapped to a standard normal and look k combines waves 1..k with the "
+            f"fixed weights {', '.join(f'{w:.3f}' for w in sizing['weights'])}. The design rejects a true null with "
+            f"probability {claimed['type_i_error']:.3g}"
+            + ("" if claimed["detectable_effect_sd"] is None else
+               f" and tells a true difference of {claimed['detectable_effect_sd']:.3g} SDs of the seeds' differences "
+               f"from 0 with {sizing['power'] * 100:g}% power") + ".")
+    spent = {"cpu_hours": 0.0, "gpu_hours": 0.0}
+    for look in looks:
+        cost = look.get("cost")
+        for key in spent:
+            spent[key] += (cost or {}).get(key, 0.0)
+        total = "GPU" if spent["gpu_hours"] else "CPU"
+        text += (f" Look {look['look']}: seeds {', '.join(map(str, look['seeds']))}, SD "
+                 + ("—" if look["sd"] is None else f"{look['sd']:.2f}") + f", stage Z = {_z(look['z_stage'])}, "
+                 f"Z = {_z(look['z'])} against {look['boundary']:.3f}" + (" (crossed)" if look["crossed"] else "")
+                 + (" (below the futility bound)" if look["futile"] else "")
+                 + (f"; the threshold needs {look['required_seeds']} seeds at {sizing['power'] * 100:g}% power"
+                    if "required_seeds" in look else "")
+                 + f"; {_DECISIONS[look['decision']]}; its wave {_hours(cost)}, "
+                 f"{spent[total.lower() + '_hours']:.3g} {total}-h in all.")
+    if sizing["next_wave"] is not None:
+        text += f" The next wave, seeds {sizing['next_wave'][0]}..{sizing['next_wave'][1]}, has not run."
     if sizing["seeds_outside_design"]:
         text += (" Seeds outside the design, not read: " + ", ".join(map(str, sizing["seeds_outside_design"])) + ".")
     return text + "\n"
+
+
+_DECISIONS = {"continue": "the design went on", "stop-efficacy": "the design stopped: told from 0 with the mean "
+              "difference at the threshold", "stop-worse": "the design stopped: the treatment is worse",
+              "stop-futility": "the design stopped for futility", "final": "the last look decides"}

@@ -1,12 +1,29 @@
-"""A sized design's looks at the verdict (``seeds: {n: auto, min, max, spending}``): which seeds each look reads, the
-seeds the second look needs, whether a look's boundary is crossed, and the record of it all in ``verdict.json``.
+"""Seeds in waves at the verdict (``seeds: {n: auto, waves: [...]}``, or the two-look ``{n: auto, min, max}``): which
+seeds each look reads, whether its boundary is crossed, what the design decides there, and the record of every look
+in ``verdict.json``.
 
-Seeds 1..min are the first look. Its paired differences size the design: N = ``required_seeds`` for the threshold at
-80 % power (at least min + 2, at most max). The verdict stops at the first look only when the rule allows it: the
-first look's statistic crosses its spending rule's boundary upward (Z₁ ≥ c₁) and its mean difference reaches the
-threshold; otherwise it waits for the second look (seeds min+1..N), which tests the inverse normal combination of
-the two stages against c₂ (``evidence.statistics.sequential``). The looks' test replaces "the t-interval's low end
-> 0" in the rule (``evidence.verdict.rule.decide``); the rest of the rule is unchanged.
+Wave k's seeds are ``M_{k−1}+1..M_k`` (M_k: the planned seeds through wave k). Look k reads waves 1..k and tests
+Z_k, the fixed-weight combination of each wave's own paired t statistic mapped to a standard normal
+(``evidence.statistics.waves``: how the stage statistics are formed), against its boundary c_k. At an interim look
+(k < K) the design stops when the rule allows it: Z_k ≥ c_k with the mean difference of its seeds at the threshold
+(efficacy), Z_k ≤ −c_k (the treatment worse), or Z_k below the spec's futility bound (futility), and never on a design that supports no test of 0
+(``claims.shortfalls``, e.g. tied evaluations); otherwise the verdict waits for wave k + 1 (``WAVE_PENDING``), which
+the launcher then runs. The last look tests Z_K ≥ c_K. The looks' test replaces "the t-interval's low end > 0" in
+the rule (``evidence.verdict.rule.decide``); the rest of the rule is unchanged, so a futility stop is FAILED or
+INCONCLUSIVE by the mean difference as any test that does not tell the difference from 0.
+
+An upward crossing whose mean is below the threshold goes on to the next wave (it could never be VALIDATED there);
+``evidence.statistics.waves``' operating characteristics stop at every crossing. A VALIDATED verdict needs an
+upward crossing at the look it stops, after no downward crossing (the design stops there), so the first look that
+crossed crossed upward: under the null its probability is at most the stated upward type I error.
+
+A look takes place once at least two of its wave's seeds are paired. The two-look sized design sizes its second
+wave from its first look: N = ``required_seeds`` for the threshold at 80 % power (at least min + 2, at most max),
+and the second look reads seeds min+1..N.
+
+Each look's record: its seeds, the SD of its wave's differences, the stage and combined Z, its boundary, whether it
+was crossed, whether its Z is below the futility bound, what the design decided there, and what its wave cost
+(the jobs of its seeds, both arms: their measured CPU- and GPU-hours).
 """
 
 from __future__ import annotations
@@ -15,14 +32,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from evidence.statistics import claims, descriptive
-from evidence.statistics.sequential import Weights, boundaries, nominal_alpha, required_seeds, stage_z
+from evidence.statistics.sequential import nominal_alpha, required_seeds, stage_z
+from evidence.statistics.waves import boundaries, combine, detectable_effect, operating, weights
 from evidence.verdict.rule import THRESHOLD_SLACK
 from study.spec import Criterion, Sizing
 
-SECOND_LOOK_PENDING = "second-look-pending"  # the rule's name while the first look neither stops nor decides
-METHOD = ("two looks, each stage's paired t statistic mapped to a standard normal by its own t distribution and "
-          "combined with fixed weights (inverse normal method, Lehmacher and Wassmer 1999); boundaries from the "
-          "Lan-DeMets spending function")
+WAVE_PENDING = "next-wave-pending"  # the rule's name while a look neither stops nor decides: the next wave runs
+METHOD = ("looks after each wave of seeds, each wave's paired t statistic mapped to a standard normal by its own t "
+          "distribution and combined with fixed weights (inverse normal method, Lehmacher and Wassmer 1999); "
+          "two-sided boundaries from the Lan-DeMets spending function by recursive numerical integration (Armitage, "
+          "McPherson and Rowe 1969)")
+# What the design decided at a look.
+CONTINUE, EFFICACY, WORSE, FUTILITY, FINAL, PENDING = ("continue", "stop-efficacy", "stop-worse", "stop-futility",
+                                                       "final", "pending")
 
 
 @dataclass(frozen=True)
@@ -30,9 +52,9 @@ class Look:
     """What the verdict reads at a sized design's current look."""
 
     seeds: list[int]  # the paired seeds the rule decides on
-    design: list[int]  # the seeds this look's design runs (1..min, or 1..N)
+    design: list[int]  # the seeds this look's design runs (1..M_k)
     test: tuple[bool, str]  # (told from 0, why not in words): the rule's test of 0 at this look
-    pending: str | None  # why the verdict waits for the second look; None when this look decides
+    pending: str | None  # why the verdict waits for the next wave; None when this look decides
     record: dict
 
 
@@ -41,50 +63,105 @@ def _finite(z: float | None) -> float | None:
     return None if z is None or abs(z) == float("inf") else z
 
 
-def sized_look(sizing: Sizing, criterion: Criterion, differences: Mapping[int, float], alpha: float,
-               missing: Callable[[list[int]], tuple[claims.Shortfall, ...]] = lambda seeds: ()) -> Look:
-    """The current look of a sized design, from the paired differences by seed (in the criterion's units).
-
-    ``missing(seeds)``: what the design of those seeds lacks for a test of 0 (``claims.shortfalls``); a first
-    look that lacks anything never stops the design (its boundary crossed by tied differences is no evidence).
-    """
-    c1, c2 = boundaries(sizing.spending, sizing.information_fraction, alpha)
-    weights = Weights.planned(sizing.min, sizing.max)
-    first = sorted(s for s in differences if s <= sizing.min)
-    first_d = [differences[s] for s in first]
-    need = required_seeds(descriptive.sample_sd(first_d), criterion.threshold, nominal_alpha(c2), sizing.power,
-                          sizing.min + 2, sizing.max)
-    z1 = stage_z(first_d)
-    crossed1 = z1 is not None and abs(z1) >= c1
-    reached = crossed1 and z1 > 0 and descriptive.mean(first_d) >= criterion.threshold - THRESHOLD_SLACK
-    lacking = missing(first) if reached else ()
-    stop = reached and not lacking
-    second = sorted(s for s in differences if sizing.min < s <= need)
-    z2 = stage_z([differences[s] for s in second]) if not stop else None
-    combined = weights.combine(z1, z2) if z1 is not None and z2 is not None else None
-    record = {
+def design_record(sizing: Sizing, alpha: float) -> dict:
+    """The design as registered before any seed runs: its waves, rule, weights, boundaries, and what it claims (the
+    two-sided type I error with its futility bound obeyed, and the standardized difference δ/σ its looks tell from 0
+    upward with ``power``; none for a resized design, whose second wave's size is the first look's choice)."""
+    bounds = boundaries(sizing.spending, sizing.fractions, alpha)
+    null = operating(sizing.spending, sizing.waves, alpha, sizing.futility, 0.0)
+    return {
         "rule": sizing.spending, "method": METHOD, "alpha": alpha, "power": sizing.power,
-        "min": sizing.min, "max": sizing.max, "information_fraction": sizing.information_fraction,
-        "weights": [weights.first, weights.second], "boundaries": [c1, c2],
-        "nominal_alpha": [nominal_alpha(c1), nominal_alpha(c2)],
-        "first_look": {"seeds": first, "sd": descriptive.sample_sd(first_d), "z": _finite(z1), "crossed": crossed1,
-                       "required_seeds": need},
-        "second_look": None if stop or not second else {
-            "seeds": second, "z_stage": _finite(z2), "z": _finite(combined),
-            "crossed": combined is not None and abs(combined) >= c2},
-        "look": 1 if stop or combined is None else 2, "stopped_early": stop,
-        "seeds_outside_design": sorted(s for s in differences if s > (sizing.min if stop else need)),
+        "waves": list(sizing.waves), "resized": sizing.resized, "min": sizing.min, "max": sizing.max,
+        "futility": sizing.futility, "information_fractions": list(sizing.fractions),
+        "weights": list(weights(sizing.waves)), "boundaries": list(bounds),
+        "nominal_alpha": [nominal_alpha(c) for c in bounds],
+        "claims": {"type_i_error": null.rejects, "type_i_error_upward": sum(null.up),
+                   "detectable_effect_sd": None if sizing.resized else detectable_effect(
+                       sizing.spending, sizing.waves, alpha, sizing.futility, sizing.power)},
     }
-    if stop:
-        return Look(first, list(range(1, sizing.min + 1)), (True, ""), None, record)
-    if combined is None:
-        first_said = (f"the first look ({len(first)} seeds) supports no test of 0 ({claims.missing_parts(lacking)[0]})"
-                      if lacking else f"the first look ({len(first)} seeds) does not cross its boundary upward (Z = "
-                      + ("—" if z1 is None else f"{z1:.3g}") + f", boundary {c1:.4g}) with a mean difference at the "
-                      "threshold")
-        why = (f"{first_said}; the second look needs seeds {sizing.min + 1}..{need}, at least two of them paired "
-               f"(it has {len(second)})")
-        return Look(first, list(range(1, sizing.min + 1)), (False, why), why, record)
-    return Look(first + second, list(range(1, need + 1)),
-                (combined >= c2, f"the second look's combined Z {combined:.3g} does not cross its boundary {c2:.4g}"),
-                None, record)
+
+
+def sized_look(sizing: Sizing, criterion: Criterion, differences: Mapping[int, float], alpha: float,
+               missing: Callable[[list[int]], tuple[claims.Shortfall, ...]] = lambda seeds: (),
+               cost: Callable[[list[int]], dict | None] = lambda seeds: None) -> Look:
+    """The current look of a design in waves, from the paired differences by seed (in the criterion's units).
+
+    ``missing(seeds)``: what the design of those seeds lacks for a test of 0 (``claims.shortfalls``); a look that
+    lacks anything never stops the design (a boundary crossed by tied differences is no evidence). ``cost(seeds)``:
+    what the jobs of a wave's planned seeds cost (``record.wave_cost``: measured hours), recorded with each look.
+    """
+    record = design_record(sizing, alpha)
+    bounds, last = record["boundaries"], len(sizing.waves) - 1
+    ends = list(sizing.ends)
+    looks: list[dict] = []
+    stages: list[float | None] = []
+    read: list[int] = []
+    decision, test, pending = PENDING, (False, ""), None
+    lacking_said: str | None = None  # what the previous look's design lacked for a test of 0
+    for k, c in enumerate(bounds):
+        start = ends[k - 1] if k else 0
+        wave = sorted(s for s in differences if start < s <= ends[k])
+        if k and len(wave) < 2:
+            said = _why_not(looks[-1], bounds[k - 1], lacking_said)
+            pending = (f"{said}; look {k + 1} needs seeds {start + 1}..{ends[k]}, at least two of them paired (it has "
+                       f"{len(wave)})")
+            test = (False, pending)
+            record["next_wave"] = [start + 1, ends[k]]
+            break
+        values = [differences[s] for s in wave]
+        stages.append(stage_z(values))
+        read += wave
+        z = None if any(x is None for x in stages) else combine(sizing.waves, stages)
+        mean = descriptive.mean([differences[s] for s in read]) if read else None
+        crossed = z is not None and abs(z) >= c
+        futile = sizing.futility is not None and k < last and z is not None and z < sizing.futility
+        look = {"look": k + 1, "seeds": wave, "sd": descriptive.sample_sd(values), "mean": mean, "z_stage": _finite(stages[-1]),
+                "z": _finite(z), "boundary": c, "crossed": crossed, "futile": futile,
+                "cost": cost(list(range(start + 1, ends[k] + 1)))}
+        looks.append(look)
+        if k == 0 and sizing.resized:  # the two-look sized design: the first look sizes the second wave
+            look["required_seeds"] = required_seeds(descriptive.sample_sd(values), criterion.threshold,
+                                                    nominal_alpha(bounds[1]), sizing.power, sizing.min + 2, sizing.max)
+            ends[1] = look["required_seeds"]
+        if k == last:
+            look["decision"] = decision = FINAL
+            test = (z is not None and z >= c, f"look {k + 1}'s combined Z " + ("—" if z is None else f"{z:.3g}")
+                    + f" does not cross its boundary {c:.4g}")
+            break
+        reached = crossed and z > 0 and mean >= criterion.threshold - THRESHOLD_SLACK
+        worse = crossed and z < 0
+        lacking = missing(read) if reached or worse or futile else ()
+        lacking_said = claims.missing_parts(lacking)[0] if lacking else None
+        if reached and not lacking:
+            look["decision"] = decision = EFFICACY
+            test = (True, "")
+            break
+        if worse and not lacking:
+            look["decision"] = decision = WORSE
+            test = (False, f"look {k + 1}'s combined Z {z:.3g} crosses its boundary downward: the treatment is worse, "
+                           "and the design stopped")
+            break
+        if futile and not lacking:
+            look["decision"] = decision = FUTILITY
+            test = (False, f"look {k + 1}'s combined Z {z:.3g} is below the futility bound {sizing.futility:g}: the "
+                           "design stopped for futility")
+            break
+        look["decision"] = CONTINUE
+    end = ends[len(looks) - 1]  # the last seed of the design through the looks taken
+    record.setdefault("next_wave", None)
+    record.update({
+        "looks": looks, "look": len(looks), "decision": decision,
+        "stopped_early": decision in (EFFICACY, WORSE, FUTILITY), "design_seeds": end,
+        "seeds_outside_design": sorted(s for s in differences if s > (record["next_wave"] or [0, end])[1]),
+    })
+    return Look(read, list(range(1, end + 1)), test, pending, record)
+
+
+def _why_not(look: dict, boundary: float, lacking: str | None) -> str:
+    """Why the look before a pending wave did not stop the design, in words."""
+    head = f"look {look['look']} ({len(look['seeds'])} seeds of its wave)"
+    if lacking:
+        return f"{head} supports no test of 0 ({lacking})"
+    z = "—" if look["z"] is None else f"{look['z']:.3g}"
+    return (f"{head} does not cross its boundary upward (Z = {z}, boundary {boundary:.4g}) with a mean difference at "
+            f"the threshold")

@@ -6,16 +6,17 @@ Per stage (``design_problems``):
 
     probe     every spec arm at the first seed;
     tuning    every spec arm at each value of its declared grid, over the tuning seeds (an edge extension adds one);
-    confirm   every spec arm over the spec's seeds; a sized design's first look (seeds 1..min), and once any seed
-              of its second look is in the bundle, every seed up to the size its first look gave
-              (``verdict.json``'s ``sizing.first_look.required_seeds``, recomputed by the verdict's check);
+    confirm   every spec arm over the spec's seeds; seeds in waves: the first wave, and once any seed of a later
+              wave is in the bundle, every seed through that wave (the two-look sized design's second wave: up to
+              the size its first look gave, ``verdict.json``'s ``sizing.looks[0].required_seeds``, recomputed by the
+              verdict's check);
     certify   a stage the spec certifies (``certify: {stages: [...]}``): per spec arm, its first seed's job again
               from scratch and its last seed's job stopped and resumed (``facts.certify``), in ``sweep.json``'s
               certificate jobs.
 
 A job is in the bundle when ``index.csv`` lists it and its copy (``runs/<job>/job.json``) is there. What stays out of
-reach: a sized design's bundle as sealed after its first look, its second look not yet run, is one the launcher
-writes (``second-look-pending``); a forger who presents it after the second look ran shows a pending verdict, never a
+reach: a design's bundle as sealed after look k, wave k + 1 not yet run, is one the launcher writes
+(``next-wave-pending``); a forger who presents it after the next wave ran shows a pending verdict, never a
 decision, and only a record outside the bundle (a log of the bundles released) tells the two apart.
 """
 
@@ -79,19 +80,27 @@ def _owned(study: Study, data: BundleData, present: dict[str, set[int]]) -> dict
 
 
 def _confirm_seeds(study: Study, data_dir: Path, seen: set[int]) -> tuple[list[int], str]:
-    """The seeds the confirm stage's design needs in this bundle, and how the spec says so."""
+    """The seeds the confirm stage's design needs in this bundle, and how the spec says so: for seeds in waves, every
+    seed through the last wave any of whose seeds is in the bundle (the two-look design's second wave through the
+    size its first look gave: ``verdict.json``'s ``sizing.looks[0].required_seeds``, recomputed by the verdict's
+    check)."""
     experiment = study.experiment
-    if experiment.sizing is None:
+    sizing = experiment.sizing
+    if sizing is None:
         return list(experiment.seeds), f"the spec's seeds {list(experiment.seeds)}"
-    first = list(experiment.seeds[:experiment.sizing.min])
-    if not seen - set(first):
-        return first, f"the sized design's first look, seeds 1..{experiment.sizing.min}"
-    try:
-        sizing = read_json(data_dir / VERDICT_FILE).get("sizing") or {}
-        need = int(sizing["first_look"]["required_seeds"])
-    except (JSONError, AttributeError, KeyError, TypeError, ValueError):
-        return first, f"the sized design's first look, seeds 1..{experiment.sizing.min}"
-    return list(experiment.seeds[:need]), f"the sized design's second look, seeds 1..{need} (its first look sized it)"
+    ends = sizing.ends
+    begun = max((k for k, end in enumerate(ends) if any((ends[k - 1] if k else 0) < s <= end for s in seen)),
+                default=0)
+    first = f"the first wave, seeds 1..{sizing.min}"
+    if begun == 0:
+        return list(experiment.seeds[:sizing.min]), first
+    if sizing.resized:
+        try:
+            need = int((read_json(data_dir / VERDICT_FILE).get("sizing") or {})["looks"][0]["required_seeds"])
+        except (JSONError, AttributeError, IndexError, KeyError, TypeError, ValueError):
+            return list(experiment.seeds[:sizing.min]), first
+        return list(experiment.seeds[:need]), f"the sized design's second look, seeds 1..{need} (its first look sized it)"
+    return list(experiment.seeds[:ends[begun]]), f"the design's waves 1..{begun + 1}, seeds 1..{ends[begun]}"
 
 
 def _certificate_problems(study: Study, stage: str, data: BundleData, where: str) -> list[Problem]:

@@ -55,9 +55,10 @@ def dry_run(runner: Runner) -> int:
     if sizing is None:
         stage_header(CONFIRM_STAGE, f"every arm over seeds {', '.join(map(str, study.experiment.seeds))}")
     else:
-        stage_header(CONFIRM_STAGE, f"every arm over seeds 1..{sizing.min} (the first look), then seeds up to "
-                                    f"{sizing.max} as the first look sizes them ({sizing.spending} spending, "
-                                    f"registered before any seed runs)")
+        later = (f"then seeds up to {sizing.max} as the first look sizes them" if sizing.resized else
+                 "then waves of " + ", ".join(map(str, sizing.waves[1:])) + " seeds while no look has decided")
+        stage_header(CONFIRM_STAGE, f"every arm over seeds 1..{sizing.min} (the first look), {later} "
+                                    f"({sizing.spending} spending, registered before any seed runs)")
     confirm = runner.plan(CONFIRM_STAGE, runner.confirm_cells(selected, sizing.min if sizing else None))
     if selected:  # illustrative settings: a directory that ran other winners is no contradiction
         print("\n".join(dry_run_lines(confirm)))

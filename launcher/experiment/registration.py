@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from evidence.statistics.descriptive import CI_LEVEL
-from evidence.statistics.sequential import Weights, boundaries, nominal_alpha
+from evidence.verdict.sizing import design_record
 from facts import atomic_write_json, sha256_file, sweep_jobs_dir
 from facts.files import EXPERIMENT_FILE, STAGES
 from facts.sweep_plan import PLAN_DIGEST_FIELD, plan_digest, plan_jobs
@@ -123,12 +123,7 @@ def plans_record(sweeps: list) -> dict:
 
 
 def sizing_record(study: Study) -> dict:
-    """A sized design's rule as registered before any seed runs: the seeds, the spending rule, the looks'
-    weights and boundaries at the rule's α (``evidence.statistics.sequential``)."""
-    sizing, alpha = study.experiment.sizing, 1 - CI_LEVEL
-    c1, c2 = boundaries(sizing.spending, sizing.information_fraction, alpha)
-    weights = Weights.planned(sizing.min, sizing.max)
-    return {"n": "auto", "min": sizing.min, "max": sizing.max, "spending": sizing.spending, "alpha": alpha,
-            "power": sizing.power, "information_fraction": sizing.information_fraction,
-            "weights": [weights.first, weights.second], "boundaries": [c1, c2],
-            "nominal_alpha": [nominal_alpha(c1), nominal_alpha(c2)]}
+    """Seeds in waves: the design as registered before any seed runs (``evidence.verdict.sizing.design_record``: the
+    waves, the spending rule, the looks' weights and boundaries at the rule's α, what the design claims)."""
+    sizing = study.experiment.sizing
+    return {"n": "auto", "spending": sizing.spending, **design_record(sizing, 1 - CI_LEVEL)}

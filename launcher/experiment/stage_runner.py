@@ -4,7 +4,7 @@ Each stage is an ordinary sweep of its own (jobs, evidence, bundle), so the same
 accepted jobs are never re-run. The spec is pre-registered before the first job starts. What runs next is
 decided in one place, ``decide``: given the step just reached (``BEGIN``, or the stage that has just run and
 been sealed), it makes the decision between stages (the probe's checks and the budget, the selection from the
-tuning bundle, the grid extension at an edge, a sized design's second look, the verdict) and returns the next
+tuning bundle, the grid extension at an edge, the next wave of seeds in waves, the verdict) and returns the next
 stage's planned sweep (``Next``) or the experiment's exit code. The waiting launcher (``run_stages``) runs each
 ``Next`` and seals it; ``wait=false`` on Slurm (``launcher.experiment.chain``) submits each as an array followed
 by a decision job that seals it and calls ``decide`` in turn. A stage's writing (its jobs, its seal, the records
@@ -25,7 +25,7 @@ from evidence.problems import EvidenceError
 from evidence.verdict.probe import over_budget, plan_cost
 from evidence.verdict.record import VERDICT_FILE
 from evidence.verdict.selection import Selection, extend_grid, select_from_bundle
-from evidence.verdict.sizing import SECOND_LOOK_PENDING
+from evidence.verdict.sizing import WAVE_PENDING
 from facts import atomic_write_json
 from facts.files import (
     BUNDLE_ARCHIVE,
@@ -35,6 +35,7 @@ from facts.files import (
     INDEX_TABLE,
     PROBE_RECORD,
     PROBE_STAGE,
+    SWEEP_RECORD,
     TUNING_STAGE,
     bundle_payload_dir,
 )
@@ -77,44 +78,56 @@ def check_planned_budget(runner: Runner, record: dict, planned: list, first_look
         print(f"probe passed: {speeds}; plan {budget['cpu_hours']:.3g} CPU-h")
         return
     over = [f"{key.replace('_', ' ')} {need:.3g} > {cap:g}" for key, need, cap in over_budget(budget, budget["budget"])]
-    print(f"probe passed: {speeds}; the first look ({sizing.min} seeds) {budget['first_look']['cpu_hours']:.3g} CPU-h, "
-          f"the sized design at its most ({sizing.max} seeds) {budget['cpu_hours']:.3g} CPU-h, "
+    print(f"probe passed: {speeds}; the first wave ({sizing.min} seeds) {budget['first_look']['cpu_hours']:.3g} CPU-h, "
+          f"every wave ({sizing.max} seeds) {budget['cpu_hours']:.3g} CPU-h, "
           f"{budget['longest_run_minutes']:.3g} min per run"
-          + (f": over the budget ({', '.join(over)}); the second look runs only the seeds that fit" if over else
+          + (f": over the budget ({', '.join(over)}); a later wave runs only if it fits" if over else
              ": within the budget"))
 
 
-def second_look_seeds(runner: Runner, v: dict, record: dict) -> int | None:
-    """A sized design's second look, from its first look's verdict: the seeds it needs (None: the first look
-    stopped, as its rule allows, or decided), refused in one line when their plan is over the spec's budget."""
+def next_wave_seeds(runner: Runner, v: dict, record: dict) -> int | None:
+    """Seeds in waves: the last seed of the next wave, from the latest look's verdict (None: that look decided, or
+    stopped the design as its rule allows), refused in one line when the plan through it is over the spec's budget."""
     sizing = v.get("sizing")
-    if sizing is None or sizing["look"] != 1 or sizing["stopped_early"] or v["rule"] != SECOND_LOOK_PENDING:
+    if sizing is None or v["rule"] != WAVE_PENDING or sizing.get("next_wave") is None:
         return None
-    first, need = sizing["first_look"], sizing["first_look"]["required_seeds"]
-    z = "—" if first["z"] is None else f"{first['z']:.3g}"
-    print(f"first look: {len(first['seeds'])} seeds, Z = {z} inside its boundary {sizing['boundaries'][0]:.4g} "
-          f"({sizing['rule']}); the threshold needs {need} seeds at {sizing['power'] * 100:g}% power from their SD "
-          f"{first['sd']:.3g}: the second look runs seeds {sizing['min'] + 1}..{need}")
+    look, (first, need) = sizing["looks"][-1], sizing["next_wave"]
+    z = "—" if look["z"] is None else f"{look['z']:.3g}"
+    sized = (f"; the threshold needs {need} seeds at {sizing['power'] * 100:g}% power from their SD {look['sd']:.3g}"
+             if "required_seeds" in look else "")
+    spent = sum((done.get("cost") or {}).get("cpu_hours", 0.0) for done in sizing["looks"])
+    print(f"look {look['look']} of {len(sizing['waves'])}: {len(look['seeds'])} seeds, Z = {z} inside its boundary "
+          f"{look['boundary']:.4g} ({sizing['rule']}){sized}: wave {look['look'] + 1} runs seeds {first}..{need} "
+          f"({spent:.3g} CPU-h spent so far)")
     grids = runner.tuning_grids() if runner.study.experiment.tuning is not None else {}
     cost = plan_cost(record["budget"]["step_s"], [(spec.n_updates, spec.cpus) for sweep in
                                                   plan_later_stages(runner, grids, need) for spec in sweep.specs])
     over = over_budget(cost, runner.study.budget)
     if over:
         key, have, cap = over[0]
-        raise ExperimentFailed(f"budget: the second look's {need} seeds need about {have:.3g} "
-                               f"{key.replace('_', ' ')}, over the budget of {cap:g}; the first look's verdict "
+        raise ExperimentFailed(f"budget: wave {look['look'] + 1} (seeds 1..{need}) needs about {have:.3g} "
+                               f"{key.replace('_', ' ')}, over the budget of {cap:g}; look {look['look']}'s verdict "
                                f"stands (INCONCLUSIVE); raise budget.{key} and run the same command again")
     return need
 
 
-def _sized_before(runner: Runner) -> int | None:
-    """The seeds an earlier run of this experiment's first look sized (its confirm bundle's verdict at the second
-    look), or None. Accepted jobs never re-run, so the first look's differences, and the size they give, are fixed."""
+def _reached_before(runner: Runner) -> int | None:
+    """The last seed of the design an earlier run of this experiment reached, or None: through the looks its confirm
+    bundle's verdict took, or through the wave it had planned (its confirm ``sweep.json``) when it stopped before
+    sealing that wave. Accepted jobs never re-run, so the earlier looks' differences, and what they decided, are
+    fixed."""
+    reached = []
     try:
         sizing = json.loads((_bundle_data(runner, CONFIRM_STAGE) / VERDICT_FILE).read_text()).get("sizing")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return sizing["first_look"]["required_seeds"] if isinstance(sizing, dict) and sizing.get("look") == 2 else None
+        reached.append(int(sizing["design_seeds"]))
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        pass
+    try:
+        planned = json.loads((runner.stage_dir(CONFIRM_STAGE) / SWEEP_RECORD).read_text()).get("seeds")
+        reached.append(max(int(s) for s in planned))
+    except (OSError, ValueError, AttributeError, TypeError):
+        pass
+    return max(reached, default=None)
 
 
 def verdict_line(v: dict, bundle: str) -> str:
@@ -148,9 +161,10 @@ BEGIN = "begin"
 AFTER_PROBE = PROBE_STAGE
 AFTER_TUNING = TUNING_STAGE
 AFTER_EXTENSION = "tuning-extended"  # the tuning grid extended once at an edge winner (on_edge: extend)
-AFTER_FIRST_LOOK = "confirm-first-look"  # a sized design's first look
-AFTER_CONFIRM = CONFIRM_STAGE  # the confirm stage as a whole (its only look, or a sized design's second)
-STEPS = (BEGIN, AFTER_PROBE, AFTER_TUNING, AFTER_EXTENSION, AFTER_FIRST_LOOK, AFTER_CONFIRM)
+AFTER_LOOK = "confirm-look"  # a look of seeds in waves: the next wave, or the verdict
+AFTER_FIRST_LOOK = "confirm-first-look"  # the same, as a chain submitted before seeds in waves named it
+AFTER_CONFIRM = CONFIRM_STAGE  # the confirm stage of a fixed list of seeds
+STEPS = (BEGIN, AFTER_PROBE, AFTER_TUNING, AFTER_EXTENSION, AFTER_LOOK, AFTER_FIRST_LOOK, AFTER_CONFIRM)
 
 
 @dataclass
@@ -198,12 +212,12 @@ def decide(runner: Runner, step: str, code: int, recorded: list[str]) -> Next | 
         return _confirm(runner, _selected(chosen))
     if step == AFTER_EXTENSION:
         return _confirm(runner, _selected(_select(runner)))
-    if step == AFTER_FIRST_LOOK:
-        need = second_look_seeds(runner, _verdict(runner), json.loads(
+    if step in (AFTER_LOOK, AFTER_FIRST_LOOK):
+        need = next_wave_seeds(runner, _verdict(runner), json.loads(
             (runner.stage_dir(PROBE_STAGE) / PROBE_RECORD).read_text()))
         if need is not None:
             selected = _selected(_select(runner), quiet=True) if _grids(runner) else {}
-            return _confirm_look(runner, selected, need, f", the second look: seeds 1..{need}", AFTER_CONFIRM)
+            return _confirm_look(runner, selected, need, _wave_header(runner, need), AFTER_LOOK)
     elif step != AFTER_CONFIRM:
         raise ValueError(f"unknown step {step!r}; one of {', '.join(STEPS)}")
     print(verdict_line(_verdict(runner), f"{runner.stage_dir(CONFIRM_STAGE).name}/{BUNDLE_ARCHIVE}"))
@@ -244,16 +258,20 @@ def _selected(chosen: dict[str, Selection], quiet: bool = False) -> dict[str, di
 
 
 def _confirm(runner: Runner, selected: dict[str, dict[str, str]]) -> Next:
-    """The confirm stage at the selected settings: over the spec's seeds; a sized design's first look, or its second
-    look when an earlier run of this experiment sized it (its first look's seeds never re-run)."""
+    """The confirm stage at the selected settings: over the spec's seeds; for seeds in waves, the first wave, or the
+    waves through the looks an earlier run of this experiment took (their seeds never re-run)."""
     sizing = runner.study.experiment.sizing
     if sizing is None:
         return _confirm_look(runner, selected, None, "", AFTER_CONFIRM)
-    sized = _sized_before(runner)
-    if sized is not None:
-        return _confirm_look(runner, selected, sized, f", the second look: seeds 1..{sized}", AFTER_CONFIRM)
-    return _confirm_look(runner, selected, sizing.min, f", the first look of a sized design ({sizing.spending})",
-                         AFTER_FIRST_LOOK)
+    seeds = _reached_before(runner) or sizing.min
+    return _confirm_look(runner, selected, seeds, _wave_header(runner, seeds), AFTER_LOOK)
+
+
+def _wave_header(runner: Runner, seeds: int) -> str:
+    """The confirm stage's header for seeds in waves: which wave runs, through which seed."""
+    sizing = runner.study.experiment.sizing
+    wave = next((k for k, end in enumerate(sizing.ends) if seeds <= end), len(sizing.ends) - 1) + 1
+    return f", wave {wave} of {len(sizing.waves)} ({sizing.spending} spending): seeds 1..{seeds}"
 
 
 def _confirm_look(runner: Runner, selected: dict[str, dict[str, str]], seeds: int | None, what: str, after: str) -> Next:

@@ -79,10 +79,12 @@ def probe_record(probe: Path, spec: dict, confirm_steps: int, tuning_steps: int 
         return {"step_s": step_s, "runs": len(runs), "steps": sum(runs), "cpu_hours": sum(runs) * step_s * CPUS / 3600,
                 "gpu_hours": sum(runs) * step_s / 3600, "longest_run_minutes": max(runs) * step_s / 60}
 
-    sized = isinstance(spec["seeds"], dict)  # {n: auto, min, max}: the largest plan, and the first look's
-    budget = {**cost(spec["seeds"]["max"] if sized else len(spec["seeds"])), "budget": spec.get("budget") or {}}
+    sized = isinstance(spec["seeds"], dict)  # seeds in waves: the largest plan, and the first wave's
+    waves = (spec["seeds"]["waves"] if "waves" in spec["seeds"] else
+             [spec["seeds"]["min"], spec["seeds"]["max"] - spec["seeds"]["min"]]) if sized else None
+    budget = {**cost(sum(waves) if sized else len(spec["seeds"])), "budget": spec.get("budget") or {}}
     if sized:
-        budget["first_look"] = cost(spec["seeds"]["min"])
+        budget["first_look"] = cost(waves[0])
     checks = {}
     stale = (spec.get("probe") or {}).get("staleness_check")
     if stale:
@@ -108,9 +110,11 @@ def gradient_record(cosine: float, finite: bool = True) -> dict:
 
 
 def seed_list(spec: dict) -> list[int]:
-    """The spec's seeds: its list, or a sized design's first look (1..min), which the tuning stage defaults to."""
+    """The spec's seeds: its list, or seeds in waves' first wave (1..min), which the tuning stage defaults to."""
     seeds = spec["seeds"]
-    return list(range(1, seeds["min"] + 1)) if isinstance(seeds, dict) else seeds
+    if not isinstance(seeds, dict):
+        return seeds
+    return list(range(1, (seeds["waves"][0] if "waves" in seeds else seeds["min"]) + 1))
 
 
 def add_launcher_stages(confirm: Path, spec_text: str, tuning_steps: int | None = None, probe_steps: int = 3,

@@ -116,9 +116,9 @@ def test_the_simulation_takes_the_decisions_the_verdict_takes():
     for i in range(150):
         look = sized_look(experiment.sizing, experiment.criterion, {s + 1: float(d[i, s]) for s in range(10)}, ALPHA)
         record = look.record
-        assert record["first_look"]["required_seeds"] == need[i]
-        assert record["first_look"]["z"] == pytest.approx(z1[i], rel=1e-9, abs=1e-12)
-        crossed = record["first_look"]["crossed"] or bool(record["second_look"] and record["second_look"]["crossed"])
+        assert record["looks"][0]["required_seeds"] == need[i]
+        assert record["looks"][0]["z"] == pytest.approx(z1[i], rel=1e-9, abs=1e-12)
+        crossed = any(look["crossed"] for look in record["looks"])
         assert crossed == rejected[i]
 
 
@@ -189,14 +189,17 @@ def test_the_first_look_sizes_the_second_and_waits_for_it(tmp_path):
     c1, c2 = sizing["boundaries"]
     assert 2 * sps.norm.sf(c1) == pytest.approx(spent_by_hand("obrien-fleming", 0.5), rel=1e-9)
     assert sizing["rule"] == "obrien-fleming" and sizing["weights"] == pytest.approx([math.sqrt(0.5)] * 2)
-    assert sizing["first_look"]["z"] == pytest.approx(z_by_hand([4, -3, 1]), rel=1e-7)
-    assert sizing["first_look"]["required_seeds"] == needed_by_hand(np.std([4, -3, 1], ddof=1), 2 * sps.norm.sf(c2))
-    assert (verdict["verdict"], verdict["rule"]) == ("INCONCLUSIVE", "second-look-pending")
-    assert sizing["look"] == 1 and sizing["second_look"] is None and not sizing["stopped_early"]
+    assert sizing["waves"] == [3, 3] and sizing["resized"] is True
+    (first,) = sizing["looks"]
+    assert first["z"] == pytest.approx(z_by_hand([4, -3, 1]), rel=1e-7)
+    assert first["required_seeds"] == needed_by_hand(np.std([4, -3, 1], ddof=1), 2 * sps.norm.sf(c2))
+    assert (verdict["verdict"], verdict["rule"]) == ("INCONCLUSIVE", "next-wave-pending")
+    assert sizing["look"] == 1 and first["decision"] == "continue" and not sizing["stopped_early"]
+    assert sizing["next_wave"] == [4, first["required_seeds"]]
     assert verdict["seeds"] == [1, 2, 3] and verdict["seeds_missing"] == []
     report = (bag / "data" / "report.md").read_text()
-    assert "Sized design (`seeds: {n: auto, min: 3, max: 6}`), registered before any seed ran" in report
-    assert verdict_line(verdict, "b").startswith("verdict: INCONCLUSIVE by rule second-look-pending")
+    assert "Seeds in waves (`seeds: {n: auto, min: 3, max: 6}`), registered before any seed ran" in report
+    assert verdict_line(verdict, "b").startswith("verdict: INCONCLUSIVE by rule next-wave-pending")
     assert audit_bundle(bag) == []
     # probe.json prices the design at its most (max seeds) and its first look; an edited first look is caught
     probe = json.loads((bag / "data" / "stages" / "probe" / "probe.json").read_text())
@@ -215,13 +218,15 @@ def test_the_second_look_combines_both_stages_and_the_audit_recomputes_it(tmp_pa
     bag = build_bundle(sized_experiment(tmp_path, d), figures=False).bundle_dir
     verdict = json.loads((bag / "data" / "verdict.json").read_text())
     sizing = verdict["sizing"]
-    need = sizing["first_look"]["required_seeds"]
+    first, second = sizing["looks"]
+    need = first["required_seeds"]
     assert need == 6  # SD 3.5 of the first look's differences needs more seeds than the design allows
     z1, z2 = z_by_hand([4, -3, 1]), z_by_hand([9, 10, 8])
     combined = math.sqrt(0.5) * z1 + math.sqrt(0.5) * z2
-    assert sizing["second_look"]["z_stage"] == pytest.approx(z2, rel=1e-7)
-    assert sizing["second_look"]["z"] == pytest.approx(combined, rel=1e-7)
-    assert combined >= sizing["boundaries"][1] and sizing["second_look"]["crossed"] and sizing["look"] == 2
+    assert second["z_stage"] == pytest.approx(z2, rel=1e-7)
+    assert second["z"] == pytest.approx(combined, rel=1e-7)
+    assert combined >= sizing["boundaries"][1] and second["crossed"] and sizing["look"] == 2
+    assert second["decision"] == "final"
     assert np.mean(list(d.values())) >= 4
     assert (verdict["verdict"], verdict["rule"]) == ("VALIDATED", "threshold")
     assert verdict["seeds"] == [1, 2, 3, 4, 5, 6]
@@ -231,12 +236,12 @@ def test_the_second_look_combines_both_stages_and_the_audit_recomputes_it(tmp_pa
     edited = Path(shutil.copytree(bag, tmp_path / "edited"))
     record = json.loads((edited / "data" / "verdict.json").read_text())
     record["sizing"]["boundaries"][1] = 1.5  # a looser second boundary
-    record["sizing"]["first_look"]["required_seeds"] = 5
+    record["sizing"]["looks"][0]["required_seeds"] = 5
     (edited / "data" / "verdict.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     reseal_bag(edited)
     reasons = [str(f) for f in audit_bundle(edited)]
     assert any(r.startswith("data/verdict.json: does not recompute: sizing.boundaries[1]: recorded 1.5") for r in reasons)
-    assert ("data/verdict.json: does not recompute: sizing.first_look.required_seeds: recorded 5, recomputed 6"
+    assert ("data/verdict.json: does not recompute: sizing.looks[0].required_seeds: recorded 5, recomputed 6"
             in reasons), reasons
 
 
@@ -247,7 +252,7 @@ def test_a_second_look_that_does_not_cross_its_boundary_is_not_validated(tmp_pat
     combined = math.sqrt(0.5) * (z_by_hand([4, -3, 1]) + z_by_hand([16, -2, 12]))
     assert combined < verdict["sizing"]["boundaries"][1]
     assert (verdict["verdict"], verdict["rule"]) == ("INCONCLUSIVE", "threshold-within-noise")
-    assert "the second look's combined Z" in verdict["reason"]
+    assert "look 2's combined Z" in verdict["reason"]
 
 
 @pytest.mark.parametrize(("seeds", "message"), [
@@ -258,6 +263,15 @@ def test_a_second_look_that_does_not_cross_its_boundary_is_not_validated(tmp_pat
                                                                  "obrien-fleming or pocock"),
     ({"n": "auto", "min": 3}, "seeds: max must be an integer, not None"),
     ({"n": "auto", "min": 3, "max": 6, "looks": 3}, "seeds: unknown key 'looks'"),
+    ({"n": 10, "waves": [3, 3, 4]}, "seeds: n is 10; write n: auto for waves, or list the seeds"),
+    ({"n": "auto", "waves": [3, 1, 4]}, "seeds: wave 2 adds 1 seed(s); each wave after the first adds at least 2"),
+    ({"n": "auto", "waves": [2, 3, 4]}, "seeds: the first wave has 2 seed(s); the first look needs at least 3"),
+    ({"n": "auto", "waves": [10]}, "seeds: waves has 1 wave(s); give 2 to 10"),
+    ({"n": "auto", "waves": "3,3,4"}, "seeds: waves must be a list of the seeds each wave adds"),
+    ({"n": "auto", "waves": [3, 3], "min": 3}, "seeds: give waves or min and max, not both"),
+    ({"n": "auto", "waves": [3, 3], "spending": "lan-demets"}, "seeds: spending 'lan-demets' is not a rule; choose "
+                                                               "obrien-fleming or pocock"),
+    ({"n": "auto", "waves": [3, 3], "futility": "low"}, "seeds: futility is 'low'; give the Z below which"),
 ])
 def test_a_bad_sized_design_is_one_line_naming_the_fix(seeds, message):
     spec = yaml.safe_load(SPEC)
@@ -291,6 +305,6 @@ def test_a_first_look_whose_differences_tie_never_stops_the_design():
 
     assert sized_look(experiment.sizing, experiment.criterion, tied, ALPHA).record["stopped_early"] is True
     look = sized_look(experiment.sizing, experiment.criterion, tied, ALPHA, missing)
-    assert look.record["stopped_early"] is False and look.record["first_look"]["crossed"] is True
-    assert look.pending.startswith("the first look (3 seeds) supports no test of 0 (tied evaluations); the second "
-                                   "look needs seeds 4..")
+    assert look.record["stopped_early"] is False and look.record["looks"][0]["crossed"] is True
+    assert look.pending.startswith("look 1 (3 seeds of its wave) supports no test of 0 (tied evaluations); look 2 "
+                                   "needs seeds 4..")
