@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from sweep_factory import make_sweep  # noqa: E402
-
-from evidence.seal.bundle import build_bundle  # noqa: E402
+from evidence.seal.bundle import build_bundle
+from tests.evidence.sweep_factory import make_sweep
 
 
 @pytest.fixture(scope="session")

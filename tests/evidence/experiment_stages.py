@@ -18,9 +18,9 @@ import json
 from pathlib import Path
 
 import yaml
-from sweep_factory import make_sweep
 
 from evidence.seal.bundle import build_bundle
+from tests.evidence.sweep_factory import make_sweep
 
 CPUS = 2
 

@@ -14,7 +14,6 @@ import struct
 from pathlib import Path
 
 import pytest
-from sweep_factory import make_sweep, write_json, write_ledger
 
 from evidence import audit_bundle
 from evidence.gates.certificates import (
@@ -28,6 +27,7 @@ from evidence.gates.certificates import (
 )
 from evidence.seal.bundle import build_bundle
 from facts.certify import stop_step
+from tests.evidence.sweep_factory import make_sweep, write_json, write_ledger
 from tests.sweeps import reseal_bag
 
 # ---- the comparisons, against hand-written cases ------------------------------------------------------------------

@@ -14,9 +14,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from sweep_factory import _digest, job_dir, make_sweep, write_json, write_ledger
 
 from evidence import audit_bundle, build_bundle, evaluate_job
+from tests.evidence.sweep_factory import _digest, job_dir, make_sweep, write_json, write_ledger
 from tests.sweeps import reseal_bag
 
 N_STEPS = 5

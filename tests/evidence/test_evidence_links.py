@@ -15,11 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from sweep_factory import job_dir, make_sweep
 
 from evidence import audit_bundle
 from evidence.gates.index import evaluate_job
 from evidence.seal.bundle import build_bundle
+from tests.evidence.sweep_factory import job_dir, make_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from sweep_factory import N_PROMPTS, SUBSET_SHA, K, make_sweep, share_initial_eval
 
 from evidence.seal.bundle import build_bundle
+from tests.evidence.sweep_factory import N_PROMPTS, SUBSET_SHA, K, make_sweep, share_initial_eval
 from tests.sweeps import reseal_bag
 
 JOBS = ("grpo-42", "rpp-42")

@@ -16,8 +16,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from experiment_stages import add_launcher_stages, register, set_cpus
-from sweep_factory import make_sweep
 
 from evidence import audit_bundle, build_bundle
 from evidence.dataset import load_bundle_data
@@ -30,6 +28,8 @@ from evidence.verdict import (
     select_setting,
     select_settings,
 )
+from tests.evidence.experiment_stages import add_launcher_stages, register, set_cpus
+from tests.evidence.sweep_factory import make_sweep
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from experiment_stages import CPUS, add_launcher_stages
-from sweep_factory import make_sweep
 
 from evidence import build_bundle
+from tests.evidence.experiment_stages import CPUS, add_launcher_stages
+from tests.evidence.sweep_factory import make_sweep
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]

@@ -18,16 +18,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from experiment_stages import add_launcher_stages
 from scipy import optimize, special
 from scipy import stats as sps
-from sweep_factory import make_sweep
 
 from evidence import audit_bundle, build_bundle
 from evidence.statistics.sequential import boundaries, required_seeds
 from evidence.verdict import VerdictError, parse_experiment
 from evidence.verdict.sizing import sized_look
 from launcher.experiment.stages import verdict_line
+from tests.evidence.experiment_stages import add_launcher_stages
+from tests.evidence.sweep_factory import make_sweep
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]
