@@ -1,4 +1,4 @@
-"""Fixtures for the evidence tests: synthetic sweeps on disk (see sweep_factory.py)."""
+"""Fixtures for the evidence tests: synthetic sweeps on disk (written by benchmarks/synthetic_sweep.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.synthetic_sweep import make_sweep
 from evidence.seal.bundle import build_bundle
-from tests.evidence.sweep_factory import make_sweep
 
 
 @pytest.fixture(scope="session")

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import yaml
 
+from benchmarks.synthetic_sweep import make_sweep
 from evidence.seal.bundle import build_bundle
-from tests.evidence.sweep_factory import make_sweep
 
 CPUS = 2
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import csv
 import json
 
+from benchmarks.synthetic_sweep import job_dir, make_sweep
 from evidence import audit_bundle, build_bundle
-from tests.evidence.sweep_factory import job_dir, make_sweep
 
 SEEDS = (1, 2)
 # What a trainer other than proofgrid's might declare for its GRPO runs (issue 20): its own row.

@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from benchmarks.synthetic_sweep import job_dir, make_sweep
 from evidence import audit_bundle, build_bundle
-from tests.evidence.sweep_factory import job_dir, make_sweep
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]

@@ -6,8 +6,8 @@ import csv
 import json
 import shutil
 
+from benchmarks.synthetic_sweep import job_dir, set_job_fields, write_json
 from evidence import audit_bundle, build_bundle
-from tests.evidence.sweep_factory import job_dir, set_job_fields, write_json
 
 CANCELLED = {"algo": "rpp", "seed": 42, "scheduler": "slurm", "job_id": "88_3", "state": "CANCELLED",
              "exit_code": 143, "exit_signal": 15, "failure": "terminated by signal 15", "node": "cn-042.cluster.example"}

@@ -14,11 +14,11 @@ from pathlib import Path
 import bagit
 import pytest
 
+from benchmarks.synthetic_sweep import job_dir, make_sweep, metric_records, set_job_fields, write_eval
 from evidence import SweepError, audit_bundle, build_bundle, evaluate_job
 from evidence.gates.incidents import IncidentsFileError
 from evidence.seal.bundle import LeakError, seal
 from evidence.seal.sanitize import Sanitizer
-from tests.evidence.sweep_factory import job_dir, make_sweep, metric_records, set_job_fields, write_eval
 
 PAYLOAD = ("report.md", "index.csv", "incidents.csv", "steps.csv", "eval.csv", "tables/stability.csv",
            "tables/efficiency.csv", "tables/eval_per_run.csv", "tables/eval_aggregate.csv",

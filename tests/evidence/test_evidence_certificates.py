@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.synthetic_sweep import make_sweep, write_json, write_ledger
 from evidence import audit_bundle
 from evidence.gates.certificates import (
     checkpoint_digest,
@@ -27,7 +28,6 @@ from evidence.gates.certificates import (
 )
 from evidence.seal.bundle import build_bundle
 from facts.certify import stop_step
-from tests.evidence.sweep_factory import make_sweep, write_json, write_ledger
 from tests.sweeps import reseal_bag
 
 # ---- the comparisons, against hand-written cases ------------------------------------------------------------------

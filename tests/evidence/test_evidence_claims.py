@@ -16,6 +16,7 @@ from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.weightstats import ttost_paired
 
+from benchmarks.synthetic_sweep import N_PROMPTS, K
 from evidence.statistics import claims, crossed, family
 from evidence.statistics.claims import (
     DIFFERS,
@@ -26,7 +27,6 @@ from evidence.statistics.claims import (
     shortfalls,
 )
 from evidence.statistics.headline import Pair, headline_sentence
-from tests.evidence.sweep_factory import N_PROMPTS, K
 from tests.evidence.test_evidence_stats_noise import reference_question_interval, reference_se, replayed_means
 from tests.evidence.test_evidence_stats_power import independent_mde
 

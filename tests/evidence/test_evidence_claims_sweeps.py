@@ -28,11 +28,11 @@ from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.weightstats import ttost_paired
 
+from benchmarks.synthetic_sweep import N_PROMPTS, K, make_sweep
 from evidence import audit_bundle
 from launcher.experiment.stages import verdict_line
 from tests.evidence.bundle_tables import final_pass1
 from tests.evidence.experiment_stages import add_launcher_stages
-from tests.evidence.sweep_factory import N_PROMPTS, K, make_sweep
 from tests.evidence.test_evidence_stats_noise import reference_question_interval, replayed_means
 from tests.sweeps import reseal_bag
 

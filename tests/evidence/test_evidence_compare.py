@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
+from benchmarks.synthetic_sweep import WORKLOAD, make_sweep
 from evidence import build_bundle
 from evidence.tools.compare import CompareError, compare_paths
-from tests.evidence.sweep_factory import WORKLOAD, make_sweep
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]

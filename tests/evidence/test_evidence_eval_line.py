@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.synthetic_sweep import job_dir, make_sweep
 from evidence import audit_bundle, build_bundle
 from facts.metrics import eval_line, parse_eval_line
-from tests.evidence.sweep_factory import job_dir, make_sweep
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.synthetic_sweep import make_sweep
 from evidence import build_bundle
-from tests.evidence.sweep_factory import make_sweep
 from tests.no_network import no_network_prefix, wandb_records
 
 REPO = Path(__file__).resolve().parents[2]

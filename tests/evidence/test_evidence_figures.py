@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.synthetic_sweep import make_sweep
 from evidence.__main__ import main
 from evidence.dataset import load_bundle_data
 from evidence.report.figures import ARM_COLOURS, moving_average, render_figures
 from evidence.seal.bundle import build_bundle
-from tests.evidence.sweep_factory import make_sweep
 
 ARMS = ("GRPO", "REINFORCE++", "REINFORCE++-baseline")
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
+from benchmarks.synthetic_sweep import make_sweep
 from evidence.seal.bundle import build_bundle
 from evidence.tables import fmt, fmt_interval, fmt_signed
-from tests.evidence.sweep_factory import make_sweep
 
 
 def test_the_report_leads_with_the_arms_the_eval_table_and_figure(clean_build):

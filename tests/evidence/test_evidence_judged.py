@@ -14,12 +14,12 @@ from pathlib import Path
 import bagit
 import pytest
 
+from benchmarks.synthetic_sweep import make_sweep
 from evidence import audit_bundle
 from evidence.dataset import load_bundle_data
 from evidence.gates.judged import JobFiles, changed_while_judged, job_file_digests, refuse_changed
 from evidence.problems import SweepError
 from evidence.seal.crate import write_crate
-from tests.evidence.sweep_factory import make_sweep
 
 
 def _rows(bag: Path) -> dict[str, dict]:

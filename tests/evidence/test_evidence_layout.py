@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.synthetic_sweep import job_dir, make_sweep, share_initial_eval
 from evidence import SweepError, audit_bundle
 from evidence.__main__ import main
 from evidence.audit.archive import MAX_MEMBER_DEPTH, checked_member_filter
 from evidence.seal.bundle import refuse_unexpected_files, write_archive
 from evidence.seal.layout import unexpected_files
-from tests.evidence.sweep_factory import job_dir, make_sweep, share_initial_eval
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]

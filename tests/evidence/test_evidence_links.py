@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.synthetic_sweep import job_dir, make_sweep
 from evidence import audit_bundle
 from evidence.gates.index import evaluate_job
 from evidence.seal.bundle import build_bundle
-from tests.evidence.sweep_factory import job_dir, make_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 import evidence
-from tests.evidence.sweep_factory import make_sweep
+from benchmarks.synthetic_sweep import make_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 

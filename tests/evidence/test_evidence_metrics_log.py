@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from benchmarks.synthetic_sweep import job_dir, metric_records, write_metrics
 from evidence.gates.index import evaluate_job
 from evidence.gates.metrics_log import validate_metrics
-from tests.evidence.sweep_factory import job_dir, metric_records, write_metrics
 
 
 def write_lines(tmp_path, lines: list[str], newline_at_end: bool = True):

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.synthetic_sweep import job_dir, make_sweep
 from evidence import audit_bundle, build_bundle
 from evidence.seal.bundle import LeakError
 from evidence.seal.sanitize import MACHINE_LEAK_KINDS, Sanitizer, payload_findings
 from facts.bundle_layout import verbatim_member
 from facts.files import MACHINE_NAMES
-from tests.evidence.sweep_factory import job_dir, make_sweep
 
 # A model's arithmetic and expressions: no path names anything in them.
 NOT_PATHS = ["/*/+", " /2/4", "12 /3/4 = 1", "(a+b)/c/d", "x = /x/y", "1 /2/3/4/5", "ratio /7/+/-"]

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.synthetic_sweep import N_PROMPTS, SUBSET_SHA, K, make_sweep, share_initial_eval
 from evidence.seal.bundle import build_bundle
-from tests.evidence.sweep_factory import N_PROMPTS, SUBSET_SHA, K, make_sweep, share_initial_eval
 from tests.sweeps import reseal_bag
 
 JOBS = ("grpo-42", "rpp-42")

@@ -19,12 +19,12 @@ import pytest
 from scipy import optimize
 from scipy import stats as sps
 
+from benchmarks.synthetic_sweep import make_sweep
 from evidence import audit_bundle, build_bundle
 from evidence.statistics import minimum_detectable_effect, paired_t_power
 from launcher.experiment.stages import verdict_line
 from tests.evidence.bundle_tables import edit_cell, final_pass1, rows
 from tests.evidence.experiment_stages import add_launcher_stages
-from tests.evidence.sweep_factory import make_sweep
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
+from benchmarks.synthetic_sweep import make_sweep
 from evidence import audit_bundle, build_bundle
 from evidence.statistics import resampling, robust
 from tests.evidence.bundle_tables import edit_cell, final_pass1, rows
-from tests.evidence.sweep_factory import make_sweep
 from tests.sweeps import reseal_bag
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.synthetic_sweep import make_sweep
 from evidence import audit_bundle, build_bundle
 from evidence.dataset import load_bundle_data
 from evidence.verdict import (
@@ -29,7 +30,6 @@ from evidence.verdict import (
     select_settings,
 )
 from tests.evidence.experiment_stages import add_launcher_stages, register, set_cpus
-from tests.evidence.sweep_factory import make_sweep
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.synthetic_sweep import make_sweep
 from evidence import build_bundle
 from tests.evidence.experiment_stages import CPUS, add_launcher_stages
-from tests.evidence.sweep_factory import make_sweep
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]

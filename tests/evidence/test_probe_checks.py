@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.synthetic_sweep import make_sweep
 from evidence import audit_bundle, build_bundle
 from evidence.problems import VerdictError
 from tests.evidence.experiment_stages import add_launcher_stages, gradient_record
-from tests.evidence.sweep_factory import make_sweep
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.synthetic_sweep import make_sweep, share_initial_eval, write_json
 from evidence import audit_bundle, build_bundle
-from tests.evidence.sweep_factory import make_sweep, share_initial_eval, write_json
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from benchmarks.synthetic_sweep import make_sweep
 from evidence.verdict import arm_owner
 from tests.evidence.experiment_stages import add_launcher_stages
-from tests.evidence.sweep_factory import make_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 SEEDS = (1, 2, 3)

@@ -18,12 +18,12 @@ import pytest
 import yaml
 from scipy import stats as sps
 
+from benchmarks.synthetic_sweep import make_sweep
 from evidence import audit_bundle, build_bundle
 from evidence.dataset import load_bundle_data
 from evidence.verdict import VerdictError, experiment_verdict, parse_experiment
 from launcher.experiment.stages import verdict_line
 from tests.evidence.experiment_stages import add_launcher_stages
-from tests.evidence.sweep_factory import make_sweep
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]

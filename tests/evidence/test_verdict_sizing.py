@@ -21,13 +21,13 @@ import yaml
 from scipy import optimize, special
 from scipy import stats as sps
 
+from benchmarks.synthetic_sweep import make_sweep
 from evidence import audit_bundle, build_bundle
 from evidence.statistics.sequential import boundaries, required_seeds
 from evidence.verdict import VerdictError, parse_experiment
 from evidence.verdict.sizing import sized_look
 from launcher.experiment.stages import verdict_line
 from tests.evidence.experiment_stages import add_launcher_stages
-from tests.evidence.sweep_factory import make_sweep
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]
