@@ -30,6 +30,7 @@ from evidence.verdict import (
     select_settings,
 )
 from tests.evidence.experiment_stages import add_launcher_stages, register, set_cpus
+from tests.experiment_spec import experiment_yaml
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,22 +38,7 @@ T_975_DF2 = 4.302652729911275  # Student t, two-sided 95 %, 2 degrees of freedom
 SEEDS = (1, 2, 3)
 BASE = {1: 0.50, 2: 0.52, 3: 0.48}
 
-SPEC = """\
-title: toy score centering vs importance sampling
-hypothesis: the treatment reaches at least 4 points higher pass@1
-arms:
-  isp: {algo: grpo}
-  sc: {algo: rppb}
-seeds: [1, 2, 3]
-criterion:
-  metric: eval/pass@1
-  at: final
-  baseline: isp
-  treatment: sc
-  threshold_points: 4
-  inconclusive_below_points: 2
-  collapse: {drop_points: 10}
-"""
+SPEC = experiment_yaml(criterion={"inconclusive_below_points": 2, "collapse": {"drop_points": 10}})
 
 
 def spec_with(**criterion) -> dict:
