@@ -1,240 +1,467 @@
-"""A synthetic sweep of accepted jobs on disk, for timing the evidence at sizes no run is needed for.
+"""A synthetic sweep of accepted jobs on disk (docs/run-directory.md), for the tests and the benchmarks alike.
 
-``python -m benchmarks.synthetic_sweep DIR --jobs N --steps S`` writes ``DIR`` as a finished local
-sweep of ``N`` jobs (arms grpo, rpp, rppb, or the first two or one where three do not divide ``N``,
-by seeds 0, 1, ...) of ``S`` updates each: the
-sweep record, and per job the plan's spec, the job record, both command records, the trainer log and
-a complete run directory (run record with the algorithm's declaration and metric keys, one metrics
-record per step with every key the run declares, the final checkpoint, the evaluation summary,
-responses (each reward the trainer's own score of its text) and frozen subset, a TensorBoard event
-file). Names, keys and layout are the ones in ``facts/``; the records have the fields the launcher and the trainer write (compare a real ``make run`` sweep).
-Values are deterministic functions of (arm, seed, step), so two sweeps of one size are byte-identical.
-What differs from a real sweep, by design: the checkpoint is a small safetensors file (the evidence
-hashes checkpoints, it does not load them), the initial evaluation is each job's own (not shared),
-and there is no real event file content (proofgrid's own runs log to ``metrics.jsonl``).
+The one writer of fake sweeps: the evidence tests build, tamper with and audit what it writes (tests/evidence/
+conftest.py), and ``make bench`` times the evidence on it at sizes no run is needed for:
+``python -m benchmarks.synthetic_sweep DIR --jobs N --steps S`` writes ``DIR`` as a finished sweep of ``N`` jobs
+(arms grpo, rpp, rppb, or the first two or one where three do not divide ``N``, by seeds 0, 1, ...) of ``S``
+updates each. The real trainer and launcher produce these files; this writer lets a test control their content.
+Names and layout are those of ``facts/`` (tests/test_facts_literals.py scans this file as it scans the product).
+
+Values are deterministic functions of (algo, seed, step) unless a test passes its own: ``final_pass1(arm, seed)``
+and ``reward(arm, seed, step)``. Evaluations are real: responses to a frozen subset of 25 prompts x 4 samples, each
+scored as the trainer scores it, the statistics derived from their counts (so a requested pass@1 becomes the
+possible value nearest it, a multiple of 1/100). ``off_policy(arm, seed, step)`` (opt-in) returns
+``(staleness, sampler_logp_gap)``: every step then logs the off-policy keys (facts.metrics OFF_POLICY_KEYS), which
+a probe's staleness check reads. ``arms`` writes the arm contract (``sweep.json`` "arms", ``job.json``
+"arm"/"arm_overrides", jobs named ``<arm>-<seed>``); without it the sweep is an older one, one arm per algo and no
+arm fields. What differs from a real sweep, by design: the checkpoint is a small safetensors file (the evidence
+hashes checkpoints, it does not load them), run.json declares neither its metric keys nor its algorithm (the
+evidence then holds a run to its algorithm's record), and the event file has no real content.
 """
-
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
+import math
 import random
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 from safetensors.numpy import save_file
 
 from facts import (
-    ALGORITHM_FIELD,
     CHECKPOINTS_DIR,
     EVAL_RECORD,
-    KL_LOSS_BY_ALGO,
-    KL_LOSS_KEY,
-    METRIC_KEYS_FIELD,
     METRICS_LOG,
-    OFF_POLICY_KEYS,
-    REQUIRED_KEYS,
     RUN_RECORD,
     algorithm,
     checkpoint_name,
     run_dir_of_job,
     sweep_job_dir,
 )
-from facts.evaluation import recompute_eval, subset_bytes
 from facts.files import (
     COMMAND_PUBLIC_RECORD,
     COMMAND_RECORD,
     COMMANDS_FILE,
+    DATA_LEDGER,
     EVAL_RESPONSES_DIR,
     EVAL_SUBSET,
+    INITIAL_EVAL_COMPUTED,
+    INITIAL_EVAL_RESPONSES,
     JOB_RECORD,
-    JOB_SPEC,
     LATEST_CHECKPOINT,
     RESOURCE_SAMPLES,
     RESOURCE_SAMPLING_FIELD,
+    RUN_COMPLETED,
+    RUNTIME_LOG,
     SWEEP_RECORD,
     TENSORBOARD_DIR,
-    TRAINER_LOG,
     TRAINER_STATE,
     WEIGHTS_FILE,
     eval_responses_name,
+    initial_eval_relpath,
 )
-from facts.reward import math_reward
+from facts.ledger_format import LEDGER_FIELD
+from facts.repo import REPO_ROOT
 from facts.states import COMPLETED
 
-ARMS = ("grpo", "rpp", "rppb")
+ALGOS = ("grpo", "rpp", "rppb")
+SEEDS = (42, 1234, 2026)
 COMMIT = "5f7cd574372288391bb1c41ca0677422cd31e725"
 NODE = "cn-042.cluster.example"
-RESPONSES = (" 10 + 20 = 30\n#### 30",)  # the trainer log's sample
-EVAL_PROMPTS, EVAL_K = 25, 4
+RESPONSE_TEXTS = (
+    "Nancy has 3 apples and buys 4 more, so she has 7. #### 7",
+    "The answer is nan? No: NaN is not a number, inf is not either. #### 12",
+    "Let x = 5; loss is 0 and nothing is nan here. #### 5",
+    "Infinity pool tickets cost 2 each, 3 tickets cost 6. #### 6",
+)
 
 
 def write_json(path: Path, value) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(value, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(value, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def metric_keys(arm: str) -> list[str]:
-    """The keys the trainer logs at every step of ``arm`` (``trainer.metrics_writer.metric_keys``'s rule)."""
-    return sorted([*REQUIRED_KEYS, *OFF_POLICY_KEYS, *([KL_LOSS_KEY] if KL_LOSS_BY_ALGO[arm] else [])])
-
-
-def metrics_lines(arm: str, seed: int, steps: int) -> str:
-    """One JSON line per step: every declared key, values in the ranges a toy run logs."""
-    rng = random.Random(f"{arm}-{seed}")
-    keys = metric_keys(arm)
-    lines = []
-    for step in range(steps):
-        raw = round(0.2 + 0.3 * step / max(steps, 1) + rng.uniform(-0.05, 0.05), 6)
-        record = {key: 0.0 for key in keys}
-        record.update({
-            "rollout/raw_reward": raw, "rollout/returns": raw if arm != "rpp" else round(raw - 0.001 * step, 6),
-            "rollout/adv_raw_std": round(0.8 + 0.1 * rng.random(), 6), "rollout/adv_norm_std": 1.0,
-            "rollout/valid_tokens": float(300 + rng.randrange(200)), "rollout/response_len": round(12 + rng.random(), 4),
-            "train/loss": round(rng.uniform(-0.1, 0.1), 6), "train/pg_loss": round(rng.uniform(-0.1, 0.0), 6),
-            "train/grad_norm": round(0.5 + rng.random(), 6), "train/is_ratio_mean": 1.0, "train/is_ratio_max": 1.000002,
-            "perf/response_tok_per_s": round(6000 + 500 * rng.random(), 3), "perf/step_s": round(0.2 + 0.02 * rng.random(), 6),
-            "perf/peak_mem_gib": round(0.5 + 0.01 * rng.random(), 6),
-        })
-        if KL_LOSS_BY_ALGO[arm]:
-            record[KL_LOSS_KEY] = round(0.001 * rng.random(), 8)
-        lines.append(json.dumps({"step": step, **record}) + "\n")
-    return "".join(lines)
-
-
-def subset_rows() -> list[list]:
-    """The frozen evaluation subset: ``[index, question, label]`` rows."""
-    return [[i, f"Tom has {i} apples and buys {i + 1} more. How many apples does he have?", str(2 * i + 1)]
-            for i in range(EVAL_PROMPTS)]
-
-
-def eval_responses(pass1: float) -> list[dict]:
-    """Responses to the subset, ``round(pass1 x responses)`` of them correct, spread over the prompts; each
-    record's reward is the trainer's own score of its text, so the evidence's re-scoring agrees."""
-    correct = round(pass1 * EVAL_PROMPTS * EVAL_K)
+def metric_records(algo: str, seed: int, n_steps: int, reward=None, off_policy=None) -> list[dict]:
+    """One record per step with every key the contract requires of ``algo``; ``reward(step)`` sets the raw reward,
+    ``off_policy(step)`` -> (staleness, sampler log-prob gap) adds the off-policy diagnostics."""
+    rng = random.Random(f"{algo}-{seed}")
     records = []
-    for index, _, label in subset_rows():
-        right = correct // EVAL_PROMPTS + (index < correct % EVAL_PROMPTS)
-        for sample in range(EVAL_K):
-            answer = int(label) + (sample >= right)
-            response = f" {index} + {index + 1} = {answer}\n#### {answer}"
-            records.append({"index": index, "sample": sample, "response": response, "label": label,
-                            "reward": math_reward(response, label), "length": 13, "finished": True})
+    for step in range(n_steps):
+        raw = round(0.3 + 0.02 * step + rng.uniform(-0.05, 0.05), 6)
+        if reward is not None:
+            raw = reward(step)
+        record = {
+            "step": step,
+            "rollout/raw_reward": raw,
+            # k1 shaping moves the return away from the raw reward only for rpp.
+            "rollout/returns": round(raw - 0.001 * (step + 1) * (1 + rng.random()), 6) if algo == "rpp" else raw,
+            "rollout/adv_raw_mean": 0.0,
+            "rollout/adv_raw_std": round(0.4 + rng.random() * 0.1, 6),
+            "rollout/adv_norm_mean": 0.0,
+            "rollout/adv_norm_std": 1.0,
+            "rollout/valid_tokens": 3000 + rng.randrange(500),
+            "rollout/zero_variance": 0,
+            "rollout/all_zero_reward": 0,
+            "rollout/response_len": round(90 + rng.uniform(-5, 5), 3),
+            "rollout/truncated": round(rng.uniform(0.4, 0.6), 4),
+            "train/loss": round(rng.uniform(-0.1, 0.1), 6),
+            "train/pg_loss": round(rng.uniform(-0.1, 0.0), 6),
+            "train/ppo_kl": 0.0,
+            "train/clip_frac": 0.0,
+            "train/grad_norm": round(1.2 + rng.uniform(-0.1, 0.1), 5),
+            "perf/response_tok_per_s": round(400 + rng.uniform(-5, 5), 2),
+            "perf/step_s": round(70 + rng.uniform(-2, 2), 2),
+            "perf/peak_mem_gib": round(35 + rng.uniform(-0.3, 0.3), 3),
+        }
+        if algo != "rpp":
+            record["train/kl_loss"] = round(0.006 + rng.uniform(-0.001, 0.001), 6)
+        if off_policy is not None:
+            staleness, gap = off_policy(step)
+            record.update({"train/staleness": staleness, "train/sampler_logp_gap": gap,
+                           "train/is_ratio_mean": round(1.0 + gap / 10, 6), "train/is_ratio_max": round(1.0 + gap, 6)})
+        records.append(record)
     return records
 
 
-def eval_summary(checkpoint: str, records: list[dict]) -> dict:
-    """The summary the trainer writes of ``records``: their statistics, the subset's digest, the eval seed."""
-    stats = recompute_eval(records, EVAL_K)
-    return {"checkpoint": checkpoint, "eval_seed": 29, "subset_sha256": hashlib.sha256(subset_bytes(subset_rows())).hexdigest(),
-            "all_zero_reward": stats["mean_reward"] == 0, **stats}
+def write_metrics(run_dir: Path, records: list[dict]) -> None:
+    (run_dir / METRICS_LOG).write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
 
 
-def write_eval(run_dir: Path, checkpoint: str, pass1: float) -> None:
-    """eval.json, both evaluations' responses and the frozen subset they are scored against."""
+N_PROMPTS, K = 25, 4  # the synthetic evaluation: 25 frozen prompts x 4 samples each
+
+
+# The embedded data set's test split, as the trainer's runs pin it (manifests/toy.json): the synthetic runs are
+# evaluated on its first rows, so the evidence re-derives their subset as it does a real run's.
+TEST_SPLIT = "trainer/assets/toy/data/test.parquet"
+TEST_SPLIT_SHA256 = "f538276ac534d6e90dd2871aa9a20509393a4877085d747dba2f765cd338eaa8"
+MODEL_INPUT = f"model/{WEIGHTS_FILE}"  # run.json's inputs: the initial model's weights, by a path in the workload
+
+
+@functools.lru_cache(maxsize=1)
+def _test_split() -> tuple[tuple[str, str], ...]:
+    table = pq.read_table(REPO_ROOT / TEST_SPLIT, columns=["question", "answer"])
+    return tuple(zip(table.column("question").to_pylist(), table.column("answer").to_pylist()))
+
+
+def subset_rows(n_prompts: int = N_PROMPTS) -> list[list]:
+    """The frozen evaluation subset: ``[index, question, label]`` rows of the test split's first ``n_prompts``,
+    the label the scalar after a GSM8K rationale's ``####``."""
+    return [[i, question, answer.rsplit("####", 1)[-1].strip()]
+            for i, (question, answer) in enumerate(_test_split()[:n_prompts])]
+
+
+def subset_file_bytes(n_prompts: int = N_PROMPTS) -> bytes:
+    """The subset file as the trainer writes it (compact JSON, non-ASCII kept): its SHA256 is subset_sha256."""
+    return json.dumps(subset_rows(n_prompts), ensure_ascii=False, separators=(",", ":")).encode()
+
+
+SUBSET_SHA = hashlib.sha256(subset_file_bytes()).hexdigest()
+
+
+def correct_counts(pass1: float, n_prompts: int, k: int) -> list[int]:
+    """Correct samples per prompt giving the nearest possible pass@1 (``round(pass1 x n_prompts x k)`` correct in
+    all), spread as evenly as the counts allow."""
+    total = max(0, min(n_prompts * k, round(pass1 * n_prompts * k)))
+    base, extra = divmod(total, n_prompts)
+    return [base + (i < extra) for i in range(n_prompts)]
+
+
+def unbiased_pass_at(k: int, counts: list[int], j: int) -> float:
+    """The reference estimator in float64: mean over prompts of ``1 - C(k - c, j) / C(k, j)``."""
+    return float(np.mean([1.0 - math.comb(k - c, j) / math.comb(k, j) for c in counts]))
+
+
+def eval_responses(counts: list[int], k: int) -> list[dict]:
+    """Real responses to the subset's prompts: sample j of prompt i ends with the label when j < c_i, else with a
+    wrong number (each scored as the trainer would: the last number against the label)."""
+    records = []
+    for (index, _, label), c in zip(subset_rows(len(counts)), counts):
+        for j in range(k):
+            answer = int(label) if j < c else int(label) + 1
+            records.append({"index": index, "sample": j, "label": label,
+                            "response": f"{RESPONSE_TEXTS[(index + j) % len(RESPONSE_TEXTS)]} So he has {answer}.",
+                            "reward": 1.0 if j < c else 0.0, "length": 80 + (index + 3 * j) % 11,
+                            "finished": (index + j) % 5 != 0})
+    return records
+
+
+def summary_of(records: list[dict], counts: list[int], checkpoint: str, k: int) -> dict:
+    """The eval summary derived from the responses' own counts (the estimator above, in float64)."""
+    n = len(records)
+    summary = {
+        "checkpoint": checkpoint, "n_prompts": len(counts), "k": k, "n_responses": n, "eval_seed": 29,
+        "subset_sha256": hashlib.sha256(subset_file_bytes(len(counts))).hexdigest(),
+        "truncation": sum(not r["finished"] for r in records) / n,
+        "mean_length": sum(r["length"] for r in records) / n,
+        "mean_reward": sum(r["reward"] for r in records) / n, "all_zero_reward": not any(r["reward"] for r in records),
+    }
+    summary.update({f"pass@{j}": unbiased_pass_at(k, counts, j) for j in (1, 2, 4) if j <= k})
+    return summary
+
+
+def eval_entry(checkpoint: str, pass1: float, n_prompts: int = N_PROMPTS, k: int = K) -> dict:
+    """The summary of an evaluation whose pass@1 is the possible one nearest ``pass1``."""
+    counts = correct_counts(pass1, n_prompts, k)
+    return summary_of(eval_responses(counts, k), counts, checkpoint, k)
+
+
+def write_eval(run_dir: Path, final_checkpoint: str, final_pass1: float, n_prompts: int = N_PROMPTS, k: int = K,
+               initial_pass1: float = 0.25, final_counts: list[int] | None = None) -> dict:
+    """eval.json, eval/<initial|final>.jsonl and eval/subset.json of a run, as the trainer writes them; returns
+    eval.json's summary (pass@1 the possible value nearest the one asked for, or ``final_counts`` correct samples
+    of prompt i in the final evaluation)."""
     summary = {}
     (run_dir / EVAL_RESPONSES_DIR).mkdir(parents=True, exist_ok=True)
-    for kind, name, rate in (("initial", "initial", 0.25), ("final", checkpoint, pass1)):
-        records = eval_responses(rate)
-        summary[kind] = eval_summary(name, records)
-        (run_dir / EVAL_RESPONSES_DIR / eval_responses_name(kind)).write_text(
-            "".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-    (run_dir / EVAL_RESPONSES_DIR / EVAL_SUBSET).write_bytes(subset_bytes(subset_rows()))
+    for kind, checkpoint, pass1 in (("initial", "initial", initial_pass1), ("final", final_checkpoint, final_pass1)):
+        counts = final_counts if kind == "final" and final_counts is not None else correct_counts(pass1, n_prompts, k)
+        records = eval_responses(counts, k)
+        summary[kind] = summary_of(records, counts, checkpoint, k)
+        (run_dir / EVAL_RESPONSES_DIR / eval_responses_name(kind)).write_text("".join(json.dumps(r) + "\n" for r in records),
+                                                         encoding="utf-8")
+    (run_dir / EVAL_RESPONSES_DIR / EVAL_SUBSET).write_bytes(subset_file_bytes(n_prompts))
     write_json(run_dir / EVAL_RECORD, summary)
+    return summary
 
 
-def write_run_dir(run_dir: Path, arm: str, seed: int, steps: int, index: int) -> None:
-    """The trainer's output: run record, metrics, checkpoint, evaluation, event file."""
-    record = algorithm(arm)
-    write_json(run_dir / RUN_RECORD, {
-        "algo": arm, "algo_name": record.name, "seed": seed, "workload": "toy", "n_updates": steps,
-        "steps_completed": steps, "responses_generated": 32 * steps, "dp_size": 1, "status": "completed",
-        "source_commit": COMMIT, METRIC_KEYS_FIELD: metric_keys(arm),
-        ALGORITHM_FIELD: {**record.declaration(), "loss_reduction": "response_mean"},
-        "versions": {"proofgrid": "0.1.0", "python": "3.11.7", "torch": "2.13.0+cpu"},
-        "inputs": {f"trainer/assets/toy/model/{WEIGHTS_FILE}": hashlib.sha256(b"toy model").hexdigest()},
-        "config": {"seed": seed, "dp_size": 1, "algo": {"short": arm, **record.config},
-                   "workload": {"name": "toy", "n_updates": steps, "lr": 1e-4, "global_batch_size": 32}},
-        "output_dir_abs": str(run_dir.resolve()),
-    })
-    (run_dir / METRICS_LOG).write_text(metrics_lines(arm, seed, steps), encoding="utf-8")
-    (run_dir / TENSORBOARD_DIR).mkdir(parents=True, exist_ok=True)
-    (run_dir / TENSORBOARD_DIR / f"events.out.tfevents.1796156243.{NODE}.{index}.0").write_bytes(b"\x18\x00" * 64)
-    checkpoint = checkpoint_name(steps)
-    ckpt = run_dir / CHECKPOINTS_DIR / checkpoint
-    ckpt.mkdir(parents=True, exist_ok=True)
-    save_file({"embed.weight": np.arange(8, dtype=np.float32).reshape(2, 4) + seed}, str(ckpt / WEIGHTS_FILE))
-    (ckpt / "optimizer.pt").write_bytes(b"optimizer-state")
-    write_json(ckpt / TRAINER_STATE, {"step": steps})
-    (run_dir / CHECKPOINTS_DIR / LATEST_CHECKPOINT).write_text(checkpoint + "\n", encoding="utf-8")
-    write_eval(run_dir, checkpoint, 0.4 + random.Random(f"eval-{arm}-{seed}").uniform(-0.1, 0.1))
+def write_resources(job_dir: Path, index: int) -> None:
+    """The runtime's resource samples of a job (launcher.runtime.resource_sampler): four samples, 5 s apart."""
+    with open(job_dir / RESOURCE_SAMPLES, "w", encoding="utf-8") as f:
+        for n in range(4):
+            f.write(json.dumps({"t": 1700000000.0 + 5 * n + 1000 * index, "cpu_percent": 50.0 + 10 * n + index,
+                                "rss_bytes": (300 + 20 * n + index) * 2**20, "processes": 2, "gpus": None}) + "\n")
 
 
-def write_job(sweep: Path, name: str, arm: str, seed: int, steps: int, index: int) -> None:
-    """One accepted job's directory: the launcher's records around the trainer's run directory."""
-    job_dir = sweep_job_dir(sweep, name)
+def write_job(sweep: Path, algo: str, seed: int, index: int, n_steps: int, arm: str | None = None,
+              overrides: dict | None = None, final_pass1=None, reward=None, final_counts=None,
+              off_policy=None, n_prompts: int = N_PROMPTS) -> Path:
+    """One complete, valid job directory (of ``arm`` when given: the arm contract's records)."""
+    job_dir = sweep_job_dir(sweep, f"{arm or algo}-{seed}")
+    run_dir = run_dir_of_job(job_dir)
     for root in ("ray", "cache", "tmp"):
         (job_dir / "roots" / root).mkdir(parents=True, exist_ok=True)
-    overrides = [f"algo={arm}", f"seed={seed}"]
-    write_json(job_dir / JOB_SPEC, {
-        "algo": arm, "arm": arm, "arm_overrides": {"algo": arm}, "cpus": 1, "gpu_model": None, "n_updates": steps,
-        "name": name, "ray_cpus": 0, "seed": seed, "share_initial_eval": False, "source_commit": COMMIT,
-        "sweep_dir": str(sweep.resolve()), "trainer_overrides": overrides})
-    block = 20000 + 64 * index
     write_json(job_dir / JOB_RECORD, {
-        "algo": arm, "arm": arm, "arm_overrides": {"algo": arm}, "array_index": index, "cleanup": [],
-        "elapsed_s": 15.0 + index % 7, "exit_code": 0, "failure": None, "job_id": f"local-{index}", "node": NODE,
-        "ports": {"block": [block, block + 63], "master_port": block + 11}, "restart_count": 0,
-        "roots": {"cache": "roots/cache", "output": "run", "ray": "roots/ray", "tmp": "roots/tmp"},
-        "runtime_state": COMPLETED, "scheduler": "local", "seed": seed, "source_commit": COMMIT,
-        "started_at": 1796156236.0 + index, "state": COMPLETED,
+        "algo": algo, "seed": seed, "job_id": str(937650 + index), "array_index": index, "node": NODE,
+        "state": COMPLETED, "exit_code": 0, "elapsed_s": 3900.0 + 37 * index, "source_commit": COMMIT,
+        "roots": {"ray": "roots/ray", "cache": "roots/cache", "tmp": "roots/tmp", "output": "run"},
+        "ports": {"block": [20000 + 100 * index, 20099 + 100 * index], "master_port": 20001 + 100 * index},
+        "cleanup": [],
         RESOURCE_SAMPLING_FIELD: {"file": RESOURCE_SAMPLES, "interval_s": 5.0, "samples": 4,
-                                  "gpu": "skipped: no GPU visible to the job"}})
-    with open(job_dir / RESOURCE_SAMPLES, "w", encoding="utf-8") as samples:  # the runtime's, 5 s apart
-        for n in range(4):
-            samples.write(json.dumps({"t": 1796156236.0 + index + 5 * n, "cpu_percent": 90.0 + n, "processes": 2,
-                                      "rss_bytes": (400 + n + index % 5) * 2**20, "gpus": None}) + "\n")
-    argv = ["-m", "trainer", *overrides]
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(block + 11), "PYTHONNOUSERSITE": "1", "HF_HUB_OFFLINE": "1"}
+                              "gpu": "skipped: no GPU visible to the job"},
+        **({"arm": arm, "arm_overrides": overrides} if arm is not None else {}),
+    })
+    write_resources(job_dir, index)
+    # the evaluation's 25 prompts are an override of the toy workload's 64, as a real command says it
+    # the arm's other settings after algo and seed, as commands.txt states them (the launcher writes both alike)
+    settings = [f"{k}={v}" for k, v in (overrides or {}).items() if k != "algo"]
+    argv = ["python", "-m", "trainer", f"algo={algo}", f"seed={seed}", *settings, "workload=toy",
+            f"workload.eval.n_prompts={n_prompts}"]
     write_json(job_dir / COMMAND_RECORD, {
-        "argv": ["python", *argv, f"output_dir={run_dir_of_job(job_dir).resolve()}"], "cwd": ".", "sbatch": None,
-        "env": {**env, "TMPDIR": str((job_dir / "roots" / "tmp").resolve())}})
+        "argv": argv + [f"output_dir={run_dir.resolve()}"],
+        "env": {"TMPDIR": str((job_dir / "roots" / "tmp").resolve()), "PYTHONNOUSERSITE": "1"},
+        "sbatch": "",
+    })
     write_json(job_dir / COMMAND_PUBLIC_RECORD, {
-        "argv": ["<PYTHON_BIN>/python", *argv, "output_dir=<JOB_DIR>/run"], "cwd": "<REPO>", "sbatch": None,
-        "env": {**env, "TMPDIR": "<JOB_DIR>/roots/tmp"}})
-    (job_dir / TRAINER_LOG).write_text("".join(f"step {s} loss 0.01 reward 0.3\n" for s in range(0, steps, 10))
-                                         + f"sample: {RESPONSES[0]}\ndone\n", encoding="utf-8")
-    write_run_dir(run_dir_of_job(job_dir), arm, seed, steps, index)
+        "argv": argv + ["output_dir=<JOB_DIR>/run"],
+        "env": {"TMPDIR": "<JOB_DIR>/roots/tmp", "PYTHONNOUSERSITE": "1"}, "sbatch": "",
+    })
+    (job_dir / RUNTIME_LOG).write_text(  # the runtime's log, with the scheduler's stdout on Slurm
+        f"step 0 loss 0.01\nsample: {RESPONSE_TEXTS[0]}\nsample: {RESPONSE_TEXTS[1]}\ndone\n", encoding="utf-8")
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_metrics(run_dir, metric_records(algo, seed, n_steps, reward and (lambda step: reward(arm or algo, seed, step)),
+                                          off_policy and (lambda step: off_policy(arm or algo, seed, step))))
+    (run_dir / TENSORBOARD_DIR).mkdir(exist_ok=True)
+    (run_dir / TENSORBOARD_DIR / f"events.out.tfevents.1700000000.{NODE}.{index}").write_bytes(b"\x18\x00" * 64)
+    checkpoint = checkpoint_name(n_steps)
+    ckpt = run_dir / CHECKPOINTS_DIR / checkpoint
+    ckpt.mkdir(parents=True, exist_ok=True)
+    save_file({"embed.weight": np.arange(8, dtype=np.float32).reshape(2, 4)}, str(ckpt / WEIGHTS_FILE))
+    (ckpt / "optimizer.pt").write_bytes(b"optimizer-state")
+    write_json(ckpt / TRAINER_STATE, {"step": n_steps})
+    (run_dir / CHECKPOINTS_DIR / LATEST_CHECKPOINT).write_text(checkpoint + "\n", encoding="utf-8")
+    rng = random.Random(f"eval-{algo}-{seed}")
+    pass1 = round(0.5 + rng.uniform(-0.1, 0.1), 4) if final_pass1 is None else final_pass1(arm or algo, seed)
+    write_eval(run_dir, checkpoint, pass1, n_prompts, final_counts=final_counts and final_counts(arm or algo, seed))
+    write_json(run_dir / RUN_RECORD, {
+        "algo": algo, "algo_name": algorithm(algo).name,
+        "seed": seed, "workload": "toy", "n_updates": n_steps, "steps_completed": n_steps,
+        "responses_generated": 32 * n_steps, "dp_size": 1,
+        "versions": {"python": "3.11.7", "torch": "2.13.0"},
+        "inputs": {MODEL_INPUT: "ab" * 32, TEST_SPLIT: TEST_SPLIT_SHA256},
+        "config": {"lr": float((overrides or {}).get("workload.lr", 1e-6)), "clip": 0.2, "seed": seed,
+                   "workload": {"manifest": "manifests/toy.json", "test_path": TEST_SPLIT,
+                                "eval": {"n_prompts": n_prompts}},
+                   "algo": {"name": algo, "kl_coef": 0.01 if algo == "rpp" else 0.0,
+                            "kl_loss_coef": 0.0 if algo == "rpp" else 0.01}},
+        "output_dir_abs": str(run_dir.resolve()),
+        "status": RUN_COMPLETED,
+    })
+    return job_dir
 
 
-def write_sweep(sweep: Path, jobs: int, steps: int) -> Path:
-    """``jobs`` accepted jobs of ``steps`` updates: the grid of the first ``a`` of ``ARMS`` (the most that
-    divide ``jobs``: the evidence expects every arm at every seed) by seeds ``0 .. jobs / a - 1``."""
-    n_arms = next(a for a in range(len(ARMS), 0, -1) if jobs % a == 0)
-    cells = [(ARMS[i % n_arms], i // n_arms) for i in range(jobs)]
-    names = [f"{arm}-{seed}" for arm, seed in cells]
-    sweep.mkdir(parents=True, exist_ok=False)
-    arms = sorted({arm for arm, _ in cells}, key=ARMS.index)
-    write_json(sweep / SWEEP_RECORD, {
-        "algos": arms, "arms": {arm: {"algo": arm} for arm in arms}, "cluster": {"kind": "local", "max_parallel": None},
-        "created": "2026-12-01", "eval_responses": EVAL_PROMPTS * EVAL_K, "jobs": names, "n_updates": steps,
-        "seeds": sorted({seed for _, seed in cells}), "source_commit": COMMIT, "workload": "toy"})
-    for index, ((arm, seed), name) in enumerate(zip(cells, names)):
-        write_job(sweep, name, arm, seed, steps, index)
-    (sweep / COMMANDS_FILE).write_text("".join(
-        f"[{i}] {name}: python -m trainer algo={arm} seed={seed} output_dir=<JOB_DIR>/run\n"
-        for i, ((arm, seed), name) in enumerate(zip(cells, names))), encoding="utf-8")
+def make_sweep(root: Path, algos=ALGOS, seeds=SEEDS, n_steps: int = 10, name: str = "sweep", arms: dict | None = None,
+               final_pass1=None, reward=None, workload: str = "toy", final_counts=None, off_policy=None,
+               n_prompts: int = N_PROMPTS) -> Path:
+    """A complete sweep: every job valid and accepted unless a test changes it.
+
+    ``final_counts(arm, seed)``: the correct samples (of ``K``) of each of the ``N_PROMPTS`` prompts in the run's
+    final evaluation, in place of ``final_pass1``'s evenly spread ones (prompts that differ in difficulty).
+
+    ``arms``: ``{label: {"algo": ..., other overrides}}`` (the arm contract); ``algos`` is then derived.
+    ``n_prompts``: the evaluation's prompts (``workload.eval.n_prompts`` in every command), ``N_PROMPTS`` by default.
+    """
+    sweep = root / name
+    sweep.mkdir(parents=True)
+    record = {"workload": workload, "seeds": list(seeds), "n_updates": n_steps,
+              "source_commit": COMMIT, "cluster": "local", "created": "2026-01-15T10:00:00Z"}
+    if arms is None:
+        cells = [(a, a, None, s) for a in algos for s in seeds]
+        record["algos"] = list(algos)
+    else:
+        cells = [(label, o["algo"], o, s) for label, o in arms.items() for s in seeds]
+        record["algos"] = sorted({o["algo"] for o in arms.values()})
+        record["arms"] = arms
+        record["jobs"] = [f"{label}-{s}" for label, _, _, s in cells]
+    write_json(sweep / SWEEP_RECORD, record)
+    commands = []
+    for i, (label, algo, overrides, seed) in enumerate(cells):
+        write_job(sweep, algo, seed, i, n_steps, arm=label if arms is not None else None, overrides=overrides,
+                  final_pass1=final_pass1, reward=reward, final_counts=final_counts, off_policy=off_policy,
+                  n_prompts=n_prompts)
+        extra = "".join(f" {k}={v}" for k, v in (overrides or {}).items() if k != "algo")
+        commands.append(f"[{i}] {label}-{seed}: python -m trainer algo={algo} seed={seed}{extra} workload=toy "
+                        f"workload.eval.n_prompts={n_prompts} output_dir=<JOB_DIR>/run")
+    (sweep / COMMANDS_FILE).write_text("\n".join(commands) + "\n", encoding="utf-8")
     return sweep
 
 
+def job_dir(sweep: Path, arm: str, seed: int) -> Path:
+    return sweep_job_dir(sweep, f"{arm}-{seed}")
+
+
+def set_job_fields(sweep: Path, algo: str, seed: int, **fields) -> None:
+    path = job_dir(sweep, algo, seed) / JOB_RECORD
+    record = json.loads(path.read_text())
+    record.update(fields)
+    write_json(path, record)
+
+
+# A shared initial evaluation as the trainer's shared_initial_eval writes it, and what the runs that reference it
+# record of their setup (run.json's config.workload), so that it is their control (evidence.gates.artifacts).
+SAMPLING = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_new_tokens": 48}
+WORKLOAD = {"model_path": "model", "engine": "torch", "dtype": "float32", "device": "cpu",
+            "eval": {"k": K, "seed": 29, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_response_len": 48}}
+
+
+def share_initial_eval(sweep: Path, jobs, pass1: float = 0.25, computed_by: str | None = "first") -> Path:
+    """Make the jobs' initial control one shared evaluation, ``<sweep>/initial_eval/<key12>/`` (eval.json with its
+    key, identity, summary and responses' SHA256; responses.jsonl), referenced by each job's eval.json (path, key,
+    SHA256), and recorded as computed by ``computed_by`` (a job's name; "first": the first of ``jobs``; None: by no
+    job, as one planted before the sweep) in its run's initial_eval_computed.jsonl; returns its directory."""
+    jobs = list(jobs)
+    counts = correct_counts(pass1, N_PROMPTS, K)
+    records = eval_responses(counts, K)
+    summary = summary_of(records, counts, "initial", K)
+    identity = {"model_files": {MODEL_INPUT: "ab" * 32}, "subset_sha256": SUBSET_SHA,
+                "n_prompts": N_PROMPTS, "k": K, "eval_seed": 29, "sampling": SAMPLING, "engine": "torch",
+                "dtype": "float32", "device": "cpu", "num_threads": 1,
+                "versions": {"python": "3.11.7", "torch": "2.13.0"}, "source_commit": COMMIT}
+    key = hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    directory = sweep / initial_eval_relpath(key)
+    directory.mkdir(parents=True, exist_ok=True)  # a second call replaces it
+    responses = "".join(json.dumps(r) + "\n" for r in records).encode()
+    (directory / INITIAL_EVAL_RESPONSES).write_bytes(responses)
+    record = {"key": key, "identity": identity, "initial": summary,
+              "responses_sha256": hashlib.sha256(responses).hexdigest()}
+    text = (json.dumps(record, indent=1, sort_keys=True) + "\n").encode()
+    (directory / EVAL_RECORD).write_bytes(text)
+    reference = {"path": f"{initial_eval_relpath(key)}/{EVAL_RECORD}", "key": key, "sha256": hashlib.sha256(text).hexdigest()}
+    computer = jobs[0] if computed_by == "first" and jobs else computed_by
+    if computer is not None:
+        with open(run_dir_of_job(sweep_job_dir(sweep, computer)) / INITIAL_EVAL_COMPUTED, "a", encoding="utf-8") as log:
+            log.write(json.dumps(reference, sort_keys=True) + "\n")
+    for job in jobs:
+        run = run_dir_of_job(sweep_job_dir(sweep, job))
+        evaluation = json.loads((run / EVAL_RECORD).read_text())
+        evaluation["initial"] = {**summary, "shared": reference}
+        write_json(run / EVAL_RECORD, evaluation)
+        (run / EVAL_RESPONSES_DIR / eval_responses_name("initial")).unlink(missing_ok=True)  # a second call: the control replaced
+        summary_record = json.loads((run / RUN_RECORD).read_text())
+        summary_record["config"]["workload"] = json.loads(json.dumps(WORKLOAD))
+        summary_record["source_commit"] = COMMIT
+        write_json(run / RUN_RECORD, summary_record)
+    return directory
+
+
+def _digest(value) -> str:
+    """SHA256 of canonical JSON (no spaces), as docs/run-directory.md states the data ledger's digests."""
+    return hashlib.sha256(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()
+
+
+def write_ledger(job_dir: Path, nonce: str, resumed_at: int | None = None, rows_per_step: int = 4,
+                 split_rows: int = 64) -> None:
+    """The trainer's data ledger of a job's run (``run/data_ledger.jsonl``), written from the formula the docs state
+    (not the trainer's code): one start line per process (``resumed_at``: a second process resumed there), one line
+    per step of its metrics log, the rows a seeded permutation of a ``split_rows``-row split; run.json declares it and
+    job.json carries the job's ``nonce``. Each process draws its own entropy (``os.urandom``), as the trainer does."""
+    import os
+
+    run_dir = run_dir_of_job(job_dir)
+    metrics = [json.loads(line) for line in (run_dir / METRICS_LOG).read_text().splitlines()]
+    train_sha256 = "7a" * 32
+    order = random.Random(f"rows-{job_dir.name.split('.')[0]}").sample(range(split_rows), split_rows)
+    steps = []
+    for step in range(len(metrics)):
+        rows = [order[(step * rows_per_step + i) % split_rows] for i in range(rows_per_step)]
+        steps.append((rows, _digest([[r, f"question {r}", str(r)] for r in rows])))
+    plan, value = [], _digest(["proofgrid data ledger", train_sha256])
+    for step, (rows, digest) in enumerate(steps):
+        value = _digest([value, step, rows, digest])
+        plan.append(value)
+
+    def start(at: int) -> dict:
+        return {"start": {"process": os.urandom(16).hex(), "pid": 4000 + at, "started_at": 1700000000.0 + at,
+                          "job_nonce": nonce, "resumed_from": at, "n_steps": len(metrics),
+                          "rows_per_step": rows_per_step, "train_sha256": train_sha256, "plan_sha256": plan[-1]}}
+
+    lines = [start(0)]
+    for step, (rows, digest) in enumerate(steps):
+        if step == resumed_at:
+            lines.append(start(step))
+        logged = {k: v for k, v in metrics[step].items() if k != "step" and not k.startswith("perf/")}
+        lines.append({"step": step, "rows": rows, "rows_sha256": digest, "chain": plan[step], "plan": plan[step],
+                      "metrics": hashlib.sha256(json.dumps(logged, sort_keys=True).encode()).hexdigest()})
+    (run_dir / DATA_LEDGER).write_text("".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
+    run = json.loads((run_dir / RUN_RECORD).read_text())
+    run[LEDGER_FIELD] = {"file": DATA_LEDGER, "plan_sha256": plan[-1], "n_steps": len(metrics),
+                          "rows_per_step": rows_per_step, "train_sha256": train_sha256}
+    write_json(run_dir / RUN_RECORD, run)
+    record = json.loads((job_dir / JOB_RECORD).read_text())
+    record["job_nonce"] = nonce
+    write_json(job_dir / JOB_RECORD, record)
+
+
+def bench_sweep(sweep: Path, jobs: int, steps: int) -> Path:
+    """``jobs`` accepted jobs of ``steps`` updates at ``sweep``: the grid of the first ``a`` of ``ALGOS`` (the most
+    that divide ``jobs``: the evidence expects every arm at every seed), as arms, by seeds ``0 .. jobs / a - 1``;
+    every step logs the off-policy keys too, as the trainer's runs do."""
+    n_arms = next(a for a in range(len(ALGOS), 0, -1) if jobs % a == 0)
+    return make_sweep(sweep.parent, seeds=range(jobs // n_arms), n_steps=steps, name=sweep.name,
+                      arms={algo: {"algo": algo} for algo in ALGOS[:n_arms]},
+                      off_policy=lambda arm, seed, step: (0, 0.0))
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description="Write a synthetic sweep of accepted jobs (benchmarks/synthetic_sweep.py).")
     ap.add_argument("sweep_dir", type=Path)
     ap.add_argument("--jobs", type=int, default=100)
     ap.add_argument("--steps", type=int, default=50)
     args = ap.parse_args()
-    write_sweep(args.sweep_dir, args.jobs, args.steps)
+    bench_sweep(args.sweep_dir, args.jobs, args.steps)
 
 
 if __name__ == "__main__":

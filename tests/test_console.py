@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.synthetic_sweep import make_sweep
 from evidence import build_bundle
-from tests.evidence.sweep_factory import make_sweep
 from tests.sweeps import GRID, REPO
 
 PROOFGRID = Path(sys.executable).with_name("proofgrid")  # the console script `make venv` installs

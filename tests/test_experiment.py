@@ -29,24 +29,11 @@ from launcher.experiment import (
     spec_changes,
 )
 from launcher.experiment.runner import Runner
+from tests.experiment_spec import experiment_spec
 from tests.launch_in_process import launch_in_process
 from tests.sweeps import REPO
 
 GOLDEN = REPO / "tests" / "golden" / "experiment_loss_norm_dry_run.txt"
-SPEC = {
-    "title": "t", "hypothesis": "h", "seeds": [1, 2, 3],
-    "arms": {"base": {"algo": "is_pg"}, "treat": {"algo": "score_centering"}},
-    "criterion": {"metric": "eval/pass@1", "at": "final", "baseline": "base", "treatment": "treat",
-                  "threshold_points": 4},
-}
-
-
-def _spec(**changes) -> dict:
-    spec = json.loads(json.dumps(SPEC))
-    spec.update(changes)
-    return spec
-
-
 def _study(spec: dict):
     return load_study(OmegaConf.create(spec), "test")
 
@@ -210,33 +197,32 @@ def test_a_corrupt_registration_is_one_line_naming_the_file_and_the_fix(tmp_path
 
 
 @pytest.mark.parametrize(("spec", "message"), [
-    (_spec(arms={"base": {"algo": "is_pg"}, "treat": {"algo": "is_pg"}}), "arms base and treat are identical"),
-    (_spec(arms={"base": {"algo": "is_pg", "workload.lrr": 1}, "treat": {"algo": "score_centering"}}),
-     "arm base: unknown setting 'workload.lrr'; did you mean workload.lr?"),
-    (_spec(arms={"base": {"algo": "is_pgg"}, "treat": {"algo": "score_centering"}}), "unknown algo 'is_pgg'"),
-    (_spec(settings={"workload.n_update": 3}), "settings: unknown setting 'workload.n_update'"),
-    (_spec(hypothesis=""), "'hypothesis' must state it in words"),
-    (_spec(colour="red"), "unknown key 'colour'"),
-    (_spec(probe={"gradient_check": {"baseline": "base", "treatment": "nobody"}}),
+    (experiment_spec(arms={"isp": {"algo": "grpo"}, "sc": {"algo": "grpo"}}), "arms isp and sc are identical"),
+    (experiment_spec(arms={"isp": {"algo": "grpo", "workload.lrr": 1}, "sc": {"algo": "rppb"}}),
+     "arm isp: unknown setting 'workload.lrr'; did you mean workload.lr?"),
+    (experiment_spec(arms={"isp": {"algo": "grpoo"}, "sc": {"algo": "rppb"}}), "unknown algo 'grpoo'"),
+    (experiment_spec(settings={"workload.n_update": 3}), "settings: unknown setting 'workload.n_update'"),
+    (experiment_spec(hypothesis=""), "'hypothesis' must state it in words"),
+    (experiment_spec(colour="red"), "unknown key 'colour'"),
+    (experiment_spec(probe={"gradient_check": {"baseline": "isp", "treatment": "nobody"}}),
      "probe.gradient_check.treatment 'nobody' is not an arm"),
-    (_spec(criterion={**SPEC["criterion"], "treatment": ["treat", "treat"]}),
-     "criterion: treatment lists treat twice; name each treatment once"),
-    (_spec(criterion={k: v for k, v in SPEC["criterion"].items() if k != "baseline"}), "criterion: no baseline"),
-    (_spec(certify=True), "certify takes {stages: [...]}, a list of distinct stages out of tuning, confirm"),
-    (_spec(certify={"stages": ["probe"]}), "certify takes {stages: [...]}"),
-    (_spec(certify={"stages": ["tuning"]}), "certify.stages names tuning, but the spec has no tuning stage"),
-    (_spec(seeds={"n": "auto", "min": 3, "max": 10}, certify={"stages": ["confirm"]}),
+    (experiment_spec(criterion={"treatment": ["sc", "sc"]}), "criterion: treatment lists sc twice; name each treatment once"),
+    (experiment_spec(criterion={"baseline": None}), "criterion: no baseline"),
+    (experiment_spec(certify=True), "certify takes {stages: [...]}, a list of distinct stages out of tuning, confirm"),
+    (experiment_spec(certify={"stages": ["probe"]}), "certify takes {stages: [...]}"),
+    (experiment_spec(certify={"stages": ["tuning"]}), "certify.stages names tuning, but the spec has no tuning stage"),
+    (experiment_spec(seeds={"n": "auto", "min": 3, "max": 10}, certify={"stages": ["confirm"]}),
      "certify.stages names confirm, but its seeds are sized (seeds: {n: auto}); certify a design with a fixed list"),
     # a setting the stages own, set by the spec (adv B17): the stage's own layer would silently win or lose
-    (_spec(settings={"seed": 5}), "settings sets seed=5; the spec's seeds are pre-registered"),
-    (_spec(arms={"base": {"algo": "is_pg", "seed": 7}, "treat": {"algo": "score_centering"}}),
-     "arm base sets seed=7; the spec's seeds are pre-registered"),
-    (_spec(probe={"gradient_check": {"baseline": "base", "treatment": "treat", "settings": {"seed": 2}}}),
+    (experiment_spec(settings={"seed": 5}), "settings sets seed=5; the spec's seeds are pre-registered"),
+    (experiment_spec(arms={"isp": {"algo": "grpo", "seed": 7}, "sc": {"algo": "rppb"}}),
+     "arm isp sets seed=7; the spec's seeds are pre-registered"),
+    (experiment_spec(probe={"gradient_check": {"baseline": "isp", "treatment": "sc", "settings": {"seed": 2}}}),
      "probe.gradient_check.settings sets seed=2"),
-    (_spec(probe={"staleness_check": {"arm": "base", "settings": {"seed": 2}}}), "probe.staleness_check.settings sets seed=2"),
-    (_spec(probe={"staleness_check": {"arm": "base", "settings": {"workload.n_updates": 9}}}),
+    (experiment_spec(probe={"staleness_check": {"arm": "isp", "settings": {"seed": 2}}}), "probe.staleness_check.settings sets seed=2"),
+    (experiment_spec(probe={"staleness_check": {"arm": "isp", "settings": {"workload.n_updates": 9}}}),
      "probe.staleness_check.settings sets workload.n_updates=9; the probe runs probe.steps updates"),
-    (_spec(settings={"workload.lr": 1e-3}, tuning={"setting": "workload.lr", "values": [1e-4, 3e-4],
+    (experiment_spec(settings={"workload.lr": 1e-3}, tuning={"setting": "workload.lr", "values": [1e-4, 3e-4],
                                                    "metric": "rollout/raw_reward", "at": "last_k", "last_k": 2}),
      "settings sets the tuned setting workload.lr=0.001"),
 ])
@@ -294,7 +280,7 @@ def test_a_dry_run_in_a_finished_experiment_writes_nothing_a_real_run_reads(tmp_
 
 
 @pytest.mark.parametrize("kept", ["experiment.yaml", "stage jobs"])
-def test_a_run_directory_that_lost_its_registration_is_refused_not_reused_under_a_new_spec(tmp_path, kept):
+def test_a_run_directory_that_lost_its_registration_is_refused_not_reused_under_a_newexperiment_spec(tmp_path, kept):
     _finished(tmp_path)
     (tmp_path / REGISTRATION).unlink()
     if kept != "experiment.yaml":
@@ -385,17 +371,17 @@ def test_spec_changes_names_every_changed_and_added_key():
 
 
 def test_a_budget_the_probe_shows_cannot_be_met_is_refused():
-    study = _study(_spec(budget={"cpu_hours": 0.5, "wall_minutes_per_run": 30}))
+    study = _study(experiment_spec(budget={"cpu_hours": 0.5, "wall_minutes_per_run": 30}))
     record = {"arms": {"a": {"step_s": 2.0}, "b": {"step_s": 4.0}}}  # the slowest arm's step cost counts
     runs = SimpleNamespace(all_specs=[SimpleNamespace(n_updates=100, cpus=2)] * 6)  # a stage's jobs, certificate jobs too
     # 6 runs x 100 steps x 4 s x 2 CPUs = 4800 CPU-s = 1.33 CPU-h > 0.5
     with pytest.raises(ExperimentError, match=r"needs about 1.33 cpu-hours \(6 runs, 600 steps at the probe's 4.00 "
                                               r"s/step\), over the budget of 0.5"):
         check_budget(study, record, [runs])
-    fits = check_budget(_study(_spec(budget={"cpu_hours": 2})), record, [runs])
+    fits = check_budget(_study(experiment_spec(budget={"cpu_hours": 2})), record, [runs])
     assert fits["cpu_hours"] == pytest.approx(4800 / 3600)
     with pytest.raises(ExperimentError, match="a run needs about 6.7 min"):
-        check_budget(_study(_spec(budget={"wall_minutes_per_run": 5})), record, [runs])
+        check_budget(_study(experiment_spec(budget={"wall_minutes_per_run": 5})), record, [runs])
 
 
 SIZED = {"n": "auto", "min": 3, "max": 10}
@@ -408,14 +394,14 @@ def test_a_sized_design_is_refused_only_when_its_first_look_does_not_fit_the_bud
     most = SimpleNamespace(all_specs=[SimpleNamespace(n_updates=100, cpus=2)] * 20)  # 2 arms x 10 seeds
     first = SimpleNamespace(all_specs=[SimpleNamespace(n_updates=100, cpus=2)] * 6)  # 2 arms x 3 seeds
     # 20 x 100 x 4 s x 2 CPUs = 4.44 CPU-h at the most; 6 x 100 x 4 x 2 = 1.33 CPU-h at the first look
-    fits = check_budget(_study(_spec(seeds=SIZED, budget={"cpu_hours": 2})), record, [most], [first])
+    fits = check_budget(_study(experiment_spec(seeds=SIZED, budget={"cpu_hours": 2})), record, [most], [first])
     assert fits["cpu_hours"] == pytest.approx(16000 / 3600) and fits["first_look"]["cpu_hours"] == pytest.approx(4800 / 3600)
     with pytest.raises(ExperimentError, match=r"^budget: the first look's plan needs about 1.33 cpu-hours \(6 runs"):
-        check_budget(_study(_spec(seeds=SIZED, budget={"cpu_hours": 1})), record, [most], [first])
+        check_budget(_study(experiment_spec(seeds=SIZED, budget={"cpu_hours": 1})), record, [most], [first])
 
 
 def test_the_registration_records_the_sized_designs_rule_before_any_seed_runs(tmp_path):
-    study = _study(_spec(seeds=SIZED))
+    study = _study(experiment_spec(seeds=SIZED))
     assert study.experiment.seeds == tuple(range(1, 11))
     assert "spending: obrien-fleming" in study.text  # the spec as run names the default rule: its SHA256 registers it
     register(tmp_path, study, [])
@@ -782,13 +768,13 @@ def test_a_certify_block_certifies_the_stages_it_names_and_the_budget_counts_the
     from evidence.dataset import BundleData
     from evidence.verdict.probe import planned_runs
 
-    study = _study(_spec(certify={"stages": ["confirm"]}))
-    assert study.certify == ("confirm",) and _study(_spec()).certify == ()
+    study = _study(experiment_spec(certify={"stages": ["confirm"]}))
+    assert study.certify == ("confirm",) and _study(experiment_spec()).certify == ()
     # the audit's recount of the plan: 2 arms x 3 seeds, and a rerun and a resume per arm, each of 4 steps x 2 CPUs
     confirm = BundleData(sweep={"n_updates": 4}, settings={}, index=[], incidents=[],
-                         runs={("base", 1): {"config": {"workload": {"cpus_per_job": 2}}}})
+                         runs={("isp", 1): {"config": {"workload": {"cpus_per_job": 2}}}})
     assert planned_runs(study, confirm) == [(4, 2)] * (6 + 4)
-    assert planned_runs(_study(_spec()), confirm) == [(4, 2)] * 6
+    assert planned_runs(_study(experiment_spec()), confirm) == [(4, 2)] * 6
     proc = _experiment(tmp_path / "e", "experiment=loss_norm", "+experiment.certify={stages:[confirm]}", "dry_run=true")
     assert proc.returncode == 0, proc.stderr
     lines = _plan_lines(proc.stdout)

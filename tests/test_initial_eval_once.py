@@ -22,12 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from evidence import audit_bundle
-from facts import sha256_file
-from facts.evaluation import recompute_eval
-from facts.files import INITIAL_EVAL_COMPUTED
-from facts.reward import math_reward
-from tests.evidence.sweep_factory import (
+from benchmarks.synthetic_sweep import (
     COMMIT,
     N_PROMPTS,
     SUBSET_SHA,
@@ -36,6 +31,11 @@ from tests.evidence.sweep_factory import (
     eval_responses,
     summary_of,
 )
+from evidence import audit_bundle
+from facts import sha256_file
+from facts.evaluation import recompute_eval
+from facts.files import INITIAL_EVAL_COMPUTED
+from facts.reward import math_reward
 from tests.sweeps import REPO, launch, reseal_bag
 from trainer.evaluate import identity_key, read_shared_initial, shared_initial_eval
 
@@ -349,7 +349,7 @@ def test_the_launcher_hands_the_sweep_dir_to_the_trainer_only_when_jobs_can_shar
 
 SAMPLING = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_new_tokens": 48}
 # What the trainer's identity names (trainer.loop.initial_eval_identity), as the synthetic runs record it
-# (tests/evidence/sweep_factory.py: run.json's inputs, versions and source commit; the workload below).
+# (benchmarks/synthetic_sweep.py: run.json's inputs, versions and source commit; the workload below).
 SYNTHETIC_IDENTITY = {"model_files": {"model/model.safetensors": "ab" * 32}, "subset_sha256": SUBSET_SHA,
                       "n_prompts": N_PROMPTS, "k": K, "eval_seed": 29, "sampling": SAMPLING, "engine": "torch",
                       "dtype": "float32", "device": "cpu", "num_threads": 1,
@@ -361,7 +361,7 @@ SYNTHETIC_PASS1 = 0.25  # the shared control's pass@1: every prompt answered onc
 
 
 def _synthetic_responses(path: Path) -> dict:
-    """The synthetic sweep's real evaluation (tests/evidence/sweep_factory.py: its 25 frozen prompts x 4 samples,
+    """The synthetic sweep's real evaluation (benchmarks/synthetic_sweep.py: its 25 frozen prompts x 4 samples,
     one correct per prompt, scored against the subset's labels), written as the trainer writes one; the summary
     derived from the counts in float64."""
     counts = correct_counts(SYNTHETIC_PASS1, N_PROMPTS, K)
@@ -529,7 +529,7 @@ def test_a_rerun_reuses_the_shared_evaluation_and_a_missing_one_is_recomputed(tm
 def _synthetic_shared_sweep(root: Path) -> Path:
     """A synthetic two-job sweep whose jobs reference one shared initial evaluation, written by the
     trainer's own ``shared_initial_eval``, as a sweep of ``launch.py -m`` does."""
-    from tests.evidence.sweep_factory import make_sweep
+    from benchmarks.synthetic_sweep import make_sweep
 
     sweep_dir = make_sweep(root, algos=("grpo", "rpp"), seeds=(42,), n_steps=3)
     shared = shared_initial_eval(sweep_dir, SYNTHETIC_IDENTITY, _synthetic_responses,

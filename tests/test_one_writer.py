@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.synthetic_sweep import make_sweep
 from evidence import audit_bundle
 from evidence.seal.bundle import SweepError, bag_files, write_archive
 from facts.files import SWEEP_LOCK
-from tests.evidence.sweep_factory import make_sweep
 from tests.sweeps import REPO, wait_for
 
 HOLD = """

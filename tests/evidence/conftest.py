@@ -1,18 +1,14 @@
-"""Fixtures for the evidence tests: synthetic sweeps on disk (see sweep_factory.py)."""
+"""Fixtures for the evidence tests: synthetic sweeps on disk (written by benchmarks/synthetic_sweep.py)."""
 
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from sweep_factory import make_sweep  # noqa: E402
-
-from evidence.seal.bundle import build_bundle  # noqa: E402
+from benchmarks.synthetic_sweep import make_sweep
+from evidence.seal.bundle import build_bundle
 
 
 @pytest.fixture(scope="session")

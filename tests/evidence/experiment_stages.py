@@ -18,8 +18,8 @@ import json
 from pathlib import Path
 
 import yaml
-from sweep_factory import make_sweep
 
+from benchmarks.synthetic_sweep import make_sweep
 from evidence.seal.bundle import build_bundle
 
 CPUS = 2

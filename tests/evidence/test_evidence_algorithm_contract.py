@@ -6,8 +6,7 @@ from __future__ import annotations
 import csv
 import json
 
-from sweep_factory import job_dir, make_sweep
-
+from benchmarks.synthetic_sweep import job_dir, make_sweep
 from evidence import audit_bundle, build_bundle
 
 SEEDS = (1, 2)

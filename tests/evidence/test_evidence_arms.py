@@ -9,8 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sweep_factory import job_dir, make_sweep
-
+from benchmarks.synthetic_sweep import job_dir, make_sweep
 from evidence import audit_bundle, build_bundle
 from tests.sweeps import reseal_bag
 

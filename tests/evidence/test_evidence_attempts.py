@@ -6,8 +6,7 @@ import csv
 import json
 import shutil
 
-from sweep_factory import job_dir, set_job_fields, write_json
-
+from benchmarks.synthetic_sweep import job_dir, set_job_fields, write_json
 from evidence import audit_bundle, build_bundle
 
 CANCELLED = {"algo": "rpp", "seed": 42, "scheduler": "slurm", "job_id": "88_3", "state": "CANCELLED",

@@ -267,7 +267,7 @@ def test_planted_token_and_path_in_a_log_are_reported(bundle_copy, monkeypatch):
 
 
 def test_secrets_of_every_kind_planted_after_sealing_are_reported_by_the_cli(bundle_copy):
-    from test_evidence_sanitize import SECRETS
+    from tests.evidence.test_evidence_sanitize import SECRETS
 
     log = bundle_copy / "data" / "runs" / "rpp-42" / "logs" / "runtime.log"
     log.write_text(log.read_text() + "".join(f"\n{text}\n" for text, _ in SECRETS.values()))

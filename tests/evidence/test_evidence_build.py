@@ -13,8 +13,8 @@ from pathlib import Path
 
 import bagit
 import pytest
-from sweep_factory import job_dir, make_sweep, metric_records, set_job_fields, write_eval
 
+from benchmarks.synthetic_sweep import job_dir, make_sweep, metric_records, set_job_fields, write_eval
 from evidence import SweepError, audit_bundle, build_bundle, evaluate_job
 from evidence.gates.incidents import IncidentsFileError
 from evidence.seal.bundle import LeakError, seal
@@ -313,7 +313,7 @@ def test_evidence_build_writes_nothing_under_home(sweep, tmp_path):
 
 
 def test_secrets_of_every_kind_are_sealed_out_and_the_audit_agrees(sweep):
-    from test_evidence_sanitize import SECRETS
+    from tests.evidence.test_evidence_sanitize import SECRETS
 
     log = job_dir(sweep, "rpp", 42) / "runtime.log"
     log.write_text(log.read_text() + "".join(f"{kind}: {text}\n" for kind, (text, _) in SECRETS.items()))

@@ -14,8 +14,8 @@ import struct
 from pathlib import Path
 
 import pytest
-from sweep_factory import make_sweep, write_json, write_ledger
 
+from benchmarks.synthetic_sweep import make_sweep, write_json, write_ledger
 from evidence import audit_bundle
 from evidence.gates.certificate_jobs import (
     checkpoint_digest,

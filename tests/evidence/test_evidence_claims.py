@@ -15,10 +15,8 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.weightstats import ttost_paired
-from sweep_factory import N_PROMPTS, K
-from test_evidence_stats_noise import reference_question_interval, reference_se, replayed_means
-from test_evidence_stats_power import independent_mde
 
+from benchmarks.synthetic_sweep import N_PROMPTS, K
 from evidence.statistics import claims, crossed, family
 from evidence.statistics.claims import (
     DIFFERS,
@@ -29,6 +27,8 @@ from evidence.statistics.claims import (
     shortfalls,
 )
 from evidence.statistics.headline import Pair, headline_sentence
+from tests.evidence.test_evidence_stats_noise import reference_question_interval, reference_se, replayed_means
+from tests.evidence.test_evidence_stats_power import independent_mde
 
 STEP = 1 / 64  # 16 prompts x 4 responses: the evaluation
 NOISE = crossed.CROSSED_NOISE

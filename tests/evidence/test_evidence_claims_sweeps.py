@@ -24,16 +24,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from bundle_tables import final_pass1
-from experiment_stages import add_launcher_stages
 from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.weightstats import ttost_paired
-from sweep_factory import N_PROMPTS, K, make_sweep
-from test_evidence_stats_noise import reference_question_interval, replayed_means
 
+from benchmarks.synthetic_sweep import N_PROMPTS, K, make_sweep
 from evidence import audit_bundle
 from launcher.experiment.stage_runner import verdict_line
+from tests.evidence.bundle_tables import final_pass1
+from tests.evidence.experiment_stages import add_launcher_stages
+from tests.evidence.test_evidence_stats_noise import reference_question_interval, replayed_means
 from tests.sweeps import reseal_bag
 
 pytestmark = pytest.mark.slow  # nine experiments sealed and audited: about a minute and a half on two cores

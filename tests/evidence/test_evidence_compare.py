@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from scipy import stats as scipy_stats
-from sweep_factory import WORKLOAD, make_sweep
 
+from benchmarks.synthetic_sweep import WORKLOAD, make_sweep
 from evidence import build_bundle
 from evidence.tools.compare import CompareError, compare_paths
 from tests.sweeps import reseal_bag

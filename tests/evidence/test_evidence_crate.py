@@ -17,8 +17,8 @@ from pathlib import Path
 import bagit
 import pytest
 from rocrate.rocrate import ROCrate
-from sweep_factory import COMMIT, SUBSET_SHA, job_dir, make_sweep, set_job_fields
 
+from benchmarks.synthetic_sweep import COMMIT, SUBSET_SHA, job_dir, make_sweep, set_job_fields
 from tests.no_network import no_network_prefix
 from tests.sweeps import reseal_bag
 

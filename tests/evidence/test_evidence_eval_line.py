@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from sweep_factory import job_dir, make_sweep
 
+from benchmarks.synthetic_sweep import job_dir, make_sweep
 from evidence import audit_bundle, build_bundle
 from facts.metrics import eval_line, parse_eval_line
 from tests.sweeps import reseal_bag

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from sweep_factory import make_sweep
 
+from benchmarks.synthetic_sweep import make_sweep
 from evidence import build_bundle
 from tests.no_network import no_network_prefix, wandb_records
 

@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
-from sweep_factory import make_sweep
 
+from benchmarks.synthetic_sweep import make_sweep
 from evidence.__main__ import main
 from evidence.dataset import load_bundle_data
 from evidence.report.figures import ARM_COLOURS, moving_average, render_figures

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import json
 
-from sweep_factory import make_sweep
-
+from benchmarks.synthetic_sweep import make_sweep
 from evidence.seal.bundle import build_bundle
 from evidence.tables import fmt, fmt_interval, fmt_signed
 

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from sweep_factory import make_sweep, set_job_fields
 
+from benchmarks.synthetic_sweep import make_sweep, set_job_fields
 from evidence import audit_bundle, build_bundle
 from tests.sweeps import reseal_bag
 

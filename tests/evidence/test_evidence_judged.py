@@ -13,8 +13,8 @@ from pathlib import Path
 
 import bagit
 import pytest
-from sweep_factory import make_sweep
 
+from benchmarks.synthetic_sweep import make_sweep
 from evidence import audit_bundle
 from evidence.dataset import load_bundle_data
 from evidence.gates.judged import JobFiles, changed_while_judged, job_file_digests, refuse_changed

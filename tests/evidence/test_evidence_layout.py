@@ -13,8 +13,8 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from sweep_factory import job_dir, make_sweep, share_initial_eval
 
+from benchmarks.synthetic_sweep import job_dir, make_sweep, share_initial_eval
 from evidence import SweepError, audit_bundle
 from evidence.__main__ import main
 from evidence.audit.archive import MAX_MEMBER_DEPTH, checked_member_filter

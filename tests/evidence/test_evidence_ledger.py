@@ -1,6 +1,6 @@
 """A run's data ledger (run/data_ledger.jsonl) is checked across its resumes: the run consumed exactly its planned rows,
 in order, ran every step once, and its metrics log is the one its trainer recorded. The ledger here is written from the
-formula the docs state (``sweep_factory.write_ledger``: a first process, then one resumed at step 2, as a stop-and-
+formula the docs state (``benchmarks.synthetic_sweep.write_ledger``: a first process, then one resumed at step 2, as a stop-and-
 resume leaves it); each forgery is one the peers' users met (verl#7401: a resume that ran nothing; verl#3457: data
 order changed after a resume; NeMo-RL#2519: a changed dataset after a resume) or a copy. Each is judged by the build's
 gate (``evaluate_job``) and, in a resealed bundle, by the audit. The real trainer's ledger across a real stop and
@@ -14,8 +14,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from sweep_factory import _digest, job_dir, make_sweep, write_json, write_ledger
 
+from benchmarks.synthetic_sweep import _digest, job_dir, make_sweep, write_json, write_ledger
 from evidence import audit_bundle, build_bundle, evaluate_job
 from tests.sweeps import reseal_bag
 

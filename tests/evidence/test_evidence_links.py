@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from sweep_factory import job_dir, make_sweep
 
+from benchmarks.synthetic_sweep import job_dir, make_sweep
 from evidence import audit_bundle
 from evidence.gates.index import evaluate_job
 from evidence.seal.bundle import build_bundle

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from sweep_factory import make_sweep
 
 import evidence
+from benchmarks.synthetic_sweep import make_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,7 +12,8 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from sweep_factory import job_dir, make_sweep
+
+from benchmarks.synthetic_sweep import job_dir, make_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 # A user and a host no test machine has: the sanitiser learns them from $USER/$LOGNAME and $HOSTNAME.

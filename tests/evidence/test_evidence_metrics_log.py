@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from sweep_factory import job_dir, metric_records, write_metrics
 
+from benchmarks.synthetic_sweep import job_dir, metric_records, write_metrics
 from evidence.gates.index import evaluate_job
 from evidence.gates.metrics_log import validate_metrics
 

@@ -10,12 +10,12 @@ import zlib
 from pathlib import Path
 
 import pytest
-from experiment_stages import add_launcher_stages
-from sweep_factory import make_sweep, write_json
 
+from benchmarks.synthetic_sweep import make_sweep, write_json
 from evidence import audit_bundle
 from evidence.report.png import PNGError, chunks, document_text
 from evidence.seal.bundle import build_bundle
+from tests.evidence.experiment_stages import add_launcher_stages
 from tests.sweeps import reseal_bag
 
 SPEC = """\

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from sweep_factory import job_dir, make_sweep
 
+from benchmarks.synthetic_sweep import job_dir, make_sweep
 from evidence import audit_bundle, build_bundle
 from evidence.seal.bundle import LeakError
 from evidence.seal.sanitize import MACHINE_LEAK_KINDS, Sanitizer, payload_findings

@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from sweep_factory import N_PROMPTS, SUBSET_SHA, K, make_sweep, share_initial_eval
 
+from benchmarks.synthetic_sweep import N_PROMPTS, SUBSET_SHA, K, make_sweep, share_initial_eval
 from evidence.seal.bundle import build_bundle
 from tests.sweeps import reseal_bag
 

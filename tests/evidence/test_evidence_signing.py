@@ -22,7 +22,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
-from sweep_factory import make_sweep
+
+from benchmarks.synthetic_sweep import make_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 SIG = ".intoto.jsonl"

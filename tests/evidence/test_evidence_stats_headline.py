@@ -15,16 +15,18 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from bundle_tables import final_pass1
 from scipy import stats as sps
-from sweep_factory import make_sweep
-from test_evidence_claims import evaluated
-from test_evidence_stats_noise import reference_question_interval, replayed_means, run_rates
-from test_evidence_stats_power import independent_mde as mde  # the power integrated over the SD
 
+from benchmarks.synthetic_sweep import make_sweep
 from evidence import audit_bundle
 from evidence.statistics.claims import paired_claim
 from evidence.statistics.headline import Pair, headline_sentence
+from tests.evidence.bundle_tables import final_pass1
+from tests.evidence.test_evidence_claims import evaluated
+from tests.evidence.test_evidence_stats_noise import reference_question_interval, replayed_means, run_rates
+from tests.evidence.test_evidence_stats_power import (
+    independent_mde as mde,  # the power integrated over the SD
+)
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]

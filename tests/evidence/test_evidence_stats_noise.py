@@ -20,12 +20,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from bundle_tables import edit_cell, rows
 from scipy import stats as sps
-from sweep_factory import N_PROMPTS, K, make_sweep
 
+from benchmarks.synthetic_sweep import N_PROMPTS, K, make_sweep
 from evidence import audit_bundle
 from evidence.statistics import crossed, noise
+from tests.evidence.bundle_tables import edit_cell, rows
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]

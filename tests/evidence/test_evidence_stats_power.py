@@ -16,15 +16,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from bundle_tables import edit_cell, final_pass1, rows
-from experiment_stages import add_launcher_stages
 from scipy import optimize
 from scipy import stats as sps
-from sweep_factory import make_sweep
 
+from benchmarks.synthetic_sweep import make_sweep
 from evidence import audit_bundle, build_bundle
 from evidence.statistics import minimum_detectable_effect, paired_t_power
 from launcher.experiment.stage_runner import verdict_line
+from tests.evidence.bundle_tables import edit_cell, final_pass1, rows
+from tests.evidence.experiment_stages import add_launcher_stages
+from tests.experiment_spec import experiment_yaml
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]
@@ -118,21 +119,7 @@ def test_the_paired_table_states_each_pairs_mde_through_python_m_evidence_build(
 
 
 BASE = {1: 0.50, 2: 0.52, 3: 0.48}
-SPEC = """\
-title: rppb against grpo, sized to miss
-hypothesis: rppb reaches at least 4 points higher pass@1 than grpo
-arms:
-  isp: {algo: grpo}
-  sc: {algo: rppb}
-seeds: [1, 2, 3]
-criterion:
-  metric: eval/pass@1
-  at: final
-  baseline: isp
-  treatment: sc
-  threshold_points: 4
-  inconclusive_below_points: 2
-"""
+SPEC = experiment_yaml(criterion={"inconclusive_below_points": 2})
 
 
 def experiment_sweep(tmp_path: Path, points: dict[int, float]) -> Path:

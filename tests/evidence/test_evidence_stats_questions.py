@@ -283,8 +283,7 @@ def test_every_row_of_every_question_table_has_its_columns_whatever_the_design(t
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from sweep_factory import make_sweep
-
+    from benchmarks.synthetic_sweep import make_sweep
     from evidence.dataset import load_bundle_data
     from evidence.questions import question_tables
     from evidence.seal.bundle import build_bundle

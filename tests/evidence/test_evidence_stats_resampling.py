@@ -14,12 +14,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from bundle_tables import edit_cell, final_pass1, rows
 from scipy import stats as sps
-from sweep_factory import make_sweep
 
+from benchmarks.synthetic_sweep import make_sweep
 from evidence import audit_bundle, build_bundle
 from evidence.statistics import resampling, robust
+from tests.evidence.bundle_tables import edit_cell, final_pass1, rows
 from tests.sweeps import reseal_bag
 
 

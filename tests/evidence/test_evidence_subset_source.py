@@ -15,11 +15,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from benchmarks.synthetic_sweep import make_sweep
 from evidence import audit_bundle, build_bundle
 from evidence.audit.subsets import check_subsets
 from evidence.dataset import load_bundle_data
 from evidence.evaluation.subset_source import SubsetSource, check_subset, pin_conflict, subset_source
-from tests.evidence.sweep_factory import make_sweep
 from tests.sweeps import REPO, reseal_bag
 
 QUESTIONS = ["Emma has 10 shells and buys 20 more. How many?", "Jack has 18 marbles, gives 14. Left?",
@@ -107,7 +107,7 @@ def test_the_source_is_read_from_run_json():
 
 @pytest.fixture(scope="module")
 def built_bundle(tmp_path_factory) -> Path:
-    """A synthetic sweep evaluated on the embedded test split's first rows (sweep_factory), its runs pinning it."""
+    """A synthetic sweep evaluated on the embedded test split's first rows (benchmarks.synthetic_sweep), its runs pinning it."""
     sweep = make_sweep(tmp_path_factory.mktemp("subsets"), algos=("grpo", "rpp"), seeds=(1, 2), n_steps=4)
     return build_bundle(sweep, figures=False).bundle_dir
 

@@ -16,9 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from experiment_stages import add_launcher_stages, register, set_cpus
-from sweep_factory import make_sweep
 
+from benchmarks.synthetic_sweep import make_sweep
 from evidence import audit_bundle, build_bundle
 from evidence.dataset import load_bundle_data
 from evidence.verdict import (
@@ -30,6 +29,8 @@ from evidence.verdict import (
     select_setting,
     select_settings,
 )
+from tests.evidence.experiment_stages import add_launcher_stages, register, set_cpus
+from tests.experiment_spec import experiment_yaml
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,22 +38,7 @@ T_975_DF2 = 4.302652729911275  # Student t, two-sided 95 %, 2 degrees of freedom
 SEEDS = (1, 2, 3)
 BASE = {1: 0.50, 2: 0.52, 3: 0.48}
 
-SPEC = """\
-title: toy score centering vs importance sampling
-hypothesis: the treatment reaches at least 4 points higher pass@1
-arms:
-  isp: {algo: grpo}
-  sc: {algo: rppb}
-seeds: [1, 2, 3]
-criterion:
-  metric: eval/pass@1
-  at: final
-  baseline: isp
-  treatment: sc
-  threshold_points: 4
-  inconclusive_below_points: 2
-  collapse: {drop_points: 10}
-"""
+SPEC = experiment_yaml(criterion={"inconclusive_below_points": 2, "collapse": {"drop_points": 10}})
 
 
 def spec_with(**criterion) -> dict:

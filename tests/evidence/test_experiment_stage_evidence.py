@@ -12,29 +12,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from experiment_stages import CPUS, add_launcher_stages
-from sweep_factory import make_sweep
 
+from benchmarks.synthetic_sweep import make_sweep
 from evidence import build_bundle
+from tests.evidence.experiment_stages import CPUS, add_launcher_stages
+from tests.experiment_spec import experiment_yaml
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]
 SEEDS = (1, 2, 3)
-SPEC = """\
-title: toy probe evidence
-hypothesis: rppb reaches at least 4 points higher pass@1 than grpo
-arms:
-  isp: {algo: grpo}
-  sc: {algo: rppb}
-seeds: [1, 2, 3]
-budget: {cpu_hours: 5.0}
-criterion:
-  metric: eval/pass@1
-  at: final
-  baseline: isp
-  treatment: sc
-  threshold_points: 4
-"""
+SPEC = experiment_yaml(budget={"cpu_hours": 5.0})
 
 
 @pytest.fixture(scope="module")

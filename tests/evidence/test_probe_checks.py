@@ -16,35 +16,22 @@ import sys
 from pathlib import Path
 
 import pytest
-from experiment_stages import add_launcher_stages, gradient_record
-from sweep_factory import make_sweep
 
+from benchmarks.synthetic_sweep import make_sweep
 from evidence import audit_bundle, build_bundle
 from evidence.problems import VerdictError
+from tests.evidence.experiment_stages import add_launcher_stages, gradient_record
+from tests.experiment_spec import experiment_yaml
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]
 SEEDS = (1, 2, 3)
-SPEC = """\
-title: toy probe checks
-hypothesis: rppb reaches at least 4 points higher pass@1 than grpo under stale rollouts
-arms:
-  isp: {algo: grpo}
-  sc: {algo: rppb}
-seeds: [1, 2, 3]
-budget: {cpu_hours: 5.0}
-probe:
-  steps: 3
-  gradient_check: {baseline: isp, treatment: sc, settings: {workload.sampler_refresh_every: 1}, min_cosine: 0.9}
-  staleness_check: {arm: isp, settings: {workload.sampler_refresh_every: 1}, metric: train/sampler_logp_gap,
-                    min_ratio: 2}
-criterion:
-  metric: eval/pass@1
-  at: final
-  baseline: isp
-  treatment: sc
-  threshold_points: 4
-"""
+SPEC = experiment_yaml(budget={"cpu_hours": 5.0}, probe={
+    "steps": 3,
+    "gradient_check": {"baseline": "isp", "treatment": "sc", "settings": {"workload.sampler_refresh_every": 1},
+                       "min_cosine": 0.9},
+    "staleness_check": {"arm": "isp", "settings": {"workload.sampler_refresh_every": 1},
+                        "metric": "train/sampler_logp_gap", "min_ratio": 2}})
 HONEST_GAPS = {"grpo": 0.04, "grpo-fresh": 0.005, "rppb": 0.03}  # the stale arm 8x its fresh one
 
 

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from sweep_factory import make_sweep, share_initial_eval, write_json
 
+from benchmarks.synthetic_sweep import make_sweep, share_initial_eval, write_json
 from evidence import audit_bundle, build_bundle
 from tests.sweeps import reseal_bag
 

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from sweep_factory import make_sweep, share_initial_eval
 
+from benchmarks.synthetic_sweep import make_sweep, share_initial_eval
 from evidence import audit_bundle, build_bundle
 from tests.sweeps import reseal_bag
 

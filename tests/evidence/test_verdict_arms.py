@@ -8,10 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from experiment_stages import add_launcher_stages
-from sweep_factory import make_sweep
-
+from benchmarks.synthetic_sweep import make_sweep
 from evidence.verdict import arm_owner
+from tests.evidence.experiment_stages import add_launcher_stages
 
 REPO = Path(__file__).resolve().parents[2]
 SEEDS = (1, 2, 3)

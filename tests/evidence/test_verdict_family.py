@@ -16,36 +16,24 @@ from pathlib import Path
 
 import pytest
 import yaml
-from experiment_stages import add_launcher_stages
 from scipy import stats as sps
-from sweep_factory import make_sweep
 
+from benchmarks.synthetic_sweep import make_sweep
 from evidence import audit_bundle, build_bundle
 from evidence.dataset import load_bundle_data
 from evidence.verdict import VerdictError, experiment_verdict, parse_experiment
 from launcher.experiment.stage_runner import verdict_line
+from tests.evidence.experiment_stages import add_launcher_stages
+from tests.experiment_spec import experiment_yaml
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]
 SEEDS = (1, 2, 3)
 BASE = {1: 0.50, 2: 0.52, 3: 0.48}
 ARMS = {"grpo": {"algo": "grpo"}, "rppb": {"algo": "rppb"}, "rpp": {"algo": "rpp"}}
-SPEC = """\
-title: two treatments against one baseline
-hypothesis: sc or ent reaches at least 4 points higher pass@1 than isp
-arms:
-  isp: {algo: grpo}
-  sc: {algo: rppb}
-  ent: {algo: rpp}
-seeds: [1, 2, 3]
-criterion:
-  metric: eval/pass@1
-  at: final
-  baseline: isp
-  treatment: [sc, ent]
-  threshold_points: 4
-  inconclusive_below_points: 2
-"""
+SPEC = experiment_yaml(hypothesis="sc or ent reaches at least 4 points higher pass@1 than isp",
+                       arms={"isp": {"algo": "grpo"}, "sc": {"algo": "rppb"}, "ent": {"algo": "rpp"}},
+                       criterion={"treatment": ["sc", "ent"], "inconclusive_below_points": 2})
 
 
 def family_sweep(tmp_path: Path, sc: dict[int, int], ent: dict[int, int]) -> Path:

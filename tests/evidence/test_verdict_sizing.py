@@ -18,16 +18,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from experiment_stages import add_launcher_stages
 from scipy import optimize, special
 from scipy import stats as sps
-from sweep_factory import make_sweep
 
+from benchmarks.synthetic_sweep import make_sweep
 from evidence import audit_bundle, build_bundle
 from evidence.statistics.sequential import boundaries, required_seeds
 from evidence.verdict import VerdictError, parse_experiment
 from evidence.verdict.sizing import sized_look
 from launcher.experiment.stage_runner import verdict_line
+from tests.evidence.experiment_stages import add_launcher_stages
+from tests.experiment_spec import experiment_yaml
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]
@@ -141,21 +142,8 @@ def test_the_seeds_the_threshold_needs_reach_80_percent_power_in_simulation():
 # ---- the verdict of a sized experiment, through the build and the audit -------------------------------------
 
 BASE = {1: 0.50, 2: 0.52, 3: 0.48, 4: 0.51, 5: 0.49, 6: 0.50}
-SPEC = """\
-title: a sized design
-hypothesis: rppb reaches at least 4 points higher pass@1 than grpo
-arms:
-  isp: {algo: grpo}
-  sc: {algo: rppb}
-seeds: {n: auto, min: 3, max: 6, spending: obrien-fleming}
-criterion:
-  metric: eval/pass@1
-  at: final
-  baseline: isp
-  treatment: sc
-  threshold_points: 4
-  inconclusive_below_points: 2
-"""
+SPEC = experiment_yaml(seeds={"n": "auto", "min": 3, "max": 6, "spending": "obrien-fleming"},
+                       criterion={"inconclusive_below_points": 2})
 
 
 def sized_experiment(tmp_path: Path, differences: dict[int, int]) -> Path:

@@ -17,16 +17,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from experiment_stages import add_launcher_stages
 from scipy import special
 from scipy import stats as sps
-from sweep_factory import make_sweep
 
+from benchmarks.synthetic_sweep import make_sweep
 from evidence import build_bundle
 from evidence.statistics.waves import boundaries, operating, spending_boundaries
 from evidence.verdict import parse_experiment
 from evidence.verdict.sizing import sized_look
 from study.design import fractions
+from tests.evidence.experiment_stages import add_launcher_stages
 from tests.sweeps import reseal_bag
 
 REPO = Path(__file__).resolve().parents[2]
