@@ -60,6 +60,22 @@ from facts.files import (
     WEIGHTS_FILE,
     eval_responses_name,
 )
+from facts.metrics import (
+    ADV_NORM_STD_KEY,
+    ADV_RAW_STD_KEY,
+    GRAD_NORM_KEY,
+    IS_RATIO_MAX_KEY,
+    IS_RATIO_MEAN_KEY,
+    LOSS_KEY,
+    PEAK_MEM_GIB_KEY,
+    PG_LOSS_KEY,
+    RAW_REWARD_KEY,
+    RESPONSE_LEN_KEY,
+    RESPONSE_TOK_PER_S_KEY,
+    RETURNS_KEY,
+    STEP_S_KEY,
+    VALID_TOKENS_KEY,
+)
 from facts.reward import math_reward
 from facts.states import COMPLETED
 
@@ -89,13 +105,13 @@ def metrics_lines(arm: str, seed: int, steps: int) -> str:
         raw = round(0.2 + 0.3 * step / max(steps, 1) + rng.uniform(-0.05, 0.05), 6)
         record = {key: 0.0 for key in keys}
         record.update({
-            "rollout/raw_reward": raw, "rollout/returns": raw if arm != "rpp" else round(raw - 0.001 * step, 6),
-            "rollout/adv_raw_std": round(0.8 + 0.1 * rng.random(), 6), "rollout/adv_norm_std": 1.0,
-            "rollout/valid_tokens": float(300 + rng.randrange(200)), "rollout/response_len": round(12 + rng.random(), 4),
-            "train/loss": round(rng.uniform(-0.1, 0.1), 6), "train/pg_loss": round(rng.uniform(-0.1, 0.0), 6),
-            "train/grad_norm": round(0.5 + rng.random(), 6), "train/is_ratio_mean": 1.0, "train/is_ratio_max": 1.000002,
-            "perf/response_tok_per_s": round(6000 + 500 * rng.random(), 3), "perf/step_s": round(0.2 + 0.02 * rng.random(), 6),
-            "perf/peak_mem_gib": round(0.5 + 0.01 * rng.random(), 6),
+            RAW_REWARD_KEY: raw, RETURNS_KEY: raw if arm != "rpp" else round(raw - 0.001 * step, 6),
+            ADV_RAW_STD_KEY: round(0.8 + 0.1 * rng.random(), 6), ADV_NORM_STD_KEY: 1.0,
+            VALID_TOKENS_KEY: float(300 + rng.randrange(200)), RESPONSE_LEN_KEY: round(12 + rng.random(), 4),
+            LOSS_KEY: round(rng.uniform(-0.1, 0.1), 6), PG_LOSS_KEY: round(rng.uniform(-0.1, 0.0), 6),
+            GRAD_NORM_KEY: round(0.5 + rng.random(), 6), IS_RATIO_MEAN_KEY: 1.0, IS_RATIO_MAX_KEY: 1.000002,
+            RESPONSE_TOK_PER_S_KEY: round(6000 + 500 * rng.random(), 3), STEP_S_KEY: round(0.2 + 0.02 * rng.random(), 6),
+            PEAK_MEM_GIB_KEY: round(0.5 + 0.01 * rng.random(), 6),
         })
         if KL_LOSS_BY_ALGO[arm]:
             record[KL_LOSS_KEY] = round(0.001 * rng.random(), 8)
