@@ -77,7 +77,7 @@ from facts.metrics import (
     VALID_TOKENS_KEY,
 )
 from facts.reward import math_reward
-from facts.states import COMPLETED
+from facts.states import COMPLETED, RUN_COMPLETED
 
 ARMS = ("grpo", "rpp", "rppb")
 COMMIT = "5f7cd574372288391bb1c41ca0677422cd31e725"
@@ -165,7 +165,7 @@ def write_run_dir(run_dir: Path, arm: str, seed: int, steps: int, index: int) ->
     record = algorithm(arm)
     write_json(run_dir / RUN_RECORD, {
         "algo": arm, "algo_name": record.name, "seed": seed, "workload": "toy", "n_updates": steps,
-        "steps_completed": steps, "responses_generated": 32 * steps, "dp_size": 1, "status": "completed",
+        "steps_completed": steps, "responses_generated": 32 * steps, "dp_size": 1, "status": RUN_COMPLETED,
         "source_commit": COMMIT, METRIC_KEYS_FIELD: metric_keys(arm),
         ALGORITHM_FIELD: {**record.declaration(), "loss_reduction": "response_mean"},
         "versions": {"proofgrid": "0.1.0", "python": "3.11.7", "torch": "2.13.0+cpu"},

@@ -41,12 +41,12 @@ from facts.files import (
     JOB_RECORD,
     METRICS_LOG,
     RESUMED_FROM_FIELD,
-    RUN_COMPLETED,
     RUN_RECORD,
     eval_responses_name,
     run_dir_of_job,
 )
 from facts.plan import JOB_NONCE_FIELD
+from facts.states import RUN_COMPLETED
 
 SCHEMA = 2
 CHECKS = ("run", "identity", "metrics", "checkpoint", "responses")

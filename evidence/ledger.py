@@ -20,10 +20,11 @@ from pathlib import Path
 
 from evidence.problems import Problem, capped
 from facts import RUN_RECORD, loads_strict
-from facts.files import DATA_LEDGER, RUN_COMPLETED
+from facts.files import DATA_LEDGER
 from facts.ledger import LEDGER_FIELD, START, chain, genesis
 from facts.plan import JOB_NONCE_FIELD
 from facts.ranks import step_digest
+from facts.states import RUN_COMPLETED
 
 KIND = "ledger"
 DECLARED = ("plan_sha256", "n_steps", "rows_per_step", "train_sha256")  # run.json's declaration each start repeats

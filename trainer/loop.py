@@ -54,14 +54,7 @@ from facts.algorithms import KL_IN_REWARD
 from facts.containers import IMAGE_DIGEST_ENV, IMAGE_DIGEST_FIELD
 from facts.engines import ENGINE_FIELD, TORCH_ENGINE
 from facts.evaluation import model_files
-from facts.files import (
-    EVAL_RESPONSES_DIR,
-    INITIAL_EVAL_COMPUTED,
-    JOB_SPEC,
-    RESUMED_FROM_FIELD,
-    RUN_COMPLETED,
-    RUN_FAILED,
-)
+from facts.files import EVAL_RESPONSES_DIR, INITIAL_EVAL_COMPUTED, JOB_SPEC, RESUMED_FROM_FIELD
 from facts.metrics import (
     ADV_NORM_MEAN_KEY,
     ADV_NORM_STD_KEY,
@@ -111,6 +104,7 @@ from facts.ranks import (
     WORLD_SIZE_VAR,
 )
 from facts.repo import REPO_ROOT, SOURCE_COMMIT_ENV
+from facts.states import RUN_COMPLETED, RUN_FAILED, RUN_RUNNING
 from facts.task import TASK_FIELD
 from trainer.algorithms import (
     KL_ESTIMATORS,
@@ -763,7 +757,7 @@ def _run(rank: int, world: int, group, cfg: DictConfig, plan: RunPlan, stop: Sto
     """One rank's run: set up (and resume), the training steps, then the finish (rank 0 evaluates)."""
     run = set_up(rank, world, group, cfg, plan)
     if run.record is not None:
-        run.record.write("running", run.start_step)
+        run.record.write(RUN_RUNNING, run.start_step)
     try:
         train_steps(run, stop)
         done = finish(run)
@@ -1019,7 +1013,7 @@ def evaluate_during_training(run: Run, step: int) -> None:
     run.metrics_log.write_eval(step, summary, seconds)
     run.evaluations = [e for e in run.evaluations if e["step"] != step] + [
         {"step": step, "seconds": round(seconds, 3), "summary": summary}]
-    run.record.write("running", step, **record_details(run))  # a resumed run keeps them
+    run.record.write(RUN_RUNNING, step, **record_details(run))  # a resumed run keeps them
     log.info("eval at step %d: pass@1=%.4f (%.1f s)", step, summary.get("pass@1", float("nan")), seconds)
 
 
@@ -1058,7 +1052,7 @@ def save_at(run: Run, done: int) -> None:
                     sampler_state=s.engine.state_dict() if lagging else None,
                     adapter=adapter_record(s.cfg.workload, run.inputs))
     if run.record is not None:  # the steps' times so far, for a resume after a kill
-        run.record.write("running", done, **record_details(run))
+        run.record.write(RUN_RUNNING, done, **record_details(run))
 
 
 def stop_for_requeue(run: Run, step: int, stop: StopRequest | None, planned: bool = False) -> None:
