@@ -31,6 +31,7 @@ from facts.files import (
     METRICS_LOG,
     WEIGHTS_FILE,
 )
+from facts.metrics import RESPONSE_LEN_KEY, RESPONSE_TOK_PER_S_KEY, STEP_S_KEY, TRL_TRAIN_RUNTIME_TAG
 from facts.repo import REPO_ROOT
 
 REPO = REPO_ROOT
@@ -330,8 +331,8 @@ def bench_training() -> None:
                        check=True, capture_output=True)
         total = time.perf_counter() - start
         records = [json.loads(line) for line in (out / METRICS_LOG).read_text().splitlines()]
-    steps = [r["perf/step_s"] for r in records]
-    tok = sum(r["perf/response_tok_per_s"] for r in records) / len(records)
+    steps = [r[STEP_S_KEY] for r in records]
+    tok = sum(r[RESPONSE_TOK_PER_S_KEY] for r in records) / len(records)
     print(f"training  toy step: median {sorted(steps)[len(steps) // 2] * 1e3:.0f} ms | 50-step run incl. "
           f"start-up and both evals: {total:.1f} s (target < 60 s) | rollout {tok:,.0f} response tok/s")
 
@@ -383,9 +384,9 @@ def run_through_harness(trainer: str, steps: int, seed: int, tmp: Path) -> list[
     run_dir = run_dir_of_job(job_dir)
     batch = int(compose(["algo=grpo", "workload=toy"]).workload.global_batch_size)
     metrics = [json.loads(line) for line in (run_dir / METRICS_LOG).read_text().splitlines()]
-    tokens = [m["rollout/response_len"] * batch for m in metrics]
+    tokens = [m[RESPONSE_LEN_KEY] * batch for m in metrics]
     if trainer == "proofgrid":
-        return [{"step_s": m["perf/step_s"], "cpu_s": None, "response_tokens": t} for m, t in zip(metrics, tokens)]
+        return [{"step_s": m[STEP_S_KEY], "cpu_s": None, "response_tokens": t} for m, t in zip(metrics, tokens)]
     clock = [json.loads(line) for line in (run_dir / TRAINER_OUTPUT_DIR / STEP_CLOCK).read_text().splitlines()]
     return [{"step_s": c["wall_s"], "cpu_s": c["cpu_s"], "response_tokens": t} for c, t in zip(clock, tokens)]
 
@@ -455,8 +456,8 @@ def bench_trl_harness(steps: int = 20) -> None:
         run_dir = run_dir_of_job(job_dir)
         stages = json.loads((run_dir / RUN_RECORD).read_text())["trainer"]["seconds"]
         job_s = json.loads((job_dir / JOB_RECORD).read_text())["elapsed_s"]
-        trl_train = read_scalars(run_dir / TRAINER_OUTPUT_DIR / TENSORBOARD_DIR).points("train/train_runtime")[-1].value
-        step_s = [json.loads(line)["perf/step_s"] for line in (run_dir / METRICS_LOG).read_text().splitlines()]
+        trl_train = read_scalars(run_dir / TRAINER_OUTPUT_DIR / TENSORBOARD_DIR).points(TRL_TRAIN_RUNTIME_TAG)[-1].value
+        step_s = [json.loads(line)[STEP_S_KEY] for line in (run_dir / METRICS_LOG).read_text().splitlines()]
     process = stages["trainer"]
     overhead = total - process
     print(f"trl_harness {steps} steps, load average {os.getloadavg()[0]:.1f}: launch.py {total:.1f} s wall "
@@ -499,8 +500,8 @@ def lora_run(lora: bool, steps: int, seed: int, tmp: Path) -> dict[str, float]:
     moments = [t for state in torch.load(ckpt / "optimizer.pt", weights_only=False)["state"].values()
                for k, t in state.items() if k in ("exp_avg", "exp_avg_sq")]
     return {"cpu_s_per_step": (figures[steps] - figures[1]) / (steps - 1),
-            "s_per_step": median([m["perf/step_s"] for m in metrics]),
-            "tokens_per_step": median([m["rollout/response_len"] * 32 for m in metrics]),  # 4 prompts x 8 responses
+            "s_per_step": median([m[STEP_S_KEY] for m in metrics]),
+            "tokens_per_step": median([m[RESPONSE_LEN_KEY] * 32 for m in metrics]),  # 4 prompts x 8 responses
             "peak_mib": peak_mib, "trainable": sum(t.numel() for t in moments) / 2,
             "moments_bytes": sum(t.numel() * t.element_size() for t in moments),
             "checkpoint_bytes": sum(f.stat().st_size for f in ckpt.iterdir() if f.name in (WEIGHTS_FILE, "optimizer.pt"))}

@@ -24,6 +24,13 @@ import time
 from pathlib import Path
 
 from facts.files import JOB_RUN_DIR, METRICS_LOG, TRAINER_LOG
+from facts.metrics import (
+    PEAK_MEM_GIB_KEY,
+    RESPONSE_LEN_KEY,
+    RESPONSE_TOK_PER_S_KEY,
+    STEP_S_KEY,
+    TRUNCATED_KEY,
+)
 from facts.repo import REPO_ROOT
 
 REPO = REPO_ROOT
@@ -172,9 +179,9 @@ def run(out: Path, steps: int, smoke: bool, budget_s: float) -> dict:
     w = compose([o for o in overrides if not o.startswith(("output_dir=", "workload.manifest="))]).workload
     result["geometry"] = {"prompts_per_step": int(w.prompts_per_step), "n_samples_per_prompt": int(w.n_samples_per_prompt),
                           "max_response_len": int(w.max_response_len), "dtype": str(w.dtype), "device": str(w.device)}
-    result["steps"] = [{"step_s": r["perf/step_s"], "response_tok_per_s": r["perf/response_tok_per_s"],
-                        "response_len": r["rollout/response_len"], "truncated": r["rollout/truncated"],
-                        "peak_mem_gib": r["perf/peak_mem_gib"]} for r in records]
+    result["steps"] = [{"step_s": r[STEP_S_KEY], "response_tok_per_s": r[RESPONSE_TOK_PER_S_KEY],
+                        "response_len": r[RESPONSE_LEN_KEY], "truncated": r[TRUNCATED_KEY],
+                        "peak_mem_gib": r[PEAK_MEM_GIB_KEY]} for r in records]
     steady = result["steps"][1:] or result["steps"]  # the first step carries the warm-up
     if steady:
         n = int(w.prompts_per_step) * int(w.n_samples_per_prompt)

@@ -96,12 +96,13 @@ def step_times(engine: str, steps: int, out: Path) -> float:
     import subprocess
 
     from facts.files import METRICS_LOG
+    from facts.metrics import STEP_S_KEY
     from facts.repo import REPO_ROOT
 
     subprocess.run([sys.executable, "-m", "trainer", "algo=grpo", "seed=1", f"workload.engine={engine}",
                     f"workload.n_updates={steps}", "workload.eval.n_prompts=4", f"output_dir={out}"], cwd=REPO_ROOT,
                    check=True, capture_output=True)
-    values = sorted(json.loads(line)["perf/step_s"] for line in (out / METRICS_LOG).read_text().splitlines()[1:])
+    values = sorted(json.loads(line)[STEP_S_KEY] for line in (out / METRICS_LOG).read_text().splitlines()[1:])
     return values[len(values) // 2]
 
 

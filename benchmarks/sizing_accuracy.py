@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from facts.files import JOB_RUN_DIR, METRICS_LOG
+from facts.metrics import RESPONSE_LEN_KEY
 from facts.repo import REPO_ROOT
 
 TOY = "trainer/assets/toy"
@@ -176,7 +177,7 @@ def measure(overrides: list[str], tmp: Path, tag: str) -> dict:
     subprocess.run(cmd, cwd=REPO_ROOT, check=True, capture_output=True)
     figures = json.loads(usage.read_text())
     records = [json.loads(line) for line in (out / METRICS_LOG).read_text().splitlines()]
-    figures["mean_response_len"] = sum(r["rollout/response_len"] for r in records) / len(records)
+    figures["mean_response_len"] = sum(r[RESPONSE_LEN_KEY] for r in records) / len(records)
     return figures
 
 

@@ -65,6 +65,32 @@ from facts.files import (
     initial_eval_relpath,
 )
 from facts.ledger_format import LEDGER_FIELD
+from facts.metrics import (
+    ADV_NORM_MEAN_KEY,
+    ADV_NORM_STD_KEY,
+    ADV_RAW_MEAN_KEY,
+    ADV_RAW_STD_KEY,
+    ALL_ZERO_REWARD_KEY,
+    CLIP_FRAC_KEY,
+    GRAD_NORM_KEY,
+    IS_RATIO_MAX_KEY,
+    IS_RATIO_MEAN_KEY,
+    KL_LOSS_KEY,
+    LOSS_KEY,
+    PEAK_MEM_GIB_KEY,
+    PG_LOSS_KEY,
+    PPO_KL_KEY,
+    RAW_REWARD_KEY,
+    RESPONSE_LEN_KEY,
+    RESPONSE_TOK_PER_S_KEY,
+    RETURNS_KEY,
+    SAMPLER_LOGP_GAP_KEY,
+    STALENESS_KEY,
+    STEP_S_KEY,
+    TRUNCATED_KEY,
+    VALID_TOKENS_KEY,
+    ZERO_VARIANCE_KEY,
+)
 from facts.repo import REPO_ROOT
 from facts.states import COMPLETED
 
@@ -96,33 +122,33 @@ def metric_records(algo: str, seed: int, n_steps: int, reward=None, off_policy=N
             raw = reward(step)
         record = {
             "step": step,
-            "rollout/raw_reward": raw,
+            RAW_REWARD_KEY: raw,
             # k1 shaping moves the return away from the raw reward only for rpp.
-            "rollout/returns": round(raw - 0.001 * (step + 1) * (1 + rng.random()), 6) if algo == "rpp" else raw,
-            "rollout/adv_raw_mean": 0.0,
-            "rollout/adv_raw_std": round(0.4 + rng.random() * 0.1, 6),
-            "rollout/adv_norm_mean": 0.0,
-            "rollout/adv_norm_std": 1.0,
-            "rollout/valid_tokens": 3000 + rng.randrange(500),
-            "rollout/zero_variance": 0,
-            "rollout/all_zero_reward": 0,
-            "rollout/response_len": round(90 + rng.uniform(-5, 5), 3),
-            "rollout/truncated": round(rng.uniform(0.4, 0.6), 4),
-            "train/loss": round(rng.uniform(-0.1, 0.1), 6),
-            "train/pg_loss": round(rng.uniform(-0.1, 0.0), 6),
-            "train/ppo_kl": 0.0,
-            "train/clip_frac": 0.0,
-            "train/grad_norm": round(1.2 + rng.uniform(-0.1, 0.1), 5),
-            "perf/response_tok_per_s": round(400 + rng.uniform(-5, 5), 2),
-            "perf/step_s": round(70 + rng.uniform(-2, 2), 2),
-            "perf/peak_mem_gib": round(35 + rng.uniform(-0.3, 0.3), 3),
+            RETURNS_KEY: round(raw - 0.001 * (step + 1) * (1 + rng.random()), 6) if algo == "rpp" else raw,
+            ADV_RAW_MEAN_KEY: 0.0,
+            ADV_RAW_STD_KEY: round(0.4 + rng.random() * 0.1, 6),
+            ADV_NORM_MEAN_KEY: 0.0,
+            ADV_NORM_STD_KEY: 1.0,
+            VALID_TOKENS_KEY: 3000 + rng.randrange(500),
+            ZERO_VARIANCE_KEY: 0,
+            ALL_ZERO_REWARD_KEY: 0,
+            RESPONSE_LEN_KEY: round(90 + rng.uniform(-5, 5), 3),
+            TRUNCATED_KEY: round(rng.uniform(0.4, 0.6), 4),
+            LOSS_KEY: round(rng.uniform(-0.1, 0.1), 6),
+            PG_LOSS_KEY: round(rng.uniform(-0.1, 0.0), 6),
+            PPO_KL_KEY: 0.0,
+            CLIP_FRAC_KEY: 0.0,
+            GRAD_NORM_KEY: round(1.2 + rng.uniform(-0.1, 0.1), 5),
+            RESPONSE_TOK_PER_S_KEY: round(400 + rng.uniform(-5, 5), 2),
+            STEP_S_KEY: round(70 + rng.uniform(-2, 2), 2),
+            PEAK_MEM_GIB_KEY: round(35 + rng.uniform(-0.3, 0.3), 3),
         }
         if algo != "rpp":
-            record["train/kl_loss"] = round(0.006 + rng.uniform(-0.001, 0.001), 6)
+            record[KL_LOSS_KEY] = round(0.006 + rng.uniform(-0.001, 0.001), 6)
         if off_policy is not None:
             staleness, gap = off_policy(step)
-            record.update({"train/staleness": staleness, "train/sampler_logp_gap": gap,
-                           "train/is_ratio_mean": round(1.0 + gap / 10, 6), "train/is_ratio_max": round(1.0 + gap, 6)})
+            record.update({STALENESS_KEY: staleness, SAMPLER_LOGP_GAP_KEY: gap,
+                           IS_RATIO_MEAN_KEY: round(1.0 + gap / 10, 6), IS_RATIO_MAX_KEY: round(1.0 + gap, 6)})
         records.append(record)
     return records
 

@@ -17,7 +17,6 @@ from pathlib import Path
 
 from evidence.fileio import JSONError, read_csv, read_json, write_text
 from evidence.gates.certificate_jobs import compute_certificates
-from evidence.gates.metrics_log import COMMON_KEYS
 from evidence.sweep import read_arms
 from facts import loads_strict
 from facts.bundle_layout import EVAL_FLOAT_COLUMNS
@@ -38,6 +37,7 @@ from facts.files import (
     SWEEP_RECORD,
     eval_responses_name,
 )
+from facts.metrics import CONTRACT_KEYS
 
 STEP_ID_COLUMNS = ("arm", "algo", "seed", "step")
 EVAL_ID_COLUMNS = ("arm", "algo", "seed", "kind")
@@ -80,8 +80,8 @@ def write_csv(path: str | Path, columns, rows) -> None:
 
 def step_columns(metric_keys) -> tuple[str, ...]:
     """steps.csv columns: identity, then the contract's metrics in its order, then any others by name."""
-    extra = sorted(set(metric_keys) - set(COMMON_KEYS) - {"step"})
-    return STEP_ID_COLUMNS + tuple(k for k in COMMON_KEYS if k in metric_keys) + tuple(extra)
+    extra = sorted(set(metric_keys) - set(CONTRACT_KEYS) - {"step"})
+    return STEP_ID_COLUMNS + tuple(k for k in CONTRACT_KEYS if k in metric_keys) + tuple(extra)
 
 
 def _float(text: str) -> float | None:

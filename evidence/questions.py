@@ -34,11 +34,11 @@ from evidence.tables import (
     seeds,
     series,
 )
+from facts.metrics import STEP_S_KEY, eval_tag
 
 PASS_AT_J = (1, 2, 4)  # the pass@j columns eval.csv keeps
 SMALLEST_DIFFERENCE_SETTING = "smallest_difference_points"  # evidence.json, when the build was given one
 POINTS = 100.0
-STEP_SECONDS = "perf/step_s"
 
 
 # ---- the blocks: seeds x questions of correct counts -------------------------------------------------------
@@ -187,7 +187,7 @@ def smallest_difference(data: BundleData) -> tuple[float, str]:
     if isinstance(stated, int | float) and not isinstance(stated, bool) and stated > 0:
         return float(stated) / POINTS, "set by the build's --smallest-difference"
     spec = experiment_spec(data)
-    if spec is not None and spec.criterion.measure.metric == "eval/pass@1" and spec.criterion.threshold > 0:
+    if spec is not None and spec.criterion.measure.metric == eval_tag("pass@1") and spec.criterion.threshold > 0:
         return spec.criterion.threshold / spec.criterion.scale, "the experiment's threshold"
     return allocation.DEFAULT_SMALLEST_DIFFERENCE, "the default: no threshold stated"
 
@@ -229,7 +229,7 @@ def measured_costs(data: BundleData, arm_list: list[str]) -> allocation.Costs | 
         elapsed, final = _number(row.get("elapsed_s", "")), _number(row.get("eval_responses_final", ""))
         shared = data.evals.get((a, s), {}).get("initial", {}).get("initial_eval")  # another job's evaluation
         initial = 0.0 if shared else _number(row.get("eval_responses_initial", "")) or 0.0
-        steps = series(data, a, s, STEP_SECONDS)
+        steps = series(data, a, s, STEP_S_KEY)
         if elapsed is None or not final:
             continue
         rows.append((elapsed, final))

@@ -37,6 +37,22 @@ from facts import ALGORITHM_FIELD, ALGORITHMS, KL_IN_REWARD
 from facts.certify import RESUME
 from facts.containers import IMAGE_DIGEST_FIELD, IMAGE_DIGEST_ITEM
 from facts.evaluation import pass_at_k
+from facts.metrics import (
+    ADV_NORM_STD_KEY,
+    ALL_ZERO_REWARD_KEY,
+    GRAD_NORM_KEY,
+    KL_LOSS_KEY,
+    PEAK_MEM_GIB_KEY,
+    PG_LOSS_KEY,
+    PPO_KL_KEY,
+    RAW_REWARD_KEY,
+    RESPONSE_LEN_KEY,
+    RESPONSE_TOK_PER_S_KEY,
+    RETURNS_KEY,
+    TRUNCATED_KEY,
+    ZERO_VARIANCE_KEY,
+    eval_tag,
+)
 from facts.trainers import PROOFGRID_TRAINER
 
 # |adv_norm_std - 1| below this counts as "exactly 1" in the normalisation diagnostics.
@@ -239,17 +255,17 @@ def window_label(data: BundleData) -> str:
 # ---- per-run summaries ------------------------------------------------------------------------
 
 STABILITY = (  # (metric key, CSV stem, display name, digits)
-    ("rollout/raw_reward", "raw_reward", "raw reward", 4),
-    ("train/pg_loss", "pg_loss", "PG loss", 6),
-    ("train/kl_loss", "kl_loss", "independent KL loss", 6),
-    ("train/grad_norm", "grad_norm", "grad norm", 4),
+    (RAW_REWARD_KEY, "raw_reward", "raw reward", 4),
+    (PG_LOSS_KEY, "pg_loss", "PG loss", 6),
+    (KL_LOSS_KEY, "kl_loss", "independent KL loss", 6),
+    (GRAD_NORM_KEY, "grad_norm", "grad norm", 4),
 )
 EFFICIENCY = (  # (metric key, CSV stem, display name, digits, unit)
-    ("rollout/raw_reward", "raw_reward", "Raw reward", 4, ""),
-    ("rollout/response_len", "response_len", "Mean response length", 1, ""),
-    ("rollout/truncated", "truncated", "Truncation", 4, ""),
-    ("perf/response_tok_per_s", "response_tok_per_s", "Response tok/s", 1, ""),
-    ("perf/peak_mem_gib", "peak_mem_gib", "Peak memory", 2, " GiB"),
+    (RAW_REWARD_KEY, "raw_reward", "Raw reward", 4, ""),
+    (RESPONSE_LEN_KEY, "response_len", "Mean response length", 1, ""),
+    (TRUNCATED_KEY, "truncated", "Truncation", 4, ""),
+    (RESPONSE_TOK_PER_S_KEY, "response_tok_per_s", "Response tok/s", 1, ""),
+    (PEAK_MEM_GIB_KEY, "peak_mem_gib", "Peak memory", 2, " GiB"),
 )
 EVAL_METRICS = (("pass@1", 4), ("pass@2", 4), ("pass@4", 4), ("truncation", 4), ("mean_length", 1))
 
@@ -459,7 +475,7 @@ def stability_tables(data: BundleData) -> tuple[Table, Table]:
         for key, _, _, digits in STABILITY:
             summary = _summarise(per_metric[key])
             row += [summary.mean, summary.sd]
-            md.append(kl_not_applicable(data, a) if key == "train/kl_loss" and summary.n == 0 and run_seeds
+            md.append(kl_not_applicable(data, a) if key == KL_LOSS_KEY and summary.n == 0 and run_seeds
                       else fmt_summary(summary, digits))
         agg_rows.append(row)
         agg_md.append(md)
@@ -489,10 +505,10 @@ def normalisation_table(data: BundleData) -> Table:
 
         counts = [
             len(records),
-            count(lambda r: r.get("rollout/adv_norm_std") is not None and abs(r["rollout/adv_norm_std"] - 1) <= NORM_STD_TOL),
-            count(lambda r: r.get("rollout/zero_variance") == 1),
-            count(lambda r: r.get("rollout/all_zero_reward") == 1),
-            count(lambda r: r.get("train/ppo_kl") not in (None, 0.0)),
+            count(lambda r: r.get(ADV_NORM_STD_KEY) is not None and abs(r[ADV_NORM_STD_KEY] - 1) <= NORM_STD_TOL),
+            count(lambda r: r.get(ZERO_VARIANCE_KEY) == 1),
+            count(lambda r: r.get(ALL_ZERO_REWARD_KEY) == 1),
+            count(lambda r: r.get(PPO_KL_KEY) not in (None, 0.0)),
         ]
         rows.append([a, data.arm_algo(a), algorithm_name(data, a), *counts])
         md.append([display(data, a), *(str(c) for c in counts)])
@@ -618,7 +634,7 @@ PAIRED_METRICS = (  # (CSV name, display name)
 def paired_values(data: BundleData, metric: str, arm: str) -> dict[int, float]:
     """The run-level value compared between arms, by seed (accepted runs only)."""
     if metric == "train_last_k_raw_reward":
-        return {s: run_last_k(data, arm, s, "rollout/raw_reward") for s in accepted_runs(data, arm)}
+        return {s: run_last_k(data, arm, s, RAW_REWARD_KEY) for s in accepted_runs(data, arm)}
     kind, _, name = metric.removeprefix("eval_").partition("_")
     if kind == "gain":
         values = {s: eval_gain(data, arm, s, name) for s in eval_runs(data, arm)}
@@ -750,7 +766,7 @@ def declared_margin(data: BundleData) -> float | None:
     """The equivalence margin on the headline metric (a rate) that the bundle's experiment spec declares
     (``equivalence_margin``, in its criterion's units) when its criterion is final eval pass@1; else None."""
     experiment = experiment_spec(data)
-    if experiment is None or experiment.equivalence_margin is None or experiment.criterion.measure.metric != "eval/pass@1":
+    if experiment is None or experiment.equivalence_margin is None or experiment.criterion.measure.metric != eval_tag(PASS_AT_1):
         return None
     return experiment.equivalence_margin / experiment.criterion.scale
 
@@ -1021,7 +1037,7 @@ def k1_table(data: BundleData) -> Table:
     only_plain_arm = len(k1_arms) == 1 and k1_arms[0] == data.arm_algo(k1_arms[0])
     for a in k1_arms:
         for s in accepted_runs(data, a):
-            returns, raw = series(data, a, s, "rollout/returns"), series(data, a, s, "rollout/raw_reward")
+            returns, raw = series(data, a, s, RETURNS_KEY), series(data, a, s, RAW_REWARD_KEY)
             if returns is None or raw is None:
                 continue
             check = descriptive.k1_activation(returns, raw, data.last_k)

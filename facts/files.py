@@ -46,8 +46,6 @@ MACHINE_NAMES = "machine_names.json"
 # A run directory (the trainer's output): its summary, metrics log, evaluation and checkpoints, where
 # checkpoints/latest names the newest step_<n>/ and each holds the weights file.
 RUN_RECORD = "run.json"
-RUN_COMPLETED = "completed"  # run.json's status once the trainer finished every step
-RUN_FAILED = "failed"  # run.json's status when the trainer stopped on an error
 TRAINER_STATE = "trainer_state.json"  # a checkpoint's step and state, beside its weights
 METRICS_LOG = "metrics.jsonl"
 EVAL_RECORD = "eval.json"

@@ -14,10 +14,10 @@ from rich.table import Table
 from rich.text import Text
 
 from facts import METRICS_LOG, run_dir_of_job
+from facts.metrics import RAW_REWARD_KEY
 from facts.ordering import natural_key
 from facts.states import FAILED, RUNNING, VIEW_DONE, VIEW_QUEUED
 
-REWARD_KEY = "rollout/raw_reward"
 MILESTONES = 4  # plain output reports steps at each quarter of the run
 TAIL_BYTES = 65536
 
@@ -43,7 +43,7 @@ def latest_reward(job_dir: Path) -> float | None:
         return None
     for line in reversed(lines):
         try:
-            value = json.loads(line).get(REWARD_KEY)
+            value = json.loads(line).get(RAW_REWARD_KEY)
         except (ValueError, AttributeError):
             continue
         return value if isinstance(value, (int, float)) else None

@@ -14,14 +14,23 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from facts.bundle_layout import EVAL_FLOAT_COLUMNS
+from facts.metrics import (
+    ALL_ZERO_REWARD_KEY,
+    CLIP_FRAC_KEY,
+    EVAL_TAG_PREFIX,
+    RAW_REWARD_KEY,
+    TRUNCATED_KEY,
+    ZERO_VARIANCE_KEY,
+    eval_tag,
+)
 
-EVAL_PREFIX = "eval/"
+EVAL_PREFIX = f"{EVAL_TAG_PREFIX}/"
 FINAL, LAST_K = "final", "last_k"
 # Metrics whose values are fractions in [0, 1]: a difference of 0.04 reads as 4 points.
 RATE_METRICS = frozenset({
-    "eval/pass@1", "eval/pass@2", "eval/pass@4", "eval/truncation", "eval/mean_reward",
-    "rollout/raw_reward", "rollout/truncated", "rollout/zero_variance", "rollout/all_zero_reward",
-    "train/clip_frac",
+    *(eval_tag(key) for key in ("pass@1", "pass@2", "pass@4", "truncation", "mean_reward")),
+    RAW_REWARD_KEY, TRUNCATED_KEY, ZERO_VARIANCE_KEY, ALL_ZERO_REWARD_KEY,
+    CLIP_FRAC_KEY,
 })
 POINTS_PER_UNIT = 100.0
 
@@ -69,7 +78,7 @@ def parse_measure(metric, at=None, last_k=None) -> Measure:
     """Check a measure's spelling: ``eval/<column of eval.csv>`` at final, anything else a training key at last_k."""
     if not isinstance(metric, str) or "/" not in metric or metric.startswith("/") or metric.endswith("/"):
         raise MeasureError(f"metric {metric!r}: name a metric as eval/pass@1 or a metrics.jsonl key such as "
-                           f"rollout/raw_reward")
+                           f"{RAW_REWARD_KEY}")
     if metric.startswith(EVAL_PREFIX):
         name = metric.removeprefix(EVAL_PREFIX)
         if name not in EVAL_FLOAT_COLUMNS:

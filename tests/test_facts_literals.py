@@ -1,11 +1,12 @@
 """Facts are stated once: the file names of a sweep, a job, a run and a bundle, the directories they
-nest in, and the job-state vocabulary are spelled in facts/ only. Every other module names them through
-a facts constant, so a renamed file or a new state is one edit, and a module that spells one by hand
-(and drifts) fails here with its line."""
+nest in, the job-state vocabulary, the metric keys (metrics.jsonl's and TensorBoard's) and run.json's
+statuses are spelled in facts/ only. Every other module names them through a facts constant, so a renamed
+file, key or state is one edit, and a module that spells one by hand (and drifts) fails here with its line."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -25,6 +26,16 @@ PARENT_DIRS = LAYOUT_DIRS - {"run", "data", "eval"}
 STATES = {"PENDING", "RUNNING", "REQUEUED", "COMPLETING", "CONFIGURING", "SUSPENDED", "RESIZING", "COMPLETED",
           "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
           "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD", "VANISHED", "FAILED", "TERMINATED", "QUEUED", "DONE"}
+# A metric key by its shape, so that a new key spelled by hand is caught too: <group>/<name> (metrics.jsonl's
+# keys and the TensorBoard tags), and an evaluation's tag eval/<summary value> or its start ("eval/", "eval/pass@").
+# "eval/train" (a phase in the live view) is not one.
+METRIC_KEY = re.compile(r"(rollout|train|perf|mismatch|policy)/\w+")
+EVAL_TAG = re.compile(r"eval/(pass@\d*|mean_reward|mean_length|truncation)?")
+# run.json's statuses. Alone they are ordinary words (a chain decision "failed", an incident's action "stopped"), so
+# they are flagged where they are a status: the value of a "status" entry, assigned to or compared with
+# ``x["status"]``, ``x.get("status")`` or a name with "status" in it, a ``status=`` argument, or an argument of a
+# record's ``write``.
+RUN_STATUSES = {"running", "completed", "failed", "stopped"}
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -48,11 +59,42 @@ def _path_joined(tree: ast.AST) -> set[int]:
             for side in (node.left, node.right) if isinstance(side, ast.Constant)}
 
 
+def _is_status(node: ast.AST) -> bool:
+    """``x["status"]``, ``x.get("status")`` or a name (variable, attribute) with "status" in it."""
+    if isinstance(node, ast.Subscript):
+        return isinstance(node.slice, ast.Constant) and node.slice.value == "status"
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+        return bool(node.args) and isinstance(node.args[0], ast.Constant) and node.args[0].value == "status"
+    return "status" in (node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else "")
+
+
+def _callee(node: ast.Call) -> str:
+    return node.func.id if isinstance(node.func, ast.Name) else node.func.attr if isinstance(node.func, ast.Attribute) else ""
+
+
+def _status_places(tree: ast.AST) -> set[int]:
+    """Expressions in the place of a run status (see RUN_STATUSES)."""
+    places = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            places += [v for k, v in zip(node.keys, node.values) if isinstance(k, ast.Constant) and k.value == "status"]
+        elif isinstance(node, ast.Assign) and any(_is_status(t) for t in node.targets):
+            places.append(node.value)
+        elif isinstance(node, ast.Compare) and any(_is_status(side) for side in (node.left, *node.comparators)):
+            places += [node.left, *node.comparators]
+        elif isinstance(node, ast.Call):
+            places += [k.value for k in node.keywords if k.arg == "status"]
+            if _callee(node).endswith("write") or _callee(node) == "write_session_end":
+                places += node.args
+    return {id(c) for place in places for c in ast.walk(place) if isinstance(c, ast.Constant)}
+
+
 def hand_spelled_facts(source: str) -> list[tuple[int, str]]:
     """(line, text) of each string constant in ``source`` that spells a fact: a layout file name (alone
-    or as a component of a path), ``data/runs``, a layout directory joined into a path, or a job state."""
+    or as a component of a path), ``data/runs``, a layout directory joined into a path, a job state, a
+    metric key or an evaluation's tag, or a run status in a status's place."""
     tree = ast.parse(source)
-    skip, joined = _docstrings(tree) | _export_lists(tree), _path_joined(tree)
+    skip, joined, statuses = _docstrings(tree) | _export_lists(tree), _path_joined(tree), _status_places(tree)
     found = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Constant) or not isinstance(node.value, str) or id(node) in skip:
@@ -60,7 +102,8 @@ def hand_spelled_facts(source: str) -> list[tuple[int, str]]:
         text = node.value
         parts = text.split("/")
         if (FILE_NAMES & set(parts) or "data/runs" in text or text in STATES
-                or (id(node) in joined and text in LAYOUT_DIRS) or (len(parts) > 1 and PARENT_DIRS & set(parts[:-1]))):
+                or (id(node) in joined and text in LAYOUT_DIRS) or (len(parts) > 1 and PARENT_DIRS & set(parts[:-1]))
+                or METRIC_KEY.fullmatch(text) or EVAL_TAG.fullmatch(text) or (id(node) in statuses and text in RUN_STATUSES)):
             found.append((node.lineno, text))
     return found
 
@@ -92,14 +135,40 @@ message = "the run.json of a job"
                                                   (5, "checkpoints"), (6, "COMPLETED")]
 
 
+def test_the_scan_sees_a_hand_spelled_metric_key_or_run_status():
+    source = '''
+"""A docstring may name rollout/raw_reward and a run that is "completed"."""
+m.mean("rollout/raw_reward", total, n)
+metrics["perf/new_key_s"] = 1.0
+logged = {"eval/mean_reward", *(f"eval/pass@{j}" for j in ks)}
+phase, chain = "eval/train", ("decided", "done", "failed", "cancelled")
+message = "the train/loss of a run"
+record = {"status": "running", "steps": 0}
+record["status"] = "stopped"
+if run.get("status") != "completed" or status in ("failed",):
+    pass
+run.record.write("running", step)
+event = {"action": "stopped"}
+'''
+    assert sorted(hand_spelled_facts(source)) == [
+        (3, "rollout/raw_reward"), (4, "perf/new_key_s"), (5, "eval/mean_reward"), (5, "eval/pass@"),
+        (8, "running"), (9, "stopped"), (10, "completed"), (10, "failed"), (12, "running")]
+
+
 def test_facts_states_each_scanned_spelling():
-    """The scan's vocabulary is what facts/ states (so the test and the facts cannot drift apart)."""
+    """The scan's vocabulary is what facts/ states (so the test and the facts cannot drift apart), and every
+    metric key and tag facts/ states has a shape the scan sees."""
     import facts.files
+    import facts.metrics
     import facts.states
 
     stated = {v for m in (facts.files, facts.states) for v in vars(m).values() if isinstance(v, str)}
-    assert FILE_NAMES | (STATES - {"QUEUED", "DONE"}) <= stated
+    assert FILE_NAMES | (STATES - {"QUEUED", "DONE"}) | RUN_STATUSES <= stated
     assert stated >= LAYOUT_DIRS
+    keys = [v for name, v in vars(facts.metrics).items() if name.isupper() and isinstance(v, str) and "/" in v]
+    tags = [facts.metrics.eval_tag(k) for k in facts.metrics.EVAL_TAG_KEYS]
+    assert len(keys) >= len(facts.metrics.CONTRACT_KEYS)
+    assert [k for k in keys + tags if not (METRIC_KEY.fullmatch(k) or EVAL_TAG.fullmatch(k))] == []
 
 
 def _climbs_from_this_file(node: ast.AST) -> bool:

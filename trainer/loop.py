@@ -63,23 +63,47 @@ from facts.data_parallel_ranks import (
 )
 from facts.engines import ENGINE_FIELD, TORCH_ENGINE
 from facts.evaluation import model_files
-from facts.files import (
-    EVAL_RESPONSES_DIR,
-    INITIAL_EVAL_COMPUTED,
-    JOB_SPEC,
-    RESUMED_FROM_FIELD,
-    RUN_COMPLETED,
-    RUN_FAILED,
-)
+from facts.files import EVAL_RESPONSES_DIR, INITIAL_EVAL_COMPUTED, JOB_SPEC, RESUMED_FROM_FIELD
 from facts.metrics import (
+    ADV_NORM_MEAN_KEY,
+    ADV_NORM_STD_KEY,
+    ADV_RAW_MEAN_KEY,
+    ADV_RAW_STD_KEY,
+    ALL_ZERO_REWARD_KEY,
+    CLIP_FRAC_KEY,
+    DYNAMIC_SAMPLING_EXHAUSTED_KEY,
+    DYNAMIC_SAMPLING_REFILLED_KEY,
     ENTROPY_TAG,
     EVAL_DURING_TRAINING_FIELD,
+    GRAD_NORM_KEY,
     IDENTICAL_GROUPS_KEY,
+    IS_RATIO_MAX_KEY,
+    IS_RATIO_MEAN_KEY,
+    KL_ENGINE_TRAINER_KEY,
     LEARNING_RATE_TAG,
+    LOGP_ABS_DIFF_MAX_KEY,
+    LOGP_ABS_DIFF_MEAN_KEY,
+    LOSS_KEY,
+    PEAK_MEM_GIB_KEY,
+    PG_LOSS_KEY,
+    PPO_KL_KEY,
+    RAW_REWARD_KEY,
     REFERENCE_KL_TAG,
+    RESPONSE_LEN_KEY,
+    RESPONSE_TOK_PER_S_KEY,
+    RETURNS_KEY,
+    ROLLOUT_WALL_KEY,
+    SAMPLER_LOGP_GAP_KEY,
+    STALENESS_KEY,
+    STEP_S_KEY,
     STEP_TIMES_FIELD,
+    TOKENS_OVER_THRESHOLD_KEY,
+    TRUNCATED_KEY,
+    VALID_TOKENS_KEY,
+    ZERO_VARIANCE_KEY,
 )
 from facts.repo import REPO_ROOT, SOURCE_COMMIT_ENV
+from facts.states import RUN_COMPLETED, RUN_FAILED, RUN_RUNNING
 from facts.sweep_plan import PLAN_DIGEST_ENV, PLAN_DIGEST_FIELD
 from facts.task import TASK_FIELD
 from trainer.algorithms import (
@@ -410,8 +434,8 @@ def rollout_stage(s: RunState, step: int, m: StepMetrics) -> Rollout:
             break
         refilled += len(pending)
     if algo.dynamic_sampling:
-        m.total("rollout/dynamic_sampling_refilled", refilled)  # prompt groups replaced by a refill
-        m.total("rollout/dynamic_sampling_exhausted", len(pending))  # still zero-variance after every attempt
+        m.total(DYNAMIC_SAMPLING_REFILLED_KEY, refilled)  # prompt groups replaced by a refill
+        m.total(DYNAMIC_SAMPLING_EXHAUSTED_KEY, len(pending))  # still zero-variance after every attempt
     ordered = [groups[i] for i in range(len(slots))]
     same, n_groups = identical_groups([gen.response_ids for g in ordered for gen in g.generations], K)
     m.mean(IDENTICAL_GROUPS_KEY, same, n_groups)  # K copies of one sample: zero advantages (facts.engines)
@@ -464,9 +488,9 @@ def logprob_stage(s: RunState, rollout: Rollout, m: StepMetrics) -> LogProbs:
     n_valid = float(mask.sum())
     log_is = torch.where(mask, lp.logp_old - logp_sampler, zero)
     is_ratio = torch.where(mask, torch.exp(log_is), zero)
-    m.mean("train/sampler_logp_gap", float(log_is.abs().sum()), n_valid)
-    m.mean("train/is_ratio_mean", float(is_ratio.sum()), n_valid)
-    m.max("train/is_ratio_max", float(is_ratio.max()) if n_valid else 0.0)
+    m.mean(SAMPLER_LOGP_GAP_KEY, float(log_is.abs().sum()), n_valid)
+    m.mean(IS_RATIO_MEAN_KEY, float(is_ratio.sum()), n_valid)
+    m.max(IS_RATIO_MAX_KEY, float(is_ratio.max()) if n_valid else 0.0)
     # The policy's entropy before the update, from the forward above (TensorBoard only).
     m.mean(ENTROPY_TAG, float(torch.where(mask, entropy, zero).sum()), n_valid)
     if str(w.engine) != TORCH_ENGINE:
@@ -482,10 +506,10 @@ def mismatch_stage(s: RunState, lp: LogProbs, temperature: float, m: StepMetrics
         with torch.no_grad(), compute_context(s.device, str(s.cfg.workload.dtype)):
             trainer_logp = response_logprobs(s.engine.model, lp.batch, temperature)
     sums = mismatch_sums(lp.logp_sampler, trainer_logp, lp.batch.response_mask)
-    m.mean("mismatch/logp_abs_diff_mean", sums.abs_sum, sums.tokens)
-    m.max("mismatch/logp_abs_diff_max", sums.abs_max)
-    m.mean("mismatch/kl_engine_trainer", sums.k3_sum, sums.tokens)
-    m.mean("mismatch/tokens_over_threshold", sums.over_threshold, sums.tokens)
+    m.mean(LOGP_ABS_DIFF_MEAN_KEY, sums.abs_sum, sums.tokens)
+    m.max(LOGP_ABS_DIFF_MAX_KEY, sums.abs_max)
+    m.mean(KL_ENGINE_TRAINER_KEY, sums.k3_sum, sums.tokens)
+    m.mean(TOKENS_OVER_THRESHOLD_KEY, sums.over_threshold, sums.tokens)
 
 
 def policy_logprobs(s: RunState, batch: TokenBatch, aux_ids: torch.Tensor | None, entropy: bool = False):
@@ -514,17 +538,17 @@ def advantage_stage(s: RunState, rollout: Rollout, lp: LogProbs, step: int, m: S
     n = len(rollout.response_ids)
     first_return = adv.returns[:, 0] if adv.returns is not None else rollout.reward
     raw_var = adv.raw_var.item()
-    m.mean("rollout/raw_reward", float(rollout.reward.sum()), n)
-    m.mean("rollout/returns", float(first_return.sum()), n)
-    m.value("rollout/adv_raw_mean", adv.raw_mean.item())
-    m.value("rollout/adv_raw_std", raw_var ** 0.5)
-    m.value("rollout/adv_norm_mean", norm_mean.item())
-    m.value("rollout/adv_norm_std", max(norm_var.item(), 0.0) ** 0.5)
-    m.value("rollout/valid_tokens", adv.valid_tokens.item())
-    m.value("rollout/zero_variance", float(raw_var < VAR_FLOOR))
-    m.total("rollout/all_zero_reward", float((rollout.reward > 0).sum()))  # a count here; a flag in train_step
-    m.mean("rollout/response_len", float(mask.sum()), n)
-    m.mean("rollout/truncated", float(sum(not f for f in rollout.finished)), n)
+    m.mean(RAW_REWARD_KEY, float(rollout.reward.sum()), n)
+    m.mean(RETURNS_KEY, float(first_return.sum()), n)
+    m.value(ADV_RAW_MEAN_KEY, adv.raw_mean.item())
+    m.value(ADV_RAW_STD_KEY, raw_var ** 0.5)
+    m.value(ADV_NORM_MEAN_KEY, norm_mean.item())
+    m.value(ADV_NORM_STD_KEY, max(norm_var.item(), 0.0) ** 0.5)
+    m.value(VALID_TOKENS_KEY, adv.valid_tokens.item())
+    m.value(ZERO_VARIANCE_KEY, float(raw_var < VAR_FLOOR))
+    m.total(ALL_ZERO_REWARD_KEY, float((rollout.reward > 0).sum()))  # a count here; a flag in train_step
+    m.mean(RESPONSE_LEN_KEY, float(mask.sum()), n)
+    m.mean(TRUNCATED_KEY, float(sum(not f for f in rollout.finished)), n)
     if algorithm(s.algo.estimator).kl_placement == KL_IN_REWARD:  # the k1 term the shaped reward carries
         m.mean(REFERENCE_KL_TAG, float(k1_kl(lp.logp_old, lp.logp_ref, mask).sum()), float(mask.sum()))
     return adv
@@ -559,14 +583,14 @@ def update_stage(s: RunState, lp: LogProbs, adv: Advantages, step: int, m: StepM
             grad_norms.append(optimizer_step(s, loss, step))
             # Each rank's loss is its share of the global value: the global sum over ranks is the value.
             share = 1.0 / sched.updates_per_step
-            m.total("train/loss", loss.item() * share)
-            m.total("train/pg_loss", pg_loss.item() * share)
-            m.total("train/ppo_kl", ppo_kl.item() * share)
+            m.total(LOSS_KEY, loss.item() * share)
+            m.total(PG_LOSS_KEY, pg_loss.item() * share)
+            m.total(PPO_KL_KEY, ppo_kl.item() * share)
             if kl_loss is not None:
                 m.total(KL_LOSS_KEY, kl_loss.item() * share)
             valid_local = float(mask.sum())
-            m.mean("train/clip_frac", (clip_frac.item() if clip_frac is not None else 0.0) * valid_local, valid_local)
-    m.value("train/grad_norm", sum(grad_norms) / len(grad_norms))  # identical on every rank (summed grads)
+            m.mean(CLIP_FRAC_KEY, (clip_frac.item() if clip_frac is not None else 0.0) * valid_local, valid_local)
+    m.value(GRAD_NORM_KEY, sum(grad_norms) / len(grad_norms))  # identical on every rank (summed grads)
 
 
 def optimizer_step(s: RunState, loss: torch.Tensor, step: int) -> float:
@@ -599,18 +623,18 @@ def train_step(s: RunState, step: int) -> dict[str, float]:
     """rollout -> score -> log-probs -> advantages -> update (epochs x mini-batches) -> metrics."""
     t_step = time.perf_counter()
     m = StepMetrics(s.group, s.device)
-    m.value("train/staleness", s.optimizer_steps - s.sampler_step)
+    m.value(STALENESS_KEY, s.optimizer_steps - s.sampler_step)
     rollout = rollout_stage(s, step, m)
     lp = logprob_stage(s, rollout, m)
     adv = advantage_stage(s, rollout, lp, step, m)
     update_stage(s, lp, adv, step, m)
-    m.total("perf/response_tok_per_s", float(sum(len(r) for r in rollout.response_ids)))  # tokens; a rate below
-    m.max("perf/rollout_wall_s", rollout.wall_s)
-    m.max("perf/peak_mem_gib", peak_memory_gib(s.device))
+    m.total(RESPONSE_TOK_PER_S_KEY, float(sum(len(r) for r in rollout.response_ids)))  # tokens; a rate below
+    m.max(ROLLOUT_WALL_KEY, rollout.wall_s)
+    m.max(PEAK_MEM_GIB_KEY, peak_memory_gib(s.device))
     metrics = m.finish()
-    metrics["perf/response_tok_per_s"] /= max(metrics.pop("perf/rollout_wall_s"), 1e-9)
-    metrics["rollout/all_zero_reward"] = float(metrics["rollout/all_zero_reward"] == 0)
-    metrics["perf/step_s"] = time.perf_counter() - t_step
+    metrics[RESPONSE_TOK_PER_S_KEY] /= max(metrics.pop(ROLLOUT_WALL_KEY), 1e-9)
+    metrics[ALL_ZERO_REWARD_KEY] = float(metrics[ALL_ZERO_REWARD_KEY] == 0)
+    metrics[STEP_S_KEY] = time.perf_counter() - t_step
     metrics[LEARNING_RATE_TAG] = float(s.optimizer.param_groups[0]["lr"])
     return metrics
 
@@ -734,7 +758,7 @@ def _run(rank: int, world: int, group, cfg: DictConfig, plan: RunPlan, stop: Sto
     """One rank's run: set up (and resume), the training steps, then the finish (rank 0 evaluates)."""
     run = set_up(rank, world, group, cfg, plan)
     if run.record is not None:
-        run.record.write("running", run.start_step)
+        run.record.write(RUN_RUNNING, run.start_step)
     try:
         train_steps(run, stop)
         done = finish(run)
@@ -990,7 +1014,7 @@ def evaluate_during_training(run: Run, step: int) -> None:
     run.metrics_log.write_eval(step, summary, seconds)
     run.evaluations = [e for e in run.evaluations if e["step"] != step] + [
         {"step": step, "seconds": round(seconds, 3), "summary": summary}]
-    run.record.write("running", step, **record_details(run))  # a resumed run keeps them
+    run.record.write(RUN_RUNNING, step, **record_details(run))  # a resumed run keeps them
     log.info("eval at step %d: pass@1=%.4f (%.1f s)", step, summary.get("pass@1", float("nan")), seconds)
 
 
@@ -1029,7 +1053,7 @@ def save_at(run: Run, done: int) -> None:
                     sampler_state=s.engine.state_dict() if lagging else None,
                     adapter=adapter_record(s.cfg.workload, run.inputs))
     if run.record is not None:  # the steps' times so far, for a resume after a kill
-        run.record.write("running", done, **record_details(run))
+        run.record.write(RUN_RUNNING, done, **record_details(run))
 
 
 def stop_for_requeue(run: Run, step: int, stop: StopRequest | None, planned: bool = False) -> None:
@@ -1090,8 +1114,8 @@ def train_steps(run: Run, stop: StopRequest | None) -> None:
             run.ledger.write(step, metrics)
             if len(run.step_times) == step:  # a resume that lost earlier times records none (never misplaced)
                 run.step_times.append(round(time.time(), 3))
-            log.info("step %d of %d reward=%.3f loss=%.4f", step, n_updates, metrics["rollout/raw_reward"],
-                     metrics["train/loss"])
+            log.info("step %d of %d reward=%.3f loss=%.4f", step, n_updates, metrics[RAW_REWARD_KEY],
+                     metrics[LOSS_KEY])
             if evaluate_at and done % evaluate_at == 0 and done < n_updates:  # the final one is finish's
                 evaluate_during_training(run, done)
             if done % every == 0 or done == n_updates:

@@ -16,7 +16,7 @@ from pathlib import Path
 from facts import DYNAMIC_SAMPLING_KEYS, KL_LOSS_KEY, METRICS_LOG, OFF_POLICY_KEYS, REQUIRED_KEYS
 from facts.data_parallel_ranks import rank_log, step_digest
 from facts.engines import TORCH_ENGINE
-from facts.files import RUN_COMPLETED, RUN_FAILED, TENSORBOARD_DIR
+from facts.files import TENSORBOARD_DIR
 from facts.metrics import (
     EVAL_SECONDS_TAG,
     EVAL_TAG_KEYS,
@@ -26,6 +26,7 @@ from facts.metrics import (
     eval_line,
     eval_tag,
 )
+from facts.states import RUN_COMPLETED, RUN_FAILED
 
 __all__ = ["KL_LOSS_KEY", "REQUIRED_KEYS", "SESSION_STATUS", "MetricsLog", "RankLog", "metric_keys",
            "split_board_only"]

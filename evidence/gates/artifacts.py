@@ -53,7 +53,6 @@ from facts.files import (
     LATEST_CHECKPOINT,
     LINK_FIX,
     NEVER_FOLLOWED,
-    RUN_COMPLETED,
     RUN_OUTPUTS_FIELD,
     RUN_RECORD,
     TENSORBOARD_DIR,
@@ -66,6 +65,7 @@ from facts.files import (
     run_relpath,
     unfollowed_paths,
 )
+from facts.states import RUN_COMPLETED
 from facts.task import TASK_FIELD, Task
 
 EVAL_KINDS = ("initial", "final")
@@ -644,7 +644,7 @@ def check_run_summary(run_dir: Path, algo: str, seed: int, n_updates: int) -> tu
     failures = []
     if summary.get("status") != RUN_COMPLETED:
         cause = f": {summary['error']}" if isinstance(summary.get("error"), str) else ""
-        failures.append(Problem(run_relpath(RUN_RECORD), f"status is {summary.get('status')!r}, not 'completed'{cause}", kind="run"))
+        failures.append(Problem(run_relpath(RUN_RECORD), f"status is {summary.get('status')!r}, not {RUN_COMPLETED!r}{cause}", kind="run"))
     if summary.get("steps_completed") != n_updates:
         failures.append(Problem(run_relpath(RUN_RECORD),
                                 f"steps_completed is {summary.get('steps_completed')!r}, expected {n_updates}", kind="run"))

@@ -41,11 +41,11 @@ from facts.files import (
     JOB_RECORD,
     METRICS_LOG,
     RESUMED_FROM_FIELD,
-    RUN_COMPLETED,
     RUN_RECORD,
     eval_responses_name,
     run_dir_of_job,
 )
+from facts.states import RUN_COMPLETED
 from facts.sweep_plan import JOB_NONCE_FIELD
 
 SCHEMA = 2

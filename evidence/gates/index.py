@@ -38,7 +38,7 @@ from facts import EVAL_RECORD, JOB_RUN_DIR, JOBS_DIR, RUN_RECORD
 from facts.engines import IDENTICAL_GROUPS_BOUND
 from facts.failures import failure_cause
 from facts.files import JOB_RECORD, METRICS_LOG, SWEEP_RECORD, linked_part, run_relpath
-from facts.metrics import IDENTICAL_GROUPS_KEY
+from facts.metrics import ALL_ZERO_REWARD_KEY, IDENTICAL_GROUPS_KEY
 from facts.states import COMPLETED
 
 # Shown in the index's reason column before it is cut short.
@@ -247,7 +247,7 @@ def _note_anomalies(evidence: JobEvidence) -> None:
         evidence.anomalies.append(Problem(run_relpath(EVAL_RECORD), "all-zero eval reward on the initial checkpoint (control)",
                                           kind="all-zero-eval-reward"))
     records = evidence.metrics.records if evidence.metrics else []
-    if records and all(r.get("rollout/all_zero_reward") == 1 for r in records):
+    if records and all(r.get(ALL_ZERO_REWARD_KEY) == 1 for r in records):
         evidence.anomalies.append(Problem(run_relpath(METRICS_LOG), "every training step had all-zero reward",
                                           kind="all-zero-train-reward"))
 

@@ -21,8 +21,9 @@ from pathlib import Path
 from evidence.problems import Problem, capped
 from facts import RUN_RECORD, loads_strict
 from facts.data_parallel_ranks import step_digest
-from facts.files import DATA_LEDGER, RUN_COMPLETED
+from facts.files import DATA_LEDGER
 from facts.ledger_format import LEDGER_FIELD, START, chain, genesis
+from facts.states import RUN_COMPLETED
 from facts.sweep_plan import JOB_NONCE_FIELD
 
 KIND = "ledger"

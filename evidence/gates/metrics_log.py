@@ -29,17 +29,8 @@ from evidence.problems import Problem
 from facts import KL_LOSS_BY_ALGO, KL_LOSS_KEY, METRIC_KEYS_FIELD, RUN_RECORD
 from facts.engines import TORCH_ENGINE
 from facts.files import TRAINER_FIELD
-from facts.metrics import MISMATCH_KEYS
+from facts.metrics import CONTRACT_KEYS, MISMATCH_KEYS
 from facts.trainers import PROOFGRID_TRAINER
-
-# Required for every algorithm, in the contract's order (also the column order of steps.csv).
-COMMON_KEYS = (
-    "rollout/raw_reward", "rollout/returns", "rollout/adv_raw_mean", "rollout/adv_raw_std",
-    "rollout/adv_norm_mean", "rollout/adv_norm_std", "rollout/valid_tokens", "rollout/zero_variance",
-    "rollout/all_zero_reward", "rollout/response_len", "rollout/truncated", "train/loss",
-    "train/pg_loss", "train/kl_loss", "train/ppo_kl", "train/clip_frac", "train/grad_norm",
-    "perf/response_tok_per_s", "perf/step_s", "perf/peak_mem_gib",
-)
 
 
 def required_keys(algo: str, declared: tuple[str, ...] | None = None) -> tuple[str, ...]:
@@ -48,8 +39,8 @@ def required_keys(algo: str, declared: tuple[str, ...] | None = None) -> tuple[s
     if declared is not None:
         return declared
     if KL_LOSS_BY_ALGO.get(algo, False):
-        return COMMON_KEYS
-    return tuple(k for k in COMMON_KEYS if k != KL_LOSS_KEY)
+        return CONTRACT_KEYS
+    return tuple(k for k in CONTRACT_KEYS if k != KL_LOSS_KEY)
 
 
 def declared_metric_keys(run_dir: Path) -> tuple[str, ...] | None:

@@ -19,15 +19,23 @@ from evidence.dataset import BundleData
 from evidence.statistics import descriptive
 from evidence.tables import arms as ordered_arms
 from evidence.tables import display
+from facts.metrics import (
+    GRAD_NORM_KEY,
+    KL_LOSS_KEY,
+    PG_LOSS_KEY,
+    RAW_REWARD_KEY,
+    RESPONSE_LEN_KEY,
+    TRUNCATED_KEY,
+)
 
 # name -> (title, metrics.jsonl key or None for the eval figure)
 FIGURES = {
-    "reward": ("Raw reward per step", "rollout/raw_reward"),
-    "pg_loss": ("PG loss per step", "train/pg_loss"),
-    "kl_loss": ("Independent KL loss per step", "train/kl_loss"),
-    "grad_norm": ("Gradient norm per step", "train/grad_norm"),
-    "response_len": ("Mean response length per step", "rollout/response_len"),
-    "truncated": ("Truncation per step", "rollout/truncated"),
+    "reward": ("Raw reward per step", RAW_REWARD_KEY),
+    "pg_loss": ("PG loss per step", PG_LOSS_KEY),
+    "kl_loss": ("Independent KL loss per step", KL_LOSS_KEY),
+    "grad_norm": ("Gradient norm per step", GRAD_NORM_KEY),
+    "response_len": ("Mean response length per step", RESPONSE_LEN_KEY),
+    "truncated": ("Truncation per step", TRUNCATED_KEY),
     "eval_passk": ("Eval pass@k: final checkpoints against the initial-checkpoint control", None),
 }
 SVG_RC = {"svg.hashsalt": "proofgrid-evidence", "svg.fonttype": "path", "font.size": 8}
@@ -64,12 +72,12 @@ MAX_SEED_LINES = 20
 SEED_BAND = (10, 90)
 NOT_DRAWN = ", not drawn"
 Y_LABELS = {
-    "rollout/raw_reward": "mean reward per response (0–1)",
-    "train/pg_loss": "policy-gradient loss (unitless)",
-    "train/kl_loss": "k2 KL loss, ½(Δ log p)² per token",
-    "train/grad_norm": "gradient L2 norm (before clipping)",
-    "rollout/response_len": "mean response length (tokens)",
-    "rollout/truncated": "fraction of responses truncated",
+    RAW_REWARD_KEY: "mean reward per response (0–1)",
+    PG_LOSS_KEY: "policy-gradient loss (unitless)",
+    KL_LOSS_KEY: "k2 KL loss, ½(Δ log p)² per token",
+    GRAD_NORM_KEY: "gradient L2 norm (before clipping)",
+    RESPONSE_LEN_KEY: "mean response length (tokens)",
+    TRUNCATED_KEY: "fraction of responses truncated",
 }
 
 

@@ -46,6 +46,7 @@ from facts.files import (
     STEPS_TABLE,
     TABLES_DIR,
 )
+from facts.metrics import CLIP_FRAC_KEY, PG_LOSS_KEY, TRUNCATED_KEY
 from facts.states import COMPLETED
 from facts.task import TASK_FIELD
 
@@ -80,7 +81,6 @@ def _range(values: list[float], digits: int) -> str:
     return fmt(low, digits) if fmt(low, digits) == fmt(high, digits) else f"{fmt(low, digits)}–{fmt(high, digits)}"
 
 
-CLIP_KEY, PG_KEY = "train/clip_frac", "train/pg_loss"
 # |train/pg_loss| at most this is 0 up to the trainer's float32 rounding of a mean of centred advantages.
 PG_ZERO = 1e-5
 
@@ -91,8 +91,8 @@ def _flat_pg_loss(data: BundleData) -> list[str]:
     flat = []
     for arm in arms(data):
         steps = [r for s in accepted_runs(data, arm) for r in data.steps[(arm, s)]]
-        pg = [r.get(PG_KEY) for r in steps]
-        clip = [r.get(CLIP_KEY) for r in steps]
+        pg = [r.get(PG_LOSS_KEY) for r in steps]
+        clip = [r.get(CLIP_FRAC_KEY) for r in steps]
         if steps and all(v is not None and abs(float(v)) <= PG_ZERO for v in pg) \
                 and all(c is not None and float(c) == 0.0 for c in clip):
             flat.append(display(data, arm))
@@ -134,15 +134,15 @@ def _read_with_care(data: BundleData) -> list[str]:
         notes.append("Throughput (tok/s, step time, elapsed) was measured with several jobs sharing one machine's "
                      "CPUs: it reflects contention and scheduling, not the algorithm. Compare it only between "
                      "runs made alone on identical hardware.")
-    clip = [r.get(CLIP_KEY) for v in data.steps.values() for r in v if r.get(CLIP_KEY) is not None]
+    clip = [r.get(CLIP_FRAC_KEY) for v in data.steps.values() for r in v if r.get(CLIP_FRAC_KEY) is not None]
     if clip and all(float(c) == 0.0 for c in clip):
-        notes.append(f"`{CLIP_KEY}` is 0 by construction here: each rollout batch gets one update on fresh "
+        notes.append(f"`{CLIP_FRAC_KEY}` is 0 by construction here: each rollout batch gets one update on fresh "
                      "samples (workload.ppo_epochs = ppo_mini_batches = sampler_refresh_every = 1), so the "
                      "probability ratio is exactly 1 and nothing is clipped. It becomes informative with more "
                      "epochs or mini-batches, or stale samplers.")
     flat = _flat_pg_loss(data)
     if flat:
-        notes.append(f"`{PG_KEY}` of {_names(flat)} is 0 at every step by construction here (|value| ≤ {PG_ZERO:g}, "
+        notes.append(f"`{PG_LOSS_KEY}` of {_names(flat)} is 0 at every step by construction here (|value| ≤ {PG_ZERO:g}, "
                      "float32 rounding): each batch is used once, on policy, so the probability ratio is 1 and the "
                      "loss is minus the mean advantage; the advantages are centred within each prompt's group (they "
                      "sum to 0 over it) and each response counts once, so that mean is 0. Its gradient is not 0: "
@@ -572,7 +572,7 @@ def _limits(data: BundleData) -> list[str]:
                   f"improvement claims rest on final − initial on the same subset.")
     limits.append("Rollout generation is seeded, but equal seeds fix inputs and random-source configuration, not "
                   "token-for-token identity across different policies.")
-    train_trunc = [r["rollout/truncated"] for v in data.steps.values() for r in v if r.get("rollout/truncated") is not None]
+    train_trunc = [r[TRUNCATED_KEY] for v in data.steps.values() for r in v if r.get(TRUNCATED_KEY) is not None]
     eval_trunc = [e["truncation"] for e in finals]
     if train_trunc or eval_trunc:
         limits.append(f"Truncation at the response cap: training steps {_range(train_trunc, 4)}, final-checkpoint "

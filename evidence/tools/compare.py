@@ -36,10 +36,11 @@ from evidence.tables import arms as arm_order
 from evidence.tables import trainer_of
 from evidence.tools.load import read_evidence
 from facts.files import SWEEP_RECORD
+from facts.metrics import GRAD_NORM_KEY, LOSS_KEY, RAW_REWARD_KEY, eval_tag
 from facts.trainers import PROOFGRID_TRAINER
 from study.measure import EVAL_PREFIX, LAST_K, POINTS_PER_UNIT, Measure, parse_measure
 
-DEFAULT_METRICS = ("train/loss", "train/grad_norm", "rollout/raw_reward", "eval/pass@1")
+DEFAULT_METRICS = (LOSS_KEY, GRAD_NORM_KEY, RAW_REWARD_KEY, eval_tag("pass@1"))
 COLUMNS = ("metric", "at", "last_k", "arm", "n_a", "n_b", "a_mean", "a_sd", "b_mean", "b_sd", "ratio_b_over_a",
            "change_pct", "change_points", "pairing", "n_pairs", "diff_mean", "diff_sd", "ci_low", "ci_high",
            "mde", "boot_low", "boot_high", "boot_method", "boot_resamples", "boot_seed", "diff_units", "note")
@@ -501,7 +502,7 @@ def compare_paths(path_a, path_b, metrics: list[str] | None = None, last_k: int 
     (``evidence.question_compare``: ``smallest_difference`` in points, else A's). Raises ``CompareError`` (one line)."""
     names = list(dict.fromkeys(list(DEFAULT_METRICS) + list(metrics or [])))
     try:
-        measures = [parse_measure(name, None, None if name.startswith("eval/") else last_k) for name in names]
+        measures = [parse_measure(name, None, None if name.startswith(EVAL_PREFIX) else last_k) for name in names]
     except ValueError as exc:
         raise CompareError(f"--metric: {exc}") from None
     paths = (path_a, path_b, *more)

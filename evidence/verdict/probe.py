@@ -29,12 +29,12 @@ from facts.files import (
     STEPS_TABLE,
     TUNING_STAGE,
 )
+from facts.metrics import PEAK_MEM_GIB_KEY, SAMPLER_LOGP_GAP_KEY, STEP_S_KEY
 from study.spec import Study, parse_study, same_overrides
 
 DEFAULT_MIN_COSINE = 0.9
 DEFAULT_MIN_RATIO = 2.0
-DEFAULT_STALENESS_METRIC = "train/sampler_logp_gap"
-STEP_S, PEAK_MEM = "perf/step_s", "perf/peak_mem_gib"
+DEFAULT_STALENESS_METRIC = SAMPLER_LOGP_GAP_KEY
 # The budget's record: what the plan costs at the probe's slowest step (``plan_cost``).
 COST_FIELDS = ("step_s", "runs", "steps", "cpu_hours", "gpu_hours", "longest_run_minutes")
 
@@ -51,12 +51,12 @@ def arm_steps(data: BundleData, label: str) -> list[dict]:
 def step_seconds(steps: Sequence[Mapping]) -> float:
     """Seconds per step: the mean of ``perf/step_s`` over the steps after the first (which also warms
     up), or over the one step there is."""
-    return mean([r[STEP_S] for r in steps[1:] or steps])
+    return mean([r[STEP_S_KEY] for r in steps[1:] or steps])
 
 
 def peak_memory(steps: Sequence[Mapping]) -> float:
     """Peak memory in GiB: the largest ``perf/peak_mem_gib`` of any step (0 when none logged it)."""
-    return max((r.get(PEAK_MEM) or 0.0 for r in steps), default=0.0)
+    return max((r.get(PEAK_MEM_GIB_KEY) or 0.0 for r in steps), default=0.0)
 
 
 def arm_costs(data: BundleData) -> dict[str, dict]:

@@ -21,6 +21,7 @@ from evidence.verdict.probe import (
     staleness_passes,
 )
 from facts.files import BUNDLE_DIR, EXPERIMENT_DIGEST_FIELD, GRADIENT_RECORD, PROBE_STAGE
+from facts.metrics import GRAD_NORM_KEY, LOSS_KEY
 from facts.repo import REPO_ROOT
 from launcher.experiment.experiment_errors import ExperimentFailed
 from launcher.experiment.runner import Runner
@@ -35,7 +36,7 @@ def measure_arms(runner: Runner, data: BundleData) -> dict[str, dict]:
         if (label, runner.study.experiment.seeds[0]) not in data.accepted or not steps:
             raise ExperimentFailed(f"probe failed: arm {label} has no accepted probe run (see "
                                    f"{runner.stage_dir(PROBE_STAGE).name}/{BUNDLE_DIR}/report.md)")
-        for key in ("train/loss", "train/grad_norm"):
+        for key in (LOSS_KEY, GRAD_NORM_KEY):
             if not all(isinstance(r.get(key), float) and math.isfinite(r[key]) for r in steps):
                 raise ExperimentFailed(f"probe failed: arm {label} logged a non-finite {key}")
     return costs

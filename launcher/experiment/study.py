@@ -9,6 +9,7 @@ from hydra import compose as hydra_compose
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
+from facts.metrics import eval_tag
 from launcher.experiment.experiment_errors import ExperimentError
 from launcher.overrides import check_overrides
 from study.spec import Study, VerdictError, arm_owner, parse_study
@@ -59,7 +60,7 @@ def check_arm_settings(study: Study, user: dict[str, str] | None = None) -> None
     for arm, cfg in cfgs.items():
         if measure.is_eval:
             k = int(cfg.workload.eval.k)
-            logged = {"eval/mean_reward", "eval/truncation", *(f"eval/pass@{j}" for j in range(1, k + 1))}
+            logged = {eval_tag("mean_reward"), eval_tag("truncation"), *(eval_tag(f"pass@{j}") for j in range(1, k + 1))}
         else:
             logged = set(metric_keys(algo_config(cfg), str(cfg.workload.engine)))
         if measure.metric not in logged:

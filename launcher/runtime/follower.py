@@ -41,10 +41,10 @@ import urllib.parse
 from pathlib import Path
 
 from facts import TRAINER_OUTPUT_DIR, run_dir_of_job
-from facts.files import EVAL_RECORD, JOB_SPEC, METRICS_LOG, RUN_COMPLETED, RUN_FAILED, RUN_RECORD
+from facts.files import EVAL_RECORD, JOB_SPEC, METRICS_LOG, RUN_RECORD
 from facts.locks import try_lock
 from facts.metrics import EVAL_TAG_KEYS, eval_tag
-from facts.states import COMPLETED, FAILED, REQUEUED
+from facts.states import COMPLETED, FAILED, REQUEUED, RUN_COMPLETED, RUN_FAILED
 from facts.trackers import FINISH_TIMEOUT_S, POLL_S
 from launcher.directory_locks import INHERITED_FD_ENV
 from launcher.isolation import JobRoots

@@ -35,7 +35,6 @@ from facts.files import (
     JOB_GUARD_FIELD,
     MACHINE_NAMES,
     RESOURCE_SAMPLING_FIELD,
-    RUN_COMPLETED,
     RUN_OUTPUTS_FIELD,
     RUNTIME_LOG,
     TRAINER_LOG,
@@ -44,7 +43,7 @@ from facts.files import (
 from facts.machine import machine_names
 from facts.processes import marked_processes, runtime_identity
 from facts.repo import REPO_ROOT, SOURCE_COMMIT_ENV
-from facts.states import COMPLETED, FAILED, REQUEUED, RUNNING, TERMINATED
+from facts.states import COMPLETED, FAILED, REQUEUED, RUN_COMPLETED, RUNNING, TERMINATED
 from launcher.container import INHERITED_LOCK_FD, Contained, check_container_here, container_record
 from launcher.directory_locks import INHERITED_FD_ENV, lock_job_run_dir, record_holder
 from launcher.errors import JobFailed, PreflightError

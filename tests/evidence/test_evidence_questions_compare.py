@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import statsmodels.api as sm
+
 from tests.evidence.test_evidence_compare import before_after
 
 REPO = Path(__file__).resolve().parents[2]

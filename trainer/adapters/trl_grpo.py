@@ -118,7 +118,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from facts.algorithms import ALGO_ORDER, ALGORITHMS
-from facts.files import RUN_COMPLETED
+from facts.states import RUN_COMPLETED, RUN_RUNNING, RUN_STOPPED
 from trainer.trainer_errors import TrainerError
 
 PROG = "python -m trainer.adapters.trl_grpo"
@@ -609,7 +609,7 @@ def train(a: argparse.Namespace, p: Plan, stop) -> int:
                 f.write(json.dumps({"step": state.global_step, "wall_s": round(wall, 6), "cpu_s": round(cpu, 6)}) + "\n")
 
     record = {
-        "trainer": "trl", "entry": PROG, "status": "running", "seed": a.seed, "steps": a.steps,
+        "trainer": "trl", "entry": PROG, "status": RUN_RUNNING, "seed": a.seed, "steps": a.steps,
         "algo": a.algo, "settings": {k: (str(v) if isinstance(v, Path) else v.settings() if isinstance(v, Task) else v)
                                      for k, v in vars(a).items()
                                      if k not in ("output_dir", "check_only", "trl")},
@@ -633,7 +633,7 @@ def train(a: argparse.Namespace, p: Plan, stop) -> int:
     trainer.train(resume_from_checkpoint=last)
     record["steps_completed"] = trainer.state.global_step
     if stopper.stopped_at is not None:
-        record["status"] = "stopped"
+        record["status"] = RUN_STOPPED
         record["stop_signal"] = stop.signum
         _write_record(out, record)
         print(f"{PROG}: stopped by signal {stop.signum} after step {stopper.stopped_at}, "

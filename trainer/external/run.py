@@ -44,6 +44,7 @@ from facts import (
     atomic_write_json,
 )
 from facts.processes import ProcessTree
+from facts.states import RUN_COMPLETED, RUN_FAILED, RUN_RUNNING, RUN_STOPPED
 from trainer.external.external_metrics import MetricsError, jsonl_line, read_log, to_records
 from trainer.external.external_process import (
     CommandError,
@@ -121,7 +122,7 @@ class ExternalRun:
         return record
 
     def fail(self, message: str, steps: int = 0) -> int:
-        self.write("failed", steps, error=message)
+        self.write(RUN_FAILED, steps, error=message)
         print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
         return EXIT_FAILED
 
@@ -323,14 +324,14 @@ def run_external(job_spec: dict, argv: list[str], out: Path, sweep_dir: Path | N
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     lap("verify_inputs")
-    run.write("running")  # imports the evaluator's torch and transformers (the record names their versions)
+    run.write(RUN_RUNNING)  # imports the evaluator's torch and transformers (the record names their versions)
     lap("imports")
     steps = 0
     try:
         code, stopped = train(run, stop)
         lap("trainer")
         if code:
-            run.write("stopped", 0, stop=stopped)
+            run.write(RUN_STOPPED, 0, stop=stopped)
             print(f"{PROG}: trainer {run.spec.name} {stopped} (signal {stop.signum if stop else '?'}); the job may run "
                   "again" + (" and resume it" if run.spec.resume and code == EXIT_CHECKPOINTED else
                              ", starting it from scratch"), file=sys.stderr, flush=True)
@@ -346,7 +347,7 @@ def run_external(job_spec: dict, argv: list[str], out: Path, sweep_dir: Path | N
     from trainer.metrics_writer import log_eval
 
     log.info("%s", log_eval(out, int(run.config["workload"]["n_updates"]), initial, final))
-    run.write("completed", steps, **{ALGORITHM_FIELD: declared})
+    run.write(RUN_COMPLETED, steps, **{ALGORITHM_FIELD: declared})
     print(f"trained {run.spec.name} ({declared.get('short', run.config['algo'].get('short'))}) seed "
           f"{run.config['seed']}: {steps} steps, final model {run.final_model}")
     return 0
