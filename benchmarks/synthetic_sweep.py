@@ -55,7 +55,6 @@ from facts.files import (
     LATEST_CHECKPOINT,
     RESOURCE_SAMPLES,
     RESOURCE_SAMPLING_FIELD,
-    RUN_COMPLETED,
     RUNTIME_LOG,
     SWEEP_RECORD,
     TENSORBOARD_DIR,
@@ -92,7 +91,7 @@ from facts.metrics import (
     ZERO_VARIANCE_KEY,
 )
 from facts.repo import REPO_ROOT
-from facts.states import COMPLETED
+from facts.states import COMPLETED, RUN_COMPLETED
 
 ALGOS = ("grpo", "rpp", "rppb")
 SEEDS = (42, 1234, 2026)
