@@ -71,7 +71,7 @@ $(VLLM_STAMP): $(STAMP)
 	$(PY) -m pip install $(PIP_FLAGS) --no-deps "$(VLLM_SPEC)"
 	touch $(VLLM_STAMP)
 
-# roc-validator for tests/evidence/test_evidence_crate.py, with the RO-Crate 1.1 context in its HTTP cache (from a
+# roc-validator for tests/evidence/seal/test_crate.py, with the RO-Crate 1.1 context in its HTTP cache (from a
 # wheel on PyPI: the tests run it --offline; scripts/crate_validator.py says how).
 crate-validator: $(CRATE_STAMP)
 

@@ -5,7 +5,7 @@ conftest.py), and ``make bench`` times the evidence on it at sizes no run is nee
 ``python -m benchmarks.synthetic_sweep DIR --jobs N --steps S`` writes ``DIR`` as a finished sweep of ``N`` jobs
 (arms grpo, rpp, rppb, or the first two or one where three do not divide ``N``, by seeds 0, 1, ...) of ``S``
 updates each. The real trainer and launcher produce these files; this writer lets a test control their content.
-Names and layout are those of ``facts/`` (tests/test_facts_literals.py scans this file as it scans the product).
+Names and layout are those of ``facts/`` (tests/facts/test_facts_literals.py scans this file as it scans the product).
 
 Values are deterministic functions of (algo, seed, step) unless a test passes its own: ``final_pass1(arm, seed)``
 and ``reward(arm, seed, step)``. Evaluations are real: responses to a frozen subset of 25 prompts x 4 samples, each

@@ -50,7 +50,7 @@ MARGIN = 1.10  # "tight": within 10% of the estimate (allocator fragmentation, t
 # ``a_V V + a_0``. Least-squares fit to the saved tensors counted with ``torch.autograd.graph.saved_tensors_hooks``
 # (their growth from 32 to 64 tokens per response) on 12 Qwen3 shapes (H 128-512, A 256-768, K 64-256, I 384-1536,
 # V 256-4096, L 2-5; benchmarks/sizing_accuracy.py): worst residual 2.9% (float32) and 1.2% (bfloat16); within 3.7% on three
-# shapes outside the fit (tests/test_sizing.py checks one).
+# shapes outside the fit (tests/launcher/test_sizing.py checks one).
 ACTIVATION_BYTES = {
     "float32": {"H": 29.1, "A": 31.1, "K": 16.2, "I": 15.4, "V": 8.08, "0": 3044.0},
     "bfloat16": {"H": 29.8, "A": 19.2, "K": 9.1, "I": 7.8, "V": 5.78, "0": 3638.0},

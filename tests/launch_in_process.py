@@ -2,7 +2,7 @@
 included (the one-line override check, then the Hydra app), without a new interpreter.
 
 For dry runs, which start nothing: a fresh interpreter costs 2-4 s of imports per call, the checks
-themselves a fraction of a second. tests/test_launcher_dry_run.py keeps one golden subprocess test.
+themselves a fraction of a second. tests/launcher/test_launcher_dry_run.py keeps one golden subprocess test.
 """
 
 from __future__ import annotations

@@ -102,12 +102,12 @@ def _by_test(request) -> dict[str, pytest.Item]:
 
 def test_the_trainer_runs_of_this_suite_are_slow_and_its_unit_tests_are_not(request):
     collected = {name: item.get_closest_marker("slow") is not None for name, item in _by_test(request).items()}
-    if "tests/test_trainer.py::test_same_algo_and_seed_give_bit_identical_metrics" not in collected:
-        pytest.skip("needs tests/test_trainer.py collected in the same session")
-    assert collected["tests/test_trainer.py::test_same_algo_and_seed_give_bit_identical_metrics"]
-    assert collected["tests/test_trainer.py::test_run_writes_the_contract_files[grpo]"]  # through its fixture
-    assert not collected["tests/test_trainer.py::test_a_changed_input_file_is_refused"]
-    assert collected["tests/test_trainer.py::test_different_seeds_differ"]  # trains in this process
+    if "tests/trainer/test_trainer.py::test_same_algo_and_seed_give_bit_identical_metrics" not in collected:
+        pytest.skip("needs tests/trainer/test_trainer.py collected in the same session")
+    assert collected["tests/trainer/test_trainer.py::test_same_algo_and_seed_give_bit_identical_metrics"]
+    assert collected["tests/trainer/test_trainer.py::test_run_writes_the_contract_files[grpo]"]  # through its fixture
+    assert not collected["tests/trainer/test_trainer.py::test_a_changed_input_file_is_refused"]
+    assert collected["tests/trainer/test_trainer.py::test_different_seeds_differ"]  # trains in this process
 
 
 def _group(item: pytest.Item) -> str | None:
@@ -120,15 +120,15 @@ def test_the_slurm_tests_share_one_worker_and_a_module_run_is_made_once(request)
     # `make test` runs --dist loadgroup: the one cluster's tests on one worker, the tests of a module with a
     # module-scoped sweep on one worker (else each worker would launch it again), every other test anywhere.
     tests = _by_test(request)
-    name = "tests/test_sweep_local.py::test_every_job_ran_isolated_and_was_accepted"
-    if name not in tests or "tests/test_slurm.py::test_a_cancelled_job_is_rejected_with_its_scheduler_state_and_the_rest_are_unaffected" not in tests:
-        pytest.skip("needs tests/test_sweep_local.py and tests/test_slurm.py collected in the same session")
+    name = "tests/launcher/test_sweep_local.py::test_every_job_ran_isolated_and_was_accepted"
+    if name not in tests or "tests/launcher/test_slurm.py::test_a_cancelled_job_is_rejected_with_its_scheduler_state_and_the_rest_are_unaffected" not in tests:
+        pytest.skip("needs tests/launcher/test_sweep_local.py and tests/launcher/test_slurm.py collected in the same session")
     uses_cluster = {n for n, item in tests.items() if "slurm_cluster" in item.fixturenames}
     in_slurm_group = {n for n, item in tests.items() if _group(item) == "slurm"}
     assert len(uses_cluster) > 20 and in_slurm_group == uses_cluster
-    assert {_group(tests[n]) for n in tests if n.startswith("tests/test_sweep_local.py::test_every")} == {"test_sweep_local"}
-    assert _group(tests["tests/test_sweep_local.py::test_the_bundle_is_sealed_and_audits_clean"]) == "test_sweep_local"
-    assert _group(tests["tests/test_sweep_local.py::test_two_cpu_jobs_on_two_pinned_cores_run_one_at_a_time"]) is None
+    assert {_group(tests[n]) for n in tests if n.startswith("tests/launcher/test_sweep_local.py::test_every")} == {"test_sweep_local"}
+    assert _group(tests["tests/launcher/test_sweep_local.py::test_the_bundle_is_sealed_and_audits_clean"]) == "test_sweep_local"
+    assert _group(tests["tests/launcher/test_sweep_local.py::test_two_cpu_jobs_on_two_pinned_cores_run_one_at_a_time"]) is None
     assert _group(tests["tests/test_tiers.py::test_the_slurm_tests_share_one_worker_and_a_module_run_is_made_once"]) is None
 
 
@@ -137,8 +137,8 @@ def test_the_multinode_cluster_s_tests_share_a_worker_of_their_own_beside_the_si
     # worker. The two clusters share nothing (own daemons, ports, SLURM_CONF given per command), so their
     # groups run side by side: the single-node group is the suite's longest.
     tests = _by_test(request)
-    if "tests/test_multinode_cluster.py::test_a_gloo_all_reduce_through_srun_across_two_nodes_gives_the_sum_over_their_ranks" not in tests:
-        pytest.skip("needs tests/test_multinode_cluster.py collected in the same session")
+    if "tests/launcher/test_multinode_cluster.py::test_a_gloo_all_reduce_through_srun_across_two_nodes_gives_the_sum_over_their_ranks" not in tests:
+        pytest.skip("needs tests/launcher/test_multinode_cluster.py collected in the same session")
     uses_cluster = {n for n, item in tests.items() if "slurm_multinode_cluster" in item.fixturenames}
     assert len(uses_cluster) >= 3 and {n for n, item in tests.items() if _group(item) == "slurm-mn"} == uses_cluster
     assert all(tests[n].get_closest_marker("slow") is not None for n in uses_cluster)
@@ -158,8 +158,8 @@ def test_a_test_of_both_throwaway_clusters_is_refused_and_one_of_either_joins_it
 
 def test_dry_runs_and_process_groups_are_slow(request):
     collected = {name: item.get_closest_marker("slow") is not None for name, item in _by_test(request).items()}
-    dry_run = "tests/test_launcher_dry_run.py::test_dry_run_expands_the_grid_deterministically_and_matches_the_golden_file"
-    groups = [name for name in collected if name.startswith("tests/test_algorithms_distributed.py::")]
+    dry_run = "tests/launcher/test_launcher_dry_run.py::test_dry_run_expands_the_grid_deterministically_and_matches_the_golden_file"
+    groups = [name for name in collected if name.startswith("tests/trainer/test_algorithms_distributed.py::")]
     if dry_run not in collected or not groups:
-        pytest.skip("needs tests/test_launcher_dry_run.py and tests/test_algorithms_distributed.py collected")
+        pytest.skip("needs tests/launcher/test_launcher_dry_run.py and tests/trainer/test_algorithms_distributed.py collected")
     assert collected[dry_run] and all(collected[name] for name in groups)

@@ -16,7 +16,7 @@ the crate's ``datePublished`` is the sweep's ``created``, so rebuilding gives th
 checks it against the bag (``evidence.audit.crate``).
 
 It meets the REQUIRED level of RO-Crate 1.1, Workflow RO-Crate 1.0 and Workflow Run Crate 0.5 as
-roc-validator checks them (tests/evidence/test_evidence_crate.py runs it): the root's ``license`` is the
+roc-validator checks them (tests/evidence/seal/test_crate.py runs it): the root's ``license`` is the
 sweep's (``sweep.json``'s ``license``, the launcher's ``license=`` setting; ``facts.license.DEFAULT_LICENSE``
 for a sweep that records none) as an SPDX contextual entity; the root conforms to the three profiles; an
 action's ``actionStatus`` is the plain schema.org value; every file has an ``encodingFormat`` (a fixed table by

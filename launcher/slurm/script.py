@@ -6,7 +6,7 @@ no public way to render the script it would submit without submitting it (``Slur
 refuses to exist without ``srun`` on PATH, so a dry run on a laptop could not even build one, and
 its ``_make_submission_file_text`` is private too). The dry run must print exactly what is
 submitted, so the script is rendered by submitit's own function from exactly the parameters
-``submit`` hands the executor; tests/test_slurm_options.py and tests/test_arms_sweep.py submit
+``submit`` hands the executor; tests/launcher/test_slurm_options.py and tests/launcher/test_arms_sweep.py submit
 through ``SlurmExecutor`` on a real cluster and pin that the two scripts are the same.
 """
 

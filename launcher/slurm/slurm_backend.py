@@ -267,7 +267,7 @@ def wait_for_jobs(sweep_dir: Path, job_dirs: list[Path], n_updates: dict[str, in
     try:
         states = refresh(states)
         # Terminal states are final when they arrive: ``confirmed_states`` gives the ones a requeue can
-        # follow a second look, and a requeued task is back in squeue at once (tests/test_slurm.py).
+        # follow a second look, and a requeued task is back in squeue at once (tests/launcher/test_slurm.py).
         with Live(view(states), console=Console(stderr=True), refresh_per_second=1) as live:
             while not all(s in TERMINAL_STATES for s in states.values()):
                 sleep()

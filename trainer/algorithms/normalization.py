@@ -43,7 +43,7 @@ def fail_on_device(condition: torch.Tensor, message: str) -> None:
     The one call of a private torch API in the project, on purpose: torch has no public
     device-side assert (``torch._assert_async`` awaits a public name, pytorch/pytorch#53284), and
     every public way to fail on a tensor's value (``if bool(t)``, ``.item()``, ``assert``) reads it
-    on the host first. ``tests/test_no_host_sync.py`` pins both halves: it raises with the
+    on the host first. ``tests/trainer/test_no_host_sync.py`` pins both halves: it raises with the
     message, and the normaliser reads nothing on the host.
     """
     torch._assert_async(condition, message)

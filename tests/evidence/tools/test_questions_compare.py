@@ -1,0 +1,73 @@
+"""``python -m evidence compare``'s question-level lines (issue 32 §2): B − A per question with its clustered interval
+(statsmodels' clustered OLS on the responses the two sweeps wrote), the components of the difference and the
+allocation sentence, and a bad ``--smallest-difference`` as one line."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import statsmodels.api as sm
+
+from facts.repo import REPO_ROOT
+from tests.evidence.tools.test_compare import before_after
+
+REPO = REPO_ROOT
+
+
+def compare(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "evidence", "compare", *map(str, args)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+
+
+def rates(sweep: Path, job: str) -> dict[int, float]:
+    """A job's share of correct responses per question, from its eval/final.jsonl (reward > 0 correct)."""
+    cells: dict[int, list[int]] = {}
+    for line in (sweep / "jobs" / job / "run" / "eval" / "final.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        cell = cells.setdefault(record["index"], [0, 0])
+        cell[0] += record["reward"] > 0
+        cell[1] += 1
+    return {i: c / n for i, (c, n) in cells.items()}
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    a, b = before_after(tmp_path_factory.mktemp("q"))
+    return a, b, compare(a, b, "--smallest-difference", "3")
+
+
+def test_compare_states_each_arms_question_level_difference_as_statsmodels_clusters_it(compared):
+    a, b, result = compared
+    assert result.returncode == 0, result.stderr
+    for arm in ("grpo", "rpp"):
+        d, groups = [], []
+        for seed in (1, 2, 3):
+            ra, rb = rates(a, f"{arm}-{seed}"), rates(b, f"{arm}-{seed}")
+            d += [rb[i] - ra[i] for i in sorted(ra)]
+            groups += sorted(ra)
+        fit = sm.OLS(np.array(d) * 100, np.ones(len(d))).fit(cov_type="cluster", cov_kwds={"groups": groups},
+                                                              use_t=True)
+        low, high = fit.conf_int(0.05)[0]
+        line = next(x for x in result.stdout.splitlines() if x.startswith(f"- {arm}: by question"))
+        assert f"is {fit.params[0]:+.2f} points over 25 questions and 3 seed(s) (SE {fit.bse[0]:.2f} clustered by " \
+               f"question, 95% paired interval [{low:+.2f}, {high:+.2f}]" in line
+        assert re.search(r"components of the difference: seed \S+, question \S+, seed×question \S+, response \S+", line)
+        advice = next(x for x in result.stdout.splitlines() if x.startswith(f"  {arm} (B − A): to detect 3 points "
+                                                                            "(--smallest-difference) at 80% power"))
+        assert re.search(r"the cheapest is \d+ seeds × \d+ questions × \d+ response\(s\) per question", advice)
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "250"])
+def test_a_smallest_difference_out_of_range_is_one_line(compared, value):
+    a, b, _ = compared
+    result = compare(a, b, "--smallest-difference", value)
+    assert result.returncode != 0 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        f"python -m evidence: error: --smallest-difference {float(value):g}: give a difference in points, above 0 and at "
+        "most 100 (5 = five points of pass@1)"]
