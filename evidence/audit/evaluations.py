@@ -11,10 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from evidence.dataset import BundleData
+from evidence.evaluation.judge import EVAL_KINDS, Evaluation
 from evidence.evaluation.rescore import RESPONSES_MISSING, read_subset, rescored_problems, statistics_problems
 from evidence.evaluation.rewards import recorded_reward, rescoring
+from evidence.evaluation.shared import shared_initial_dir
 from evidence.fileio import JSONError, read_json
-from evidence.gates.artifacts import EVAL_KINDS, shared_initial_dir
 from evidence.problems import Problem, VerdictError
 from evidence.report.measures import EVAL_PREFIX
 from evidence.verdict.spec import parse_experiment
@@ -200,7 +201,25 @@ def check_evaluations(data_dir: Path, data: BundleData, notes: list[str] | None 
     return problems
 
 
-def run_evaluation_problems(data_dir: Path, job: str) -> list[Problem]:
-    """One bundled run's evaluations re-derived, as for an accepted run: what the rejections check asks of a
-    rejected one (its responses that do not re-score still reject it)."""
-    return _check_run(_Payload(data_dir, BUNDLE_PAYLOAD), job)
+def bundled_evaluation(data_dir: Path, job: str, record, run_record, argv, final_checkpoint: str | None,
+                       shared_checks: dict) -> Evaluation:
+    """A bundled run's evaluation as the judge reads it (``evidence.evaluation.judge``), from the bundle's copies:
+    its eval.json ``record``, ``run_record`` (run.json), ``argv`` (command.public.json's), its responses under
+    ``data/runs/<job>/eval/``, the frozen subset ``data/eval_subset/<subset12>.json`` the final summary pins and
+    the shared initial evaluation in ``data/initial_eval/`` (read once per ``shared_checks``, the audit's cache).
+    Findings name files relative to the bag."""
+    run = f"{BUNDLE_RUNS_DIR}/{job}"
+
+    def subset(digest) -> tuple[Path | None, str]:
+        if not isinstance(digest, str) or not fits("subset12", digest[:12]) or len(digest) != 64:
+            return None, f"{BUNDLE_PAYLOAD}/{EVAL_TABLE}"
+        return data_dir / bundle_subset_relpath(digest), f"{BUNDLE_PAYLOAD}/{bundle_subset_relpath(digest)}"
+
+    def responses(kind: str) -> tuple[Path, str]:
+        rel = f"{run}/{EVAL_RESPONSES_DIR}/{eval_responses_name(kind)}"
+        return data_dir / rel, f"{BUNDLE_PAYLOAD}/{rel}"
+
+    return Evaluation(record=record, record_file=f"{BUNDLE_PAYLOAD}/{run}/{EVAL_RECORD}", run_record=run_record,
+                      run_record_file=f"{BUNDLE_PAYLOAD}/{run}/{RUN_RECORD}", argv=argv, final_checkpoint=final_checkpoint,
+                      responses=responses, subset=subset, shared_root=data_dir, shared_prefix=f"{BUNDLE_PAYLOAD}/",
+                      shared_checks=shared_checks)

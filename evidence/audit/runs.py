@@ -10,8 +10,8 @@ import math
 from pathlib import Path
 
 from evidence.dataset import EVAL_COLUMNS, EVAL_ID_COLUMNS, BundleData, read_csv
+from evidence.evaluation.shared import check_shared_reference, shared_initial_dir
 from evidence.fileio import JSONError, read_json
-from evidence.gates.artifacts import check_shared_reference, shared_initial_dir
 from evidence.gates.incidents import OPEN, history_incidents, load_user_incidents
 from evidence.gates.ledger import check_ledger
 from evidence.gates.metrics_log import validate_metrics
