@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evidence.audit.evaluations import bundled_evaluation
+from evidence.audit.evaluations import bundled_evaluation, final_checkpoint_of
 from evidence.dataset import BundleData, read_csv
 from evidence.evaluation.judge import EVAL_KINDS, judge_evaluation
 from evidence.fileio import JSONError, read_json
-from evidence.gates.artifacts import EVIDENCE_LINK, check_cleanup, check_run_summary, final_model_of
+from evidence.gates.artifacts import EVIDENCE_LINK, check_cleanup, check_run_summary
 from evidence.gates.ledger import check_ledger
 from evidence.gates.metrics_log import validate_metrics
 from evidence.problems import Problem
@@ -86,8 +86,8 @@ def _still_rejected(data_dir: Path, data: BundleData, row: dict, majority: tuple
     entries = [summary.get(kind) if isinstance(summary, dict) else None for kind in EVAL_KINDS]
     if summary is not _UNREAD:  # its gate is said above
         argv = command.get("argv") if isinstance(command, dict) else None
-        final_checkpoint = final_model_of(run_summary) or checkpoint_name(n)  # the build's: run.json's final model
-        evaluation = bundled_evaluation(data_dir, job, summary, run_summary, argv, final_checkpoint, shared_checks)
+        evaluation = bundled_evaluation(data_dir, job, summary, run_summary, argv, final_checkpoint_of(run_summary, n),
+                                        shared_checks)
         for failure in judge_evaluation(evaluation, go_past=UNSHOWN_GATES):
             carried = failure.gate not in UNSHOWN_GATES and all((data_dir.parent / p.file).is_file()
                                                                  for p in failure.problems)

@@ -62,6 +62,7 @@ class Evaluation:
     shared_checks: dict = field(default_factory=dict)  # each shared evaluation read and re-scored once per caller
     expected_responses: int | None = None  # the responses every entry must have (the sweep's plan), if known
     record_error: str | None = None  # why eval.json could not be read
+    notes: list[str] | None = None  # where a reward not re-derived is said, once (the audit's notes)
     labels: dict | None = field(default=None, init=False)  # the pinned subset's labels (``eval-subset-pinned``)
 
 
@@ -232,7 +233,7 @@ def responses_rescore(ev: Evaluation) -> list[Problem]:
     ``shared_checks`` (its problems named under its own files). A user's reward the reviewer did not pass is not
     re-derived (``evidence.evaluation.rewards``)."""
     problems = []
-    own = rescoring(ev.run_record, ev.run_record_file).scorer
+    own = _scorer(ev, ev.run_record, ev.run_record_file)
     for kind in EVAL_KINDS:
         entry = ev.record[kind]
         shared_dir = shared_initial_dir(entry) if kind == "initial" else None
@@ -256,7 +257,7 @@ def responses_rescore(ev: Evaluation) -> list[Problem]:
             if shared is not None and shared.summary is not None:
                 stated = shared.summary
             record = shared.record if shared is not None else None
-            scorer = rescoring(record.get("identity") if isinstance(record, dict) else None, name).scorer
+            scorer = _scorer(ev, record.get("identity") if isinstance(record, dict) else None, summary_file)
         if scorer is None:
             continue  # not re-derived without the reviewer's function: the audit says so
         try:
@@ -267,6 +268,15 @@ def responses_rescore(ev: Evaluation) -> list[Problem]:
             ev.shared_checks[cached] = found
         problems += found
     return problems
+
+
+def _scorer(ev: Evaluation, record, where: str):
+    """The reward ``record`` (a run.json, a shared evaluation's identity) re-scores with; None, and its note in
+    ``ev.notes`` (once), when it is a user's function the reviewer did not pass."""
+    found = rescoring(record, where)
+    if found.note is not None and ev.notes is not None and found.note not in ev.notes:
+        ev.notes.append(found.note)
+    return found.scorer
 
 
 PINNED, SETTING, DERIVED = "eval-subset-pinned", "eval-setting", "eval-subset-derived"
@@ -294,16 +304,19 @@ def gate_names() -> list[str]:
     return [gate.name for gate in GATES]
 
 
-def judge_evaluation(ev: Evaluation, go_past: Collection[str] = ()) -> list[Failure]:
+def judge_evaluation(ev: Evaluation, go_past: Collection[str] = (), elsewhere: Collection[str] = ()
+                     ) -> list[Failure]:
     """Every gate of ``GATES`` that ``ev`` fails, in order, each with its problems (module docstring).
     ``go_past``: gates whose failure does not stop the gates that require them (the audit's rejections check
     passes the one the bundle cannot show, ``eval-setting``: the record or the command may be the edited one,
-    and what follows it is still judged)."""
+    and what follows it is still judged). ``elsewhere``: gates the caller reports in a check of its own (the
+    audit's subsets check judges a bundle's subset once per file, naming its runs): not run, and stopping
+    nothing."""
     failures: list[Failure] = []
     failed: set[str] = set()
 
     def run(gate: Gate, *args) -> None:
-        if any(name in failed for name in gate.requires):
+        if gate.name in elsewhere or any(name in failed for name in gate.requires):
             return
         problems = gate.check(ev, *args)
         if problems:
