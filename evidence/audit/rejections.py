@@ -69,6 +69,31 @@ def _still_rejected(data_dir: Path, data: BundleData, row: dict, majority: tuple
         failed("ledger", DATA_LEDGER)
     record, summary, command = (_read_record(run, name, unshown) for name in (JOB_RECORD, EVAL_RECORD,
                                                                               COMMAND_PUBLIC_RECORD))
+    unshown += _launcher_records(row, record, command)
+    entries = [summary.get(kind) if isinstance(summary, dict) else None for kind in EVAL_KINDS]
+    if summary is not _UNREAD:  # its gate is said above
+        _judge_evaluation(data_dir, job, summary, run_summary, command, n, shared_checks, shown, unshown)
+        if "eval-checkpoint" not in shown and all(isinstance(e, dict) for e in entries) and majority is not None \
+                and _identity(entries[1]) != majority:  # the sweep's rule: the majority's frozen subset
+            shown.append("eval-subset")
+    if (job, run_relpath(CHECKPOINTS_DIR, checkpoint_name(n), WEIGHTS_FILE)) not in artifacts:
+        unshown.append("checkpoint")
+    if not any(j == job and p.startswith(run_relpath(TENSORBOARD_DIR, TENSORBOARD_EVENTS.rstrip("*"))) for j, p in artifacts):
+        unshown.append("tensorboard")
+    completed = _completion_claims(log, run_summary, entries[1], artifacts, job, n)
+    clean_but_short = "metrics" not in shown or log.valid_steps == len(log.records)  # a bad value is no short run
+    if shown and set(shown) <= STEP_GATES and completed and clean_but_short:
+        # a run cut short in one record and complete in another: which one was edited, the bundle cannot say
+        return [], unshown + [f"{gate} (while {', '.join(completed)} say it completed)" for gate in shown]
+    return shown, unshown
+
+
+def _launcher_records(row: dict, record, command) -> list[str]:
+    """The gates of the launcher's records (job.json, command.public.json) that fail, each one the bundle cannot
+    show: a malformed record, the launcher's leftovers and the runtime's digests of the job's files (nothing
+    carried re-checks them), job.json naming another algorithm or seed (which record was edited?)."""
+    job, algo, seed = row["job"], row["algo"], int(row["seed"])
+    unshown = []
     if record is not _UNREAD:
         if not isinstance(record, dict):
             unshown.append("job")  # a malformed launcher record (the launcher writes an object): not a failed run
@@ -83,30 +108,23 @@ def _still_rejected(data_dir: Path, data: BundleData, row: dict, majority: tuple
                                f"runs/{job}/ say {algo}-{seed})")
     if command is not _UNREAD and (not isinstance(command, dict) or not isinstance(command.get("argv"), list)):
         unshown.append("command")  # a malformed command record (the launcher writes an argv list): not a failed run
-    entries = [summary.get(kind) if isinstance(summary, dict) else None for kind in EVAL_KINDS]
-    if summary is not _UNREAD:  # its gate is said above
-        argv = command.get("argv") if isinstance(command, dict) else None
-        evaluation = bundled_evaluation(data_dir, job, summary, run_summary, argv, final_checkpoint_of(run_summary, n),
-                                        shared_checks)
-        for failure in judge_evaluation(evaluation, go_past=UNSHOWN_GATES):
-            carried = failure.gate not in UNSHOWN_GATES and all((data_dir.parent / p.file).is_file()
-                                                                 for p in failure.problems)
-            said = shown if carried else unshown
-            if failure.gate not in said:
-                said.append(failure.gate)
-        if "eval-checkpoint" not in shown and all(isinstance(e, dict) for e in entries) and majority is not None \
-                and _identity(entries[1]) != majority:  # the sweep's rule: the majority's frozen subset
-            shown.append("eval-subset")
-    if (job, run_relpath(CHECKPOINTS_DIR, checkpoint_name(n), WEIGHTS_FILE)) not in artifacts:
-        unshown.append("checkpoint")
-    if not any(j == job and p.startswith(run_relpath(TENSORBOARD_DIR, TENSORBOARD_EVENTS.rstrip("*"))) for j, p in artifacts):
-        unshown.append("tensorboard")
-    completed = _completion_claims(log, run_summary, entries[1], artifacts, job, n)
-    clean_but_short = "metrics" not in shown or log.valid_steps == len(log.records)  # a bad value is no short run
-    if shown and set(shown) <= STEP_GATES and completed and clean_but_short:
-        # a run cut short in one record and complete in another: which one was edited, the bundle cannot say
-        return [], unshown + [f"{gate} (while {', '.join(completed)} say it completed)" for gate in shown]
-    return shown, unshown
+    return unshown
+
+
+def _judge_evaluation(data_dir: Path, job: str, summary, run_summary, command, n: int, shared_checks: dict,
+                      shown: list[str], unshown: list[str]) -> None:
+    """The job's bundled evaluation judged by the build's table of gates (``evidence.evaluation.judge``): each gate
+    that fails appended to ``shown`` when every file its problems name is carried, else to ``unshown``, as is
+    ``UNSHOWN_GATES``' (judged past: what requires it is still judged)."""
+    argv = command.get("argv") if isinstance(command, dict) else None
+    evaluation = bundled_evaluation(data_dir, job, summary, run_summary, argv, final_checkpoint_of(run_summary, n),
+                                    shared_checks)
+    for failure in judge_evaluation(evaluation, go_past=UNSHOWN_GATES):
+        carried = failure.gate not in UNSHOWN_GATES and all((data_dir.parent / p.file).is_file()
+                                                             for p in failure.problems)
+        said = shown if carried else unshown
+        if failure.gate not in said:
+            said.append(failure.gate)
 
 
 _UNREAD = object()  # a record _read_record could not read

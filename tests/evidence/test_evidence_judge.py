@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from sweep_factory import N_PROMPTS, TEST_SPLIT, TEST_SPLIT_SHA256, write_eval, write_json
 
+from evidence import audit_bundle, build_bundle
 from evidence.audit.evaluations import check_evaluations
 from evidence.audit.rejections import check_rejections
 from evidence.dataset import load_bundle_data
@@ -17,8 +18,9 @@ from evidence.evaluation import judge
 from evidence.evaluation.judge import GATES, Gate, gate_names, judge_evaluation
 from evidence.gates.artifacts import check_eval, job_evaluation
 from evidence.problems import Problem
+from facts import checkpoint_name
 
-FINAL = "step_10"
+FINAL = checkpoint_name(10)  # the synthetic sweep's runs: 10 updates
 
 
 def test_the_table_names_each_gate_once_and_states_its_rule():
@@ -65,6 +67,19 @@ def test_without_it_the_rejected_run_is_a_valid_run_left_out(bundle_copy):
     row.update(accepted="no", reason="run/eval.json: rejected by the test")
     (finding,) = check_rejections(data_dir, data)
     assert "a valid run left out" in finding.reason
+
+
+def test_a_run_rejected_by_a_gate_the_audit_once_lacked_is_no_valid_run_left_out(sweep):
+    """A final evaluation whose reward is all zero: the build rejects the run (eval-all-zero), and the audit's
+    rejections check, which runs the same table on the bundle's copy, confirms the rejection (its own short list
+    of gates lacked this one: it called the run a valid one left out, an audit finding on an honest bundle)."""
+    write_eval(sweep / "jobs" / "grpo-42" / "run", FINAL, 0.0)
+    bag = build_bundle(sweep, figures=False).bundle_dir
+    index = {row.split(",")[0]: row for row in (bag / "data" / "index.csv").read_text().splitlines()}
+    assert ",no," in index["grpo-42"] and "all-zero eval reward on the final checkpoint" in index["grpo-42"]
+    notes = []
+    assert not [f for f in audit_bundle(bag, notes=notes) if "a valid run left out" in f.reason]
+    assert not [n for n in notes if n.startswith("rejection: grpo-42")], notes  # shown by the bundle: confirmed
 
 
 # ---- each gate, alone -------------------------------------------------------------------------------------
@@ -131,8 +146,8 @@ ALONE = {
     "eval-responses": (None, "run/eval.json: initial.n_responses 100, expected 99"),  # the plan said 99
     "eval-statistics": (_user_reward_and(lambda run: _edit_json(run / "eval.json", lambda r: r["final"].update(
         {"pass@1": r["final"]["pass@1"] + 0.001}))), "run/eval.json: final: pass@1 "),
-    "eval-checkpoint": (_entry("final", checkpoint="step_9"),
-                        "run/eval.json: final.checkpoint is 'step_9', expected 'step_10'"),
+    "eval-checkpoint": (_entry("final", checkpoint=checkpoint_name(9)),
+                        f"run/eval.json: final.checkpoint is {checkpoint_name(9)!r}, expected {FINAL!r}"),
     "eval-all-zero": (_entry("final", all_zero_reward=True), "run/eval.json: all-zero eval reward on the final"),
     "eval-control": (_entry("initial", eval_seed=30), "run/eval.json: initial and final differ in eval_seed"),
     "eval-subset-pinned": (lambda run: (run / "eval" / "subset.json").write_text("[]"),
