@@ -11,8 +11,9 @@ relative to the bag, or the archive's name, and a reason):
                     no empty directory
     runs            every accepted run re-validates and matches ``steps.csv``/``eval.csv``; the shared
                     initial evaluations (``data/initial_eval/<key12>/``) are the ones the runs reference
-    evaluations     every evaluation's responses re-scored against the frozen subset (its pinned SHA256),
-                    its statistics recomputed from them; no stored summary reports impossible statistics
+    evaluations     every accepted run's evaluation judged by the build's gates (``evidence.evaluation.judge``): its
+                    responses re-scored against the frozen subset (its pinned SHA256), its statistics recomputed
+                    from them, its shared initial control sound; no stored summary reports impossible statistics
     subsets         each frozen subset cut again from its runs' pinned test split, where the reviewer has it
     resources       every accepted run's resource samples are there, well formed, their times increasing
     judged          every run file's copy has the digest its job's file had when the job was judged, and a
@@ -171,8 +172,8 @@ def check_content(bag: Path, data: BundleData, notes: list[str] | None = None) -
     """What the payload's files say, checked against each other: runs, resource samples, recomputation,
     rejections, the experiment, then the records (each shared initial evaluation read once for all of them)."""
     data_dir, shared_checks = bag / BUNDLE_PAYLOAD, {}
-    checks = (partial(check_runs, data_dir, data, shared_checks=shared_checks),
-              partial(check_evaluations, data_dir, data, notes),
+    checks = (partial(check_runs, data_dir, data),
+              partial(check_evaluations, data_dir, data, notes, shared_checks=shared_checks),
               partial(check_subsets, data_dir, data, notes),
               partial(check_resources, data_dir, data),
               partial(check_judged, data_dir),

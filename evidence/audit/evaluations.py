@@ -1,5 +1,7 @@
-"""The evaluations re-derived: every accepted run's final evaluation and every shared initial evaluation of the
-bundle (and of each earlier stage's) re-scored response by response against the frozen subset the bundle
+"""The evaluations re-derived: every accepted run's evaluation judged by the table of gates the build judged it by
+(``evidence.evaluation.judge``: its eval.json's fields and statistics, its shared initial control, its responses
+re-scored), on the bundle's copies; every shared initial evaluation of the bundle (and of each earlier stage's)
+re-scored response by response against the frozen subset the bundle
 carries (``data/eval_subset/<subset12>.json``, its SHA256 the summaries' pinned ``subset_sha256``), each summary's
 statistics recomputed from the re-scored rewards, and every stored summary (``eval.json`` entries, ``eval.csv``
 rows, the shared evaluations' records, an experiment's ``verdict.json`` per-run values) held to the statistics an
@@ -11,16 +13,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from evidence.dataset import BundleData
+from evidence.evaluation.judge import Evaluation, judge_evaluation
 from evidence.evaluation.rescore import RESPONSES_MISSING, read_subset, rescored_problems, statistics_problems
 from evidence.evaluation.rewards import recorded_reward, rescoring
 from evidence.fileio import JSONError, read_json
-from evidence.gates.artifacts import EVAL_KINDS, shared_initial_dir
+from evidence.gates.artifacts import final_model_of
 from evidence.problems import Problem, VerdictError
+from facts import checkpoint_name
 from facts.bundle_layout import fits
 from facts.evaluation import impossible_value
 from facts.files import (
     BUNDLE_PAYLOAD,
     BUNDLE_RUNS_DIR,
+    COMMAND_PUBLIC_RECORD,
     EVAL_RECORD,
     EVAL_RESPONSES_DIR,
     EVAL_TABLE,
@@ -45,6 +50,7 @@ class _Payload:
         self.root, self.prefix, self.notes = root, prefix, notes
         self.subsets: dict[str, tuple[dict | None, list[Problem]]] = {}
         self.shared_done: set[str] = set()
+        self.shared_checks: dict = {}  # the judge's reading of each shared evaluation, once
 
     def name(self, rel: str) -> str:
         return f"{self.prefix}/{rel}"
@@ -105,38 +111,26 @@ def _check_shared(payload: _Payload, shared_dir: str) -> list[Problem]:
                                         payload.name(record_rel), "initial", scorer)
 
 
-def _check_run(payload: _Payload, job: str) -> list[Problem]:
-    """An accepted run's evaluations: each entry's statistics possible, its own responses re-scored (the final
-    one's, and the initial one's unless it is shared: then the shared evaluation is checked, once)."""
-    record_rel = f"{BUNDLE_RUNS_DIR}/{job}/{EVAL_RECORD}"
+# The gates the subsets check judges once per subset file (naming its runs, saying in a note what it cannot
+# re-derive) with the same functions: the evaluations check leaves them to it.
+SUBSET_GATES = ("eval-setting", "eval-subset-derived")
+
+
+def _check_run(payload: _Payload, job: str, n_updates: int) -> list[Problem]:
+    """An accepted run's evaluation judged by the table of gates the build judged it by
+    (``evidence.evaluation.judge``), on the bundle's copies (``bundled_evaluation``); but ``SUBSET_GATES``."""
+    run = payload.root / BUNDLE_RUNS_DIR / job
     try:
-        summary = read_json(payload.root / record_rel)
+        record = read_json(run / EVAL_RECORD)
     except JSONError:
         return []  # the runs check reports it
-    problems = []
-    run_rel = f"{BUNDLE_RUNS_DIR}/{job}/{RUN_RECORD}"
-    try:
-        run_record = read_json(payload.root / run_rel)
-    except JSONError:
-        run_record = None  # the runs check reports it; its responses re-score with the default reward
-    for kind in EVAL_KINDS:
-        entry = summary.get(kind) if isinstance(summary, dict) else None
-        if not isinstance(entry, dict):
-            continue  # the runs check reports it
-        problems += statistics_problems(entry, payload.name(record_rel), kind)
-        shared_dir = shared_initial_dir(entry)
-        if shared_dir is not None:
-            problems += _check_shared(payload, shared_dir)
-            continue
-        labels, problems_of_subset = payload.labels(entry.get("subset_sha256"))
-        responses_rel = f"{BUNDLE_RUNS_DIR}/{job}/{EVAL_RESPONSES_DIR}/{eval_responses_name(kind)}"
-        responses, missing = _responses(payload, responses_rel)
-        problems += problems_of_subset + missing
-        scorer = payload.scorer(run_record, run_rel) if labels is not None and responses is not None else None
-        if scorer is not None:
-            problems += rescored_problems(entry, responses, labels, payload.name(responses_rel),
-                                          payload.name(record_rel), kind, scorer)
-    return problems
+    run_record = read_bundled(run / RUN_RECORD)  # unreadable: the runs check reports it
+    command = read_bundled(run / COMMAND_PUBLIC_RECORD)
+    evaluation = bundled_evaluation(payload.root, job, record, run_record,
+                                    command.get("argv") if isinstance(command, dict) else None,
+                                    final_checkpoint_of(run_record, n_updates), payload.shared_checks, payload.prefix,
+                                    payload.notes)
+    return [p for failure in judge_evaluation(evaluation, elsewhere=SUBSET_GATES) for p in failure.problems]
 
 
 def _check_payload(payload: _Payload, data: BundleData) -> list[Problem]:
@@ -149,11 +143,21 @@ def _check_payload(payload: _Payload, data: BundleData) -> list[Problem]:
             problems += statistics_problems(row, payload.name(EVAL_TABLE), f"{arm}-{seed} {kind}")
     for row in data.index:
         if row.get("accepted") == "yes":
-            problems += _check_run(payload, row["job"])
+            problems += _check_run(payload, row["job"], data.n_updates)
     for directory in sorted((payload.root / INITIAL_EVAL_DIR).glob("*")):  # one no accepted run references too
         if directory.is_dir():
             problems += _check_shared(payload, f"{INITIAL_EVAL_DIR}/{directory.name}")
-    return problems
+    return _once(problems)
+
+
+def _once(problems: list[Problem]) -> list[Problem]:
+    """Each finding once: a shared evaluation's or a subset's is found again by each run that reads it."""
+    seen, found = set(), []
+    for problem in problems:
+        if (problem.file, problem.where, problem.reason) not in seen:
+            seen.add((problem.file, problem.where, problem.reason))
+            found.append(problem)
+    return found
 
 
 def _number(value) -> bool:
@@ -189,18 +193,56 @@ def check_verdict_values(data_dir: Path, data: BundleData) -> list[Problem]:
     return problems
 
 
-def check_evaluations(data_dir: Path, data: BundleData, notes: list[str] | None = None) -> list[Problem]:
+def check_evaluations(data_dir: Path, data: BundleData, notes: list[str] | None = None,
+                      shared_checks: dict | None = None) -> list[Problem]:
     """Every evaluation of the bundle and of its earlier stages re-scored, recomputed and held to the
-    statistics an evaluation can have, and so are the per-run values of an experiment's verdict (module
-    docstring)."""
-    problems = _check_payload(_Payload(data_dir, BUNDLE_PAYLOAD, notes), data) + check_verdict_values(data_dir, data)
+    statistics an evaluation can have, each accepted run's judged by the build's gates, and the per-run values of an
+    experiment's verdict held to those statistics (module docstring). ``shared_checks``: the audit's cache, so each
+    shared initial evaluation of the bundle is read once."""
+    payload = _Payload(data_dir, BUNDLE_PAYLOAD, notes)
+    payload.shared_checks = payload.shared_checks if shared_checks is None else shared_checks
+    problems = _check_payload(payload, data) + check_verdict_values(data_dir, data)
     for name, stage in sorted(data.stages.items()):
         problems += _check_payload(_Payload(data_dir / STAGES_DIR / name, f"{BUNDLE_PAYLOAD}/{STAGES_DIR}/{name}", notes),
                                    stage)
     return problems
 
 
-def run_evaluation_problems(data_dir: Path, job: str) -> list[Problem]:
-    """One bundled run's evaluations re-derived, as for an accepted run: what the rejections check asks of a
-    rejected one (its responses that do not re-score still reject it)."""
-    return _check_run(_Payload(data_dir, BUNDLE_PAYLOAD), job)
+def bundled_evaluation(data_dir: Path, job: str, record, run_record, argv, final_checkpoint: str | None,
+                       shared_checks: dict, prefix: str = BUNDLE_PAYLOAD, notes: list[str] | None = None
+                       ) -> Evaluation:
+    """A bundled run's evaluation as the judge reads it (``evidence.evaluation.judge``), from the bundle's copies in
+    ``data_dir`` (``data/``, or an earlier stage's ``data/stages/<stage>/``; ``prefix``: how findings name it): its
+    eval.json ``record``, ``run_record`` (run.json), ``argv`` (command.public.json's), its responses under
+    ``runs/<job>/eval/``, the frozen subset ``eval_subset/<subset12>.json`` the final summary pins and the shared
+    initial evaluation in ``initial_eval/`` (read once per ``shared_checks``, the audit's cache). Findings name
+    files relative to the bag."""
+    run = f"{BUNDLE_RUNS_DIR}/{job}"
+
+    def subset(digest) -> tuple[Path | None, str]:
+        if not isinstance(digest, str) or not fits("subset12", digest[:12]) or len(digest) != 64:
+            return None, f"{prefix}/{EVAL_TABLE}"
+        return data_dir / bundle_subset_relpath(digest), f"{prefix}/{bundle_subset_relpath(digest)}"
+
+    def responses(kind: str) -> tuple[Path, str]:
+        rel = f"{run}/{EVAL_RESPONSES_DIR}/{eval_responses_name(kind)}"
+        return data_dir / rel, f"{prefix}/{rel}"
+
+    return Evaluation(record=record, record_file=f"{prefix}/{run}/{EVAL_RECORD}", run_record=run_record,
+                      run_record_file=f"{prefix}/{run}/{RUN_RECORD}", argv=argv, final_checkpoint=final_checkpoint,
+                      responses=responses, subset=subset, shared_root=data_dir, shared_prefix=f"{prefix}/",
+                      shared_checks=shared_checks, notes=notes)
+
+
+def read_bundled(path: Path):
+    """A bundled JSON record, or None when it is missing or does not parse (its own check names it)."""
+    try:
+        return read_json(path)
+    except JSONError:
+        return None
+
+
+def final_checkpoint_of(run_record, n_updates: int) -> str:
+    """The checkpoint a run's final evaluation must be of, as the build takes it: run.json's ``final_model`` (a
+    trainer that is not proofgrid's), else the last update's."""
+    return final_model_of(run_record) or checkpoint_name(n_updates)

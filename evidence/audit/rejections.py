@@ -15,29 +15,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evidence.audit.evaluations import run_evaluation_problems
+from evidence.audit.evaluations import bundled_evaluation, final_checkpoint_of
 from evidence.dataset import BundleData
-from evidence.evaluation.subset_source import check_subset, declared_difference, subset_source
+from evidence.evaluation.judge import EVAL_KINDS, judge_evaluation
 from evidence.fileio import JSONError, read_csv, read_json
-from evidence.gates.artifacts import (
-    EVAL_KINDS,
-    EVIDENCE_LINK,
-    check_cleanup,
-    check_run_summary,
-    check_shared_reference,
-    checkpoint_name,
-)
+from evidence.gates.artifacts import EVIDENCE_LINK, check_cleanup, check_run_summary
 from evidence.gates.ledger import check_ledger
 from evidence.gates.metrics_log import validate_metrics
 from evidence.problems import Problem
-from facts.bundle_layout import fits
+from facts import checkpoint_name
 from facts.files import (
     BUNDLE_RUNS_DIR,
     CHECKPOINTS_DIR,
     COMMAND_PUBLIC_RECORD,
     DATA_LEDGER,
     EVAL_RECORD,
-    EVAL_RESPONSES_DIR,
     INDEX_TABLE,
     JOB_RECORD,
     METRICS_LOG,
@@ -46,8 +38,6 @@ from facts.files import (
     TENSORBOARD_DIR,
     TENSORBOARD_EVENTS,
     WEIGHTS_FILE,
-    bundle_subset_relpath,
-    eval_responses_name,
     payload_relpath,
     run_relpath,
 )
@@ -79,6 +69,31 @@ def _still_rejected(data_dir: Path, data: BundleData, row: dict, majority: tuple
         failed("ledger", DATA_LEDGER)
     record, summary, command = (_read_record(run, name, unshown) for name in (JOB_RECORD, EVAL_RECORD,
                                                                               COMMAND_PUBLIC_RECORD))
+    unshown += _launcher_records(row, record, command)
+    entries = [summary.get(kind) if isinstance(summary, dict) else None for kind in EVAL_KINDS]
+    if summary is not _UNREAD:  # its gate is said above
+        _judge_evaluation(data_dir, job, summary, run_summary, command, n, shared_checks, shown, unshown)
+        if "eval-checkpoint" not in shown and all(isinstance(e, dict) for e in entries) and majority is not None \
+                and _identity(entries[1]) != majority:  # the sweep's rule: the majority's frozen subset
+            shown.append("eval-subset")
+    if (job, run_relpath(CHECKPOINTS_DIR, checkpoint_name(n), WEIGHTS_FILE)) not in artifacts:
+        unshown.append("checkpoint")
+    if not any(j == job and p.startswith(run_relpath(TENSORBOARD_DIR, TENSORBOARD_EVENTS.rstrip("*"))) for j, p in artifacts):
+        unshown.append("tensorboard")
+    completed = _completion_claims(log, run_summary, entries[1], artifacts, job, n)
+    clean_but_short = "metrics" not in shown or log.valid_steps == len(log.records)  # a bad value is no short run
+    if shown and set(shown) <= STEP_GATES and completed and clean_but_short:
+        # a run cut short in one record and complete in another: which one was edited, the bundle cannot say
+        return [], unshown + [f"{gate} (while {', '.join(completed)} say it completed)" for gate in shown]
+    return shown, unshown
+
+
+def _launcher_records(row: dict, record, command) -> list[str]:
+    """The gates of the launcher's records (job.json, command.public.json) that fail, each one the bundle cannot
+    show: a malformed record, the launcher's leftovers and the runtime's digests of the job's files (nothing
+    carried re-checks them), job.json naming another algorithm or seed (which record was edited?)."""
+    job, algo, seed = row["job"], row["algo"], int(row["seed"])
+    unshown = []
     if record is not _UNREAD:
         if not isinstance(record, dict):
             unshown.append("job")  # a malformed launcher record (the launcher writes an object): not a failed run
@@ -93,36 +108,23 @@ def _still_rejected(data_dir: Path, data: BundleData, row: dict, majority: tuple
                                f"runs/{job}/ say {algo}-{seed})")
     if command is not _UNREAD and (not isinstance(command, dict) or not isinstance(command.get("argv"), list)):
         unshown.append("command")  # a malformed command record (the launcher writes an argv list): not a failed run
-    entries = [summary.get(kind) if isinstance(summary, dict) else None for kind in ("initial", "final")]
-    if summary is _UNREAD:
-        pass  # its gate is said above
-    elif not all(isinstance(e, dict) for e in entries) or entries[1].get("checkpoint") != checkpoint_name(n):
-        shown.append("eval")
-    elif majority is not None and _identity(entries[1]) != majority:
-        shown.append("eval-subset")
-    elif _subset_differs(data_dir, entries[1], run_summary):
-        shown.append("eval-subset-derived")
-    source = subset_source(run_summary) if isinstance(run_summary, dict) else None
-    if source is not None and declared_difference(source, run_summary, command.get("argv")
-                                                  if isinstance(command, dict) else None)[0] is not None:
-        unshown.append("eval-setting")  # the run's record against its command: either may be the edited one
-    if isinstance(entries[0], dict) and "shared" in entries[0]:
-        found = check_shared_reference(data_dir, entries[0], run_summary, shared_checks)
-        if found.of_shared or found.of_run:
-            shown.append("eval-shared")
-    if run_evaluation_problems(data_dir, job):  # responses that do not re-score, impossible statistics
-        own = [kind for kind, entry in zip(EVAL_KINDS, entries) if isinstance(entry, dict) and "shared" not in entry]
-        failed("eval-rescored", *(f"{EVAL_RESPONSES_DIR}/{eval_responses_name(kind)}" for kind in own))
-    if (job, run_relpath(CHECKPOINTS_DIR, checkpoint_name(n), WEIGHTS_FILE)) not in artifacts:
-        unshown.append("checkpoint")
-    if not any(j == job and p.startswith(run_relpath(TENSORBOARD_DIR, TENSORBOARD_EVENTS.rstrip("*"))) for j, p in artifacts):
-        unshown.append("tensorboard")
-    completed = _completion_claims(log, run_summary, entries[1], artifacts, job, n)
-    clean_but_short = "metrics" not in shown or log.valid_steps == len(log.records)  # a bad value is no short run
-    if shown and set(shown) <= STEP_GATES and completed and clean_but_short:
-        # a run cut short in one record and complete in another: which one was edited, the bundle cannot say
-        return [], unshown + [f"{gate} (while {', '.join(completed)} say it completed)" for gate in shown]
-    return shown, unshown
+    return unshown
+
+
+def _judge_evaluation(data_dir: Path, job: str, summary, run_summary, command, n: int, shared_checks: dict,
+                      shown: list[str], unshown: list[str]) -> None:
+    """The job's bundled evaluation judged by the build's table of gates (``evidence.evaluation.judge``): each gate
+    that fails appended to ``shown`` when every file its problems name is carried, else to ``unshown``, as is
+    ``UNSHOWN_GATES``' (judged past: what requires it is still judged)."""
+    argv = command.get("argv") if isinstance(command, dict) else None
+    evaluation = bundled_evaluation(data_dir, job, summary, run_summary, argv, final_checkpoint_of(run_summary, n),
+                                    shared_checks)
+    for failure in judge_evaluation(evaluation, go_past=UNSHOWN_GATES):
+        carried = failure.gate not in UNSHOWN_GATES and all((data_dir.parent / p.file).is_file()
+                                                             for p in failure.problems)
+        said = shown if carried else unshown
+        if failure.gate not in said:
+            said.append(failure.gate)
 
 
 _UNREAD = object()  # a record _read_record could not read
@@ -139,7 +141,10 @@ def _read_record(run: Path, name: str, unshown: list[str]):
         return _UNREAD
 
 
-STEP_GATES = {"metrics", "run", "eval"}  # the gates a run cut short fails; each of its records says how far it got
+# the gates a run cut short fails; each of its records says how far it got
+STEP_GATES = {"metrics", "run", "eval-record", "eval-entries", "eval-checkpoint"}
+# the evaluation's gate the bundle cannot show: run.json's setting against its command, either may be the edited one
+UNSHOWN_GATES = ("eval-setting",)
 
 
 def _completion_claims(log, run_summary, final, artifacts: set[tuple[str, str]], job: str, n: int) -> list[str]:
@@ -156,19 +161,6 @@ def _completion_claims(log, run_summary, final, artifacts: set[tuple[str, str]],
     if (job, run_relpath(CHECKPOINTS_DIR, checkpoint_name(n), WEIGHTS_FILE)) in artifacts:
         claims.append("artifacts.csv")
     return claims
-
-
-def _subset_differs(data_dir: Path, final: dict, run_summary) -> bool:
-    """Whether the bundled subset the final evaluation names is not the one cut again from the run's pinned split
-    (a gate of the build's: a run so evaluated was rightly rejected)."""
-    digest, source = final.get("subset_sha256"), subset_source(run_summary) if isinstance(run_summary, dict) else None
-    if source is None or not isinstance(digest, str) or not fits("subset12", digest[:12]):
-        return False
-    try:
-        stated = (data_dir / bundle_subset_relpath(digest)).read_bytes()
-    except OSError:
-        return False
-    return check_subset(stated, source)[0] is not None
 
 
 def _link_incident(data: BundleData, job: str) -> dict | None:

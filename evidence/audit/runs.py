@@ -10,8 +10,8 @@ import math
 from pathlib import Path
 
 from evidence.dataset import EVAL_COLUMNS, EVAL_ID_COLUMNS, BundleData
+from evidence.evaluation.shared import shared_initial_dir
 from evidence.fileio import JSONError, read_csv, read_json
-from evidence.gates.artifacts import check_shared_reference, shared_initial_dir
 from evidence.gates.incidents import OPEN, history_incidents, load_user_incidents
 from evidence.gates.ledger import check_ledger
 from evidence.gates.metrics_log import validate_metrics
@@ -20,7 +20,6 @@ from evidence.problems import IncidentsFileError, Problem, capped
 from facts import EVAL_RECORD, INITIAL_EVAL_DIR
 from facts.data_parallel_ranks import RANK_LOGS_FIELD
 from facts.files import (
-    BUNDLE_PAYLOAD,
     BUNDLE_RUNS_DIR,
     EVAL_TABLE,
     INCIDENTS_FILE,
@@ -38,16 +37,6 @@ from facts.files import (
 )
 from facts.ledger_format import LEDGER_FIELD
 from facts.metrics import parse_eval_line
-
-
-class _SharedChecks:
-    """The audit's reading of the shared initial evaluations: each read and validated once (``checked``),
-    each of its problems reported once (``reported``), and every one a bundled run references."""
-
-    def __init__(self, checked: dict | None):
-        self.checked = {} if checked is None else checked
-        self.reported: set[Problem] = set()
-        self.referenced: set[str] = set()
 
 
 def _close(a, b) -> bool:
@@ -133,22 +122,9 @@ def _parsed(line: str) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-def _check_shared_reference(data_dir: Path, job: str, entry: dict, shared: _SharedChecks) -> list[Problem]:
-    """A run's shared initial control by ``check_shared_reference``, as problems: the shared
-    evaluation's own once per bundle, the run's under its eval.json."""
-    try:
-        run_summary = read_json(data_dir / BUNDLE_RUNS_DIR / job / RUN_RECORD)
-    except JSONError:
-        run_summary = None  # check_runs and the rejection checks report an unreadable run.json
-    found = check_shared_reference(data_dir, entry, run_summary, shared.checked)
-    problems = [Problem(f"{BUNDLE_PAYLOAD}/{found.shared_file}", problem) for problem in found.of_shared]
-    problems = [p for p in problems if p not in shared.reported]
-    shared.reported.update(problems)
-    return problems + [Problem(bundle_run_relpath(job, EVAL_RECORD), problem) for problem in found.of_run]
-
-
-def _check_eval(data_dir: Path, data: BundleData, arm: str, seed: int, shared: _SharedChecks) -> list[Problem]:
-    """eval.csv's rows of the run are its eval.json's entries (a shared initial control checked too)."""
+def _check_eval(data_dir: Path, data: BundleData, arm: str, seed: int, referenced: set[str]) -> list[Problem]:
+    """eval.csv's rows of the run are its eval.json's entries (its shared initial control is judged with the rest of
+    its evaluation, by the evaluations check)."""
     job = f"{arm}-{seed}"
     try:
         summary = read_json(data_dir / BUNDLE_RUNS_DIR / job / EVAL_RECORD)
@@ -163,8 +139,7 @@ def _check_eval(data_dir: Path, data: BundleData, arm: str, seed: int, shared: _
             continue
         shared_dir = shared_initial_dir(entry)
         if kind == "initial" and shared_dir is not None:
-            shared.referenced.add(shared_dir)
-            problems += _check_shared_reference(data_dir, job, entry, shared)
+            referenced.add(shared_dir)
         if (row.get("initial_eval") or None) != shared_dir:
             problems.append(Problem(payload_relpath(EVAL_TABLE), f"{job} {kind} initial_eval differs from {bundle_run_relpath(job, EVAL_RECORD)}"))
         for column in EVAL_COLUMNS[len(EVAL_ID_COLUMNS):]:
@@ -176,7 +151,7 @@ def _check_eval(data_dir: Path, data: BundleData, arm: str, seed: int, shared: _
     return problems
 
 
-def _stray_initial_evals(data_dir: Path, shared: _SharedChecks) -> list[Problem]:
+def _stray_initial_evals(data_dir: Path, referenced: set[str]) -> list[Problem]:
     """A shared initial evaluation that no bundled run references.
 
     A rejected run's evidence is bundled too, and its eval.json may be the only reference (a sweep
@@ -187,10 +162,10 @@ def _stray_initial_evals(data_dir: Path, shared: _SharedChecks) -> list[Problem]
         except JSONError:
             continue  # an accepted run's unreadable eval.json is reported above; a rejected one's is its reason
         if isinstance(entry, dict) and (shared_dir := shared_initial_dir(entry.get("initial"))) is not None:
-            shared.referenced.add(shared_dir)
+            referenced.add(shared_dir)
     return [Problem(f"data/{INITIAL_EVAL_DIR}/{stray.name}", "no bundled run references this initial evaluation")
             for stray in sorted(p for p in (data_dir / INITIAL_EVAL_DIR).glob("*") if p.is_dir())
-            if f"{INITIAL_EVAL_DIR}/{stray.name}" not in shared.referenced]
+            if f"{INITIAL_EVAL_DIR}/{stray.name}" not in referenced]
 
 
 def _check_incidents(data_dir: Path, data: BundleData) -> list[Problem]:
@@ -280,16 +255,16 @@ def _check_user_incidents(data_dir: Path, data: BundleData) -> list[Problem]:
     return problems
 
 
-def check_runs(data_dir: Path, data: BundleData, shared_checks: dict | None = None) -> list[Problem]:
-    """Every accepted run re-validates, and steps.csv / eval.csv carry exactly its records.
-    ``shared_checks``: the audit's cache, so each shared initial evaluation is read once."""
-    shared = _SharedChecks(shared_checks)
+def check_runs(data_dir: Path, data: BundleData) -> list[Problem]:
+    """Every accepted run re-validates, and steps.csv / eval.csv carry exactly its records (its evaluation is
+    judged by the evaluations check, ``evidence.audit.evaluations``)."""
+    referenced: set[str] = set()  # the shared initial evaluations a bundled run references
     problems = _stray_rows(data_dir, data)
     for arm, seed in data.accepted:
         problems += _check_metrics(data_dir, data, arm, seed)
         problems += _check_ranks(data_dir, arm, seed)
         problems += _check_ledger(data_dir, arm, seed)
-        problems += _check_eval(data_dir, data, arm, seed, shared)
+        problems += _check_eval(data_dir, data, arm, seed, referenced)
         problems += _check_eval_line(data_dir, arm, seed)
-    problems += _stray_initial_evals(data_dir, shared)
+    problems += _stray_initial_evals(data_dir, referenced)
     return problems + _check_incidents(data_dir, data) + _check_user_incidents(data_dir, data)

@@ -3,7 +3,10 @@ test split each accepted run pinned (``evidence.evaluation.subset_source``): a s
 first ``n_prompts`` (an edited label, question or index) is a finding naming its first differing row, whatever
 digests were rewritten around it; so is a run.json whose split or row count is not what its workload and command
 declare. Where the split with its pinned bytes is not in the reviewer's checkout (a
-user's own data set) the subset cannot be re-derived, and the audit says so in one note instead."""
+user's own data set) the subset cannot be re-derived, and the audit says so in one note instead. These are the rules of
+the judge's ``eval-setting`` and ``eval-subset-derived`` gates (``evidence.evaluation.judge``, the same functions),
+which the evaluations check leaves to this one (``SUBSET_GATES``): here each subset file is judged once, naming its
+runs."""
 
 from __future__ import annotations
 

@@ -42,8 +42,9 @@ from pathlib import Path
 
 import yaml
 
+from evidence.evaluation.judge import ALL_ZERO_EVAL
 from evidence.fileio import JSONError, read_json
-from evidence.gates.artifacts import ALL_ZERO_EVAL, EVIDENCE_LINK
+from evidence.gates.artifacts import EVIDENCE_LINK
 from evidence.gates.index import JobEvidence
 from evidence.problems import IncidentsFileError
 from facts import checkpoint_name, run_dir_of_job, sweep_job_dir

@@ -36,8 +36,9 @@ from evidence.dataset import (
     step_columns,
     write_csv,
 )
+from evidence.evaluation.judge import EVAL_KINDS
+from evidence.evaluation.shared import SHA256_HEX, shared_initial_dir
 from evidence.fileio import JSONError, dumps_json, environment, parse_json, read_json, sha256_file, write_text
-from evidence.gates.artifacts import EVAL_KINDS, SHA256_HEX, shared_initial_dir
 from evidence.gates.certificate_jobs import (
     CHECKPOINT_COLUMNS,
     certificate_incidents,

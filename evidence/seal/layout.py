@@ -11,8 +11,8 @@ from functools import cache
 from pathlib import Path
 
 from evidence.dataset import BundleData
+from evidence.evaluation.shared import shared_initial_dir
 from evidence.fileio import JSONError, read_json
-from evidence.gates.artifacts import shared_initial_dir
 from evidence.gates.certificate_jobs import certified_jobs
 from facts.bundle_layout import payload_member
 from facts.data_parallel_ranks import RANK_LOGS_FIELD, RANKS_DIR
