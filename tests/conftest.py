@@ -49,6 +49,13 @@ FAST_TIER_BUDGET_S = 5.0
 # Ray must never write ~/.ray/auth_token in tests (Ray 2.60 does unless auth is disabled).
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# One OpenMP thread per process, set before any test module imports torch (or numpy's BLAS): the suite runs one
+# pytest-xdist worker per core, and a worker's in-process torch (the float64 references, the lean decoder, LoRA)
+# defaulted to a thread per core, so two workers ran four spinning OpenMP threads on two cores, and other sessions'
+# load made it worse (test_policy_logprobs, test_lean_decoding, test_lora, test_mismatch_correction at load 12-15:
+# 40-48 CPU s with the default, 12 with one thread). Trainer processes set their own threads (workload.num_threads);
+# the processes the tests start inherit the variable, a value already set wins.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 # The throwaway clusters' tiny jobs are watched at close range: a waiting launcher looks 2 s after
 # submitting and then at most 4 s apart (conf/cluster/slurm.yaml's cluster.poll_interval_s; a site's 60).
 os.environ.setdefault("PROOFGRID_SLURM_POLL_INTERVAL_S", "4")
