@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import statistics
 from pathlib import Path
 
 import yaml
@@ -145,3 +146,24 @@ def add_launcher_stages(confirm: Path, spec_text: str, tuning_steps: int | None 
     set_cpus(confirm)
     register(confirm, spec_text)
     return probe
+
+
+def paired_experiment(tmp_path: Path, spec: str, base: dict[int, float], differences: dict[int, int]) -> Path:
+    """A confirm stage of arms grpo and rppb whose final pass@1 differ by ``differences[seed]`` points on top of
+    ``base[seed]``, carrying ``spec`` and the launcher's stage records: the design a verdict test reads."""
+    confirm = make_sweep(tmp_path, seeds=tuple(differences), name="confirm",
+                         arms={"grpo": {"algo": "grpo"}, "rppb": {"algo": "rppb"}},
+                         final_pass1=lambda arm, seed: base[seed] + (differences[seed] / 100 if arm == "rppb" else 0))
+    (confirm / "experiment.yaml").write_text(spec, encoding="utf-8")
+    add_launcher_stages(confirm, spec)
+    return confirm
+
+
+def z_by_hand(d: list[float]) -> float:
+    """A stage's statistic written out: the paired t of ``d``, mapped to a standard normal by its own t distribution."""
+    import math
+
+    from scipy import stats as sps
+
+    t = sum(d) / len(d) / (statistics.stdev(d) / math.sqrt(len(d)))
+    return float(sps.norm.isf(sps.t.sf(t, len(d) - 1)))

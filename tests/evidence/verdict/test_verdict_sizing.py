@@ -21,14 +21,13 @@ import yaml
 from scipy import optimize, special
 from scipy import stats as sps
 
-from benchmarks.synthetic_sweep import make_sweep
 from evidence import audit_bundle, build_bundle
 from evidence.statistics.sequential import boundaries, required_seeds
 from evidence.verdict import VerdictError, parse_experiment
 from evidence.verdict.sizing import sized_look
 from facts.repo import REPO_ROOT
 from launcher.experiment.stage_runner import verdict_line
-from tests.evidence.experiment_stages import add_launcher_stages
+from tests.evidence.experiment_stages import paired_experiment, z_by_hand
 from tests.experiment_spec import experiment_yaml
 from tests.sweeps import reseal_bag
 
@@ -148,17 +147,7 @@ SPEC = experiment_yaml(seeds={"n": "auto", "min": 3, "max": 6, "spending": "obri
 
 
 def sized_experiment(tmp_path: Path, differences: dict[int, int]) -> Path:
-    seeds = tuple(differences)
-    confirm = make_sweep(tmp_path, seeds=seeds, name="confirm", arms={"grpo": {"algo": "grpo"}, "rppb": {"algo": "rppb"}},
-                         final_pass1=lambda arm, seed: BASE[seed] + (differences[seed] / 100 if arm == "rppb" else 0))
-    (confirm / "experiment.yaml").write_text(SPEC, encoding="utf-8")
-    add_launcher_stages(confirm, SPEC)
-    return confirm
-
-
-def z_by_hand(d: list[float]) -> float:
-    t = np.mean(d) / (np.std(d, ddof=1) / math.sqrt(len(d)))
-    return float(sps.norm.isf(sps.t.sf(t, len(d) - 1)))
+    return paired_experiment(tmp_path, SPEC, BASE, differences)
 
 
 def needed_by_hand(sd: float, alpha: float) -> int:

@@ -20,14 +20,13 @@ import pytest
 from scipy import special
 from scipy import stats as sps
 
-from benchmarks.synthetic_sweep import make_sweep
 from evidence import build_bundle
 from evidence.statistics.waves import boundaries, operating, spending_boundaries
 from evidence.verdict import parse_experiment
 from evidence.verdict.sizing import sized_look
 from facts.repo import REPO_ROOT
 from study.design import fractions
-from tests.evidence.experiment_stages import add_launcher_stages
+from tests.evidence.experiment_stages import paired_experiment, z_by_hand
 from tests.sweeps import reseal_bag
 
 REPO = REPO_ROOT
@@ -230,17 +229,7 @@ criterion:
 
 
 def waves_experiment(tmp_path: Path, differences: dict[int, int]) -> Path:
-    confirm = make_sweep(tmp_path, seeds=tuple(differences), name="confirm",
-                         arms={"grpo": {"algo": "grpo"}, "rppb": {"algo": "rppb"}},
-                         final_pass1=lambda arm, seed: BASE[seed] + (differences[seed] / 100 if arm == "rppb" else 0))
-    (confirm / "experiment.yaml").write_text(SPEC, encoding="utf-8")
-    add_launcher_stages(confirm, SPEC)
-    return confirm
-
-
-def z_by_hand(d: list[float]) -> float:
-    t = np.mean(d) / (np.std(d, ddof=1) / math.sqrt(len(d)))
-    return float(sps.norm.isf(sps.t.sf(t, len(d) - 1)))
+    return paired_experiment(tmp_path, SPEC, BASE, differences)
 
 
 @pytest.mark.slow
