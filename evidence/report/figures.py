@@ -296,6 +296,9 @@ def _save(figure, out_dir: Path, name: str) -> list[Path]:
     """``<name>.svg`` and ``<name>.png`` of one figure (``FIGURE_FORMATS``)."""
     svg, png = out_dir / f"{name}.svg", out_dir / f"{name}.png"
     figure.savefig(svg, format="svg", metadata=_METADATA)
+    # The raster keeps the layout the SVG was drawn with: constrained layout solved once per figure, not again at
+    # the PNG's resolution (a third of a seal's figure time).
+    figure.set_layout_engine("none")
     figure.savefig(png, format="png", dpi=PNG_DPI, metadata=_PNG_METADATA)
     return [svg, png]
 
