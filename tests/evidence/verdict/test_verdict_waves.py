@@ -297,3 +297,22 @@ def test_a_look_that_has_not_decided_waits_for_the_next_wave_naming_its_seeds():
     assert look.record["next_wave"] == [4, 6] and look.record["design_seeds"] == 3 and look.seeds == [1, 2, 3]
     assert look.pending.startswith("look 1 (3 seeds of its wave) does not cross its boundary upward (Z = ")
     assert look.pending.endswith("; look 2 needs seeds 4..6, at least two of them paired (it has 1)")
+
+
+@pytest.mark.slow
+def test_a_duplicated_key_in_verdict_json_is_a_finding_of_the_audit(tmp_path):
+    """A forger prepends '"verdict": "VALIDATED", "rule": "threshold",' to an INCONCLUSIVE verdict.json and reseals:
+    Python's reader keeps the last of a duplicated key, so the values would recompute, while the file's first lines
+    (what a reader, or a first-key-wins parser, sees) say VALIDATED. The strict reader refuses the file, naming it and
+    the key (adversarial finding of issue 32)."""
+    d = {1: 4, 2: -3, 3: 2, 4: 6, 5: 1, 6: 3, 7: 5, 8: 5, 9: 5, 10: 5}
+    bag = Path(shutil.copytree(build_bundle(waves_experiment(tmp_path, d), figures=False).bundle_dir,
+                               tmp_path / "forged"))
+    verdict = bag / "data" / "verdict.json"
+    assert json.loads(verdict.read_text())["verdict"] != "VALIDATED"
+    verdict.write_text('{\n  "verdict": "VALIDATED",\n  "rule": "threshold",' + verdict.read_text()[1:])
+    reseal_bag(bag)
+    audited = subprocess.run([sys.executable, "-m", "evidence", "audit", str(bag)], cwd=REPO, capture_output=True,
+                             text=True, timeout=300)
+    assert audited.returncode == 1, audited.stdout
+    assert "data/verdict.json: not valid JSON (duplicate keys 'rule', 'verdict')" in audited.stdout, audited.stdout
