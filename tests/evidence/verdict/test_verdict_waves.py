@@ -316,3 +316,33 @@ def test_a_duplicated_key_in_verdict_json_is_a_finding_of_the_audit(tmp_path):
                              text=True, timeout=300)
     assert audited.returncode == 1, audited.stdout
     assert "data/verdict.json: not valid JSON (duplicate keys 'rule', 'verdict')" in audited.stdout, audited.stdout
+
+
+@pytest.mark.slow
+def test_an_interim_looks_headline_claims_nothing_and_the_audit_catches_an_edited_one(tmp_path):
+    """Look 1 of waves [3, 3, 4] on differences 5, 6, 7 points: Z = 2.61 inside its boundary 3.578, the verdict waits
+    for wave 2. The report's first line, the headline table (the launcher's summary prints it) and every pair of the
+    paired table claim nothing while the design runs (``claims.sequential_design``), though a fixed-sample 95 %
+    t-interval of the three seeds excludes 0 (adversarial finding of issue 32); the old fixed-sample sentence put back
+    in report.md, resealed, is a finding of ``python -m evidence audit``."""
+    bag = Path(build_bundle(waves_experiment(tmp_path, {1: 5, 2: 6, 3: 7}), figures=False).bundle_dir)
+    data = bag / "data"
+    verdict = json.loads((data / "verdict.json").read_text())
+    assert verdict["rule"] == "next-wave-pending" and verdict["sizing"]["decision"] == "pending"
+    line = (data / "report.md").read_text().splitlines()[2]
+    expected = ("On eval pass@1, sc − isp has a design in waves that has not decided yet (look 1 of 3: Z = 2.61, "
+                "boundary ±3.578): no interval; run wave 2 (seeds 4..6) of the design.")
+    assert expected in line and "95 % interval" not in line, line
+    assert expected in (data / "tables" / "headline.csv").read_text()
+    rows = (data / "tables" / "paired_differences.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    assert all(row.split(",")[header.index("claim")] == "no claim" for row in rows[1:] if row.split(",")[0]), rows
+    edited = Path(shutil.copytree(bag, tmp_path / "edited"))
+    report = edited / "data" / "report.md"
+    report.write_text(report.read_text().replace(expected, "On eval pass@1, sc − isp is +6.0 points (95 % interval "
+                                                           "[+3.5, +8.5])."))
+    reseal_bag(edited)
+    audited = subprocess.run([sys.executable, "-m", "evidence", "audit", str(edited)], cwd=REPO, capture_output=True,
+                             text=True, timeout=300)
+    assert audited.returncode == 1
+    assert "data/report.md: line 3: does not recompute (recorded '" in audited.stdout, audited.stdout
