@@ -354,11 +354,11 @@ def sequential_design(claim: PairClaim, look: SequentialLook | None, tested: boo
     if look is None:
         return claim
     if not look.decided:
-        wave = ("its next wave" if look.next_wave is None else
-                f"wave {look.look + 1} (seeds {look.next_wave[0]}..{look.next_wave[1]})")
-        at = f"look {look.look} of {look.looks}" + (f": {_statistic(look)}" if look.look else "")
+        wave = ("the design's next wave" if look.next_wave is None else
+                f"wave {look.look + 1} (seeds {look.next_wave[0]}..{look.next_wave[1]}) of the design")
+        at = f"look {look.look} of {look.looks}: {_statistic(look)}" if look.look else f"none of its {look.looks} looks taken"
         pending = Shortfall("sequential-pending", f"a design in waves that has not decided yet ({at})",
-                            f"{wave} of the design")
+                            wave)
         return PairClaim(NO_CLAIM, claim.n, claim.mean, missing=(pending, *claim.missing))
     if not tested or claim.kind == NO_CLAIM:
         return claim
