@@ -18,7 +18,7 @@ class JSONError(ValueError):
 
 
 def read_json(path: str | Path):
-    """Parse a JSON file strictly: NaN/Infinity spellings are errors, not floats."""
+    """Parse a JSON file strictly (``facts.loads_strict``): NaN/Infinity spellings and duplicated keys are errors."""
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:
@@ -29,7 +29,8 @@ def read_json(path: str | Path):
 
 
 def parse_json(data: bytes):
-    """Parse UTF-8 JSON bytes (a file's, as read once) strictly: NaN/Infinity spellings are errors."""
+    """Parse UTF-8 JSON bytes (a file's, as read once) strictly: NaN/Infinity spellings and duplicated keys are
+    errors (``JSONError``: "not valid JSON (duplicate key 'verdict')")."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -771,6 +771,52 @@ def declared_margin(data: BundleData) -> float | None:
     return experiment.equivalence_margin / experiment.criterion.scale
 
 
+def _paired_metric(measure, data: BundleData) -> str | None:
+    """The paired table's metric (``PAIRED_METRICS``) that is an experiment criterion's measure, or None."""
+    if measure.is_eval and measure.at == "final":
+        return f"eval_final_{measure.metric.split('/', 1)[1]}"
+    if measure.metric == RAW_REWARD_KEY and measure.last_k in (None, data.last_k):
+        return "train_last_k_raw_reward"
+    return None
+
+
+def sequential_state(data: BundleData) -> tuple[claims.SequentialLook, tuple[str, str, str] | None] | None:
+    """Where the bundle's experiment design in waves stands (``evidence.verdict.sizing.current_look`` of the
+    verdict's ``sizing`` record, recomputed from the bundle as ``verdict.json`` is), with the pair it tests:
+    (paired metric, treatment arm, baseline arm), None when its metric is none of the paired table's. None: no
+    design in waves (a plain sweep, a fixed-seed spec, an earlier stage's bundle). A verdict that does not compute
+    (the build refuses it; the audit names it) reads as a design that has not decided."""
+    experiment = experiment_spec(data)
+    if experiment is None or experiment.sizing is None:
+        return None
+    # The verdict reads these tables' designs (``pair_design``): imported on use, as the spec is (``_experiment``).
+    from evidence.problems import VerdictError
+    from evidence.verdict.record import bundle_verdict
+    from evidence.verdict.sizing import current_look
+
+    try:
+        record = bundle_verdict(data)
+    except (VerdictError, KeyError, ValueError, OSError):
+        return claims.SequentialLook(0, len(experiment.sizing.waves), None, None, False), None
+    if record is None or "sizing" not in record:
+        return None
+    metric = _paired_metric(experiment.criterion.measure, data)
+    arms_ = record["arms"]
+    return current_look(record["sizing"]), (None if metric is None else
+                                             (metric, arms_["treatment"]["arm"], arms_["baseline"]["arm"]))
+
+
+def sequential_claim(claim: claims.PairClaim, comparison: Comparison,
+                     state: tuple[claims.SequentialLook, tuple[str, str, str] | None] | None) -> claims.PairClaim:
+    """``claims.sequential_design`` for one comparison of the tables (a − b), with the design's look turned to it."""
+    if state is None:
+        return claim
+    look, tested = state
+    if tested is None or comparison.metric != tested[0] or {comparison.a, comparison.b} != set(tested[1:]):
+        return claims.sequential_design(claim, look, False)
+    return claims.sequential_design(claim, look.oriented(1 if comparison.a == tested[1] else -1), True)
+
+
 @dataclass(frozen=True)
 class Judged:
     """A comparison with what it may claim (``claims.paired_claim``), the size of its Holm family (0: none), how
@@ -792,8 +838,8 @@ def eval_column(metric: str) -> str | None:
 
 def judge_comparisons(data: BundleData) -> list[Judged]:
     """Every paired comparison judged by ``claims``: its design (``pair_design``), Holm's adjusted p-value in its
-    family (each pair's ``claims.family_p_value``: 1 for a pair that may claim nothing), and the declared
-    equivalence margin on the headline metric."""
+    family (each pair's ``claims.family_p_value``: 1 for a pair that may claim nothing), the declared
+    equivalence margin on the headline metric, and an experiment's design in waves (``sequential_claim``)."""
     designs = {(c.metric, c.a, c.b): pair_design(data, eval_column(c.metric), c.a, c.b, c.diff.by_seed)
                for c in paired_comparisons(data)}
     adjusted: dict[tuple[str, str, str], tuple[float, int, int]] = {}
@@ -803,12 +849,14 @@ def judge_comparisons(data: BundleData) -> list[Judged]:
         untested = sum(1 for f in found if f)
         adjusted.update({(metric, c.a, c.b): (q, len(members), untested) for c, q in zip(members, p)})
     margin = declared_margin(data)
+    state = sequential_state(data)
     out = []
     for c in paired_comparisons(data):
         design = designs[(c.metric, c.a, c.b)]
         p_holm, size, untested = adjusted.get((c.metric, c.a, c.b), (None, 0, 0))
-        claim = claims.paired_claim(design, data.ci_level, p_holm,
-                                    margin if c.metric == headline.HEADLINE_METRIC else None)
+        claim = sequential_claim(claims.paired_claim(design, data.ci_level, p_holm,
+                                                     margin if c.metric == headline.HEADLINE_METRIC else None),
+                                 c, state)
         out.append(Judged(c, design, claim, size, untested, p_holm))
     return out
 

@@ -326,10 +326,22 @@ def _finite_float(text: str) -> float:
     return value
 
 
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    record = dict(pairs)
+    if len(record) != len(pairs):
+        seen: set[str] = set()
+        twice = list(dict.fromkeys(key for key, _ in pairs if key in seen or seen.add(key)))
+        raise ValueError(f"duplicate key{'s' if len(twice) > 1 else ''} {', '.join(map(repr, twice))}")
+    return record
+
+
 def loads_strict(text: str | bytes):
-    """Parse JSON strictly: NaN/Infinity spellings, and numbers past a float's range (``1e999``, which Python
-    reads as infinity), are errors (``ValueError``), not floats."""
-    return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    """Parse JSON strictly: NaN/Infinity spellings, numbers past a float's range (``1e999``, which Python
+    reads as infinity), and an object that names a key twice are errors (``ValueError``), not floats or the
+    last of the values (Python's reader keeps the last; a reader of the text, or another parser, sees the
+    first: the record would say two things)."""
+    return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float,
+                      object_pairs_hook=_unique_keys)
 
 
 def read_with_sha256(path: str | Path) -> tuple[bytes, str]:

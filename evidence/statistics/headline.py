@@ -102,7 +102,35 @@ def _equivalence(pairs: Sequence[Pair]) -> str | None:
     return f"by TOST against the declared margin of ±{first.margin * POINTS:.1f} points, {'; '.join(parts)}"
 
 
+def _by_design(p: Pair) -> str:
+    """What a design in waves decided of the pair (``claims.sequential_design``): the difference holds by its
+    boundary, or no difference detected by it; never a fixed-sample interval beside it."""
+    look = p.claim.sequential
+    z = "—" if look.z is None else f"{look.z:.3g}"
+    where = (f"look {look.look} of {look.looks}, {look.how}: Z = {z}, boundary ±{look.boundary:.4g}"
+             + ("" if look.type_i_error is None else f"; the design's type I error {look.type_i_error * 100:.1f} %"))
+    if p.claim.kind == DIFFERS:
+        return (f"{p.a} − {p.b} is {_points(p.claim.mean)} points over {p.claim.n} seeds, and the difference holds by "
+                f"the design in waves ({where})")
+    return (f"no difference detected between {p.a} and {p.b} by the design in waves ({where}; {p.claim.n} seeds, "
+            f"mean difference {_points(p.claim.mean)} points)")
+
+
 def headline_sentence(arms: Sequence[str], pairs: Sequence[Pair], level: float) -> str:
+    """The result on the headline metric, as the pairs' claims allow; a pair whose claim states an experiment's
+    design in waves (``claims.sequential_design``) first, in the design's words (``_by_design``), the others as
+    ``fixed_sample_sentence`` says them."""
+    designed = [p for p in pairs if p.claim.sequential is not None]
+    if not designed:
+        return fixed_sample_sentence(arms, pairs, level)
+    text = f"On {HEADLINE_WORDS}, " + "; ".join(_by_design(p) for p in designed)
+    others = [p for p in pairs if p.claim.sequential is None]
+    if others:
+        text += "; the other pairs, outside the design: " + fixed_sample_sentence(arms, others, level)
+    return text + ("" if text.endswith(".") else ".")
+
+
+def fixed_sample_sentence(arms: Sequence[str], pairs: Sequence[Pair], level: float) -> str:
     """The result on the headline metric, as the pairs' claims (``claims.paired_claim`` at ``level``) allow.
 
     No pair: one arm, nothing compared. No pair may claim anything: what is missing and what would supply it.

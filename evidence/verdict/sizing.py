@@ -165,3 +165,27 @@ def _why_not(look: dict, boundary: float, lacking: str | None) -> str:
     z = "—" if look["z"] is None else f"{look['z']:.3g}"
     return (f"{head} does not cross its boundary upward (Z = {z}, boundary {boundary:.4g}) with a mean difference at "
             f"the threshold")
+
+
+_HOW = {EFFICACY: "stopped for efficacy", WORSE: "stopped with the treatment worse", FUTILITY: "stopped for futility",
+        FINAL: "the last look"}
+
+
+def current_look(record: Mapping) -> claims.SequentialLook:
+    """What the design has decided, from its ``verdict.json`` record (``sized_look``'s ``record``, the ``sizing``
+    block): the look it stands at, and, once it has decided (a stop, or the last look), whether the deciding look
+    crossed its boundary and which way (treatment − baseline), as ``claims.sequential_design`` reads it."""
+    looks, decision = record["looks"], record["decision"]
+    last = looks[-1] if looks else {}
+    z, c = last.get("z"), last.get("boundary")
+    crossed = 0
+    if decision == EFFICACY:
+        crossed = 1
+    elif decision == WORSE:
+        crossed = -1
+    elif decision == FINAL and z is not None and c is not None and abs(z) >= c:
+        crossed = 1 if z > 0 else -1
+    wave = record.get("next_wave")
+    return claims.SequentialLook(len(looks), len(record["waves"]), z, c, decision != PENDING, crossed,
+                                 _HOW.get(decision, ""), tuple(wave) if wave else None,
+                                 (record.get("claims") or {}).get("type_i_error"))

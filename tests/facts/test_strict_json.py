@@ -27,3 +27,18 @@ def test_finite_numbers_read_as_pythons_reader_reads_them():
 def test_nesting_past_the_readers_depth_is_an_unreadable_record_not_a_crash():
     with pytest.raises(JSONError, match="nested too deeply"):
         parse_json(b"[" * 100_000 + b"]" * 100_000)
+
+
+@pytest.mark.parametrize("text", ['{"verdict": "VALIDATED", "rule": "t", "verdict": "INCONCLUSIVE", "rule": "t"}',
+                                  '{"a": {"b": 1, "b": 1}}', '[{"x": 0}, {"x": 1, "y": 2, "x": 1}]'])
+def test_an_object_that_names_a_key_twice_is_refused_at_any_depth(text):
+    # Python's own reader keeps the last value; a reader of the text (or a first-key-wins parser) sees the first
+    with pytest.raises(ValueError, match="duplicate key"):
+        loads_strict(text)
+    with pytest.raises(JSONError, match=r"^not valid JSON \(duplicate (keys 'verdict', 'rule'|key 'b'|key 'x')\)$"):
+        parse_json(text.encode())
+
+
+def test_the_same_key_in_different_objects_is_no_duplicate():
+    text = '{"a": {"k": 1}, "b": {"k": 2}, "k": [{"k": 3}]}'
+    assert loads_strict(text) == json.loads(text)

@@ -297,3 +297,52 @@ def test_a_look_that_has_not_decided_waits_for_the_next_wave_naming_its_seeds():
     assert look.record["next_wave"] == [4, 6] and look.record["design_seeds"] == 3 and look.seeds == [1, 2, 3]
     assert look.pending.startswith("look 1 (3 seeds of its wave) does not cross its boundary upward (Z = ")
     assert look.pending.endswith("; look 2 needs seeds 4..6, at least two of them paired (it has 1)")
+
+
+@pytest.mark.slow
+def test_a_duplicated_key_in_verdict_json_is_a_finding_of_the_audit(tmp_path):
+    """A forger prepends '"verdict": "VALIDATED", "rule": "threshold",' to an INCONCLUSIVE verdict.json and reseals:
+    Python's reader keeps the last of a duplicated key, so the values would recompute, while the file's first lines
+    (what a reader, or a first-key-wins parser, sees) say VALIDATED. The strict reader refuses the file, naming it and
+    the key (adversarial finding of issue 32)."""
+    d = {1: 4, 2: -3, 3: 2, 4: 6, 5: 1, 6: 3, 7: 5, 8: 5, 9: 5, 10: 5}
+    bag = Path(shutil.copytree(build_bundle(waves_experiment(tmp_path, d), figures=False).bundle_dir,
+                               tmp_path / "forged"))
+    verdict = bag / "data" / "verdict.json"
+    assert json.loads(verdict.read_text())["verdict"] != "VALIDATED"
+    verdict.write_text('{\n  "verdict": "VALIDATED",\n  "rule": "threshold",' + verdict.read_text()[1:])
+    reseal_bag(bag)
+    audited = subprocess.run([sys.executable, "-m", "evidence", "audit", str(bag)], cwd=REPO, capture_output=True,
+                             text=True, timeout=300)
+    assert audited.returncode == 1, audited.stdout
+    assert "data/verdict.json: not valid JSON (duplicate keys 'rule', 'verdict')" in audited.stdout, audited.stdout
+
+
+@pytest.mark.slow
+def test_an_interim_looks_headline_claims_nothing_and_the_audit_catches_an_edited_one(tmp_path):
+    """Look 1 of waves [3, 3, 4] on differences 5, 6, 7 points: Z = 2.61 inside its boundary 3.578, the verdict waits
+    for wave 2. The report's first line, the headline table (the launcher's summary prints it) and every pair of the
+    paired table claim nothing while the design runs (``claims.sequential_design``), though a fixed-sample 95 %
+    t-interval of the three seeds excludes 0 (adversarial finding of issue 32); the old fixed-sample sentence put back
+    in report.md, resealed, is a finding of ``python -m evidence audit``."""
+    bag = Path(build_bundle(waves_experiment(tmp_path, {1: 5, 2: 6, 3: 7}), figures=False).bundle_dir)
+    data = bag / "data"
+    verdict = json.loads((data / "verdict.json").read_text())
+    assert verdict["rule"] == "next-wave-pending" and verdict["sizing"]["decision"] == "pending"
+    line = (data / "report.md").read_text().splitlines()[2]
+    expected = ("On eval pass@1, sc − isp has a design in waves that has not decided yet (look 1 of 3: Z = 2.61, "
+                "boundary ±3.578): no interval; run wave 2 (seeds 4..6) of the design.")
+    assert expected in line and "95 % interval" not in line, line
+    assert expected in (data / "tables" / "headline.csv").read_text()
+    rows = (data / "tables" / "paired_differences.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    assert all(row.split(",")[header.index("claim")] == "no claim" for row in rows[1:] if row.split(",")[0]), rows
+    edited = Path(shutil.copytree(bag, tmp_path / "edited"))
+    report = edited / "data" / "report.md"
+    report.write_text(report.read_text().replace(expected, "On eval pass@1, sc − isp is +6.0 points (95 % interval "
+                                                           "[+3.5, +8.5])."))
+    reseal_bag(edited)
+    audited = subprocess.run([sys.executable, "-m", "evidence", "audit", str(edited)], cwd=REPO, capture_output=True,
+                             text=True, timeout=300)
+    assert audited.returncode == 1
+    assert "data/report.md: line 3: does not recompute (recorded '" in audited.stdout, audited.stdout
