@@ -771,39 +771,13 @@ def declared_margin(data: BundleData) -> float | None:
     return experiment.equivalence_margin / experiment.criterion.scale
 
 
-def _paired_metric(measure, data: BundleData) -> str | None:
+def paired_metric(measure, data: BundleData) -> str | None:
     """The paired table's metric (``PAIRED_METRICS``) that is an experiment criterion's measure, or None."""
     if measure.is_eval and measure.at == "final":
         return f"eval_final_{measure.metric.split('/', 1)[1]}"
     if measure.metric == RAW_REWARD_KEY and measure.last_k in (None, data.last_k):
         return "train_last_k_raw_reward"
     return None
-
-
-def sequential_state(data: BundleData) -> tuple[claims.SequentialLook, tuple[str, str, str] | None] | None:
-    """Where the bundle's experiment design in waves stands (``evidence.verdict.sizing.current_look`` of the
-    verdict's ``sizing`` record, recomputed from the bundle as ``verdict.json`` is), with the pair it tests:
-    (paired metric, treatment arm, baseline arm), None when its metric is none of the paired table's. None: no
-    design in waves (a plain sweep, a fixed-seed spec, an earlier stage's bundle). A verdict that does not compute
-    (the build refuses it; the audit names it) reads as a design that has not decided."""
-    experiment = experiment_spec(data)
-    if experiment is None or experiment.sizing is None:
-        return None
-    # The verdict reads these tables' designs (``pair_design``): imported on use, as the spec is (``_experiment``).
-    from evidence.problems import VerdictError
-    from evidence.verdict.record import bundle_verdict
-    from evidence.verdict.sizing import current_look
-
-    try:
-        record = bundle_verdict(data)
-    except (VerdictError, KeyError, ValueError, OSError):
-        return claims.SequentialLook(0, len(experiment.sizing.waves), None, None, False), None
-    if record is None or "sizing" not in record:
-        return None
-    metric = _paired_metric(experiment.criterion.measure, data)
-    arms_ = record["arms"]
-    return current_look(record["sizing"]), (None if metric is None else
-                                             (metric, arms_["treatment"]["arm"], arms_["baseline"]["arm"]))
 
 
 def sequential_claim(claim: claims.PairClaim, comparison: Comparison,
@@ -836,10 +810,11 @@ def eval_column(metric: str) -> str | None:
     return metric.removeprefix("eval_final_") if metric.startswith("eval_final_") else None
 
 
-def judge_comparisons(data: BundleData) -> list[Judged]:
+def judge_comparisons(data: BundleData, sequential=None) -> list[Judged]:
     """Every paired comparison judged by ``claims``: its design (``pair_design``), Holm's adjusted p-value in its
     family (each pair's ``claims.family_p_value``: 1 for a pair that may claim nothing), the declared
-    equivalence margin on the headline metric, and an experiment's design in waves (``sequential_claim``)."""
+    equivalence margin on the headline metric, and an experiment's design in waves (``sequential_claim``; ``sequential``:
+    where that design stands, ``evidence.computed.sequential_state``, None without one)."""
     designs = {(c.metric, c.a, c.b): pair_design(data, eval_column(c.metric), c.a, c.b, c.diff.by_seed)
                for c in paired_comparisons(data)}
     adjusted: dict[tuple[str, str, str], tuple[float, int, int]] = {}
@@ -849,7 +824,7 @@ def judge_comparisons(data: BundleData) -> list[Judged]:
         untested = sum(1 for f in found if f)
         adjusted.update({(metric, c.a, c.b): (q, len(members), untested) for c, q in zip(members, p)})
     margin = declared_margin(data)
-    state = sequential_state(data)
+    state = sequential
     out = []
     for c in paired_comparisons(data):
         design = designs[(c.metric, c.a, c.b)]
@@ -1217,10 +1192,11 @@ def resource_tables(data: BundleData) -> tuple[Table, Table]:
                   run_rows, (header, "Seed", "Job", "Samples", "Sampled (s)", *names), run_md))
 
 
-def seed_tables(data: BundleData) -> list[Table]:
-    """The tables of the runs and their seeds, in the report's order (``evidence.computed`` adds the questions')."""
+def seed_tables(data: BundleData, sequential=None) -> list[Table]:
+    """The tables of the runs and their seeds, in the report's order (``evidence.computed`` adds the questions',
+    and gives ``sequential``: where an experiment's design in waves stands)."""
     noise_table = eval_noise_table(data)
-    judged = judge_comparisons(data)
+    judged = judge_comparisons(data, sequential)
     return [jobs_table(data), algorithm_contract_table(data), algorithm_config_table(data),
             environment_table(data), *stability_tables(data), normalisation_table(data),
             *efficiency_tables(data), eval_per_run_table(data), eval_initial_table(data),
