@@ -36,6 +36,7 @@ import math
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
+from evidence.problems import VerdictError
 from evidence.statistics import claims, descriptive
 from evidence.statistics.sequential import nominal_alpha, required_seeds, stage_z
 from evidence.statistics.waves import boundaries, combine, detectable_effect, operating, weights
@@ -76,7 +77,7 @@ def design_record(sizing: Sizing, alpha: float) -> dict:
     """The design as registered before any seed runs: its waves, rule, weights, boundaries, and what it claims (the
     two-sided type I error with its futility bound obeyed, and the standardized difference δ/σ its looks tell from 0
     upward with ``power``; none for a resized design, whose second wave's size is the first look's choice)."""
-    bounds = boundaries(sizing.spending, sizing.fractions, alpha)
+    bounds = check_design(sizing, alpha)
     null = operating(sizing.spending, sizing.waves, alpha, sizing.futility, 0.0)
     return {
         "rule": sizing.spending, "method": METHOD, "alpha": alpha, "power": sizing.power,
@@ -88,6 +89,24 @@ def design_record(sizing: Sizing, alpha: float) -> dict:
                    "detectable_effect_sd": None if sizing.resized else detectable_effect(
                        sizing.spending, sizing.waves, alpha, sizing.futility, sizing.power)},
     }
+
+
+def check_design(sizing: Sizing, alpha: float) -> tuple[float, ...]:
+    """The design's boundaries, once it is one the looks can run (else ``VerdictError``, one line): every boundary
+    finite (a first wave so small a share of the design that its look spends less α than a float holds has none), and
+    a futility bound below every interim look's boundary (at or above one, every design would stop at that look)."""
+    bounds = boundaries(sizing.spending, sizing.fractions, alpha)
+    if not all(math.isfinite(c) for c in bounds):
+        raise VerdictError(f"seeds: waves {list(sizing.waves)} give look 1 (the first wave's "
+                           f"{sizing.fractions[0]:.2g} of the design) no finite {sizing.spending} boundary; make the "
+                           f"first wave a larger share of the design (e.g. fewer seeds in the later waves)")
+    if sizing.futility is not None:
+        for k, c in enumerate(bounds[:-1]):
+            if sizing.futility >= c:
+                raise VerdictError(f"seeds: futility {sizing.futility:g} is at or above look {k + 1}'s boundary {c:.4g} "
+                                   f"({sizing.spending}, α {alpha:.2g}): every design would stop at look {k + 1}; give "
+                                   f"a bound below {min(bounds[:-1]):.4g} (e.g. futility: 0), or drop it")
+    return bounds
 
 
 def sized_look(sizing: Sizing, criterion: Criterion, differences: Mapping[int, float], alpha: float,
