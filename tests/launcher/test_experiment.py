@@ -803,6 +803,7 @@ def test_a_design_in_waves_the_looks_cannot_run_is_refused_by_the_dry_run_in_one
     assert line.startswith("proofgrid: error: ") and message in line, line
 
 
+@pytest.mark.slow
 def test_the_launchers_verdict_line_at_a_pending_look_says_the_design_has_not_decided(tmp_path):
     """Look 1 of waves [3, 3, 4] has not decided: the line names the look, its Z and boundary and the next wave,
     never a fixed-sample interval (it printed '+6 [+3.52, +8.48]')."""
