@@ -292,7 +292,14 @@ def _hours(seconds: float) -> str:
 def _design_text(d: allocation.Design | None) -> str:
     if d is None:
         return "none in range"
-    return f"{d.seeds} seeds × {d.questions} questions × {d.k}: power {d.power * 100:.0f}%, {_hours(d.cost)}"
+    return f"{d.seeds} seeds × {d.questions} questions × {d.k}: power {_power(d.power)}, {_hours(d.cost)}"
+
+
+def _power(power: float) -> str:
+    """A power in percent as a whole number, never rounded up to 100 % short of it: 0.99996 is "> 99.9%"."""
+    if power >= 0.9995:
+        return "> 99.9%" if power < 1 else "100%"
+    return f"{power * 100:.1f}%" if power >= 0.995 else f"{power * 100:.0f}%"
 
 
 # ---- a single run's pass@j: Wilson -----------------------------------------------------------------------------
@@ -348,7 +355,7 @@ def advice_sentence(who: str, advice: allocation.Advice, delta: float, source: s
     text = f"- {who}: to detect {delta * POINTS:g} points ({source}) at {MDE_POWER * 100:g}% power"
     if current is not None:
         text += (f", the design as run ({current.seeds} seeds × {current.questions} questions × {current.k}, "
-                 f"{_hours(current.cost)}) has {current.power * 100:.0f}% power")
+                 f"{_hours(current.cost)}) has {_power(current.power)} power")
     if best is None:
         return text + f"; no design up to {allocation.MAX_SEEDS} seeds, {allocation.MAX_QUESTIONS} questions and " \
                       f"{max(allocation.K_CHOICES)} responses per question reaches it."

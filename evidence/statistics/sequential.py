@@ -35,7 +35,7 @@ def spent_alpha(rule: str, t: float, alpha: float) -> float:
     from scipy import special  # imported on first use: scipy is slow to import
 
     if rule == OBRIEN_FLEMING:
-        return float(2 - 2 * special.ndtr(special.ndtri(1 - alpha / 2) / math.sqrt(t)))
+        return float(2 * special.ndtr(-special.ndtri(1 - alpha / 2) / math.sqrt(t)))  # by the tail: a small t keeps it
     if rule == POCOCK:
         return alpha * math.log(1 + (math.e - 1) * t)
     raise ValueError(f"unknown spending rule {rule!r}; known: {', '.join(SPENDING_RULES)}")

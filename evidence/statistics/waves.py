@@ -84,6 +84,10 @@ class _Increment:
         q = -special.stdtrit(self.df, special.ndtr(-x))  # by the upper tail, for precision
         return 1 - np.nan_to_num(special.nctdtr(self.df, self.nc, q), nan=0.0)
 
+    def span(self) -> tuple[float, float]:
+        """Where z_k lies but for 1e-16 of its probability on each side, on a grid of 0.05 (widened by one step)."""
+        return _span(self)
+
     def pdf(self, x):
         import numpy as np
         from scipy import special, stats
@@ -91,8 +95,19 @@ class _Increment:
         if self.df is None:
             return np.exp(-x * x / 2) / math.sqrt(2 * math.pi)
         q = special.stdtrit(self.df, special.ndtr(x))
-        return stats.nct.pdf(q, self.df, self.nc) * (np.exp(-x * x / 2) / math.sqrt(2 * math.pi)) \
-            / stats.t.pdf(q, self.df)
+        with np.errstate(divide="ignore", invalid="ignore"):  # both densities 0 far in a tail: no mass there
+            return np.nan_to_num(stats.nct.pdf(q, self.df, self.nc) * (np.exp(-x * x / 2) / math.sqrt(2 * math.pi))
+                                 / stats.t.pdf(q, self.df), nan=0.0, posinf=0.0)
+
+
+@lru_cache(maxsize=256)
+def _span(inc: _Increment) -> tuple[float, float]:
+    import numpy as np
+
+    grid = np.linspace(-80.0, 80.0, 3201)
+    low = grid[np.asarray(inc.cdf(grid)) <= 1e-16]
+    high = grid[np.asarray(inc.sf(grid)) <= 1e-16]
+    return (float(low[-1]) - 0.05 if low.size else -80.0), (float(high[0]) + 0.05 if high.size else 80.0)
 
 
 @lru_cache(maxsize=1)
@@ -129,6 +144,7 @@ def _stops(ts: tuple[float, ...], bounds: tuple[float, ...], increments: tuple[_
 
     up, down, futile = [], [], []
     mass = None  # (nodes, weights × sub-density) of the previous look's continuation region
+    span = (-math.inf, math.inf)  # the previous look's continuation region, as integrated
     for k, (t, c, inc) in enumerate(zip(ts, bounds, increments)):
         last = k == len(ts) - 1
         floor = -c if futility is None or last else max(-c, min(futility, c))
@@ -146,7 +162,13 @@ def _stops(ts: tuple[float, ...], bounds: tuple[float, ...], increments: tuple[_
             density = (a, b, u, vg)
         if last or floor >= c:
             break
-        x, v = _region(floor, c)
+        low, high = inc.span()
+        if density is not None:  # Z_k = a·Z_{k−1} + b·z_k, Z_{k−1} within the previous region
+            low, high = a * span[0] + b * low, a * span[1] + b * high
+        span = (max(floor, low), min(c, high))  # where the sub-density holds any mass (a c₁ of 11 holds none past 8.3)
+        if span[0] >= span[1]:
+            break
+        x, v = _region(*span)
         if density is None:
             g = inc.pdf(x)
         else:
@@ -172,7 +194,7 @@ def spending_boundaries(ts: tuple[float, ...], spent: tuple[float, ...]) -> tupl
     probability α(t_K)."""
     from scipy import special
 
-    found = [float(special.ndtri(1 - spent[0] / 2))]
+    found = [float(-special.ndtri(spent[0] / 2))]  # by the tail: a first look spending ~1e-30 keeps a finite c₁
     null = tuple(_Increment() for _ in ts)
     for k in range(1, len(ts)):
         target = spent[k] - spent[k - 1]

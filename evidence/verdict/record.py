@@ -29,7 +29,7 @@ from evidence.verdict.rule import (
     under_powered,
 )
 from evidence.verdict.selection import Selection, select_settings
-from evidence.verdict.sizing import WAVE_PENDING, sized_look
+from evidence.verdict.sizing import WAVE_PENDING, WAVE_WITHOUT_TEST, Look, sized_look
 from evidence.verdict.stages import TUNING_STAGE, earlier_stage
 from facts.files import VERDICT_FILE
 from study.measure import EVAL_PREFIX
@@ -145,6 +145,57 @@ def claim_record(claim: claims.PairClaim, design: claims.PairedDesign, margin: f
             "equivalence": equivalence}
 
 
+def listed_seeds(data: BundleData, labels: list[str]) -> list[int]:
+    """The seeds of which ``index.csv`` lists a job in any of ``labels``' arms, accepted or not: the waves that ran."""
+    seeds = {int(row["seed"]) for row in data.index if str(row.get("seed", "")).lstrip("-").isdigit()}
+    listed = set()
+    for seed in seeds:
+        for label in labels:
+            try:
+                data.index_row(label, seed)
+            except KeyError:
+                continue
+            listed.add(seed)
+    return sorted(listed)
+
+
+PENDING_CLAIM = "pending"  # the claim's kind at a look of seeds in waves that has not decided: no fixed-sample claim
+
+
+def sequential_claim(look: Look, fixed: dict) -> dict:
+    """The claim of a design in waves that has not decided (``claim_record``'s fields, its kind replaced): no look of
+    a sequential design makes a fixed-sample claim before the design decides (its interval, MDE and equivalence
+    are unadjusted for the looks still to come).
+
+    At a pending look (``WAVE_PENDING``) the kind is ``PENDING_CLAIM`` and ``pending`` says where the design stands:
+    the look, of how many, its combined Z and boundary, and the next wave's seeds; ``sentence`` says so in words. A
+    design whose wave gave no test (``WAVE_WITHOUT_TEST``) claims nothing (``claims.NO_CLAIM``), the wave's lack its
+    ``missing`` entry."""
+    sizing, equivalence = look.record, fixed["equivalence"]
+    if equivalence is not None:
+        equivalence = {k: equivalence[k] for k in ("margin", "test")}
+    if look.without is not None:
+        last = sizing["looks"][-1]
+        remedy = ("more evaluation prompts" if len(last["seeds"]) >= 2 else
+                  "a new design, the jobs of each wave accepted")
+        found = (claims.Shortfall(WAVE_WITHOUT_TEST, f"wave {last['look']} without a test of its own", remedy),)
+        sentence = claims.missing_sentence(found)
+        return {**fixed, "kind": claims.NO_CLAIM, "sentence": sentence,
+                "missing": [{"rule": m.rule, "what": m.what, "remedy": m.remedy} for m in found],
+                "equivalence": equivalence and {**equivalence, "withheld": claims.missing_sentence(
+                    found, "no equivalence test")}}
+    last = sizing["looks"][-1]
+    z = "—" if last["z"] is None else f"{last['z']:.3g}"
+    first, through = sizing["next_wave"]
+    sentence = (f"not decided at look {last['look']} of {len(sizing['waves'])} (Z = {z}, boundary "
+                f"±{last['boundary']:.4g}): no interval until the design decides; wave {last['look'] + 1}, seeds "
+                f"{first}..{through}, runs next")
+    return {**fixed, "kind": PENDING_CLAIM, "sentence": sentence, "missing": [],
+            "pending": {"look": last["look"], "looks": len(sizing["waves"]), "z": last["z"],
+                        "boundary": last["boundary"], "next_wave": [first, through]},
+            "equivalence": equivalence and {**equivalence, "withheld": sentence}}
+
+
 def _comparison_record(experiment: Experiment, data: BundleData, treatment: str, selections: dict[str, Selection],
                        tuning_data: BundleData | None, holm: tuple[float, float] | None = None) -> dict:
     """The ``verdict.json`` record of one treatment against the baseline (a two-arm spec's whole record)."""
@@ -160,7 +211,8 @@ def _comparison_record(experiment: Experiment, data: BundleData, treatment: str,
             return claims.shortfalls(replace(evaluation, differences=tuple(scaled[s] for s in seeds)), data.ci_level)
 
         look = sized_look(experiment.sizing, criterion, scaled, 1 - data.ci_level, missing,
-                          lambda seeds: wave_cost(data, list(labels.values()), seeds))
+                          lambda seeds: wave_cost(data, list(labels.values()), seeds),
+                          listed_seeds(data, list(labels.values())))
         values = {role: {s: v for s, v in by_seed.items() if s in look.seeds} for role, by_seed in values.items()}
         paired, design = [s for s in paired if s in look.seeds], look.design
     curves = {role: mean_curve([trajectory(data, criterion.measure, labels[role], s) for s in paired])
@@ -177,6 +229,11 @@ def _comparison_record(experiment: Experiment, data: BundleData, treatment: str,
     claim = claims.paired_claim(judged, data.ci_level, margin=experiment.equivalence_margin)
     if look is not None and look.pending is not None and outcome.rule != "too-few-seeds":
         outcome.verdict, outcome.rule, outcome.reason = INCONCLUSIVE, WAVE_PENDING, look.pending
+    if look is not None and look.without is not None:
+        outcome.verdict, outcome.rule, outcome.reason = INCONCLUSIVE, WAVE_WITHOUT_TEST, look.without
+    recorded_claim = claim_record(claim, judged, experiment.equivalence_margin)
+    if look is not None and (look.pending is not None or look.without is not None):
+        recorded_claim = sequential_claim(look, recorded_claim)
     edges = [{"arm": s.arm, "setting": s.setting, "value": s.value, "side": s.edge}
              for s in selections.values() if s.edge]
 
@@ -200,8 +257,9 @@ def _comparison_record(experiment: Experiment, data: BundleData, treatment: str,
         "difference_mean": outcome.summary.mean, "difference_sd": outcome.summary.sd,
         "difference_ci95": list(outcome.interval) if outcome.interval else None,
         "ci_level": data.ci_level, "threshold": criterion.threshold,
-        "mde": {"power": MDE_POWER, "alpha": 1 - data.ci_level, "value": claim.mde},
-        "claim": claim_record(claim, judged, experiment.equivalence_margin),
+        "mde": {"power": MDE_POWER, "alpha": 1 - data.ci_level,
+                "value": claim.mde if recorded_claim["kind"] == claim.kind else None},
+        "claim": recorded_claim,
         "under_powered": under_powered(outcome, criterion),
         "inconclusive_below": criterion.inconclusive_below, "ci_excludes_zero": criterion.ci_excludes_zero,
         "collapse": _collapse_record(experiment, outcome),

@@ -121,6 +121,8 @@ def _missing(record: dict) -> str | None:
     """What a comparison's design lacks for any inferential statement (``claims.shortfalls``), in words; None
     when it lacks nothing."""
     claim = record.get("claim") or {}
+    if claim.get("kind") == "pending":  # a look of seeds in waves that has not decided: no fixed-sample interval
+        return claim["sentence"]
     return ", ".join(m["what"] for m in claim.get("missing", [])) or None
 
 
@@ -160,7 +162,7 @@ def _power_sentence(record: dict, unit: str) -> str:
 
 
 def _z(value: float | None) -> str:
-    return "±∞ (no spread)" if value is None else f"{value:.3f}"
+    return "—" if value is None else f"{value:.3f}"
 
 
 def _hours(cost: dict | None) -> str:
@@ -201,16 +203,20 @@ def _sizing_sentence(sizing: dict) -> str:
                  f"Z = {_z(look['z'])} against {look['boundary']:.3f}" + (" (crossed)" if look["crossed"] else "")
                  + (" (below the futility bound)" if look["futile"] else "")
                  + (f"; the threshold needs {look['required_seeds']} seeds at {sizing['power'] * 100:g}% power"
-                    if "required_seeds" in look else "")
+                    if "required_seeds" in look else "") + (f" ({look['why']})" if look.get("why") else "")
                  + f"; {_DECISIONS[look['decision']]}; its wave {_hours(cost)}, "
                  f"{spent[total.lower() + '_hours']:.3g} {total}-h in all.")
     if sizing["next_wave"] is not None:
         text += f" The next wave, seeds {sizing['next_wave'][0]}..{sizing['next_wave'][1]}, has not run."
     if sizing["seeds_outside_design"]:
         text += (" Seeds outside the design, not read: " + ", ".join(map(str, sizing["seeds_outside_design"])) + ".")
+    if sizing.get("seeds_ahead"):
+        text += (" Seeds of later waves that ran before the next wave, read at their own look: "
+                 + ", ".join(map(str, sizing["seeds_ahead"])) + ".")
     return text + "\n"
 
 
 _DECISIONS = {"continue": "the design went on", "stop-efficacy": "the design stopped: told from 0 with the mean "
               "difference at the threshold", "stop-worse": "the design stopped: the treatment is worse",
-              "stop-futility": "the design stopped for futility", "final": "the last look decides"}
+              "stop-futility": "the design stopped for futility", "final": "the last look decides",
+              "stop-no-test": "the design cannot decide"}

@@ -92,6 +92,11 @@ def next_wave_seeds(runner: Runner, v: dict, record: dict) -> int | None:
     if sizing is None or v["rule"] != WAVE_PENDING or sizing.get("next_wave") is None:
         return None
     look, (first, need) = sizing["looks"][-1], sizing["next_wave"]
+    ran = _planned_seeds(runner)
+    if ran is not None and need <= ran:  # the wave ran already (its jobs rejected): never planned twice
+        raise ExperimentFailed(f"wave {look['look'] + 1} (seeds {first}..{need}) ran already and its look still waits "
+                               f"for it; the design cannot decide (its verdict stands, INCONCLUSIVE): see "
+                               f"{CONFIRM_STAGE}/{BUNDLE_DIR}/data/{VERDICT_FILE}")
     z = "—" if look["z"] is None else f"{look['z']:.3g}"
     sized = (f"; the threshold needs {need} seeds at {sizing['power'] * 100:g}% power from their SD {look['sd']:.3g}"
              if "required_seeds" in look else "")
@@ -109,6 +114,15 @@ def next_wave_seeds(runner: Runner, v: dict, record: dict) -> int | None:
                                f"{key.replace('_', ' ')}, over the budget of {cap:g}; look {look['look']}'s verdict "
                                f"stands (INCONCLUSIVE); raise budget.{key} and run the same command again")
     return need
+
+
+def _planned_seeds(runner: Runner) -> int | None:
+    """The last seed the confirm stage's ``sweep.json`` planned (the wave it has just run), or None."""
+    try:
+        planned = json.loads((runner.stage_dir(CONFIRM_STAGE) / SWEEP_RECORD).read_text()).get("seeds")
+        return max(int(s) for s in planned)
+    except (OSError, ValueError, AttributeError, TypeError):
+        return None
 
 
 def _reached_before(runner: Runner) -> int | None:

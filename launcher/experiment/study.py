@@ -9,6 +9,8 @@ from hydra import compose as hydra_compose
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
+from evidence.statistics.descriptive import CI_LEVEL
+from evidence.verdict.sizing import check_design
 from facts.metrics import eval_tag
 from launcher.experiment.experiment_errors import ExperimentError
 from launcher.overrides import check_overrides
@@ -21,7 +23,10 @@ from trainer.run_config import compose as trainer_compose
 def load_study(node: DictConfig, name: str) -> Study:
     """Check a composed spec (``cfg.experiment``); every problem is one ``ExperimentError`` line."""
     try:
-        return parse_study(OmegaConf.to_container(node, resolve=True), name)
+        study = parse_study(OmegaConf.to_container(node, resolve=True), name)
+        if study.experiment.sizing is not None:  # the design the registration records, refused as it would be there
+            check_design(study.experiment.sizing, 1 - CI_LEVEL)
+        return study
     except VerdictError as exc:
         raise ExperimentError(f"experiment {name}: {exc}") from None
 

@@ -786,3 +786,49 @@ def test_a_certify_block_certifies_the_stages_it_names_and_the_budget_counts_the
     assert "6 job(s) + 4 certificate job(s)" in proc.stdout
     refused = _experiment(tmp_path / "r", "experiment=loss_norm", "certify=true", "dry_run=true")
     assert refused.returncode == 2 and "an experiment certifies through its spec, inside its budget" in refused.stderr
+
+
+@pytest.mark.parametrize(("seeds", "message"), [
+    ("{n:auto,waves:[3,3,4],futility:100}", "experiment loss_norm: seeds: futility 100 is at or above look 1's "
+                                            "boundary 3.578 (obrien-fleming, α 0.05): every design would stop at look 1"),
+    ("{n:auto,waves:[3,1000000]}", "experiment loss_norm: seeds: waves [3, 1000000] give look 1"),
+])
+def test_a_design_in_waves_the_looks_cannot_run_is_refused_by_the_dry_run_in_one_line(tmp_path, seeds, message):
+    """The dry run refuses what registering the design (the real run's first step) would: a futility bound at or
+    above an interim boundary, a first wave too small a share for a finite boundary."""
+    proc = _experiment(tmp_path, "experiment=loss_norm", "~experiment.seeds", f"+experiment.seeds={seeds}",
+                       "dry_run=true")
+    assert proc.returncode == 2, proc.stdout
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("proofgrid: error: ") and message in line, line
+
+
+@pytest.mark.slow
+def test_the_launchers_verdict_line_at_a_pending_look_says_the_design_has_not_decided(tmp_path):
+    """Look 1 of waves [3, 3, 4] has not decided: the line names the look, its Z and boundary and the next wave,
+    never a fixed-sample interval (it printed '+6 [+3.52, +8.48]')."""
+    from evidence import build_bundle
+    from launcher.experiment.stage_runner import verdict_line
+    from tests.evidence.experiment_stages import paired_experiment
+    from tests.evidence.verdict.test_verdict_waves import BASE, SPEC
+
+    bag = build_bundle(paired_experiment(tmp_path, SPEC, BASE, {1: 5, 2: 6, 3: 7}), figures=False).bundle_dir
+    line = verdict_line(json.loads((bag / "data" / "verdict.json").read_text()), "confirm/bundle.tar.gz")
+    assert line.startswith("verdict: INCONCLUSIVE by rule next-wave-pending: eval/pass@1 difference +6 points "
+                           "(not decided at look 1 of 3 (Z = 2.61, boundary ±3.578): no interval until the design "
+                           "decides; wave 2, seeds 4..6, runs next)"), line
+    assert "[" not in line
+
+
+def test_a_wave_that_ran_is_never_planned_again(tmp_path):
+    """A verdict still naming the wave the confirm stage has just run as the next one (its jobs rejected) stops the
+    runner in one line instead of planning the same wave again."""
+    from launcher.experiment.experiment_errors import ExperimentFailed
+    from launcher.experiment.stage_runner import next_wave_seeds
+
+    (tmp_path / CONFIRM_STAGE).mkdir()
+    (tmp_path / CONFIRM_STAGE / "sweep.json").write_text(json.dumps({"seeds": [1, 2, 3, 4, 5, 6]}))
+    runner = SimpleNamespace(stage_dir=lambda stage: tmp_path / stage)
+    v = {"rule": "next-wave-pending", "sizing": {"next_wave": [4, 6], "looks": [{"look": 1}]}}
+    with pytest.raises(ExperimentFailed, match=r"^wave 2 \(seeds 4\.\.6\) ran already and its look still waits"):
+        next_wave_seeds(runner, v, {})

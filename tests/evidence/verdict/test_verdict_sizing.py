@@ -267,9 +267,11 @@ def test_a_sized_design_with_several_treatments_is_refused():
         parse_experiment(spec)
 
 
-def test_a_first_look_whose_differences_tie_never_stops_the_design():
-    """Three seeds 5 points apart each (SD 0): Z₁ is infinite and crosses any boundary, yet a tied design supports no
-    test of 0 (``claims.tied_evaluations``): the verdict waits for the second look, saying why."""
+def test_a_first_look_whose_differences_tie_never_stops_the_design_and_spends_no_later_wave():
+    """Three seeds 5 points apart each (SD 0): Z₁ would be infinite and cross any boundary, yet tied differences
+    support no test (``claims.tied_evaluations``), so wave 1 gives no stage statistic, and every later look's Z
+    combines wave 1's: no look can decide. The design stops there without a test, naming the wave, and plans no
+    second wave (before: look 1 'crossed' and waited for a second look that could never have a Z)."""
     from evidence.statistics import claims
 
     spec = {"arms": {"a": {"algo": "grpo"}, "b": {"algo": "rpp"}}, "seeds": {"n": "auto", "min": 3, "max": 10},
@@ -281,8 +283,9 @@ def test_a_first_look_whose_differences_tie_never_stops_the_design():
         found = tuple(tied[s] for s in seeds)  # its evaluation-noise interval known: a point, as the differences
         return claims.shortfalls(claims.PairedDesign(found, 1.0, 25, (("question", (5.0, 5.0)),)), 0.95)
 
-    assert sized_look(experiment.sizing, experiment.criterion, tied, ALPHA).record["stopped_early"] is True
-    look = sized_look(experiment.sizing, experiment.criterion, tied, ALPHA, missing)
-    assert look.record["stopped_early"] is False and look.record["looks"][0]["crossed"] is True
-    assert look.pending.startswith("look 1 (3 seeds of its wave) supports no test of 0 (tied evaluations); look 2 "
-                                   "needs seeds 4..")
+    for given in (None, missing):  # the differences' own rules, or the evaluation's
+        look = sized_look(experiment.sizing, experiment.criterion, tied, ALPHA, given)
+        first = look.record["looks"][0]
+        assert (first["decision"], first["crossed"], first["z"], first["z_stage"]) == ("stop-no-test", False, None, None)
+        assert look.record["next_wave"] is None and look.pending is None and look.test[0] is False
+        assert look.without.startswith("wave 1 (seeds 1..3) gives no test of its own (tied evaluations)")

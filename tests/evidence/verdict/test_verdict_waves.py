@@ -346,3 +346,120 @@ def test_an_interim_looks_headline_claims_nothing_and_the_audit_catches_an_edite
                              text=True, timeout=300)
     assert audited.returncode == 1
     assert "data/report.md: line 3: does not recompute (recorded '" in audited.stdout, audited.stdout
+
+
+# ---- a wave without a test of its own, a pending look's claim, bad designs (adversarial findings, issue 32 §3) --------
+
+def _audit(bag: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "evidence", "audit", str(bag)], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_a_wave_of_tied_differences_gives_no_test_and_the_design_cannot_decide(tmp_path):
+    """Wave 2's differences all 5 points (SD 0): its t would be ±∞ and look 2 'crossed', VALIDATED while the verdict's
+    own interval includes 0. Now wave 2 gives no stage Z, so no look from 2 on can decide: INCONCLUSIVE by rule
+    wave-without-test naming wave 2, no further wave, no fixed-sample claim; look 1's Z is the paired t of wave 1 by
+    scipy; the audit recomputes every look."""
+    d = {1: -8, 2: 16, 3: 4, 4: 5, 5: 5, 6: 5}
+    bag = build_bundle(waves_experiment(tmp_path, d), figures=False).bundle_dir
+    verdict = json.loads((bag / "data" / "verdict.json").read_text())
+    assert (verdict["verdict"], verdict["rule"]) == ("INCONCLUSIVE", "wave-without-test")
+    assert verdict["reason"].startswith("wave 2 (seeds 4..6) gives no test of its own (tied evaluations)")
+    looks = verdict["sizing"]["looks"]
+    assert [look["decision"] for look in looks] == ["continue", "stop-no-test"]
+    assert looks[0]["z"] == pytest.approx(z_by_hand([-8, 16, 4]), rel=1e-9)
+    assert (looks[1]["z"], looks[1]["z_stage"], looks[1]["crossed"], looks[1]["sd"]) == (None, None, False, 0.0)
+    assert looks[1]["why"] == verdict["reason"] and verdict["sizing"]["next_wave"] is None
+    assert verdict["claim"]["kind"] == "no claim" and verdict["mde"]["value"] is None
+    assert verdict["claim"]["missing"][0]["rule"] == "wave-without-test"
+    assert verdict["difference_ci95"][0] < 0 < verdict["difference_ci95"][1]  # the fixed-sample interval, for reference
+    audited = _audit(bag)
+    assert audited.returncode == 0, audited.stdout
+
+
+def test_a_first_wave_with_one_paired_seed_spends_no_later_wave():
+    """Two of wave 1's three seeds rejected: look 1 has no Z, and every later Z combines it: the design stops there
+    without a test, naming wave 1 (before: it planned wave 2, then wave 3)."""
+    look = look_at({1: 10.0})
+    assert look.record["next_wave"] is None and look.pending is None and look.test[0] is False
+    assert look.record["looks"][0]["decision"] == "stop-no-test"
+    assert look.without.startswith("wave 1 (seeds 1..3) gives no test of its own (1 paired seed; its paired t "
+                                   "statistic needs two)")
+
+
+def test_a_later_wave_whose_jobs_ran_but_were_rejected_is_never_planned_again():
+    """Wave 2 ran (its seeds 4..6 listed in the bundle) but only seed 4 is paired: not the next wave again (the runner
+    could loop) but a design without a test; while its seeds have not all run, it is the next wave."""
+    d = {1: 4, 2: -3, 3: 2, 4: 5}
+    experiment = parse_experiment(SPEC)
+    ran = sized_look(experiment.sizing, experiment.criterion, d, ALPHA, listed=range(1, 7))
+    assert ran.record["next_wave"] is None and ran.record["looks"][-1]["decision"] == "stop-no-test"
+    assert ran.without.startswith("wave 2 (seeds 4..6) gives no test of its own (1 paired seed")
+    assert look_at(d).record["next_wave"] == [4, 6]
+
+
+def test_a_look_that_has_not_decided_claims_no_fixed_sample_difference(tmp_path):
+    """Look 1 of waves [3, 3, 4]: Z inside its boundary, wave 2 pending. verdict.json's claim is 'pending' (the look,
+    its Z and boundary, the next wave), never 'differs' from an unadjusted t-interval, and states no MDE; the boundary
+    is O'Brien-Fleming's c₁ = z_{0.975}/√0.3 and Z the paired t of wave 1 by scipy; the audit recomputes it."""
+    bag = build_bundle(waves_experiment(tmp_path, {1: 5, 2: 6, 3: 7}), figures=False).bundle_dir
+    verdict = json.loads((bag / "data" / "verdict.json").read_text())
+    assert verdict["rule"] == "next-wave-pending"
+    claim = verdict["claim"]
+    assert claim["kind"] == "pending" and verdict["mde"]["value"] is None
+    pending = claim["pending"]
+    assert (pending["look"], pending["looks"], pending["next_wave"]) == (1, 3, [4, 6])
+    assert pending["z"] == pytest.approx(z_by_hand([5, 6, 7]), rel=1e-9)
+    assert pending["boundary"] == pytest.approx(sps.norm.ppf(0.975) / math.sqrt(0.3), rel=1e-9)
+    assert claim["sentence"] == (f"not decided at look 1 of 3 (Z = {pending['z']:.3g}, boundary "
+                                 f"±{pending['boundary']:.4g}): no interval until the design decides; wave 2, seeds "
+                                 f"4..6, runs next")
+    assert _audit(bag).returncode == 0
+
+
+def test_seeds_of_a_later_wave_that_ran_early_are_ahead_not_outside_the_design():
+    look = look_at({1: 4, 2: -3, 3: 2, 7: 5, 8: 1, 11: 3})
+    assert look.record["next_wave"] == [4, 6]
+    assert look.record["seeds_outside_design"] == [11] and look.record["seeds_ahead"] == [7, 8]
+
+
+def test_a_design_whose_first_wave_is_a_small_share_has_finite_boundaries_that_spend_alpha():
+    """waves [3, 100]: O'Brien-Fleming's α(t₁) at t₁ = 3/103 is ~1e-30 (2 − 2Φ(x) rounded it to 0: c₁ = ∞, and
+    scipy's 'function value at x=0.0 is NaN' at registration). c₁ = Φ⁻¹(1 − α(t₁)/2) from the tail, and the two
+    looks spend α by scipy's bivariate normal (Genz)."""
+    from evidence.verdict.sizing import design_record
+
+    experiment = parse_experiment({**yaml_spec(), "seeds": {"n": "auto", "waves": [3, 100]}})
+    record = design_record(experiment.sizing, ALPHA)
+    t1 = 3 / 103
+    c = record["boundaries"]
+    assert c[0] == pytest.approx(sps.norm.isf(spent_by_hand("obrien-fleming", t1) / 2), rel=1e-9)
+    cov = np.array([[1, math.sqrt(t1)], [math.sqrt(t1), 1]])
+    inside = sps.multivariate_normal(np.zeros(2), cov, abseps=1e-10, releps=1e-10).cdf(np.array(c), lower_limit=-np.array(c))
+    assert inside == pytest.approx(1 - ALPHA, abs=2e-6)
+    assert record["claims"]["type_i_error"] == pytest.approx(ALPHA, abs=1e-6)
+    assert 0 < record["claims"]["detectable_effect_sd"] < 1
+
+
+def yaml_spec() -> dict:
+    import yaml
+
+    return {k: v for k, v in yaml.safe_load(SPEC).items() if k in ("arms", "criterion")}
+
+
+@pytest.mark.parametrize(("seeds", "message"), [
+    ({"n": "auto", "waves": [3, 3, 4], "futility": 100},
+     "seeds: futility 100 is at or above look 1's boundary 3.578 (obrien-fleming, α 0.05): every design would stop at "
+     "look 1; give a bound below 2.535 (e.g. futility: 0), or drop it"),
+    ({"n": "auto", "waves": [3, 3, 4], "futility": 1e308}, "seeds: futility 1e+308 is at or above look 1's boundary"),
+    ({"n": "auto", "waves": [3, 3, 4], "futility": 3}, "seeds: futility 3 is at or above look 2's boundary 2.535"),
+    ({"n": "auto", "waves": [3, 10 ** 6]}, "seeds: waves [3, 1000000] give look 1"),
+])
+def test_a_design_the_looks_cannot_run_is_one_line(seeds, message):
+    from evidence.problems import VerdictError
+    from evidence.verdict.sizing import check_design
+
+    experiment = parse_experiment({**yaml_spec(), "seeds": seeds})
+    with pytest.raises(VerdictError) as caught:
+        check_design(experiment.sizing, ALPHA)
+    assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
