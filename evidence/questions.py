@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from evidence.dataset import BundleData
-from evidence.statistics import allocation, components, headline, paired_questions, wilson
+from evidence.statistics import allocation, components, crossed, headline, paired_questions, wilson
 from evidence.statistics.power import MDE_POWER
 from evidence.tables import (
     Table,
@@ -91,6 +91,13 @@ def block(data: BundleData, arm: str, seeds_: list[int]) -> Block | None:
     return Block(seeds_, questions, [[c for c, _ in r] for r in rows], [[n for _, n in r] for r in rows])
 
 
+def _one_question(data: BundleData, arm_list: list[str]) -> str:
+    """Why no seed has responses on two or more questions when the evaluation has one question (a seed with final
+    responses on a single question is never a common seed): said as the reason, not as "0 seeds"; "" otherwise."""
+    sizes = {len(found) for s in seeds(data) for a in arm_list if (found := _counts(data, a, s))}
+    return "1 evaluation question: fewer than 2 (no question-level noise to estimate)" if sizes == {1} else ""
+
+
 def _why_no_components(b: Block | None) -> str:
     if b is None or len(b.seeds) < 2:
         return f"{0 if b is None else len(b.seeds)} seed(s) with responses on the same questions: fewer than 2"
@@ -111,18 +118,21 @@ def question_differences_table(data: BundleData) -> Table:
         found = paired_questions.question_difference(ba.rates, bb.rates, data.ci_level) if ba and bb else None
         who = f"{display(data, a)} − {display(data, b)}"
         if found is None:
-            rows.append([headline.HEADLINE_METRIC, a, b, len(common), None, None, None, None, None, None, None, None])
+            rows.append([headline.HEADLINE_METRIC, a, b, len(common), None, None, None, None, None, None, None, None,
+                         ""])
             md.append([who, str(len(common)), "—", "—", "—", "—", "—", "—"])
             continue
+        withheld = crossed.no_interval_words(found.missing)  # tied question differences: no interval, said so
         rows.append([headline.HEADLINE_METRIC, a, b, found.n_seeds, found.n_questions, found.mean, found.se, found.df,
-                     found.low, found.high, found.unpaired_se, found.correlation])
+                     found.low, found.high, found.unpaired_se, found.correlation, withheld])
         interval = None if found.low is None else (found.low, found.high)
-        md.append([who, str(found.n_seeds), str(found.n_questions), fmt_signed(found.mean), fmt(found.se, 4),
-                   fmt_interval(interval), fmt(found.unpaired_se, 4), fmt(found.correlation, 2)])
+        md.append([who, str(found.n_seeds), str(found.n_questions), fmt_signed(found.mean),
+                   "—" if withheld else fmt(found.se, 4), withheld or fmt_interval(interval),
+                   fmt(found.unpaired_se, 4), fmt(found.correlation, 2)])
     level = f"{data.ci_level * 100:g}%"
     return Table("question_differences",
                  ("metric", "a", "b", "n_seeds", "n_questions", "mean", "se", "df", "low", "high", "unpaired_se",
-                  "correlation"), rows,
+                  "correlation", "no_interval"), rows,
                  ("Comparison (a − b)", "Seeds", "Questions", "Mean difference", "SE (clustered by question)",
                   f"Paired {level} t-interval", "SE if unpaired", "r(a, b) over questions"), md)
 
@@ -134,7 +144,8 @@ def _components_of(data: BundleData, a: str, b: str) -> tuple[components.Compone
     common = common_seeds(data, [a] if not b else [a, b])
     ba = block(data, a, common)
     bb = block(data, b, common) if b else None
-    why = _why_no_components(ba) or (_why_no_components(bb) if b else "")
+    why = _one_question(data, [a] if not b else [a, b]) if not common else ""
+    why = why or _why_no_components(ba) or (_why_no_components(bb) if b else "")
     if not why and b and ba.k != bb.k:
         why = "the two arms drew different numbers of responses per question"
     if why:
@@ -143,9 +154,20 @@ def _components_of(data: BundleData, a: str, b: str) -> tuple[components.Compone
     return found, "", common
 
 
+def _cells(data: BundleData, a: str, b: str, common: list[int]) -> list[list[float]]:
+    """The S x P cell rates of arm ``a`` (b empty) or the cell differences a − b: the values the crossed interval's
+    V̂ reads."""
+    ra = block(data, a, common).rates
+    if not b:
+        return ra
+    rb = block(data, b, common).rates
+    return [[x - y for x, y in zip(row_a, row_b)] for row_a, row_b in zip(ra, rb)]
+
+
 COMPONENT_COLUMNS = ("metric", "a", "b", "n_seeds", "n_questions", "k", "mean", "ms_seed", "ms_question",
                      "ms_seed_x_question", "ms_response", "var_seed", "var_question", "var_seed_x_question",
-                     "var_response", "icc_question", "design_effect", "var_mean", "se_mean", "df", "low", "high", "none")
+                     "var_response", "icc_question", "design_effect", "var_mean", "se_mean", "df", "low", "high", "none",
+                     "no_interval")
 
 
 def variance_components_table(data: BundleData) -> Table:
@@ -158,19 +180,24 @@ def variance_components_table(data: BundleData) -> Table:
         found, why, common = _components_of(data, a, b)
         who = display(data, a) if not b else f"{display(data, a)} − {display(data, b)}"
         if found is None:
-            rows.append([headline.HEADLINE_METRIC, a, b, len(common)] + [None] * (len(COMPONENT_COLUMNS) - 5) + [why])
+            rows.append([headline.HEADLINE_METRIC, a, b, len(common)] + [None] * (len(COMPONENT_COLUMNS) - 6) +
+                        [why, ""])
             md.append([who, str(len(common)), "—", "—", "—", "—", "—", "—", "—", "—", f"none ({why})"])
             continue
         se, df = found.se_mean, found.df
-        interval = paired_questions.t_interval(found.mean, se, None if df is None else df, level) if se else None
+        # every cell's rate (an arm's) or difference (a pair's) tied: V̂ = 0 and no interval (claims' rule, said so)
+        withheld = crossed.no_interval_words(crossed.tied(_cells(data, a, b, common)))
+        interval = paired_questions.t_interval(found.mean, se, None if df is None else df, level) \
+            if se and not withheld else None
         low, high = interval or (None, None)
         rows.append([headline.HEADLINE_METRIC, a, b, found.n_seeds, found.n_questions, found.k, found.mean,
                      found.ms_seed, found.ms_question, found.ms_interaction, found.ms_response,
-                     *found.variances, found.icc_question, found.design_effect, found.var_mean, se, df, low, high, ""])
+                     *found.variances, found.icc_question, found.design_effect, found.var_mean, se, df, low, high, "",
+                     withheld])
         md.append([who, str(found.n_seeds), str(found.n_questions), str(found.k),
                    *(fmt(v, 5) for v in found.variances), fmt(found.icc_question, 3), fmt(found.design_effect, 2),
-                   "—" if interval is None else f"{fmt_signed(found.mean) if b else fmt(found.mean, 4)} "
-                   f"{fmt_interval(interval)} (ν = {df:.1f})"])
+                   withheld or ("—" if interval is None else f"{fmt_signed(found.mean) if b else fmt(found.mean, 4)} "
+                                f"{fmt_interval(interval)} (ν = {df:.1f})")])
     return Table("variance_components", COMPONENT_COLUMNS, rows,
                  (f"{arm_header(data)} or comparison (a − b)", "Seeds", "Questions", "k", "σ²_seed", "σ²_question",
                   "σ²_seed×question", "σ²_response", "ρ_question", "Design effect",
@@ -199,28 +226,49 @@ def _number(text: str) -> float | None:
         return None
 
 
-def _eval_seconds(run: dict) -> tuple[float, int]:
-    """The seconds and responses of the evaluations the run measured itself (run.json's ``eval_during_training``:
-    each one's seconds and its summary's n_responses); (0, 0) without them."""
-    seconds, responses = 0.0, 0
+def _own_evaluations(run: dict) -> list[tuple[float, int, int]]:
+    """The evaluations during training the run made itself (run.json's ``eval_during_training``): each one's seconds,
+    responses and step. A shared initial evaluation (its summary names the ``shared`` file) is left out, computed or
+    reused: a reuse costs the run ~0 s for its responses, and the one that computed it cannot be told apart in
+    run.json (adversarial finding: a reused one halved c_response)."""
     block_ = run.get("eval_during_training") if isinstance(run, dict) else None
+    out = []
     for e in (block_ or {}).get("evaluations", []) if isinstance(block_, dict) else []:
         summary = e.get("summary") if isinstance(e, dict) else None
         n = summary.get("n_responses") if isinstance(summary, dict) else None
+        if isinstance(summary, dict) and summary.get("shared"):
+            continue
         if isinstance(e.get("seconds"), int | float) and isinstance(n, int) and n > 0:
-            seconds, responses = seconds + float(e["seconds"]), responses + n
-    return seconds, responses
+            out.append((float(e["seconds"]), n, e.get("step")))
+    return out
+
+
+def _step_zero(run: dict) -> bool:
+    """Whether run.json's evaluations during training include the initial checkpoint's (step 0), shared or not."""
+    block_ = run.get("eval_during_training") if isinstance(run, dict) else None
+    found = (block_ or {}).get("evaluations", []) if isinstance(block_, dict) else []
+    return any(isinstance(e, dict) and e.get("step") == 0 for e in found)
+
+
+def _eval_seconds(run: dict) -> tuple[float, int]:
+    """The seconds and responses of the evaluations the run measured itself (``_own_evaluations``); (0, 0) without
+    them."""
+    own = _own_evaluations(run)
+    return sum(e[0] for e in own), sum(e[1] for e in own)
 
 
 def measured_costs(data: BundleData, arm_list: list[str]) -> allocation.Costs | None:
     """The costs the allocation weighs, from the accepted runs of ``arm_list`` (in wall seconds of a job):
 
-    c_response = Σ measured evaluation seconds / Σ their responses, where run.json records its evaluations'
-    seconds; else Σ (elapsed_s − Σ_steps perf/step_s) / Σ (eval_responses_initial + eval_responses_final) (index.csv,
-    steps.csv, the initial responses only where the run evaluated its initial checkpoint itself, not read a shared
-    evaluation: everything of a job that is not a training step, counted as evaluation — an upper bound);
-    c_seed = mean over the runs of elapsed_s − c_response·eval_responses_final (training, start-up and the initial
-    control: what a seed costs whatever its evaluation's size). None without a run that has both."""
+    c_response = Σ measured evaluation seconds / Σ their responses, where run.json records its own evaluations'
+    seconds (``_own_evaluations``: a shared initial evaluation is not one); else Σ (elapsed_s − Σ_steps
+    perf/step_s) / Σ (eval_responses_initial + eval_responses_final) (index.csv, steps.csv, the initial responses only
+    where the run evaluated its initial checkpoint itself, not read a shared evaluation: everything of a job that is
+    not a training step, counted as evaluation — an upper bound);
+    evaluations = Σ evaluated responses / Σ eval_responses_final over the runs: how many evaluations of the final's
+    P·k responses a job makes (the final, its own evaluations during training, its own initial one);
+    c_seed = mean over the runs of elapsed_s − c_response·(its evaluated responses) (training and start-up: what a
+    seed costs whatever its evaluation's size). None without a run that has both."""
     runs = [(a, s) for a in arm_list for s in accepted_runs(data, a)]
     measured = [_eval_seconds(data.runs.get(r, {})) for r in runs]
     rest_s, rest_n, rows = 0.0, 0, []
@@ -232,15 +280,20 @@ def measured_costs(data: BundleData, arm_list: list[str]) -> allocation.Costs | 
         steps = series(data, a, s, STEP_S_KEY)
         if elapsed is None or not final:
             continue
-        rows.append((elapsed, final))
+        record = data.runs.get((a, s), {})
+        # the initial evaluation is the step-0 entry of run.json's when the run evaluated during training (counted
+        # there when its own, not at all when shared), else index.csv's initial responses when not shared
+        during = sum(n for _, n, _ in _own_evaluations(record)) + (0.0 if _step_zero(record) else initial)
+        rows.append((elapsed, final, final + during))
         if steps is not None:
             rest_s, rest_n = rest_s + max(0.0, elapsed - sum(steps)), rest_n + final + initial
     seconds, responses = sum(m[0] for m in measured), sum(m[1] for m in measured)
     per_response = seconds / responses if responses else (rest_s / rest_n if rest_n else None)
     if per_response is None or not rows:
         return None
-    per_seed = sum(max(0.0, elapsed - per_response * final) for elapsed, final in rows) / len(rows)
-    return allocation.Costs(per_seed, per_response)
+    per_seed = sum(max(0.0, elapsed - per_response * evaluated) for elapsed, _, evaluated in rows) / len(rows)
+    evaluations = sum(r[2] for r in rows) / sum(r[1] for r in rows)
+    return allocation.Costs(per_seed, per_response, evaluations)
 
 
 def _design_cells(d: allocation.Design | None) -> list:
@@ -268,7 +321,8 @@ def allocation_table(data: BundleData) -> Table:
     rows, md = [], []
     for a, b, advice, costs, why in allocation_rows(data):
         head = [headline.HEADLINE_METRIC, a, b, delta, source, 1 - data.ci_level, MDE_POWER,
-                None if costs is None else costs.seed, None if costs is None else costs.response]
+                None if costs is None else costs.seed, None if costs is None else costs.response,
+                None if costs is None else costs.evaluations]
         if advice is None:
             rows.append(head + [None] * 20 + [why])
             continue
@@ -277,7 +331,8 @@ def allocation_table(data: BundleData) -> Table:
         md.append([f"{display(data, a)} − {display(data, b)}", _design_text(advice.current),
                    _design_text(advice.cheapest), _design_text(advice.seeds_only),
                    _design_text(advice.questions_only)])
-    cols = ("metric", "a", "b", "delta", "delta_source", "alpha", "target_power", "seed_seconds", "response_seconds")
+    cols = ("metric", "a", "b", "delta", "delta_source", "alpha", "target_power", "seed_seconds", "response_seconds",
+            "evaluations")
     for name in ("current", "cheapest", "seeds_only", "questions_only"):
         cols += tuple(f"{name}_{c}" for c in ("seeds", "questions", "k", "power", "cost_s"))
     return Table("allocation", cols + ("none",), rows,
@@ -292,14 +347,10 @@ def _hours(seconds: float) -> str:
 def _design_text(d: allocation.Design | None) -> str:
     if d is None:
         return "none in range"
-    return f"{d.seeds} seeds × {d.questions} questions × {d.k}: power {_power(d.power)}, {_hours(d.cost)}"
-
-
-def _power(power: float) -> str:
-    """A power in percent as a whole number, never rounded up to 100 % short of it: 0.99996 is "> 99.9%"."""
-    if power >= 0.9995:
-        return "> 99.9%" if power < 1 else "100%"
-    return f"{power * 100:.1f}%" if power >= 0.995 else f"{power * 100:.0f}%"
+    if d.power is None:
+        return (f"{d.seeds} seeds × {d.questions} questions × {d.k}: no test (fewer than {allocation.MIN_SEEDS} "
+                f"seeds), {_hours(d.cost)}")
+    return f"{d.seeds} seeds × {d.questions} questions × {d.k}: power {power_words(d.power)}, {_hours(d.cost)}"
 
 
 # ---- a single run's pass@j: Wilson -----------------------------------------------------------------------------
@@ -348,23 +399,46 @@ def question_tables(data: BundleData) -> list[Table]:
 
 # ---- the report's section ------------------------------------------------------------------------------------
 
+def power_words(power: float) -> str:
+    """A power in words: whole percents, "> 99.9%" above 0.999 (never "100%": no finite design is certain), one
+    decimal between 99.5 % and 99.9 %."""
+    if power > 0.999:
+        return "> 99.9%"
+    return f"{power * 100:.1f}%" if power * 100 >= 99.5 else f"{power * 100:.0f}%"
+
+
+def _design_words(d: allocation.Design) -> str:
+    return f"{d.seeds} seeds × {d.questions} questions × {d.k}, {_hours(d.cost)}"
+
+
 def advice_sentence(who: str, advice: allocation.Advice, delta: float, source: str) -> str:
-    """What an allocation says in words, every number from it: the power as run, the cheapest design, and the
-    comparison that makes "more questions, not more seeds" (or the reverse) a number."""
+    """What an allocation says in words, every number from it: the power as run (for the seed-level paired t-test
+    the report decides by), the cheapest design that reaches the power, and the comparison that makes "more questions,
+    not more seeds" (or the reverse) a number. A design as run of fewer than ``allocation.MIN_SEEDS`` seeds supports
+    no test (``claims.too_few_seeds``): it is said so, never given a power; a design that costs more than the one as
+    run is never called the cheapest without saying why the one as run does not do."""
     current, best = advice.current, advice.cheapest
-    text = f"- {who}: to detect {delta * POINTS:g} points ({source}) at {MDE_POWER * 100:g}% power"
-    if current is not None:
-        text += (f", the design as run ({current.seeds} seeds × {current.questions} questions × {current.k}, "
-                 f"{_hours(current.cost)}) has {_power(current.power)} power")
+    text = (f"- {who}: to detect {delta * POINTS:g} points ({source}) at {MDE_POWER * 100:g}% power with the "
+            f"seed-level paired t-test ({allocation.MIN_SEEDS} seeds or more, S − 1 df)")
+    untestable = current is not None and current.power is None
+    reaches = current is not None and current.power is not None and current.power >= MDE_POWER
+    if untestable:
+        text += (f", the design as run ({_design_words(current)}) has fewer than {allocation.MIN_SEEDS} seeds: it "
+                 f"supports no test")
+    elif current is not None:
+        text += f", the design as run ({_design_words(current)}) has {power_words(current.power)} power"
     if best is None:
-        return text + f"; no design up to {allocation.MAX_SEEDS} seeds, {allocation.MAX_QUESTIONS} questions and " \
-                      f"{max(allocation.K_CHOICES)} responses per question reaches it."
-    text += f"; the cheapest is {best.seeds} seeds × {best.questions} questions × {best.k} response(s) per question " \
-            f"({_hours(best.cost)})"
-    if current is None:
-        return text + "."
-    if current.power >= MDE_POWER:
+        return text + (f"; no design up to {allocation.MAX_SEEDS} seeds, {allocation.MAX_QUESTIONS} questions and "
+                       f"{max(allocation.K_CHOICES)} responses per question reaches it.")
+    best_words = (f"{best.seeds} seeds × {best.questions} questions × {best.k} response(s) per question "
+                  f"({_hours(best.cost)}, power {power_words(best.power)})")
+    if reaches:
+        if best.cost < current.cost:
+            return text + f": it reaches it; a cheaper design that also does is {best_words}."
         return text + ": the design as run already reaches it."
+    text += f"; the cheapest design that reaches it is {best_words}"
+    if current is None or untestable:
+        return text + "."
     more_seeds = advice.seeds_only
     seeds_words = (f"more seeds alone would need {more_seeds.seeds} at {current.questions} questions "
                    f"({_hours(more_seeds.cost)})" if more_seeds is not None else
@@ -402,11 +476,16 @@ def questions_section(data: BundleData, tables: dict[str, Table]) -> str | None:
         "ν: unlike the question-clustered one it also counts a seed's shift of every question alike "
         "(table `variance_components`, mean squares and V̂ in its CSV):\n",
         tables["variance_components"].markdown(),
-        f"Allocation: Var(D̄) = σ²_seed/S + σ²_question/P + σ²_seed×question/(SP) + σ²_response/(SPk) with the "
-        f"pair's components, the power of the crossed t-test from the noncentral t (ν from the planned design's "
-        f"expected mean squares, λ = δ/√Var), the cost 2·S·(c_seed + c_response·P·k) in a job's wall seconds "
-        f"measured here (c_response from the runs' evaluation seconds, else everything of a job that is not a "
-        f"training step; c_seed the rest), δ = {delta * POINTS:g} points ({source}), α = "
+        f"Allocation, for the test the report decides by: the seed-level paired t-test (S − 1 df) of the headline "
+        f"and the verdict. A seed's difference varies over the seeds by σ²_d = σ²_seed + σ²_seed×question/P + "
+        f"σ²_response/(Pk) with the pair's components; the question component is shared by every seed (all answer "
+        f"the same questions), so it is not in σ²_d but shifts the difference the seeds measure by b̄ ~ N(0, "
+        f"σ²_question/P). The power is the noncentral t's (λ = √S·(δ + b̄)/σ_d) averaged over b̄ (Gauss–Hermite), "
+        f"no design of fewer than {allocation.MIN_SEEDS} seeds is tested; the cost 2·S·(c_seed + "
+        f"evaluations·c_response·P·k) in a job's wall seconds "
+        f"measured here (c_response from the runs' own evaluation seconds, a shared initial evaluation left out, "
+        f"else everything of a job that is not a training step; evaluations: the responses a job evaluates over "
+        f"its final evaluation's; c_seed the rest), δ = {delta * POINTS:g} points ({source}), α = "
         f"{1 - data.ci_level:g}; seeds from {allocation.MIN_SEEDS} to {allocation.MAX_SEEDS}, k in "
         f"{', '.join(map(str, allocation.K_CHOICES))}, up to {allocation.MAX_QUESTIONS} questions. The components "
         f"are one sweep's estimates: the advice is as good as they are (table `allocation`):\n",

@@ -732,11 +732,13 @@ def pair_block(data: BundleData, a: str, b: str, seeds_: list[int], j: int = 1) 
 
 def block_noise(block: list[list[float]] | None, level: float) -> tuple[tuple[str, tuple[float, float]], ...]:
     """The evaluation-noise intervals of a block's grand mean by name: the crossed bootstrap's and the
-    question-clustered t-interval (``evidence.statistics.crossed``); none for no block."""
+    question-clustered t-interval (``evidence.statistics.crossed``); none for no block. What the claims' rules read:
+    a tied block's intervals are kept as the points they are (``withhold_tied=False``; the seeds' own tie is
+    ``claims.tied_evaluations``'), while the tables show none for them."""
     if block is None:
         return ()
-    found = ((crossed.CROSSED_NOISE, crossed.crossed_interval(block, level)),
-             (crossed.QUESTION_NOISE, crossed.question_interval(block, level)))
+    found = ((crossed.CROSSED_NOISE, crossed.crossed_interval(block, level, withhold_tied=False)),
+             (crossed.QUESTION_NOISE, crossed.question_interval(block, level, withhold_tied=False)))
     return tuple((name, interval) for name, interval in found if interval is not None)
 
 
@@ -986,21 +988,25 @@ def eval_noise_table(data: BundleData) -> Table:
         question = crossed.question_interval(r.rates, level) if r.rates else None
         low, high = interval if interval else (None, None)
         q_low, q_high = question if question else (None, None)
+        # tied values: no interval (claims' rule through ``crossed``), and the cell says so
+        cb_none = crossed.no_interval_words(crossed.crossed_shortfall(r.rates)) if r.rates else ""
+        q_none = crossed.no_interval_words(crossed.question_shortfall(r.rates)) if r.rates else ""
         n_prompts = len(r.rates[0]) if r.rates else None
         mean = descriptive.mean(r.values) if r.values else None
         rows.append([headline.HEADLINE_METRIC, r.a, r.b, len(r.values), n_prompts, mean, seed_var, eval_var, ratio,
                      spread, low, high, crossed.CROSSED_METHOD, crossed.CROSSED_RESAMPLES, crossed.CROSSED_SEED,
-                     q_low, q_high])
+                     q_low, q_high, cb_none, q_none])
         who = display(data, r.a) if not r.b else f"{display(data, r.a)} − {display(data, r.b)}"
         md.append([who, str(len(r.values)), "—" if n_prompts is None else str(n_prompts),
                    fmt_signed(mean) if r.b else fmt(mean, 4),
                    fmt(None if seed_var is None else seed_var ** 0.5, 4),
                    fmt(None if eval_var is None else eval_var ** 0.5, 4), fmt(ratio, 2), SPREAD_WORDS[spread],
-                   "—" if interval is None else fmt_interval(interval),
-                   "—" if question is None else fmt_interval(question)])
+                   cb_none or ("—" if interval is None else fmt_interval(interval)),
+                   q_none or ("—" if question is None else fmt_interval(question))])
     return Table("eval_noise",
                  ("metric", "a", "b", "n_seeds", "n_prompts", "mean", "seed_var", "eval_var", "ratio", "spread",
-                  "cb_low", "cb_high", "cb_method", "cb_resamples", "cb_seed", "q_low", "q_high"), rows,
+                  "cb_low", "cb_high", "cb_method", "cb_resamples", "cb_seed", "q_low", "q_high", "cb_no_interval",
+                  "q_no_interval"), rows,
                  (f"{arm_header(data)} or comparison (a − b)", "Seeds", "Prompts", "Mean", "Seed SD s",
                   "Eval SE (RMS) σ_eval", "s²/σ²_eval", "Spread", f"Crossed bootstrap {level * 100:g}% interval",
                   f"Question-clustered {level * 100:g}% t-interval"), md)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from evidence.statistics import descriptive
+from evidence.statistics import claims, descriptive
 
 if TYPE_CHECKING:
     import numpy as np
@@ -62,20 +62,58 @@ def _block(values):
     return values if values.ndim == 2 and values.shape[0] >= 2 and values.shape[1] >= 2 else None
 
 
+def tied(values) -> claims.Shortfall | None:
+    """``claims.tied_evaluations`` on the values an interval of their mean reads (its rule, not a second copy): their
+    SD zero up to float rounding. The exact-tie clause only, without the grid's (a grid's near-tie clause is written
+    for a few seed-level values; applied to hundreds of cells or question means it would withhold real intervals of
+    an easy evaluation). None: the interval may be shown."""
+    import numpy as np
+
+    flat = np.asarray(values, dtype=np.float64).ravel()
+    return claims.tied_evaluations(claims.PairedDesign(tuple(float(v) for v in flat))) if flat.size >= 2 else None
+
+
+def crossed_shortfall(values) -> claims.Shortfall | None:
+    """What withholds the crossed bootstrap's interval of an S x P block: every value tied (``tied``), so that every
+    resample gives the same mean and the percentile interval is a point that says nothing of the noise."""
+    return tied(values) if _block(values) is not None else None
+
+
+def question_shortfall(values) -> claims.Shortfall | None:
+    """What withholds the question-clustered interval of an S x P block (S ≥ 1, P ≥ 2): the per-question means
+    q_i tied (``tied``), so that s_q = 0 and the t-interval would collapse to the point q̄ (issue 32 §1: no interval
+    from tied evaluations; adversarial finding: [0.2500, 0.2500] from every question 2/4 against 3/4)."""
+    import numpy as np
+
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim != 2 or values.shape[0] < 1 or values.shape[1] < 2:
+        return None
+    return tied(values.mean(axis=0))
+
+
+def no_interval_words(found: claims.Shortfall | None) -> str:
+    """What a table's cell says in place of a withheld interval, in ``claims.missing_sentence``'s words
+    ("tied evaluations: no interval; run more evaluation prompts"); "" when there is an interval."""
+    return "" if found is None else claims.missing_sentence([found])
+
+
 def crossed_interval(values, level: float = descriptive.CI_LEVEL, n_resamples: int = CROSSED_RESAMPLES,
-                     seed: int = CROSSED_SEED) -> tuple[float, float] | None:
+                     seed: int = CROSSED_SEED, withhold_tied: bool = True) -> tuple[float, float] | None:
     """The percentile interval [q_{(1−level)/2}, q_{(1+level)/2}] (numpy's default linear quantile) of
-    ``crossed_means``; None with fewer than two seeds or two prompts (nothing to resample at one level)."""
+    ``crossed_means``; None with fewer than two seeds or two prompts (nothing to resample at one level) and, unless
+    ``withhold_tied`` is False, when every value ties (``crossed_shortfall``: no interval shown from tied
+    evaluations; the claims' ``PairedDesign.noise`` reads the point, its own rules judging the seeds)."""
     import numpy as np
 
     block = _block(values)
-    if block is None:
+    if block is None or (withhold_tied and crossed_shortfall(block) is not None):
         return None
     low, high = np.quantile(crossed_means(block, n_resamples, seed), [(1 - level) / 2, (1 + level) / 2])
     return float(low), float(high)
 
 
-def question_interval(values, level: float = descriptive.CI_LEVEL) -> tuple[float, float] | None:
+def question_interval(values, level: float = descriptive.CI_LEVEL,
+                      withhold_tied: bool = True) -> tuple[float, float] | None:
     """The question-clustered t-interval of the grand mean of ``values`` (S seeds x P prompts; S ≥ 1).
 
     The question is the unit the evaluation samples (Miller 2024, "Adding Error Bars to Evals"): q_i, the mean over
@@ -83,12 +121,15 @@ def question_interval(values, level: float = descriptive.CI_LEVEL) -> tuple[floa
     q̄ ± t_{(1+level)/2, P−1}·s_q/√P with s_q the SD of the q_i (ddof=1). For a pair's per-prompt differences it is
     the paired interval clustered by question; it counts the prompts' spread and, through each q_i, the seeds' and
     the responses' noise within a question, but not a seed's shift of every prompt alike (the seed-level interval
-    counts that). None with fewer than two prompts; the point q̄ when the q_i have no spread.
+    counts that). None with fewer than two prompts, and when the q_i tie (``question_shortfall``: a point is no
+    interval to show) unless ``withhold_tied`` is False (then the point q̄, as ``crossed_interval``'s).
     """
     import numpy as np
 
     values = np.asarray(values, dtype=np.float64)
     if values.ndim != 2 or values.shape[0] < 1 or values.shape[1] < 2:
+        return None
+    if withhold_tied and question_shortfall(values) is not None:
         return None
     per_question = values.mean(axis=0)
     n = per_question.size

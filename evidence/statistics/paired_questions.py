@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from evidence.statistics import descriptive
+from evidence.statistics import claims, crossed, descriptive
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,7 @@ class QuestionDifference:
     high: float | None
     unpaired_se: float | None
     correlation: float | None
+    missing: claims.Shortfall | None = None
 
 
 def question_means(block) -> list[float]:
@@ -74,7 +75,8 @@ def question_difference(block_a, block_b, level: float = descriptive.CI_LEVEL) -
     """The question-level paired difference a − b from two S x P blocks of per-question rates (the same seeds in the
     same row order, the same questions in the same column order; S ≥ 1): D̄, its question-clustered SE s_q/√P and
     the t-interval with P − 1 df (module docstring), beside the unpaired SE and the arms' correlation over
-    questions. None for blocks of different shapes or with no question."""
+    questions. None for blocks of different shapes or with no question; no interval (``missing`` says why) when the
+    per-question differences tie."""
     import numpy as np
 
     a, b = np.asarray(block_a, dtype=np.float64), np.asarray(block_b, dtype=np.float64)
@@ -86,7 +88,8 @@ def question_difference(block_a, block_b, level: float = descriptive.CI_LEVEL) -
     mean = descriptive.mean([float(v) for v in q])
     se = clustered_se(q)
     df = n_questions - 1 if se is not None else None
-    low, high = t_interval(mean, se, df, level) or (None, None)
+    missing = crossed.question_shortfall(a - b)
+    low, high = (None, None) if missing is not None else t_interval(mean, se, df, level) or (None, None)
     unpaired = None
     correlation = None
     if n_questions >= 2:
@@ -94,4 +97,4 @@ def question_difference(block_a, block_b, level: float = descriptive.CI_LEVEL) -
         unpaired = math.sqrt((sa * sa + sb * sb) / n_questions)
         if sa > 0 and sb > 0:
             correlation = float(np.corrcoef(qa, qb)[0, 1])
-    return QuestionDifference(n_seeds, n_questions, mean, se, df, low, high, unpaired, correlation)
+    return QuestionDifference(n_seeds, n_questions, mean, se, df, low, high, unpaired, correlation, missing)

@@ -25,7 +25,7 @@ from evidence.dataset import EVAL_FLOAT_COLUMNS, BundleData, csv_text
 from evidence.fileio import JSONError
 from evidence.measures import arm_values
 from evidence.problems import CompareError, LoadError
-from evidence.statistics import MDE_POWER, descriptive, minimum_detectable_effect
+from evidence.statistics import MDE_POWER, claims, descriptive, minimum_detectable_effect
 from evidence.statistics.resampling import (
     BOOTSTRAP_METHOD,
     BOOTSTRAP_RESAMPLES,
@@ -273,9 +273,12 @@ def compare_arm(measure: Measure, arm: str, a: BundleData, b: BundleData) -> dic
                                          {s: scale * v for s, v in values_a.items()}, a.ci_level)
         row.update(pairing="paired", n_pairs=paired.summary.n, diff_mean=paired.summary.mean,
                    diff_sd=paired.summary.sd)
-        if paired.interval:
+        withheld = _withheld(list(paired.by_seed.values()))
+        if paired.interval and not withheld:
             row["ci_low"], row["ci_high"] = paired.interval
             row.update(_beside_the_interval(list(paired.by_seed.values()), paired.summary, a.ci_level))
+        elif paired.interval:
+            notes.append(withheld)
         else:
             notes.append("one seed: no SD or interval")
     else:
@@ -290,6 +293,16 @@ def compare_arm(measure: Measure, arm: str, a: BundleData, b: BundleData) -> dic
         notes.append("A and B differ in sign: no B/A or %; read B − A")
     row["note"] = "; ".join(notes)
     return row
+
+
+def _withheld(differences: list[float]) -> str:
+    """What the claims' rules find missing for a paired interval of ``differences`` (``claims.too_few_seeds``,
+    ``claims.tied_evaluations``: fewer than 3 seeds, tied differences), in their words, or "" when the interval (and
+    the MDE and bootstrap interval beside it) may be shown: "tied evaluations: no interval; run more evaluation
+    prompts" instead of a point [25, 25] (issue 32 §1)."""
+    design = claims.PairedDesign(tuple(differences))
+    found = [s for s in (claims.too_few_seeds(design), claims.tied_evaluations(design)) if s is not None]
+    return claims.missing_sentence(found) if found else ""
 
 
 def _beside_the_interval(differences: list[float], summary: descriptive.Summary, level: float) -> dict:
@@ -405,7 +418,9 @@ LEGEND = ("B/A: ratio of the across-seed means, shown when both are positive. Ch
           "difference of the means (unpaired, Welch interval). Paired only: MDE, the smallest true B − A a "
           f"two-sided paired t-test at α = 1 − the interval's level detects with {MDE_POWER * 100:g} % power "
           "(noncentral t, from the differences' SD and n), and the bootstrap interval, resampling the seeds with "
-          f"their pairs ({BOOTSTRAP_RESAMPLES} resamples, {BOOTSTRAP_METHOD}, seed {BOOTSTRAP_SEED}), in B − A's units.")
+          f"their pairs ({BOOTSTRAP_RESAMPLES} resamples, {BOOTSTRAP_METHOD}, seed {BOOTSTRAP_SEED}), in B − A's units. "
+          "None of the three from fewer than 3 paired seeds or tied differences (the report's claims rules): the "
+          "row's note says what is missing.")
 LEGEND_MANY = ("Each input after the first: mean ± SD (n), then its difference from the first input (in points "
                "for rates) and the change (B − A) / |A| in %, shown when both have the same sign.")
 

@@ -17,7 +17,7 @@ from evidence.questions import (
     measured_costs,
     smallest_difference,
 )
-from evidence.statistics import allocation, components, paired_questions
+from evidence.statistics import allocation, components, crossed, paired_questions
 
 
 def _common_seeds(a: BundleData, b: BundleData, arm: str) -> list[int]:
@@ -37,7 +37,8 @@ def _costs(a: BundleData, b: BundleData, arm: str) -> allocation.Costs | None:
     found = [c for c in (measured_costs(a, [arm]), measured_costs(b, [arm])) if c is not None]
     if not found:
         return None
-    return allocation.Costs(sum(c.seed for c in found) / len(found), sum(c.response for c in found) / len(found))
+    return allocation.Costs(sum(c.seed for c in found) / len(found), sum(c.response for c in found) / len(found),
+                            sum(c.evaluations for c in found) / len(found))
 
 
 def _components(ba: Block, bb: Block) -> components.Components | None:
@@ -64,10 +65,12 @@ def question_lines(a: BundleData, b: BundleData, arms: list[str], delta: float |
         found = paired_questions.question_difference(bb.rates, ba.rates, level)
         if found is None or found.se is None:
             continue
-        interval = f"[{found.low * POINTS:+.2f}, {found.high * POINTS:+.2f}]"
+        # tied question differences: no SE or interval shown, the claims' words instead (crossed.question_shortfall)
+        said = crossed.no_interval_words(found.missing) if found.missing is not None else (
+            f"SE {found.se * POINTS:.2f} clustered by question, {level * 100:g}% paired interval "
+            f"[{found.low * POINTS:+.2f}, {found.high * POINTS:+.2f}]")
         line = (f"- {arm}: by question, B − A on final eval pass@1 is {found.mean * POINTS:+.2f} points over "
-                f"{found.n_questions} questions and {found.n_seeds} seed(s) (SE {found.se * POINTS:.2f} clustered by "
-                f"question, {level * 100:g}% paired interval {interval}; "
+                f"{found.n_questions} questions and {found.n_seeds} seed(s) ({said}; "
                 f"unpaired SE {found.unpaired_se * POINTS:.2f})")
         c = _components(ba, bb)
         if c is None:

@@ -160,7 +160,9 @@ def test_the_question_interval_is_scipys_t_interval_of_the_per_prompt_means():
         assert crossed.question_interval(rates, 0.9) == pytest.approx(reference_question_interval(rates, 0.9),
                                                                         rel=1e-12)
     assert crossed.question_interval([[0.5], [0.25]]) is None  # one prompt
-    assert crossed.question_interval([[0.25, 0.25], [0.5, 0.5]]) == (0.375, 0.375)  # no spread between questions
+    assert crossed.question_interval([[0.25, 0.25], [0.5, 0.5]]) is None  # no spread between questions: no interval
+    assert crossed.question_shortfall([[0.25, 0.25], [0.5, 0.5]]).rule == "tied-evaluations"
+    assert crossed.crossed_interval([[0.25, 0.25], [0.25, 0.25]]) is None  # every value tied: no interval
 
 
 def replayed_nested_means(x: np.ndarray, n_resamples: int, seed: int) -> np.ndarray:

@@ -40,7 +40,9 @@ def test_one_question_has_a_mean_and_nothing_else_and_no_spread_is_a_point():
     one = paired_questions.question_difference([[0.5], [0.25]], [[0.25], [0.25]])
     assert (one.mean, one.se, one.df, one.low, one.unpaired_se) == (0.125, None, None, None, None)
     tied = paired_questions.question_difference([[0.5, 0.75]], [[0.25, 0.5]])
-    assert (tied.mean, tied.se, tied.low, tied.high) == (0.25, 0.0, 0.25, 0.25)
+    # tied question differences: no interval (claims' tied-evaluations rule), never the point [0.25, 0.25]
+    assert (tied.mean, tied.se, tied.low, tied.high) == (0.25, 0.0, None, None)
+    assert tied.missing.rule == "tied-evaluations"
     assert paired_questions.question_difference([[0.5, 0.5]], [[0.5]]) is None  # not the same questions
 
 
@@ -200,47 +202,72 @@ def truth_components(n_seeds=3, n_questions=25, k=4, **change) -> components.Com
 
 
 def reference_power(c, delta, n_s, n_q, k, alpha=0.05) -> float:
-    """The crossed t-test's power with scipy.stats' noncentral t, from the planned design's expected mean squares."""
-    within = c.interaction + c.response / k
-    ms = (k * (within + n_q * c.seed), k * (within + n_s * c.question), k * within)
-    dfs = (n_s - 1, n_q - 1, (n_s - 1) * (n_q - 1))
-    nu = (ms[0] + ms[1] - ms[2]) ** 2 / sum(m * m / d for m, d in zip(ms, dfs))
-    lam = delta / math.sqrt((ms[0] + ms[1] - ms[2]) / (k * n_s * n_q))
-    crit = sps.t.ppf(1 - alpha / 2, nu)
-    return sps.nct.sf(crit, nu, lam) + sps.nct.cdf(-crit, nu, lam)
+    """The seed-level paired t-test's power (the report's test: S − 1 df) with scipy.stats' noncentral t, the
+    questions' shared shift b ~ N(0, σ²_question/P) integrated out by the trapezoid rule on 4,001 points over ±10 SD
+    (a CDF value scipy gives as NaN, an underflowed tail, taken as 0): a seed's difference has SD
+    σ_d = √(σ²_seed + σ²_sq/P + σ²_response/(Pk)) over the seeds, and λ = √S·(δ + b)/σ_d."""
+    sd = math.sqrt(c.seed + c.interaction / n_q + c.response / (n_q * k))
+    crit = sps.t.ppf(1 - alpha / 2, n_s - 1)
+
+    def power(shift):
+        lam = math.sqrt(n_s) * np.asarray(shift, dtype=np.float64) / sd
+        return np.nan_to_num(sps.nct.sf(crit, n_s - 1, lam)) + np.nan_to_num(sps.nct.cdf(-crit, n_s - 1, lam))
+
+    spread = math.sqrt(c.question / n_q)
+    if spread == 0:
+        return float(power(delta))
+    b = np.linspace(-10 * spread, 10 * spread, 4001)
+    return float(np.trapezoid(power(delta + b) * sps.norm.pdf(b, 0, spread), b))
 
 
 def simulated_power(c, delta, n_s, n_q, k, reps=4000, seed=0, alpha=0.05) -> float:
-    """The share of simulated crossed designs (normal effects, cell means of k responses) whose crossed t-test with
-    Satterthwaite's df rejects δ = 0 — the test the allocation plans for, run on data it never saw."""
+    """The share of simulated crossed designs (normal effects of seed, question, seed x question, each cell the mean
+    of k normal responses) in which the report's test — the seed-level paired t on the per-seed differences (the mean
+    over the questions), S − 1 df — rejects δ = 0: the test the allocation plans for, run on data it never saw."""
     rng = np.random.default_rng(seed)
     hits = 0
     for start in range(0, reps, 500):
         n = min(500, reps - start)
         cell = (delta + rng.normal(0, math.sqrt(c.seed), (n, n_s, 1)) + rng.normal(0, math.sqrt(c.question), (n, 1, n_q))
-                + rng.normal(0, math.sqrt(c.interaction + c.response / k), (n, n_s, n_q)))
-        g, sm_, qm = cell.mean(axis=(1, 2)), cell.mean(axis=2), cell.mean(axis=1)
-        ms_s = k * n_q * ((sm_ - g[:, None]) ** 2).sum(axis=1) / (n_s - 1)
-        ms_q = k * n_s * ((qm - g[:, None]) ** 2).sum(axis=1) / (n_q - 1)
-        res = cell - sm_[:, :, None] - qm[:, None, :] + g[:, None, None]
-        ms_sq = k * (res ** 2).sum(axis=(1, 2)) / ((n_s - 1) * (n_q - 1))
-        v = (ms_s + ms_q - ms_sq) / (k * n_s * n_q)
-        ok = v > 0
-        nu = np.where(ok, (ms_s + ms_q - ms_sq) ** 2 / (ms_s ** 2 / (n_s - 1) + ms_q ** 2 / (n_q - 1)
-                                                        + ms_sq ** 2 / ((n_s - 1) * (n_q - 1))), 1.0)
-        t = np.where(ok, np.abs(g) / np.sqrt(np.where(ok, v, 1.0)), 0.0)
-        hits += int(np.sum(ok & (t > sps.t.ppf(1 - alpha / 2, nu))))
+                + rng.normal(0, math.sqrt(c.interaction), (n, n_s, n_q))
+                + rng.normal(0, math.sqrt(c.response / k), (n, n_s, n_q)))
+        d = cell.mean(axis=2)  # each seed's paired difference
+        t = d.mean(axis=1) / (d.std(axis=1, ddof=1) / math.sqrt(n_s))
+        hits += int(np.sum(np.abs(t) > sps.t.ppf(1 - alpha / 2, n_s - 1)))
     return hits / reps
 
 
 @pytest.mark.parametrize(("n_s", "n_q", "k"), [(3, 25, 4), (5, 300, 1), (10, 40, 8)])
-def test_the_planned_power_is_scipys_noncentral_t(n_s, n_q, k):
+def test_the_planned_power_is_the_seed_level_paired_t_from_scipys_noncentral_t(n_s, n_q, k):
     c = truth_components()
     assert allocation.design_power(c, 0.05, n_s, n_q, k, 0.05) == pytest.approx(
-        reference_power(c, 0.05, n_s, n_q, k), rel=1e-9)
-    want = TRUTH["seed"] / n_s + TRUTH["question"] / n_q + TRUTH["interaction"] / (n_s * n_q) \
-        + TRUTH["response"] / (n_s * n_q * k)
-    assert allocation.variance(c, n_s, n_q, k) == pytest.approx(want, rel=1e-12)
+        reference_power(c, 0.05, n_s, n_q, k), rel=1e-7)
+    want = TRUTH["seed"] + TRUTH["interaction"] / n_q + TRUTH["response"] / (n_q * k)  # no question component
+    assert allocation.seed_variance(c, n_q, k) == pytest.approx(want, rel=1e-12)
+    # Without a question component: exactly the paired t's power (power.paired_t_power's noncentral t).
+    from evidence.statistics.power import paired_t_power
+
+    flat = truth_components(question=0.0)
+    assert allocation.design_power(flat, 0.05, n_s, n_q, k, 0.05) == pytest.approx(
+        paired_t_power(0.05, math.sqrt(allocation.seed_variance(flat, n_q, k)), n_s, 0.05), rel=1e-10)
+    # Fewer than 3 seeds: no test, so no power (claims' too-few-seeds rule).
+    assert allocation.design_power(c, 0.05, 2, n_q, k, 0.05) is None
+
+
+def test_the_advised_design_has_80_percent_power_with_the_test_the_report_makes():
+    """The adversarial case: components of a pair with a question component (0.0444) and response noise (0.3708), no
+    seed component; the crossed test's plan advised 3 seeds x 488 questions x 2, where the seed-level paired t has 63 %
+    power. The advice now reaches 80 % by a simulation of that test (20,000 designs: SE 0.0028) and by scipy."""
+    c = components.Components(3, 100, 4, 0.0, 0, 0, 0, 0, seed=0.0, question=0.0444360, interaction=0.0,
+                              response=0.3708333)
+    best = allocation.advise(c, allocation.Costs(3900.0, 0.5), 0.05, 0.05).cheapest
+    s, p, k = best.seeds, best.questions, best.k
+    assert reference_power(c, 0.05, s, p, k) >= 0.8 > reference_power(c, 0.05, s, p - 1, k)
+    assert simulated_power(c, 0.05, s, p, k, reps=20_000, seed=1) >= 0.8 - 3 * math.sqrt(0.8 * 0.2 / 20_000)
+    # The crossed plan's 3 x 488 x 2 falls short with this test, by simulation and by scipy.
+    short = reference_power(c, 0.05, 3, 488, 2)
+    assert short < 0.65  # 0.637 at δ alone (scipy's nct), a little less over the questions' shift
+    assert simulated_power(c, 0.05, 3, 488, 2, reps=20_000, seed=2) == pytest.approx(short, abs=0.012)
 
 
 def test_the_cheapest_design_reaches_80_percent_power_by_simulation_and_nothing_cheaper_does():
@@ -249,7 +276,7 @@ def test_the_cheapest_design_reaches_80_percent_power_by_simulation_and_nothing_
     best = advice.cheapest
     assert best.power >= 0.8 > reference_power(c, 0.05, best.seeds, best.questions - 1, best.k)
     assert best.cost == 2 * best.seeds * (3600.0 + best.questions * best.k)
-    # The simulation: 4,000 designs of the advised size, their crossed t-tests (binomial SE of 0.8: 0.0063).
+    # The simulation: 4,000 designs of the advised size, their seed-level paired t-tests (binomial SE of 0.8: 0.0063).
     assert simulated_power(c, 0.05, best.seeds, best.questions, best.k) == pytest.approx(0.8, abs=0.03)
     # No cheaper design on a grid of seeds, k and questions (scipy's power) reaches 80 %.
     for n_s in range(3, 30):
@@ -383,5 +410,121 @@ def test_a_design_that_already_reaches_the_power_says_so():
 
     c = truth_components(n_seeds=10, n_questions=2000, k=4)
     advice = allocation.advise(c, allocation.Costs(seed=3600.0, response=1.0), 0.05, 0.05)
-    assert advice.current.power >= 0.8
-    assert advice_sentence("A − B", advice, 0.05, "x").endswith(": the design as run already reaches it.")
+    assert advice.current.power >= 0.8 and advice.cheapest.cost < advice.current.cost
+    best = advice.cheapest
+    assert advice_sentence("A − B", advice, 0.05, "x").endswith(
+        f"has > 99.9% power: it reaches it; a cheaper design that also does is {best.seeds} seeds × {best.questions} "
+        f"questions × {best.k} response(s) per question ({best.cost / 3600:.3g} h, power 80%).")
+    # The design as run, the cheapest in the search: it already reaches it.
+    as_run = allocation.Advice(0.05, best, best, None, None)
+    assert advice_sentence("A − B", as_run, 0.05, "x").endswith(": the design as run already reaches it.")
+
+
+# ---- tied evaluations: no interval anywhere the bundle shows one (issue 32 §1 through §2's tables) -------------------
+
+@pytest.fixture(scope="module")
+def tied_bundle(tmp_path_factory):
+    """Every question 2/4 correct in grpo and 3/4 in rpp at each of 3 seeds: every per-question, per-seed and per-cell
+    difference is +0.25, the evaluation's granularity, though each cell's responses are binomial noise (adversarial
+    finding: the question table said [0.2500, 0.2500] while the headline refused an interval)."""
+    from benchmarks.synthetic_sweep import make_sweep
+    from evidence.seal.bundle import build_bundle
+
+    sweep = make_sweep(tmp_path_factory.mktemp("tied"), algos=("grpo", "rpp"), seeds=(1, 2, 3),
+                       final_counts=lambda arm, seed: [3] * 25 if arm == "rpp" else [2] * 25)
+    return build_bundle(sweep, figures=False).bundle_dir
+
+
+TIED_WORDS = "tied evaluations: no interval; run more evaluation prompts"
+
+
+def test_tied_evaluations_give_no_interval_in_the_question_tables_the_noise_table_or_the_report(tied_bundle):
+    import subprocess
+    import sys
+
+    data = tied_bundle / "data"
+    report = (data / "report.md").read_text()
+    assert "tied evaluations: no interval" in report.splitlines()[2]  # the headline's refusal, as before
+    # The reference: every question's difference is 3/4 − 2/4 at every seed, so s_q = 0 (a point, no interval).
+    (row,) = [r for r in csv_rows(data / "tables" / "question_differences.csv") if r["a"] == "rpp"]
+    assert float(row["mean"]) == 0.25 and float(row["se"]) == 0.0
+    assert (row["low"], row["high"], row["no_interval"]) == ("", "", TIED_WORDS)
+    section = report[report.index("## Questions as the unit"):]
+    line = next(x for x in section.splitlines() if x.startswith("| REINFORCE++ − GRPO | 3 | 25 | +0.2500"))
+    assert TIED_WORDS in line and "[0.2500, 0.2500]" not in line
+    # The crossed interval of the pair's components: every cell difference 0.25, V̂ = 0.
+    (pair,) = [r for r in csv_rows(data / "tables" / "variance_components.csv") if r["b"]]
+    assert (pair["low"], pair["high"], pair["no_interval"]) == ("", "", TIED_WORDS)
+    # eval_noise: the pair's crossed bootstrap and question-clustered intervals, and each arm's (every cell 2/4, 3/4).
+    for r in csv_rows(data / "tables" / "eval_noise.csv"):
+        assert r["cb_low"] == r["cb_high"] == r["q_low"] == r["q_high"] == "", r
+        assert r["cb_no_interval"] == r["q_no_interval"] == TIED_WORDS
+    noise = report[report.index("## Evaluation noise and seed variance"):report.index("## Questions as the unit")]
+    assert "[0.2500, 0.2500]" not in noise and noise.count(TIED_WORDS) == 2 * 3
+    audited = subprocess.run([sys.executable, "-m", "evidence", "audit", str(tied_bundle)], capture_output=True,
+                             text=True, timeout=600)
+    assert audited.returncode == 0, audited.stdout[-3000:] + audited.stderr[-3000:]
+
+
+def test_two_seeds_are_never_said_to_reach_the_power():
+    """claims' too-few-seeds rule: a 2-seed design as run supports no test, whatever its components (here its seed
+    component truncated to 0); the sentence says so and gives the cheapest design that would reach the power, never
+    "already reaches it" or a power for the design as run (adversarial finding: "2 seeds … has 100% power")."""
+    from evidence.questions import advice_sentence
+
+    c = components.Components(2, 500, 4, 0.0, 0, 0, 0, 0, seed=0.0, question=0.02, interaction=0.0, response=0.45)
+    advice = allocation.advise(c, allocation.Costs(3000.0, 0.5), 0.2, 0.05)
+    assert advice.current.power is None and advice.current.cost == 2 * 2 * (3000.0 + 0.5 * 500 * 4)
+    best = advice.cheapest
+    assert best.seeds >= 3 and reference_power(c, 0.2, best.seeds, best.questions, best.k) >= 0.8
+    sentence = advice_sentence("b − a", advice, 0.2, "set")
+    assert "already reaches" not in sentence and "% power;" not in sentence.split("the cheapest")[0]
+    assert ", the design as run (2 seeds × 500 questions × 4, 4.44 h) has fewer than 3 seeds: it supports no test; " \
+           f"the cheapest design that reaches it is {best.seeds} seeds × {best.questions} questions × {best.k} " \
+           f"response(s) per question ({best.cost / 3600:.3g} h, power " in sentence
+
+
+@pytest.mark.parametrize(("power", "said"), [(0.99996, "> 99.9%"), (1.0, "> 99.9%"), (0.9993, "> 99.9%"),
+                                             (0.9986, "99.9%"), (0.996, "99.6%"), (0.994, "99%"), (0.8, "80%")])
+def test_a_power_near_one_is_never_said_to_be_100_percent(power, said):
+    from evidence.questions import power_words
+
+    assert power_words(power) == said
+
+
+def test_a_one_question_evaluation_says_it_has_one_question(tmp_path):
+    """Three seeds evaluated on one question: no components or allocation, and the reason is the one question, not
+    "0 seed(s) with responses on the same questions"."""
+    from benchmarks.synthetic_sweep import make_sweep
+    from evidence.seal.bundle import build_bundle
+
+    sweep = make_sweep(tmp_path, algos=("grpo", "rpp"), seeds=(1, 2, 3), n_prompts=1,
+                       final_counts=lambda arm, seed: [seed % 4])
+    data = build_bundle(sweep, figures=False).bundle_dir / "data"
+    why = "1 evaluation question: fewer than 2 (no question-level noise to estimate)"
+    assert {r["none"] for r in csv_rows(data / "tables" / "variance_components.csv")} == {why}
+    assert {r["none"] for r in csv_rows(data / "tables" / "allocation.csv")} == {why}
+    assert "0 seed(s)" not in (data / "report.md").read_text()
+
+
+def test_the_costs_leave_out_a_shared_initial_evaluation_and_count_every_evaluation(tied_bundle):
+    """Each run records, in run.json, a shared initial evaluation (reused: 0.02 s for 100 responses) and one of its
+    own at step 10 (40 s, 100 responses); its final evaluation has 100 responses. By hand: c_response = 40/100 (the
+    shared one left out), 2 evaluations of P·k per job (the final and the step-10 one), c_seed = elapsed − 0.4·200."""
+    from evidence.dataset import load_bundle_data
+    from evidence.questions import measured_costs
+
+    data = load_bundle_data(tied_bundle / "data")
+    for run in data.runs:
+        data.runs[run]["eval_during_training"] = {"every": 5, "evaluations": [
+            {"step": 0, "seconds": 0.02, "summary": {"n_responses": 100, "shared": {"path": "x", "key": "k"}}},
+            {"step": 10, "seconds": 40.0, "summary": {"n_responses": 100}}]}
+    elapsed = [float(data.index_row(a, s)["elapsed_s"]) for a in ("grpo", "rpp") for s in (1, 2, 3)]
+    finals = {int(data.index_row(a, s)["eval_responses_final"]) for a in ("grpo", "rpp") for s in (1, 2, 3)}
+    assert finals == {100}
+    costs = measured_costs(data, ["grpo", "rpp"])
+    assert costs.response == pytest.approx(40.0 / 100, rel=1e-12)
+    assert costs.evaluations == pytest.approx(2.0, rel=1e-12)
+    assert costs.seed == pytest.approx(sum(max(0.0, e - 0.4 * 200) for e in elapsed) / 6, rel=1e-12)
+    # the cost of the design as run is then what the runs took: 2·S·(c_seed + 2·c_response·P·k)
+    assert allocation.cost(costs, 3, 25, 4) == pytest.approx(2 * 3 * (costs.seed + 2 * 0.4 * 100), rel=1e-12)

@@ -60,7 +60,9 @@ def test_compare_states_each_arms_question_level_difference_as_statsmodels_clust
         assert re.search(r"components of the difference: seed \S+, question \S+, seed×question \S+, response \S+", line)
         advice = next(x for x in result.stdout.splitlines() if x.startswith(f"  {arm} (B − A): to detect 3 points "
                                                                             "(--smallest-difference) at 80% power"))
-        assert re.search(r"the cheapest is \d+ seeds × \d+ questions × \d+ response\(s\) per question", advice)
+        assert re.search(r"the cheapest design that reaches it is \d+ seeds × \d+ questions × \d+ response\(s\) per "
+                         r"question", advice)
+        assert "with the seed-level paired t-test (3 seeds or more, S − 1 df)" in advice
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "250"])
@@ -71,3 +73,44 @@ def test_a_smallest_difference_out_of_range_is_one_line(compared, value):
     assert result.stderr.strip().splitlines() == [
         f"python -m evidence: error: --smallest-difference {float(value):g}: give a difference in points, above 0 and at "
         "most 100 (5 = five points of pass@1)"]
+
+
+def test_tied_evaluations_give_no_interval_in_compares_table_or_its_question_lines(tmp_path):
+    """A's every question 2/4 correct, B's 3/4, at each of 3 seeds: every seed's and every question's B − A is +25
+    points (the evaluation's granularity). No t-interval, MDE or bootstrap interval in the table, no question-level
+    interval under it: the claims' words instead (adversarial finding: [25, 25] and [+25.00, +25.00])."""
+    import csv
+
+    from benchmarks.synthetic_sweep import make_sweep
+
+    a = make_sweep(tmp_path, algos=("grpo",), seeds=(1, 2, 3), name="before", final_counts=lambda arm, seed: [2] * 25)
+    b = make_sweep(tmp_path, algos=("grpo",), seeds=(1, 2, 3), name="after", final_counts=lambda arm, seed: [3] * 25)
+    result = compare(a, b, "--csv", tmp_path / "cmp.csv")
+    assert result.returncode == 0, result.stderr
+    words = "tied evaluations: no interval; run more evaluation prompts"
+    with open(tmp_path / "cmp.csv", newline="", encoding="utf-8") as handle:
+        row = next(r for r in csv.DictReader(handle) if r["metric"] == "eval/pass@1")
+    assert float(row["diff_mean"]) == pytest.approx(25.0) and float(row["diff_sd"]) == 0.0
+    assert row["ci_low"] == row["ci_high"] == row["mde"] == row["boot_low"] == row["boot_high"] == ""
+    assert row["note"] == words
+    assert "[25, 25]" not in result.stdout and f"] {words}" in result.stdout
+    line = next(x for x in result.stdout.splitlines() if x.startswith("- grpo: by question"))
+    assert f"is +25.00 points over 25 questions and 3 seed(s) ({words}; unpaired SE" in line
+    assert "[+25.00, +25.00]" not in line and "SE 0.00 clustered" not in line
+
+
+def test_two_seeds_give_compare_no_interval(tmp_path):
+    """claims' too-few-seeds rule: 2 paired seeds, no t-interval, MDE or bootstrap interval in compare's table."""
+    import csv
+
+    from benchmarks.synthetic_sweep import make_sweep
+
+    a = make_sweep(tmp_path, algos=("grpo",), seeds=(1, 2), name="before", final_pass1=lambda arm, seed: 0.3)
+    b = make_sweep(tmp_path, algos=("grpo",), seeds=(1, 2), name="after",
+                   final_pass1=lambda arm, seed: 0.3 + 0.04 * seed)
+    result = compare(a, b, "--csv", tmp_path / "cmp.csv")
+    assert result.returncode == 0, result.stderr
+    with open(tmp_path / "cmp.csv", newline="", encoding="utf-8") as handle:
+        row = next(r for r in csv.DictReader(handle) if r["metric"] == "eval/pass@1")
+    assert row["n_pairs"] == "2" and row["ci_low"] == row["mde"] == row["boot_low"] == ""
+    assert row["note"] == "2 seeds: no interval; run ≥ 3 seeds"
