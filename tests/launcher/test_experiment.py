@@ -610,7 +610,7 @@ def test_seeds_in_waves_run_wave_by_wave_until_a_look_decides_through_launch_py(
     for look in looks[:-1]:  # each wave after a look that went on, and the line that says why
         assert f"look {look['look']} of 3: 2 seeds, Z = " in proc.stdout
         assert f"wave {look['look'] + 1} runs seeds {2 * look['look'] + 1}..{2 * look['look'] + 2}" in proc.stdout
-    assert f"look {len(looks)} of 3" not in proc.stdout  # the deciding look submits nothing more
+    assert f"look {len(looks)} of 3: 2 seeds, Z = " not in proc.stdout  # the deciding look submits nothing more
     assert verdict["seeds"] == list(range(1, 2 * len(looks) + 1))
     assert all(look["cost"]["jobs"] == 4 and look["cost"]["unmeasured"] == 0 and look["cost"]["cpu_hours"] > 0
                for look in looks)
