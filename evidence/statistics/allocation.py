@@ -41,6 +41,7 @@ says so.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -188,9 +189,11 @@ class Advice:
     questions_only: Design | None
 
 
+@functools.lru_cache(maxsize=64)
 def advise(c: Components, costs: Costs, delta: float, alpha: float, power: float = MDE_POWER) -> Advice:
     """The allocation (module docstring) for a pair whose components ``c`` were estimated at its current design
-    (``c.n_seeds``, ``c.n_questions``, ``c.k``)."""
+    (``c.n_seeds``, ``c.n_questions``, ``c.k``). Kept per its (frozen) inputs: the build's table and its report
+    section, and the audit's, ask for the same pair's advice (about a second each on this 2-core machine)."""
     seeds, ks, questions = _fewest_questions_grid(c, delta, alpha, power)
     reached = [(cost(costs, int(s), int(p), int(k)), int(s), int(k), int(p))
                for s, k, p in zip(seeds, ks, questions) if p > 0]
