@@ -52,8 +52,6 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import yaml
-
 from facts.files import CONFIRM_STAGE, TUNING_STAGE
 from study.design import MAX_WAVES, MDE_POWER, SPENDING_RULES, fractions
 from study.measure import POINTS_PER_UNIT, Measure, MeasureError, parse_measure
@@ -413,6 +411,9 @@ def _arms(arms) -> dict[str, dict[str, str]]:
 def parse_experiment(spec) -> Experiment:
     """An ``Experiment`` from a spec mapping (or YAML text); the launcher's own keys are left alone."""
     if isinstance(spec, str):
+        import yaml  # here: the evidence's error family (evidence.problems) imports this module, and a reader outside
+        # the venv must still get its one-line error
+
         try:
             spec = yaml.safe_load(spec)
         except yaml.YAMLError as exc:
@@ -530,6 +531,8 @@ class Study:
 
 def spec_text(spec: Mapping) -> str:
     """The spec as run: YAML with sorted keys, the text whose SHA256 is the pre-registration."""
+    import yaml
+
     return yaml.safe_dump(dict(spec), sort_keys=True)
 
 
