@@ -12,7 +12,7 @@ look tests a combination of independent stage-wise statistics with weights fixed
 - look 1 tests Z₁ = z₁; look 2 tests Z₂ = w₁·z₁ + w₂·z₂ with w₁ = √(n1/max), w₂ = √(1 − w₁²) (the information
   fraction at the design's largest size, fixed before any seed runs);
 - corr(Z₁, Z₂) = w₁, so the pair is the canonical two-look Gaussian process at information fraction t = w₁², and
-  the boundaries of a Lan–DeMets spending function at t give a two-sided overall α exactly (``boundaries``).
+  the boundaries of a Lan–DeMets spending function at t give a two-sided overall α exactly (``evidence.statistics.waves.boundaries`` at (t, 1): the K = 2 case of seeds in waves).
 
 Only stage 1 decides stage 2's size, and stage 2's seeds are new, so z₂ is N(0, 1) and independent of z₁ under
 the null for every size: a size chosen from stage 1's SD (or anything else stage 1 shows) costs no α.
@@ -39,17 +39,6 @@ def spent_alpha(rule: str, t: float, alpha: float) -> float:
     if rule == POCOCK:
         return alpha * math.log(1 + (math.e - 1) * t)
     raise ValueError(f"unknown spending rule {rule!r}; known: {', '.join(SPENDING_RULES)}")
-
-
-def boundaries(rule: str, t: float, alpha: float) -> tuple[float, float]:
-    """The two looks' two-sided boundaries (c₁, c₂) on the standard normal scale at information fraction t:
-    c₁ = Φ⁻¹(1 − α(t)/2), so P(|Z₁| ≥ c₁) = α(t); c₂ solves P(|Z₁| < c₁, |Z₂| ≥ c₂) = α − α(t), so the two looks
-    together reject a true null with probability α: the K = 2 case of ``evidence.statistics.waves.boundaries``
-    (with Z₂ = √t·Z₁ + √(1 − t)·W, one integral over [−c₁, c₁] on Gauss–Legendre nodes, by bisection)."""
-    from evidence.statistics import waves  # it builds on this module's spending functions
-
-    c1, c2 = waves.boundaries(rule, (t, 1.0), alpha)
-    return c1, c2
 
 
 def nominal_alpha(boundary: float) -> float:

@@ -22,7 +22,8 @@ from scipy import optimize, special
 from scipy import stats as sps
 
 from evidence import audit_bundle, build_bundle
-from evidence.statistics.sequential import boundaries, required_seeds
+from evidence.statistics import waves
+from evidence.statistics.sequential import required_seeds
 from evidence.verdict import VerdictError, parse_experiment
 from evidence.verdict.sizing import sized_look
 from facts.repo import REPO_ROOT
@@ -34,6 +35,12 @@ from tests.sweeps import reseal_bag
 REPO = REPO_ROOT
 ALPHA = 0.05
 RULES = ("obrien-fleming", "pocock")
+
+
+def boundaries(rule: str, t: float, alpha: float) -> tuple[float, float]:
+    """A two-look design's boundaries: the K = 2 case of the waves' boundaries, at information fraction t."""
+    c1, c2 = waves.boundaries(rule, (t, 1.0), alpha)
+    return c1, c2
 
 
 def spent_by_hand(rule: str, t: float) -> float:
