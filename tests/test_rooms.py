@@ -163,3 +163,38 @@ def test_the_architecture_page_names_every_evidence_module_the_launcher_uses():
     page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     missing = [name for name in LAUNCHER_MAY_USE if name != "evidence" and f"`{name}`" not in page]
     assert not missing, f"docs/architecture.md does not name: {', '.join(missing)}"
+
+
+def test_no_circle_of_modules_even_through_an_import_inside_a_function():
+    """An import placed inside a function to dodge a circle is still a circle: every module's imports, function-level
+    ones included, form no cycle (a package's ``__init__`` re-exports are left out: ``from pkg import mod`` is an
+    edge to ``pkg.mod``)."""
+    modules = {name: path for name, path in ((".".join(p.relative_to(ROOT).with_suffix("").parts), p)
+                                              for _, p in _modules()) if not name.endswith("__init__")}
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets |= {alias.name for alias in node.names if alias.name in modules}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    targets.add(full if full in modules else node.module)
+        graph[name] = {t for t in targets if t in modules and t != name}
+    circles, state = [], {}
+
+    def visit(name: str, path: list[str]) -> None:
+        state[name] = "open"
+        for target in sorted(graph[name]):
+            if state.get(target) == "open":
+                circles.append(" -> ".join(path[path.index(target):] + [name, target]) if target in path
+                               else f"{name} -> {target}")
+            elif target not in state:
+                visit(target, path + [name])
+        state[name] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [])
+    assert not circles, "\n".join(circles)
