@@ -143,7 +143,10 @@ def tracked_sources(dest: Path) -> Path:
     dest.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, dest / name)
-    for package in ("facts", "evidence", "launcher", "trainer", "hydra_plugins", "proofgrid"):
+    import tomllib
+
+    found = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    for package in (pattern.rstrip("*") for pattern in found):  # every package the wheel is built from
         shutil.copytree(REPO / package, dest / package, ignore=shutil.ignore_patterns("__pycache__"))
     return dest
 
