@@ -15,7 +15,7 @@ import re
 import time
 from collections.abc import Callable, Iterator
 
-from facts.states import COMPLETED, TRANSIENT_STATES, VANISHED
+from facts.states import COMPLETED, IN_FLIGHT_STATES, TRANSIENT_STATES, VANISHED
 from launcher.slurm.commands import pipe_records, run_slurm
 
 # How long to wait before the confirming second look.
@@ -105,9 +105,11 @@ def squeue_states(job_ids: list[str]) -> dict[str, dict]:
 _NOTHING_YET = {"exit_code": None, "signal": 0, "elapsed_s": 0, "node": "", "reason": ""}
 
 
-def _looks(job_ids: list[str]) -> dict[str, dict]:
-    """One look: what sacct and squeue say now, combined by ``combine_looks``."""
-    return combine_looks(sacct_states(job_ids), squeue_states(job_ids), job_ids)
+def _looks(job_ids: list[str]) -> tuple[dict[str, dict], set[str]]:
+    """One look: what sacct and squeue say now, combined by ``combine_looks``, and the tasks squeue holds."""
+    accounted = sacct_states(job_ids)
+    queued = squeue_states(job_ids)
+    return combine_looks(accounted, queued, job_ids), set(queued)
 
 
 def combine_looks(accounted: dict[str, dict], queued: dict[str, dict], job_ids: list[str]) -> dict[str, dict]:
@@ -130,25 +132,30 @@ def combine_looks(accounted: dict[str, dict], queued: dict[str, dict], job_ids: 
     return view
 
 
-def _unconfirmed(view: dict[str, dict], job_ids: list[str]) -> list[str]:
-    return [j for j in job_ids if j not in view or view[j]["state"] in TRANSIENT_STATES]
+def unsettled_tasks(view: dict[str, dict], held: set[str], job_ids: list[str]) -> list[str]:
+    """Tasks whose state this look does not settle: unknown to both, in a state a requeue can follow, or in
+    flight by sacct's account while the controller no longer holds them (a task that started and ended
+    between the two commands: sacct's line was older than squeue's)."""
+    return [j for j in job_ids if j not in view or view[j]["state"] in TRANSIENT_STATES
+            or (view[j]["state"] in IN_FLIGHT_STATES and j not in held)]
 
 
 def confirmed_states(job_ids: list[str], confirm_delay_s: float = CONFIRM_DELAY_S,
                      sleep: Callable[[float], None] = time.sleep) -> dict[str, dict]:
     """Per task id the state Slurm confirms: ``{state, exit_code, signal, elapsed_s, node, reason}``.
 
-    A task in a transient state, or unknown to both sacct and squeue, gets a second look after
+    A task in a transient state, in flight by sacct's account but out of the queue, or unknown to both
+    sacct and squeue, gets a second look after
     ``confirm_delay_s``: the squeue state wins if the task came back (requeued); a task that is
     still transient and out of the queue is final; one still unknown to both is ``VANISHED``.
     """
     if not job_ids:
         return {}
-    view = _looks(job_ids)
-    doubtful = _unconfirmed(view, job_ids)
+    view, held = _looks(job_ids)
+    doubtful = unsettled_tasks(view, held, job_ids)
     if doubtful:
         sleep(confirm_delay_s)
-        second = _looks(doubtful)
+        second, _ = _looks(doubtful)
         for job_id in doubtful:
             if job_id in second:
                 view[job_id] = second[job_id]
