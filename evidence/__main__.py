@@ -30,7 +30,11 @@ def _parser(prog: str = "python -m evidence") -> argparse.ArgumentParser:
     build = sub.add_parser("build", help="validate a sweep and seal <sweep_dir>/bundle, bundle.tar.gz(.sha256)")
     build.add_argument("sweep_dir", type=Path)
     build.add_argument("--last-k", type=int, default=10, help="last-K window of the stability table (default 10)")
-    build.add_argument("--no-figures", action="store_true", help="skip the SVG figures")
+    drawn = build.add_mutually_exclusive_group()
+    drawn.add_argument("--no-figures", dest="figures", action="store_false", default=None,
+                       help="skip the figures (default: as the launcher was told, figures=true unless set false)")
+    drawn.add_argument("--figures", dest="figures", action="store_true",
+                       help="draw the figures, also for a sweep launched with figures=false")
     build.add_argument("--smallest-difference", type=float, metavar="POINTS",
                        help="the smallest difference of final eval pass@1 that matters, in points: the report's "
                             "allocation plans to detect it (default: the experiment's threshold, else 5)")
@@ -117,7 +121,7 @@ def _build(args) -> int:
 
     try:
         with reviewer_rewards(args.reward):
-            result = build_bundle(args.sweep_dir, last_k=args.last_k, figures=not args.no_figures,
+            result = build_bundle(args.sweep_dir, last_k=args.last_k, figures=args.figures,
                                   smallest_difference=args.smallest_difference)
     except RewardError as exc:
         return _fail(str(exc))

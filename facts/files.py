@@ -74,6 +74,10 @@ BUNDLE_RUNS_DIR = "runs"
 # The payload's own records and tables: the build's settings, one row per job, incidents, every step
 # record, every evaluation; derived tables under tables/, figures under figures/.
 EVIDENCE_SETTINGS = "evidence.json"
+# evidence.json's key naming the matplotlib version that drew the figures; absent: the bundle has none.
+FIGURES_DRAWN_BY = "figures_matplotlib"
+# sweep.json's field, false when the launcher was told figures=false: its seal draws no figures (absent: it does).
+FIGURES_FIELD = "figures"
 INDEX_TABLE = "index.csv"
 INCIDENTS_TABLE = "incidents.csv"
 STEPS_TABLE = "steps.csv"

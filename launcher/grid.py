@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from launcher.errors import GridError
 
 # Settings of the launcher itself: never passed on to the trainer, never part of an arm.
-LAUNCHER_KEYS = ("dry_run", "wait", "formal", "certify", "cluster", "license", "tracking")
+LAUNCHER_KEYS = ("dry_run", "wait", "formal", "certify", "cluster", "license", "figures", "tracking")
 SEED_KEY = "seed"
 ALGO_GROUP = "algo"
 TRAINER_GROUP = "trainer"  # which trainer ran is part of the label's base (``arm_bases``), never a suffix

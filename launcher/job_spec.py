@@ -20,7 +20,7 @@ from facts import TRAINER_OUTPUT_DIR, sweep_job_dir
 from facts.certify import CERTIFY_FIELD, RESUME, STOP_SETTING
 from facts.containers import CONTAINER_FIELD
 from facts.data_parallel_ranks import DEFAULT_RENDEZVOUS_TIMEOUT_S
-from facts.files import EXPERIMENT_DIGEST_FIELD, JOB_SPEC, STAGE_FIELD, certify_job_dir
+from facts.files import EXPERIMENT_DIGEST_FIELD, FIGURES_FIELD, JOB_SPEC, STAGE_FIELD, certify_job_dir
 from facts.license import DEFAULT_LICENSE, LICENSE_FIELD
 from facts.processes import DEFAULT_RESOURCE_SAMPLE_S
 from facts.sweep_plan import (
@@ -212,6 +212,7 @@ class Sweep:
     prompts: list[str] = field(default_factory=list)  # the dry run's lines of each task's first rendered prompts
     user_rewards: tuple[str, ...] = ()  # the arms' module:function rewards: the seal re-scores with them
     license: str = DEFAULT_LICENSE  # the bundle's license (license=, facts.license), recorded in sweep.json
+    figures: bool = True  # figures=false: the seal draws none (sweep.json records it, the build follows it)
     estimates: list[str] = field(default_factory=list)  # the dry run's lines of what a job needs and gets (launcher.job_sizing)
 
     def registered(self, digest: str, stage: str | None = None) -> Sweep:
@@ -266,6 +267,7 @@ class Sweep:
             "source_commit": self.source_commit,
             "cluster": OmegaConf.to_container(self.cluster, resolve=True),
             LICENSE_FIELD: self.license,
+            **({FIGURES_FIELD: False} if not self.figures else {}),
             **({EXPERIMENT_DIGEST_FIELD: self.experiment_sha256} if self.experiment_sha256 else {}),
             **({CERTIFY_FIELD: self.certify_record()} if self.certify else {}),
             **({STAGE_FIELD: self.stage} if self.stage else {}),

@@ -266,7 +266,8 @@ def plan_sweep(root_cfg: DictConfig, cells: list[list[str]], sweep_dir: Path, co
     return Sweep(sweep_dir, cluster, specs, bool(root_cfg.dry_run), bool(root_cfg.wait), formal, commit, n_updates,
                  eval_responses, workload, certify=certify, prompts=prompt_previews(tasks, labels),
                  user_rewards=tuple(sorted({t["reward"] for t in tasks.values() if is_user_reward(t["reward"])})),
-                 license=str(root_cfg.get("license") or DEFAULT_LICENSE), estimates=estimate_lines(sizes))
+                 license=str(root_cfg.get("license") or DEFAULT_LICENSE), estimates=estimate_lines(sizes),
+                 figures=bool(root_cfg.get("figures", True)))
 
 
 def estimate_lines(sizes: dict[str, list[str]]) -> list[str]:

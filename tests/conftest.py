@@ -59,6 +59,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # The throwaway clusters' tiny jobs are watched at close range: a waiting launcher looks 2 s after
 # submitting and then at most 4 s apart (conf/cluster/slurm.yaml's cluster.poll_interval_s; a site's 60).
 os.environ.setdefault("PROOFGRID_SLURM_POLL_INTERVAL_S", "4")
+# The suite's launches seal without figures (conf/config.yaml's figures, a few CPU seconds a seal and again in its
+# audit): the tests of figures draw them (figures=true, build_bundle(figures=True)), and the main 3 x 3 sweep too.
+os.environ.setdefault("PROOFGRID_FIGURES", "false")
 
 
 def _cluster_env(state_dir: Path) -> dict[str, str]:

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 ARMS = ("grpo", "rpp")
 SWEEP = ("algo=grpo,rpp", "seed=5", "workload.n_updates=2", "workload.checkpoint_every=2", "workload.eval.n_prompts=4",
-         "workload.eval.k=2", "workload.eval.every=1", "cluster.resource_sample_s=0.5")
+         "workload.eval.k=2", "workload.eval.every=1", "cluster.resource_sample_s=0.5", "figures=true")
 GIB = 2**30
 
 

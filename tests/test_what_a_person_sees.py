@@ -87,13 +87,20 @@ def test_the_incident_table_names_the_trainer_exception(failed_sweep):
     assert "non-finite gradient norm" in (sweep_dir / "bundle" / "data" / "report.md").read_text()
 
 
-def test_eval_pass_at_k_reaches_the_trainer_log_and_tensorboard(tmp_path):
+@pytest.fixture(scope="module")
+def one_job(tmp_path_factory):
+    """One short job, sealed without figures (``figures=false``, said here whatever the suite's default)."""
+    sweep_dir = tmp_path_factory.mktemp("ux") / "ok"
+    proc = launch(sweep_dir, "algo=grpo", "seed=3", "workload.n_updates=1", "workload.eval.n_prompts=8",
+                  "workload.eval.k=2", "figures=false", env=ENV)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return sweep_dir, proc
+
+
+def test_eval_pass_at_k_reaches_the_trainer_log_and_tensorboard(one_job):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    sweep_dir = tmp_path / "ok"
-    proc = launch(sweep_dir, "algo=grpo", "seed=3", "workload.n_updates=1", "workload.eval.n_prompts=8",
-                  "workload.eval.k=2", env=ENV)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    sweep_dir, proc = one_job
     job = sweep_dir / "jobs" / "grpo-3"
     evaluation = json.loads((job / "run" / "eval.json").read_text())
     log_line = next(line for line in (job / "trainer.log").read_text().splitlines() if "eval final" in line)
@@ -109,6 +116,25 @@ def test_eval_pass_at_k_reaches_the_trainer_log_and_tensorboard(tmp_path):
     assert tags["eval/pass@2"] == [(0, pytest.approx(evaluation["initial"]["pass@2"])),
                                    (1, pytest.approx(evaluation["final"]["pass@2"]))]
     assert "grpo-3: finished" in proc.stdout
+
+
+def test_a_sweep_sealed_without_figures_says_so_and_a_later_build_draws_them(one_job):
+    sweep_dir, proc = one_job
+    data = sweep_dir / "bundle" / "data"
+    assert json.loads((sweep_dir / "sweep.json").read_text())["figures"] is False
+    assert "audit: clean" in proc.stdout and not (data / "figures").exists()
+    report = (data / "report.md").read_text()
+    assert "](figures/" not in report and "- `figures/*.svg`" not in report
+    assert ("No figure *Raw reward per step*: the bundle was built without figures (`figures=false` at launch, or "
+            "`python -m evidence build --no-figures`; `python -m evidence build --figures <sweep>` draws them).") in report
+    drawn = subprocess.run([sys.executable, "-m", "evidence", "build", "--figures", str(sweep_dir)], cwd=REPO,
+                           capture_output=True, text=True)
+    assert drawn.returncode == 0, drawn.stderr[-2000:]
+    assert {p.name for p in (data / "figures").iterdir()} >= {"reward.svg", "reward.png", "eval_passk.svg"}
+    assert "![Raw reward per step](figures/reward.svg)" in (data / "report.md").read_text()
+    audit = subprocess.run([sys.executable, "-m", "evidence", "audit", str(sweep_dir / "bundle.tar.gz")], cwd=REPO,
+                           capture_output=True, text=True)
+    assert audit.returncode == 0, audit.stdout[-2000:] + audit.stderr[-2000:]
 
 
 def _metrics(job_dir: Path, rewards: list[float]) -> None:

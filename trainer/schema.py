@@ -250,6 +250,7 @@ class RunSchema:
     formal: bool = setting(False)
     certify: bool = setting(False)  # launcher: per arm, a rerun and a stop-and-resume job certify reproducibility
     license: str = setting(DEFAULT_LICENSE, pattern=SPDX_ID)  # launcher: the bundle's license (facts.license)
+    figures: bool = setting(True)  # launcher: the seal draws the report's figures (sweep.json records false)
     tracking: TrackingSchema = field(default_factory=TrackingSchema)
 
 

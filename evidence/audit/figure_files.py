@@ -15,13 +15,14 @@ from evidence.problems import Problem
 from evidence.report.figures import FIGURE_FORMATS, render_figures
 from evidence.report.png import SUFFIX as PNG_SUFFIX
 from evidence.report.png import problem as png_problem
-from evidence.seal.bundle import FIGURES_DRAWN_BY, figures_library_version, private_tool_dirs
+from evidence.seal.bundle import figures_library_version, private_tool_dirs
 from facts.files import (
     BUNDLE_PAYLOAD,
     BUNDLE_RUNS_DIR,
     EVAL_TABLE,
     EVIDENCE_SETTINGS,
     FIGURES_DIR,
+    FIGURES_DRAWN_BY,
     INCIDENTS_TABLE,
     INDEX_TABLE,
     JOB_RECORD,

@@ -40,6 +40,7 @@ from facts.files import (
     BUNDLE_RUNS_DIR,
     EVAL_TABLE,
     FIGURES_DIR,
+    FIGURES_DRAWN_BY,
     INCIDENTS_TABLE,
     INDEX_TABLE,
     RESOURCE_SAMPLES,
@@ -65,9 +66,20 @@ BUNDLE_FILES = (
 )
 
 
+NOT_DRAWN_NOTE = ("the bundle was built without figures (`figures=false` at launch, or `python -m evidence build "
+                  "--no-figures`; `python -m evidence build --figures <sweep>` draws them)")
+
+
+def drawn(data: BundleData) -> bool:
+    """Whether the build drew the figures (``evidence.json`` names the matplotlib that drew them)."""
+    return FIGURES_DRAWN_BY in data.settings
+
+
 def _figure(data: BundleData, name: str) -> str:
-    """The figure's link, or why it is left out of the bundle (nothing to draw)."""
+    """The figure's link, or why it is left out of the bundle (nothing to draw, or no figures drawn at all)."""
     title, _ = FIGURES[name]
+    if not drawn(data):
+        return f"No figure *{title}*: {NOT_DRAWN_NOTE}.\n"
     why = left_out(data, name)
     if why is not None:
         return f"No figure *{title}*: nothing to draw ({why}).\n"
@@ -230,6 +242,8 @@ def _bundle_files(data: BundleData) -> list[str]:
     verdict = ((VERDICT_FILE, "the verdict and every number it used; the audit recomputes it from the CSVs and the spec"),)
     files = BUNDLE_FILES if data.experiment is None else BUNDLE_FILES + spec + (
         () if earlier_stage(data.sweep) else verdict)
+    if not drawn(data):
+        files = tuple(f for f in files if not f[0].startswith(FIGURES_DIR))
     return [f"- `{path}`: {what}" for path, what in files]
 
 
@@ -345,7 +359,8 @@ def _resources(data: BundleData, tables: dict[str, Table]) -> str:
         "Per run:\n",
         tables["resource_peaks_per_run"].markdown(),
         f"GPU samples: {'; '.join(gpus) if gpus else 'not recorded'}.\n",
-        f"![{RESOURCE_TITLE}](figures/{RESOURCE_FIGURE}.svg)\n"])
+        f"![{RESOURCE_TITLE}](figures/{RESOURCE_FIGURE}.svg)\n" if drawn(data)
+        else f"No figure *{RESOURCE_TITLE}*: {NOT_DRAWN_NOTE}.\n"])
 
 
 def _finals(data: BundleData) -> list[dict]:

@@ -102,6 +102,8 @@ from facts.files import (
     EVAL_SUBSET,
     EVAL_TABLE,
     FIGURES_DIR,
+    FIGURES_DRAWN_BY,
+    FIGURES_FIELD,
     INCIDENTS_TABLE,
     INDEX_TABLE,
     INITIAL_EVAL_COMPUTED,
@@ -572,8 +574,6 @@ def refuse_jobs_in_flight(sweep_dir: Path) -> None:
             )
 
 
-# evidence.json's key naming the matplotlib version that drew the figures.
-FIGURES_DRAWN_BY = "figures_matplotlib"
 
 
 def figures_library_version() -> str:
@@ -594,10 +594,11 @@ def private_tool_dirs():
         yield Path(tmp)
 
 
-def build_bundle(sweep_dir: str | Path, last_k: int = DEFAULT_LAST_K, figures: bool = True,
+def build_bundle(sweep_dir: str | Path, last_k: int = DEFAULT_LAST_K, figures: bool | None = None,
                  smallest_difference: float | None = None) -> BuildResult:
     """Validate a sweep and seal ``<sweep_dir>/bundle/``, ``bundle.tar.gz`` and its ``.sha256``, holding the
-    sweep's lock (``facts.locks``) throughout.
+    sweep's lock (``facts.locks``) throughout. ``figures``: draw the figures (None: as the launcher was told,
+    ``figures=`` recorded in ``sweep.json``; drawn unless it said false).
 
     Raises ``SweepError`` / ``IncidentsFileError`` for an unreadable sweep, ``LeakError`` when the
     staged bag still contains a path, name or secret (nothing is sealed then), ``LockHeld`` when another
@@ -607,6 +608,8 @@ def build_bundle(sweep_dir: str | Path, last_k: int = DEFAULT_LAST_K, figures: b
     sweep = read_sweep(sweep_dir)
     if last_k < 1:
         raise ValueError("last_k must be at least 1")
+    if figures is None:
+        figures = sweep.record.get(FIGURES_FIELD) is not False
     with sweep_lock(sweep_dir, BUILD):  # one writer of the sweep's evidence at a time (the launcher's seal too)
         return _build_locked(sweep, last_k, figures, smallest_difference)
 

@@ -17,7 +17,7 @@ from tests.sweeps import GRID, index_rows, job_records, launch
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
     sweep_dir = tmp_path_factory.mktemp("sweep") / "main"
-    proc = launch(sweep_dir, *GRID, env={"PROOFGRID_PORT_BASE": "23000"})
+    proc = launch(sweep_dir, *GRID, "figures=true", env={"PROOFGRID_PORT_BASE": "23000"})  # make run's seal, figures too
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return sweep_dir, proc
 
@@ -119,7 +119,7 @@ def test_rerunning_the_sweep_resubmits_nothing_and_reseals_the_same_bundle(sweep
     sweep_dir, _ = sweep
     before = (sweep_dir / "bundle.tar.gz.sha256").read_text()
     mtimes = {n: (sweep_dir / "jobs" / n / "job.json").stat().st_mtime for n in job_records(sweep_dir)}
-    proc = launch_in_process(sweep_dir, *GRID)  # it starts no process: launch.py's own code, in this one
+    proc = launch_in_process(sweep_dir, *GRID, "figures=true")  # it starts no process: launch.py's own code, in this one
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "9 job(s) already accepted" in proc.stdout
     assert {n: (sweep_dir / "jobs" / n / "job.json").stat().st_mtime for n in job_records(sweep_dir)} == mtimes

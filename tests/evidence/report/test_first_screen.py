@@ -10,8 +10,8 @@ from evidence.seal.bundle import build_bundle
 from evidence.tables import fmt, fmt_interval, fmt_signed
 
 
-def test_the_report_leads_with_the_arms_the_eval_table_and_figure(clean_build):
-    _, result = clean_build
+def test_the_report_leads_with_the_arms_the_eval_table_and_figure(clean_build_with_figures, clean_build):
+    _, result = clean_build_with_figures
     lines = (result.bundle_dir / "data" / "report.md").read_text().splitlines()
     first_screen = lines[: lines.index("## Scope and evidence boundary")]
     assert first_screen[4] == "## At a glance"  # after the title and the headline sentence
@@ -20,6 +20,10 @@ def test_the_report_leads_with_the_arms_the_eval_table_and_figure(clean_build):
     assert any(ln.startswith("| GRPO | final − initial |") for ln in first_screen)
     assert "![Eval pass@k: final checkpoints against the initial-checkpoint control](figures/eval_passk.svg)" in first_screen
     assert len(first_screen) < 40
+    _, without = clean_build  # built without figures: the place of the figure says so
+    report = (without.bundle_dir / "data" / "report.md").read_text()
+    assert "No figure *Eval pass@k: final checkpoints against the initial-checkpoint control*: the bundle was built " \
+           "without figures" in report.split("## Scope and evidence boundary")[0]
 
 
 def test_arms_are_told_apart_by_the_settings_that_vary_only(tmp_path):
