@@ -188,6 +188,25 @@ def shortfalls(design: PairedDesign, level: float) -> tuple[Shortfall, ...]:
     return tuple(s for s in found if s is not None)
 
 
+def unpaired_shortfalls(a: Sequence[float], b: Sequence[float]) -> tuple[Shortfall, ...]:
+    """Rule: an unpaired (Welch) interval of two arms run on different seeds needs ``MIN_INFERENCE_SEEDS`` seeds in
+    each arm (its degrees of freedom rest on the smaller: two seeds give one, and an SD from one difference), and
+    values that do not all tie (both arms' SDs zero up to rounding: the standard error is 0 and the interval a
+    point, whatever the evaluation's noise). What ``too_few_seeds`` and ``tied_evaluations`` say of a paired
+    design, said of each arm."""
+    found = []
+    fewest = min(len(a), len(b))
+    if fewest < MIN_INFERENCE_SEEDS:
+        side = "A" if len(a) == fewest else "B"
+        found.append(Shortfall("too-few-seeds", f"{side} has {fewest} seed{'s' if fewest != 1 else ''}",
+                               f"≥ {MIN_INFERENCE_SEEDS} seeds in each"))
+    sds = [descriptive.sample_sd(list(values)) for values in (a, b)]
+    scale = max(1.0, *(abs(v) for v in (*a, *b)))
+    if all(sd is not None and sd <= ROUNDING * scale for sd in sds):
+        found.append(Shortfall("tied-evaluations", "tied values in both arms", "more evaluation prompts"))
+    return tuple(found)
+
+
 def family_p_value(design: PairedDesign, level: float) -> float:
     """Rule: what a pair brings to a Holm family: its paired t p-value (``family.paired_t_p_value``) when the
     design supports a claim, else 1.

@@ -285,10 +285,11 @@ def compare_arm(measure: Measure, arm: str, a: BundleData, b: BundleData) -> dic
         welch = descriptive.welch_difference([scale * v for v in values_a.values()],
                                        [scale * v for v in values_b.values()], a.ci_level)
         row.update(pairing="unpaired", diff_mean=welch.mean)
-        if welch.interval:
+        found = claims.unpaired_shortfalls(list(values_a.values()), list(values_b.values()))
+        if welch.interval and not found:
             row["ci_low"], row["ci_high"] = welch.interval
-        notes.append(f"seeds differ (A {', '.join(map(str, values_a))}; B {', '.join(map(str, values_b))}): "
-                     f"unpaired, Welch interval" + ("" if welch.interval else ", none with n<2"))
+        seeds = f"seeds differ (A {', '.join(map(str, values_a))}; B {', '.join(map(str, values_b))}): unpaired"
+        notes.append(f"{seeds}; {claims.missing_sentence(found)}" if found else f"{seeds}, Welch interval")
     if sign_change(sum_a.mean, sum_b.mean):
         notes.append("A and B differ in sign: no B/A or %; read B − A")
     row["note"] = "; ".join(notes)
@@ -419,8 +420,9 @@ LEGEND = ("B/A: ratio of the across-seed means, shown when both are positive. Ch
           f"two-sided paired t-test at α = 1 − the interval's level detects with {MDE_POWER * 100:g} % power "
           "(noncentral t, from the differences' SD and n), and the bootstrap interval, resampling the seeds with "
           f"their pairs ({BOOTSTRAP_RESAMPLES} resamples, {BOOTSTRAP_METHOD}, seed {BOOTSTRAP_SEED}), in B − A's units. "
-          "None of the three from fewer than 3 paired seeds or tied differences (the report's claims rules): the "
-          "row's note says what is missing.")
+          "None of the three from fewer than 3 paired seeds or tied differences, and no Welch interval from fewer "
+          "than 3 seeds in an arm or values tied in both (the report's claims rules): the row's note says what is "
+          "missing.")
 LEGEND_MANY = ("Each input after the first: mean ± SD (n), then its difference from the first input (in points "
                "for rates) and the change (B − A) / |A| in %, shown when both have the same sign.")
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from benchmarks.synthetic_sweep import WORKLOAD, make_sweep
+from benchmarks.synthetic_sweep import WORKLOAD, make_sweep, write_eval
 from evidence import build_bundle
 from evidence.tools.compare import CompareError, compare_paths
 from facts.repo import REPO_ROOT
@@ -120,16 +120,16 @@ def test_compare_reads_bundle_archives_and_directories_like_the_sweeps(tmp_path)
 
 
 def test_different_seeds_compare_unpaired_with_a_welch_interval_and_a_note(tmp_path):
-    a, b = before_after(tmp_path, seeds_b=(4, 5))
+    a, b = before_after(tmp_path, seeds_b=(4, 5, 6))
     result = cli(a, b, "--csv", tmp_path / "cmp.csv")
     assert result.returncode == 0, result.stderr
     row = csv_rows(tmp_path / "cmp.csv")[("eval/pass@1", "grpo")]
-    assert row["pairing"] == "unpaired" and "seeds differ (A 1, 2, 3; B 4, 5)" in row["note"]
-    group_a, group_b = [40.0, 50.0, 45.0], [40.0, 50.0]  # points
-    ma, mb = sum(group_a) / 3, sum(group_b) / 2
+    assert row["pairing"] == "unpaired" and "seeds differ (A 1, 2, 3; B 4, 5, 6)" in row["note"]
+    group_a, group_b = [40.0, 50.0, 45.0], [40.0, 50.0, 50.0]  # points
+    ma, mb = sum(group_a) / 3, sum(group_b) / 3
     va = sum((x - ma) ** 2 for x in group_a) / 2 / 3
-    vb = sum((x - mb) ** 2 for x in group_b) / 1 / 2
-    df = (va + vb) ** 2 / (va**2 / 2 + vb**2 / 1)
+    vb = sum((x - mb) ** 2 for x in group_b) / 2 / 3
+    df = (va + vb) ** 2 / (va**2 / 2 + vb**2 / 2)
     half = scipy_stats.t.ppf(0.975, df) * math.sqrt(va + vb)
     assert math.isclose(float(row["diff_mean"]), mb - ma, abs_tol=1e-12)
     assert math.isclose(float(row["ci_low"]), mb - ma - half, rel_tol=1e-9)
@@ -216,11 +216,11 @@ def test_negative_and_sign_crossing_means_have_no_ratio_and_a_change_that_reads_
 
 
 def test_the_unpaired_note_is_said_once_under_the_table(tmp_path):
-    a, b = before_after(tmp_path, seeds_b=(4, 5))
+    a, b = before_after(tmp_path, seeds_b=(4, 5, 6))
     result = cli(a, b)
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("seeds differ") == 1
-    assert "[1] seeds differ (A 1, 2, 3; B 4, 5): unpaired, Welch interval" in result.stdout.splitlines()
+    assert "[1] seeds differ (A 1, 2, 3; B 4, 5, 6): unpaired, Welch interval" in result.stdout.splitlines()
     pairings = [cells[10] for cells in (table_line(result.stdout, m, arm)
                                        for m in ("train/grad_norm", "eval/pass@1") for arm in ("grpo", "rpp"))]
     assert pairings == ["unpaired [1]"] * 4
@@ -492,6 +492,24 @@ def test_compare_gives_the_mde_and_the_paired_bootstrap_interval_beside_the_t_in
     assert "| MDE (80% power) | Bootstrap 95% interval | Pairing |" in result.stdout
     assert any("(9999 resamples, percentile, seed 22), in B − A's units." in line
                for line in result.stdout.splitlines())
+
+
+TIED = {(side, seed): 0.5 for side, seeds in (("before", (1, 2, 3)), ("after", (4, 5, 6))) for seed in seeds}
+
+
+@pytest.mark.parametrize(("seeds_b", "pass1", "said"), [
+    ((4, 5), {}, "B has 2 seeds: no interval; run ≥ 3 seeds in each"),  # a Welch df of about 1
+    ((4, 5, 6), TIED, "tied values in both arms: no interval; run more evaluation prompts"),  # se 0: a point
+])
+def test_an_unpaired_interval_the_claims_rules_refuse_is_withheld_and_the_note_says_why(tmp_path, seeds_b, pass1, said):
+    a, b = before_after(tmp_path, seeds_b=seeds_b)
+    for (side, seed), value in pass1.items():  # every grpo evaluation of both sides at 0.5
+        run = tmp_path / side / "jobs" / f"grpo-{seed}" / "run"
+        write_eval(run, json.loads((run / "eval.json").read_text())["final"]["checkpoint"], value)
+    compare_paths(a, b, csv_path=tmp_path / "cmp.csv")
+    row = csv_rows(tmp_path / "cmp.csv")[("eval/pass@1", "grpo")]
+    assert row["pairing"] == "unpaired" and row["ci_low"] == row["ci_high"] == ""
+    assert row["note"].endswith(f"): unpaired; {said}"), row["note"]
 
 
 def test_an_unpaired_comparison_has_no_mde_or_bootstrap_interval(tmp_path):
