@@ -16,27 +16,22 @@ from __future__ import annotations
 from pathlib import Path
 
 from evidence.audit.evaluations import bundled_evaluation, final_checkpoint_of
+from evidence.audit.runs import bundled_records
 from evidence.dataset import BundleData
-from evidence.evaluation.judge import EVAL_KINDS, judge_evaluation
+from evidence.evaluation.judge import EVAL_KINDS
 from evidence.fileio import JSONError, read_csv, read_json
-from evidence.gates.artifacts import EVIDENCE_LINK, check_cleanup, check_run_summary
-from evidence.gates.ledger import check_ledger
-from evidence.gates.metrics_log import validate_metrics
+from evidence.gates.artifacts import EVIDENCE_LINK
+from evidence.gates.record_judge import REJECTED, bundle_view, judge_records
 from evidence.problems import Problem
 from facts import checkpoint_name
 from facts.files import (
     BUNDLE_RUNS_DIR,
     CHECKPOINTS_DIR,
     COMMAND_PUBLIC_RECORD,
-    DATA_LEDGER,
     EVAL_RECORD,
     INDEX_TABLE,
-    JOB_RECORD,
     METRICS_LOG,
-    RUN_OUTPUTS_FIELD,
     RUN_RECORD,
-    TENSORBOARD_DIR,
-    TENSORBOARD_EVENTS,
     WEIGHTS_FILE,
     payload_relpath,
     run_relpath,
@@ -51,36 +46,22 @@ def _still_rejected(data_dir: Path, data: BundleData, row: dict, majority: tuple
     failing on one present is shown); a missing one of those, artifacts.csv's listing (the checkpoints and
     TensorBoard files are never carried) and a link (never followed) are not."""
     job, algo, seed, n = row["job"], row["algo"], int(row["seed"]), data.n_updates
-    run = data_dir / BUNDLE_RUNS_DIR / job
     if _link_incident(data, job):
         return [], [EVIDENCE_LINK]  # a link the bundle cannot show (it never carries one): the incident names the file
-    shown, unshown = [], []
-
-    def failed(gate: str, *files: str) -> None:
-        (shown if all((run / name).is_file() for name in files) else unshown).append(gate)
-
-    log = validate_metrics(run / METRICS_LOG, algo, n)
-    if log.violations or log.valid_steps != n:
-        failed("metrics", METRICS_LOG)
-    run_summary, run_failures = check_run_summary(run, algo, seed, n)
-    if run_failures:
-        failed("run", RUN_RECORD)
-    if isinstance(run_summary, dict) and check_ledger(run, run_summary, log.records):  # the rows it consumed, its steps
-        failed("ledger", DATA_LEDGER)
-    record, summary, command = (_read_record(run, name, unshown) for name in (JOB_RECORD, EVAL_RECORD,
-                                                                              COMMAND_PUBLIC_RECORD))
-    unshown += _launcher_records(row, record, command)
+    records = bundled_records(data_dir, job, algo, seed, n, REJECTED, arm=row.get("arm") or algo, artifacts=artifacts,
+                              build_reason=row.get("reason", ""), eval_go_past=UNSHOWN_GATES,
+                              evaluation=lambda r, summary: bundled_evaluation(
+                                  data_dir, job, summary, r.run_summary, _argv(r), final_checkpoint_of(r.run_summary, n),
+                                  shared_checks))
+    failures = judge_records(records)
+    shown, unshown = bundle_view(records, failures)
+    summary = records.eval_summary
     entries = [summary.get(kind) if isinstance(summary, dict) else None for kind in EVAL_KINDS]
-    if summary is not _UNREAD:  # its gate is said above
-        _judge_evaluation(data_dir, job, summary, run_summary, command, n, shared_checks, shown, unshown)
-        if "eval-checkpoint" not in shown and all(isinstance(e, dict) for e in entries) and majority is not None \
-                and _identity(entries[1]) != majority:  # the sweep's rule: the majority's frozen subset
-            shown.append("eval-subset")
-    if (job, run_relpath(CHECKPOINTS_DIR, checkpoint_name(n), WEIGHTS_FILE)) not in artifacts:
-        unshown.append("checkpoint")
-    if not any(j == job and p.startswith(run_relpath(TENSORBOARD_DIR, TENSORBOARD_EVENTS.rstrip("*"))) for j, p in artifacts):
-        unshown.append("tensorboard")
-    completed = _completion_claims(log, run_summary, entries[1], artifacts, job, n)
+    if "eval-checkpoint" not in shown and all(isinstance(e, dict) for e in entries) and majority is not None \
+            and _identity(entries[1]) != majority:  # the sweep's rule: the majority's frozen subset
+        shown.append("eval-subset")
+    log = records.metrics
+    completed = _completion_claims(log, records.run_summary, entries[1], artifacts, job, n)
     clean_but_short = "metrics" not in shown or log.valid_steps == len(log.records)  # a bad value is no short run
     if shown and set(shown) <= STEP_GATES and completed and clean_but_short:
         # a run cut short in one record and complete in another: which one was edited, the bundle cannot say
@@ -88,57 +69,13 @@ def _still_rejected(data_dir: Path, data: BundleData, row: dict, majority: tuple
     return shown, unshown
 
 
-def _launcher_records(row: dict, record, command) -> list[str]:
-    """The gates of the launcher's records (job.json, command.public.json) that fail, each one the bundle cannot
-    show: a malformed record, the launcher's leftovers and the runtime's digests of the job's files (nothing
-    carried re-checks them), job.json naming another algorithm or seed (which record was edited?)."""
-    job, algo, seed = row["job"], row["algo"], int(row["seed"])
-    unshown = []
-    if record is not _UNREAD:
-        if not isinstance(record, dict):
-            unshown.append("job")  # a malformed launcher record (the launcher writes an object): not a failed run
-        else:
-            if check_cleanup(record):
-                unshown.append("cleanup")  # the launcher's record of what outlived the job: nothing carried re-checks it
-            if RUN_OUTPUTS_FIELD in row.get("reason", ""):  # the runtime's digests of the job's own files (the bundle
-                unshown.append("outputs")  # carries them sanitised): the build's finding stands as it states it
-            recorded = (record.get("algo"), record.get("seed"))
-            if recorded != (algo, seed):  # never a failed run: which record was edited, the bundle cannot say
-                unshown.append(f"job ({JOB_RECORD} records {recorded[0]}-{recorded[1]} while {INDEX_TABLE} and "
-                               f"runs/{job}/ say {algo}-{seed})")
-    if command is not _UNREAD and (not isinstance(command, dict) or not isinstance(command.get("argv"), list)):
-        unshown.append("command")  # a malformed command record (the launcher writes an argv list): not a failed run
-    return unshown
-
-
-def _judge_evaluation(data_dir: Path, job: str, summary, run_summary, command, n: int, shared_checks: dict,
-                      shown: list[str], unshown: list[str]) -> None:
-    """The job's bundled evaluation judged by the build's table of gates (``evidence.evaluation.judge``): each gate
-    that fails appended to ``shown`` when every file its problems name is carried, else to ``unshown``, as is
-    ``UNSHOWN_GATES``' (judged past: what requires it is still judged)."""
-    argv = command.get("argv") if isinstance(command, dict) else None
-    evaluation = bundled_evaluation(data_dir, job, summary, run_summary, argv, final_checkpoint_of(run_summary, n),
-                                    shared_checks)
-    for failure in judge_evaluation(evaluation, go_past=UNSHOWN_GATES):
-        carried = failure.gate not in UNSHOWN_GATES and all((data_dir.parent / p.file).is_file()
-                                                             for p in failure.problems)
-        said = shown if carried else unshown
-        if failure.gate not in said:
-            said.append(failure.gate)
-
-
-_UNREAD = object()  # a record _read_record could not read
-
-
-def _read_record(run: Path, name: str, unshown: list[str]):
-    """The JSON record ``name`` of the run, or ``_UNREAD`` with the gate said in ``unshown``: a record missing
-    from the bundle, or one that does not parse (the trainer and the launcher write whole JSON objects, so a
-    damaged file and an edited one look alike: the bundle cannot tell a failed run from either)."""
+def _argv(records):
+    """command.public.json's argv, what the evaluation's setting is judged against (None: it has none)."""
     try:
-        return read_json(run / name)
+        command = read_json(records.job_dir / COMMAND_PUBLIC_RECORD)
     except JSONError:
-        unshown.append(f"{name} unreadable" if (run / name).is_file() else f"{name} missing")
-        return _UNREAD
+        return None
+    return command.get("argv") if isinstance(command, dict) else None
 
 
 # the gates a run cut short fails; each of its records says how far it got

@@ -5,7 +5,6 @@ and every rejection has its record in ``incidents.csv``."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -13,29 +12,23 @@ from evidence.dataset import EVAL_COLUMNS, EVAL_ID_COLUMNS, BundleData
 from evidence.evaluation.shared import shared_initial_dir
 from evidence.fileio import JSONError, read_csv, read_json
 from evidence.gates.incidents import OPEN, history_incidents, load_user_incidents
-from evidence.gates.ledger import check_ledger
-from evidence.gates.metrics_log import validate_metrics
-from evidence.gates.ranks import check_ranks
+from evidence.gates.record_judge import ACCEPTED, JobRecords, judge_records
 from evidence.problems import IncidentsFileError, Problem, capped
 from facts import EVAL_RECORD, INITIAL_EVAL_DIR
-from facts.data_parallel_ranks import RANK_LOGS_FIELD
 from facts.files import (
     BUNDLE_RUNS_DIR,
     EVAL_TABLE,
     INCIDENTS_FILE,
     INCIDENTS_TABLE,
     INDEX_TABLE,
-    JOB_RECORD,
     LOGS_DIR,
     METRICS_LOG,
-    RUN_RECORD,
     STEPS_TABLE,
     TRAINER_LOG,
     bundle_run_dir,
     bundle_run_relpath,
     payload_relpath,
 )
-from facts.ledger_format import LEDGER_FIELD
 from facts.metrics import parse_eval_line
 
 
@@ -59,11 +52,24 @@ def _stray_rows(data_dir: Path, data: BundleData) -> list[Problem]:
     return problems
 
 
-def _check_metrics(data_dir: Path, data: BundleData, arm: str, seed: int) -> list[Problem]:
-    """The run's metrics log re-validates, and steps.csv holds exactly its records."""
+def bundled_records(data_dir: Path, job: str, algo: str, seed: int, n_updates: int, caller: str, **more) -> JobRecords:
+    """A bundled job's records as the judge of a job's records reads them (``evidence.gates.record_judge``), from
+    its copy ``runs/<job>/`` (job.json and the run's files side by side): findings name them relative to the bag
+    (``data/runs/<job>/...``); the checkpoint and TensorBoard files are not carried (artifacts.csv lists them)."""
+    run = bundle_run_dir(data_dir, job)
+    return JobRecords(caller=caller, algo=algo, seed=seed, n_updates=n_updates, job_dir=run, run_dir=run,
+                      run_prefix=bundle_run_relpath(job, ""), root=data_dir.parent, job=job,
+                      artifacts=more.pop("artifacts", set()), **more)
+
+
+def _check_records(data_dir: Path, data: BundleData, arm: str, seed: int) -> list[Problem]:
+    """The run's records judged again by the gates of ``evidence.gates.record_judge.RECORD_GATES`` the audit of an
+    accepted job re-runs (the metrics log re-validates, the ledger, the ranks), and steps.csv holds exactly its
+    metrics log's records (the log's violations capped, as every finding of one file)."""
     job = f"{arm}-{seed}"
-    rel = bundle_run_relpath(job, METRICS_LOG)
-    log = validate_metrics(data_dir / BUNDLE_RUNS_DIR / job / METRICS_LOG, data.arm_algo(arm), data.n_updates, name=rel)
+    records = bundled_records(data_dir, job, data.arm_algo(arm), seed, data.n_updates, ACCEPTED, arm=arm)
+    failures = judge_records(records)
+    log, rel = records.metrics, bundle_run_relpath(job, METRICS_LOG)
     csv_records = {r["step"]: r for r in data.steps.get((arm, seed), [])}
     mismatches = []
     if len(csv_records) != len(log.records):
@@ -73,53 +79,9 @@ def _check_metrics(data_dir: Path, data: BundleData, arm: str, seed: int) -> lis
         keys = set(record) | {k for k, v in (row or {}).items() if v is not None}
         if row is None or any(not _close(record.get(k), row.get(k)) for k in keys - {"step"}):
             mismatches.append(Problem(payload_relpath(STEPS_TABLE), f"{job} step {record['step']} differs from {rel}"))
-    return capped([v.problem() for v in log.violations]) + capped(mismatches)
-
-
-def _check_ranks(data_dir: Path, arm: str, seed: int) -> list[Problem]:
-    """Every rank of the run reported every step and agrees with its metrics log (``evidence.gates.ranks``)."""
-    job = f"{arm}-{seed}"
-    run = bundle_run_dir(data_dir, job)
-    try:
-        summary = read_json(run / RUN_RECORD)
-        if not isinstance(summary, dict) or RANK_LOGS_FIELD not in summary:
-            return []  # a run of one rank (the common case: nothing more is read)
-        record = read_json(run / JOB_RECORD)
-    except JSONError:
-        return []  # the run's own checks report an unreadable record
-    if not isinstance(record, dict):
-        return []
-    records = [parse for parse in (_parsed(line) for line in _lines(run / METRICS_LOG)) if parse is not None]
-    return check_ranks(run, summary, records, record, prefix=bundle_run_relpath(job, ""))
-
-
-def _check_ledger(data_dir: Path, arm: str, seed: int) -> list[Problem]:
-    """The run consumed exactly its planned rows, in order, and its metrics log is its trainer's (``evidence.gates.ledger``)."""
-    job = f"{arm}-{seed}"
-    run = bundle_run_dir(data_dir, job)
-    try:
-        summary = read_json(run / RUN_RECORD)
-    except JSONError:
-        return []  # the run's own checks report an unreadable record
-    if not isinstance(summary, dict) or LEDGER_FIELD not in summary:
-        return []
-    records = [parse for parse in (_parsed(line) for line in _lines(run / METRICS_LOG)) if parse is not None]
-    return check_ledger(run, summary, records, prefix=bundle_run_relpath(job, ""))
-
-
-def _lines(path: Path) -> list[str]:
-    try:
-        return path.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return []
-
-
-def _parsed(line: str) -> dict | None:
-    try:
-        value = json.loads(line)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+    metrics = [f for f in failures if f.gate == "metrics"]
+    return (capped(list(metrics[0].problems) if metrics else []) + capped(mismatches)
+            + [p for f in failures if f.gate != "metrics" for p in f.problems])
 
 
 def _check_eval(data_dir: Path, data: BundleData, arm: str, seed: int, referenced: set[str]) -> list[Problem]:
@@ -261,9 +223,7 @@ def check_runs(data_dir: Path, data: BundleData) -> list[Problem]:
     referenced: set[str] = set()  # the shared initial evaluations a bundled run references
     problems = _stray_rows(data_dir, data)
     for arm, seed in data.accepted:
-        problems += _check_metrics(data_dir, data, arm, seed)
-        problems += _check_ranks(data_dir, arm, seed)
-        problems += _check_ledger(data_dir, arm, seed)
+        problems += _check_records(data_dir, data, arm, seed)
         problems += _check_eval(data_dir, data, arm, seed, referenced)
         problems += _check_eval_line(data_dir, arm, seed)
     problems += _stray_initial_evals(data_dir, referenced)

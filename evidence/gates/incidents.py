@@ -24,7 +24,7 @@ Automatic kinds: ``missing-job``, ``rejected``, ``all-zero-eval-reward``, ``evid
 is not a regular one, in the job's evidence: never followed, so the job is rejected naming it), ``manual-exclusion``,
 ``scheduler-state``, ``commit-mismatch``, ``all-zero-train-reward``, ``not-reproduced`` (a certificate job of
 ``certify=true`` that does not reproduce its original), ``identical-groups`` (steps whose share of rollout groups
-with K identical responses passed ``facts.engines.IDENTICAL_GROUPS_BOUND``: ``evidence.gates.index.rollout_diversity``);
+with K identical responses passed ``facts.engines.IDENTICAL_GROUPS_BOUND``: ``evidence.gates.record_judge.rollout_diversity``);
 user incidents are ``user``.
 
 A job's history is part of its evidence even after a successful re-run: every earlier attempt

@@ -13,32 +13,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evidence.fileio import JSONError, read_json
-from evidence.gates.artifacts import (
-    EVIDENCE_LINK,
-    ArtifactDigest,
-    check_checkpoint,
-    check_cleanup,
-    check_eval,
-    check_final_model,
-    check_public_command,
-    check_run_outputs,
-    check_run_summary,
-    check_tensorboard,
-    check_unfollowed,
-    final_model_of,
-    primary_artifacts,
+from evidence.gates.artifacts import EVIDENCE_LINK, ArtifactDigest, job_evaluation, primary_artifacts
+from evidence.gates.judged import job_file_digests
+from evidence.gates.metrics_log import MetricsLog
+from evidence.gates.record_judge import (  # noqa: F401  (rollout_diversity: the gate's body, read here too)
+    BUILD,
+    JobRecords,
+    judge_records,
+    record_problems,
+    rollout_diversity,
 )
-from evidence.gates.judged import changed_while_judged, job_file_digests
-from evidence.gates.ledger import check_ledger
-from evidence.gates.metrics_log import MetricsLog, validate_metrics
-from evidence.gates.ranks import check_ranks
 from evidence.problems import Problem
 from evidence.sweep import Sweep, algo_name, job_name
 from facts import EVAL_RECORD, JOB_RUN_DIR, JOBS_DIR, RUN_RECORD
-from facts.engines import IDENTICAL_GROUPS_BOUND
 from facts.failures import failure_cause
 from facts.files import JOB_RECORD, METRICS_LOG, SWEEP_RECORD, linked_part, run_relpath
-from facts.metrics import ALL_ZERO_REWARD_KEY, IDENTICAL_GROUPS_KEY
+from facts.metrics import ALL_ZERO_REWARD_KEY
 from facts.states import COMPLETED
 
 # Shown in the index's reason column before it is cut short.
@@ -173,65 +163,57 @@ def evaluate_job(job_dir: str | Path, algo: str | None = None, seed: int | None 
         return evidence
     before = job_file_digests(job_dir) if digests else None  # what the decision rests on, as the gates find it
     evidence.judged = before
-    links = check_unfollowed(job_dir)
-    if links:  # never read through: the job is rejected on its links, naming each (artifacts.check_unfollowed)
-        evidence.failures.extend(links)
+    records = _job_records(job_dir, job_dir / JOB_RUN_DIR, algo, seed, n_updates, evidence.arm, eval_responses,
+                           shared_checks, before)
+    failures = judge_records(records)
+    evidence.failures.extend(record_problems(failures))
+    if failures and failures[0].gate == "links":  # never read through (artifacts.check_unfollowed)
         if linked_part(job_dir.parent.parent, f"{job_dir.parent.name}/{job_dir.name}/{JOB_RECORD}", ()) is None:
             record = _field_record(job_dir / JOB_RECORD)  # its node and job id: the sanitiser and incidents need them
             evidence.job_record = record if isinstance(record, dict) else {}
         return evidence
-    if not isinstance(algo, str) or not isinstance(seed, int) or not n_updates:
-        evidence.failures.append(Problem(JOB_RECORD, "cannot tell algo, seed and n_updates of the job", kind="job"))
+    if failures and failures[0].gate == "job-told":
         return evidence
-    fail = evidence.failures.extend
-    try:
-        record = read_json(job_dir / JOB_RECORD)
-        if not isinstance(record, dict):
-            raise JSONError("not a JSON object")
-        evidence.job_record = record
-        if record.get("algo") != algo or record.get("seed") != seed:
-            fail([Problem(JOB_RECORD, f"records {record.get('algo')}-{record.get('seed')}, not {algo}-{seed}", kind="job")])
-        elif record.get("arm", algo) != evidence.arm:
-            fail([Problem(JOB_RECORD, f"records arm {record.get('arm')}, not {evidence.arm}", kind="job")])
-        fail(check_cleanup(record))
-        fail(check_run_outputs(record, job_dir / JOB_RUN_DIR, before))  # the digests just taken, when taken
-    except JSONError as exc:
-        fail([Problem(JOB_RECORD, str(exc), kind="job")])
-
-    check_run_dir(job_dir / JOB_RUN_DIR, evidence, eval_responses, shared_checks)
-    degenerate, identical = rollout_diversity(evidence.metrics.records if evidence.metrics else [], evidence.run_summary)
-    fail(degenerate)
-    evidence.anomalies.extend(identical)
-    fail(check_ranks(job_dir / JOB_RUN_DIR, evidence.run_summary, evidence.metrics.records if evidence.metrics else [],
-                     evidence.job_record))
-    evidence.command, failures = check_public_command(job_dir)
-    fail(failures)
+    _take(evidence, records)
+    evidence.command = records.command
     if digests:
         evidence.artifacts = primary_artifacts(job_dir, evidence.checkpoint)
-        evidence.judged = job_file_digests(job_dir)  # and as they were left: a change meanwhile rejects the job
-        fail(changed_while_judged(before, evidence.judged))
+        evidence.judged = records.judged
     _note_anomalies(evidence)
     return evidence
 
 
+def _job_records(job_dir: Path, run_dir: Path, algo, seed, n_updates, arm: str, eval_responses: int | None,
+                 shared_checks: dict | None, digests: dict | None) -> JobRecords:
+    """The job's records as the judge reads them (``evidence.gates.record_judge``), from its directory: findings
+    name files relative to the job directory."""
+    return JobRecords(
+        caller=BUILD, algo=algo, seed=seed, n_updates=n_updates, job_dir=job_dir, run_dir=run_dir,
+        run_prefix=run_relpath(""), root=job_dir, arm=arm, digests=digests,
+        evaluation=lambda records, _record: job_evaluation(records.run_dir, records.checkpoint, eval_responses,
+                                                           shared_checks=shared_checks,
+                                                           run_summary=records.run_summary))
+
+
+def _take(evidence: JobEvidence, records: JobRecords) -> None:
+    """What the gates read, kept on the evidence (the index, the incidents, the bundle read it)."""
+    evidence.job_record = records.job_record
+    evidence.metrics = records.metrics
+    evidence.run_summary = records.run_summary
+    evidence.checkpoint = records.checkpoint
+    evidence.eval_summary = records.eval_summary
+    evidence.anomalies.extend(records.anomalies)
+
+
 def check_run_dir(run_dir: Path, evidence: JobEvidence, eval_responses: int | None = None,
                   shared_checks: dict | None = None) -> JobEvidence:
-    """The trainer's part of the evidence: metrics log, run summary, checkpoint, TensorBoard, eval."""
-    fail = evidence.failures.extend
-    evidence.metrics = validate_metrics(run_dir / METRICS_LOG, evidence.algo, evidence.n_updates,
-                                        name=run_relpath(METRICS_LOG))
-    fail(v.problem() for v in evidence.metrics.violations)
-    evidence.run_summary, failures = check_run_summary(run_dir, evidence.algo, evidence.seed, evidence.n_updates)
-    fail(failures)
-    final_model = final_model_of(evidence.run_summary)
-    evidence.checkpoint, failures = (check_final_model(run_dir, final_model) if final_model is not None
-                                     else check_checkpoint(run_dir, evidence.n_updates))
-    fail(failures)
-    fail(check_tensorboard(run_dir))
-    fail(check_ledger(run_dir, evidence.run_summary, evidence.metrics.records if evidence.metrics else []))
-    evidence.eval_summary, failures = check_eval(run_dir, evidence.checkpoint, eval_responses,
-                                                 shared_checks=shared_checks, run_summary=evidence.run_summary)
-    fail(failures)
+    """The trainer's part of the evidence: the gates of ``RECORD_GATES`` of scope ``run`` (metrics log, run
+    summary, checkpoint, TensorBoard, ledger, eval), for a run directory without its job directory."""
+    records = _job_records(run_dir.parent, run_dir, evidence.algo, evidence.seed, evidence.n_updates, evidence.arm,
+                           eval_responses, shared_checks, None)
+    evidence.failures.extend(record_problems(judge_records(records, scope="run")))
+    evidence.metrics, evidence.run_summary = records.metrics, records.run_summary
+    evidence.checkpoint, evidence.eval_summary = records.checkpoint, records.eval_summary
     return evidence
 
 
@@ -250,37 +232,6 @@ def _note_anomalies(evidence: JobEvidence) -> None:
     if records and all(r.get(ALL_ZERO_REWARD_KEY) == 1 for r in records):
         evidence.anomalies.append(Problem(run_relpath(METRICS_LOG), "every training step had all-zero reward",
                                           kind="all-zero-train-reward"))
-
-
-def rollout_diversity(records: list[dict], run_summary: dict | None) -> tuple[list[Problem], list[Problem]]:
-    """The one judge of identical rollout groups (``facts.metrics.IDENTICAL_GROUPS_KEY``: a step's share of groups
-    whose K responses are all the same tokens, each group's advantages then exactly 0): ``(failures, anomalies)``.
-
-    A run with K > 1 whose every group of every step was identical learned nothing from its rollouts: rejected.
-    A run with a step above ``facts.engines.IDENTICAL_GROUPS_BOUND``: an ``identical-groups`` incident naming the
-    steps, the engine and the likely cause. A run that does not log the key (another trainer, an older run): none."""
-    shares = [(r.get("step"), r[IDENTICAL_GROUPS_KEY]) for r in records
-              if isinstance(r.get(IDENTICAL_GROUPS_KEY), (int, float)) and not isinstance(r.get(IDENTICAL_GROUPS_KEY), bool)]
-    if not shares:
-        return [], []
-    config = (run_summary or {}).get("config") if isinstance((run_summary or {}).get("config"), dict) else {}
-    workload = config.get("workload") if isinstance(config.get("workload"), dict) else {}
-    engine, k = workload.get("engine", "?"), workload.get("n_samples_per_prompt")
-    temperature = (workload.get("sampling") or {}).get("temperature") if isinstance(workload.get("sampling"), dict) \
-        else None
-    cause = (f"engine {engine} at temperature {temperature}: a group's K responses were one sample repeated (an engine "
-             "whose seed handling ignores the per-response seeds, or a distribution too peaked to sample from)")
-    where = run_relpath(METRICS_LOG)
-    if isinstance(k, int) and k > 1 and len(shares) == len(records) and all(v >= 1.0 for _, v in shares):
-        return [Problem(where, f"every rollout group of every step had {k} identical responses ({cause}): every "
-                               "advantage was 0 and the run learned nothing from its rollouts", kind="identical-groups")], []
-    over = [(step, v) for step, v in shares if v > IDENTICAL_GROUPS_BOUND]
-    if not over:
-        return [], []
-    step, value = over[0]
-    return [], [Problem(where, f"{len(over)} of {len(shares)} steps had more than {IDENTICAL_GROUPS_BOUND:.0%} of their "
-                               f"rollout groups identical (first: step {step}, {value:.0%}); {cause}",
-                        kind="identical-groups")]
 
 
 def _eval_identity(evidence: JobEvidence) -> tuple | None:
