@@ -359,6 +359,8 @@ class JobRun:
             self.ray.stop()
         self.roots.remove_alias()
         if self.block is not None:
+            if self.processes is not None:
+                self.processes.settle(self.own_children())
             self.cleanup = leftovers(self.roots, self.block, self.processes)
             self.block.release()
         if proc is not None:  # recorded above; now make sure nothing of the trainer outlives the job

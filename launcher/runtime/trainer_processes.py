@@ -71,6 +71,18 @@ class JobProcesses(ProcessTree):
     """The job's processes, by descent from the runtime (made their child subreaper for the job): every process
     below it but those it had before the job began (a test's runtime runs in pytest's process)."""
 
+    def settle(self, own: set[int], grace_s: float = GROUP_EXIT_GRACE_S) -> None:
+        """Give the job's processes still on their way out ``grace_s`` to exit, reaping them as they do: what the
+        trainer started outside its group (a container's monitor, podman's conmon, tidying up after its container
+        exited; slow on a loaded node) is not a leftover for exiting a moment after the trainer. One still alive
+        after it is (``leftovers``)."""
+        deadline = time.monotonic() + grace_s
+        while True:
+            self.reap(own)
+            if not self.alive() or time.monotonic() >= deadline:
+                return
+            time.sleep(0.1)
+
     def end(self, own: set[int], limit_s: float = END_LIMIT_S) -> dict:
         """End them all however they fork (``ProcessTree.end``); then the runtime adopts no more."""
         try:

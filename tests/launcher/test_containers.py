@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -289,13 +290,18 @@ def test_check_image_names_both_digests(sif):
 
 
 @pytest.fixture(scope="session")
-def podman_image(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+def podman_image(tmp_path_factory) -> Iterator[tuple[Path, dict[str, str]]]:
     """The test image (an OCI archive) and the Podman configuration that runs it here (tests/containers.py)."""
     if why := podman_missing():
         pytest.fail(why, pytrace=False)
     root = tmp_path_factory.mktemp("podman")
     env = podman_env(root / "podman")
-    return build_image(root, env), env
+    yield build_image(root, env), env
+    # Podman's overlay mounts outlive its containers: unmounted here, or pytest cannot remove the storage later
+    # ("Device or resource busy", a warning per directory at the end of every run).
+    mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines() if str(root) in line]
+    for mount in sorted(mounts, reverse=True):
+        subprocess.run(["umount", "-l", mount], capture_output=True)
 
 
 def podman_setting(image: Path) -> str:
