@@ -158,13 +158,11 @@ def _powers(c: Components, delta: float, seeds, questions, k, alpha: float):
     return np.where(valid[..., 0], power, np.nan)
 
 
-def _fewest_questions_grid(c: Components, delta: float, alpha: float, power: float):
-    """For every (S, k) of the search grid, the fewest P in [2, ``MAX_QUESTIONS``] reaching ``power`` (a vectorised
-    bisection, as ``fewest_questions``), 0 where even ``MAX_QUESTIONS`` do not: (seeds, ks, questions) arrays."""
+def _fewest_questions_of(c: Components, delta: float, seeds, ks, alpha: float, power: float):
+    """For each design (S, k) of the arrays ``seeds`` and ``ks``, the fewest P in [2, ``MAX_QUESTIONS``] reaching
+    ``power`` (a vectorised bisection, as ``fewest_questions``), 0 where even ``MAX_QUESTIONS`` do not."""
     import numpy as np
 
-    seeds, ks = (a.ravel() for a in np.meshgrid(np.arange(MIN_SEEDS, MAX_SEEDS + 1), np.array(K_CHOICES),
-                                                  indexing="ij"))
     reach = _powers(c, delta, seeds, np.full(seeds.shape, MAX_QUESTIONS), ks, alpha) >= power
     low, high = np.ones(seeds.shape, dtype=np.int64), np.full(seeds.shape, MAX_QUESTIONS, dtype=np.int64)
     while np.any(high - low > 1):
@@ -173,7 +171,36 @@ def _fewest_questions_grid(c: Components, delta: float, alpha: float, power: flo
         moving = high - low > 1
         high = np.where(moving & ok, middle, high)
         low = np.where(moving & ~ok, middle, low)
-    return seeds, ks, np.where(reach, high, 0)
+    return np.where(reach, high, 0)
+
+
+# Designs searched at once (one vectorised bisection) while a cheaper one may remain.
+SEARCH_CHUNK = 32
+
+
+def _cheapest(c: Components, costs: Costs, delta: float, alpha: float, power: float) -> tuple[int, int, int] | None:
+    """(S, k, P) of the cheapest design of the search grid reaching ``power`` (ties: fewer seeds, then fewer
+    responses), or None. The power rises with S (more degrees of freedom, a larger noncentrality at every node), so
+    no design of k responses needs fewer questions than ``MAX_SEEDS`` seeds do (P_min(k)), and one ``MAX_SEEDS`` seeds
+    cannot reach at any P, none can; cost(S, P_min(k), k) bounds a design's cost from below. The designs are
+    searched in the order of that bound, a chunk at a time, until the next bound exceeds the cheapest found: the same
+    design as searching every one (a design left out costs more than it), at a fraction of the noncentral t CDFs."""
+    import numpy as np
+
+    ks = np.array(K_CHOICES)
+    floor = dict(zip(K_CHOICES, _fewest_questions_of(c, delta, np.full(ks.shape, MAX_SEEDS), ks, alpha, power)))
+    order = sorted((cost(costs, s, int(floor[k]), k), s, k) for s in range(MIN_SEEDS, MAX_SEEDS + 1) for k in K_CHOICES
+                   if floor[k] > 0)
+    best = None
+    for start in range(0, len(order), SEARCH_CHUNK):
+        chunk = order[start:start + SEARCH_CHUNK]
+        if best is not None and chunk[0][0] > best[0]:
+            break
+        seeds, chunk_ks = np.array([s for _, s, _ in chunk]), np.array([k for _, _, k in chunk])
+        for s, k, p in zip(seeds, chunk_ks, _fewest_questions_of(c, delta, seeds, chunk_ks, alpha, power)):
+            if p > 0:
+                best = min(best or (math.inf,), (cost(costs, int(s), int(p), int(k)), int(s), int(k), int(p)))
+    return None if best is None else best[1:]
 
 
 @dataclass(frozen=True)
@@ -194,13 +221,8 @@ def advise(c: Components, costs: Costs, delta: float, alpha: float, power: float
     """The allocation (module docstring) for a pair whose components ``c`` were estimated at its current design
     (``c.n_seeds``, ``c.n_questions``, ``c.k``). Kept per its (frozen) inputs: the build's table and its report
     section, and the audit's, ask for the same pair's advice (about a second each on this 2-core machine)."""
-    seeds, ks, questions = _fewest_questions_grid(c, delta, alpha, power)
-    reached = [(cost(costs, int(s), int(p), int(k)), int(s), int(k), int(p))
-               for s, k, p in zip(seeds, ks, questions) if p > 0]
-    best = None
-    if reached:
-        _, s, k, p = min(reached)  # the cheapest; ties: fewer seeds, then fewer responses
-        best = _design(c, costs, delta, s, p, k, alpha)
+    found = _cheapest(c, costs, delta, alpha, power)
+    best = None if found is None else _design(c, costs, delta, found[0], found[2], found[1], alpha)
     s0, p0, k0 = c.n_seeds, c.n_questions, c.k
     more_seeds = fewest_seeds(c, delta, p0, k0, alpha, power)
     more_questions = fewest_questions(c, delta, s0, k0, alpha, power)
