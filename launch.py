@@ -50,12 +50,12 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    from launcher.overrides import check_overrides
+    from launcher.overrides import check_environment, check_overrides
 
     if "-m" in sys.argv[1:] and any(a.startswith("experiment=") for a in sys.argv[1:]):
         print("proofgrid: error: an experiment runs its own sweeps (probe, tuning, confirm); drop -m", file=sys.stderr)
         sys.exit(2)
-    if (problem := check_overrides(sys.argv[1:])) is not None:
+    if (problem := check_environment() or check_overrides(sys.argv[1:])) is not None:
         print(f"proofgrid: error: {problem}", file=sys.stderr)
         sys.exit(2)
     main()

@@ -106,6 +106,21 @@ def one_line(exc: BaseException) -> str:
     return " ".join(lines)
 
 
+# Launcher settings whose default an environment variable gives (conf/config.yaml's ``oc.env``), each a boolean.
+ENVIRONMENT_DEFAULTS = {"PROOFGRID_FIGURES": "figures"}
+
+
+def check_environment(environ=os.environ) -> str | None:
+    """A variable of ``ENVIRONMENT_DEFAULTS`` set to anything but true or false, in one line naming it and the fix
+    (before Hydra composes: an empty value would be a grammar error naming neither)."""
+    for variable, setting in ENVIRONMENT_DEFAULTS.items():
+        value = environ.get(variable)
+        if value is not None and value.strip().lower() not in ("true", "false"):
+            return (f"{variable}={value!r}: the default of the launcher's {setting}= setting must be true or false; "
+                    f"set it so, or unset it")
+    return None
+
+
 def check_overrides(argv: list[str], compose=None) -> str | None:
     """A one-line error for a bad command-line override, else ``None``: an unusable sweep
     directory, unknown config-group options (``algo=bogus``, ``trainer=mylab`` found on no config

@@ -200,7 +200,7 @@ def audit_bag(bag: Path, notes: list[str] | None = None) -> list[Problem]:
         data, unloadable = _load(data_dir)
         problems += check_layout(bag, data)
         problems += unloadable if data is None else check_content(bag, data, notes)
-        problems += _guarded(partial(check_figures, data_dir, data), f"{BUNDLE_PAYLOAD}/figures", "cannot redraw")
+        problems += _guarded(partial(check_figures, data_dir, data, notes), f"{BUNDLE_PAYLOAD}/figures", "cannot redraw")
     return problems + scan_leaks(bag, notes=notes)
 
 

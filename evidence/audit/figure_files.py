@@ -40,16 +40,25 @@ _SVG_ACTIVE = re.compile(r"(?i)<\s*script|<\s*foreignObject|<!ENTITY|@import|<\s
 _SVG_REFERENCE = re.compile(r"""(?i)\bhref\s*=\s*["']\s*([^"']*)["']|url\(\s*["']?\s*([^)"'\s]*)""")
 
 
-def check_figures(data_dir: Path, data: BundleData | None = None) -> list[Problem]:
+def check_figures(data_dir: Path, data: BundleData | None = None, notes: list[str] | None = None) -> list[Problem]:
     """Every figure is an SVG with no script, event handler, embedded document or external reference
     (only ``#id`` references inside the file), with its PNG beside it (and every PNG with its SVG): a
     well-formed PNG (signature, chunks and their CRCs, IHDR first, IEND last) that carries no text chunk.
     When this machine's matplotlib is the one that drew them (evidence.json says which), the figures are
     also redrawn from the CSVs and compared byte for byte, both formats (their bytes depend on the matplotlib
-    version, so another version cannot compare)."""
+    version, so another version cannot compare: a note says so). The folder is there exactly when evidence.json
+    says figures were drawn (a bundle built without them, ``figures=false``, has none, and its report says so)."""
     findings = []
     figures = data_dir / FIGURES_DIR
+    drawn_by = data.settings.get(FIGURES_DRAWN_BY) if data is not None else None
+    if data is not None and drawn_by is None and figures.is_dir() and any(figures.iterdir()):
+        findings.append(Problem(payload_relpath(FIGURES_DIR), f"figures in a bundle built without them ({EVIDENCE_SETTINGS} "
+                                                              "names no matplotlib that drew them, and the report "
+                                                              "says none was drawn)"))
     if not figures.is_dir():
+        if drawn_by is not None:
+            findings.append(Problem(payload_relpath(FIGURES_DIR), f"missing, while {EVIDENCE_SETTINGS} says matplotlib "
+                                                                  f"{drawn_by} drew the figures the report links"))
         return findings
     held = {p.name for p in figures.iterdir() if p.is_file()}
     for path in sorted(figures.rglob("*")):
@@ -75,8 +84,11 @@ def check_figures(data_dir: Path, data: BundleData | None = None) -> list[Proble
             if not target.startswith("#"):
                 findings.append(Problem(rel, f"external reference in an SVG figure ({target[:80]!r})"))
                 break
-    if data is not None and data.settings.get(FIGURES_DRAWN_BY) == figures_library_version():
+    if drawn_by is not None and drawn_by == figures_library_version():
         findings += _compare_redrawn_figures(figures, data)
+    elif drawn_by is not None and notes is not None:
+        notes.append(f"figures: drawn by matplotlib {drawn_by}, not this machine's {figures_library_version()}: not "
+                     "redrawn and compared (their bytes depend on the version)")
     return findings
 
 

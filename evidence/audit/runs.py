@@ -6,6 +6,7 @@ and every rejection has its record in ``incidents.csv``."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 from evidence.dataset import EVAL_COLUMNS, EVAL_ID_COLUMNS, BundleData
@@ -14,13 +15,14 @@ from evidence.fileio import JSONError, read_csv, read_json
 from evidence.gates.incidents import OPEN, history_incidents, load_user_incidents
 from evidence.gates.record_judge import ACCEPTED, JobRecords, judge_records
 from evidence.problems import IncidentsFileError, Problem, capped
-from facts import EVAL_RECORD, INITIAL_EVAL_DIR
+from facts import EVAL_RECORD, INITIAL_EVAL_DIR, JOB_RUN_DIR
 from facts.files import (
     BUNDLE_RUNS_DIR,
     EVAL_TABLE,
     INCIDENTS_FILE,
     INCIDENTS_TABLE,
     INDEX_TABLE,
+    JOB_RECORD,
     LOGS_DIR,
     METRICS_LOG,
     STEPS_TABLE,
@@ -64,7 +66,7 @@ def bundled_records(data_dir: Path, job: str, algo: str, seed: int, n_updates: i
 
 def _check_records(data_dir: Path, data: BundleData, arm: str, seed: int) -> list[Problem]:
     """The run's records judged again by the gates of ``evidence.gates.record_judge.RECORD_GATES`` the audit of an
-    accepted job re-runs (the metrics log re-validates, the ledger, the ranks), and steps.csv holds exactly its
+    accepted job re-runs (job.json, the metrics log re-validates, run.json, the ledger, the ranks), and steps.csv holds exactly its
     metrics log's records (the log's violations capped, as every finding of one file)."""
     job = f"{arm}-{seed}"
     records = bundled_records(data_dir, job, data.arm_algo(arm), seed, data.n_updates, ACCEPTED, arm=arm)
@@ -80,8 +82,16 @@ def _check_records(data_dir: Path, data: BundleData, arm: str, seed: int) -> lis
         if row is None or any(not _close(record.get(k), row.get(k)) for k in keys - {"step"}):
             mismatches.append(Problem(payload_relpath(STEPS_TABLE), f"{job} step {record['step']} differs from {rel}"))
     metrics = [f for f in failures if f.gate == "metrics"]
-    return (capped(list(metrics[0].problems) if metrics else []) + capped(mismatches)
-            + [p for f in failures if f.gate != "metrics" for p in f.problems])
+    named = [replace(p, file=_copy_named(job, p.file)) for f in failures if f.gate != "metrics" for p in f.problems]
+    return capped(list(metrics[0].problems) if metrics else []) + capped(mismatches) + named
+
+
+def _copy_named(job: str, file: str) -> str:
+    """A gate's file as the bundle's copy names it: ``job.json`` and ``run/<name>`` (a job directory's names, as the
+    build's gates give them) -> ``data/runs/<job>/<name>``; a name already the bundle's stays."""
+    if file == JOB_RECORD or file.startswith(f"{JOB_RUN_DIR}/"):
+        return bundle_run_relpath(job, file.removeprefix(f"{JOB_RUN_DIR}/"))
+    return file
 
 
 def _check_eval(data_dir: Path, data: BundleData, arm: str, seed: int, referenced: set[str]) -> list[Problem]:

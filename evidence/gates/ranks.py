@@ -50,7 +50,12 @@ def check_ranks(records_dir: Path, run_summary: dict | None, metrics: list[dict]
     problem names it: ``run/`` in a job directory, ``data/runs/<job>/`` in a bundle), ``metrics`` are the
     metrics log's records, ``job_record`` the job's ``job.json``. A run of one rank has none."""
     problems = []
-    for entry in job_record.get("ranks") or []:  # a job of several tasks: how each rank's runtime ended
+    entries = job_record.get("ranks") or []
+    if not isinstance(entries, list):  # the launcher writes a list, one entry per rank: a record it did not write
+        problems.append(Problem(JOB_RECORD, f"ranks is {type(entries).__name__} {str(entries)[:40]}, not the list of "
+                                            "each rank's end the launcher writes", kind=KIND))
+        entries = []
+    for entry in entries:  # a job of several tasks: how each rank's runtime ended
         if isinstance(entry, dict) and entry.get("state") != COMPLETED:
             cause = f": {entry['failure']}" if entry.get("failure") else ""
             problems.append(Problem(JOB_RECORD, f"rank {entry.get('rank')} on node {entry.get('node_index')} ended "

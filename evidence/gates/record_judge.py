@@ -391,12 +391,12 @@ _NOT_REJECTED = frozenset((BUILD, ACCEPTED))
 RECORD_GATES: list[RecordGate] = [
     RecordGate("links", no_link, where=_BUILD, final=True),
     RecordGate("job-told", job_is_told, where=_BUILD, final=True),
-    RecordGate("job", job_record_reads, where=_AUDITS, carried=_never, label=_job_label),
-    RecordGate("job-identity", job_is_this_one, ("job",), where=_AUDITS, carried=_never, label=_identity_label),
-    RecordGate("cleanup", cleanup_is_empty, ("job",), where=_AUDITS, carried=_never),
+    RecordGate("job", job_record_reads, carried=_never, label=_job_label),
+    RecordGate("job-identity", job_is_this_one, ("job",), carried=_never, label=_identity_label),
+    RecordGate("cleanup", cleanup_is_empty, ("job",), carried=_never),
     RecordGate("outputs", outputs_are_the_jobs, ("job",), where=_AUDITS, carried=_never),
     RecordGate("metrics", metrics_log_validates, scope="run", carried=_files(METRICS_LOG)),
-    RecordGate("run", run_completed, where=_AUDITS, scope="run", carried=_files(RUN_RECORD)),
+    RecordGate("run", run_completed, scope="run", carried=_files(RUN_RECORD)),
     RecordGate("checkpoint", final_model_is_loadable, where=_AUDITS, scope="run", carried=_never),
     RecordGate("tensorboard", tensorboard_is_written, where=_AUDITS, scope="run", carried=_never),
     RecordGate("ledger", ledger_is_the_plans, scope="run", carried=_files(DATA_LEDGER)),
@@ -409,8 +409,9 @@ RECORD_GATES: list[RecordGate] = [
     RecordGate("changed-while-judged", unchanged_while_judged, where=_BUILD),
 ]
 """The gates of a job's records, in the order they run (a list, so a test can add one for its own duration).
-The audit of an accepted job re-runs ``metrics``, ``ledger`` and ``ranks`` (its evaluation: the evaluations
-check; the rest of what the build judged rests on files it does not carry, or is the build's own)."""
+The audit of an accepted job re-runs job.json's gates (it reads, names this job, records no leftover), ``metrics``,
+``run``, ``ledger`` and ``ranks`` (its evaluation: the evaluations check; the rest of what the build judged rests on
+files it does not carry, or is the build's own)."""
 
 
 def gate_names() -> list[str]:

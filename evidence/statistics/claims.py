@@ -188,12 +188,14 @@ def shortfalls(design: PairedDesign, level: float) -> tuple[Shortfall, ...]:
     return tuple(s for s in found if s is not None)
 
 
-def unpaired_shortfalls(a: Sequence[float], b: Sequence[float]) -> tuple[Shortfall, ...]:
+def unpaired_shortfalls(a: Sequence[float], b: Sequence[float], step: float | None = None,
+                        n_prompts: int | None = None) -> tuple[Shortfall, ...]:
     """Rule: an unpaired (Welch) interval of two arms run on different seeds needs ``MIN_INFERENCE_SEEDS`` seeds in
-    each arm (its degrees of freedom rest on the smaller: two seeds give one, and an SD from one difference), and
-    values that do not all tie (both arms' SDs zero up to rounding: the standard error is 0 and the interval a
-    point, whatever the evaluation's noise). What ``too_few_seeds`` and ``tied_evaluations`` say of a paired
-    design, said of each arm."""
+    each arm (its degrees of freedom rest on the smaller: two seeds give one, and an SD from one difference), values
+    that do not all tie (both arms' SDs zero up to rounding, or within the rounding of the evaluation's grid
+    ``step``, h/√12: the standard error measures the grid, not the seeds), and an evaluation of at least two
+    prompts (``n_prompts``; ``single_prompt``). What ``too_few_seeds``, ``tied_evaluations`` and ``single_prompt``
+    say of a paired design, said of each arm."""
     found = []
     fewest = min(len(a), len(b))
     if fewest < MIN_INFERENCE_SEEDS:
@@ -204,6 +206,11 @@ def unpaired_shortfalls(a: Sequence[float], b: Sequence[float]) -> tuple[Shortfa
     scale = max(1.0, *(abs(v) for v in (*a, *b)))
     if all(sd is not None and sd <= ROUNDING * scale for sd in sds):
         found.append(Shortfall("tied-evaluations", "tied values in both arms", "more evaluation prompts"))
+    elif step is not None and all(sd is not None and sd <= step / math.sqrt(12) for sd in sds):
+        found.append(Shortfall("tied-evaluations", "near-tied values in both arms (SDs within the rounding of the "
+                                                   "evaluation's grid)", "more evaluation prompts"))
+    if (prompt := single_prompt(PairedDesign((), n_prompts=n_prompts))) is not None:
+        found.append(prompt)
     return tuple(found)
 
 

@@ -33,7 +33,7 @@ from evidence.statistics.resampling import (
     paired_bootstrap_interval,
 )
 from evidence.tables import arms as arm_order
-from evidence.tables import trainer_of
+from evidence.tables import final_evaluations, per_prompt_j, trainer_of
 from evidence.tools.load import read_evidence
 from facts.files import SWEEP_RECORD
 from facts.metrics import GRAD_NORM_KEY, LOSS_KEY, RAW_REWARD_KEY, eval_tag
@@ -273,7 +273,8 @@ def compare_arm(measure: Measure, arm: str, a: BundleData, b: BundleData) -> dic
                                          {s: scale * v for s, v in values_a.items()}, a.ci_level)
         row.update(pairing="paired", n_pairs=paired.summary.n, diff_mean=paired.summary.mean,
                    diff_sd=paired.summary.sd)
-        withheld = _withheld(list(paired.by_seed.values()))
+        grid = _evaluation_grid(measure, arm, a, b, scale)
+        withheld = _withheld(list(paired.by_seed.values()), *grid)
         if paired.interval and not withheld:
             row["ci_low"], row["ci_high"] = paired.interval
             row.update(_beside_the_interval(list(paired.by_seed.values()), paired.summary, a.ci_level))
@@ -285,7 +286,8 @@ def compare_arm(measure: Measure, arm: str, a: BundleData, b: BundleData) -> dic
         welch = descriptive.welch_difference([scale * v for v in values_a.values()],
                                        [scale * v for v in values_b.values()], a.ci_level)
         row.update(pairing="unpaired", diff_mean=welch.mean)
-        found = claims.unpaired_shortfalls(list(values_a.values()), list(values_b.values()))
+        found = claims.unpaired_shortfalls([scale * v for v in values_a.values()], [scale * v for v in values_b.values()],
+                                           *_evaluation_grid(measure, arm, a, b, scale))  # all in the row's units
         if welch.interval and not found:
             row["ci_low"], row["ci_high"] = welch.interval
         seeds = f"seeds differ (A {', '.join(map(str, values_a))}; B {', '.join(map(str, values_b))}): unpaired"
@@ -296,13 +298,34 @@ def compare_arm(measure: Measure, arm: str, a: BundleData, b: BundleData) -> dic
     return row
 
 
-def _withheld(differences: list[float]) -> str:
+def _evaluation_grid(measure: Measure, arm: str, a: BundleData, b: BundleData,
+                     scale: float) -> tuple[float | None, int | None]:
+    """What the claims' rules read of an evaluation measure over both inputs' final evaluations of ``arm``, in the
+    row's units: its coarsest grid (``claims.evaluation_step``, for a column the responses give per prompt:
+    pass@j, a binary reward's mean) and the fewest prompts an evaluation scored; (None, None) for a training
+    metric. (Two inputs' evaluations are not one block of questions: their evaluation noise is not checked.)"""
+    if not measure.is_eval:
+        return None, None
+    name = measure.metric.removeprefix(EVAL_PREFIX)
+    finals, j = [], None
+    for data in (a, b):
+        runs = [r for r in data.evals if r[0] == arm]
+        finals += final_evaluations(data, runs)
+        j = j or per_prompt_j(data, name, runs)
+    n_prompts = min((int(e["n_prompts"]) for e in finals), default=None)
+    if j is None or not finals or any(int(e["k"]) < j for e in finals):
+        return None, n_prompts
+    return scale * max(claims.evaluation_step(int(e["n_prompts"]), int(e["k"]), j) for e in finals), n_prompts
+
+
+def _withheld(differences: list[float], step: float | None = None, n_prompts: int | None = None) -> str:
     """What the claims' rules find missing for a paired interval of ``differences`` (``claims.too_few_seeds``,
     ``claims.tied_evaluations``: fewer than 3 seeds, tied differences), in their words, or "" when the interval (and
     the MDE and bootstrap interval beside it) may be shown: "tied evaluations: no interval; run more evaluation
     prompts" instead of a point [25, 25] (issue 32 §1)."""
-    design = claims.PairedDesign(tuple(differences))
-    found = [s for s in (claims.too_few_seeds(design), claims.tied_evaluations(design)) if s is not None]
+    design = claims.PairedDesign(tuple(differences), step, n_prompts)
+    found = [s for s in (claims.too_few_seeds(design), claims.tied_evaluations(design), claims.single_prompt(design))
+             if s is not None]
     return claims.missing_sentence(found) if found else ""
 
 

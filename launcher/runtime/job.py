@@ -57,7 +57,13 @@ from launcher.runtime.confine import WriteGuard
 from launcher.runtime.follower import LiveTracking
 from launcher.runtime.resource_sampler import ResourceSampler
 from launcher.runtime.runtime_hooks import JobHooks, Reaction, RunEnd
-from launcher.runtime.trainer_processes import JobProcesses, die_with_parent, leftovers, wait_for_group_exit
+from launcher.runtime.trainer_processes import (
+    GROUP_EXIT_GRACE_S,
+    JobProcesses,
+    die_with_parent,
+    leftovers,
+    wait_for_group_exit,
+)
 from trainer.preemption import CHECKPOINT_SIGNALS, EXIT_CHECKPOINTED, EXIT_STOPPED_UNSAVED
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR2)
@@ -351,6 +357,7 @@ class JobRun:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 self.exit_code = proc.wait()
+        ended = time.monotonic()  # one grace for the trainer's group and what it started outside it (settle below)
         if proc is not None:
             wait_for_group_exit(proc.pid)
         if self.live is not None:  # the trainer is gone: the tracker's run ends with the job's state
@@ -359,8 +366,8 @@ class JobRun:
             self.ray.stop()
         self.roots.remove_alias()
         if self.block is not None:
-            if self.processes is not None:
-                self.processes.settle(self.own_children())
+            if self.processes is not None:  # within the group's grace: a job's end stays under Slurm's KillWait
+                self.processes.settle(self.own_children(), max(0.0, GROUP_EXIT_GRACE_S - (time.monotonic() - ended)))
             self.cleanup = leftovers(self.roots, self.block, self.processes)
             self.block.release()
         if proc is not None:  # recorded above; now make sure nothing of the trainer outlives the job

@@ -8,7 +8,10 @@ refusal runs it as a process, as users do."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -296,3 +299,14 @@ def test_a_model_directory_that_passes_its_pins_but_holds_no_model_is_refused_at
                              f"workload.manifest={manifest}", "dry_run=true")
     assert proc.returncode == 2
     _one_line_error(proc, says)
+
+
+@pytest.mark.parametrize("value", ["", "maybe"])
+def test_a_proofgrid_figures_that_is_no_boolean_is_one_line_naming_it_before_hydra_composes(tmp_path, value):
+    done = subprocess.run([sys.executable, "launch.py", "-m", "algo=grpo", "seed=1", "dry_run=true",
+                           f"hydra.sweep.dir={tmp_path / 'dry'}"], cwd=REPO_ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PROOFGRID_FIGURES": value})
+    assert done.returncode == 2 and done.stderr == (
+        f"proofgrid: error: PROOFGRID_FIGURES={value!r}: the default of the launcher's figures= setting must be true "
+        "or false; set it so, or unset it\n")
+    assert not (tmp_path / "dry").exists()

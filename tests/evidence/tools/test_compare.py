@@ -512,6 +512,18 @@ def test_an_unpaired_interval_the_claims_rules_refuse_is_withheld_and_the_note_s
     assert row["note"].endswith(f"): unpaired; {said}"), row["note"]
 
 
+@pytest.mark.parametrize("seeds_b", [(3, 4, 5), (0, 1, 2)])  # unpaired, paired
+def test_no_interval_of_a_one_prompt_evaluation_in_either_pairing(tmp_path, seeds_b):
+    # claims.single_prompt: an evaluation of one prompt has no noise of its own to check a seed interval against
+    values = {0: 0.25, 1: 0.5, 2: 0.75, 3: 0.5, 4: 0.75, 5: 1.0}
+    a = make_sweep(tmp_path, algos=("grpo",), seeds=(0, 1, 2), name="a", n_prompts=1, final_pass1=lambda _, s: values[s])
+    b = make_sweep(tmp_path, algos=("grpo",), seeds=seeds_b, name="b", n_prompts=1,
+                   final_pass1=lambda _, s: values[s] + (0.25 if seeds_b[0] == 0 and s == 1 else 0))
+    compare_paths(a, b, csv_path=tmp_path / "cmp.csv")
+    row = csv_rows(tmp_path / "cmp.csv")[("eval/pass@1", "grpo")]
+    assert row["ci_low"] == row["ci_high"] == "" and "1 evaluation prompt: no interval" in row["note"], row["note"]
+
+
 def test_an_unpaired_comparison_has_no_mde_or_bootstrap_interval(tmp_path):
     a, b = before_after(tmp_path, seeds_b=(4, 5))
     result = cli(a, b, "--csv", tmp_path / "cmp.csv")
