@@ -247,7 +247,7 @@ def test_a_misspelt_group_or_key_gets_did_you_mean(override, suggestion):
     ("+worklaod.lr=1", "unknown setting 'worklaod.lr' (+ cannot add it: the schema has no such setting); did you "
                        "mean workload.lr? (workload.lr=1)"),
     ("+zzz=red", "unknown setting 'zzz' (+ cannot add it: the schema has no such setting); the config has: "
-                    "algo, certify, cluster, debug, dp_size, dry_run, formal, license, output_dir, resume, seed, "
+                    "algo, certify, cluster, debug, dp_size, dry_run, figures, formal, license, output_dir, resume, seed, "
                     "stop_at_step, sweep_dir, tracking, trainer, wait, workload"),
     ("workload.sampling.zzz=1", "unknown setting 'workload.sampling.zzz'; workload.sampling has: "),
     ("clustr=slurm", "unknown setting 'clustr'; did you mean cluster=<option>? (the options are conf/cluster/)"),
