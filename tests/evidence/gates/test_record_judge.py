@@ -37,9 +37,10 @@ def test_the_table_names_each_gate_once_and_states_its_rule():
     assert len(set(names)) == len(names), names
     assert all(gate.rule and gate.where <= EVERYWHERE and gate.scope in ("job", "run") for gate in RECORD_GATES)
     assert all(set(gate.requires) <= set(names[:names.index(gate.name)]) for gate in RECORD_GATES)  # earlier gates
-    # what each caller re-runs, as the table states it (the audit of an accepted run: the metrics log, the ledger
-    # and the ranks; its evaluation is the evaluations check's)
-    assert [g.name for g in RECORD_GATES if ACCEPTED in g.where] == ["metrics", "ledger", "ranks"]
+    # what each caller re-runs, as the table states it (the audit of an accepted run: job.json, the metrics log,
+    # run.json, the ledger and the ranks; its evaluation is the evaluations check's)
+    assert [g.name for g in RECORD_GATES if ACCEPTED in g.where] == ["job", "job-identity", "cleanup", "metrics", "run",
+                                                                     "ledger", "ranks"]
     assert [g.name for g in RECORD_GATES if BUILD in g.where] == names
     assert [g.name for g in RECORD_GATES if REJECTED not in g.where] == [
         "links", "job-told", "rollout-diversity", "ranks", "changed-while-judged"]
