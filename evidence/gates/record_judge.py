@@ -65,7 +65,6 @@ from facts.metrics import IDENTICAL_GROUPS_KEY
 
 BUILD, ACCEPTED, REJECTED = "build", "accepted", "rejected"  # who judges a job's records
 EVERYWHERE = frozenset((BUILD, ACCEPTED, REJECTED))
-_UNREAD = object()
 
 
 @dataclass

@@ -98,17 +98,6 @@ def _tiny_png() -> bytes:
             + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
 
 
-def _tiny_png() -> bytes:
-    import struct
-    import zlib
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-    raw = b"\x00\xff\xff\xff"  # one white RGB pixel, filter byte 0
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
-
-
 def test_a_malformed_ranks_field_is_a_finding_and_masks_no_other_runs(no_figures_bundle, tmp_path):
     """LOW-MEDIUM (new with record_judge: at 99ec398 the accepted audit read job.json's ranks only for a run.json
     with rank logs). job.json "ranks": 2 in grpo-42's copy makes ranks_agree raise TypeError inside check_runs:
