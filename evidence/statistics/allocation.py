@@ -134,6 +134,18 @@ def fewest_seeds(c: Components, delta: float, questions: int, k: int, alpha: flo
     return None
 
 
+@functools.cache
+def _quadrature():
+    """The probabilists' Gauss–Hermite nodes and weights (normalised to sum 1) of ``QUADRATURE_NODES`` points: an
+    eigenvalue problem, a millisecond a call, where a search makes thousands of calls."""
+    import numpy as np
+
+    nodes, weights = np.polynomial.hermite_e.hermegauss(QUADRATURE_NODES)
+    weights = weights / weights.sum()
+    nodes.flags.writeable = weights.flags.writeable = False  # shared by every call
+    return nodes, weights
+
+
 def _powers(c: Components, delta: float, seeds, questions, k, alpha: float):
     """``design_power`` over arrays of designs at once (numpy and scipy.special broadcast; NaN where a design has
     fewer than ``MIN_SEEDS`` seeds, fewer than 2 questions or no variance, and a CDF value scipy returned as NaN for
@@ -143,18 +155,20 @@ def _powers(c: Components, delta: float, seeds, questions, k, alpha: float):
     from scipy import special
 
     s, p, k = (np.asarray(v, dtype=np.float64)[..., None] for v in (seeds, questions, k))
-    nodes, weights = np.polynomial.hermite_e.hermegauss(QUADRATURE_NODES)
-    weights = weights / weights.sum()
+    nodes, weights = _quadrature()
     sd = np.sqrt(c.seed + c.interaction / p + c.response / (p * k))
     valid = (s >= MIN_SEEDS) & (p >= 2) & (sd > 0)
     df = np.where(valid, s - 1, 1.0)
-    shift = delta + nodes * math.sqrt(c.question) / np.sqrt(p)
+    # Without a question component every node's shift is δ itself: one node's CDFs stand for all of them (the
+    # noncentral t CDF is nearly all of the cost), and the weighted sum is the same sum of the same numbers.
+    shift = delta + (nodes if c.question > 0 else nodes[:1]) * math.sqrt(c.question) / np.sqrt(p)
     lam = np.sqrt(s) * shift / np.where(valid, sd, 1.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         critical = special.stdtrit(df, 1 - alpha / 2)
         upper = np.nan_to_num(special.nctdtr(df, lam, critical), nan=0.0)
         lower = np.nan_to_num(special.nctdtr(df, lam, -critical), nan=0.0)
-    power = ((1 - upper + lower) * weights).sum(axis=-1)
+    at_nodes = np.broadcast_to(1 - upper + lower, (*upper.shape[:-1], QUADRATURE_NODES))
+    power = (at_nodes * weights).sum(axis=-1)
     return np.where(valid[..., 0], power, np.nan)
 
 
