@@ -50,6 +50,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    from facts.process_exit import exit_now
     from launcher.overrides import check_environment, check_overrides
 
     if "-m" in sys.argv[1:] and any(a.startswith("experiment=") for a in sys.argv[1:]):
@@ -58,4 +59,5 @@ if __name__ == "__main__":
     if (problem := check_environment() or check_overrides(sys.argv[1:])) is not None:
         print(f"proofgrid: error: {problem}", file=sys.stderr)
         sys.exit(2)
-    main()
+    main()  # raises SystemExit with a failure's status
+    exit_now(0)  # success: a normal exit, less the interpreter's teardown (facts/process_exit.py)

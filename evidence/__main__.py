@@ -13,6 +13,7 @@ from pathlib import Path
 
 from facts import JOBS_DIR, run_dir_of_job, sweep_jobs_dir
 from facts.files import BUNDLE_ARCHIVE, JOB_RECORD, RUN_RECORD, SWEEP_RECORD, job_files_glob
+from facts.process_exit import exit_now
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 # A missing module of these is a bug of the checkout (a traceback); any other one is a missing install.
@@ -358,4 +359,4 @@ def _run(args) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())  # a normal exit, less the interpreter's teardown (facts/process_exit.py)

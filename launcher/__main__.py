@@ -1,6 +1,7 @@
 import sys
 
 try:
+    from facts.process_exit import exit_now
     from launcher.entry_points import main
 except ModuleNotFoundError as exc:  # a bare `python` outside the project's venv: one line, not a traceback
     if exc.name is None or exc.name.partition(".")[0] in ("evidence", "facts", "launcher", "trainer"):
@@ -9,4 +10,4 @@ except ModuleNotFoundError as exc:  # a bare `python` outside the project's venv
           "launcher ... (make venv creates it) or source .venv/bin/activate first", file=sys.stderr)
     sys.exit(2)
 
-sys.exit(main())
+exit_now(main())  # a normal exit, less the interpreter's teardown (facts/process_exit.py)

@@ -23,8 +23,13 @@ def launch_in_process(out_dir: Path, *args: str, multirun: bool = True,
     """Run ``launch.py [-m] *args`` here; returns its exit code and what it printed.
 
     ``out_dir`` becomes ``hydra.sweep.dir`` (multirun) or ``hydra.run.dir`` (single run); ``env``
-    is added to ``os.environ`` for the call only (as ``tests.sweeps.launch`` adds it for its process)."""
+    is added to ``os.environ`` for the call only (as ``tests.sweeps.launch`` adds it for its process).
+
+    The script's last call, ``exit_now`` (facts/process_exit.py: ``os._exit`` without the interpreter's teardown),
+    would end this process too: here it is ``sys.exit``, the exit it stands for."""
     from hydra.core.global_hydra import GlobalHydra
+
+    import facts.process_exit
 
     dir_key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     argv = ["launch.py", *(["-m"] if multirun else []), *args, f"{dir_key}={out_dir}"]
@@ -32,7 +37,9 @@ def launch_in_process(out_dir: Path, *args: str, multirun: bool = True,
     saved_argv, saved_cwd = sys.argv, os.getcwd()
     saved_env = {key: os.environ.get(key) for key in env or {}}
     code = 0
+    exit_now = facts.process_exit.exit_now
     try:
+        facts.process_exit.exit_now = sys.exit
         os.environ.update(env or {})
         sys.argv = argv
         os.chdir(REPO)
@@ -41,6 +48,7 @@ def launch_in_process(out_dir: Path, *args: str, multirun: bool = True,
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     finally:
+        facts.process_exit.exit_now = exit_now
         sys.argv = saved_argv
         os.chdir(saved_cwd)
         for key, value in saved_env.items():

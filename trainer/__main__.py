@@ -10,6 +10,7 @@ import logging
 import sys
 from pathlib import Path
 
+from facts.process_exit import exit_now
 from facts.reward import RewardValueError
 from trainer.run_config import compose, validate
 from trainer.run_lock import LockHeld, own_run_dir
@@ -47,4 +48,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())  # a normal exit, less a second of teardown (facts/process_exit.py)

@@ -21,6 +21,7 @@ import torch
 from omegaconf import DictConfig
 
 from facts import atomic_write_json
+from facts.process_exit import exit_now
 from trainer.algorithms import LossInputs, reduce_loss
 from trainer.run_config import compose, validate
 
@@ -122,4 +123,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())  # a normal exit, less the interpreter's teardown (facts/process_exit.py)

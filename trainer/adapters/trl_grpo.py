@@ -118,6 +118,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from facts.algorithms import ALGO_ORDER, ALGORITHMS
+from facts.process_exit import exit_now
 from facts.states import RUN_COMPLETED, RUN_RUNNING, RUN_STOPPED
 from trainer.trainer_errors import TrainerError
 
@@ -680,4 +681,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())  # a normal exit, less the interpreter's teardown (facts/process_exit.py)

@@ -10,6 +10,8 @@ import logging
 import sys
 from pathlib import Path
 
+from facts.process_exit import exit_now
+
 
 def main(argv: list[str] | None = None) -> int:
     # First: a stop signal the job runtime held across exec is delivered to this handler from here on.
@@ -47,4 +49,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())  # a normal exit, less the interpreter's teardown (facts/process_exit.py)
