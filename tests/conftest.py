@@ -33,10 +33,11 @@ TESTS = Path(__file__).resolve().parent
 # The real-service fixtures, each with the pytest-xdist group its tests share (see _xdist_group).
 CLUSTER_GROUPS = {"slurm_cluster": "slurm", "slurm_multinode_cluster": "slurm-mn"}
 SLOW_FIXTURES = frozenset(CLUSTER_GROUPS)
-# Helpers that run the trainer or the launcher (tests/trainer_runs.py, tests/sweeps.py,
-# tests/launch_in_process.py): as processes, or in this process (seconds of training, or of Hydra composing
-# every arm of a plan, 1-4 s a dry run: the fast tier's budget is 90 s for all of it).
+# Helpers that run the trainer, the launcher or the evidence's command line (tests/trainer_runs.py, tests/sweeps.py,
+# tests/launch_in_process.py, tests/evidence_cli.py): as processes, or in this process (seconds of training, of Hydra
+# composing every arm of a plan, 1-4 s a dry run, or a whole build or audit a call: the fast tier's budget is 60 s).
 PROCESS_HELPERS = frozenset({"run_trainer", "trainer_cmd", "train_in_process", "launch", "launch_in_process",
+                             "evidence_process", "evidence_in_process",
                              "proofgrid"})  # tests/test_console.py's: the console command, a process
 # `python -m <these>` trains (trainer.external runs another trainer's command; the TRL adapter is one), or
 # starts the evidence's command line (a second of imports, then a whole bundle's build or audit: each forgery a

@@ -10,7 +10,6 @@ import hashlib
 import json
 import shutil
 import subprocess
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from rocrate.rocrate import ROCrate
 
 from benchmarks.synthetic_sweep import COMMIT, SUBSET_SHA, job_dir, make_sweep, set_job_fields
 from facts.repo import REPO_ROOT
+from tests.evidence_cli import evidence_in_process, evidence_process
 from tests.no_network import no_network_prefix
 from tests.sweeps import reseal_bag
 
@@ -31,9 +31,10 @@ VALIDATOR = CRATE_VENV / "bin" / "rocrate-validator"
 STARTED = 1768471200.0  # 2026-01-15T10:00:00Z, a job's started_at (Unix time)
 
 
+# The build and the first audit through `python -m evidence` as processes; the forgeries' audits through the same
+# main in this process (tests/evidence_cli.py).
 def evidence(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "evidence", *map(str, args)], cwd=REPO, capture_output=True,
-                          text=True, timeout=300)
+    return evidence_in_process(*args)
 
 
 def ni(hex_digest: str) -> str:
@@ -54,7 +55,7 @@ def built(tmp_path_factory) -> Path:
         set_job_fields(sweep, algo, seed, started_at=STARTED + 60 * index)
     log = job_dir(sweep, "rppb", 2026) / "run" / "metrics.jsonl"
     log.write_text(log.read_text()[:-40])
-    done = evidence("build", sweep, "--no-figures")
+    done = evidence_process("build", sweep, "--no-figures")
     assert done.returncode == 0, done.stdout + done.stderr
     return sweep
 
@@ -118,7 +119,7 @@ def test_the_crate_names_every_payload_file_with_the_bags_digest_and_the_manifes
         assert entity["encodingFormat"] == expected_format.get(Path(rel).suffix, "application/octet-stream"), rel
     manifest = dict(reversed(line.split(maxsplit=1)) for line in (bag / "manifest-sha256.txt").read_text().splitlines())
     assert manifest["data/ro-crate-metadata.json"] == hashlib.sha256((data / "ro-crate-metadata.json").read_bytes()).hexdigest()
-    assert evidence("audit", built / "bundle.tar.gz").returncode == 0
+    assert evidence_process("audit", built / "bundle.tar.gz").returncode == 0
 
 
 def _graph_edit(bag: Path, edit) -> None:

@@ -14,7 +14,6 @@ import json
 import shutil
 import stat
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
@@ -25,14 +24,16 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from benchmarks.synthetic_sweep import make_sweep
 from facts.repo import REPO_ROOT
+from tests.evidence_cli import evidence_in_process, evidence_process
 
 REPO = REPO_ROOT
 SIG = ".intoto.jsonl"
 
 
-def evidence(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "evidence", *map(str, args)], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout)
+# The keys, the build and the first audit through `python -m evidence` as processes; every other call, a forgery
+# after another, through the same main in this process (tests/evidence_cli.py).
+def evidence(*args) -> subprocess.CompletedProcess:
+    return evidence_in_process(*args)
 
 
 def findings(done: subprocess.CompletedProcess) -> list[str]:
@@ -55,7 +56,7 @@ def keys(tmp_path_factory) -> dict[str, Path]:
     """The signer's and a forger's key pairs, made by the CLI."""
     folder = tmp_path_factory.mktemp("keys")
     for who in ("signer", "forger"):
-        done = evidence("sign", "--generate-key", folder / who)
+        done = evidence_process("sign", "--generate-key", folder / who)
         assert done.returncode == 0, done.stderr
     return {"signer": folder / "signer", "forger": folder / "forger"}
 
@@ -64,7 +65,7 @@ def keys(tmp_path_factory) -> dict[str, Path]:
 def built(tmp_path_factory) -> Path:
     """A sweep built once through the CLI (no figures: the signature does not depend on them)."""
     sweep = make_sweep(tmp_path_factory.mktemp("signed"))
-    done = evidence("build", sweep, "--no-figures")
+    done = evidence_process("build", sweep, "--no-figures")
     assert done.returncode == 0, done.stdout + done.stderr
     return sweep
 
@@ -101,7 +102,7 @@ def test_generated_keys_sign_and_the_signature_verifies_independently(signed, ke
                                       "tagmanifest-sha256.txt": {"sha256": hashlib.sha256(tagmanifest).hexdigest()}}
     assert predicate["payload"] == {path: digest for digest, path in
                                     (line.split(maxsplit=1) for line in manifest.decode().splitlines())}
-    done = evidence("audit", archive, "--public-key", public)
+    done = evidence_process("audit", archive, "--public-key", public)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("signature: verified, bundle.tar.gz.intoto.jsonl signed by ed25519 key ")

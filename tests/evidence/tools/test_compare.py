@@ -17,6 +17,7 @@ from benchmarks.synthetic_sweep import WORKLOAD, make_sweep, write_eval
 from evidence import build_bundle
 from evidence.tools.compare import CompareError, compare_paths
 from facts.repo import REPO_ROOT
+from tests.evidence_cli import evidence_in_process, evidence_process
 from tests.sweeps import reseal_bag
 
 REPO = REPO_ROOT
@@ -44,8 +45,9 @@ def before_after(tmp_path: Path, seeds_b=(1, 2, 3), workload_b="toy", arms_b=Non
 
 
 def cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "evidence", "compare", *map(str, args)], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    """``python -m evidence compare <args>`` in this process (tests/evidence_cli.py); the first test below runs it as
+    a process."""
+    return evidence_in_process("compare", *args)
 
 
 def csv_rows(path: Path) -> dict[tuple[str, str], dict]:
@@ -61,7 +63,7 @@ def last_k_mean_from_logs(sweep: Path, job: str, key: str, k: int = 10) -> float
 
 def test_compare_pairs_by_seed_with_hand_computed_ratio_change_and_interval(tmp_path):
     a, b = before_after(tmp_path)
-    result = cli(a, b, "--csv", tmp_path / "cmp.csv", "--metric", "train/clip_frac")
+    result = evidence_process("compare", a, b, "--csv", tmp_path / "cmp.csv", "--metric", "train/clip_frac")
     assert result.returncode == 0, result.stderr
     assert not (a / "bundle").exists() and not (b / "bundle").exists()  # compare writes nothing into a sweep
     rows = csv_rows(tmp_path / "cmp.csv")
