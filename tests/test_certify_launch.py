@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from evidence import audit_bundle
+from tests.evidence_cli import evidence_in_process
 from tests.launch_in_process import launch_in_process
 from tests.sweeps import REPO, launch, reseal_bag
 
@@ -146,8 +147,8 @@ def test_a_rerun_keeps_accepted_certificate_jobs_and_runs_a_rejected_one_again_f
 # ---- the certificate's own evidence: what a copy of the original's files does not carry (issue 33, item 3) ----------
 
 def _evidence(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "evidence", *map(str, args)], cwd=REPO, capture_output=True, text=True,
-                          timeout=600)
+    """``python -m evidence <args>`` in this process (tests/evidence_cli.py)."""
+    return evidence_in_process(*args)
 
 
 def _copy_over(sweep: Path, names: tuple[str, ...]) -> None:

@@ -29,6 +29,7 @@ from launcher.experiment import (
     spec_changes,
 )
 from launcher.experiment.runner import Runner
+from tests.evidence_cli import evidence_in_process
 from tests.experiment_spec import experiment_spec
 from tests.launch_in_process import launch_in_process
 from tests.sweeps import REPO
@@ -582,8 +583,8 @@ def sized(tmp_path_factory):
 
 
 def _evidence(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "evidence", *map(str, args)], cwd=REPO, capture_output=True, text=True,
-                          timeout=600)
+    """``python -m evidence <args>`` in this process (tests/evidence_cli.py; the smoke run above audits as a process)."""
+    return evidence_in_process(*args)
 
 
 @pytest.mark.slow

@@ -21,6 +21,7 @@ import pytest
 
 from benchmarks.synthetic_sweep import N_PROMPTS, SUBSET_SHA, K, make_sweep, share_initial_eval
 from evidence.seal.bundle import build_bundle
+from tests.evidence_cli import evidence_in_process
 from tests.sweeps import reseal_bag
 
 JOBS = ("grpo-42", "rpp-42")
@@ -112,8 +113,8 @@ def _forge_summary(bag: Path, job: str, kind: str, values: dict) -> None:
 
 
 def _audit(bag: Path) -> tuple[int, str]:
-    done = subprocess.run([sys.executable, "-m", "evidence", "audit", str(bag)], capture_output=True, text=True,
-                          timeout=300)
+    """``python -m evidence audit`` in this process (tests/evidence_cli.py; the builds below run as processes)."""
+    done = evidence_in_process("audit", bag)
     return done.returncode, done.stdout + done.stderr
 
 

@@ -8,7 +8,6 @@ import hashlib
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -20,7 +19,8 @@ from evidence import audit_bundle, build_bundle
 from evidence.audit.subsets import check_subsets
 from evidence.dataset import load_bundle_data
 from evidence.evaluation.subset_source import SubsetSource, check_subset, pin_conflict, subset_source
-from tests.sweeps import REPO, reseal_bag
+from tests.evidence_cli import evidence_in_process
+from tests.sweeps import reseal_bag
 
 QUESTIONS = ["Emma has 10 shells and buys 20 more. How many?", "Jack has 18 marbles, gives 14. Left?",
              "Maria has 20 cookies and buys 18 more. How many?", "Ünïcode: 3 × 4?"]
@@ -161,8 +161,8 @@ def _repin(test_path: str = SPLIT, digest: str = TOY_SHA, manifest: str | None =
 
 
 def _audit_cli(bag: Path, *flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "evidence", "audit", str(bag), *flags], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    """``python -m evidence audit`` in this process (tests/evidence_cli.py)."""
+    return evidence_in_process("audit", bag, *flags)
 
 
 FIX = "run.json was edited, or the data set was re-pinned since the run: audit from a checkout of the commit that ran it"
