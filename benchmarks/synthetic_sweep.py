@@ -49,6 +49,7 @@ from facts.files import (
     DATA_LEDGER,
     EVAL_RESPONSES_DIR,
     EVAL_SUBSET,
+    FIGURES_FIELD,
     INITIAL_EVAL_COMPUTED,
     INITIAL_EVAL_RESPONSES,
     JOB_RECORD,
@@ -330,7 +331,7 @@ def write_job(sweep: Path, algo: str, seed: int, index: int, n_steps: int, arm: 
 
 def make_sweep(root: Path, algos=ALGOS, seeds=SEEDS, n_steps: int = 10, name: str = "sweep", arms: dict | None = None,
                final_pass1=None, reward=None, workload: str = "toy", final_counts=None, off_policy=None,
-               n_prompts: int = N_PROMPTS) -> Path:
+               n_prompts: int = N_PROMPTS, figures: bool = False) -> Path:
     """A complete sweep: every job valid and accepted unless a test changes it.
 
     ``final_counts(arm, seed)``: the correct samples (of ``K``) of each of the ``N_PROMPTS`` prompts in the run's
@@ -338,11 +339,16 @@ def make_sweep(root: Path, algos=ALGOS, seeds=SEEDS, n_steps: int = 10, name: st
 
     ``arms``: ``{label: {"algo": ..., other overrides}}`` (the arm contract); ``algos`` is then derived.
     ``n_prompts``: the evaluation's prompts (``workload.eval.n_prompts`` in every command), ``N_PROMPTS`` by default.
+    ``figures``: whether its seal draws the report's figures (the launcher's ``figures=``, recorded in sweep.json only
+    when false): off, as the suite's launches seal (drawing and redrawing them is most of a small seal and its audit);
+    the tests of figures, and the benchmarks, turn them on.
     """
     sweep = root / name
     sweep.mkdir(parents=True)
     record = {"workload": workload, "seeds": list(seeds), "n_updates": n_steps,
               "source_commit": COMMIT, "cluster": "local", "created": "2026-01-15T10:00:00Z"}
+    if not figures:
+        record[FIGURES_FIELD] = False
     if arms is None:
         cells = [(a, a, None, s) for a in algos for s in seeds]
         record["algos"] = list(algos)
@@ -477,7 +483,7 @@ def bench_sweep(sweep: Path, jobs: int, steps: int) -> Path:
     n_arms = next(a for a in range(len(ALGOS), 0, -1) if jobs % a == 0)
     return make_sweep(sweep.parent, seeds=range(jobs // n_arms), n_steps=steps, name=sweep.name,
                       arms={algo: {"algo": algo} for algo in ALGOS[:n_arms]},
-                      off_policy=lambda arm, seed, step: (0, 0.0))
+                      off_policy=lambda arm, seed, step: (0, 0.0), figures=True)
 
 
 def main() -> None:

@@ -34,7 +34,7 @@ def proofgrid(*args, executable: Path = PROOFGRID, cwd: Path = REPO, timeout: fl
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory) -> Path:
     """A real bundle archive of a 2 x 2 synthetic sweep, built with its figures."""
-    sweep = make_sweep(tmp_path_factory.mktemp("console"), algos=("grpo", "rpp"), seeds=(1, 2))
+    sweep = make_sweep(tmp_path_factory.mktemp("console"), algos=("grpo", "rpp"), seeds=(1, 2), figures=True)
     return build_bundle(sweep).archive
 
 

@@ -22,7 +22,7 @@ def clean_build(tmp_path_factory):
 @pytest.fixture(scope="session")
 def clean_build_with_figures(tmp_path_factory):
     """The same sweep built with its figures: (sweep_dir, BuildResult)."""
-    sweep = make_sweep(tmp_path_factory.mktemp("clean-with-figures"))
+    sweep = make_sweep(tmp_path_factory.mktemp("clean-with-figures"), figures=True)
     return sweep, build_bundle(sweep)
 
 

@@ -97,7 +97,7 @@ def arm_build(tmp_path_factory):
     identical at every step for two arms of three, and truncation 0 at every step of every run."""
     arms = {"grpo-lr1": {"algo": "grpo", "workload.lr": "1e-4"}, "grpo-lr3": {"algo": "grpo", "workload.lr": "3e-4"},
             "rpp-lr1": {"algo": "rpp", "workload.lr": "1e-4"}}
-    sweep = make_sweep(tmp_path_factory.mktemp("arms"), seeds=(1, 2), arms=arms)
+    sweep = make_sweep(tmp_path_factory.mktemp("arms"), seeds=(1, 2), arms=arms, figures=True)
     _set(sweep, "rollout/response_len", lambda arm, seed, step: 80.0 + step + seed + (arm == "rpp-lr1") * 7.5)
     _set(sweep, "rollout/truncated", lambda arm, seed, step: 0.0)
     assert main(["build", str(sweep)]) == 0
