@@ -229,7 +229,7 @@ def test_processes_that_shed_the_jobs_marks_are_found_and_ended_inside_a_slurm_s
         _end_what_is_left(sweep, records)
 
 
-# The TRL experiment cut down for a local run in the suite's budget: two seeds (so exploratory: a verdict
+# The TRL experiment cut down for a run in the suite's budget: two seeds (so exploratory: a verdict
 # on fewer than three seeds must say so), a one-step probe, 2-step runs, 4 evaluation prompts.
 SMALL_TRL_EXPERIMENT = ("experiment.seeds=[1,2]", "+experiment.exploratory=true", "experiment.probe.steps=1",
                         f"workload.n_updates={STEPS}", f"workload.checkpoint_every={STEPS}", "workload.eval.n_prompts=4")
@@ -288,30 +288,22 @@ def _check_trl_experiment(exp: Path, proc: subprocess.CompletedProcess, seeds: l
 
 
 @pytest.mark.slow
-def test_the_loss_norm_trl_experiment_runs_end_to_end_locally_and_its_bundle_audits_clean(tmp_path):
-    """Seed 002's question on TRL (conf/experiment/loss_norm_trl.yaml) through ``launch.py`` on this machine,
-    cut down by overrides as a user would for a smoke run: probe -> confirm -> verdict -> sealed bundle,
-    the audit clean, the verdict marked exploratory (two seeds)."""
+@pytest.mark.usefixtures("slurm_cluster")
+def test_the_loss_norm_trl_experiment_runs_end_to_end_on_slurm_and_its_bundle_audits_clean(tmp_path):
+    """Seed 002's question on TRL (conf/experiment/loss_norm_trl.yaml) through ``launch.py`` on the real Slurm
+    cluster, cut down by overrides as a user would for a smoke run: probe -> confirm -> verdict -> sealed bundle,
+    the audit clean, the verdict marked exploratory (two seeds). One run for TRL under an experiment: TRL's local
+    jobs are tests/trainer/test_workloads.py's and test_trl_adapter.py's, a local experiment's test_experiment.py's
+    (three seeds, a verdict that is not exploratory)."""
     exp = tmp_path / "exp"
-    proc = _run_trl_experiment(exp, *SMALL_TRL_EXPERIMENT)
-    _check_trl_experiment(exp, proc, [1, 2])
+    proc = _run_trl_experiment(exp, *SMALL_TRL_EXPERIMENT, "cluster=slurm", env={"PROOFGRID_PORT_BASE": "31000"})
+    records = _check_trl_experiment(exp, proc, [1, 2])
+    assert all(r["job_id"].split("_")[0].isdigit() for r in records.values())  # Slurm jobs, not local
     assert json.loads((exp / "confirm" / "bundle" / "data" / "verdict.json").read_text())["exploratory"] is True
     registration = json.loads((exp / REGISTRATION).read_text())  # the experiment.* overrides are in the spec
     assert registration["overrides"] == sorted(o for o in SMALL_TRL_EXPERIMENT if o.startswith("workload."))
     spec = (exp / "confirm" / "bundle" / "data" / "experiment.yaml").read_text()
     assert "exploratory: true" in spec and "probe:\n  steps: 1" in spec
-
-
-@pytest.mark.slow
-@pytest.mark.usefixtures("slurm_cluster")
-def test_the_loss_norm_trl_experiment_runs_end_to_end_on_slurm_and_its_bundle_audits_clean(tmp_path):
-    """The same experiment as its spec stands (three seeds: a verdict that is not exploratory) on the real
-    Slurm cluster. Small: 2 steps, 4 evaluation prompts."""
-    exp = tmp_path / "exp"
-    proc = _run_trl_experiment(exp, f"workload.n_updates={STEPS}", f"workload.checkpoint_every={STEPS}",
-                               "workload.eval.n_prompts=4", "cluster=slurm", env={"PROOFGRID_PORT_BASE": "31000"})
-    records = _check_trl_experiment(exp, proc, [1, 2, 3])
-    assert all(r["job_id"].split("_")[0].isdigit() for r in records.values())  # Slurm jobs, not local
 
 
 # -- bad input, underneath: the metrics log -------------------------------------------------------------
