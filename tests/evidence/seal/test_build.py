@@ -305,8 +305,8 @@ def test_evidence_build_writes_nothing_under_home(sweep, tmp_path):
     home.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("MPLCONFIGDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME")}
     env["HOME"] = str(home)
-    done = subprocess.run([sys.executable, "-m", "evidence", "build", str(sweep)], env=env, capture_output=True,
-                          text=True, timeout=300, cwd=REPO_ROOT)
+    done = subprocess.run([sys.executable, "-m", "evidence", "build", "--figures", str(sweep)], env=env,
+                          capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert (sweep / "bundle" / "data" / "figures" / "reward.svg").is_file()
     assert sorted(p.relative_to(home).as_posix() for p in home.rglob("*")) == []
