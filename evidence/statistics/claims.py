@@ -120,12 +120,22 @@ def tied_evaluations(design: PairedDesign) -> Shortfall | None:
     sd = design.sd
     if sd is None:
         return None
-    scale = max(1.0, max(abs(d) for d in design.differences))
-    if sd <= ROUNDING * scale:
+    tie = _tie(sd, max(1.0, max(abs(d) for d in design.differences)), design.step)
+    if tie == "tied":
         return Shortfall("tied-evaluations", "tied evaluations", "more evaluation prompts")
-    if design.step is not None and sd <= design.step / math.sqrt(12):
+    if tie == "near-tied":
         return Shortfall("tied-evaluations", "near-tied evaluations (an SD within the rounding of the evaluation's "
                                              "grid)", "more evaluation prompts")
+    return None
+
+
+def _tie(sd: float, scale: float, step: float | None) -> str | None:
+    """``tied_evaluations``' two clauses of an SD: "tied" (zero up to float rounding at ``scale``), "near-tied"
+    (within the rounding of the evaluation's grid, step/√12), or None."""
+    if sd <= ROUNDING * scale:
+        return "tied"
+    if step is not None and sd <= step / math.sqrt(12):
+        return "near-tied"
     return None
 
 
@@ -204,9 +214,10 @@ def unpaired_shortfalls(a: Sequence[float], b: Sequence[float], step: float | No
                                f"≥ {MIN_INFERENCE_SEEDS} seeds in each"))
     sds = [descriptive.sample_sd(list(values)) for values in (a, b)]
     scale = max(1.0, *(abs(v) for v in (*a, *b)))
-    if all(sd is not None and sd <= ROUNDING * scale for sd in sds):
+    ties = {None if sd is None else _tie(sd, scale, step) for sd in sds}
+    if ties == {"tied"}:
         found.append(Shortfall("tied-evaluations", "tied values in both arms", "more evaluation prompts"))
-    elif step is not None and all(sd is not None and sd <= step / math.sqrt(12) for sd in sds):
+    elif ties <= {"tied", "near-tied"}:
         found.append(Shortfall("tied-evaluations", "near-tied values in both arms (SDs within the rounding of the "
                                                    "evaluation's grid)", "more evaluation prompts"))
     if (prompt := single_prompt(PairedDesign((), n_prompts=n_prompts))) is not None:
