@@ -3,8 +3,8 @@
 At a normal exit CPython joins the threads that are not daemons, runs the ``atexit`` callbacks (logging's flush,
 Ray's shutdown, multiprocessing's joins, ``weakref.finalize``'s clean-ups), and then tears the interpreter down:
 every module's globals cleared and every object freed one by one, a last garbage collection. With torch and
-transformers loaded the teardown alone is about a second of CPU (a toy trainer process of 10 steps: 7.2 -> 6.1 CPU s
-without it, BENCHMARKS.md), spent freeing memory the kernel frees at once when the process ends.
+transformers loaded the teardown alone is about a second of CPU (a toy trainer process of 10 steps: 7.5-7.6 -> 6.4-6.5
+CPU s without it, BENCHMARKS.md "stop 43"), spent freeing memory the kernel frees at once when the process ends.
 
 ``exit_now(status)`` keeps everything of a normal exit that has an effect outside the process: the ``atexit``
 callbacks, then the standard streams flushed; only the teardown is skipped (``os._exit``). Where a thread that is
@@ -15,7 +15,8 @@ name of the standard library, pinned here alone and by tests/facts/test_process_
 file is written, the status is kept).
 
 What it gives up: a file object left open and unflushed by the program is flushed at teardown, not here. The
-commands that call it close what they write (the test above runs the trainer with ResourceWarning shown: none).
+commands that call it close what they write (the test above runs the trainer with ResourceWarning shown: none; an
+evidence build and audit run so show none either).
 """
 
 from __future__ import annotations
